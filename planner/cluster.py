@@ -1,0 +1,125 @@
+"""Cluster topologies (``adaptis.cluster/v1``): devices numbered node-major, with intra/inter-node links."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from planner.errors import SpecError
+from planner.validation import (
+    check_format,
+    get_int,
+    get_number,
+    get_str,
+    reject_unknown,
+    require_mapping,
+)
+
+CLUSTER_FORMAT = "adaptis.cluster/v1"
+PRESET_DIR = Path(__file__).parent / "presets" / "clusters"
+
+
+@dataclass(frozen=True)
+class DeviceType:
+    name: str
+    memory_bytes: int
+    peak_tflops: float          # dense bf16 peak
+    efficiency: float           # achievable fraction of peak for large matmuls
+    memory_bandwidth_gb_s: float
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "memory_bytes": self.memory_bytes, "peak_tflops": self.peak_tflops,
+                "efficiency": self.efficiency, "memory_bandwidth_gb_s": self.memory_bandwidth_gb_s}
+
+
+@dataclass(frozen=True)
+class Link:
+    bandwidth_gb_s: float
+    latency_us: float
+
+    def transfer_ms(self, nbytes: int) -> float:
+        return nbytes / (self.bandwidth_gb_s * 1e9) * 1e3 + self.latency_us * 1e-3
+
+    def to_dict(self) -> dict:
+        return {"bandwidth_gb_s": self.bandwidth_gb_s, "latency_us": self.latency_us}
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    nodes: int
+    devices_per_node: int
+    device: DeviceType
+    intra_node: Link
+    inter_node: Link
+
+    @property
+    def num_devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    def node_of(self, device: int) -> int:
+        return device // self.devices_per_node
+
+    def link(self, src: int, dst: int) -> Link:
+        return self.intra_node if self.node_of(src) == self.node_of(dst) else self.inter_node
+
+    def transfer_ms(self, src: int, dst: int, nbytes: int) -> float:
+        """Time to move ``nbytes`` from device ``src`` to ``dst``; zero on the same device."""
+        if src == dst:
+            return 0.0
+        return self.link(src, dst).transfer_ms(nbytes)
+
+    def to_dict(self) -> dict:
+        return {"format": CLUSTER_FORMAT, "name": self.name, "nodes": self.nodes,
+                "devices_per_node": self.devices_per_node, "device": self.device.to_dict(),
+                "links": {"intra_node": self.intra_node.to_dict(), "inter_node": self.inter_node.to_dict()}}
+
+
+def _load_link(doc: object, path: str) -> Link:
+    doc = require_mapping(doc, path)
+    reject_unknown(doc, {"bandwidth_gb_s", "latency_us"}, path)
+    return Link(bandwidth_gb_s=get_number(doc, "bandwidth_gb_s", path, exclusive_minimum=True),
+                latency_us=get_number(doc, "latency_us", path, default=0.0))
+
+
+def load_cluster(doc: object) -> ClusterSpec:
+    """Validate a parsed ``adaptis.cluster/v1`` document."""
+    doc = require_mapping(doc, "")
+    check_format(doc, CLUSTER_FORMAT)
+    reject_unknown(doc, {"format", "name", "nodes", "devices_per_node", "device", "links", "description"}, "")
+    device = require_mapping(doc.get("device"), "device")
+    reject_unknown(device, {"name", "memory_bytes", "peak_tflops", "efficiency", "memory_bandwidth_gb_s"},
+                   "device")
+    efficiency = get_number(device, "efficiency", "device", default=0.5, exclusive_minimum=True)
+    if efficiency > 1:
+        raise SpecError("device.efficiency", f"must be a fraction in (0, 1], got {efficiency}")
+    links = require_mapping(doc.get("links"), "links")
+    intra = _load_link(links.get("intra_node"), "links.intra_node")
+    return ClusterSpec(
+        name=get_str(doc, "name", ""),
+        nodes=get_int(doc, "nodes", "", default=1),
+        devices_per_node=get_int(doc, "devices_per_node", ""),
+        device=DeviceType(
+            name=get_str(device, "name", "device"),
+            memory_bytes=get_int(device, "memory_bytes", "device"),
+            peak_tflops=get_number(device, "peak_tflops", "device", exclusive_minimum=True),
+            efficiency=efficiency,
+            memory_bandwidth_gb_s=get_number(device, "memory_bandwidth_gb_s", "device", exclusive_minimum=True),
+        ),
+        intra_node=intra,
+        inter_node=_load_link(links["inter_node"], "links.inter_node") if "inter_node" in links else intra,
+    )
+
+
+def preset_names() -> list[str]:
+    return sorted(path.stem for path in PRESET_DIR.glob("*.json"))
+
+
+@lru_cache(maxsize=None)
+def load_cluster_preset(name: str) -> ClusterSpec:
+    path = PRESET_DIR / f"{name}.json"
+    if not path.is_file():
+        raise SpecError("cluster", f"unknown preset {name!r} (known: {', '.join(preset_names())})")
+    return load_cluster(json.loads(path.read_text()))

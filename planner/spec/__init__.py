@@ -1,0 +1,23 @@
+"""Model specifications: the layer-level description of a heterogeneous LLM (``adaptis.model/v1``)."""
+
+from planner.spec.model import (
+    AttentionMixer,
+    DenseMLP,
+    LayerSpec,
+    LinearAttentionMixer,
+    Mamba2Mixer,
+    ModelSpec,
+    MoEMLP,
+    load_model_spec,
+)
+
+__all__ = [
+    "AttentionMixer",
+    "DenseMLP",
+    "LayerSpec",
+    "LinearAttentionMixer",
+    "Mamba2Mixer",
+    "ModelSpec",
+    "MoEMLP",
+    "load_model_spec",
+]

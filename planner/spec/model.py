@@ -1,0 +1,274 @@
+"""The ModelSpec data model and its validating loader.
+
+A model is a list of layers in execution order: an optional ``embedding`` first, ``decoder`` blocks
+(a token mixer plus an optional MLP), standalone ``mlp`` layers (hybrid patterns such as Nemotron-H's
+``-``), and an optional ``head`` (final norm, vocabulary projection and the loss) last. In the JSON form
+consecutive identical layers may be written once with ``"repeat": n``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from planner.errors import SpecError
+from planner.validation import (
+    check_format,
+    get_bool,
+    get_int,
+    get_str,
+    join,
+    reject_unknown,
+    require_list,
+    require_mapping,
+)
+
+MODEL_FORMAT = "adaptis.model/v1"
+LAYER_KINDS = ("embedding", "decoder", "mlp", "head")
+LINEAR_ATTENTION_VARIANTS = ("gated_delta", "lightning")
+DTYPES = ("bf16", "fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class AttentionMixer:
+    """Causal softmax attention with grouped-query heads; ``window`` set means sliding-window."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    window: int | None = None
+    type: str = field(default="attention", init=False)
+
+    def to_dict(self) -> dict:
+        doc = {"type": self.type, "num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads,
+               "head_dim": self.head_dim}
+        if self.window is not None:
+            doc["window"] = self.window
+        return doc
+
+
+@dataclass(frozen=True)
+class LinearAttentionMixer:
+    """Linear attention with a (head_dim x head_dim) recurrent state per head (gated delta-net, lightning)."""
+
+    num_heads: int
+    head_dim: int
+    variant: str = "gated_delta"
+    type: str = field(default="linear_attention", init=False)
+
+    def to_dict(self) -> dict:
+        return {"type": self.type, "num_heads": self.num_heads, "head_dim": self.head_dim,
+                "variant": self.variant}
+
+
+@dataclass(frozen=True)
+class Mamba2Mixer:
+    """A Mamba-2 selective state-space mixer (SSD) with a short causal convolution."""
+
+    num_heads: int
+    head_dim: int
+    state_size: int
+    conv_kernel: int = 4
+    n_groups: int = 1
+    type: str = field(default="mamba2", init=False)
+
+    def to_dict(self) -> dict:
+        return {"type": self.type, "num_heads": self.num_heads, "head_dim": self.head_dim,
+                "state_size": self.state_size, "conv_kernel": self.conv_kernel, "n_groups": self.n_groups}
+
+
+@dataclass(frozen=True)
+class DenseMLP:
+    intermediate_size: int
+    gated: bool = True
+    type: str = field(default="dense", init=False)
+
+    def to_dict(self) -> dict:
+        return {"type": self.type, "intermediate_size": self.intermediate_size, "gated": self.gated}
+
+
+@dataclass(frozen=True)
+class MoEMLP:
+    """Routed experts (top-k of ``num_experts``) plus always-active shared experts."""
+
+    num_experts: int
+    top_k: int
+    expert_intermediate_size: int
+    num_shared_experts: int = 0
+    shared_intermediate_size: int = 0
+    type: str = field(default="moe", init=False)
+
+    def to_dict(self) -> dict:
+        return {"type": self.type, "num_experts": self.num_experts, "top_k": self.top_k,
+                "expert_intermediate_size": self.expert_intermediate_size,
+                "num_shared_experts": self.num_shared_experts,
+                "shared_intermediate_size": self.shared_intermediate_size}
+
+
+Mixer = Union[AttentionMixer, LinearAttentionMixer, Mamba2Mixer]
+MLP = Union[DenseMLP, MoEMLP]
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    kind: str
+    mixer: Mixer | None = None
+    mlp: MLP | None = None
+
+    def to_dict(self) -> dict:
+        doc: dict = {"kind": self.kind}
+        if self.mixer is not None:
+            doc["mixer"] = self.mixer.to_dict()
+        if self.mlp is not None:
+            doc["mlp"] = self.mlp.to_dict()
+        return doc
+
+    @property
+    def short(self) -> str:
+        """One-letter code used in the human plan form: E embedding, L head, t/s/l/m mixers, d/e MLPs."""
+        if self.kind == "embedding":
+            return "E"
+        if self.kind == "head":
+            return "L"
+        if self.kind == "mlp":
+            return "e" if isinstance(self.mlp, MoEMLP) else "d"
+        mixer_code = {"attention": "s" if getattr(self.mixer, "window", None) else "t",
+                      "linear_attention": "l", "mamba2": "m"}[self.mixer.type]
+        return mixer_code + ("e" if isinstance(self.mlp, MoEMLP) else "")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    hidden_size: int
+    vocab_size: int
+    seq_len: int
+    layers: tuple[LayerSpec, ...]
+    micro_batch_size: int = 1
+    tie_embeddings: bool = False
+    dtype: str = "bf16"
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def layer_names(self) -> list[str]:
+        """Stable names: ``embed``, ``layers.<i>`` for the blocks in between, ``head``."""
+        names, block = [], 0
+        for layer in self.layers:
+            if layer.kind == "embedding":
+                names.append("embed")
+            elif layer.kind == "head":
+                names.append("head")
+            else:
+                names.append(f"layers.{block}")
+                block += 1
+        return names
+
+    def to_dict(self) -> dict:
+        """The JSON form, with runs of identical layers folded into ``repeat``."""
+        folded: list[dict] = []
+        previous: LayerSpec | None = None
+        for layer in self.layers:
+            if layer == previous:
+                folded[-1]["repeat"] = folded[-1].get("repeat", 1) + 1
+            else:
+                folded.append(layer.to_dict())
+            previous = layer
+        return {"format": MODEL_FORMAT, "name": self.name, "hidden_size": self.hidden_size,
+                "vocab_size": self.vocab_size, "seq_len": self.seq_len,
+                "micro_batch_size": self.micro_batch_size, "tie_embeddings": self.tie_embeddings,
+                "dtype": self.dtype, "layers": folded}
+
+
+def _load_mixer(doc: object, path: str) -> Mixer:
+    doc = require_mapping(doc, path)
+    kind = get_str(doc, "type", path, choices=("attention", "linear_attention", "mamba2"))
+    if kind == "attention":
+        reject_unknown(doc, {"type", "num_heads", "num_kv_heads", "head_dim", "window"}, path)
+        heads = get_int(doc, "num_heads", path)
+        kv_heads = get_int(doc, "num_kv_heads", path, default=heads)
+        if heads % kv_heads:
+            raise SpecError(join(path, "num_kv_heads"),
+                            f"must divide num_heads ({heads}) for grouped-query attention, got {kv_heads}")
+        return AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=get_int(doc, "head_dim", path),
+                              window=get_int(doc, "window", path, default=None, allow_none=True))
+    if kind == "linear_attention":
+        reject_unknown(doc, {"type", "num_heads", "head_dim", "variant"}, path)
+        return LinearAttentionMixer(num_heads=get_int(doc, "num_heads", path),
+                                    head_dim=get_int(doc, "head_dim", path),
+                                    variant=get_str(doc, "variant", path, default="gated_delta",
+                                                    choices=LINEAR_ATTENTION_VARIANTS))
+    reject_unknown(doc, {"type", "num_heads", "head_dim", "state_size", "conv_kernel", "n_groups"}, path)
+    heads = get_int(doc, "num_heads", path)
+    groups = get_int(doc, "n_groups", path, default=1)
+    if heads % groups:
+        raise SpecError(join(path, "n_groups"), f"must divide num_heads ({heads}), got {groups}")
+    return Mamba2Mixer(num_heads=heads, head_dim=get_int(doc, "head_dim", path),
+                       state_size=get_int(doc, "state_size", path),
+                       conv_kernel=get_int(doc, "conv_kernel", path, default=4), n_groups=groups)
+
+
+def _load_mlp(doc: object, path: str) -> MLP:
+    doc = require_mapping(doc, path)
+    kind = get_str(doc, "type", path, choices=("dense", "moe"))
+    if kind == "dense":
+        reject_unknown(doc, {"type", "intermediate_size", "gated"}, path)
+        return DenseMLP(intermediate_size=get_int(doc, "intermediate_size", path),
+                        gated=get_bool(doc, "gated", path, default=True))
+    reject_unknown(doc, {"type", "num_experts", "top_k", "expert_intermediate_size", "num_shared_experts",
+                         "shared_intermediate_size"}, path)
+    experts = get_int(doc, "num_experts", path)
+    top_k = get_int(doc, "top_k", path)
+    if top_k > experts:
+        raise SpecError(join(path, "top_k"), f"must be <= num_experts ({experts}), got {top_k}")
+    shared = get_int(doc, "num_shared_experts", path, default=0, minimum=0)
+    expert_size = get_int(doc, "expert_intermediate_size", path)
+    return MoEMLP(num_experts=experts, top_k=top_k, expert_intermediate_size=expert_size,
+                  num_shared_experts=shared,
+                  shared_intermediate_size=get_int(doc, "shared_intermediate_size", path,
+                                                   default=expert_size if shared else 0, minimum=0))
+
+
+def _load_layer(doc: object, path: str) -> tuple[LayerSpec, int]:
+    doc = require_mapping(doc, path)
+    reject_unknown(doc, {"kind", "mixer", "mlp", "repeat"}, path)
+    kind = get_str(doc, "kind", path, choices=LAYER_KINDS)
+    repeat = get_int(doc, "repeat", path, default=1)
+    mixer = _load_mixer(doc["mixer"], join(path, "mixer")) if doc.get("mixer") is not None else None
+    mlp = _load_mlp(doc["mlp"], join(path, "mlp")) if doc.get("mlp") is not None else None
+    if kind == "decoder" and mixer is None:
+        raise SpecError(join(path, "mixer"), "is required for a decoder layer (use kind 'mlp' for an MLP alone)")
+    if kind == "mlp" and (mlp is None or mixer is not None):
+        raise SpecError(join(path, "mlp" if mlp is None else "mixer"),
+                        "an 'mlp' layer holds exactly one mlp and no mixer")
+    if kind in ("embedding", "head") and (mixer is not None or mlp is not None):
+        raise SpecError(join(path, "mixer" if mixer is not None else "mlp"), f"is not allowed on a {kind} layer")
+    return LayerSpec(kind=kind, mixer=mixer, mlp=mlp), repeat
+
+
+def load_model_spec(doc: object) -> ModelSpec:
+    """Validate a parsed ``adaptis.model/v1`` document and build the ModelSpec."""
+    doc = require_mapping(doc, "")
+    check_format(doc, MODEL_FORMAT)
+    reject_unknown(doc, {"format", "name", "hidden_size", "vocab_size", "seq_len", "micro_batch_size",
+                         "tie_embeddings", "dtype", "layers", "source"}, "")
+    layers: list[LayerSpec] = []
+    for index, layer_doc in enumerate(require_list(doc.get("layers"), "layers", min_length=1)):
+        layer, repeat = _load_layer(layer_doc, f"layers[{index}]")
+        layers.extend([layer] * repeat)
+    for index, layer in enumerate(layers):
+        if layer.kind == "embedding" and index != 0:
+            raise SpecError("layers", "an embedding layer may only come first")
+        if layer.kind == "head" and index != len(layers) - 1:
+            raise SpecError("layers", "a head layer may only come last")
+    return ModelSpec(
+        name=get_str(doc, "name", ""),
+        hidden_size=get_int(doc, "hidden_size", ""),
+        vocab_size=get_int(doc, "vocab_size", ""),
+        seq_len=get_int(doc, "seq_len", ""),
+        micro_batch_size=get_int(doc, "micro_batch_size", "", default=1),
+        tie_embeddings=get_bool(doc, "tie_embeddings", "", default=False),
+        dtype=get_str(doc, "dtype", "", default="bf16", choices=DTYPES),
+        layers=tuple(layers),
+    )
