@@ -1,0 +1,7 @@
+.PHONY: run test bench
+run:            ## install everything and start Redis, a Celery worker and the web server
+	./scripts/run.sh
+test:           ## install test needs and run the whole suite
+	./scripts/test.sh
+bench:          ## run every benchmark (prints tables)
+	for script in benchmarks/*.py; do .venv/bin/python $$script || exit 1; done

@@ -1,0 +1,79 @@
+# Shared helpers for the project scripts. Sourced, not executed.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
+
+say() { printf '\033[1m[adaptis]\033[0m %s\n' "$*"; }
+die() { printf '\033[31m[adaptis] error:\033[0m %s\n' "$*" >&2; exit 1; }
+is_root() { [ "$(id -u)" -eq 0 ]; }
+
+apt_install() {
+    # Installs Debian/Ubuntu packages when we are root; otherwise explains what is missing.
+    if ! is_root; then
+        die "missing system package(s): $* — install them (sudo apt-get install -y $*) and re-run"
+    fi
+    command -v apt-get >/dev/null || die "missing system package(s): $* and no apt-get here to install them"
+    say "installing system package(s): $*"
+    if [ ! -f /tmp/.adaptis-apt-updated ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq && touch /tmp/.adaptis-apt-updated
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+ensure_venv() {
+    # $1: pip extras spec, e.g. "." or ".[test]". Reinstalls only when pyproject.toml changed.
+    local target="$1"
+    if ! command -v python3 >/dev/null; then apt_install python3 python3-venv; fi
+    python3 - <<'PY' || die "Python >= 3.11 is required (found $(python3 --version 2>&1))"
+import sys
+sys.exit(0 if sys.version_info >= (3, 11) else 1)
+PY
+    if [ ! -x "$PY" ]; then
+        say "creating virtual environment in .venv"
+        python3 -m venv "$VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VENV"; }
+    fi
+    local stamp="$VENV/.installed-$(echo "$target" | tr -c 'a-z' '_')"
+    if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
+        say "installing Python dependencies ($target)"
+        "$PY" -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+        (cd "$ROOT" && "$PY" -m pip install -q -e "$target" 2>&1 | grep -v '^WARNING: Location' || true)
+        "$PY" -c "import django, celery, redis, torch, rest_framework" \
+            || die "dependency installation failed (see pip output above)"
+        touch "$stamp"
+    fi
+}
+
+redis_ping() {
+    "$PY" - "$REDIS_URL" <<'PY' >/dev/null 2>&1
+import sys, redis
+redis.Redis.from_url(sys.argv[1], socket_connect_timeout=1).ping()
+PY
+}
+
+ensure_redis() {
+    # Uses a reachable Redis at REDIS_URL; otherwise starts a local redis-server (installing it when root).
+    # Prints the PID of a server we started (empty when an existing one is used).
+    if redis_ping; then return 0; fi
+    case "$REDIS_URL" in
+        redis://127.0.0.1*|redis://localhost*) ;;
+        *) die "Redis at $REDIS_URL is not reachable; start it or set REDIS_URL" ;;
+    esac
+    command -v redis-server >/dev/null || apt_install redis-server
+    local port
+    port="$(echo "$REDIS_URL" | sed -E 's#redis://[^:/]+:?([0-9]*).*#\1#')"
+    port="${port:-6379}"
+    say "starting a local redis-server on 127.0.0.1:$port"
+    mkdir -p "$ROOT/var"
+    redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no --dir "$ROOT/var" \
+        --logfile "$ROOT/var/redis.log" --daemonize no &
+    STARTED_REDIS_PID=$!
+    for _ in $(seq 50); do redis_ping && return 0; sleep 0.1; done
+    die "redis-server did not come up (see var/redis.log)"
+}
+
+ensure_chromium() {
+    [ -x /usr/bin/chromium ] || apt_install chromium
+}
