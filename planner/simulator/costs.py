@@ -1,0 +1,64 @@
+"""Per-stage costs of a plan: compute durations and the transfer lag into each stage.
+
+A stage's F is the sum of its layers' forward times, I (input-gradient backward) the sum of their
+``backward_input``, W the sum of their ``backward_weight`` and B (full backward) is I + W. What crosses
+a stage boundary is the ``output_bytes`` of the sending stage's last layer going forward; the gradient
+coming back has the same size. A transfer between devices costs ``cluster.transfer_ms`` and never
+occupies compute; without a cluster every transfer costs 0. Links are not modelled as contended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.cluster import ClusterSpec
+from planner.errors import PlanError
+from planner.plan import Plan
+from planner.profile import Profile
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    forward: tuple[float, ...]
+    backward_input: tuple[float, ...]
+    backward_weight: tuple[float, ...]
+    boundary_bytes: tuple[int, ...]        # output_bytes of each stage's last layer
+    forward_lag: tuple[float, ...]         # activation transfer from stage s-1 into stage s (0 for s=0)
+    gradient_lag: tuple[float, ...]        # gradient transfer from stage s+1 into stage s (0 for the last)
+
+    def duration(self, stage: int, action_type: str) -> float:
+        if action_type == "F":
+            return self.forward[stage]
+        if action_type == "I":
+            return self.backward_input[stage]
+        if action_type == "W":
+            return self.backward_weight[stage]
+        return self.backward_input[stage] + self.backward_weight[stage]
+
+
+def stage_costs(plan: Plan, profile: Profile, cluster: ClusterSpec | None = None) -> StageCosts:
+    layers = profile.layers
+    forward, backward_input, backward_weight, boundary_bytes = [], [], [], []
+    for stage in plan.stages:
+        stage_layers = [layers[index] for index in stage.layers]
+        forward.append(sum(layer.forward for layer in stage_layers))
+        backward_input.append(sum(layer.backward_input for layer in stage_layers))
+        backward_weight.append(sum(layer.backward_weight for layer in stage_layers))
+        boundary_bytes.append(stage_layers[-1].output_bytes)
+    num_stages = len(plan.stages)
+    devices = [stage.device for stage in plan.stages]
+    if cluster is not None:
+        for index, device in enumerate(devices):
+            if device >= cluster.num_devices:
+                raise PlanError(f"device {device} is not in cluster {cluster.name!r} ({cluster.num_devices} "
+                                f"devices)", field=f"stages[{index}].device")
+
+    def lag(src_stage: int, dst_stage: int, nbytes: int) -> float:
+        if cluster is None:
+            return 0.0
+        return cluster.transfer_ms(devices[src_stage], devices[dst_stage], nbytes)
+
+    forward_lag = [0.0] + [lag(s - 1, s, boundary_bytes[s - 1]) for s in range(1, num_stages)]
+    gradient_lag = [lag(s + 1, s, boundary_bytes[s]) for s in range(num_stages - 1)] + [0.0]
+    return StageCosts(tuple(forward), tuple(backward_input), tuple(backward_weight), tuple(boundary_bytes),
+                      tuple(forward_lag), tuple(gradient_lag))
