@@ -31,34 +31,65 @@ DTYPES = ("bf16", "fp16", "fp32")
 
 @dataclass(frozen=True)
 class AttentionMixer:
-    """Causal softmax attention with grouped-query heads; ``window`` set means sliding-window."""
+    """Causal softmax attention with grouped-query heads; ``window`` set means sliding-window.
+
+    Multi-head latent attention (DeepSeek-V2/V3 MLA) is this mixer with ``kv_lora_rank`` set: keys and values
+    are up-projected from a ``kv_lora_rank`` latent (queries from a ``q_lora_rank`` latent when set), every
+    head has its own key and value (``num_kv_heads == num_heads``), ``head_dim`` is the query/key width
+    (``qk_nope_head_dim + qk_rope_head_dim``) of which ``rope_head_dim`` is the shared rotary part, and
+    ``v_head_dim`` is the value width. ``v_head_dim`` unset means values are ``head_dim`` wide.
+    """
 
     num_heads: int
     num_kv_heads: int
     head_dim: int
     window: int | None = None
+    v_head_dim: int | None = None
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    rope_head_dim: int | None = None
     type: str = field(default="attention", init=False)
+
+    @property
+    def value_dim(self) -> int:
+        return self.v_head_dim if self.v_head_dim is not None else self.head_dim
+
+    @property
+    def is_latent(self) -> bool:
+        return self.kv_lora_rank is not None
 
     def to_dict(self) -> dict:
         doc = {"type": self.type, "num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads,
                "head_dim": self.head_dim}
-        if self.window is not None:
-            doc["window"] = self.window
+        for key in ("window", "v_head_dim", "q_lora_rank", "kv_lora_rank", "rope_head_dim"):
+            if getattr(self, key) is not None:
+                doc[key] = getattr(self, key)
         return doc
 
 
 @dataclass(frozen=True)
 class LinearAttentionMixer:
-    """Linear attention with a (head_dim x head_dim) recurrent state per head (gated delta-net, lightning)."""
+    """Linear attention with a (head_dim x head_dim) recurrent state per head (gated delta-net, lightning).
+
+    ``num_heads`` counts value heads (one recurrent state each); queries and keys may use fewer heads,
+    ``num_key_heads`` (Qwen3-Next: 16 key heads broadcast over 32 value heads). Unset means as many as values.
+    """
 
     num_heads: int
     head_dim: int
     variant: str = "gated_delta"
+    num_key_heads: int | None = None
     type: str = field(default="linear_attention", init=False)
 
+    @property
+    def key_heads(self) -> int:
+        return self.num_key_heads if self.num_key_heads is not None else self.num_heads
+
     def to_dict(self) -> dict:
-        return {"type": self.type, "num_heads": self.num_heads, "head_dim": self.head_dim,
-                "variant": self.variant}
+        doc = {"type": self.type, "num_heads": self.num_heads, "head_dim": self.head_dim, "variant": self.variant}
+        if self.num_key_heads is not None:
+            doc["num_key_heads"] = self.num_key_heads
+        return doc
 
 
 @dataclass(frozen=True)
@@ -147,6 +178,7 @@ class ModelSpec:
     micro_batch_size: int = 1
     tie_embeddings: bool = False
     dtype: str = "bf16"
+    source: str | None = None   # provenance, e.g. the HuggingFace config an import came from
 
     @property
     def num_layers(self) -> int:
@@ -175,30 +207,59 @@ class ModelSpec:
             else:
                 folded.append(layer.to_dict())
             previous = layer
-        return {"format": MODEL_FORMAT, "name": self.name, "hidden_size": self.hidden_size,
-                "vocab_size": self.vocab_size, "seq_len": self.seq_len,
-                "micro_batch_size": self.micro_batch_size, "tie_embeddings": self.tie_embeddings,
-                "dtype": self.dtype, "layers": folded}
+        doc = {"format": MODEL_FORMAT, "name": self.name, "hidden_size": self.hidden_size,
+               "vocab_size": self.vocab_size, "seq_len": self.seq_len,
+               "micro_batch_size": self.micro_batch_size, "tie_embeddings": self.tie_embeddings,
+               "dtype": self.dtype, "layers": folded}
+        if self.source is not None:
+            doc["source"] = self.source
+        return doc
+
+
+def _load_attention(doc: dict, path: str) -> AttentionMixer:
+    reject_unknown(doc, {"type", "num_heads", "num_kv_heads", "head_dim", "window", "v_head_dim", "q_lora_rank",
+                         "kv_lora_rank", "rope_head_dim"}, path)
+    heads = get_int(doc, "num_heads", path)
+    kv_heads = get_int(doc, "num_kv_heads", path, default=heads)
+    if heads % kv_heads:
+        raise SpecError(join(path, "num_kv_heads"),
+                        f"must divide num_heads ({heads}) for grouped-query attention, got {kv_heads}")
+    head_dim = get_int(doc, "head_dim", path)
+    optional = {key: get_int(doc, key, path, default=None, allow_none=True)
+                for key in ("window", "v_head_dim", "q_lora_rank", "kv_lora_rank", "rope_head_dim")}
+    if optional["kv_lora_rank"] is None:
+        for key in ("q_lora_rank", "rope_head_dim"):
+            if optional[key] is not None:
+                raise SpecError(join(path, key), "only applies to latent attention (set kv_lora_rank)")
+    else:
+        if optional["rope_head_dim"] is None:
+            raise SpecError(join(path, "rope_head_dim"), "is required for latent attention (kv_lora_rank set)")
+        if optional["rope_head_dim"] >= head_dim:
+            raise SpecError(join(path, "rope_head_dim"),
+                            f"must be < head_dim ({head_dim}): head_dim is the non-rotary plus the rotary part")
+        if kv_heads != heads:
+            raise SpecError(join(path, "num_kv_heads"),
+                            f"latent attention up-projects a key and value per head: must equal num_heads ({heads})")
+    return AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, **optional)
 
 
 def _load_mixer(doc: object, path: str) -> Mixer:
     doc = require_mapping(doc, path)
     kind = get_str(doc, "type", path, choices=("attention", "linear_attention", "mamba2"))
     if kind == "attention":
-        reject_unknown(doc, {"type", "num_heads", "num_kv_heads", "head_dim", "window"}, path)
-        heads = get_int(doc, "num_heads", path)
-        kv_heads = get_int(doc, "num_kv_heads", path, default=heads)
-        if heads % kv_heads:
-            raise SpecError(join(path, "num_kv_heads"),
-                            f"must divide num_heads ({heads}) for grouped-query attention, got {kv_heads}")
-        return AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=get_int(doc, "head_dim", path),
-                              window=get_int(doc, "window", path, default=None, allow_none=True))
+        return _load_attention(doc, path)
     if kind == "linear_attention":
-        reject_unknown(doc, {"type", "num_heads", "head_dim", "variant"}, path)
-        return LinearAttentionMixer(num_heads=get_int(doc, "num_heads", path),
-                                    head_dim=get_int(doc, "head_dim", path),
+        reject_unknown(doc, {"type", "num_heads", "head_dim", "variant", "num_key_heads"}, path)
+        heads = get_int(doc, "num_heads", path)
+        key_heads = get_int(doc, "num_key_heads", path, default=None, allow_none=True)
+        if key_heads is not None and heads % key_heads:
+            raise SpecError(join(path, "num_key_heads"),
+                            f"must divide num_heads ({heads}) so key heads broadcast over value heads, "
+                            f"got {key_heads}")
+        return LinearAttentionMixer(num_heads=heads, head_dim=get_int(doc, "head_dim", path),
                                     variant=get_str(doc, "variant", path, default="gated_delta",
-                                                    choices=LINEAR_ATTENTION_VARIANTS))
+                                                    choices=LINEAR_ATTENTION_VARIANTS),
+                                    num_key_heads=key_heads)
     reject_unknown(doc, {"type", "num_heads", "head_dim", "state_size", "conv_kernel", "n_groups"}, path)
     heads = get_int(doc, "num_heads", path)
     groups = get_int(doc, "n_groups", path, default=1)
@@ -271,4 +332,5 @@ def load_model_spec(doc: object) -> ModelSpec:
         tie_embeddings=get_bool(doc, "tie_embeddings", "", default=False),
         dtype=get_str(doc, "dtype", "", default="bf16", choices=DTYPES),
         layers=tuple(layers),
+        source=get_str(doc, "source", "", default=None),
     )

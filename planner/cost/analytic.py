@@ -1,0 +1,104 @@
+"""The analytic profile: every layer of a ModelSpec costed on a cluster's device.
+
+Per micro-batch of ``micro_batch_size x seq_len`` tokens, a layer's F, B (input gradient) and W (weight
+gradient) times are its kernels' roofline times; its activation bytes are the tensors its parts keep for the
+backward (listed in each part's module); its output is the ``tokens x hidden`` hidden state (the head's
+output is the loss); its parameter bytes are its parameters in the training dtype. A decoder block is
+``norm → mixer → residual → norm → MLP → residual``; a standalone MLP layer is ``norm → MLP → residual``.
+"""
+
+from __future__ import annotations
+
+from planner.cluster import ClusterSpec
+from planner.cost.attention import attention_cost
+from planner.cost.linear_attention import linear_attention_cost
+from planner.cost.mlp import mlp_cost
+from planner.cost.primitives import residual_add, rms_norm
+from planner.cost.roofline import pass_ms
+from planner.cost.ssm import mamba2_cost
+from planner.cost.vocab import LOSS_BYTES, embedding_cost, head_cost
+from planner.cost.work import Cost
+from planner.profile import LayerProfile, Profile
+from planner.spec.model import AttentionMixer, LayerSpec, LinearAttentionMixer, ModelSpec
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def _mixer_cost(layer: LayerSpec, spec: ModelSpec, dtype_bytes: int) -> Cost:
+    shape = dict(hidden=spec.hidden_size, batch=spec.micro_batch_size, seq_len=spec.seq_len, dtype_bytes=dtype_bytes)
+    if isinstance(layer.mixer, AttentionMixer):
+        return attention_cost(layer.mixer, **shape)
+    if isinstance(layer.mixer, LinearAttentionMixer):
+        return linear_attention_cost(layer.mixer, **shape)
+    return mamba2_cost(layer.mixer, **shape)
+
+
+def layer_cost(layer: LayerSpec, spec: ModelSpec) -> Cost:
+    """The cost of one layer of ``spec`` for one micro-batch."""
+    dtype_bytes = DTYPE_BYTES[spec.dtype]
+    tokens = spec.micro_batch_size * spec.seq_len
+    hidden = spec.hidden_size
+    if layer.kind == "embedding":
+        return embedding_cost(vocab=spec.vocab_size, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes)
+    if layer.kind == "head":
+        return head_cost(vocab=spec.vocab_size, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes)
+    parts = []
+    if layer.mixer is not None:
+        parts += [rms_norm(tokens, hidden, dtype_bytes), _mixer_cost(layer, spec, dtype_bytes),
+                  residual_add(tokens, hidden, dtype_bytes)]
+    if layer.mlp is not None:
+        parts += [rms_norm(tokens, hidden, dtype_bytes),
+                  mlp_cost(layer.mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes),
+                  residual_add(tokens, hidden, dtype_bytes)]
+    return Cost.total(parts)
+
+
+def _layer_costs(spec: ModelSpec) -> list[Cost]:
+    # Models repeat a handful of distinct layers many times; cost each distinct one once.
+    by_layer: dict[LayerSpec, Cost] = {}
+    for layer in spec.layers:
+        if layer not in by_layer:
+            by_layer[layer] = layer_cost(layer, spec)
+    return [by_layer[layer] for layer in spec.layers]
+
+
+def layer_parameters(spec: ModelSpec) -> list[int]:
+    """Parameters held by each layer; with tied embeddings the embedding and the head each hold the table
+    (pipeline stages keep a copy each)."""
+    return [cost.params for cost in _layer_costs(spec)]
+
+
+def _tied_table(spec: ModelSpec) -> int:
+    kinds = {layer.kind for layer in spec.layers}
+    return spec.vocab_size * spec.hidden_size if spec.tie_embeddings and {"embedding", "head"} <= kinds else 0
+
+
+def count_parameters(spec: ModelSpec) -> int:
+    """Distinct parameters of the model (a tied embedding table counted once)."""
+    return sum(layer_parameters(spec)) - _tied_table(spec)
+
+
+def active_parameters(spec: ModelSpec) -> int:
+    """Parameters one token passes through: MoE layers count their router, ``top_k`` routed experts and the
+    shared experts; everything else counts whole (the usual "activated parameters" of MoE model cards)."""
+    return sum(cost.active_params for cost in _layer_costs(spec)) - _tied_table(spec)
+
+
+def analytic_profile(spec: ModelSpec, cluster: ClusterSpec) -> Profile:
+    """``adaptis.profile/v1`` for ``spec`` on ``cluster``'s device; layer i profiles layer i of the spec."""
+    device = cluster.device
+    dtype_bytes = DTYPE_BYTES[spec.dtype]
+    hidden_bytes = spec.micro_batch_size * spec.seq_len * spec.hidden_size * dtype_bytes
+    costs = _layer_costs(spec)
+    layers = tuple(
+        LayerProfile(name=name, kind=layer.kind,
+                     forward=pass_ms(cost.forward, device),
+                     backward_input=pass_ms(cost.backward_input, device),
+                     backward_weight=pass_ms(cost.backward_weight, device),
+                     activation_bytes=round(cost.activation_bytes),
+                     output_bytes=LOSS_BYTES if layer.kind == "head" else hidden_bytes,
+                     param_bytes=cost.params * dtype_bytes)
+        for name, layer, cost in zip(spec.layer_names(), spec.layers, costs))
+    return Profile(model=spec.name, device=device.name, layers=layers, microbatch_size=spec.micro_batch_size,
+                   seq_len=spec.seq_len, source="analytic",
+                   flops_per_microbatch=sum(cost.model_flops() for cost in costs))

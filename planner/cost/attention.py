@@ -1,0 +1,90 @@
+"""Softmax attention: grouped-query, sliding-window and multi-head latent attention (MLA).
+
+Core FLOPs (Dao 2023, "FlashAttention-2", Sec. 4; Narayanan et al. 2021, eq. 2 counts 4·b·s²·h for the
+full square): ``Q·Kᵀ`` is ``2·b·s·k̄·heads·d_qk`` and ``P·V`` is ``2·b·s·k̄·heads·d_v`` where ``k̄`` is the
+mean number of keys a causal query sees — ``(s + 1) / 2`` without a window (the "1/2 for causal"), and
+``≈ window`` once the window is much shorter than the sequence, so a window caps the quadratic growth.
+For ``d_qk = d_v = d`` this is ``4·b·s·k̄·heads·d``.
+
+Backward: ``dV = Pᵀ·dO``, ``dP = dO·Vᵀ``, ``dQ = dS·K`` and ``dK = dSᵀ·Q`` are twice the forward FLOPs
+(the model FLOPs). FlashAttention keeps no ``s x s`` matrix, so it re-computes ``S = Q·Kᵀ`` in the backward;
+that extra ``Q·Kᵀ`` is counted as time, not as model FLOPs.
+
+Activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+Sec. 4.1, with FlashAttention, i.e. their selective-recompute count without the ``5·a·s²·b`` term): the
+projection input, Q, K and V after the rotary embedding, the attention output (also the output
+projection's input) and the fp32 log-sum-exp per query and head. MLA also keeps its latent vectors.
+"""
+
+from __future__ import annotations
+
+from planner.cost.primitives import FP32_BYTES, elementwise, linear, rms_norm
+from planner.cost.work import Cost, Kernel, saved
+from planner.spec.model import AttentionMixer
+
+ROTARY_FLOPS_PER_ELEMENT = 3   # x·cos + rotate(x)·sin
+
+
+def mean_keys_per_query(seq_len: int, window: int | None) -> float:
+    """Mean over queries ``i = 1..s`` of the keys a causal (optionally windowed) query attends, ``min(i, w)``."""
+    span = seq_len if window is None else min(window, seq_len)
+    return (span * (span + 1) / 2 + (seq_len - span) * span) / seq_len
+
+
+def attention_core(*, batch: int, seq_len: int, heads: int, kv_heads: int, qk_dim: int, v_dim: int,
+                   window: int | None, dtype_bytes: int) -> Cost:
+    tokens = batch * seq_len
+    keys = mean_keys_per_query(seq_len, window)
+    score_flops = 2.0 * tokens * keys * heads * qk_dim
+    value_flops = 2.0 * tokens * keys * heads * v_dim
+    queries, keys_, values = tokens * heads * qk_dim, tokens * kv_heads * qk_dim, tokens * kv_heads * v_dim
+    outputs = tokens * heads * v_dim
+    logsumexp = FP32_BYTES * tokens * heads
+    return Cost(
+        forward=(Kernel(score_flops + value_flops,
+                        dtype_bytes * (queries + keys_ + values + outputs) + logsumexp),),
+        backward_input=(Kernel(2 * (score_flops + value_flops),
+                               dtype_bytes * (2 * (queries + keys_ + values) + 2 * outputs) + logsumexp,
+                               recomputed_flops=score_flops),),
+        activation_bytes=dtype_bytes * (queries + keys_ + values + outputs) + logsumexp)
+
+
+def _query_key_value_projections(mixer: AttentionMixer, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
+    """Fused QKV projection of grouped-query attention, with the rotary embedding on Q and K."""
+    heads, kv_heads, qk_dim = mixer.num_heads, mixer.num_kv_heads, mixer.head_dim
+    width = heads * qk_dim + kv_heads * qk_dim + kv_heads * mixer.value_dim
+    rotated = tokens * (heads + kv_heads) * qk_dim
+    return (linear(tokens, hidden, width, dtype_bytes) + saved(dtype_bytes * tokens * hidden)
+            + elementwise(rotated, rotated, ROTARY_FLOPS_PER_ELEMENT, dtype_bytes))
+
+
+def _latent_projections(mixer: AttentionMixer, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
+    """MLA (DeepSeek-V2, Sec. 2.1): queries from a normed ``q_lora_rank`` latent (or straight from the hidden
+    state), keys and values up-projected from a normed ``kv_lora_rank`` latent; the rotary key part
+    (``rope_head_dim``) comes straight from the hidden state and is shared by all heads."""
+    heads, qk_dim, rope = mixer.num_heads, mixer.head_dim, mixer.rope_head_dim
+    kv_rank = mixer.kv_lora_rank
+    cost = saved(dtype_bytes * tokens * hidden)
+    if mixer.q_lora_rank is None:
+        cost += linear(tokens, hidden, heads * qk_dim, dtype_bytes)
+    else:
+        q_rank = mixer.q_lora_rank
+        cost += (linear(tokens, hidden, q_rank, dtype_bytes) + rms_norm(tokens, q_rank, dtype_bytes)
+                 + linear(tokens, q_rank, heads * qk_dim, dtype_bytes) + saved(dtype_bytes * tokens * q_rank))
+    cost += (linear(tokens, hidden, kv_rank + rope, dtype_bytes) + rms_norm(tokens, kv_rank, dtype_bytes)
+             + linear(tokens, kv_rank, heads * (qk_dim - rope + mixer.value_dim), dtype_bytes)
+             + saved(dtype_bytes * tokens * kv_rank))
+    rotated = tokens * (heads + 1) * rope
+    return cost + elementwise(rotated, rotated, ROTARY_FLOPS_PER_ELEMENT, dtype_bytes)
+
+
+def attention_cost(mixer: AttentionMixer, *, hidden: int, batch: int, seq_len: int, dtype_bytes: int) -> Cost:
+    tokens = batch * seq_len
+    projections = (_latent_projections if mixer.is_latent else _query_key_value_projections)(
+        mixer, hidden, tokens, dtype_bytes)
+    core = attention_core(batch=batch, seq_len=seq_len, heads=mixer.num_heads, kv_heads=mixer.num_kv_heads,
+                          qk_dim=mixer.head_dim, v_dim=mixer.value_dim, window=mixer.window,
+                          dtype_bytes=dtype_bytes)
+    # The output projection's input is the attention output, already held by the core.
+    output = linear(tokens, mixer.num_heads * mixer.value_dim, hidden, dtype_bytes)
+    return projections + core + output

@@ -1,0 +1,93 @@
+"""Feed-forward blocks: dense MLPs (SwiGLU or a plain two-matrix MLP) and mixtures of experts.
+
+Dense: a gated MLP is a fused gate/up projection to ``2·i``, the activation times the up half, and the down
+projection (``6·T·h·i`` FLOPs forward); a non-gated one (Nemotron-H's squared ReLU) drops the gate.
+
+MoE (Shazeer et al. 2017; Fedus et al. 2022, "Switch Transformers", Sec. 2; DeepSeekMoE, Dai et al. 2024,
+for shared experts): a router projection to ``num_experts`` logits and a top-k softmax; every token is copied
+to its ``top_k`` experts (the permutation), runs a gated expert MLP there, and the ``top_k`` results are
+weighted and summed back (the un-permutation). Shared experts run on every token. So the FLOPs grow with
+``top_k`` (active experts) while the parameters, and the weight bytes read when enough tokens are routed,
+grow with ``num_experts``. Experts are assumed gated (every MoE family imported here is SwiGLU).
+"""
+
+from __future__ import annotations
+
+from planner.cost.primitives import FP32_BYTES, GRAD_ACCUMULATE_BYTES, elementwise, linear
+from planner.cost.work import Cost, Kernel, saved
+from planner.spec.model import DenseMLP, MoEMLP
+
+ACTIVATION_FLOPS_PER_OUTPUT = 5   # SiLU (or squared ReLU) and the product with the up projection
+ROUTER_FLOPS_PER_LOGIT = 6        # softmax and top-k selection over the expert logits
+
+
+def _mlp_body(tokens: float, hidden: int, inner: int, gated: bool, dtype_bytes: int) -> Cost:
+    """The MLP without saving its input (the caller decides, since an MoE's shared expert shares it)."""
+    up_width = 2 * inner if gated else inner
+    return (linear(tokens, hidden, up_width, dtype_bytes) + saved(dtype_bytes * tokens * up_width)
+            + elementwise(tokens * up_width, tokens * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
+            + linear(tokens, inner, hidden, dtype_bytes) + saved(dtype_bytes * tokens * inner))
+
+
+def dense_mlp_cost(mlp: DenseMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
+    return saved(dtype_bytes * tokens * hidden) + _mlp_body(tokens, hidden, mlp.intermediate_size, mlp.gated,
+                                                            dtype_bytes)
+
+
+def expert_projection(*, routed_tokens: float, d_in: int, d_out: int, experts: int, top_k: int,
+                      dtype_bytes: int) -> Cost:
+    """A grouped projection over all experts: FLOPs for the routed tokens only, weight bytes for the experts
+    that receive at least one token (all of them once ``routed_tokens >= experts``)."""
+    flops = 2.0 * routed_tokens * d_in * d_out
+    weight = d_in * d_out
+    touched = min(experts, routed_tokens)
+    weight_bytes = dtype_bytes * touched * weight
+    activations = dtype_bytes * routed_tokens * (d_in + d_out)
+    return Cost(forward=(Kernel(flops, activations + weight_bytes),),
+                backward_input=(Kernel(flops, activations + weight_bytes),),
+                backward_weight=(Kernel(flops, activations + GRAD_ACCUMULATE_BYTES * touched * weight),),
+                params=experts * weight, active_params=top_k * weight)
+
+
+def _routing(tokens: float, hidden: int, experts: int, top_k: int, dtype_bytes: int) -> Cost:
+    routed = tokens * top_k
+    scores = tokens * experts
+    permute = Kernel(0.0, dtype_bytes * (tokens * hidden + routed * hidden))
+    return (linear(tokens, hidden, experts, dtype_bytes)
+            + Cost(forward=(Kernel(ROUTER_FLOPS_PER_LOGIT * scores, FP32_BYTES * 2 * scores), permute),
+                   backward_input=(Kernel(2 * ROUTER_FLOPS_PER_LOGIT * scores, FP32_BYTES * 3 * scores), permute),
+                   activation_bytes=FP32_BYTES * scores))
+
+
+def _combine(tokens: float, hidden: int, top_k: int, dtype_bytes: int) -> Cost:
+    """Weighted sum of each token's ``top_k`` expert outputs; saves them for the routing weights' gradient."""
+    routed = tokens * top_k
+    traffic = dtype_bytes * (routed * hidden + tokens * hidden) + FP32_BYTES * routed
+    return Cost(forward=(Kernel(2.0 * routed * hidden, traffic),),
+                backward_input=(Kernel(4.0 * routed * hidden, 2 * traffic),),
+                activation_bytes=dtype_bytes * routed * hidden)
+
+
+def moe_cost(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
+    experts, top_k, inner = mlp.num_experts, mlp.top_k, mlp.expert_intermediate_size
+    routed = tokens * top_k
+
+    def projection(d_in: int, d_out: int) -> Cost:
+        return expert_projection(routed_tokens=routed, d_in=d_in, d_out=d_out, experts=experts, top_k=top_k,
+                                 dtype_bytes=dtype_bytes)
+    routed_experts = (saved(dtype_bytes * routed * hidden) + projection(hidden, 2 * inner)
+                      + saved(dtype_bytes * routed * 2 * inner)
+                      + elementwise(routed * 2 * inner, routed * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
+                      + projection(inner, hidden) + saved(dtype_bytes * routed * inner))
+    cost = (saved(dtype_bytes * tokens * hidden) + _routing(tokens, hidden, experts, top_k, dtype_bytes)
+            + routed_experts + _combine(tokens, hidden, top_k, dtype_bytes))
+    if mlp.num_shared_experts:
+        # Shared experts run as one MLP as wide as all of them together.
+        cost += _mlp_body(tokens, hidden, mlp.num_shared_experts * mlp.shared_intermediate_size, True, dtype_bytes)
+    return cost
+
+
+def mlp_cost(mlp: DenseMLP | MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
+    if isinstance(mlp, MoEMLP):
+        return moe_cost(mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes)
+    return dense_mlp_cost(mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes)

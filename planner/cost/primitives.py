@@ -1,0 +1,67 @@
+"""Costs of the operations every layer is built from: dense projections, norms, elementwise kernels.
+
+FLOPs follow the usual count of 2 per multiply-add (Kaplan et al. 2020; Narayanan et al. 2021, "Efficient
+Large-Scale Language Model Training on GPU Clusters", eq. 2): a ``[T, d_in] x [d_in, d_out]`` projection is
+``2·T·d_in·d_out`` FLOPs forward, the same again for the input gradient (B) and for the weight gradient (W).
+Bytes are what the kernel reads and writes once in device memory.
+"""
+
+from __future__ import annotations
+
+from planner.cost.work import Cost, Kernel
+
+# Weight gradients accumulate into an fp32 main gradient (read and write, 4 bytes each), as Megatron's
+# gradient-accumulation fusion does.
+GRAD_ACCUMULATE_BYTES = 8
+FP32_BYTES = 4
+
+
+def linear(tokens: float, d_in: int, d_out: int, dtype_bytes: int) -> Cost:
+    """A bias-free projection. Its input is saved by the caller (several projections may share one input)."""
+    flops = 2.0 * tokens * d_in * d_out
+    weight = d_in * d_out
+    activations_in, activations_out = tokens * d_in, tokens * d_out
+    return Cost(
+        forward=(Kernel(flops, dtype_bytes * (activations_in + weight + activations_out)),),
+        backward_input=(Kernel(flops, dtype_bytes * (activations_out + weight + activations_in)),),
+        backward_weight=(Kernel(flops, dtype_bytes * (activations_in + activations_out)
+                                + GRAD_ACCUMULATE_BYTES * weight),),
+        params=weight, active_params=weight)
+
+
+def elementwise(elements_in: float, elements_out: float, flops_per_output: float, dtype_bytes: int) -> Cost:
+    """A memory-bound pointwise kernel (activation, rotary embedding, gating). Backward reads the output
+    gradient and the saved inputs and writes the input gradient."""
+    flops = flops_per_output * elements_out
+    return Cost(forward=(Kernel(flops, dtype_bytes * (elements_in + elements_out)),),
+                backward_input=(Kernel(2 * flops, dtype_bytes * (elements_out + 2 * elements_in)),))
+
+
+def rms_norm(tokens: float, width: int, dtype_bytes: int, *, scale_width: int | None = None) -> Cost:
+    """RMSNorm over ``width``; saves its input and the fp32 reciprocal RMS per token. The scale's gradient is
+    reduced inside the fused backward kernel (as in Apex and Transformer Engine), so it costs no W kernel.
+    ``scale_width`` is the learned scale's size when heads share one (gated delta-net's per-head norm)."""
+    elements = tokens * width
+    scale = width if scale_width is None else scale_width
+    return Cost(forward=(Kernel(4 * elements, dtype_bytes * 2 * elements),),
+                backward_input=(Kernel(8 * elements, dtype_bytes * 3 * elements),),
+                activation_bytes=dtype_bytes * elements + FP32_BYTES * tokens,
+                params=scale, active_params=scale)
+
+
+def residual_add(tokens: float, width: int, dtype_bytes: int) -> Cost:
+    """``x + f(x)``; in backward the two gradient branches are summed where the stream forks."""
+    elements = tokens * width
+    return Cost(forward=(Kernel(elements, dtype_bytes * 3 * elements),),
+                backward_input=(Kernel(elements, dtype_bytes * 3 * elements),))
+
+
+def causal_conv1d(tokens: float, channels: int, kernel: int, dtype_bytes: int) -> Cost:
+    """Depthwise causal convolution with bias and SiLU (Mamba-2, gated delta-net); saves its input."""
+    elements = tokens * channels
+    flops = 2.0 * kernel * elements
+    return Cost(forward=(Kernel(flops, dtype_bytes * 2 * elements),),
+                backward_input=(Kernel(flops, dtype_bytes * 3 * elements),),
+                backward_weight=(Kernel(flops, dtype_bytes * 2 * elements),),
+                activation_bytes=dtype_bytes * elements,
+                params=channels * (kernel + 1), active_params=channels * (kernel + 1))

@@ -1,0 +1,60 @@
+"""What the cost model adds up: kernels per pass, the bytes held for backward, and the parameters.
+
+A layer's cost is the sum of its parts' costs (projections, attention core, norms, ...). Each part lists the
+kernels it runs in the forward pass (F), the input-gradient pass (B) and the weight-gradient pass (W); the
+roofline turns every kernel into time on its own, because a memory-bound kernel does not overlap the
+compute-bound one that follows it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel: the FLOPs the model needs, FLOPs it re-executes (e.g. FlashAttention's recomputed scores),
+    and the bytes it moves to and from device memory."""
+
+    flops: float = 0.0
+    bytes: float = 0.0
+    recomputed_flops: float = 0.0
+
+
+@dataclass(frozen=True)
+class Cost:
+    forward: tuple[Kernel, ...] = ()
+    backward_input: tuple[Kernel, ...] = ()
+    backward_weight: tuple[Kernel, ...] = ()
+    activation_bytes: float = 0.0   # held from the forward until the backward of this micro-batch
+    params: int = 0
+    active_params: int = 0          # parameters one token goes through (differs from params for MoE)
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(forward=self.forward + other.forward,
+                    backward_input=self.backward_input + other.backward_input,
+                    backward_weight=self.backward_weight + other.backward_weight,
+                    activation_bytes=self.activation_bytes + other.activation_bytes,
+                    params=self.params + other.params,
+                    active_params=self.active_params + other.active_params)
+
+    @staticmethod
+    def total(costs: "list[Cost] | tuple[Cost, ...]") -> "Cost":
+        result = Cost()
+        for cost in costs:
+            result = result + cost
+        return result
+
+    def model_flops(self) -> float:
+        """FLOPs of F + B + W without recomputation: the numerator of MFU."""
+        return sum(kernel.flops for kernel in self.forward + self.backward_input + self.backward_weight)
+
+
+def saved(nbytes: float) -> Cost:
+    """Tensors a part keeps for its backward (its inputs, or intermediates the gradient needs)."""
+    return Cost(activation_bytes=nbytes)
+
+
+def weights(count: int) -> Cost:
+    """Parameters that cost no separate kernel (biases, gates and decays applied inside a fused kernel)."""
+    return Cost(params=count, active_params=count)

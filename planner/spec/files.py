@@ -1,0 +1,100 @@
+"""Read a model description from text or a file: our ``adaptis.model/v1`` (JSON or YAML) or a HF ``config.json``.
+
+Our format, in brief (``planner.spec.model`` holds the validating loader)::
+
+    format: adaptis.model/v1
+    name: tiny-llama
+    hidden_size: 64
+    vocab_size: 512
+    seq_len: 32
+    micro_batch_size: 1        # optional, default 1
+    tie_embeddings: false      # optional
+    dtype: bf16                # optional: bf16, fp16 or fp32
+    source: "..."              # optional provenance
+    layers:
+      - {kind: embedding}
+      - kind: decoder
+        repeat: 4              # consecutive identical layers
+        mixer: {type: attention, num_heads: 4, num_kv_heads: 2, head_dim: 16, window: 8}
+        mlp: {type: dense, intermediate_size: 192, gated: true}
+      - {kind: head}
+
+Mixers: ``attention`` (optionally ``window``; latent attention with ``kv_lora_rank``, ``q_lora_rank``,
+``rope_head_dim``, ``v_head_dim``), ``linear_attention`` (``variant`` gated_delta or lightning,
+``num_key_heads``), ``mamba2`` (``state_size``, ``conv_kernel``, ``n_groups``). MLPs: ``dense``
+(``gated``) and ``moe`` (``num_experts``, ``top_k``, ``expert_intermediate_size``, ``num_shared_experts``,
+``shared_intermediate_size``). A document without ``format`` but with ``model_type`` or ``architectures``
+is a HuggingFace ``config.json`` and goes through ``planner.spec.hf.import_hf_config``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from planner.errors import SpecError
+from planner.spec.hf import import_hf_config
+from planner.spec.model import ModelSpec, load_model_spec
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def _parse_json(text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SpecError("file", f"invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}") from None
+
+
+def _parse_yaml(text: str) -> object:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise SpecError("file", f"invalid YAML{where}: {problem}") from None
+
+
+def _parse_document(text: str, filename: str) -> object:
+    """JSON or YAML by the file's suffix; without a telling suffix, JSON when it looks like JSON."""
+    if not text.strip():
+        raise SpecError("file", "is empty")
+    suffix = Path(filename).suffix.lower()
+    if suffix in YAML_SUFFIXES:
+        return _parse_yaml(text)
+    if suffix == ".json" or text.lstrip().startswith(("{", "[")):
+        return _parse_json(text)
+    return _parse_yaml(text)
+
+
+def is_hf_config(doc: dict) -> bool:
+    return "format" not in doc and ("model_type" in doc or "architectures" in doc)
+
+
+def parse_model_text(text: str, filename: str = "") -> ModelSpec:
+    """The ModelSpec a file's text describes, in our format or as a HuggingFace ``config.json``."""
+    doc = _parse_document(text, filename)
+    if not isinstance(doc, dict):
+        raise SpecError("file", f"must hold an object (a mapping of fields), got {type(doc).__name__}")
+    if is_hf_config(doc):
+        return import_hf_config(doc)
+    if "format" not in doc:
+        raise SpecError("format", "is required: 'adaptis.model/v1', or upload a HuggingFace config.json "
+                                  "(recognised by its model_type)")
+    return load_model_spec(doc)
+
+
+def load_model_file(path: str | Path) -> ModelSpec:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError("file", f"not found: {path}") from None
+    except UnicodeDecodeError as error:
+        raise SpecError("file", f"is not UTF-8 text (byte {error.start})") from None
+    except OSError as error:
+        raise SpecError("file", f"cannot be read: {error.strerror}") from None
+    return parse_model_text(text, path.name)

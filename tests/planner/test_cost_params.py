@@ -1,0 +1,104 @@
+"""Parameter counts against published model sizes and against hand counts of single layers."""
+
+import pytest
+
+from planner.cost import active_parameters, count_parameters, layer_parameters
+from planner.spec.presets import load_model_preset
+
+# Published totals (model cards / papers); the specs leave out parts under 1 % (see planner.spec.hf).
+PUBLISHED_TOTALS = {
+    "llama-3-8b": 8.03e9,
+    "mixtral-8x7b": 46.7e9,
+    "deepseek-v3": 671e9,
+    "deepseek-v2-lite": 15.7e9,
+    "gemma-2-9b": 9.24e9,
+    "gemma-3-27b": 27.0e9,        # the text model; the vision tower is not pipelined with it
+    "nemotron-h-8b": 8.1e9,
+    "qwen3-next-80b-a3b": 80e9,
+    "minimax-text-01": 456e9,
+}
+
+
+@pytest.mark.parametrize("name, published", sorted(PUBLISHED_TOTALS.items()))
+def test_total_parameters_match_the_published_size(name, published):
+    assert count_parameters(load_model_preset(name)) == pytest.approx(published, rel=0.02)
+
+
+def vocabulary_parameters(spec) -> int:
+    return spec.vocab_size * spec.hidden_size * (1 if spec.tie_embeddings else 2)
+
+
+@pytest.mark.parametrize("name, published, counts_vocabulary", [
+    ("deepseek-v3", 37e9, True),          # DeepSeek counts embedding and head in its 37B activated
+    ("mixtral-8x7b", 12.9e9, True),
+    ("minimax-text-01", 45.9e9, False),   # MiniMax's 45.9B leaves the vocabulary out
+    ("qwen3-next-80b-a3b", 3.0e9, False),
+])
+def test_active_parameters_match_the_published_activated_size(name, published, counts_vocabulary):
+    spec = load_model_preset(name)
+    active = active_parameters(spec) - (0 if counts_vocabulary else vocabulary_parameters(spec))
+    assert active == pytest.approx(published, rel=0.06)
+
+
+def test_dense_models_activate_every_parameter():
+    for name in ("llama-3-8b", "gemma-2-9b", "nemotron-h-8b"):
+        spec = load_model_preset(name)
+        assert active_parameters(spec) == count_parameters(spec)
+
+
+def test_llama_layer_parameters_by_hand():
+    spec = load_model_preset("llama-3-8b")
+    h, kv_width, inner = 4096, 8 * 128, 14336
+    attention = h * (h + 2 * kv_width) + h * h
+    mlp = 3 * h * inner
+    per_layer = layer_parameters(spec)
+    assert per_layer[1] == attention + mlp + 2 * h
+    assert per_layer[0] == 128256 * h and per_layer[-1] == 128256 * h + h
+
+
+def test_tied_embedding_table_is_counted_once_but_held_by_both_ends():
+    spec = load_model_preset("gemma-2-9b")
+    per_layer = layer_parameters(spec)
+    table = 256000 * 3584
+    assert per_layer[0] == table and per_layer[-1] == table + 3584
+    assert count_parameters(spec) == sum(per_layer) - table
+
+
+def test_mla_layer_parameters_by_hand():
+    spec = load_model_preset("deepseek-v3")
+    h, heads = 7168, 128
+    mla = (h * 1536 + 1536 + 1536 * heads * 192          # query down-projection, its norm, up-projection
+           + h * (512 + 64) + 512 + 512 * heads * (128 + 128)   # kv down-projection (+ rotary key), norm, up
+           + heads * 128 * h)                                # output projection
+    dense_layer = mla + 3 * h * 18432 + 2 * h
+    moe_layer = mla + h * 256 + 256 * 3 * h * 2048 + 3 * h * 2048 + 2 * h
+    per_layer = layer_parameters(spec)
+    assert per_layer[1] == dense_layer and per_layer[4] == moe_layer
+
+
+def test_mamba2_layer_parameters_by_hand():
+    spec = load_model_preset("nemotron-h-8b")
+    h, heads, head_dim, state, groups = 4096, 128, 64, 128, 8
+    inner = heads * head_dim
+    conv_channels = inner + 2 * groups * state
+    expected = (h * (2 * inner + 2 * groups * state + heads)   # in_proj: z, x, B, C, dt
+                + conv_channels * (4 + 1)                      # depthwise conv weights and bias
+                + 3 * heads                                    # A_log, D, dt_bias
+                + inner                                        # gated norm
+                + inner * h                                    # out_proj
+                + h)                                           # the block's pre-norm
+    assert layer_parameters(spec)[1] == expected
+
+
+def test_gated_delta_and_lightning_layer_parameters_by_hand():
+    qwen = load_model_preset("qwen3-next-80b-a3b")
+    h, value_heads, key_heads, d = 2048, 32, 16, 128
+    qkv = 2 * key_heads * d + value_heads * d
+    gated_delta = (h * (qkv + value_heads * d) + h * 2 * value_heads + qkv * 5 + 2 * value_heads + d
+                   + value_heads * d * h)
+    moe = h * 512 + 512 * 3 * h * 512 + 3 * h * 512
+    assert layer_parameters(qwen)[1] == gated_delta + moe + 2 * h
+    minimax = load_model_preset("minimax-text-01")
+    h, width = 6144, 64 * 128
+    lightning = h * 3 * width + h * width + width + width * h
+    assert layer_parameters(minimax)[1] == lightning + h * 32 + 32 * 3 * h * 9216 + 2 * h

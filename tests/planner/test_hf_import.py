@@ -1,0 +1,239 @@
+"""HuggingFace config.json import: each family's layer pattern from its real config, and errors by HF key."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.errors import SpecError
+from planner.spec.hf import import_hf_config, supported_model_types
+from planner.spec.model import AttentionMixer, DenseMLP, LinearAttentionMixer, Mamba2Mixer, MoEMLP
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+
+
+def config(name: str) -> dict:
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+def blocks(spec):
+    assert spec.layers[0].kind == "embedding" and spec.layers[-1].kind == "head"
+    return spec.layers[1:-1]
+
+
+def test_llama_is_uniform_gqa_attention_with_swiglu():
+    spec = import_hf_config(config("llama-3-8b"), name="llama")
+    assert spec.name == "llama" and spec.hidden_size == 4096 and spec.vocab_size == 128256
+    assert spec.seq_len == 4096 and spec.micro_batch_size == 1 and not spec.tie_embeddings
+    assert set(blocks(spec)) == {blocks(spec)[0]} and len(blocks(spec)) == 32
+    assert blocks(spec)[0].mixer == AttentionMixer(num_heads=32, num_kv_heads=8, head_dim=128)
+    assert blocks(spec)[0].mlp == DenseMLP(intermediate_size=14336, gated=True)
+
+
+def test_seq_len_and_micro_batch_are_taken_from_the_arguments():
+    spec = import_hf_config(config("llama-3-8b"), seq_len=8192, micro_batch_size=2)
+    assert (spec.seq_len, spec.micro_batch_size) == (8192, 2)
+
+
+def test_mistral_sliding_window_applies_to_every_layer():
+    doc = {**config("llama-3-8b"), "model_type": "mistral", "sliding_window": 4096}
+    assert {block.mixer.window for block in blocks(import_hf_config(doc))} == {4096}
+
+
+def test_mixtral_blocks_are_top2_of_8_experts():
+    spec = import_hf_config(config("mixtral-8x7b"))
+    assert {block.mlp for block in blocks(spec)} == {MoEMLP(num_experts=8, top_k=2, expert_intermediate_size=14336)}
+    assert blocks(spec)[0].mixer.window is None
+
+
+def test_gemma2_alternates_sliding_and_global_starting_with_sliding():
+    spec = import_hf_config(config("gemma-2-9b"))
+    windows = [block.mixer.window for block in blocks(spec)]
+    assert len(windows) == 42
+    assert windows[0::2] == [4096] * 21 and windows[1::2] == [None] * 21
+    assert spec.tie_embeddings and spec.vocab_size == 256000
+    assert blocks(spec)[0].mixer.head_dim == 256
+
+
+def test_gemma2_explicit_layer_types_win_over_the_alternation():
+    doc = config("gemma-2-9b")
+    doc["layer_types"] = ["full_attention"] * 41 + ["sliding_attention"]
+    windows = [block.mixer.window for block in blocks(import_hf_config(doc))]
+    assert windows == [None] * 41 + [4096]
+
+
+def test_gemma3_has_a_global_layer_every_sixth_and_the_class_default_vocabulary():
+    spec = import_hf_config(config("gemma-3-27b"))
+    globals_ = [index for index, block in enumerate(blocks(spec)) if block.mixer.window is None]
+    assert len(blocks(spec)) == 62
+    assert globals_ == list(range(5, 62, 6))
+    assert {block.mixer.window for block in blocks(spec) if block.mixer.window} == {1024}
+    assert spec.vocab_size == 262208 and spec.hidden_size == 5376 and spec.tie_embeddings
+    assert blocks(spec)[0].mixer == AttentionMixer(num_heads=32, num_kv_heads=16, head_dim=128, window=1024)
+
+
+def test_gemma3_layer_types_and_sliding_window_pattern_are_honoured():
+    doc = config("gemma-3-27b")
+    doc["text_config"]["sliding_window_pattern"] = 2
+    assert [b.mixer.window is None for b in blocks(import_hf_config(doc))][:4] == [False, True, False, True]
+    doc["text_config"]["layer_types"] = ["full_attention"] * 62
+    assert all(b.mixer.window is None for b in blocks(import_hf_config(doc)))
+
+
+def test_deepseek_v3_has_three_dense_layers_then_moe_with_mla():
+    spec = import_hf_config(config("deepseek-v3"))
+    body = blocks(spec)
+    assert len(body) == 61
+    assert [isinstance(block.mlp, DenseMLP) for block in body[:3]] == [True] * 3
+    assert all(block.mlp == MoEMLP(num_experts=256, top_k=8, expert_intermediate_size=2048,
+                                   num_shared_experts=1, shared_intermediate_size=2048) for block in body[3:])
+    assert body[0].mlp == DenseMLP(18432)
+    assert body[0].mixer == AttentionMixer(num_heads=128, num_kv_heads=128, head_dim=192, v_head_dim=128,
+                                           q_lora_rank=1536, kv_lora_rank=512, rope_head_dim=64)
+
+
+def test_deepseek_v2_lite_has_no_query_latent_and_one_dense_layer():
+    body = blocks(import_hf_config(config("deepseek-v2-lite")))
+    assert len(body) == 27 and isinstance(body[0].mlp, DenseMLP) and isinstance(body[1].mlp, MoEMLP)
+    assert body[0].mixer.q_lora_rank is None and body[0].mixer.kv_lora_rank == 512
+    assert body[1].mlp.num_shared_experts == 2 and body[1].mlp.top_k == 6
+
+
+def test_deepseek_moe_layer_freq_skips_layers():
+    doc = {**config("deepseek-v2-lite"), "moe_layer_freq": 2, "first_k_dense_replace": 0}
+    kinds = [isinstance(block.mlp, MoEMLP) for block in blocks(import_hf_config(doc))]
+    assert kinds[:4] == [True, False, True, False]
+
+
+def test_nemotron_h_layers_follow_the_pattern_string_character_by_character():
+    doc = config("nemotron-h-8b")
+    spec = import_hf_config(doc)
+    code = {"mamba2": "M", "attention": "*"}
+    rendered = "".join(code[block.mixer.type] if block.kind == "decoder" else "-" for block in blocks(spec))
+    assert rendered == doc["hybrid_override_pattern"]
+    mamba = next(block for block in blocks(spec) if block.mixer is not None and block.mixer.type == "mamba2")
+    assert mamba.mixer == Mamba2Mixer(num_heads=128, head_dim=64, state_size=128, conv_kernel=4, n_groups=8)
+    assert mamba.mlp is None
+    attention = next(block for block in blocks(spec) if block.mixer is not None and block.mixer.type == "attention")
+    assert attention.mixer == AttentionMixer(num_heads=32, num_kv_heads=8, head_dim=128) and attention.mlp is None
+    mlp = next(block for block in blocks(spec) if block.kind == "mlp")
+    assert mlp.mlp == DenseMLP(intermediate_size=21504, gated=False) and mlp.mixer is None
+
+
+def test_nemotron_h_moe_character_and_block_type_list():
+    doc = {**config("nemotron-h-8b"), "hybrid_override_pattern": "ME*E", "num_hidden_layers": 4,
+           "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+           "n_shared_experts": 1, "moe_shared_expert_intermediate_size": 128}
+    body = blocks(import_hf_config(doc))
+    assert [block.kind for block in body] == ["decoder", "mlp", "decoder", "mlp"]
+    assert body[1].mlp == MoEMLP(8, 2, 64, 1, 128)
+    listed = {key: value for key, value in doc.items() if key != "hybrid_override_pattern"}
+    listed["layers_block_type"] = ["mamba", "moe", "attention", "moe"]
+    assert blocks(import_hf_config(listed)) == body
+
+
+def test_qwen3_next_puts_full_attention_every_fourth_layer_and_moe_with_a_shared_expert():
+    spec = import_hf_config(config("qwen3-next-80b-a3b"))
+    body = blocks(spec)
+    assert len(body) == 48
+    full = [index for index, block in enumerate(body) if block.mixer.type == "attention"]
+    assert full == list(range(3, 48, 4))
+    assert body[0].mixer == LinearAttentionMixer(num_heads=32, head_dim=128, variant="gated_delta", num_key_heads=16)
+    assert body[3].mixer == AttentionMixer(num_heads=16, num_kv_heads=2, head_dim=256)
+    assert {block.mlp for block in body} == {MoEMLP(num_experts=512, top_k=10, expert_intermediate_size=512,
+                                                    num_shared_experts=1, shared_intermediate_size=512)}
+
+
+def test_qwen3_next_layer_types_and_mlp_only_layers():
+    doc = config("qwen3-next-80b-a3b")
+    doc["layer_types"] = ["full_attention"] + ["linear_attention"] * 47
+    doc["mlp_only_layers"] = [0, 5]
+    body = blocks(import_hf_config(doc))
+    assert body[0].mixer.type == "attention" and body[3].mixer.type == "linear_attention"
+    assert body[0].mlp == DenseMLP(5120) and body[5].mlp == DenseMLP(5120) and isinstance(body[1].mlp, MoEMLP)
+
+
+def test_minimax_has_softmax_attention_after_every_seven_lightning_layers():
+    spec = import_hf_config(config("minimax-text-01"))
+    body = blocks(spec)
+    softmax = [index for index, block in enumerate(body) if block.mixer.type == "attention"]
+    assert len(body) == 80 and softmax == list(range(7, 80, 8))
+    assert body[0].mixer == LinearAttentionMixer(num_heads=64, head_dim=128, variant="lightning")
+    assert body[7].mixer == AttentionMixer(num_heads=64, num_kv_heads=8, head_dim=128)
+    assert {block.mlp for block in body} == {MoEMLP(num_experts=32, top_k=2, expert_intermediate_size=9216)}
+
+
+def test_minimax_hf_converted_layer_types_give_the_same_model():
+    doc = config("minimax-text-01")
+    types = doc.pop("attn_type_list")
+    doc["model_type"] = "minimax"
+    doc["layer_types"] = ["full_attention" if t else "linear_attention" for t in types]
+    assert blocks(import_hf_config(doc)) == blocks(import_hf_config(config("minimax-text-01")))
+
+
+def test_null_key_value_heads_means_one_per_query_head():
+    doc = {**config("llama-3-8b"), "num_key_value_heads": None}
+    assert blocks(import_hf_config(doc))[0].mixer.num_kv_heads == 32
+
+
+def test_model_type_is_inferred_from_architectures_when_missing():
+    doc = config("llama-3-8b")
+    del doc["model_type"]
+    assert import_hf_config(doc).num_layers == 34
+
+
+def test_name_defaults_to_the_checkpoint_path_and_source_records_the_family():
+    doc = {**config("llama-3-8b"), "_name_or_path": "meta-llama/Meta-Llama-3-8B"}
+    spec = import_hf_config(doc)
+    assert spec.name == "Meta-Llama-3-8B" and spec.source == "huggingface config.json (model_type llama)"
+    assert import_hf_config(doc, source="hf:x").source == "hf:x"
+
+
+def test_unknown_model_type_lists_the_supported_ones():
+    with pytest.raises(SpecError) as error:
+        import_hf_config({**config("llama-3-8b"), "model_type": "bert"})
+    assert error.value.field == "model_type"
+    assert "unsupported 'bert'" in error.value.reason
+    for model_type in ("llama", "gemma3", "deepseek_v3", "nemotron_h", "qwen3_next", "minimax", "mixtral"):
+        assert model_type in error.value.reason
+    assert "minimax_text_01" in supported_model_types()
+
+
+@pytest.mark.parametrize("fixture, mutate, field", [
+    ("llama-3-8b", lambda d: d.pop("hidden_size"), "hidden_size"),
+    ("llama-3-8b", lambda d: d.pop("intermediate_size"), "intermediate_size"),
+    ("llama-3-8b", lambda d: d.update(num_key_value_heads=5), "num_key_value_heads"),
+    ("llama-3-8b", lambda d: d.update(num_attention_heads="32"), "num_attention_heads"),
+    ("gemma-3-27b", lambda d: d["text_config"].pop("num_hidden_layers"), "text_config.num_hidden_layers"),
+    ("gemma-2-9b", lambda d: d.update(layer_types=["sliding_attention"] * 41), "layer_types"),
+    ("gemma-2-9b", lambda d: d.update(layer_types=["local"] * 42), "layer_types[0]"),
+    ("deepseek-v3", lambda d: d.pop("kv_lora_rank"), "kv_lora_rank"),
+    ("deepseek-v3", lambda d: d.update(num_experts_per_tok=300), "num_experts_per_tok"),
+    ("nemotron-h-8b", lambda d: d.update(hybrid_override_pattern="M-X*"), "hybrid_override_pattern"),
+    ("nemotron-h-8b", lambda d: d.pop("hybrid_override_pattern"), "hybrid_override_pattern"),
+    ("nemotron-h-8b", lambda d: d.update(num_hidden_layers=50), "hybrid_override_pattern"),
+    ("nemotron-h-8b", lambda d: d.pop("ssm_state_size"), "ssm_state_size"),
+    ("nemotron-h-8b", lambda d: d.pop("n_groups"), "n_groups"),
+    ("nemotron-h-8b", lambda d: d.update(n_groups=3), "n_groups"),
+    ("qwen3-next-80b-a3b", lambda d: d.pop("full_attention_interval"), "full_attention_interval"),
+    ("qwen3-next-80b-a3b", lambda d: d.pop("linear_num_key_heads"), "linear_num_key_heads"),
+    ("minimax-text-01", lambda d: d["attn_type_list"].__setitem__(3, 2), "attn_type_list[3]"),
+    ("minimax-text-01", lambda d: d.update(attn_type_list=[0, 1]), "attn_type_list"),
+    ("minimax-text-01", lambda d: d.pop("num_local_experts"), "num_local_experts"),
+    ("mixtral-8x7b", lambda d: d.update(model_type=None, architectures=["BertModel"]), "model_type"),
+])
+def test_import_errors_name_the_hf_key(fixture, mutate, field):
+    doc = copy.deepcopy(config(fixture))
+    mutate(doc)
+    with pytest.raises(SpecError) as error:
+        import_hf_config(doc)
+    assert error.value.field == field
+
+
+@pytest.mark.parametrize("kwargs, field", [({"seq_len": 0}, "seq_len"),
+                                           ({"micro_batch_size": 1.5}, "micro_batch_size")])
+def test_bad_shape_arguments_are_rejected(kwargs, field):
+    with pytest.raises(SpecError) as error:
+        import_hf_config(config("llama-3-8b"), **kwargs)
+    assert error.value.field == field

@@ -1,0 +1,61 @@
+"""The additive ModelSpec fields: provenance, latent attention (MLA) and linear attention's key heads."""
+
+import pytest
+
+from planner.errors import SpecError
+from planner.spec.model import AttentionMixer, LinearAttentionMixer, load_model_spec
+
+
+def doc_with(mixer: dict, **top) -> dict:
+    return {"format": "adaptis.model/v1", "name": "m", "hidden_size": 64, "vocab_size": 100, "seq_len": 16,
+            "layers": [{"kind": "embedding"}, {"kind": "decoder", "mixer": mixer}, {"kind": "head"}], **top}
+
+
+MLA = {"type": "attention", "num_heads": 4, "num_kv_heads": 4, "head_dim": 24, "v_head_dim": 16,
+       "q_lora_rank": 32, "kv_lora_rank": 16, "rope_head_dim": 8}
+
+
+def test_source_round_trips_and_is_omitted_when_unset():
+    spec = load_model_spec(doc_with({"type": "attention", "num_heads": 2, "head_dim": 8}, source="hf:x/y"))
+    assert spec.source == "hf:x/y" and spec.to_dict()["source"] == "hf:x/y"
+    assert "source" not in load_model_spec(doc_with({"type": "attention", "num_heads": 2, "head_dim": 8})).to_dict()
+
+
+def test_latent_attention_round_trips_with_its_dimensions():
+    spec = load_model_spec(doc_with(MLA))
+    mixer = spec.layers[1].mixer
+    assert mixer == AttentionMixer(4, 4, 24, None, 16, 32, 16, 8)
+    assert mixer.is_latent and mixer.value_dim == 16
+    assert load_model_spec(spec.to_dict()) == spec
+
+
+def test_plain_attention_values_are_head_dim_wide():
+    mixer = load_model_spec(doc_with({"type": "attention", "num_heads": 2, "head_dim": 8})).layers[1].mixer
+    assert not mixer.is_latent and mixer.value_dim == 8
+    assert set(mixer.to_dict()) == {"type", "num_heads", "num_kv_heads", "head_dim"}
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"rope_head_dim": None}, "layers[1].mixer.rope_head_dim"),
+    ({"rope_head_dim": 24}, "layers[1].mixer.rope_head_dim"),
+    ({"num_kv_heads": 2}, "layers[1].mixer.num_kv_heads"),
+    ({"kv_lora_rank": None}, "layers[1].mixer.q_lora_rank"),
+    ({"v_head_dim": 0}, "layers[1].mixer.v_head_dim"),
+])
+def test_latent_attention_errors_name_the_field(change, field):
+    mixer = {key: value for key, value in {**MLA, **change}.items() if value is not None}
+    with pytest.raises(SpecError) as error:
+        load_model_spec(doc_with(mixer))
+    assert error.value.field == field
+
+
+def test_linear_attention_key_heads_round_trip_and_must_divide_value_heads():
+    mixer = {"type": "linear_attention", "num_heads": 8, "head_dim": 16, "num_key_heads": 4}
+    spec = load_model_spec(doc_with(mixer))
+    assert spec.layers[1].mixer == LinearAttentionMixer(8, 16, "gated_delta", 4)
+    assert spec.layers[1].mixer.key_heads == 4
+    assert load_model_spec(spec.to_dict()) == spec
+    assert LinearAttentionMixer(8, 16).key_heads == 8
+    with pytest.raises(SpecError) as error:
+        load_model_spec(doc_with({**mixer, "num_key_heads": 3}))
+    assert error.value.field == "layers[1].mixer.num_key_heads"
