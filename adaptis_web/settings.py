@@ -1,0 +1,168 @@
+"""Django settings, read from the environment through typed helpers that fail loudly.
+
+Development needs no variables at all (DEBUG defaults to on, SQLite file in var/, Redis on localhost).
+Production sets DEBUG=false, which makes SECRET_KEY and ALLOWED_HOSTS mandatory.
+
+Variables: DEBUG, SECRET_KEY, ALLOWED_HOSTS, CSRF_TRUSTED_ORIGINS, SECURE_COOKIES, SECURE_SSL_REDIRECT,
+SECURE_HSTS_SECONDS, DATABASE_URL,
+DB_CONN_MAX_AGE, REDIS_URL, CELERY_QUEUE, LIVE_EVENTS_PREFIX, CPU_RUN_MAX_RANKS, CPU_RUN_MAX_PARAMS,
+RUN_TIMEOUT_S, LOG_LEVEL.
+"""
+
+from pathlib import Path
+
+import dj_database_url
+
+from adaptis_web.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("DEBUG", True)
+SECRET_KEY = env_str("SECRET_KEY", "dev-only-insecure-key-adaptis-studio") if DEBUG else env_str("SECRET_KEY")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"]) if DEBUG else env_list(
+    "ALLOWED_HOSTS", [])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# HTTPS hardening is opt-in: studios often sit on plain HTTP inside a cluster, behind the cluster's own gateway.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "adaptis_web.studio",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "adaptis_web.urls"
+WSGI_APPLICATION = "adaptis_web.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DEFAULT_SQLITE_PATH = BASE_DIR / "var" / "db.sqlite3"
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{DEFAULT_SQLITE_PATH}"),
+        conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0),
+        conn_health_checks=True,
+    ),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The web process, the Celery worker and its live-event relay thread write concurrently: WAL lets
+    # readers proceed during a write, IMMEDIATE transactions and a busy timeout queue writers instead of
+    # failing with "database is locked".
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "studio:dashboard"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Hashed names need `collectstatic`; development and tests serve the source files directly.
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage" if DEBUG
+                    else "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_AUTOREFRESH = DEBUG  # development: pick up edited static files without collectstatic
+
+# Redis is the Celery broker and result backend and carries live run events; never the only copy.
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "adaptis")
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_EXPIRES = 24 * 3600
+CELERY_TASK_IGNORE_RESULT = True  # tasks record their outcome on our rows; nobody waits on a result
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+LIVE_EVENTS_PREFIX = env_str("LIVE_EVENTS_PREFIX", "adaptis")
+
+# Limits of "Run on CPU": gloo ranks on the worker's host.
+CPU_RUN_MAX_RANKS = env_int("CPU_RUN_MAX_RANKS", 4, minimum=1)
+CPU_RUN_MAX_PARAMS = env_int("CPU_RUN_MAX_PARAMS", 50_000_000, minimum=1)
+RUN_TIMEOUT_S = env_int("RUN_TIMEOUT_S", 600, minimum=10)
+
+REST_FRAMEWORK = {
+    # Token first: an unauthenticated API call then gets 401 with a WWW-Authenticate challenge, not 403.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "adaptis_web.studio.api.errors.exception_handler",
+}
+SWAGGER_UI_DIST_VERSION = "5.35.0"
+SPECTACULAR_SETTINGS = {
+    "TITLE": "AdaPtis Studio API",
+    "DESCRIPTION": "Model specs, planning jobs, pipeline plans and executor runs. Errors are "
+                   '`{"errors": [{"field": ..., "reason": ...}]}` with HTTP 400; objects of teams you do '
+                   "not belong to answer 404.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": f"{STATIC_URL}vendor/swagger-ui-dist-{SWAGGER_UI_DIST_VERSION}",
+    "SWAGGER_UI_FAVICON_HREF": f"{STATIC_URL}vendor/swagger-ui-dist-{SWAGGER_UI_DIST_VERSION}/favicon-32x32.png",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"adaptis_web": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")}},
+}

@@ -1,0 +1,124 @@
+"""API input and output shapes. Inputs only check types; the business rules live in the services."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from adaptis_web.studio.models import ModelSpecRecord, Plan, PlanningJob, Run, RunEvent, Team
+from adaptis_web.studio.selectors import RUN_EVENTS_PAGE
+from adaptis_web.studio.services.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE
+from planner.baselines import BASELINE_SCHEDULES, PARTITIONS
+
+
+class TeamOutput(serializers.ModelSerializer):
+    role = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Team
+        fields = ["id", "name", "role"]
+
+    def get_role(self, team: Team) -> str:
+        user = self.context["request"].user
+        return next(m.role for m in team.memberships.all() if m.user_id == user.pk)
+
+
+class SpecOutput(serializers.ModelSerializer):
+    owner = serializers.CharField(source="owner.username")
+
+    class Meta:
+        model = ModelSpecRecord
+        fields = ["id", "team", "owner", "name", "source_filename", "num_layers", "created_at"]
+
+
+class SpecDetailOutput(SpecOutput):
+    class Meta(SpecOutput.Meta):
+        fields = SpecOutput.Meta.fields + ["doc"]
+
+
+class SpecCreateInput(serializers.Serializer):
+    team = serializers.IntegerField(required=False, help_text="defaults to your only team")
+    file = serializers.FileField(required=False, help_text="adaptis.model/v1 JSON/YAML or a HF config.json")
+    doc = serializers.JSONField(required=False, help_text="the same document inline, instead of a file")
+    name = serializers.CharField(required=False, allow_blank=True, max_length=200)
+
+    def validate(self, attrs):
+        if ("file" in attrs) == ("doc" in attrs):
+            raise serializers.ValidationError({"file": "give exactly one of 'file' (upload) or 'doc' (inline)"})
+        return attrs
+
+
+class JobCreateInput(serializers.Serializer):
+    spec = serializers.IntegerField(help_text="id of a spec of one of your teams")
+    cluster_preset = serializers.CharField(required=False, allow_blank=True, default="")
+    cluster = serializers.JSONField(required=False, help_text="a custom adaptis.cluster/v1 document")
+    num_devices = serializers.IntegerField()
+    num_microbatches = serializers.IntegerField()
+    schedule = serializers.ChoiceField(choices=BASELINE_SCHEDULES, default=DEFAULT_SCHEDULE)
+    partition = serializers.ChoiceField(choices=PARTITIONS, default=DEFAULT_PARTITION)
+
+
+class JobOutput(serializers.ModelSerializer):
+    spec_name = serializers.CharField(source="spec.name")
+    plans = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+
+    class Meta:
+        model = PlanningJob
+        fields = ["id", "spec", "spec_name", "cluster_preset", "num_devices", "num_microbatches", "schedule",
+                  "partition", "status", "progress", "progress_message", "error", "plans", "created_at", "started_at",
+                  "finished_at"]
+
+
+class JobDetailOutput(JobOutput):
+    cluster = serializers.JSONField(source="cluster_doc")
+
+    class Meta(JobOutput.Meta):
+        fields = JobOutput.Meta.fields + ["cluster"]
+
+
+class PlanOutput(serializers.ModelSerializer):
+    plan = serializers.JSONField(source="plan_doc")
+    profile = serializers.JSONField(source="profile_doc")
+
+    class Meta:
+        model = Plan
+        fields = ["id", "job", "strategy", "layout", "schedule_summary", "iteration_ms", "bubble_ratio", "plan",
+                  "simulation", "profile", "created_at"]
+
+
+class RunCreateInput(serializers.Serializer):
+    plan = serializers.IntegerField(help_text="id of a plan of one of your teams")
+    steps = serializers.IntegerField(default=1)
+    scale_down = serializers.BooleanField(default=False,
+                                          help_text="run a CPU-sized copy with the same layer pattern")
+
+
+class RunOutput(serializers.ModelSerializer):
+    event_count = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Run
+        fields = ["id", "plan", "status", "backend", "world_size", "steps", "scaled_down", "error", "summary",
+                  "loss", "event_count", "executed_spec", "created_at", "started_at", "finished_at"]
+
+    def get_event_count(self, run: Run) -> int:
+        annotated = getattr(run, "event_count", None)  # run_list_for_user annotates it: no query per row
+        return annotated if annotated is not None else run.events.count()
+
+
+class RunEventOutput(serializers.ModelSerializer):
+    class Meta:
+        model = RunEvent
+        fields = ["seq", "rank", "device", "action", "stage", "kind", "microbatch", "step", "start_ms", "end_ms"]
+
+
+class RunEventsOutput(serializers.Serializer):
+    run = serializers.IntegerField()
+    status = serializers.CharField()
+    finished = serializers.BooleanField()
+    last_seq = serializers.IntegerField(help_text="pass it as 'after' to get only newer events")
+    events = RunEventOutput(many=True)
+
+
+class RunEventsQuery(serializers.Serializer):
+    after = serializers.IntegerField(min_value=0, default=0)
+    limit = serializers.IntegerField(min_value=1, max_value=RUN_EVENTS_PAGE, default=RUN_EVENTS_PAGE)

@@ -1,0 +1,124 @@
+"""Live run events: the executor's ranks XADD timing events to a Redis stream; a relay thread in the Celery
+worker reads them (XREAD, blocking) and stores each action as a RunEvent as it arrives, so the run page,
+which polls the database through the API, shows a bar within a second of the rank recording it.
+
+The database is the copy that lasts: once the run is over, the stream only expires.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import redis
+from django.conf import settings
+from django.db import connection
+from django.db.models import Max
+
+from adaptis_web.studio.models import RunEvent
+
+logger = logging.getLogger(__name__)
+
+READ_BLOCK_MS = 200
+READ_COUNT = 500
+STREAM_TTL_S = 3600
+
+
+def run_stream_key(run_id: int) -> str:
+    return f"{settings.LIVE_EVENTS_PREFIX}:run:{run_id}"
+
+
+def run_event_sink(run_id: int) -> str:
+    """The executor's ``event_sink`` for a run: ``redis://...#<stream key>``."""
+    return f"{settings.REDIS_URL}#{run_stream_key(run_id)}"
+
+
+def redis_client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL)
+
+
+def next_seq(run_id: int) -> int:
+    return (RunEvent.objects.filter(run_id=run_id).aggregate(last=Max("seq"))["last"] or 0) + 1
+
+
+def event_row(run_id: int, seq: int, event: dict) -> RunEvent:
+    return RunEvent(run_id=run_id, seq=seq, rank=event["rank"], device=event["device"], action=event["action"],
+                    stage=event["stage"], kind=event["kind"], microbatch=event["microbatch"],
+                    step=event.get("step", 0), start_ms=event["start_ms"], end_ms=event["end_ms"])
+
+
+def event_identity(rank: int, step: int, action: str) -> tuple[int, int, str]:
+    """An action runs once per rank and step, so this identifies an observed event."""
+    return rank, step, action
+
+
+class RunEventRelay:
+    """Copies a run's stream into RunEvents on a background thread until stopped and drained."""
+
+    def __init__(self, run_id: int):
+        self.run_id = run_id
+        self.key = run_stream_key(run_id)
+        self.stored = 0
+        self.error: BaseException | None = None
+        self._client = redis_client()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._relay, name=f"run-{run_id}-events", daemon=True)
+
+    def start(self) -> "RunEventRelay":
+        """Start relaying; call it before the ranks start so no event is missed."""
+        # Run ids restart with a fresh database while Redis keeps streams for an hour: a stream left under
+        # this key belongs to another run.
+        self._client.delete(self.key)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Finish once everything already in the stream is stored; then let the stream expire."""
+        self._stop.set()
+        self._thread.join(timeout_s)
+        try:
+            self._client.expire(self.key, STREAM_TTL_S)
+        finally:
+            self._client.close()
+
+    def _relay(self) -> None:
+        last_id, seq = "0-0", next_seq(self.run_id)
+        try:
+            while True:
+                batches = self._client.xread({self.key: last_id}, count=READ_COUNT, block=READ_BLOCK_MS)
+                if not batches:
+                    if self._stop.is_set():
+                        return  # stopped after the ranks exited, and nothing is left to read
+                    continue
+                rows = []
+                for _, messages in batches:
+                    for message_id, fields in messages:
+                        last_id = message_id
+                        event = json.loads(fields[b"event"])
+                        if event.get("type") == "action":
+                            rows.append(event_row(self.run_id, seq, event))
+                            seq += 1
+                RunEvent.objects.bulk_create(rows)
+                self.stored += len(rows)
+        except BaseException as error:  # recorded for the task; the run's own result is the fallback copy
+            logger.exception("relaying events of run %s failed", self.run_id)
+            self.error = error
+        finally:
+            connection.close()  # this thread's own connection; Django opened it on first use
+
+
+def run_events_backfill(run_id: int, events: list[dict]) -> int:
+    """Store the actions of a finished run's result that the relay did not deliver; returns how many."""
+    seen = {event_identity(rank, step, action) for rank, step, action in
+            RunEvent.objects.filter(run_id=run_id).values_list("rank", "step", "action")}
+    seq, rows = next_seq(run_id), []
+    for event in events:
+        if event.get("type", "action") != "action":
+            continue
+        if event_identity(event["rank"], event.get("step", 0), event["action"]) in seen:
+            continue
+        rows.append(event_row(run_id, seq, event))
+        seq += 1
+    RunEvent.objects.bulk_create(rows)
+    return len(rows)

@@ -1,0 +1,37 @@
+"""``manage.py seed_demo``: a demo team and user with every model preset as a team spec. Idempotent."""
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from adaptis_web.studio.models import Membership, ModelSpecRecord, Team
+from adaptis_web.studio.services.specs import spec_create
+from adaptis_web.studio.services.teams import membership_add
+from planner.spec.presets import load_model_preset, model_preset_names
+
+DEMO_TEAM = "demo"
+DEMO_USER = "demo"
+DEMO_PASSWORD = "demo-pass-2026"
+
+
+class Command(BaseCommand):
+    help = "Create the demo team, the user demo / demo-pass-2026 and the model presets as its specs."
+
+    @transaction.atomic
+    def handle(self, *args, **options):
+        user, created = get_user_model().objects.get_or_create(username=DEMO_USER)
+        if created:
+            user.set_password(DEMO_PASSWORD)
+            user.save()
+        team, _ = Team.objects.get_or_create(name=DEMO_TEAM)
+        membership_add(team=team, user=user, role=Membership.Role.OWNER)
+        existing = set(ModelSpecRecord.objects.filter(team=team, source_filename__startswith="preset:")
+                       .values_list("source_filename", flat=True))
+        added = []
+        for name in model_preset_names():
+            if f"preset:{name}" not in existing:
+                spec_create(team=team, owner=user, spec=load_model_preset(name), source_filename=f"preset:{name}")
+                added.append(name)
+        self.stdout.write(f"team {DEMO_TEAM!r}: user {DEMO_USER} / password {DEMO_PASSWORD}"
+                          + ("" if created else " (existing user: password unchanged)"))
+        self.stdout.write(f"model presets added: {', '.join(added) if added else 'none (all present)'}")

@@ -1,0 +1,114 @@
+"""Reads, always scoped to the teams a user belongs to.
+
+A ``*_get_for_user`` raises ``Http404`` for an object of another team: to an outsider it does not exist.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Count, Prefetch, QuerySet
+from django.shortcuts import get_object_or_404
+
+from rest_framework.authtoken.models import Token
+
+from adaptis_web.studio.models import Membership, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent, Team
+from planner.errors import SpecError
+
+RUN_EVENTS_PAGE = 2000
+
+
+def team_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Team]:
+    return Team.objects.filter(memberships__user=user).order_by("name")
+
+
+def team_for_request(*, user: AbstractBaseUser, team_id: int | None) -> Team:
+    """The team a request names, or the user's only team when it names none."""
+    teams = team_list_for_user(user=user)
+    if team_id is not None:
+        team = teams.filter(pk=team_id).first()
+        if team is None:
+            raise SpecError("team", f"no team with id {team_id} among your teams")
+        return team
+    count = teams.count()
+    if count == 1:
+        return teams.get()
+    if count == 0:
+        raise SpecError("team", "you belong to no team yet; ask a team owner to add you")
+    raise SpecError("team", f"is required: you belong to {count} teams")
+
+
+def token_for_user(*, user: AbstractBaseUser) -> Token | None:
+    return Token.objects.filter(user=user).first()
+
+
+def user_is_member(*, user: AbstractBaseUser, team: Team) -> bool:
+    return Membership.objects.filter(team=team, user=user).exists()
+
+
+def spec_list_for_user(*, user: AbstractBaseUser) -> QuerySet[ModelSpecRecord]:
+    return ModelSpecRecord.objects.filter(team__memberships__user=user).select_related("team", "owner")
+
+
+def spec_get_for_user(*, user: AbstractBaseUser, spec_id: int) -> ModelSpecRecord:
+    return get_object_or_404(spec_list_for_user(user=user), pk=spec_id)
+
+
+def job_list_for_user(*, user: AbstractBaseUser) -> QuerySet[PlanningJob]:
+    return PlanningJob.objects.filter(spec__team__memberships__user=user).select_related(
+        "spec", "spec__team", "created_by")
+
+
+def job_list_with_plan_metrics(*, user: AbstractBaseUser) -> QuerySet[PlanningJob]:
+    """Jobs with their plans' ids and headline metrics prefetched, without the large JSON columns."""
+    plans = Plan.objects.only("id", "job_id", "strategy", "iteration_ms", "bubble_ratio", "created_at")
+    return job_list_for_user(user=user).prefetch_related(Prefetch("plans", queryset=plans))
+
+
+def job_get_for_user(*, user: AbstractBaseUser, job_id: int) -> PlanningJob:
+    return get_object_or_404(job_list_with_plan_metrics(user=user), pk=job_id)
+
+
+def plan_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Plan]:
+    return Plan.objects.filter(job__spec__team__memberships__user=user).select_related("job", "job__spec", "job__spec__team")
+
+
+def plan_get_for_user(*, user: AbstractBaseUser, plan_id: int) -> Plan:
+    return get_object_or_404(plan_list_for_user(user=user), pk=plan_id)
+
+
+def job_latest_plan(*, job: PlanningJob) -> Plan | None:
+    return job.plans.order_by("-created_at", "-id").first()
+
+
+def run_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Run]:
+    return Run.objects.filter(plan__job__spec__team__memberships__user=user).select_related(
+        "plan", "plan__job", "plan__job__spec", "created_by").annotate(event_count=Count("events"))
+
+
+def run_get_for_user(*, user: AbstractBaseUser, run_id: int) -> Run:
+    return get_object_or_404(run_list_for_user(user=user), pk=run_id)
+
+
+def run_events_after(*, run: Run, after_seq: int = 0, limit: int = RUN_EVENTS_PAGE) -> list[RunEvent]:
+    """The run's events with ``seq > after_seq`` in order; at most ``limit`` (clients page with ``after``)."""
+    return list(RunEvent.objects.filter(run=run, seq__gt=after_seq).order_by("seq")[:limit])
+
+
+def run_event_count(*, run: Run) -> int:
+    return RunEvent.objects.filter(run=run).count()
+
+
+def _referenced(queryset: QuerySet, pk: int, field: str, noun: str):
+    """An object a request body refers to; unknown and foreign ids read the same (no existence leak)."""
+    found = queryset.filter(pk=pk).first()
+    if found is None:
+        raise SpecError(field, f"no {noun} with id {pk} among your teams' {noun}s")
+    return found
+
+
+def spec_for_request(*, user: AbstractBaseUser, spec_id: int) -> ModelSpecRecord:
+    return _referenced(spec_list_for_user(user=user), spec_id, "spec", "spec")
+
+
+def plan_for_request(*, user: AbstractBaseUser, plan_id: int) -> Plan:
+    return _referenced(plan_list_for_user(user=user), plan_id, "plan", "plan")

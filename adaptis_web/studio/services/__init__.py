@@ -1,0 +1,1 @@
+"""Writes (HackSoft style): ``<entity>_<action>(*, ...)`` functions that own the business rules."""

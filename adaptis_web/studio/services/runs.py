@@ -1,0 +1,112 @@
+"""Runs: execute a plan on real torch.distributed gloo ranks on the worker's host (``Run on CPU``).
+
+``run_create`` refuses what a CPU host should not attempt (too many ranks, a realistic model without the
+scaled-down variant); ``run_execute`` (the Celery task's body) launches the executor with a Redis event
+sink, relays the live events into the database while the ranks run, and records the outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
+
+from adaptis_web.studio.live_events import RunEventRelay, run_event_sink, run_events_backfill
+from adaptis_web.studio.models import JobStatus, Plan, Run
+from adaptis_web.studio.services.queueing import enqueue_on_commit
+from adaptis_web.studio.services.specs import spec_check_team
+from planner.cost.analytic import count_parameters
+from planner.errors import PlanError, SpecError
+from planner.plan import load_plan
+from planner.spec.model import ModelSpec, load_model_spec
+
+logger = logging.getLogger(__name__)
+
+MAX_RUN_STEPS = 50
+CPU_BACKEND = "gloo"
+
+
+def cpu_run_refusal(spec: ModelSpec) -> str | None:
+    """Why ``spec`` as uploaded is too big for a CPU run, or None when it may run as is."""
+    parameters = count_parameters(spec)
+    if parameters <= settings.CPU_RUN_MAX_PARAMS:
+        return None
+    return (f"{spec.name!r} has {parameters / 1e6:,.0f}M parameters, more than a CPU run takes "
+            f"({settings.CPU_RUN_MAX_PARAMS / 1e6:,.0f}M); choose the scaled-down variant, which keeps the "
+            f"layer pattern at hidden size 64 (executor.model.scale_spec)")
+
+
+def run_create(*, plan: Plan, user: AbstractBaseUser, steps: int = 1, scale_down: bool = False) -> Run:
+    spec_check_team(team=plan.job.spec.team, user=user)
+    from adaptis_web.studio.tasks import run_execute  # tasks import services: resolve the cycle at call time
+
+    world_size = plan.plan_doc["num_devices"]
+    if world_size > settings.CPU_RUN_MAX_RANKS:
+        raise SpecError("plan", f"uses {world_size} devices; a CPU run starts at most "
+                                f"{settings.CPU_RUN_MAX_RANKS} ranks (CPU_RUN_MAX_RANKS)")
+    if not 1 <= steps <= MAX_RUN_STEPS:
+        raise SpecError("steps", f"must be between 1 and {MAX_RUN_STEPS}; got {steps}")
+    refusal = None if scale_down else cpu_run_refusal(load_model_spec(plan.job.spec.doc))
+    if refusal:
+        raise SpecError("scale_down", refusal)
+    run = Run.objects.create(plan=plan, created_by=user, backend=CPU_BACKEND, world_size=world_size, steps=steps,
+                             scaled_down=scale_down, celery_task_id=str(uuid.uuid4()))
+    enqueue_on_commit(run_execute, row=run)
+    return run
+
+
+def _executed_spec(run: Run) -> ModelSpec:
+    spec = load_model_spec(run.plan.job.spec.doc)
+    if not run.scaled_down:
+        return spec
+    from executor.model import scale_spec  # torch: only the worker that runs it pays for the import
+
+    return scale_spec(spec)
+
+
+def _run_fail(run_id: int, error: str) -> None:
+    Run.objects.filter(pk=run_id).update(status=JobStatus.FAILED, error=error, finished_at=timezone.now())
+
+
+def _execute(run: Run) -> None:
+    from executor.errors import ExecutorError
+    from executor.launch import run_plan
+
+    spec = _executed_spec(run)
+    Run.objects.filter(pk=run.pk).update(executed_spec=spec.to_dict())
+    relay = RunEventRelay(run.pk).start()
+    try:
+        result = run_plan(load_plan(run.plan.plan_doc), spec, backend=run.backend, seed=0,
+                          event_sink=run_event_sink(run.pk), steps=run.steps, timeout_s=settings.RUN_TIMEOUT_S)
+    except ExecutorError as error:
+        _run_fail(run.pk, "\n\n".join(filter(None, [str(error), error.traceback_text])))
+        return
+    except (SpecError, PlanError) as error:
+        _run_fail(run.pk, str(error))
+        return
+    finally:
+        relay.stop()
+    missed = run_events_backfill(run.pk, result.events)
+    if missed:
+        logger.warning("run %s: %d events did not arrive through Redis and were stored from the result",
+                       run.pk, missed)
+    Run.objects.filter(pk=run.pk).update(status=JobStatus.SUCCEEDED, summary=result.summary, loss=result.loss,
+                                         finished_at=timezone.now())
+
+
+def run_execute(*, run_id: int) -> None:
+    """Run a queued Run (the Celery task's body); failures end on the run row."""
+    claimed = Run.objects.filter(pk=run_id, status=JobStatus.QUEUED).update(status=JobStatus.RUNNING,
+                                                                         started_at=timezone.now())
+    if not claimed:
+        logger.warning("run %s is not queued; skipping", run_id)
+        return
+    run = Run.objects.select_related("plan", "plan__job", "plan__job__spec").get(pk=run_id)
+    try:
+        _execute(run)
+    except Exception as error:
+        logger.exception("run %s failed", run_id)
+        _run_fail(run_id, f"internal error: {type(error).__name__}: {error}")

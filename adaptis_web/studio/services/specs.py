@@ -1,0 +1,52 @@
+"""Model specs: parse an uploaded file, store the validated document for a team."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from adaptis_web.studio.models import ModelSpecRecord, Team
+from adaptis_web.studio.selectors import user_is_member
+from planner.errors import SpecError
+from planner.spec.files import parse_model_text
+from planner.spec.model import ModelSpec
+
+MAX_SPEC_FILE_BYTES = 2 * 1024 * 1024
+
+
+def prefixed_error(error: SpecError, prefix: str) -> SpecError:
+    """``error`` re-rooted under the request field that carried the document (``file.layers[3].mlp``)."""
+    if error.field in ("", "file", prefix):  # the planner names the whole document "file"
+        return SpecError(prefix, error.reason)
+    return SpecError(f"{prefix}.{error.field}", error.reason)
+
+
+def spec_parse_upload(*, content: bytes, filename: str, field: str = "file") -> ModelSpec:
+    """The ModelSpec in an uploaded file (ours in JSON/YAML, or a HF config.json).
+
+    Errors are rooted at ``field``, the request field that carried the document: ``file.layers[3].mlp``.
+    """
+    if len(content) > MAX_SPEC_FILE_BYTES:
+        raise SpecError(field, f"is {len(content)} bytes; the limit is {MAX_SPEC_FILE_BYTES} bytes")
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecError(field, f"is not UTF-8 text (invalid byte at offset {error.start})") from None
+    try:
+        return parse_model_text(text, filename)
+    except SpecError as error:
+        raise prefixed_error(error, field) from None
+
+
+def spec_check_team(*, team: Team | None, user: AbstractBaseUser) -> Team:
+    if team is None:
+        raise SpecError("team", "is required: you belong to no team yet; ask a team owner to add you")
+    if not user_is_member(user=user, team=team):
+        raise SpecError("team", f"you are not a member of team {team.name!r}")
+    return team
+
+
+def spec_create(*, team: Team, owner: AbstractBaseUser, spec: ModelSpec, source_filename: str = "",
+                name: str = "") -> ModelSpecRecord:
+    spec_check_team(team=team, user=owner)
+    return ModelSpecRecord.objects.create(team=team, owner=owner, name=name or spec.name, doc=spec.to_dict(),
+                                          source_filename=source_filename[:255], num_layers=spec.num_layers)

@@ -1,0 +1,144 @@
+"""Server-rendered pages. Each view reads through a selector (404 for other teams' objects), validates with a
+form and calls a service; live parts (job progress, run events) poll the REST API from the browser."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from adaptis_web.studio import selectors
+from adaptis_web.studio.forms import RunForm, SpecPlanningForm, UploadForm
+from adaptis_web.studio.models import Plan, PlanningJob
+from adaptis_web.studio.api.serializers import RunEventOutput
+from adaptis_web.studio.services.accounts import token_rotate
+from adaptis_web.studio.services.jobs import job_create, spec_create_with_job
+from adaptis_web.studio.services.runs import cpu_run_refusal, run_create
+from planner.errors import SpecError
+from planner.spec.model import load_model_spec
+
+RECENT_ROWS = 20
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    return render(request, "studio/dashboard.html", {
+        "teams": selectors.team_list_for_user(user=user),
+        "jobs": selectors.job_list_with_plan_metrics(user=user)[:RECENT_ROWS],
+        "runs": selectors.run_list_for_user(user=user)[:RECENT_ROWS],
+        "specs": selectors.spec_list_for_user(user=user).defer("doc")[:RECENT_ROWS],
+    })
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def upload(request: HttpRequest) -> HttpResponse:
+    form = UploadForm(request.POST or None, request.FILES or None, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        job = spec_create_with_job(team=form.cleaned_data["team"], user=request.user, spec=form.spec,
+                                   source_filename=form.cleaned_data["file"].name, request=form.job_request)
+        return redirect("studio:job", job_id=job.pk)
+    status = 400 if form.is_bound else 200
+    return render(request, "studio/upload.html", {"form": form}, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def spec_detail(request: HttpRequest, spec_id: int) -> HttpResponse:
+    record = selectors.spec_get_for_user(user=request.user, spec_id=spec_id)
+    spec = load_model_spec(record.doc)
+    form = SpecPlanningForm(request.POST or None, request.FILES or None, spec=spec)
+    if request.method == "POST" and form.is_valid():
+        with transaction.atomic():
+            job = job_create(spec_record=record, user=request.user, request=form.job_request)
+        return redirect("studio:job", job_id=job.pk)
+    return render(request, "studio/spec_detail.html", {
+        "record": record, "spec": spec, "layers": list(zip(spec.layer_names(), spec.layers)), "form": form,
+        "jobs": record.jobs.all()[:RECENT_ROWS],
+    }, status=400 if form.is_bound else 200)
+
+
+def _job_page(request: HttpRequest, job: PlanningJob, run_form: RunForm, status: int = 200) -> HttpResponse:
+    plan = selectors.job_latest_plan(job=job)
+    context = {"job": job, "plan": plan, "run_form": run_form}
+    if plan is not None:
+        context.update(plan_context(plan))
+    return render(request, "studio/job_detail.html", context, status=status)
+
+
+def plan_context(plan: Plan) -> dict:
+    """What the plan section of a page shows: metrics, per-device rows, the timeline data for the chart."""
+    spec = load_model_spec(plan.job.spec.doc)
+    simulation = plan.simulation
+    return {
+        "simulation": simulation,
+        "per_device": simulation["per_device"],
+        "timeline_data": {"num_devices": plan.plan_doc["num_devices"], "predicted": simulation["timeline"],
+                          "iteration_ms": simulation["iteration_ms"]},
+        "cpu_refusal": cpu_run_refusal(spec),
+        "runs": plan.runs.all()[:RECENT_ROWS],
+    }
+
+
+@login_required
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+    return _job_page(request, job, RunForm())
+
+
+@login_required
+@require_POST
+def plan_run(request: HttpRequest, plan_id: int) -> HttpResponse:
+    plan = selectors.plan_get_for_user(user=request.user, plan_id=plan_id)
+    form = RunForm(request.POST)
+    if form.is_valid():
+        try:
+            with transaction.atomic():
+                run = run_create(plan=plan, user=request.user, steps=form.cleaned_data["steps"],
+                                 scale_down=form.cleaned_data["scale_down"])
+            return redirect("studio:run", run_id=run.pk)
+        except SpecError as error:
+            form.add_spec_error(error)
+    return _job_page(request, plan.job, form, status=400)
+
+
+@login_required
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = selectors.run_get_for_user(user=request.user, run_id=run_id)
+    plan = run.plan
+    events = selectors.run_events_after(run=run)  # the first page; the page polls for the rest
+    return render(request, "studio/run_detail.html", {
+        "run": run, "plan": plan, "job": plan.job,
+        "timeline_data": {
+            "num_devices": plan.plan_doc["num_devices"], "predicted": plan.simulation["timeline"],
+            "iteration_ms": plan.simulation["iteration_ms"],
+            "observed": RunEventOutput(events, many=True).data,
+        },
+        "device_comparison": device_comparison(plan.simulation, run.summary),
+    })
+
+
+def device_comparison(simulation: dict, observed_summary: dict) -> list[dict]:
+    """Per device: the observed busy/bubble of a finished run next to the predicted bubble ratio."""
+    predicted = {row["device"]: row for row in simulation["per_device"]}
+    rows = []
+    for row in (observed_summary or {}).get("per_device", []):
+        expected = predicted.get(row["device"])
+        rows.append({"device": row["device"], "observed_busy_ms": row["busy_ms"], "observed_bubble_ms": row["bubble_ms"],
+                     "observed_bubble_ratio": row["bubble_ratio"],
+                     "predicted_bubble_ratio": expected["bubble_ms"] / simulation["iteration_ms"] if expected else None})
+    return rows
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def api_token(request: HttpRequest) -> HttpResponse:
+    """Show the user's API token; POST replaces it (the old one stops working)."""
+    if request.method == "POST":
+        token_rotate(user=request.user)
+        return redirect("studio:api-token")
+    token = selectors.token_for_user(user=request.user)
+    return render(request, "studio/api_token.html", {"token": token})

@@ -1,0 +1,73 @@
+/*
+ * Run page: draw predicted and observed rows, then page through the run's events API (`after` = the last
+ * seq seen) and append observed bars as the ranks report them. A page rendered while the run was going
+ * reloads once the run has finished and every event is in, so the server renders the observed summary;
+ * a page rendered after the run loads the remaining events and then shows the last step.
+ */
+(function () {
+  "use strict";
+
+  const POLL_MS = 400;
+
+  document.addEventListener("DOMContentLoaded", function () {
+    const root = document.querySelector("[data-run]");
+    const renderedFinished = root.dataset.finished === "true";
+    const chartData = JSON.parse(document.getElementById("timeline-data").textContent);
+    const timeline = window.AdaptisTimeline.create(document.getElementById("timeline"), chartData, {observed: true});
+    window.adaptisChart = timeline;
+    const stepSelect = document.getElementById("observed-step");
+    const counter = document.querySelector("[data-event-count]");
+    const badge = document.querySelector("[data-run-status]");
+    let lastSeq = chartData.observed.length ? chartData.observed[chartData.observed.length - 1].seq : 0;
+    let count = chartData.observed.length;
+
+    function refreshStepOptions() {
+      const current = stepSelect.value;
+      const options = ['<option value="all">all steps</option>'].concat(timeline.observedSteps().map(function (step) {
+        return '<option value="' + step + '">step ' + step + '</option>';
+      }));
+      stepSelect.innerHTML = options.join("");
+      stepSelect.value = current && stepSelect.querySelector('option[value="' + current + '"]') ? current : "all";
+    }
+
+    function showLastStep() {
+      // One steady-state iteration next to the predicted one.
+      const steps = timeline.observedSteps();
+      if (steps.length > 1) {
+        stepSelect.value = String(steps[steps.length - 1]);
+        timeline.showStep(steps[steps.length - 1]);
+      }
+      root.dataset.loaded = "true";
+    }
+
+    stepSelect.addEventListener("change", function () {
+      timeline.showStep(stepSelect.value === "all" ? null : Number(stepSelect.value));
+    });
+    refreshStepOptions();
+
+    function poll() {
+      fetch(root.dataset.eventsUrl + "?after=" + lastSeq, {headers: {"Accept": "application/json"},
+                                                            credentials: "same-origin"})
+        .then(function (response) {
+          if (!response.ok) throw new Error("HTTP " + response.status);
+          return response.json();
+        })
+        .then(function (page) {
+          timeline.addObserved(page.events);
+          if (page.events.length) refreshStepOptions();
+          lastSeq = page.last_seq;
+          count += page.events.length;
+          counter.textContent = count;
+          badge.textContent = page.status;
+          badge.className = "badge " + page.status;
+          if (page.finished && page.events.length === 0) {
+            if (renderedFinished) showLastStep(); else window.location.reload();
+          } else {
+            window.setTimeout(poll, page.events.length ? POLL_MS / 4 : POLL_MS);
+          }
+        })
+        .catch(function () { window.setTimeout(poll, POLL_MS * 4); });
+    }
+    poll();
+  });
+})();

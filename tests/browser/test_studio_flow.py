@@ -1,0 +1,112 @@
+"""The whole slice in a real browser: log in, upload a spec, watch it plan, run it on CPU, watch it run.
+
+Debian's Chromium driven by Playwright against pytest-django's live server, with the real Celery worker
+and Redis behind it. Screenshots land in /tmp/team/screens/ for a human to look at.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+SCREENS = Path("/tmp/team/screens")
+
+# Rows of the chart that hold at least one bar, by source ("predicted" or "observed").
+BARS_BY_ROW = """(source) => {
+  const chart = Chart.getChart(document.getElementById("timeline"));
+  const rows = {};
+  chart.data.datasets.forEach((dataset, index) => {
+    if (dataset.source !== source) return;
+    chart.getDatasetMeta(index).data.forEach((element, position) => {
+      const row = dataset.data[position].y;
+      if (element.width > 0) rows[row] = (rows[row] || 0) + 1;
+    });
+  });
+  return rows;
+}"""
+
+
+@pytest.fixture
+def browser_page(monkeypatch):
+    # Playwright's sync API keeps an event loop on this thread; the test's own ORM calls are still
+    # synchronous code, which Django would otherwise refuse next to a running loop.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1360, "height": 900})
+        yield page
+        browser.close()
+
+
+def test_upload_plan_and_run_on_cpu(celery_worker, live_server, people, spec_text, tmp_path, browser_page):
+    page = browser_page
+    page.goto(f"{live_server.url}/")
+    expect(page).to_have_url(f"{live_server.url}/accounts/login/?next=/")
+    page.screenshot(path=str(SCREENS / "01-login.png"))
+    page.fill("#id_username", "bob")
+    page.fill("#id_password", "bob-pass-2026")
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Dashboard")
+
+    page.click("text=New plan >> nth=0")
+    broken = json.loads(spec_text("tiny-llama"))
+    broken["layers"][1]["mixer"]["head_dim"] = 0
+    broken_file = tmp_path / "broken.json"
+    broken_file.write_text(json.dumps(broken))
+    page.set_input_files("#id_file", str(broken_file))
+    page.click("#upload-form button[type=submit]")
+    expect(page.locator(".errorlist")).to_have_text("layers[1].mixer.head_dim: must be >= 1, got 0")
+    page.screenshot(path=str(SCREENS / "02-upload-error.png"), full_page=True)
+
+    spec_file = tmp_path / "tiny-llama.json"
+    spec_file.write_text(spec_text("tiny-llama"))
+    page.set_input_files("#id_file", str(spec_file))
+    page.select_option("#id_cluster_preset", "cpu-host")
+    page.fill("#id_num_devices", "2")
+    page.fill("#id_num_microbatches", "8")
+    page.screenshot(path=str(SCREENS / "03-upload.png"), full_page=True)
+    page.click("#upload-form button[type=submit]")
+
+    expect(page.locator("h1")).to_contain_text("Job #")
+    expect(page.locator("#plan")).to_be_visible(timeout=60_000)  # the page polls, then shows the plan
+    expect(page.locator("[data-job-status]")).to_have_text("succeeded")
+    expect(page.locator("[data-layout]")).to_have_text("E,t*2|t*2,L")
+    predicted_rows = page.evaluate(BARS_BY_ROW, "predicted")
+    assert predicted_rows == {"device 0": 16, "device 1": 16}, "F and B of 8 micro-batches on each device"
+    page.hover("#timeline")
+    page.screenshot(path=str(SCREENS / "04-plan.png"), full_page=True)
+
+    page.fill("#id_steps", "6")
+    page.click("#run-on-cpu")
+    expect(page.locator("h1")).to_contain_text("Run #")
+    page.wait_for_function("""() => {
+      const chart = Chart.getChart(document.getElementById("timeline"));
+      return chart && chart.data.datasets.some((d) => d.source === "observed" && d.data.length > 0);
+    }""", timeout=120_000)
+    running_rows = page.evaluate(BARS_BY_ROW, "observed")
+    assert running_rows, "observed bars appear while the run is going"
+    page.screenshot(path=str(SCREENS / "05-run-live.png"), full_page=True)
+
+    expect(page.locator("#observed-summary")).to_be_visible(timeout=180_000)
+    expect(page.locator("[data-run-status]")).to_have_text("succeeded")
+    # A finished run opens on its last step: one observed iteration under the predicted one.
+    expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1)
+    expect(page.locator("#observed-step")).to_have_value("5")
+    one_step = {"device 0 · observed": 16, "device 1 · observed": 16}
+    assert page.evaluate(BARS_BY_ROW, "observed") == one_step
+    assert page.evaluate(BARS_BY_ROW, "predicted") == {"device 0 · predicted": 16, "device 1 · predicted": 16}
+    expect(page.locator("#observed-summary tbody tr")).to_have_count(2)
+    page.screenshot(path=str(SCREENS / "06-run-finished.png"), full_page=True)
+    page.select_option("#observed-step", "all")
+    assert page.evaluate(BARS_BY_ROW, "observed") == {row: count * 6 for row, count in one_step.items()}
+
+    page.click("text=Dashboard >> nth=0")
+    expect(page.locator("table").first).to_contain_text("succeeded")
+    page.screenshot(path=str(SCREENS / "07-dashboard.png"), full_page=True)

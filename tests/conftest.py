@@ -1,0 +1,180 @@
+"""Shared fixtures: an isolated test database and Redis namespace per session, a real Celery worker, and the
+people every view test checks access with (a team owner, a team member, an outsider).
+
+Isolation: several pytest sessions may run at once on this machine (helpers and the lead), so the test
+database, the Celery queue and the live-event stream prefix all carry this session's pid, and Redis uses
+its own database number. The worker is a real ``celery -A adaptis_web worker`` subprocess pointed at the
+same test database; tests that use it must be ``django_db(transaction=True)`` so their rows are committed
+where the worker can see them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import redis
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SESSION_TAG = f"test-{os.getpid()}"
+TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+TEST_QUEUE = f"adaptis-{SESSION_TAG}"
+TEST_EVENTS_PREFIX = f"adaptis-{SESSION_TAG}"
+WORKER_START_TIMEOUT_S = 90
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix) -> None:
+    """A test database of our own: PostgreSQL when DATABASE_URL says so, otherwise a SQLite *file* (the
+    worker process must open the same database, which an in-memory SQLite cannot offer)."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    test_settings = database.setdefault("TEST", {})  # Django's connections share this dict: edit in place
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        test_settings["NAME"] = str(REPO_ROOT / "var" / f"{SESSION_TAG}.sqlite3")
+    else:
+        test_settings["NAME"] = f"test_{database['NAME']}_{os.getpid()}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_redis():
+    """Point the broker, the result backend and the live-event streams at this session's namespace."""
+    from django.conf import settings
+
+    from adaptis_web.celery import app
+
+    settings.REDIS_URL = TEST_REDIS_URL
+    settings.LIVE_EVENTS_PREFIX = TEST_EVENTS_PREFIX
+    app.conf.update(broker_url=TEST_REDIS_URL, result_backend=TEST_REDIS_URL, task_default_queue=TEST_QUEUE)
+    yield
+    client = redis.Redis.from_url(TEST_REDIS_URL)
+    leftovers = [*client.scan_iter(f"*{TEST_QUEUE}*"), *client.scan_iter(f"{TEST_EVENTS_PREFIX}:*")]
+    if leftovers:
+        client.delete(*leftovers)
+    client.close()
+    for suffix in ("-wal", "-shm"):  # SQLite's WAL companions of the destroyed test database
+        (REPO_ROOT / "var" / f"{SESSION_TAG}.sqlite3{suffix}").unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hashing():
+    """The production hasher spends ~0.5 s per password by design; tests create many users."""
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def _database_url(settings_dict: dict) -> str:
+    if settings_dict["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{settings_dict['NAME']}"
+    credentials = quote(settings_dict["USER"] or "")
+    if settings_dict.get("PASSWORD"):
+        credentials += ":" + quote(settings_dict["PASSWORD"])
+    port = f":{settings_dict['PORT']}" if settings_dict.get("PORT") else ""
+    return f"postgres://{credentials}@{settings_dict['HOST']}{port}/{settings_dict['NAME']}"
+
+
+@dataclass
+class WorkerProcess:
+    process: subprocess.Popen
+    log_path: Path
+
+    def log_tail(self, characters: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-characters:]
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, tmp_path_factory) -> WorkerProcess:
+    """A real Celery worker (solo pool) consuming this session's queue against the test database."""
+    from django.db import connection
+
+    log_path = tmp_path_factory.mktemp("worker") / "celery.log"
+    env = dict(os.environ, DATABASE_URL=_database_url(connection.settings_dict), REDIS_URL=TEST_REDIS_URL,
+               CELERY_QUEUE=TEST_QUEUE, LIVE_EVENTS_PREFIX=TEST_EVENTS_PREFIX, DB_CONN_MAX_AGE="0",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "adaptis_web", "worker", "--pool=solo", "-Q", TEST_QUEUE,
+             "-n", f"{SESSION_TAG}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat",
+             "-l", "INFO"],
+            cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    worker = WorkerProcess(process, log_path)
+    deadline = time.monotonic() + WORKER_START_TIMEOUT_S
+    while "ready." not in log_path.read_text(errors="replace"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            _stop(process)
+            pytest.fail(f"the Celery worker did not start:\n{worker.log_tail()}")
+        time.sleep(0.2)
+    yield worker
+    _stop(process)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)  # its own session: the worker and any rank it started
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _wait_for(condition, *, timeout_s: float = 60.0, interval_s: float = 0.1, message: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval_s)
+    pytest.fail(f"timed out after {timeout_s:g} s waiting for {message}")
+
+
+@pytest.fixture
+def wait_for():
+    """``wait_for(condition, timeout_s=, message=)``: poll until ``condition()`` is truthy, else fail."""
+    return _wait_for
+
+
+@dataclass
+class People:
+    """A team with its owner and a member, and an outsider who owns a team of their own."""
+
+    team: object
+    owner: object
+    member: object
+    outsider: object
+    outsider_team: object
+
+
+@pytest.fixture
+def people(db, django_user_model) -> People:
+    from adaptis_web.studio.models import Membership
+    from adaptis_web.studio.services.teams import membership_add, team_create
+
+    owner = django_user_model.objects.create_user("alice", password="alice-pass-2026")
+    member = django_user_model.objects.create_user("bob", password="bob-pass-2026")
+    outsider = django_user_model.objects.create_user("mallory", password="mallory-pass-2026")
+    team = team_create(name="pipeline-team", owner=owner)
+    membership_add(team=team, user=member, role=Membership.Role.MEMBER)
+    outsider_team = team_create(name="other-team", owner=outsider)
+    return People(team=team, owner=owner, member=member, outsider=outsider, outsider_team=outsider_team)
+
+
+@pytest.fixture
+def spec_text():
+    """``spec_text(preset="tiny-llama")``: a model preset in our JSON format, as a user would upload it."""
+    from planner.spec.presets import load_model_preset
+
+    def text(preset: str = "tiny-llama") -> str:
+        return json.dumps(load_model_preset(preset).to_dict(), indent=2)
+
+    return text

@@ -1,0 +1,47 @@
+"""Objects the page and API tests look at: a spec planned in-process, and a finished run with events."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent
+from adaptis_web.studio.services.jobs import job_request_check, job_run
+from adaptis_web.studio.services.specs import spec_create
+from planner.spec.presets import load_model_preset
+
+
+@dataclass
+class Planned:
+    spec: ModelSpecRecord
+    job: PlanningJob
+    plan: Plan
+
+
+@pytest.fixture
+def planned(people) -> Planned:
+    """tiny-llama of the people's team, planned with 1F1B on 2 CPU-host devices and 4 micro-batches."""
+    spec = load_model_preset("tiny-llama")
+    record = spec_create(team=people.team, owner=people.owner, spec=spec, source_filename="tiny.json")
+    request = job_request_check(spec=spec, num_devices=2, num_microbatches=4, cluster_preset="cpu-host")
+    job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset="cpu-host",
+                                     cluster_doc=request.cluster.to_dict(), num_devices=2, num_microbatches=4,
+                                     schedule="1f1b")
+    plan = job_run(job_id=job.pk)
+    job.refresh_from_db()
+    return Planned(spec=record, job=job, plan=plan)
+
+
+@pytest.fixture
+def finished_run(people, planned) -> Run:
+    """A succeeded run whose events mirror the predicted timeline, shifted by 100 ms."""
+    run = Run.objects.create(plan=planned.plan, created_by=people.owner, status=JobStatus.SUCCEEDED, world_size=2,
+                             executed_spec=planned.spec.doc, loss=6.2, summary={
+                                 "iteration_ms": 40.0, "median_iteration_ms": 40.0, "bubble_ratio": 0.3,
+                                 "per_device": [{"device": 0, "busy_ms": 28.0, "bubble_ms": 12.0, "bubble_ratio": 0.3},
+                                                {"device": 1, "busy_ms": 28.0, "bubble_ms": 12.0, "bubble_ratio": 0.3}]})
+    RunEvent.objects.bulk_create([
+        RunEvent(run=run, seq=seq, rank=entry["device"], device=entry["device"], action=entry["action"],
+                 stage=entry["stage"], kind=entry["type"], microbatch=entry["microbatch"], step=0,
+                 start_ms=entry["start_ms"] + 100, end_ms=entry["end_ms"] + 100)
+        for seq, entry in enumerate(planned.plan.simulation["timeline"], start=1)])
+    return run

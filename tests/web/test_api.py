@@ -1,0 +1,251 @@
+"""REST API: access by team (owner, member, outsider, anonymous), the 400 error shape, nothing half-stored."""
+
+import json
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from adaptis_web.studio.models import JobStatus, ModelSpecRecord, PlanningJob, Run
+from planner.cluster import load_cluster_preset, preset_names
+from planner.spec.presets import load_model_preset, model_preset_names
+
+
+def api_as(user) -> APIClient:
+    client = APIClient()
+    if user is not None:
+        client.force_authenticate(user)
+    return client
+
+
+def _detail_urls(planned, finished_run):
+    return [reverse("api:spec", args=[planned.spec.pk]), reverse("api:job", args=[planned.job.pk]),
+            reverse("api:plan", args=[planned.plan.pk]), reverse("api:run", args=[finished_run.pk]),
+            reverse("api:run-events", args=[finished_run.pk])]
+
+
+class TestAccess:
+    @pytest.mark.parametrize("who", ["owner", "member"])
+    def test_team_members_read_every_object(self, people, planned, finished_run, who):
+        client = api_as(getattr(people, who))
+        for url in _detail_urls(planned, finished_run):
+            assert client.get(url).status_code == 200, url
+
+    def test_an_outsider_gets_404_for_every_object_of_another_team(self, people, planned, finished_run):
+        client = api_as(people.outsider)
+        for url in _detail_urls(planned, finished_run):
+            response = client.get(url)
+            assert response.status_code == 404, url
+            assert set(response.json()) == {"detail"}
+
+    def test_lists_hold_only_the_users_teams_objects(self, people, planned, finished_run):
+        for name in ("specs", "jobs", "runs"):
+            assert api_as(people.member).get(reverse(f"api:{name}")).json()["count"] == 1, name
+            assert api_as(people.outsider).get(reverse(f"api:{name}")).json()["count"] == 0, name
+        teams = api_as(people.member).get(reverse("api:teams")).json()["results"]
+        assert teams == [{"id": people.team.pk, "name": "pipeline-team", "role": "member"}]
+
+    def test_anonymous_requests_are_refused(self, planned, finished_run):
+        client = api_as(None)
+        for url in [*_detail_urls(planned, finished_run), reverse("api:specs"), reverse("api:presets")]:
+            assert client.get(url).status_code == 401, url
+
+    def test_token_authentication_works(self, people, planned):
+        token = Token.objects.create(user=people.member)
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        assert client.get(reverse("api:job", args=[planned.job.pk])).status_code == 200
+        client.credentials(HTTP_AUTHORIZATION="Token not-a-token")
+        assert client.get(reverse("api:job", args=[planned.job.pk])).status_code == 401
+
+
+class TestSpecs:
+    def test_upload_a_file(self, people, spec_text):
+        response = api_as(people.member).post(reverse("api:specs"), {
+            "file": SimpleUploadedFile("tiny.json", spec_text("tiny-hybrid").encode())}, format="multipart")
+        assert response.status_code == 201
+        body = response.json()
+        assert (body["name"], body["team"], body["owner"]) == ("tiny-hybrid", people.team.pk, "bob")
+        assert body["doc"] == load_model_preset("tiny-hybrid").to_dict()
+
+    def test_create_from_an_inline_document_with_a_name(self, people):
+        response = api_as(people.owner).post(reverse("api:specs"), {
+            "doc": load_model_preset("tiny-llama").to_dict(), "name": "my llama", "team": people.team.pk},
+            format="json")
+        assert response.status_code == 201 and response.json()["name"] == "my llama"
+
+    def test_a_bad_document_names_the_field_and_stores_nothing(self, people):
+        doc = load_model_preset("tiny-llama").to_dict()
+        doc["layers"][1]["mlp"]["intermediate_size"] = -1
+        response = api_as(people.member).post(reverse("api:specs"), {"doc": doc}, format="json")
+        assert response.status_code == 400
+        assert response.json() == {"errors": [{"field": "doc.layers[1].mlp.intermediate_size",
+                                               "reason": "must be >= 1, got -1"}]}
+        assert ModelSpecRecord.objects.count() == 0
+
+    def test_neither_file_nor_doc_is_a_400(self, people):
+        response = api_as(people.member).post(reverse("api:specs"), {}, format="json")
+        assert response.status_code == 400
+        assert response.json()["errors"][0]["field"] == "file"
+
+    def test_another_teams_id_is_refused(self, people):
+        response = api_as(people.member).post(reverse("api:specs"), {
+            "doc": load_model_preset("tiny-llama").to_dict(), "team": people.outsider_team.pk}, format="json")
+        assert response.status_code == 400
+        assert response.json()["errors"] == [{"field": "team",
+                                              "reason": f"no team with id {people.outsider_team.pk} among your teams"}]
+        assert ModelSpecRecord.objects.count() == 0
+
+
+class TestJobs:
+    def test_create_queues_a_job_and_reports_progress(self, people, planned, django_capture_on_commit_callbacks):
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            response = api_as(people.member).post(reverse("api:jobs"), {
+                "spec": planned.spec.pk, "cluster_preset": "h100-sxm-1x8", "num_devices": 2,
+                "num_microbatches": 8}, format="json")
+        assert response.status_code == 201
+        body = response.json()
+        assert (body["status"], body["progress"], body["schedule"], body["plans"]) == ("queued", 0.0, "1f1b", [])
+        assert body["partition"] == "uniform"
+        assert body["cluster"] == load_cluster_preset("h100-sxm-1x8").to_dict()
+        assert len(callbacks) == 1
+
+    def test_create_with_a_custom_cluster(self, people, planned, django_capture_on_commit_callbacks):
+        cluster = load_cluster_preset("a100-40gb-pcie-1x8").to_dict()
+        with django_capture_on_commit_callbacks(execute=False):
+            response = api_as(people.member).post(reverse("api:jobs"), {
+                "spec": planned.spec.pk, "cluster": cluster, "num_devices": 4, "num_microbatches": 8}, format="json")
+        assert response.status_code == 201 and response.json()["cluster"] == cluster
+
+    @pytest.mark.parametrize("changes, field, reason", [
+        ({"num_devices": 99}, "num_devices", "must be between 1 and the cluster's 4 devices"),
+        ({"num_devices": "two"}, "num_devices", "A valid integer is required."),
+        ({"schedule": "dualpipe"}, "schedule", '"dualpipe" is not a valid choice.'),
+        ({"cluster_preset": "nope"}, "cluster_preset", "unknown preset 'nope'"),
+        ({"num_microbatches": None}, "num_microbatches", "This field may not be null."),
+        ({"partition": "random"}, "partition", '"random" is not a valid choice.'),
+    ])
+    def test_bad_input_is_a_400_naming_the_field(self, people, planned, changes, field, reason):
+        data = {"spec": planned.spec.pk, "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": 4}
+        data.update(changes)
+        response = api_as(people.member).post(reverse("api:jobs"), data, format="json")
+        assert response.status_code == 400
+        [error] = response.json()["errors"]
+        assert error["field"] == field and reason in error["reason"]
+        assert PlanningJob.objects.count() == 1
+
+    def test_a_custom_cluster_error_names_the_nested_field(self, people, planned):
+        cluster = load_cluster_preset("cpu-host").to_dict()
+        cluster["links"]["intra_node"]["bandwidth_gb_s"] = 0
+        response = api_as(people.member).post(reverse("api:jobs"), {
+            "spec": planned.spec.pk, "cluster": cluster, "num_devices": 2, "num_microbatches": 4}, format="json")
+        assert response.status_code == 400
+        assert response.json()["errors"] == [{"field": "cluster.links.intra_node.bandwidth_gb_s",
+                                              "reason": "must be > 0.0, got 0"}]
+
+    def test_an_outsider_cannot_plan_another_teams_spec(self, people, planned):
+        response = api_as(people.outsider).post(reverse("api:jobs"), {
+            "spec": planned.spec.pk, "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": 4},
+            format="json")
+        assert response.status_code == 400
+        assert response.json()["errors"][0]["field"] == "spec"
+        assert PlanningJob.objects.count() == 1
+
+    def test_detail_shows_progress_and_plans(self, people, planned):
+        body = api_as(people.owner).get(reverse("api:job", args=[planned.job.pk])).json()
+        assert (body["status"], body["progress"], body["plans"]) == ("succeeded", 1.0, [planned.plan.pk])
+
+
+class TestPlans:
+    def test_detail_includes_plan_profile_and_simulation_with_timeline(self, people, planned):
+        body = api_as(people.member).get(reverse("api:plan", args=[planned.plan.pk])).json()
+        assert body["plan"]["format"] == "adaptis.plan/v1" and body["profile"]["format"] == "adaptis.profile/v1"
+        assert body["simulation"]["timeline"] == planned.plan.simulation["timeline"]
+        assert body["iteration_ms"] == pytest.approx(planned.plan.simulation["iteration_ms"])
+        assert body["layout"] == "E,t*2|t*2,L"
+
+
+class TestRuns:
+    def test_create_queues_a_run(self, people, planned, django_capture_on_commit_callbacks):
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            response = api_as(people.member).post(reverse("api:runs"), {"plan": planned.plan.pk, "steps": 2},
+                                                  format="json")
+        assert response.status_code == 201
+        body = response.json()
+        assert (body["status"], body["world_size"], body["steps"], body["event_count"]) == ("queued", 2, 2, 0)
+        assert len(callbacks) == 1
+
+    def test_refusals_are_400s_naming_the_field(self, people, planned):
+        client = api_as(people.member)
+        response = client.post(reverse("api:runs"), {"plan": planned.plan.pk, "steps": 500}, format="json")
+        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "steps"
+        response = api_as(people.outsider).post(reverse("api:runs"), {"plan": planned.plan.pk}, format="json")
+        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "plan"
+        assert Run.objects.count() == 0
+
+    def test_events_page_by_seq(self, people, finished_run):
+        client = api_as(people.member)
+        url = reverse("api:run-events", args=[finished_run.pk])
+        first = client.get(url, {"after": 0, "limit": 5}).json()
+        assert [event["seq"] for event in first["events"]] == [1, 2, 3, 4, 5]
+        assert first["last_seq"] == 5 and first["finished"] is True and first["status"] == "succeeded"
+        rest = client.get(url, {"after": first["last_seq"]}).json()
+        total = finished_run.events.count()
+        assert [event["seq"] for event in rest["events"]] == list(range(6, total + 1))
+        empty = client.get(url, {"after": total}).json()
+        assert empty["events"] == [] and empty["last_seq"] == total
+        event = first["events"][0]
+        assert set(event) == {"seq", "rank", "device", "action", "stage", "kind", "microbatch", "step", "start_ms",
+                              "end_ms"}
+
+    def test_events_rejects_a_bad_cursor(self, people, finished_run):
+        response = api_as(people.member).get(reverse("api:run-events", args=[finished_run.pk]), {"after": -1})
+        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "after"
+
+    def test_run_detail_reports_the_summary_and_event_count(self, people, finished_run):
+        body = api_as(people.owner).get(reverse("api:run", args=[finished_run.pk])).json()
+        assert body["status"] == JobStatus.SUCCEEDED and body["loss"] == 6.2
+        assert body["event_count"] == finished_run.events.count()
+        assert body["summary"]["per_device"][0]["busy_ms"] == 28.0
+
+
+def test_presets_lists_clusters_models_and_schedules(people):
+    body = api_as(people.member).get(reverse("api:presets")).json()
+    assert body["clusters"] == preset_names() and body["models"] == model_preset_names()
+    assert "1f1b" in body["schedules"] and "time-balanced" in body["partitions"]
+
+
+def test_the_openapi_schema_describes_the_endpoints(people):
+    response = api_as(people.member).get(reverse("api-schema"), {"format": "json"})
+    assert response.status_code == 200
+    schema = json.loads(response.content)
+    for path in ("/api/specs/", "/api/jobs/{job_id}/", "/api/plans/{plan_id}/", "/api/runs/",
+                 "/api/runs/{run_id}/events/"):
+        assert path in schema["paths"], path
+
+
+def test_the_docs_page_uses_the_vendored_swagger_ui(people, client):
+    client.force_login(people.member)
+    page = client.get(reverse("api-docs")).content.decode()
+    assert "/static/vendor/swagger-ui-dist-5.35.0/swagger-ui-bundle.js" in page
+    assert "cdn" not in page.lower()
+
+
+def test_lists_cost_the_same_number_of_queries_for_many_rows(people, planned, finished_run,
+                                                             django_assert_max_num_queries):
+    for _ in range(6):
+        job = PlanningJob.objects.create(spec=planned.spec, created_by=people.owner, cluster_preset="cpu-host",
+                                         cluster_doc=planned.job.cluster_doc, num_devices=2, num_microbatches=4,
+                                         schedule="1f1b", status=JobStatus.SUCCEEDED)
+        plan = planned.plan
+        plan.pk, plan.job = None, job
+        plan.save()
+        Run.objects.create(plan=plan, created_by=people.owner, world_size=2)
+    client = api_as(people.member)
+    # token/session lookup + count + page (+ one prefetch of plan ids for jobs)
+    for name, expected_rows in (("jobs", 7), ("runs", 7), ("specs", 1)):
+        with django_assert_max_num_queries(4):
+            body = client.get(reverse(f"api:{name}")).json()
+        assert body["count"] == expected_rows, name

@@ -1,0 +1,233 @@
+"""Server-rendered pages: every page checked with the team owner, a team member, an outsider and anonymous."""
+
+import json
+import re
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+from rest_framework.authtoken.models import Token
+
+from adaptis_web.studio.models import JobStatus, ModelSpecRecord, PlanningJob, Run
+from planner.spec.presets import load_model_preset
+
+
+def _client(client, user):
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+def _object_pages(planned, finished_run):
+    return [reverse("studio:spec", args=[planned.spec.pk]), reverse("studio:job", args=[planned.job.pk]),
+            reverse("studio:run", args=[finished_run.pk])]
+
+
+class TestAccess:
+    @pytest.mark.parametrize("who", ["owner", "member"])
+    def test_team_members_see_every_page_of_their_team(self, client, people, planned, finished_run, who):
+        client = _client(client, getattr(people, who))
+        for url in _object_pages(planned, finished_run):
+            assert client.get(url).status_code == 200, url
+
+    def test_an_outsider_gets_404_for_another_teams_objects(self, client, people, planned, finished_run):
+        client = _client(client, people.outsider)
+        for url in _object_pages(planned, finished_run):
+            assert client.get(url).status_code == 404, url
+        response = client.post(reverse("studio:plan-run", args=[planned.plan.pk]), {"steps": 1})
+        assert response.status_code == 404
+        assert Run.objects.count() == 1
+
+    def test_anonymous_visitors_are_sent_to_log_in(self, client, planned, finished_run):
+        urls = [reverse("studio:dashboard"), reverse("studio:upload"), reverse("studio:api-token"),
+                *_object_pages(planned, finished_run)]
+        for url in urls:
+            response = client.get(url)
+            assert response.status_code == 302 and response.url.startswith(reverse("login")), url
+
+    def test_the_dashboard_lists_only_the_users_teams_objects(self, client, people, planned, finished_run):
+        outsider_page = _client(client, people.outsider).get(reverse("studio:dashboard")).content.decode()
+        assert "tiny-llama" not in outsider_page and "other-team" in outsider_page
+        client.logout()
+        member_page = _client(client, people.member).get(reverse("studio:dashboard")).content.decode()
+        assert f'href="{reverse("studio:job", args=[planned.job.pk])}"' in member_page
+        assert f'href="{reverse("studio:run", args=[finished_run.pk])}"' in member_page
+
+
+def test_login_page_logs_a_user_in(client, people):
+    response = client.post(reverse("login"), {"username": "bob", "password": "bob-pass-2026"})
+    assert response.status_code == 302 and response.url == reverse("studio:dashboard")
+    assert client.get(reverse("studio:dashboard")).status_code == 200
+
+
+def test_login_page_rejects_a_wrong_password(client, people):
+    response = client.post(reverse("login"), {"username": "bob", "password": "nope"})
+    assert response.status_code == 200
+    assert "Please enter a correct username and password" in response.content.decode()
+
+
+class TestUpload:
+    def _post(self, client, people, content, filename="tiny.json", **fields):
+        data = {"team": people.team.pk, "file": SimpleUploadedFile(filename, content), "cluster_preset": "cpu-host",
+                "num_devices": 2, "num_microbatches": 8, "schedule": "1f1b"}
+        data.update(fields)
+        return client.post(reverse("studio:upload"), data)
+
+    def test_the_form_offers_the_users_teams_and_the_cluster_presets(self, client, people):
+        page = _client(client, people.member).get(reverse("studio:upload")).content.decode()
+        assert "pipeline-team" in page and "other-team" not in page
+        assert "h100-sxm-1x8" in page and "cpu-host" in page
+
+    def test_a_valid_spec_creates_spec_and_job_and_opens_the_job(self, client, people, spec_text,
+                                                                 django_capture_on_commit_callbacks):
+        client = _client(client, people.member)
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            response = self._post(client, people, spec_text().encode())
+        job = PlanningJob.objects.get()
+        assert response.status_code == 302 and response.url == reverse("studio:job", args=[job.pk])
+        assert (job.spec.team, job.spec.owner, job.spec.source_filename) == (people.team, people.member, "tiny.json")
+        assert (job.num_devices, job.num_microbatches, job.status) == (2, 8, JobStatus.QUEUED)
+        assert len(callbacks) == 1
+        page = client.get(response.url).content.decode()
+        assert "data-job-progress" in page, "a queued job shows the polling progress bar"
+
+    def test_a_bad_spec_shows_field_and_reason_and_stores_nothing(self, client, people, spec_text):
+        doc = json.loads(spec_text())
+        doc["layers"][1]["mixer"]["num_kv_heads"] = 3
+        response = self._post(_client(client, people.member), people, json.dumps(doc).encode())
+        page = response.content.decode()
+        assert response.status_code == 400
+        assert "layers[1].mixer.num_kv_heads: must divide num_heads (4) for grouped-query attention, got 3" in page
+        assert "Nothing was stored" in page
+        assert ModelSpecRecord.objects.count() == 0 and PlanningJob.objects.count() == 0
+
+    def test_an_unparseable_file_is_reported(self, client, people):
+        response = self._post(_client(client, people.member), people, b"layers: [unclosed", filename="spec.yaml")
+        assert response.status_code == 400
+        assert "invalid YAML" in response.content.decode()
+        assert ModelSpecRecord.objects.count() == 0
+
+    def test_too_many_devices_for_the_cluster_is_reported_on_its_field(self, client, people, spec_text):
+        response = self._post(_client(client, people.member), people, spec_text().encode(), num_devices=9)
+        assert response.status_code == 400
+        assert "must be between 1 and the cluster&#x27;s 4 devices" in response.content.decode()
+        assert ModelSpecRecord.objects.count() == 0
+
+    def test_a_custom_cluster_file_replaces_the_preset(self, client, people, spec_text):
+        from planner.cluster import load_cluster_preset
+
+        cluster = load_cluster_preset("h100-sxm-1x8").to_dict()
+        response = self._post(_client(client, people.member), people, spec_text().encode(), num_devices=6,
+                              cluster_file=SimpleUploadedFile("cluster.json", json.dumps(cluster).encode()))
+        assert response.status_code == 302
+        job = PlanningJob.objects.get()
+        assert job.cluster_preset == "" and job.cluster_doc == cluster
+
+    def test_a_bad_custom_cluster_names_its_field(self, client, people, spec_text):
+        response = self._post(_client(client, people.member), people, spec_text().encode(),
+                              cluster_file=SimpleUploadedFile("cluster.yaml", b"format: adaptis.cluster/v1\n"))
+        assert response.status_code == 400
+        assert re.search(r"devices_per_node: is required|device: must be an object", response.content.decode())
+        assert PlanningJob.objects.count() == 0
+
+    def test_an_outsider_cannot_upload_into_another_team(self, client, people, spec_text):
+        response = self._post(_client(client, people.outsider), people, spec_text().encode())
+        assert response.status_code == 400
+        assert "Select a valid choice" in response.content.decode()
+        assert ModelSpecRecord.objects.count() == 0
+
+
+class TestSpecPage:
+    def test_shows_the_layers_and_plans_again(self, client, people, planned, django_capture_on_commit_callbacks):
+        client = _client(client, people.member)
+        url = reverse("studio:spec", args=[planned.spec.pk])
+        page = client.get(url).content.decode()
+        assert "layers.3" in page and "embed" in page and "head" in page
+        with django_capture_on_commit_callbacks(execute=False):
+            response = client.post(url, {"cluster_preset": "h100-sxm-1x8", "num_devices": 3, "num_microbatches": 6,
+                                         "schedule": "zb-h1", "partition": "param-balanced"})
+        new_job = PlanningJob.objects.exclude(pk=planned.job.pk).get()
+        assert response.status_code == 302 and response.url == reverse("studio:job", args=[new_job.pk])
+        assert (new_job.spec, new_job.num_devices, new_job.created_by) == (planned.spec, 3, people.member)
+        assert (new_job.schedule, new_job.partition) == ("zb-h1", "param-balanced")
+
+    def test_bad_parameters_are_reported_and_nothing_is_queued(self, client, people, planned):
+        response = _client(client, people.member).post(reverse("studio:spec", args=[planned.spec.pk]), {
+            "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": 5000, "schedule": "1f1b"})
+        assert response.status_code == 400
+        assert "must be between 1 and 1024; got 5000" in response.content.decode()
+        assert PlanningJob.objects.count() == 1
+
+
+class TestJobPage:
+    def test_shows_the_plan_metrics_table_and_chart_data(self, client, people, planned):
+        page = _client(client, people.member).get(reverse("studio:job", args=[planned.job.pk])).content.decode()
+        plan = planned.plan
+        assert plan.layout in page
+        assert f"{plan.iteration_ms:.3f} ms" in page
+        assert f"{plan.bubble_ratio:.3f}" in page
+        assert 'id="timeline"' in page and "chart.js-4.6.1/chart.umd.min.js" in page
+        data = json.loads(re.search(r'<script id="timeline-data" type="application/json">(.*?)</script>', page,
+                                    re.S).group(1))
+        assert data["predicted"] == plan.simulation["timeline"] and data["num_devices"] == 2
+        assert page.count("<tr><td>") >= 2, "one per-device row per device"
+        assert "data-job-progress" not in page, "a finished job does not poll"
+
+    def test_a_failed_job_shows_its_error(self, client, people, planned):
+        PlanningJob.objects.filter(pk=planned.job.pk).update(status=JobStatus.FAILED, error="num_devices: too many")
+        planned.plan.delete()
+        page = _client(client, people.owner).get(reverse("studio:job", args=[planned.job.pk])).content.decode()
+        assert "Planning failed." in page and "num_devices: too many" in page
+
+    def test_run_on_cpu_creates_a_run_and_opens_it(self, client, people, planned, django_capture_on_commit_callbacks):
+        client = _client(client, people.member)
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            response = client.post(reverse("studio:plan-run", args=[planned.plan.pk]), {"steps": 2})
+        run = Run.objects.get()
+        assert response.status_code == 302 and response.url == reverse("studio:run", args=[run.pk])
+        assert (run.steps, run.world_size, run.created_by, run.scaled_down) == (2, 2, people.member, False)
+        assert len(callbacks) == 1
+
+    def test_run_on_cpu_refuses_a_realistic_model_with_a_message(self, client, people, planned):
+        planned.spec.doc = load_model_preset("llama-3-8b").to_dict()
+        planned.spec.save()
+        client = _client(client, people.member)
+        page = client.get(reverse("studio:job", args=[planned.job.pk])).content.decode()
+        assert "choose the scaled-down variant" in page, "the page warns before the button is pressed"
+        response = client.post(reverse("studio:plan-run", args=[planned.plan.pk]), {"steps": 1})
+        assert response.status_code == 400
+        assert "more than a CPU run takes" in response.content.decode()
+        assert Run.objects.count() == 0
+
+
+class TestRunPage:
+    def test_shows_predicted_and_observed_data_and_the_summary(self, client, people, finished_run):
+        page = _client(client, people.member).get(reverse("studio:run", args=[finished_run.pk])).content.decode()
+        data = json.loads(re.search(r'<script id="timeline-data" type="application/json">(.*?)</script>', page,
+                                    re.S).group(1))
+        assert len(data["observed"]) == finished_run.events.count() == len(data["predicted"])
+        assert [event["seq"] for event in data["observed"]] == sorted(event["seq"] for event in data["observed"])
+        assert 'data-finished="true"' in page
+        assert "Observed per device" in page and "40.00 ms" in page and "6.2000" in page
+        simulation = finished_run.plan.simulation
+        for row in simulation["per_device"]:  # predicted bubble ratio per device, next to the observed 0.300
+            assert f"<td class=\"num\">{row['bubble_ms'] / simulation['iteration_ms']:.3f}</td>" in page
+        assert page.count('<td class="num">0.300</td>') == 2
+
+    def test_a_running_run_polls_its_events(self, client, people, finished_run):
+        Run.objects.filter(pk=finished_run.pk).update(status=JobStatus.RUNNING)
+        page = _client(client, people.owner).get(reverse("studio:run", args=[finished_run.pk])).content.decode()
+        assert 'data-finished="false"' in page
+        assert reverse("api:run-events", args=[finished_run.pk]) in page
+        assert "Observed per device" not in page
+
+
+class TestApiTokenPage:
+    def test_creates_and_replaces_the_users_token(self, client, people):
+        client = _client(client, people.member)
+        assert "You have no token yet" in client.get(reverse("studio:api-token")).content.decode()
+        client.post(reverse("studio:api-token"))
+        first = Token.objects.get(user=people.member).key
+        assert first in client.get(reverse("studio:api-token")).content.decode()
+        client.post(reverse("studio:api-token"))
+        assert Token.objects.get(user=people.member).key != first

@@ -1,0 +1,119 @@
+"""Tasks executed by a real Celery worker over the real Redis, against the shared test database.
+
+Rows are committed (``transaction=True``), so each enqueue happens on commit exactly as in production.
+"""
+
+import json
+
+import pytest
+import redis
+from django.conf import settings
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from adaptis_web.studio.live_events import run_stream_key
+from adaptis_web.studio.models import JobStatus, Plan, PlanningJob, Run, RunEvent
+from planner.cluster import load_cluster_preset
+from planner.cost import analytic_profile
+from planner.simulator import simulate
+from planner.spec.presets import load_model_preset
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+
+def _api(user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def _finished(model, pk):
+    row = model.objects.get(pk=pk)
+    return row if row.status in (JobStatus.SUCCEEDED, JobStatus.FAILED) else None
+
+
+def test_the_worker_plans_an_uploaded_spec(celery_worker, people, spec_text, wait_for):
+    response = _api(people.member).post(reverse("api:specs"), {"doc": json.loads(spec_text())}, format="json")
+    spec_id = response.json()["id"]
+    response = _api(people.member).post(reverse("api:jobs"), {
+        "spec": spec_id, "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": 8}, format="json")
+    assert response.status_code == 201
+    job = wait_for(lambda: _finished(PlanningJob, response.json()["id"]), timeout_s=60,
+                   message=f"the planning job\n{celery_worker.log_tail()}")
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    assert (job.progress, job.progress_message) == (1.0, "Plan ready")
+    assert job.started_at <= job.finished_at
+    plan = Plan.objects.get(job=job)
+    # The worker's numbers agree with the simulator run here on the stored plan and profile.
+    cluster = load_cluster_preset("cpu-host")
+    from planner.plan import load_plan
+
+    expected = simulate(load_plan(plan.plan_doc), analytic_profile(load_model_preset("tiny-llama"), cluster), cluster)
+    assert plan.iteration_ms == pytest.approx(expected.iteration_ms)
+    assert {entry["device"] for entry in plan.simulation["timeline"]} == {0, 1}
+    body = _api(people.owner).get(reverse("api:job", args=[job.pk])).json()
+    assert body["plans"] == [plan.pk] and body["status"] == "succeeded"
+
+
+def test_the_worker_records_a_planning_failure_on_the_job(celery_worker, people, planned, wait_for):
+    # A job row that slipped past the request checks (e.g. written by an older release): the task must
+    # still end it with the planner's error instead of leaving it queued.
+    job = PlanningJob.objects.create(spec=planned.spec, created_by=people.owner, cluster_preset="cpu-host",
+                                     cluster_doc=planned.job.cluster_doc, num_devices=2, num_microbatches=4,
+                                     schedule="not-a-schedule", celery_task_id="test-failing-job")
+    from adaptis_web.studio.tasks import plan_job_run
+
+    plan_job_run.apply_async(args=[job.pk], task_id=job.celery_task_id)
+    job = wait_for(lambda: _finished(PlanningJob, job.pk), timeout_s=60,
+                   message=f"the failing job\n{celery_worker.log_tail()}")
+    assert job.status == JobStatus.FAILED
+    assert "schedule" in job.error and job.finished_at is not None
+
+
+def test_a_cpu_run_streams_events_into_redis_and_the_database_while_it_runs(celery_worker, people, planned,
+                                                                            wait_for):
+    response = _api(people.member).post(reverse("api:runs"), {"plan": planned.plan.pk, "steps": 8}, format="json")
+    assert response.status_code == 201
+    run_id = response.json()["id"]
+    stream = redis.Redis.from_url(settings.REDIS_URL)
+    key = run_stream_key(run_id)
+
+    def seen_while_running():
+        run = Run.objects.get(pk=run_id)
+        stored = RunEvent.objects.filter(run_id=run_id).count()
+        return (run.status == JobStatus.RUNNING and stored > 0 and stream.xlen(key) > 0) and stored
+
+    stored_mid_run = wait_for(seen_while_running, timeout_s=120, interval_s=0.05,
+                              message=f"events during the run\n{celery_worker.log_tail()}")
+    run = wait_for(lambda: _finished(Run, run_id), timeout_s=180,
+                   message=f"the run to finish\n{celery_worker.log_tail()}")
+    assert run.status == JobStatus.SUCCEEDED, run.error
+    actions_per_step = sum(len(device_actions) for device_actions in planned.plan.plan_doc["actions"])
+    total = RunEvent.objects.filter(run=run).count()
+    assert total == actions_per_step * 8
+    assert stored_mid_run < total, "events were in the database before the run ended"
+    seqs = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, total + 1))
+    observed = {(event.device, event.action) for event in RunEvent.objects.filter(run=run, step=0)}
+    predicted = {(entry["device"], entry["action"]) for entry in planned.plan.simulation["timeline"]}
+    assert observed == predicted, "every planned action ran on its planned device"
+    assert run.loss is not None and len(run.summary["per_device"]) == 2
+    assert run.executed_spec == planned.spec.doc
+    assert stream.ttl(key) > 0
+    events = _api(people.owner).get(reverse("api:run-events", args=[run_id]), {"after": total - 3}).json()
+    assert events["finished"] and [event["seq"] for event in events["events"]] == [total - 2, total - 1, total]
+    stream.close()
+
+
+def test_a_run_the_executor_refuses_ends_failed_with_its_reason(celery_worker, people, planned, wait_for):
+    plan_doc = dict(planned.plan.plan_doc)
+    # Device 0 starts with the backward of a micro-batch it has not run forward yet: a deadlock, which the
+    # executor's lowering proves before any rank starts.
+    plan_doc["actions"] = [["0B0", "0F0", "0F1", "0B1", "0F2", "0B2", "0F3", "0B3"], plan_doc["actions"][1]]
+    Plan.objects.filter(pk=planned.plan.pk).update(plan_doc=plan_doc)
+    response = _api(people.member).post(reverse("api:runs"), {"plan": planned.plan.pk}, format="json")
+    run = wait_for(lambda: _finished(Run, response.json()["id"]), timeout_s=60,
+                   message=f"the refused run\n{celery_worker.log_tail()}")
+    assert run.status == JobStatus.FAILED
+    assert "0B0" in run.error, run.error
+    assert RunEvent.objects.filter(run=run).count() == 0
