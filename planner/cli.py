@@ -1,0 +1,303 @@
+"""``python -m planner``: simulate, build baselines, export, profile and list presets from the shell.
+
+Every subcommand is one function decorated with ``@subcommand(name, help, arguments=[...])`` that takes
+the parsed arguments and returns an exit code; adding a subcommand is adding one such function (reuse
+``PROFILE``, ``CLUSTER``, ``OUT`` and the ``read_*`` / ``write_output`` helpers).
+
+Exit codes: 0 ok, 2 usage (argparse), 3 invalid input, 4 a plan that is invalid or deadlocks. Errors go
+to stderr as ``{"error": {"field", "reason", "input"}}`` JSON; ``input`` names the option whose file or
+value was at fault.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
+from planner.cluster import ClusterSpec, load_cluster, load_cluster_preset, preset_names
+from planner.cost import analytic_profile
+from planner.errors import PlanError, SpecError
+from planner.exports import EXPORT_FORMATS, export_plan
+from planner.exports.plan_json import plan_json
+from planner.plan import Plan, load_plan
+from planner.profile import Profile, load_profile
+from planner.simulator import simulate
+from planner.spec.files import load_model_file
+from planner.spec.model import ModelSpec
+from planner.spec.presets import load_model_preset, model_preset_names
+
+EXIT_OK, EXIT_USAGE, EXIT_INVALID_INPUT, EXIT_INVALID_PLAN = 0, 2, 3, 4
+DEFAULT_CLUSTER_PRESET = "h100-sxm-1x8"
+EXPORTS_NEEDING_PROFILE = ("perfetto", "megatron-layout")
+
+
+class InputError(Exception):
+    """A ``SpecError`` tagged with the command-line option whose input caused it."""
+
+    def __init__(self, option: str, error: SpecError):
+        super().__init__(str(error))
+        self.option = option
+        self.error = error
+
+
+class UsageError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    help: str
+    arguments: tuple[tuple[tuple[str, ...], dict], ...]
+    run: Callable[[argparse.Namespace], int]
+
+
+SUBCOMMANDS: list[Subcommand] = []
+
+
+def argument(*flags: str, **options) -> tuple[tuple[str, ...], dict]:
+    return flags, options
+
+
+def subcommand(name: str, help: str, arguments: list[tuple[tuple[str, ...], dict]]):
+    def register(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        SUBCOMMANDS.append(Subcommand(name, help, tuple(arguments), run))
+        return run
+    return register
+
+
+PROFILE = argument("--profile", required=True, metavar="P",
+                   help="profile file (adaptis.profile/v1, JSON or YAML) or a model preset name, profiled "
+                        "analytically on --cluster (default cluster: %s)" % DEFAULT_CLUSTER_PRESET)
+CLUSTER = argument("--cluster", metavar="C", help="cluster file (adaptis.cluster/v1) or a cluster preset name; "
+                                                  "without it transfers cost nothing")
+OUT = argument("--out", default="-", metavar="FILE", help="where to write the result ('-', the default: stdout)")
+
+
+# ---- reading inputs -------------------------------------------------------------------------------------
+
+def _read_document(path: Path, option: str) -> object:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise InputError(option, SpecError("file", f"cannot read {path}: {error.strerror}")) from None
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            return yaml.safe_load(text)
+        return json.loads(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise InputError(option, SpecError("file", f"{path} is not valid {path.suffix[1:] or 'JSON'}: {error}")) from None
+
+
+def _load(option: str, loader: Callable, *args):
+    try:
+        return loader(*args)
+    except SpecError as error:
+        raise InputError(option, error) from None
+
+
+def read_cluster(value: str | None) -> ClusterSpec | None:
+    if value is None:
+        return None
+    if Path(value).is_file():
+        return _load("--cluster", load_cluster, _read_document(Path(value), "--cluster"))
+    if value in preset_names():
+        return load_cluster_preset(value)
+    raise InputError("--cluster", SpecError("cluster", f"{value!r} is neither a file nor a cluster preset "
+                                                       f"(presets: {', '.join(preset_names())})"))
+
+
+def read_model(value: str, option: str = "--model") -> ModelSpec:
+    if Path(value).is_file():
+        return _load(option, load_model_file, value)
+    if value in model_preset_names():
+        return load_model_preset(value)
+    raise InputError(option, SpecError("model", f"{value!r} is neither a file nor a model preset "
+                                                f"(presets: {', '.join(model_preset_names())})"))
+
+
+def read_profile(value: str, cluster: ClusterSpec | None) -> Profile:
+    """A profile file, or a model preset profiled analytically on ``cluster`` (or the default cluster)."""
+    if Path(value).is_file():
+        return _load("--profile", load_profile, _read_document(Path(value), "--profile"))
+    if value in model_preset_names():
+        return analytic_profile(load_model_preset(value), cluster or load_cluster_preset(DEFAULT_CLUSTER_PRESET))
+    raise InputError("--profile", SpecError("profile", f"{value!r} is neither a profile file nor a model preset "
+                                                       f"(presets: {', '.join(model_preset_names())})"))
+
+
+def read_plan(value: str) -> Plan:
+    return _load("plan", load_plan, _read_document(Path(value), "plan"))
+
+
+def write_output(target: str, text: str) -> None:
+    if target == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        Path(target).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise InputError("--out", SpecError("out", f"cannot write {target}: {error.strerror}")) from None
+
+
+def print_json(doc: dict) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def _report_written(target: str, summary: dict) -> None:
+    """When the result went to a file, say so on stdout (stdout stays the result itself otherwise)."""
+    if target != "-":
+        print_json({"out": target, **summary})
+
+
+# ---- subcommands --------------------------------------------------------------------------------------
+
+@subcommand("simulate", "Simulate a plan on a profile and print its metrics as JSON.", [
+    argument("plan", help="plan file (adaptis.plan/v1)"), PROFILE, CLUSTER,
+    argument("--timeline", action="store_true", help="include every action's start/end and every transfer"),
+])
+def simulate_command(args: argparse.Namespace) -> int:
+    cluster = read_cluster(args.cluster)
+    profile = read_profile(args.profile, cluster)
+    simulation = simulate(read_plan(args.plan), profile, cluster)
+    print_json(simulation.to_dict(include_timeline=args.timeline))
+    return EXIT_OK
+
+
+@subcommand("baseline", "Build a fixed-strategy plan (GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V).", [
+    argument("--schedule", required=True, choices=BASELINE_SCHEDULES),
+    PROFILE,
+    argument("--devices", required=True, type=int, metavar="N", help="pipeline devices"),
+    argument("--microbatches", required=True, type=int, metavar="M", help="micro-batches per iteration"),
+    CLUSTER,
+    argument("--partition", default="uniform", choices=PARTITIONS, help="how layers are split into stages"),
+    argument("--chunks", default=2, type=int, metavar="V", help="model chunks per device (interleaved-1f1b)"),
+    OUT,
+])
+def baseline_command(args: argparse.Namespace) -> int:
+    cluster = read_cluster(args.cluster)
+    profile = read_profile(args.profile, cluster)
+    plan = build_baseline(args.schedule, profile, args.devices, args.microbatches, cluster=cluster,
+                          partition=args.partition, chunks=args.chunks)
+    write_output(args.out, plan_json(plan))
+    _report_written(args.out, {"strategy": plan.strategy, "layout": plan.meta["layout"],
+                               "iteration_ms": plan.predicted["iteration_ms"],
+                               "bubble_ratio": plan.predicted["bubble_ratio"],
+                               "peak_memory_bytes": plan.predicted["peak_memory_bytes"]})
+    return EXIT_OK
+
+
+@subcommand("export", "Write a plan as a Perfetto trace, torch CSV, Megatron layout or plan JSON.", [
+    argument("plan", help="plan file (adaptis.plan/v1)"),
+    argument("--to", required=True, choices=EXPORT_FORMATS, help="output format"),
+    argument("--profile", metavar="P", help="profile file or model preset (needed for perfetto and "
+                                            "megatron-layout)"),
+    CLUSTER, OUT,
+])
+def export_command(args: argparse.Namespace) -> int:
+    if args.to in EXPORTS_NEEDING_PROFILE and args.profile is None:
+        raise UsageError(f"--to {args.to} needs --profile")
+    plan = read_plan(args.plan)
+    cluster = read_cluster(args.cluster)
+    profile = read_profile(args.profile, cluster) if args.profile is not None else None
+    text = export_plan(args.to, plan, profile, cluster)
+    write_output(args.out, text)
+    _report_written(args.out, {"format": args.to, "bytes": len(text.encode())})
+    return EXIT_OK
+
+
+@subcommand("profile", "Profile a model analytically on a cluster's device (adaptis.profile/v1).", [
+    argument("--model", required=True, metavar="SPEC", help="model file (ours or a HF config.json) or preset"),
+    argument("--cluster", required=True, metavar="C", help="cluster file or cluster preset name"),
+    OUT,
+])
+def profile_command(args: argparse.Namespace) -> int:
+    model = read_model(args.model)
+    profile = analytic_profile(model, read_cluster(args.cluster))
+    write_output(args.out, json.dumps(profile.to_dict(), indent=2) + "\n")
+    _report_written(args.out, {"model": profile.model, "device": profile.device, "layers": profile.num_layers})
+    return EXIT_OK
+
+
+@subcommand("presets", "List the model and cluster presets.", [])
+def presets_command(args: argparse.Namespace) -> int:
+    print_json({"models": model_preset_names(), "clusters": preset_names()})
+    return EXIT_OK
+
+
+@subcommand("search", "Search an AdaPtis plan (partition, placement and schedule together); progress on stderr.", [
+    PROFILE,
+    argument("--devices", required=True, type=int, metavar="N", help="pipeline devices"),
+    argument("--microbatches", required=True, type=int, metavar="M", help="micro-batches per iteration"),
+    CLUSTER,
+    argument("--memory-limit", type=int, metavar="BYTES",
+             help="per-device memory (default: the cluster's device memory; unlimited without a cluster)"),
+    argument("--time-budget", type=float, metavar="S", help="stop after S seconds with the best plan so far"),
+    argument("--seed", type=int, default=0, metavar="K", help="seed of the search's random restarts"),
+    OUT,
+])
+def search_command(args: argparse.Namespace) -> int:
+    from planner.search import search_plan  # the search pulls in more than the other subcommands need
+
+    cluster = read_cluster(args.cluster)
+    profile = read_profile(args.profile, cluster)
+
+    def progress(fraction: float, message: str) -> None:
+        sys.stderr.write(f"[{fraction:4.0%}] {message}\n")
+
+    result = search_plan(profile, args.devices, args.microbatches, cluster=cluster,
+                         memory_limit_bytes=args.memory_limit, seed=args.seed, time_budget_s=args.time_budget,
+                         progress=progress)
+    write_output(args.out, plan_json(result.plan))
+    _report_written(args.out, {
+        "strategy": result.plan.strategy, "layout": result.plan.meta["layout"],
+        "iteration_ms": result.iteration_ms, "lower_bound_ms": result.lower_bound_ms, "gap": result.gap,
+        "peak_memory_bytes": result.plan.predicted["peak_memory_bytes"],
+        "baselines": {name: metrics["iteration_ms"] for name, metrics in result.baselines.items()},
+        "search": result.stats})
+    return EXIT_OK
+
+
+# ---- entry point --------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m planner",
+                                     description="Plan pipeline parallelism for heterogeneous models.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in SUBCOMMANDS:
+        sub = commands.add_parser(command.name, help=command.help, description=command.help)
+        for flags, options in command.arguments:
+            sub.add_argument(*flags, **options)
+        sub.set_defaults(run=command.run)
+    return parser
+
+
+def _print_error(doc: dict) -> None:
+    sys.stderr.write(json.dumps({"error": doc}) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except UsageError as error:
+        parser.print_usage(sys.stderr)
+        sys.stderr.write(f"{parser.prog} {args.command}: error: {error}\n")
+        return EXIT_USAGE
+    except InputError as error:
+        _print_error({**error.error.to_dict(), "input": error.option})
+        return EXIT_INVALID_INPUT
+    except SpecError as error:
+        _print_error(error.to_dict())
+        return EXIT_INVALID_INPUT
+    except PlanError as error:
+        _print_error(error.to_dict())
+        return EXIT_INVALID_PLAN
