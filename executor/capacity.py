@@ -1,0 +1,71 @@
+"""Refuse runs that cannot fit: a realistic ModelSpec must be scaled (``executor.model.scale_spec``) first.
+
+The estimate per rank is parameters + gradients + optimizer state for its layers, plus the activations of
+the micro-batches a pipeline keeps in flight (at most one per stage ahead of it, capped by the number of
+micro-batches), using ~16 hidden-sized tensors per layer and token and the head's logits. It is meant to
+catch a 70B model on a laptop, not to budget memory to the last megabyte.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from executor.model.build import layer_parameter_counts
+from planner.errors import SpecError
+from planner.plan import Plan
+from planner.spec.model import ModelSpec
+
+USABLE_FRACTION = 0.8
+ACTIVATION_TENSORS_PER_LAYER = 16
+GIB = 1024 ** 3
+
+
+def rank_bytes(plan: Plan, spec: ModelSpec, rank: int, dtype: torch.dtype, optimizer: str,
+               counts: list[int] | None = None) -> int:
+    counts = counts if counts is not None else layer_parameter_counts(spec)
+    element = torch.empty((), dtype=dtype).element_size()
+    state_copies = 2 + (2 if optimizer == "adamw" else 0)   # weights, grads, Adam's two moments
+    layers = [layer for stage in plan.stages_on(rank) for layer in plan.stages[stage].layers]
+    tokens = spec.micro_batch_size * spec.seq_len
+    in_flight = min(plan.num_microbatches, plan.num_stages)
+    activations = in_flight * tokens * spec.hidden_size * element * ACTIVATION_TENSORS_PER_LAYER * len(layers)
+    if spec.layers[-1].kind == "head" and spec.num_layers - 1 in layers:
+        activations += in_flight * tokens * spec.vocab_size * 4 * 2   # float32 logits and their gradient
+    return sum(counts[layer] for layer in layers) * element * state_copies + activations
+
+
+def device_capacity_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_capacity(plan: Plan, spec: ModelSpec, *, device: torch.device, dtype: torch.dtype, optimizer: str,
+                   ranks: list[int] | None = None) -> None:
+    """Raise ``SpecError('model', ...)`` if the ranks' estimated memory exceeds the device's.
+
+    On a CPU all ranks of this host share its memory, so their estimates are summed.
+    """
+    ranks = list(range(plan.num_devices)) if ranks is None else ranks
+    counts = layer_parameter_counts(spec)
+    needs = {rank: rank_bytes(plan, spec, rank, dtype, optimizer, counts) for rank in ranks}
+    capacity = device_capacity_bytes(device) * USABLE_FRACTION
+    if device.type == "cuda":
+        worst = max(needs, key=needs.get)
+        if needs[worst] > capacity:
+            raise SpecError("model", f"{spec.name!r} needs ~{needs[worst] / GIB:.1f} GiB on rank {worst} "
+                                     f"(parameters, gradients, optimizer state, activations) but the GPU has "
+                                     f"{capacity / GIB:.1f} GiB usable; scale it down (executor.model.scale_spec, "
+                                     f"CLI --scale) or spread it over more devices")
+        return
+    total = sum(needs.values())
+    if ranks != list(range(plan.num_devices)):
+        # One rank launched alone (torchrun): assume the other local ranks are as large.
+        total *= int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if total > capacity:
+        raise SpecError("model", f"{spec.name!r} needs ~{total / GIB:.1f} GiB across {plan.num_devices} CPU ranks "
+                                 f"(parameters, gradients, optimizer state, activations) but this host has "
+                                 f"{capacity / GIB:.1f} GiB usable; scale it down with "
+                                 f"executor.model.scale_spec(spec) (CLI: --scale)")

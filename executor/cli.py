@@ -1,0 +1,148 @@
+"""``python -m executor``: run a plan, or measure a profile.
+
+    python -m executor run PLAN.json --model SPEC [--backend gloo|nccl] [--events URL_OR_PATH] [--steps N]
+                           [--optimizer sgd|adamw] [--lr LR] [--dtype fp32|bf16|...] [--scale [HIDDEN]]
+                           [--checkpoint-dir DIR] [--timeout S] [--out RESULT.json]
+    python -m executor profile --model SPEC [--scale [HIDDEN]] [--device cpu|cuda] [--dtype D]
+                               [--repeats N] --out PROFILE.json
+
+SPEC is a model file (our JSON/YAML or a HuggingFace config.json) or a preset name (``tiny-hybrid``).
+
+Single host: ``run`` starts one process per device of the plan itself. Several hosts: start the same
+command under torchrun on every host; each process then is one rank, reading RANK / WORLD_SIZE /
+LOCAL_RANK / MASTER_ADDR / MASTER_PORT from torchrun's environment, and rank 0 prints the result:
+
+    torchrun --nnodes 2 --nproc-per-node 8 --node-rank $NODE --master-addr $HEAD --master-port 29500 \\
+        -m executor run plan.json --model deepseek-v3 --backend nccl --events redis://head:6379/0#run:42
+
+(the plan's ``num_devices`` must equal nnodes x nproc-per-node; devices are numbered node-major, like ranks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from executor.config import BACKENDS, OPTIMIZERS
+from executor.errors import ExecutorError
+from executor.model.build import DTYPES
+from planner.errors import PlanError, SpecError
+from planner.plan import load_plan
+from planner.spec.model import ModelSpec
+
+DEFAULT_SCALED_HIDDEN = 64
+
+
+def load_model_argument(value: str, scale_hidden: int | None) -> ModelSpec:
+    from executor.model.scale import scale_spec
+    from planner.spec.files import load_model_file
+    from planner.spec.presets import load_model_preset
+
+    spec = load_model_file(value) if Path(value).exists() else load_model_preset(value)
+    return scale_spec(spec, hidden_size=scale_hidden) if scale_hidden else spec
+
+
+def _read_json(path: str, field: str) -> object:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise SpecError(field, f"cannot read {path}: {error.strerror}") from error
+    except json.JSONDecodeError as error:
+        raise SpecError(field, f"{path} is not JSON: line {error.lineno} column {error.colno}: {error.msg}") from error
+
+
+def launched_by_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
+
+
+def command_run(args) -> int:
+    plan = load_plan(_read_json(args.plan, "plan"))
+    spec = load_model_argument(args.model, args.scale)
+    settings = dict(backend=args.backend, seed=args.seed, event_sink=args.events, steps=args.steps,
+                    optimizer=args.optimizer, lr=args.lr, dtype=args.dtype, checkpoint_dir=args.checkpoint_dir)
+    if launched_by_torchrun():
+        from executor.config import RunConfig
+        from executor.worker import run_rank
+
+        job = {"plan": plan.to_dict(), "spec": spec.to_dict(), "config": RunConfig(**settings).to_dict()}
+        rank = int(os.environ["RANK"])
+        result = run_rank(job, rank=rank, world_size=int(os.environ["WORLD_SIZE"]),
+                          local_rank=int(os.environ.get("LOCAL_RANK", "0")), job_dir=None)
+        if rank != 0:
+            return 0
+    else:
+        from executor.launch import run_plan
+
+        result = run_plan(plan, spec, timeout_s=args.timeout, **settings).to_dict()
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    print(json.dumps({"summary": result["summary"], "loss": result["loss"], "losses": result["losses"]}, indent=1))
+    return 0
+
+
+def command_profile(args) -> int:
+    import torch
+
+    from executor.model.build import resolve_dtype
+    from executor.profiler import measure_profile
+
+    spec = load_model_argument(args.model, args.scale)
+    device = torch.device(args.device)
+    dtype = resolve_dtype(args.dtype or ("fp32" if device.type == "cpu" else spec.dtype))
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
+    profile = measure_profile(spec, device=device, dtype=dtype, repeats=args.repeats, warmup=args.warmup,
+                              seed=args.seed)
+    Path(args.out).write_text(json.dumps(profile.to_dict(), indent=1))
+    print(f"wrote {args.out}: {len(profile.layers)} layers of {spec.name} measured on {profile.device}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m executor", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    scale_help = f"shrink the model to CPU size first (hidden size, default {DEFAULT_SCALED_HIDDEN})"
+
+    run = commands.add_parser("run", help="train a model for some steps with a plan")
+    run.add_argument("plan")
+    run.add_argument("--model", required=True)
+    run.add_argument("--backend", choices=BACKENDS, default="gloo")
+    run.add_argument("--events", help="redis://host:port/db#stream-key or a JSON-lines file")
+    run.add_argument("--steps", type=int, default=1)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
+    run.add_argument("--lr", type=float, default=1e-3)
+    run.add_argument("--dtype", choices=sorted(DTYPES))
+    run.add_argument("--scale", type=int, nargs="?", const=DEFAULT_SCALED_HIDDEN, help=scale_help)
+    run.add_argument("--checkpoint-dir")
+    run.add_argument("--timeout", type=float, default=600.0)
+    run.add_argument("--out", help="write the full result (with every event) here")
+    run.set_defaults(handler=command_run)
+
+    profile = commands.add_parser("profile", help="measure per-layer F / I / W times and memory")
+    profile.add_argument("--model", required=True)
+    profile.add_argument("--scale", type=int, nargs="?", const=DEFAULT_SCALED_HIDDEN, help=scale_help)
+    profile.add_argument("--device", default="cpu")
+    profile.add_argument("--dtype", choices=sorted(DTYPES))
+    profile.add_argument("--repeats", type=int, default=5)
+    profile.add_argument("--warmup", type=int, default=2)
+    profile.add_argument("--threads", type=int, default=1, help="CPU threads (one rank's share)")
+    profile.add_argument("--seed", type=int, default=0)
+    profile.add_argument("--out", required=True)
+    profile.set_defaults(handler=command_profile)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (SpecError, PlanError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except ExecutorError as error:
+        print(f"error: {error}\n{error.traceback_text}", file=sys.stderr)
+        return 1

@@ -1,0 +1,170 @@
+"""``run_plan``: run a Plan on ``plan.num_devices`` local ranks and collect what they measured.
+
+Each rank is a fresh ``python -m executor.worker`` subprocess with torchrun's environment variables, not a
+multiprocessing child: that works the same from a shell, a test, or a (daemonic) Celery worker, and it is
+exactly the process a multi-host torchrun launch starts. The launcher watches the ranks; the first one to
+fail decides the error (the others typically fail after it, on a dead connection), and every child is
+killed and reaped on failure, timeout or interruption, so nothing outlives the call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+from torch.distributed import TCPStore
+
+from executor.capacity import check_capacity
+from executor.config import RunConfig
+from executor.errors import ExecutorError
+from executor.events import open_sink
+from executor.lowering import lower_plan
+from executor.worker import RESULT_FILE, error_file, run_dtype
+from planner.plan import Plan
+from planner.spec.model import ModelSpec
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+POLL_SECONDS = 0.05
+KILL_GRACE_SECONDS = 5.0
+STDERR_TAIL = 4000
+
+
+@dataclass
+class RunResult:
+    events: list[dict]
+    summary: dict
+    loss: float | None
+    losses: list[float | None] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"events": self.events, "summary": self.summary, "loss": self.loss, "losses": self.losses}
+
+
+def rendezvous_store(world_size: int) -> TCPStore:
+    """The run's rendezvous store, hosted here on a port the OS picks while binding it (no race with other
+    programs for a port probed earlier); ranks join it as clients, as under torchrun's agent."""
+    return TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
+                    timeout=timedelta(seconds=600))
+
+
+def _rank_env(rank: int, world_size: int, port: int) -> dict:
+    env = dict(os.environ)
+    env.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+                "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                "TORCHELASTIC_USE_AGENT_STORE": "True",
+                "OMP_NUM_THREADS": env.get("ADAPTIS_THREADS_PER_RANK", "1")})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    """Terminate every rank's process group, then kill what is left, and reap them all."""
+    for process in processes:
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + KILL_GRACE_SECONDS
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+
+
+def _failure(job_dir: Path, rank: int, returncode: int) -> ExecutorError:
+    report = error_file(job_dir, rank)
+    if report.exists():
+        details = json.loads(report.read_text())
+        return ExecutorError(details["error"], rank=rank, traceback_text=details["traceback"])
+    stderr = (job_dir / f"rank{rank}.stderr").read_text(errors="replace")[-STDERR_TAIL:]
+    return ExecutorError(f"exited with status {returncode} without a Python traceback", rank=rank,
+                         traceback_text=stderr)
+
+
+def _first_failure(job_dir: Path, failed_ranks: list[int]) -> int:
+    """Of ranks seen dead in one poll, the one whose error was recorded first (the others followed it)."""
+    def failed_at(rank: int) -> float:
+        report = error_file(job_dir, rank)
+        return json.loads(report.read_text()).get("time", float("inf")) if report.exists() else float("inf")
+    return min(failed_ranks, key=lambda rank: (failed_at(rank), rank))
+
+
+def _report(config: RunConfig, event: dict) -> None:
+    if config.event_sink:
+        sink = open_sink(config.event_sink)
+        try:
+            sink.write([event])
+        finally:
+            sink.close()
+
+
+def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 0, event_sink: str | None = None,
+             steps: int = 1, timeout_s: float = 300, optimizer: str = "sgd", lr: float = 1e-3,
+             dtype: str | None = None, checkpoint_dir: str | None = None, lookahead: int = 1) -> RunResult:
+    """Train ``spec`` for ``steps`` steps with ``plan`` on local ranks; see the module docstring.
+
+    Raises ``PlanError`` (plan cannot be lowered or deadlocks), ``SpecError`` (bad settings, or a model too
+    big for this host: scale it with ``executor.model.scale_spec``), ``ExecutorError`` (a rank failed or the
+    run timed out; ``rank`` and ``traceback_text`` say where).
+    """
+    config = RunConfig(backend=backend, seed=seed, steps=steps, optimizer=optimizer, lr=lr, dtype=dtype,
+                       event_sink=event_sink, checkpoint_dir=checkpoint_dir, lookahead=lookahead,
+                       report_failures=False)
+    lower_plan(plan, spec.num_layers, lookahead=lookahead)   # fail fast, before any process starts
+    device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
+    check_capacity(plan, spec, device=device, dtype=run_dtype(config, spec, device), optimizer=optimizer)
+    if event_sink:
+        open_sink(event_sink).close()   # a malformed sink fails here, not in every rank
+    job_dir = Path(tempfile.mkdtemp(prefix="adaptis-run-"))
+    job_file = job_dir / "job.json"
+    job_file.write_text(json.dumps({"plan": plan.to_dict(), "spec": spec.to_dict(), "config": config.to_dict()}))
+    processes: list[subprocess.Popen] = []
+    store = rendezvous_store(plan.num_devices)
+    try:
+        port = store.port
+        for rank in range(plan.num_devices):
+            with open(job_dir / f"rank{rank}.stderr", "wb") as stderr:
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "executor.worker", str(job_file)], cwd=REPO_ROOT,
+                    env=_rank_env(rank, plan.num_devices, port), stdout=subprocess.DEVNULL, stderr=stderr,
+                    start_new_session=True))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            codes = [process.poll() for process in processes]
+            failed_ranks = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
+            if failed_ranks:
+                failed = _first_failure(job_dir, failed_ranks)
+                error = _failure(job_dir, failed, codes[failed])
+                _stop(processes)
+                _report(config, {"type": "run_failed", "rank": failed, "error": error.message})
+                raise error
+            if all(code == 0 for code in codes):
+                break
+            if time.monotonic() > deadline:
+                _stop(processes)
+                message = f"timed out after {timeout_s:g} s"
+                _report(config, {"type": "run_failed", "rank": None, "error": message})
+                raise ExecutorError(message)
+            time.sleep(POLL_SECONDS)
+        result = json.loads((job_dir / RESULT_FILE).read_text())
+        return RunResult(events=result["events"], summary=result["summary"], loss=result["loss"],
+                         losses=result["losses"])
+    finally:
+        _stop(processes)
+        shutil.rmtree(job_dir, ignore_errors=True)

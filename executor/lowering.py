@@ -1,0 +1,220 @@
+"""Lowering: a Plan's compute-only action lists become per-rank programs with communication inserted.
+
+A stage boundary crossing devices becomes a message: the activation of ``F(s, m)`` travels to the device of
+stage s+1, the input gradient of ``B/I(s, m)`` to the device of stage s-1. Stages on the same device hand
+tensors over locally. Each program:
+
+- posts a receive ``lookahead`` compute ops before the compute that needs it (it lands while the rank is
+  busy) and waits on it just before that compute;
+- sends right after the producing compute, without waiting (sends are drained at the end of the step).
+
+Messages on one (src, dst) channel are numbered in the order the sender produces them, and the receiver
+posts them in that same order. That is what keeps messages from crossing: gloo also matches on the tag
+(the sequence number), NCCL matches point-to-point operations in issue order and ignores tags.
+
+``prove_deadlock_free`` replays the programs with those semantics (posts and sends never block, a wait
+blocks until the matching send was issued, a compute needs its local inputs) and fails naming the stuck ops.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from planner.errors import PlanError
+from planner.plan import Action, Plan
+from planner.validate import validate_plan
+
+ACTIVATION = "activation"
+GRADIENT = "gradient"
+
+
+@dataclass(frozen=True)
+class Message:
+    """A tensor crossing devices: the ``kind`` input of ``stage`` for ``microbatch``."""
+
+    kind: str
+    stage: int
+    microbatch: int
+    src: int
+    dst: int
+    sequence: int = 0   # position on the (src, dst) channel
+
+    def __str__(self) -> str:
+        what = "act" if self.kind == ACTIVATION else "grad"
+        return f"{what}(stage {self.stage}, mb {self.microbatch}) {self.src}->{self.dst} #{self.sequence}"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One instruction of a rank's program: COMPUTE an action, or POST_RECV / WAIT_RECV / SEND a message."""
+
+    type: str
+    action: Action | None = None
+    message: Message | None = None
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.action}" if self.action is not None else f"{self.type} {self.message}"
+
+
+@dataclass
+class LoweredPlan:
+    plan: Plan
+    programs: list[list[Op]]
+
+    def program(self, rank: int) -> list[Op]:
+        return self.programs[rank]
+
+    def max_channel_length(self) -> int:
+        """The most messages any (src, dst) channel carries per step (tags of step k start at k times it)."""
+        return max((op.message.sequence + 1 for program in self.programs for op in program if op.type == "SEND"),
+                   default=0)
+
+
+def _needs_input(plan: Plan, action: Action) -> tuple[str, int] | None:
+    """(kind, producing stage) of the boundary tensor ``action`` consumes, if it comes from another stage."""
+    last = plan.num_stages - 1
+    if action.type == "F" and action.stage > 0:
+        return ACTIVATION, action.stage - 1
+    if action.type in ("B", "I") and action.stage < last:
+        return GRADIENT, action.stage + 1
+    return None
+
+
+def _produces(plan: Plan, action: Action) -> tuple[str, int] | None:
+    """(kind, consuming stage) of the boundary tensor ``action`` produces, if another stage consumes it."""
+    last = plan.num_stages - 1
+    if action.type == "F" and action.stage < last:
+        return ACTIVATION, action.stage + 1
+    if action.type in ("B", "I") and action.stage > 0:
+        return GRADIENT, action.stage - 1
+    return None
+
+
+def _remote_messages(plan: Plan) -> dict[tuple[str, int, int], Message]:
+    """Every cross-device message keyed by (kind, consuming stage, micro-batch), numbered per channel."""
+    messages: dict[tuple[str, int, int], Message] = {}
+    channel_length: dict[tuple[int, int], int] = defaultdict(int)
+    for device, actions in enumerate(plan.actions):
+        for action in actions:
+            produced = _produces(plan, action)
+            if produced is None:
+                continue
+            kind, consumer = produced
+            dst = plan.stage_device(consumer)
+            if dst == device:
+                continue
+            sequence = channel_length[device, dst]
+            channel_length[device, dst] += 1
+            messages[kind, consumer, action.microbatch] = Message(kind, consumer, action.microbatch, device, dst,
+                                                                  sequence)
+    return messages
+
+
+def _program(plan: Plan, device: int, messages: dict, lookahead: int) -> list[Op]:
+    actions = plan.actions[device]
+    incoming = [None] * len(actions)
+    for position, action in enumerate(actions):
+        need = _needs_input(plan, action)
+        if need is not None:
+            incoming[position] = messages.get((need[0], action.stage, action.microbatch))
+    # Receives this rank will post, per source channel, in channel order.
+    channel_queue: dict[int, list[Message]] = defaultdict(list)
+    for message in sorted(filter(None, incoming), key=lambda m: (m.src, m.sequence)):
+        channel_queue[message.src].append(message)
+    posted: set[Message] = set()
+
+    def post(message: Message, program: list[Op]) -> None:
+        # Post every earlier message of the channel first, so receives go out in channel order.
+        queue = channel_queue[message.src]
+        while message not in posted:
+            earlier = queue.pop(0)
+            posted.add(earlier)
+            program.append(Op("POST_RECV", message=earlier))
+
+    program: list[Op] = []
+    for position, action in enumerate(actions):
+        ahead = incoming[position + lookahead] if lookahead and position + lookahead < len(actions) else None
+        if position == 0:
+            for early in incoming[:lookahead + 1]:
+                if early is not None:
+                    post(early, program)
+        if ahead is not None:
+            post(ahead, program)
+        if incoming[position] is not None:
+            post(incoming[position], program)
+            program.append(Op("WAIT_RECV", message=incoming[position]))
+        program.append(Op("COMPUTE", action=action))
+        produced = _produces(plan, action)
+        if produced is not None:
+            outgoing = messages.get((produced[0], produced[1], action.microbatch))
+            if outgoing is not None:
+                program.append(Op("SEND", message=outgoing))
+    return program
+
+
+def lower_plan(plan: Plan, num_layers: int, *, lookahead: int = 1) -> LoweredPlan:
+    """Validate ``plan``, insert communication, and prove the result deadlock-free (else ``PlanError``)."""
+    validate_plan(plan, num_layers)
+    messages = _remote_messages(plan)
+    lowered = LoweredPlan(plan, [_program(plan, device, messages, lookahead) for device in range(plan.num_devices)])
+    prove_deadlock_free(lowered)
+    return lowered
+
+
+def _local_dependencies(plan: Plan, action: Action, full_backwards: set[tuple[int, int]]) -> list[Action]:
+    """Same-device actions whose results ``action`` consumes: its own F (or I for a W) and local hand-offs."""
+    if action.type == "W":
+        return [Action(action.stage, "I", action.microbatch)]
+    needs = [] if action.type == "F" else [Action(action.stage, "F", action.microbatch)]
+    need = _needs_input(plan, action)
+    if need is not None and plan.stage_device(need[1]) == plan.stage_device(action.stage):
+        kind, producer = need
+        if kind == ACTIVATION:
+            needs.append(Action(producer, "F", action.microbatch))
+        else:
+            backward = "B" if (producer, action.microbatch) in full_backwards else "I"
+            needs.append(Action(producer, backward, action.microbatch))
+    return needs
+
+
+def prove_deadlock_free(lowered: LoweredPlan) -> None:
+    """Replay the programs; raise PlanError listing each rank's blocking op if they cannot all finish."""
+    plan = lowered.plan
+    programs = lowered.programs
+    full_backwards = {(a.stage, a.microbatch) for actions in plan.actions for a in actions if a.type == "B"}
+    position = [0] * len(programs)
+    sent: set[Message] = set()
+    done: set[Action] = set()
+    next_posted: dict[tuple[int, int], int] = defaultdict(int)
+
+    def ready(op: Op) -> bool:
+        if op.type == "WAIT_RECV":
+            return op.message in sent
+        if op.type == "COMPUTE":
+            return all(needed in done for needed in _local_dependencies(plan, op.action, full_backwards))
+        return True
+
+    progressed = True
+    while progressed:
+        progressed = False
+        for device, program in enumerate(programs):
+            while position[device] < len(program) and ready(program[position[device]]):
+                op = program[position[device]]
+                if op.type == "POST_RECV":
+                    channel = (op.message.src, device)
+                    if op.message.sequence != next_posted[channel]:
+                        raise PlanError(f"device {device} posts {op.message} out of channel order "
+                                        f"(expected #{next_posted[channel]})", blocked=[str(op)])
+                    next_posted[channel] += 1
+                elif op.type == "SEND":
+                    sent.add(op.message)
+                elif op.type == "COMPUTE":
+                    done.add(op.action)
+                position[device] += 1
+                progressed = True
+    stuck = [f"device {device}: {program[position[device]]}"
+             for device, program in enumerate(programs) if position[device] < len(program)]
+    if stuck:
+        raise PlanError("the lowered program deadlocks: every remaining rank waits on an op that can never "
+                        "complete (" + "; ".join(stuck) + ")", field="actions", blocked=stuck)

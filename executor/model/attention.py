@@ -1,0 +1,134 @@
+"""Causal softmax attention: grouped-query heads, rotary positions, optional sliding window, and
+multi-head latent attention (DeepSeek-V2/V3 MLA) when the mixer sets ``kv_lora_rank``."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from executor.model.linear import Linear
+from executor.model.init import normal_
+from executor.model.norm import RMSNorm
+from planner.spec.model import AttentionMixer
+
+ROPE_BASE = 10_000.0
+
+
+def apply_rotary(x: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021), half-split layout as in Llama; x is (b, heads, s, d)."""
+    seq_len, head_dim = x.shape[-2], x.shape[-1]
+    half = head_dim // 2
+    inv_freq = ROPE_BASE ** (-torch.arange(half, device=x.device, dtype=torch.float32) / max(half, 1))
+    angles = torch.arange(seq_len, device=x.device, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    first, second = x[..., :half], x[..., half:2 * half]
+    rotated = torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+    # An odd width leaves its last channel unrotated.
+    return torch.cat([rotated, x[..., 2 * half:]], dim=-1) if head_dim % 2 else rotated
+
+
+def sliding_window_mask(seq_len: int, window: int, device: torch.device) -> torch.Tensor:
+    """Boolean (s, s) mask, True where query i may attend key j: j <= i and i - j < window."""
+    positions = torch.arange(seq_len, device=device)
+    distance = positions[:, None] - positions[None, :]
+    return (distance >= 0) & (distance < window)
+
+
+def causal_attention(query, key, value, window: int | None) -> torch.Tensor:
+    seq_len = query.shape[-2]
+    if window is not None and window < seq_len:
+        mask = sliding_window_mask(seq_len, window, query.device)
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+    return F.scaled_dot_product_attention(query, key, value, is_causal=True)
+
+
+def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    batch, seq_len, width = x.shape
+    return x.view(batch, seq_len, heads, width // heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    batch, heads, seq_len, width = x.shape
+    return x.transpose(1, 2).reshape(batch, seq_len, heads * width)
+
+
+class Attention(nn.Module):
+    """Multi-head / grouped-query attention (Llama, Gemma, Mixtral, Nemotron-H's attention layers)."""
+
+    def __init__(self, hidden_size: int, mixer: AttentionMixer):
+        super().__init__()
+        self.num_heads = mixer.num_heads
+        self.num_kv_heads = mixer.num_kv_heads
+        self.window = mixer.window
+        value_dim = getattr(mixer, "value_dim", mixer.head_dim)
+        self.q_proj = Linear(hidden_size, self.num_heads * mixer.head_dim)
+        self.k_proj = Linear(hidden_size, self.num_kv_heads * mixer.head_dim)
+        self.v_proj = Linear(hidden_size, self.num_kv_heads * value_dim)
+        self.o_proj = Linear(self.num_heads * value_dim, hidden_size)
+
+    def init_weights(self, generator: torch.Generator) -> None:
+        for projection in (self.q_proj, self.k_proj, self.v_proj, self.o_proj):
+            normal_(projection.weight, generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        query = apply_rotary(split_heads(self.q_proj(x), self.num_heads))
+        key = apply_rotary(split_heads(self.k_proj(x), self.num_kv_heads))
+        value = split_heads(self.v_proj(x), self.num_kv_heads)
+        group = self.num_heads // self.num_kv_heads
+        if group > 1:
+            key = key.repeat_interleave(group, dim=1)
+            value = value.repeat_interleave(group, dim=1)
+        return self.o_proj(merge_heads(causal_attention(query, key, value, self.window)))
+
+
+class LatentAttention(nn.Module):
+    """DeepSeek MLA: keys and values up-projected per head from a compressed latent; a shared rotary key.
+
+    head_dim = non-rotary part + ``rope_head_dim``; queries come from a ``q_lora_rank`` latent when set.
+    """
+
+    def __init__(self, hidden_size: int, mixer: AttentionMixer):
+        super().__init__()
+        self.num_heads = mixer.num_heads
+        self.window = mixer.window
+        self.rope_dim = mixer.rope_head_dim
+        self.nope_dim = mixer.head_dim - mixer.rope_head_dim
+        self.value_dim = mixer.value_dim
+        query_width = self.num_heads * mixer.head_dim
+        if mixer.q_lora_rank:
+            self.q_down = Linear(hidden_size, mixer.q_lora_rank)
+            self.q_norm = RMSNorm(mixer.q_lora_rank)
+            self.q_up = Linear(mixer.q_lora_rank, query_width)
+        else:
+            self.q_down, self.q_norm = None, None
+            self.q_up = Linear(hidden_size, query_width)
+        self.kv_down = Linear(hidden_size, mixer.kv_lora_rank + self.rope_dim)
+        self.kv_norm = RMSNorm(mixer.kv_lora_rank)
+        self.kv_up = Linear(mixer.kv_lora_rank, self.num_heads * (self.nope_dim + self.value_dim))
+        self.o_proj = Linear(self.num_heads * self.value_dim, hidden_size)
+
+    def init_weights(self, generator: torch.Generator) -> None:
+        for part in (self.q_down, self.q_up, self.kv_down, self.kv_up, self.o_proj):
+            if part is not None:
+                normal_(part.weight, generator)
+        for norm in (self.q_norm, self.kv_norm):
+            if norm is not None:
+                norm.init_weights(generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        query_input = self.q_norm(self.q_down(x)) if self.q_down is not None else x
+        query = split_heads(self.q_up(query_input), self.num_heads)
+        query = torch.cat([query[..., :self.nope_dim], apply_rotary(query[..., self.nope_dim:])], dim=-1)
+        latent, shared_rope_key = torch.split(self.kv_down(x), [self.kv_norm.weight.shape[0], self.rope_dim], -1)
+        keys_values = split_heads(self.kv_up(self.kv_norm(latent)), self.num_heads)
+        key_nope, value = torch.split(keys_values, [self.nope_dim, self.value_dim], dim=-1)
+        rope_key = apply_rotary(shared_rope_key.unsqueeze(1)).expand(-1, self.num_heads, -1, -1)
+        key = torch.cat([key_nope, rope_key], dim=-1)
+        return self.o_proj(merge_heads(causal_attention(query, key, value, self.window)))
+
+
+def build_attention(hidden_size: int, mixer: AttentionMixer) -> nn.Module:
+    if getattr(mixer, "kv_lora_rank", None):
+        return LatentAttention(hidden_size, mixer)
+    return Attention(hidden_size, mixer)

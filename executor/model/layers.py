@@ -1,0 +1,133 @@
+"""The four layer kinds of a ModelSpec as modules: embedding, decoder, standalone MLP, head.
+
+Every layer maps hidden states (b, s, hidden) to hidden states, except the embedding (token ids in) and
+the head (hidden states and labels in, the micro-batch's loss out).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from executor.model.attention import build_attention
+from executor.model.init import layer_generator, normal_
+from executor.model.linear import linear
+from executor.model.linear_attention import LinearAttention
+from executor.model.mamba2 import Mamba2
+from executor.model.mlp import build_mlp
+from executor.model.norm import RMSNorm
+from planner.spec.model import AttentionMixer, LayerSpec, LinearAttentionMixer, Mamba2Mixer, ModelSpec
+
+
+def init_embedding_table(table: torch.Tensor, seed: int) -> None:
+    """The embedding table is layer 0's first draw; a tied head on another rank repeats the same draw."""
+    normal_(table, layer_generator(seed, 0))
+
+
+class Embedding(nn.Module):
+    def __init__(self, vocab_size: int, hidden_size: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size))
+
+    def init_weights(self, seed: int, layer_index: int) -> None:
+        init_embedding_table(self.weight, seed)
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(token_ids, self.weight)
+
+
+def build_mixer(hidden_size: int, mixer) -> nn.Module:
+    if isinstance(mixer, AttentionMixer):
+        return build_attention(hidden_size, mixer)
+    if isinstance(mixer, LinearAttentionMixer):
+        return LinearAttention(hidden_size, mixer)
+    if isinstance(mixer, Mamba2Mixer):
+        return Mamba2(hidden_size, mixer)
+    raise TypeError(f"unknown mixer {mixer!r}")
+
+
+class Decoder(nn.Module):
+    """Pre-norm residual block: x + mixer(norm(x)), then x + mlp(norm(x)) when the layer has an MLP."""
+
+    def __init__(self, hidden_size: int, layer: LayerSpec):
+        super().__init__()
+        self.mixer_norm = RMSNorm(hidden_size)
+        self.mixer = build_mixer(hidden_size, layer.mixer)
+        self.mlp_norm = RMSNorm(hidden_size) if layer.mlp is not None else None
+        self.mlp = build_mlp(hidden_size, layer.mlp) if layer.mlp is not None else None
+
+    def init_weights(self, seed: int, layer_index: int) -> None:
+        generator = layer_generator(seed, layer_index)
+        for part in (self.mixer_norm, self.mixer, self.mlp_norm, self.mlp):
+            if part is not None:
+                part.init_weights(generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.mixer(self.mixer_norm(x))
+        if self.mlp is not None:
+            x = x + self.mlp(self.mlp_norm(x))
+        return x
+
+
+class MLPLayer(nn.Module):
+    """A standalone pre-norm MLP block (Nemotron-H's ``-`` layers)."""
+
+    def __init__(self, hidden_size: int, layer: LayerSpec):
+        super().__init__()
+        self.norm = RMSNorm(hidden_size)
+        self.mlp = build_mlp(hidden_size, layer.mlp)
+
+    def init_weights(self, seed: int, layer_index: int) -> None:
+        generator = layer_generator(seed, layer_index)
+        self.norm.init_weights(generator)
+        self.mlp.init_weights(generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.norm(x))
+
+
+class Head(nn.Module):
+    """Final RMSNorm, vocabulary projection and token-mean cross-entropy times ``loss_scale``.
+
+    With tied embeddings the projection reuses the embedding table: the same Parameter when both live on
+    one rank (``share_table``), else an identically initialised copy whose gradient the runtime
+    all-reduces with the embedding's before the optimizer step.
+    """
+
+    def __init__(self, hidden_size: int, vocab_size: int, tied: bool):
+        super().__init__()
+        self.tied = tied
+        self.norm = RMSNorm(hidden_size)
+        self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size))
+
+    def share_table(self, embedding: Embedding) -> None:
+        self.weight = embedding.weight
+
+    def init_weights(self, seed: int, layer_index: int) -> None:
+        generator = layer_generator(seed, layer_index)
+        self.norm.init_weights(generator)
+        if self.tied:
+            init_embedding_table(self.weight, seed)
+        else:
+            normal_(self.weight, generator)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor, loss_scale: float = 1.0) -> torch.Tensor:
+        logits = linear(self.norm(x), self.weight)
+        # Half-precision logits are upcast for a stable softmax; float32/float64 stay as they are.
+        if logits.dtype in (torch.float16, torch.bfloat16):
+            logits = logits.float()
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        return loss.to(x.dtype) * loss_scale
+
+
+def build_layer(spec: ModelSpec, index: int) -> nn.Module:
+    """The module of layer ``index`` with uninitialised storage (call ``init_weights(seed, index)``)."""
+    layer = spec.layers[index]
+    if layer.kind == "embedding":
+        return Embedding(spec.vocab_size, spec.hidden_size)
+    if layer.kind == "head":
+        return Head(spec.hidden_size, spec.vocab_size, tied=spec.tie_embeddings and spec.layers[0].kind == "embedding")
+    if layer.kind == "mlp":
+        return MLPLayer(spec.hidden_size, layer)
+    return Decoder(spec.hidden_size, layer)

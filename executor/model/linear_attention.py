@@ -1,0 +1,103 @@
+"""Linear attention mixers: gated delta-net (Qwen3-Next) and lightning attention (MiniMax-01).
+
+Both keep a (head_dim x head_dim) state per head instead of a key/value cache. At the small scale the
+executor runs on, the gated delta rule is evaluated step by step (the recurrence itself, no chunking) and
+lightning attention in its parallel form with an explicit decay mask; both are exact, just not the
+chunked kernels a production run would use.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from executor.model.linear import Linear
+from executor.model.init import fill_, normal_, uniform_
+from executor.model.norm import RMSNorm
+from planner.spec.model import LinearAttentionMixer
+
+
+class LinearAttention(nn.Module):
+    def __init__(self, hidden_size: int, mixer: LinearAttentionMixer):
+        super().__init__()
+        self.variant = mixer.variant
+        self.num_heads = mixer.num_heads
+        self.head_dim = mixer.head_dim
+        # Queries and keys may have fewer heads than values (Qwen3-Next); they are broadcast over them.
+        self.num_key_heads = getattr(mixer, "key_heads", mixer.num_heads)
+        inner = self.num_heads * self.head_dim
+        self.q_proj = Linear(hidden_size, self.num_key_heads * self.head_dim)
+        self.k_proj = Linear(hidden_size, self.num_key_heads * self.head_dim)
+        self.v_proj = Linear(hidden_size, inner)
+        self.gate_proj = Linear(hidden_size, inner)
+        self.o_proj = Linear(inner, hidden_size)
+        self.out_norm = RMSNorm(self.head_dim)
+        if self.variant == "gated_delta":
+            # Per-token write strength (beta) and decay (alpha = exp(g)), parameterised as in Mamba-2.
+            self.beta_proj = Linear(hidden_size, self.num_heads)
+            self.decay_proj = Linear(hidden_size, self.num_heads)
+            self.A_log = nn.Parameter(torch.empty(self.num_heads))
+            self.dt_bias = nn.Parameter(torch.empty(self.num_heads))
+
+    def init_weights(self, generator: torch.Generator) -> None:
+        for projection in (self.q_proj, self.k_proj, self.v_proj, self.gate_proj, self.o_proj):
+            normal_(projection.weight, generator)
+        self.out_norm.init_weights(generator)
+        if self.variant == "gated_delta":
+            normal_(self.beta_proj.weight, generator)
+            normal_(self.decay_proj.weight, generator)
+            uniform_(self.A_log, generator, 0.0, math.log(16.0))
+            fill_(self.dt_bias, 0.0)
+
+    def _heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+        batch, seq_len, _ = x.shape
+        x = x.view(batch, seq_len, heads, self.head_dim).transpose(1, 2)
+        return x.repeat_interleave(self.num_heads // heads, dim=1) if heads != self.num_heads else x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq_len, _ = x.shape
+        query = self._heads(self.q_proj(x), self.num_key_heads)
+        key = self._heads(self.k_proj(x), self.num_key_heads)
+        value = self._heads(self.v_proj(x), self.num_heads)
+        if self.variant == "gated_delta":
+            out = self._gated_delta(x, query, key, value)
+        else:
+            out = self._lightning(query, key, value)
+        out = self.out_norm(out).transpose(1, 2).reshape(batch, seq_len, self.num_heads * self.head_dim)
+        return self.o_proj(out * F.silu(self.gate_proj(x)))
+
+    def _gated_delta(self, x, query, key, value) -> torch.Tensor:
+        """S_t = a_t S_{t-1} + b_t (v_t - a_t S_{t-1} k_t) k_t^T,  o_t = S_t q_t  (Yang et al. 2024)."""
+        query = F.normalize(query, dim=-1) / math.sqrt(self.head_dim)
+        key = F.normalize(key, dim=-1)
+        beta = torch.sigmoid(self.beta_proj(x)).transpose(1, 2)                       # (b, h, s)
+        log_decay = -torch.exp(self.A_log)[:, None] * F.softplus(
+            self.decay_proj(x).transpose(1, 2) + self.dt_bias[:, None])               # (b, h, s)
+        decay = torch.exp(log_decay)
+        batch, heads, seq_len, dim = query.shape
+        state = query.new_zeros(batch, heads, dim, dim)                                # (b, h, d_v, d_k)
+        outputs = []
+        for t in range(seq_len):
+            a_t = decay[:, :, t, None, None]
+            k_t, v_t = key[:, :, t], value[:, :, t]
+            predicted = (state @ k_t.unsqueeze(-1)).squeeze(-1)
+            correction = beta[:, :, t, None] * (v_t - decay[:, :, t, None] * predicted)
+            state = a_t * state + correction.unsqueeze(-1) * k_t.unsqueeze(-2)
+            outputs.append((state @ query[:, :, t].unsqueeze(-1)).squeeze(-1))
+        return torch.stack(outputs, dim=2)
+
+    def _lightning(self, query, key, value) -> torch.Tensor:
+        """o_i = sum_{j<=i} lambda_h^(i-j) (q_i . k_j) v_j with ALiBi-style per-head decay slopes."""
+        query, key, value = F.silu(query), F.silu(key), F.silu(value)
+        heads, seq_len = query.shape[1], query.shape[2]
+        slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)],
+                              device=query.device, dtype=query.dtype)
+        positions = torch.arange(seq_len, device=query.device)
+        distance = (positions[:, None] - positions[None, :]).to(query.dtype)
+        decay = torch.where(distance >= 0, torch.exp(-slopes[:, None, None] * distance.clamp(min=0)),
+                            torch.zeros((), dtype=query.dtype, device=query.device))
+        scores = (query @ key.transpose(-1, -2)) * decay / math.sqrt(self.head_dim)
+        return scores @ value

@@ -1,0 +1,82 @@
+"""Feed-forward blocks: dense (SwiGLU or GELU) and mixture-of-experts with shared experts."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from executor.model.linear import Linear
+from executor.model.init import normal_
+from planner.spec.model import DenseMLP, MoEMLP
+
+
+class GatedMLP(nn.Module):
+    """down(silu(gate(x)) * up(x)) when gated (SwiGLU), else down(gelu(up(x)))."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, gated: bool = True):
+        super().__init__()
+        self.gated = gated
+        self.up_proj = Linear(hidden_size, intermediate_size)
+        self.gate_proj = Linear(hidden_size, intermediate_size) if gated else None
+        self.down_proj = Linear(intermediate_size, hidden_size)
+
+    def init_weights(self, generator: torch.Generator) -> None:
+        for projection in (self.up_proj, self.gate_proj, self.down_proj):
+            if projection is not None:
+                normal_(projection.weight, generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(F.gelu(self.up_proj(x)))
+
+
+class MoE(nn.Module):
+    """Softmax router, top-k routed experts, plus always-active shared experts.
+
+    Tokens are gathered per expert and scattered back with ``index_add_`` (a dropless dispatch); there is
+    no capacity limit and no auxiliary balancing loss, which keeps the gradient an exact function of the
+    batch so pipelined and single-process runs can be compared bit for bit.
+    """
+
+    def __init__(self, hidden_size: int, mlp: MoEMLP):
+        super().__init__()
+        self.top_k = mlp.top_k
+        self.router = Linear(hidden_size, mlp.num_experts)
+        self.experts = nn.ModuleList(GatedMLP(hidden_size, mlp.expert_intermediate_size)
+                                     for _ in range(mlp.num_experts))
+        shared_size = mlp.num_shared_experts * mlp.shared_intermediate_size
+        # Shared experts are always active, so they are one wide dense MLP.
+        self.shared = GatedMLP(hidden_size, shared_size) if shared_size else None
+
+    def init_weights(self, generator: torch.Generator) -> None:
+        normal_(self.router.weight, generator)
+        for expert in self.experts:
+            expert.init_weights(generator)
+        if self.shared is not None:
+            self.shared.init_weights(generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.reshape(-1, x.shape[-1])
+        probabilities = torch.softmax(self.router(tokens), dim=-1)
+        weights, chosen = torch.topk(probabilities, self.top_k, dim=-1)
+        if self.top_k > 1:
+            # Renormalise over the chosen experts (Mixtral); a single expert keeps its raw probability
+            # (Switch Transformer), else the router would get no gradient at all.
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        out = torch.zeros_like(tokens)
+        for expert_index, expert in enumerate(self.experts):
+            token_index, slot = torch.nonzero(chosen == expert_index, as_tuple=True)
+            if token_index.numel():
+                routed = expert(tokens[token_index]) * weights[token_index, slot, None]
+                out = out.index_add(0, token_index, routed)
+        if self.shared is not None:
+            out = out + self.shared(tokens)
+        return out.view_as(x)
+
+
+def build_mlp(hidden_size: int, mlp: DenseMLP | MoEMLP) -> nn.Module:
+    if isinstance(mlp, MoEMLP):
+        return MoE(hidden_size, mlp)
+    return GatedMLP(hidden_size, mlp.intermediate_size, mlp.gated)

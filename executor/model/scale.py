@@ -1,0 +1,109 @@
+"""Shrink a realistic ModelSpec to CPU scale while keeping its layer pattern and its proportions.
+
+What is kept: the number and order of layers and their kinds (so a plan for the full model is a valid plan
+for the scaled one), grouped-query ratios, MoE top-k and shared experts, sliding windows relative to the
+sequence, Mamba's expansion factor, and the head's cost relative to a block (the vocabulary shrinks by the
+same factor as the hidden size, so a 256k-vocabulary head stays heavy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from planner.errors import SpecError
+from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, LinearAttentionMixer, Mamba2Mixer, ModelSpec
+
+MIN_WIDTH = 8
+MIN_VOCAB = 256
+
+
+def _scaled(value: int, factor: float, minimum: int = MIN_WIDTH) -> int:
+    return max(minimum, round(value * factor))
+
+
+def _even(value: int) -> int:
+    return max(2, value - value % 2)
+
+
+def _grouped_heads(heads: int, kv_heads: int, target_heads: int) -> tuple[int, int]:
+    """Largest (heads, kv_heads) with heads <= target keeping heads / kv_heads where it fits."""
+    group = min(heads // kv_heads, target_heads)
+    kv = max(1, target_heads // group)
+    return kv * group, kv
+
+
+class _Scaler:
+    def __init__(self, spec: ModelSpec, hidden_size: int, head_dim: int, seq_len: int, max_experts: int):
+        self.factor = hidden_size / spec.hidden_size
+        self.seq_factor = seq_len / spec.seq_len
+        self.hidden_size, self.head_dim, self.seq_len, self.max_experts = hidden_size, head_dim, seq_len, max_experts
+        self.target_heads = max(1, hidden_size // head_dim)
+
+    def attention(self, mixer: AttentionMixer) -> AttentionMixer:
+        window = None if mixer.window is None else max(1, round(mixer.window * self.seq_factor))
+        if getattr(mixer, "kv_lora_rank", None):
+            rope = _even(round(self.head_dim * mixer.rope_head_dim / mixer.head_dim))
+            return replace(mixer, num_heads=self.target_heads, num_kv_heads=self.target_heads,
+                           head_dim=self.head_dim, window=window, rope_head_dim=min(rope, self.head_dim - 2),
+                           v_head_dim=_scaled(mixer.value_dim, self.head_dim / mixer.head_dim, 2),
+                           kv_lora_rank=_scaled(mixer.kv_lora_rank, self.factor),
+                           q_lora_rank=_scaled(mixer.q_lora_rank, self.factor) if mixer.q_lora_rank else None)
+        heads, kv_heads = _grouped_heads(mixer.num_heads, mixer.num_kv_heads, self.target_heads)
+        changes = {"num_heads": heads, "num_kv_heads": kv_heads, "head_dim": self.head_dim, "window": window}
+        if getattr(mixer, "v_head_dim", None) is not None:
+            changes["v_head_dim"] = _scaled(mixer.v_head_dim, self.head_dim / mixer.head_dim, 2)
+        return replace(mixer, **changes)
+
+    def linear_attention(self, mixer: LinearAttentionMixer) -> LinearAttentionMixer:
+        key_heads = getattr(mixer, "num_key_heads", None)
+        if key_heads is None:
+            return replace(mixer, num_heads=self.target_heads, head_dim=self.head_dim)
+        heads, key_heads = _grouped_heads(mixer.num_heads, key_heads, self.target_heads)
+        return replace(mixer, num_heads=heads, head_dim=self.head_dim, num_key_heads=key_heads)
+
+    def mamba(self, mixer: Mamba2Mixer) -> Mamba2Mixer:
+        expand = mixer.num_heads * mixer.head_dim / (self.hidden_size / self.factor)
+        heads = max(1, round(expand * self.hidden_size / self.head_dim))
+        groups = max(g for g in range(1, min(mixer.n_groups, heads) + 1) if heads % g == 0)
+        return replace(mixer, num_heads=heads, head_dim=self.head_dim, state_size=min(mixer.state_size, 16),
+                       n_groups=groups)
+
+    def mlp(self, mlp):
+        if isinstance(mlp, DenseMLP):
+            return replace(mlp, intermediate_size=_scaled(mlp.intermediate_size, self.factor))
+        experts = min(mlp.num_experts, self.max_experts)
+        return replace(mlp, num_experts=experts, top_k=min(mlp.top_k, experts),
+                       expert_intermediate_size=_scaled(mlp.expert_intermediate_size, self.factor),
+                       shared_intermediate_size=(_scaled(mlp.shared_intermediate_size, self.factor)
+                                                 if mlp.shared_intermediate_size else 0))
+
+    def mixer(self, mixer):
+        if isinstance(mixer, AttentionMixer):
+            return self.attention(mixer)
+        if isinstance(mixer, LinearAttentionMixer):
+            return self.linear_attention(mixer)
+        return self.mamba(mixer)
+
+    def layer(self, layer: LayerSpec) -> LayerSpec:
+        return LayerSpec(kind=layer.kind, mixer=self.mixer(layer.mixer) if layer.mixer else None,
+                         mlp=self.mlp(layer.mlp) if layer.mlp else None)
+
+
+def scale_spec(spec: ModelSpec, *, hidden_size: int = 64, head_dim: int = 16, seq_len: int = 32,
+               vocab_size: int | None = None, max_experts: int = 8, micro_batch_size: int | None = None) -> ModelSpec:
+    """A CPU-sized copy of ``spec`` with the same layer pattern (see the module docstring)."""
+    for name, value in (("hidden_size", hidden_size), ("head_dim", head_dim), ("seq_len", seq_len),
+                        ("max_experts", max_experts)):
+        if value < 1:
+            raise SpecError(name, f"must be >= 1, got {value}")
+    if head_dim > hidden_size:
+        raise SpecError("head_dim", f"must be <= hidden_size ({hidden_size}), got {head_dim}")
+    scaler = _Scaler(spec, hidden_size, head_dim, seq_len, max_experts)
+    if vocab_size is None:
+        vocab_size = min(spec.vocab_size, _scaled(spec.vocab_size, scaler.factor, MIN_VOCAB))
+    # Scaled layers that were identical stay identical, so repeat-folding and plan layouts still apply.
+    scaled_layers: dict[LayerSpec, LayerSpec] = {}
+    layers = tuple(scaled_layers.setdefault(layer, scaler.layer(layer)) for layer in spec.layers)
+    return replace(spec, name=f"{spec.name}-scaled-h{hidden_size}", hidden_size=hidden_size, vocab_size=vocab_size,
+                   seq_len=seq_len, layers=layers,
+                   micro_batch_size=spec.micro_batch_size if micro_batch_size is None else micro_batch_size)

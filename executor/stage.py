@@ -1,0 +1,89 @@
+"""One pipeline stage on one rank: its layers, and F / B / I / W for one micro-batch at a time.
+
+The stage keeps, per micro-batch in flight, the tensors its backward needs. A stage that starts with the
+embedding runs it as a prologue: the embedding output becomes the detached leaf at which I stops, so even
+the first stage has a real input-gradient step and only the embedding's (cheap) weight gradient waits for W.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from executor.backward import WeightGradStore, backward_full, backward_input, backward_weight
+from executor.model.layers import Embedding, Head
+
+
+@dataclass
+class InFlight:
+    body_input: torch.Tensor
+    output: torch.Tensor
+    prologue_output: torch.Tensor | None = None
+    deferred: WeightGradStore | None = None
+
+
+class StageRunner:
+    def __init__(self, index: int, layers: list[nn.Module], *, is_first: bool, is_last: bool, loss_scale: float):
+        self.index = index
+        self.is_first, self.is_last = is_first, is_last
+        self.loss_scale = loss_scale
+        starts_with_embedding = isinstance(layers[0], Embedding)
+        self.prologue = layers[0] if starts_with_embedding and len(layers) > 1 else None
+        self.body = layers[1:] if self.prologue is not None else layers
+        self.in_flight: dict[int, InFlight] = {}
+
+    @property
+    def layers(self) -> list[nn.Module]:
+        """The stage's layer modules in model order."""
+        return ([self.prologue] if self.prologue is not None else []) + list(self.body)
+
+    def forward(self, microbatch: int, stage_input: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        prologue_output = None
+        if self.prologue is not None:
+            prologue_output = self.prologue(stage_input)
+            body_input = prologue_output.detach().requires_grad_()
+        elif stage_input.is_floating_point() and not self.is_first:
+            body_input = stage_input.detach().requires_grad_()
+        else:
+            body_input = stage_input   # token ids or data: nothing to differentiate
+        hidden = body_input
+        for layer in self.body:
+            hidden = layer(hidden, targets, self.loss_scale) if isinstance(layer, Head) else layer(hidden)
+        if self.is_last and not isinstance(self.body[-1], Head):
+            # A model without a head regresses synthetic hidden targets.
+            hidden = F.mse_loss(hidden, targets) * self.loss_scale
+        self.in_flight[microbatch] = InFlight(body_input, hidden, prologue_output)
+        return hidden
+
+    def _input_grad(self, state: InFlight) -> torch.Tensor | None:
+        return None if self.is_first else state.body_input.grad
+
+    def _finish_prologue(self, state: InFlight) -> None:
+        if state.prologue_output is not None:
+            backward_full(state.prologue_output, state.body_input.grad)
+
+    def backward(self, microbatch: int, grad_output: torch.Tensor | None) -> torch.Tensor | None:
+        """Full backward (B): parameter gradients accumulate; returns the gradient for the previous stage."""
+        state = self.in_flight.pop(microbatch)
+        backward_full(state.output, grad_output)
+        self._finish_prologue(state)
+        return self._input_grad(state)
+
+    def backward_input(self, microbatch: int, grad_output: torch.Tensor | None) -> torch.Tensor | None:
+        """I: only the gradient the previous stage needs; weight gradients wait for ``backward_weight``."""
+        state = self.in_flight[microbatch]
+        state.deferred = backward_input(state.output, grad_output)
+        return self._input_grad(state)
+
+    def backward_weight(self, microbatch: int) -> None:
+        state = self.in_flight.pop(microbatch)
+        backward_weight(state.deferred)
+        self._finish_prologue(state)
+
+    def check_drained(self) -> None:
+        if self.in_flight:
+            raise RuntimeError(f"stage {self.index} ends the step with micro-batches {sorted(self.in_flight)} "
+                               f"still waiting for their backward")

@@ -1,0 +1,54 @@
+"""Observed per-device busy and bubble time from a run's action events.
+
+A step's iteration time is the span from its first action's start to its last action's end, over all
+devices; a device's bubble in that step is the iteration time minus its compute time. With more than one
+step the first is reported separately and left out of the averages: it pays one-off costs (allocator
+growth, first-touch of communication buffers) that a steady-state prediction does not model.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import median
+
+
+def summarize(events: list[dict], num_devices: int, steps: int) -> dict:
+    actions = [event for event in events if event.get("type", "action") == "action"]
+    by_step: dict[int, list[dict]] = defaultdict(list)
+    for event in actions:
+        by_step[event["step"]].append(event)
+    step_rows = []
+    for step in sorted(by_step):
+        step_events = by_step[step]
+        start = min(event["start_ms"] for event in step_events)
+        end = max(event["end_ms"] for event in step_events)
+        busy = [0.0] * num_devices
+        by_kind = [defaultdict(float) for _ in range(num_devices)]
+        for event in step_events:
+            duration = event["end_ms"] - event["start_ms"]
+            busy[event["device"]] += duration
+            by_kind[event["device"]][event["kind"]] += duration
+        step_rows.append({"step": step, "start_ms": start, "iteration_ms": end - start, "busy_ms": busy,
+                          "by_kind": by_kind})
+    warmup = 1 if len(step_rows) > 1 else 0
+    measured = step_rows[warmup:]
+    if not measured:
+        return {"iteration_ms": 0.0, "bubble_ratio": 0.0, "warmup_steps": 0, "steps": [], "per_device": []}
+    iteration = sum(row["iteration_ms"] for row in measured) / len(measured)
+    per_device = []
+    for device in range(num_devices):
+        busy = sum(row["busy_ms"][device] for row in measured) / len(measured)
+        kinds = {kind: sum(row["by_kind"][device].get(kind, 0.0) for row in measured) / len(measured)
+                 for kind in ("F", "B", "I", "W")}
+        per_device.append({"device": device, "busy_ms": busy, "bubble_ms": max(0.0, iteration - busy),
+                           "bubble_ratio": max(0.0, 1.0 - busy / iteration) if iteration else 0.0,
+                           "compute_ms": {kind: value for kind, value in kinds.items() if value}})
+    total_busy = sum(device["busy_ms"] for device in per_device)
+    return {
+        "iteration_ms": iteration,
+        "median_iteration_ms": median(row["iteration_ms"] for row in measured),
+        "bubble_ratio": max(0.0, 1.0 - total_busy / (num_devices * iteration)) if iteration else 0.0,
+        "warmup_steps": warmup,
+        "steps": [{"step": row["step"], "iteration_ms": row["iteration_ms"]} for row in step_rows],
+        "per_device": per_device,
+    }

@@ -1,0 +1,197 @@
+"""One rank of a run: ``python -m executor.worker JOB_FILE`` with RANK / WORLD_SIZE / LOCAL_RANK /
+MASTER_ADDR / MASTER_PORT in the environment (set by ``executor.launch`` or by torchrun).
+
+The rank lowers the whole plan itself (lowering is deterministic, so every rank agrees without talking),
+builds the layers of its stages, aligns its clock with rank 0, runs the steps, and sends its events and loss
+to rank 0, which writes the run's result and the ``run_finished`` event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from executor.capacity import check_capacity
+from executor.config import RunConfig
+from executor.events import EventEmitter, open_sink
+from executor.lowering import lower_plan
+from executor.model.build import build_layers, resolve_dtype
+from executor.runtime import RankRuntime
+from executor.stage import StageRunner
+from executor.summary import summarize
+from executor.timing import aligned_clock
+from planner.plan import Plan, load_plan
+from planner.spec.model import ModelSpec, load_model_spec
+
+RESULT_FILE = "result.json"
+
+
+def error_file(job_dir: Path, rank: int) -> Path:
+    return job_dir / f"rank{rank}.error.json"
+
+
+def run_dtype(config: RunConfig, spec: ModelSpec, device: torch.device) -> torch.dtype:
+    # bf16 matmuls on a CPU are slow and gain nothing there: CPU runs default to float32.
+    if config.dtype is not None:
+        return resolve_dtype(config.dtype)
+    return resolve_dtype(spec.dtype) if device.type == "cuda" else torch.float32
+
+
+def _select_device(backend: str, local_rank: int) -> torch.device:
+    if backend == "nccl":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def _build_runners(plan: Plan, spec: ModelSpec, rank: int, seed: int, device, dtype) -> dict[int, StageRunner]:
+    my_stages = plan.stages_on(rank)
+    layer_indices = [layer for stage in my_stages for layer in plan.stages[stage].layers]
+    # One call for all of this rank's layers: a tied head beside its embedding shares the table.
+    modules = build_layers(spec, layer_indices, seed=seed, device=device, dtype=dtype)
+    last = plan.num_stages - 1
+    return {stage: StageRunner(stage, [modules[i] for i in plan.stages[stage].layers], is_first=stage == 0,
+                               is_last=stage == last, loss_scale=1.0 / plan.num_microbatches)
+            for stage in my_stages}
+
+
+def _tied_gradient_sync(plan: Plan, spec: ModelSpec, rank: int, runners: dict[int, StageRunner]):
+    """All-reduce the embedding table's gradient between the embedding's and the head's ranks, if apart.
+
+    Every rank must take part in creating the group, so this runs on all of them.
+    """
+    if not (spec.tie_embeddings and spec.layers[0].kind == "embedding" and spec.layers[-1].kind == "head"):
+        return None
+    embedding_rank, head_rank = plan.stage_device(0), plan.stage_device(plan.num_stages - 1)
+    if embedding_rank == head_rank:
+        return None
+    group = dist.new_group([embedding_rank, head_rank])
+    if rank not in (embedding_rank, head_rank):
+        return None
+    stage = 0 if rank == embedding_rank else plan.num_stages - 1
+    runner = runners[stage]
+    table = runner.layers[0].weight if stage == 0 else runner.layers[-1].weight
+
+    def sync() -> None:
+        if table.grad is None:
+            table.grad = torch.zeros_like(table)
+        dist.all_reduce(table.grad, group=group)
+    return sync
+
+
+def _optimizer(config: RunConfig, runners: dict[int, StageRunner]):
+    params = list({id(p): p for runner in runners.values() for module in runner.layers
+                   for p in module.parameters()}.values())
+    if not params:
+        return None
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=config.lr)
+    return torch.optim.SGD(params, lr=config.lr)
+
+
+def _save_layers(directory: str, plan: Plan, rank: int, runners: dict[int, StageRunner]) -> None:
+    os.makedirs(directory, exist_ok=True)
+    for stage, runner in runners.items():
+        for layer_index, module in zip(plan.stages[stage].layers, runner.layers):
+            torch.save({k: v.detach().cpu() for k, v in module.state_dict().items()},
+                       os.path.join(directory, f"layer{layer_index:04d}.pt"))
+
+
+def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir: Path | None) -> dict | None:
+    """Run this rank's part of the job; rank 0 returns the run's result (events, summary, losses)."""
+    plan, spec = load_plan(job["plan"]), load_model_spec(job["spec"])
+    config = RunConfig(**job["config"])
+    if world_size != plan.num_devices:
+        raise RuntimeError(f"the plan needs {plan.num_devices} ranks, but WORLD_SIZE is {world_size}")
+    device = _select_device(config.backend, local_rank)
+    dtype = run_dtype(config, spec, device)
+    check_capacity(plan, spec, device=device, dtype=dtype, optimizer=config.optimizer, ranks=[rank])
+    torch.set_num_threads(max(1, int(os.environ.get("ADAPTIS_THREADS_PER_RANK", "1"))))
+    lowered = lower_plan(plan, spec.num_layers, lookahead=config.lookahead)
+    dist.init_process_group(config.backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=600),
+                            **({"device_id": device} if device.type == "cuda" else {}))
+    try:
+        control = dist.new_group(backend="gloo") if config.backend != "gloo" else dist.group.WORLD
+        runners = _build_runners(plan, spec, rank, config.seed, device, dtype)
+        tied_sync = _tied_gradient_sync(plan, spec, rank, runners)
+        emitter = EventEmitter(open_sink(config.event_sink) if config.event_sink else None)
+        clock, started_at = aligned_clock(rank, world_size, control, device)
+        if rank == 0:
+            emitter.emit({"type": "run_started", "world_size": world_size, "backend": config.backend,
+                          "steps": config.steps, "num_microbatches": plan.num_microbatches,
+                          "strategy": plan.strategy, "model": spec.name, "started_at": started_at})
+        runtime = RankRuntime(rank=rank, plan=plan, spec=spec, program=lowered.program(rank), runners=runners,
+                              optimizer=_optimizer(config, runners), device=device, dtype=dtype, seed=config.seed,
+                              clock=clock, emitter=emitter, tied_sync=tied_sync,
+                              messages_per_channel=lowered.max_channel_length())
+        losses = [runtime.run_step(step) for step in range(config.steps)]
+        emitter.close()
+        if config.checkpoint_dir:
+            _save_layers(config.checkpoint_dir, plan, rank, runners)
+        gathered = [None] * world_size if rank == 0 else None
+        own_actions = [event for event in emitter.events if event["type"] == "action"]
+        dist.gather_object({"events": own_actions, "losses": losses}, gathered, dst=0, group=control)
+        result = _finish(config, plan, gathered, job_dir) if rank == 0 else None
+        dist.barrier(group=control)
+        return result
+    finally:
+        dist.destroy_process_group()
+
+
+def _finish(config: RunConfig, plan: Plan, gathered: list[dict], job_dir: Path | None) -> dict:
+    events = sorted((e for part in gathered for e in part["events"]), key=lambda e: (e["start_ms"], e["rank"]))
+    step_losses = [next((part["losses"][step] for part in gathered if part["losses"][step] is not None), None)
+                   for step in range(config.steps)]
+    summary = summarize(events, plan.num_devices, config.steps)
+    finished = {"type": "run_finished", "summary": summary, "loss": step_losses[-1], "losses": step_losses}
+    if config.event_sink:
+        sink = open_sink(config.event_sink)
+        sink.write([finished])
+        sink.close()
+    result = {"events": events, "summary": summary, "loss": step_losses[-1], "losses": step_losses}
+    if job_dir is not None:
+        (job_dir / RESULT_FILE).write_text(json.dumps(result))
+    return result
+
+
+def report_failure(job: dict, rank: int, job_dir: Path | None) -> None:
+    text = traceback.format_exc()
+    error = f"{sys.exc_info()[0].__name__}: {sys.exc_info()[1]}"
+    if job_dir is not None:
+        error_file(job_dir, rank).write_text(json.dumps({"rank": rank, "error": error, "traceback": text,
+                                                                 "time": time.time()}))
+    config = job.get("config", {})
+    if config.get("report_failures", True) and config.get("event_sink"):
+        try:
+            sink = open_sink(config["event_sink"])
+            sink.write([{"type": "run_failed", "rank": rank, "error": error}])
+            sink.close()
+        except Exception:  # noqa: BLE001 - the traceback above is the error that matters
+            pass
+    sys.stderr.write(text)
+
+
+def main(argv: list[str]) -> int:
+    job_path = Path(argv[0])
+    job = json.loads(job_path.read_text())
+    rank = int(os.environ["RANK"])
+    try:
+        run_rank(job, rank=rank, world_size=int(os.environ["WORLD_SIZE"]),
+                 local_rank=int(os.environ.get("LOCAL_RANK", rank)), job_dir=job_path.parent)
+    except BaseException:  # noqa: BLE001 - every failure is reported, then the process exits non-zero
+        report_failure(job, rank, job_path.parent)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

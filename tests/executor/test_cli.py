@@ -1,0 +1,66 @@
+"""``python -m executor run`` (self-launched and under torchrun) and ``python -m executor profile``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from executor.cli import main
+from executor_plans import one_f_one_b
+from planner.profile import load_profile
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+
+
+@pytest.fixture
+def tiny_llama_plan(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(one_f_one_b([[0, 1, 2], [3, 4, 5]], num_microbatches=2).to_dict()))
+    return path
+
+
+def test_run_prints_the_summary_and_writes_every_event(tiny_llama_plan, tmp_path, capsys):
+    out = tmp_path / "result.json"
+    assert main(["run", str(tiny_llama_plan), "--model", "tiny-llama", "--steps", "2", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert len(printed["losses"]) == 2 and printed["summary"]["per_device"][1]["busy_ms"] > 0
+    assert len(json.loads(out.read_text())["events"]) == 2 * 8
+
+
+def test_under_torchrun_each_process_is_one_rank_and_rank_zero_reports(tiny_llama_plan, tmp_path):
+    events = tmp_path / "events.jsonl"
+    completed = subprocess.run(
+        [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "executor", "run", str(tiny_llama_plan),
+         "--model", "tiny-llama", "--events", str(events)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=240)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert json.loads(completed.stdout)["summary"]["iteration_ms"] > 0
+    kinds = [json.loads(line)["type"] for line in events.read_text().splitlines()]
+    assert kinds.count("action") == 8 and kinds[0] == "run_started" and kinds[-1] == "run_finished"
+
+
+def test_bad_plan_file_is_reported_with_its_field(tmp_path, capsys):
+    bad = tmp_path / "plan.json"
+    bad.write_text("{not json")
+    assert main(["run", str(bad), "--model", "tiny-llama"]) == 2
+    assert "plan:" in capsys.readouterr().err
+
+
+def test_profile_measures_every_layer_and_writes_a_loadable_profile(tmp_path):
+    out = tmp_path / "profile.json"
+    assert main(["profile", "--model", "tiny-llama", "--repeats", "2", "--warmup", "1", "--out", str(out)]) == 0
+    profile = load_profile(json.loads(out.read_text()))
+    assert profile.source == "measured" and profile.num_layers == 6
+    embed, *decoders, head = profile.layers
+    assert embed.backward_input == 0.0 and embed.backward_weight > 0
+    hidden_bytes = 1 * 32 * 64 * 4   # micro-batch x seq x hidden, float32
+    for layer in decoders:
+        assert layer.forward > 0 and layer.backward_input > 0 and layer.backward_weight > 0
+        assert layer.output_bytes == hidden_bytes
+        assert layer.activation_bytes > hidden_bytes   # a block saves several hidden-sized tensors
+    assert head.output_bytes == 4 and head.param_bytes == (512 * 64 + 64) * 4

@@ -1,0 +1,138 @@
+"""run_plan end to end on real gloo ranks: events reach Redis and JSONL sinks with aligned times, failures
+name the failing rank with its traceback, and no rank process outlives the call."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+import redis
+
+from executor.errors import ExecutorError
+from executor.launch import run_plan
+from executor_plans import every_kind_spec, one_f_one_b
+from planner.errors import SpecError
+from planner.spec.presets import load_model_preset
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def live_children() -> list[int]:
+    """Processes whose parent is this test process (the launcher's rank subprocesses, if any survived)."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid():
+                children.append(int(entry))
+    return children
+
+
+@pytest.fixture(scope="module")
+def three_rank_run(tmp_path_factory):
+    stream = f"adaptis:test:exec:{uuid.uuid4().hex}"
+    client = redis.Redis.from_url(REDIS_URL)
+    plan = one_f_one_b([[0, 1, 2], [3, 4, 5], [6, 7]], num_microbatches=4)
+    result = run_plan(plan, every_kind_spec(), steps=2, event_sink=f"{REDIS_URL}#{stream}", timeout_s=240)
+    entries = client.xrange(stream)
+    client.delete(stream)
+    return plan, result, [json.loads(fields[b"event"]) for _, fields in entries]
+
+
+def test_redis_stream_gets_start_every_action_and_finish(three_rank_run):
+    plan, result, streamed = three_rank_run
+    assert streamed[0]["type"] == "run_started" and streamed[0]["world_size"] == 3
+    assert streamed[-1]["type"] == "run_finished"
+    assert streamed[-1]["summary"] == result.summary
+    actions = [event for event in streamed if event["type"] == "action"]
+    assert len(actions) == plan.num_actions() * 2
+    expected_keys = {"type", "rank", "device", "action", "stage", "kind", "microbatch", "step", "start_ms", "end_ms"}
+    assert all(set(event) == expected_keys for event in actions)
+    assert sorted((e["step"], e["action"]) for e in actions) == sorted((e["step"], e["action"]) for e in result.events)
+
+
+def test_times_are_aligned_across_ranks_so_every_receive_starts_after_its_send(three_rank_run):
+    plan, result, _ = three_rank_run
+    by_action = {(e["step"], e["action"]): e for e in result.events}
+    checked = 0
+    for (step, name), event in by_action.items():
+        if event["kind"] == "F" and event["stage"] > 0:
+            producer = by_action[(step, f"{event['stage'] - 1}F{event['microbatch']}")]
+            assert event["start_ms"] >= producer["end_ms"] - 0.5, (name, event, producer)
+            checked += 1
+        if event["kind"] == "B" and event["stage"] < plan.num_stages - 1:
+            producer = by_action[(step, f"{event['stage'] + 1}B{event['microbatch']}")]
+            assert event["start_ms"] >= producer["end_ms"] - 0.5, (name, event, producer)
+            checked += 1
+    assert checked == 2 * 2 * 4 * 2
+
+
+def test_summary_matches_an_independent_count_of_the_events(three_rank_run):
+    plan, result, _ = three_rank_run
+    steady = [e for e in result.events if e["step"] == 1]
+    iteration = max(e["end_ms"] for e in steady) - min(e["start_ms"] for e in steady)
+    assert result.summary["iteration_ms"] == pytest.approx(iteration)
+    for device in range(3):
+        busy = sum(e["end_ms"] - e["start_ms"] for e in steady if e["device"] == device)
+        row = result.summary["per_device"][device]
+        assert row["busy_ms"] == pytest.approx(busy)
+        assert row["bubble_ms"] == pytest.approx(iteration - busy)
+    assert result.loss == result.losses[-1] and len(result.losses) == 2
+
+
+def test_jsonl_sink_receives_the_same_event_schema(tmp_path):
+    path = tmp_path / "events.jsonl"
+    plan = one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2)
+    result = run_plan(plan, every_kind_spec(), event_sink=str(path), timeout_s=240)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [lines[0]["type"], lines[-1]["type"]] == ["run_started", "run_finished"]
+    assert len([e for e in lines if e["type"] == "action"]) == plan.num_actions() == len(result.events)
+
+
+def test_a_failing_rank_ends_the_run_with_its_rank_and_traceback_and_leaves_no_process(tmp_path):
+    checkpoint = tmp_path / "layers"
+    # Rank 1 owns layer 5; a directory where its checkpoint file should go makes exactly that rank fail.
+    (checkpoint / "layer0005.pt").mkdir(parents=True)
+    plan = one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2)
+    stream = f"adaptis:test:exec:{uuid.uuid4().hex}"
+    client = redis.Redis.from_url(REDIS_URL)
+    with pytest.raises(ExecutorError) as caught:
+        run_plan(plan, every_kind_spec(), checkpoint_dir=str(checkpoint), event_sink=f"{REDIS_URL}#{stream}",
+                 timeout_s=240)
+    failed = [json.loads(fields[b"event"]) for _, fields in client.xrange(stream)]
+    client.delete(stream)
+    assert caught.value.rank == 1
+    assert "_save_layers" in caught.value.traceback_text and "Is a directory" in caught.value.traceback_text
+    assert [e for e in failed if e["type"] == "run_failed"] == [
+        {"type": "run_failed", "rank": 1, "error": caught.value.message}]
+    assert live_children() == []
+
+
+def test_a_run_past_its_timeout_is_killed_and_reported():
+    plan = one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2)
+    with pytest.raises(ExecutorError, match="timed out") as caught:
+        run_plan(plan, every_kind_spec(), timeout_s=0.5)
+    assert caught.value.rank is None
+    assert live_children() == []
+
+
+def test_a_realistic_model_is_refused_with_a_pointer_to_scale_spec():
+    spec = load_model_preset("llama-3-8b")
+    plan = one_f_one_b([[i for i in range(17)], [i for i in range(17, spec.num_layers)]], num_microbatches=2)
+    with pytest.raises(SpecError) as caught:
+        run_plan(plan, spec)
+    assert caught.value.field == "model" and "scale_spec" in caught.value.reason
+
+
+def test_a_redis_sink_without_a_stream_key_is_rejected_before_launch():
+    plan = one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2)
+    with pytest.raises(SpecError) as caught:
+        run_plan(plan, every_kind_spec(), event_sink=REDIS_URL)
+    assert caught.value.field == "event_sink"
+    assert live_children() == []

@@ -1,0 +1,141 @@
+"""Layer modules compute what their papers define, are causal, and initialise identically on any rank."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from executor.capacity import check_capacity
+from executor.model import build_layers, layer_parameter_counts, scale_spec
+from executor.model.attention import apply_rotary
+from executor_plans import every_kind_spec, one_f_one_b
+from planner.spec.presets import load_model_preset, model_preset_names
+
+SPEC = every_kind_spec()
+
+
+def layer(index, dtype=torch.float64):
+    return build_layers(SPEC, [index], seed=0, dtype=dtype)[index]
+
+
+def hidden(seed=0, batch=2):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, SPEC.seq_len, SPEC.hidden_size, dtype=torch.float64, generator=generator)
+
+
+def test_a_layer_gets_the_same_weights_whichever_layers_are_built_beside_it():
+    alone = build_layers(SPEC, [4], seed=7)[4].state_dict()
+    together = build_layers(SPEC, range(SPEC.num_layers), seed=7)[4].state_dict()
+    other_seed = build_layers(SPEC, [4], seed=8)[4].state_dict()
+    assert all(torch.equal(alone[name], together[name]) for name in alone)
+    assert not all(torch.equal(alone[name], other_seed[name]) for name in alone)
+
+
+@pytest.mark.parametrize("index", range(1, 7))
+def test_every_block_is_causal(index):
+    module = layer(index)
+    x = hidden()
+    changed = x.clone()
+    changed[:, 7] += 1.0
+    before, after = module(x), module(changed)
+    torch.testing.assert_close(before[:, :7], after[:, :7], rtol=0, atol=1e-12)
+    assert (before[:, 7:] - after[:, 7:]).abs().max() > 1e-6
+
+
+def test_sliding_window_gqa_attention_matches_an_explicit_softmax():
+    block = layer(2)                     # 4 query heads, 1 kv head, window 4
+    attention = block.mixer
+    x = block.mixer_norm(hidden())
+    q = apply_rotary(attention.q_proj(x).view(2, -1, 4, 8).transpose(1, 2))
+    k = apply_rotary(attention.k_proj(x).view(2, -1, 1, 8).transpose(1, 2))
+    v = attention.v_proj(x).view(2, -1, 1, 8).transpose(1, 2)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(8)
+    i, j = torch.meshgrid(torch.arange(SPEC.seq_len), torch.arange(SPEC.seq_len), indexing="ij")
+    scores = scores.masked_fill(~((j <= i) & (i - j < 4)), float("-inf"))
+    expected = (scores.softmax(-1) @ v).transpose(1, 2).reshape(2, SPEC.seq_len, 32)
+    torch.testing.assert_close(attention(x), attention.o_proj(expected), rtol=1e-10, atol=1e-12)
+
+
+def test_gated_delta_rule_matches_its_textbook_form():
+    mixer = layer(3).mixer
+    x = hidden()
+    raw_q, raw_k, v = (projection(x).view(2, -1, 2, 8) for projection in (mixer.q_proj, mixer.k_proj, mixer.v_proj))
+    q = F.normalize(raw_q, dim=-1) / math.sqrt(8)
+    k = F.normalize(raw_k, dim=-1)
+    beta = torch.sigmoid(mixer.beta_proj(x))
+    alpha = torch.exp(-torch.exp(mixer.A_log) * F.softplus(mixer.decay_proj(x) + mixer.dt_bias))
+    state = torch.zeros(2, 2, 8, 8, dtype=torch.float64)
+    eye = torch.eye(8, dtype=torch.float64)
+    outputs = []
+    for t in range(SPEC.seq_len):
+        k_t, v_t = k[:, t], v[:, t]
+        b_t, a_t = beta[:, t, :, None, None], alpha[:, t, :, None, None]
+        # S_t = S_{t-1} a_t (I - b_t k_t k_t^T) + b_t v_t k_t^T   (Yang et al. 2024, gated delta rule)
+        decayed = state @ (a_t * (eye - b_t * k_t[..., :, None] * k_t[..., None, :]))
+        state = decayed + b_t * v_t[..., :, None] * k_t[..., None, :]
+        outputs.append((state @ q[:, t, ..., None]).squeeze(-1))
+    expected = torch.stack(outputs, dim=2)
+    heads_first = [t.transpose(1, 2) for t in (raw_q, raw_k, v)]
+    torch.testing.assert_close(mixer._gated_delta(x, *heads_first), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_lightning_attention_parallel_form_matches_its_recurrence():
+    mixer = layer(6).mixer
+    generator = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, SPEC.seq_len, 8, dtype=torch.float64, generator=generator) for _ in range(3))
+    slopes = [2.0 ** (-8.0 * (h + 1) / 2) for h in range(2)]
+    expected = torch.zeros(1, 2, SPEC.seq_len, 8, dtype=torch.float64)
+    for h in range(2):
+        state = torch.zeros(8, 8, dtype=torch.float64)
+        for t in range(SPEC.seq_len):
+            state = math.exp(-slopes[h]) * state + F.silu(v[0, h, t])[:, None] * F.silu(k[0, h, t])[None, :]
+            expected[0, h, t] = state @ F.silu(q[0, h, t]) / math.sqrt(8)
+    torch.testing.assert_close(mixer._lightning(q, k, v), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_moe_equals_a_per_token_weighted_sum_of_its_top_k_experts_plus_shared():
+    moe = layer(3).mlp
+    tokens = hidden(seed=2, batch=1)[0]
+    probabilities = torch.softmax(moe.router(tokens), dim=-1)
+    expected = torch.zeros_like(tokens)
+    for position in range(tokens.shape[0]):
+        top = torch.topk(probabilities[position], 2)
+        weights = top.values / top.values.sum()
+        for weight, expert in zip(weights, top.indices):
+            expected[position] += weight * moe.experts[int(expert)](tokens[position:position + 1])[0]
+        expected[position] += moe.shared(tokens[position:position + 1])[0]
+    torch.testing.assert_close(moe(tokens[None])[0], expected, rtol=1e-10, atol=1e-12)
+
+
+def test_head_loss_is_token_mean_cross_entropy_times_the_scale():
+    head = layer(SPEC.num_layers - 1)
+    x = hidden()
+    labels = torch.randint(0, SPEC.vocab_size, (2, SPEC.seq_len))
+    logits = head.norm(x) @ head.weight.T
+    expected = -torch.log_softmax(logits, -1).gather(-1, labels[..., None]).mean() * 0.25
+    torch.testing.assert_close(head(x, labels, 0.25), expected)
+
+
+@pytest.mark.parametrize("name", model_preset_names())
+def test_scaled_presets_keep_their_layer_pattern_and_fit_a_cpu_run(name):
+    spec = load_model_preset(name)
+    scaled = scale_spec(spec)
+    assert [layer.short for layer in scaled.layers] == [layer.short for layer in spec.layers]
+    assert scaled.hidden_size == 64 and scaled.seq_len == 32
+    for original, small in zip(spec.layers, scaled.layers):
+        if small.mixer is not None and small.mixer.type == "attention" and not getattr(small.mixer, "kv_lora_rank", None):
+            assert small.mixer.num_heads % small.mixer.num_kv_heads == 0
+        if small.mlp is not None and small.mlp.type == "moe":
+            assert small.mlp.num_shared_experts == original.mlp.num_shared_experts
+    assert sum(layer_parameter_counts(scaled)) < 20e6
+    half = scaled.num_layers // 2
+    plan = one_f_one_b([list(range(half)), list(range(half, scaled.num_layers))], num_microbatches=2)
+    check_capacity(plan, scaled, device=torch.device("cpu"), dtype=torch.float32, optimizer="adamw")
+
+
+def test_parameter_counts_match_published_model_sizes():
+    assert sum(layer_parameter_counts(load_model_preset("llama-3-8b"))) == pytest.approx(8.03e9, rel=0.01)
+    assert sum(layer_parameter_counts(load_model_preset("mixtral-8x7b"))) == pytest.approx(46.7e9, rel=0.01)
