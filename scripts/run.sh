@@ -27,7 +27,7 @@ mkdir -p var
 
 "$VENV/bin/celery" -A adaptis_web worker --loglevel=INFO --concurrency=2 >var/worker.log 2>&1 &
 children+=($!)
-"$VENV/bin/gunicorn" adaptis_web.wsgi:application --bind "$HOST:$PORT" --workers 2 --threads 4 \
+"$VENV/bin/gunicorn" adaptis_web.wsgi:application --bind "$HOST:$PORT" --workers 2 --threads 4 --graceful-timeout 5 \
     --access-logfile var/web-access.log --error-logfile var/web.log &
 children+=($!)
 
