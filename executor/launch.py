@@ -34,6 +34,7 @@ from planner.plan import Plan
 from planner.spec.model import ModelSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+FAILURE_GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
 KILL_GRACE_SECONDS = 5.0
 STDERR_TAIL = 4000
@@ -97,8 +98,14 @@ def _failure(job_dir: Path, rank: int, returncode: int) -> ExecutorError:
                          traceback_text=stderr)
 
 
+def _await_exit(processes: list[subprocess.Popen], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(process.poll() is None for process in processes):
+        time.sleep(POLL_SECONDS)
+
+
 def _first_failure(job_dir: Path, failed_ranks: list[int]) -> int:
-    """Of ranks seen dead in one poll, the one whose error was recorded first (the others followed it)."""
+    """Of the failed ranks, the one whose error was recorded first (the others followed it)."""
     def failed_at(rank: int) -> float:
         report = error_file(job_dir, rank)
         return json.loads(report.read_text()).get("time", float("inf")) if report.exists() else float("inf")
@@ -149,6 +156,11 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
             codes = [process.poll() for process in processes]
             failed_ranks = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
             if failed_ranks:
+                # A crash makes its peers fail moments later (closed connections); give them time to record
+                # their errors so the first failure in time, the cause, is the one reported.
+                _await_exit(processes, FAILURE_GRACE_SECONDS)
+                codes = [process.poll() for process in processes]
+                failed_ranks = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
                 failed = _first_failure(job_dir, failed_ranks)
                 error = _failure(job_dir, failed, codes[failed])
                 _stop(processes)
