@@ -1,0 +1,78 @@
+"""Closed loop: fit a profile to observed per-action timings, so the next search plans on what really ran.
+
+The executor reports one event per action (``{"type": "action", "action": "2F0", "start_ms", "end_ms",
+...}``). For every stage of the plan and every kind of work (forward, input-gradient backward, weight
+backward) the fit takes the median observed duration (robust to a slow first step), divides it by the
+duration the profile predicts, and multiplies each of the stage's layers by that factor. The stage's
+observed time is thus spread over its layers in proportion to their predicted shares. A full ``B``
+scales both backward parts by one factor. Kinds never observed on a stage take the median factor of the
+same kind on the other stages (a device-wide speed difference carries over), or stay as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from statistics import median
+
+from planner.errors import SpecError
+from planner.plan import Action, Plan
+from planner.profile import Profile
+
+KIND_PARTS = {"F": ("forward",), "I": ("backward_input",), "W": ("backward_weight",),
+              "B": ("backward_input", "backward_weight")}
+PARTS = ("forward", "backward_input", "backward_weight")
+
+
+def observed_durations(plan: Plan, observed_events: list[dict]) -> dict[tuple[int, str], list[float]]:
+    """Durations per (stage, action type) from the action events; other event types are skipped."""
+    durations: dict[tuple[int, str], list[float]] = {}
+    for index, event in enumerate(observed_events):
+        field = f"observed_events[{index}]"
+        if not isinstance(event, dict):
+            raise SpecError(field, f"must be an object, got {type(event).__name__}")
+        if event.get("type", "action") != "action":
+            continue
+        action = Action.parse(event.get("action"), f"{field}.action")
+        if not 0 <= action.stage < plan.num_stages:
+            raise SpecError(f"{field}.action", f"stage {action.stage} is not in the plan ({plan.num_stages} stages)")
+        times = []
+        for key in ("start_ms", "end_ms"):
+            value = event.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise SpecError(f"{field}.{key}", f"must be a number, got {value!r}")
+            times.append(float(value))
+        if times[1] < times[0]:
+            raise SpecError(f"{field}.end_ms", f"ends ({times[1]}) before it starts ({times[0]})")
+        durations.setdefault((action.stage, action.type), []).append(times[1] - times[0])
+    return durations
+
+
+def recalibrate(profile: Profile, plan: Plan, observed_events: list[dict]) -> Profile:
+    """``profile`` with each stage's layer times scaled to the observed durations (see module doc)."""
+    if sum(len(stage.layers) for stage in plan.stages) != profile.num_layers:
+        raise SpecError("plan", f"its stages cover {sum(len(stage.layers) for stage in plan.stages)} layers, "
+                                f"the profile has {profile.num_layers}")
+    durations = observed_durations(plan, observed_events)
+    if not durations:
+        raise SpecError("observed_events", "holds no action events to calibrate from")
+    factors = {(stage, part): factor for (stage, kind), values in durations.items()
+               for part, factor in _factors(profile, plan, stage, kind, median(values)).items()}
+    fallback = {part: median(values) for part in PARTS
+                if (values := [factor for (_, other), factor in factors.items() if other == part])}
+    layers = list(profile.layers)
+    for stage_index, stage in enumerate(plan.stages):
+        scale = {part: factors.get((stage_index, part), fallback.get(part, 1.0)) for part in PARTS}
+        for layer_index in stage.layers:
+            layer = layers[layer_index]
+            layers[layer_index] = replace(layer, **{part: getattr(layer, part) * scale[part] for part in PARTS})
+    return replace(profile, layers=tuple(layers), source="calibrated")
+
+
+def _factors(profile: Profile, plan: Plan, stage: int, kind: str, observed_ms: float) -> dict[str, float]:
+    """Observed / predicted for the parts an action of ``kind`` covers; none when nothing was predicted."""
+    parts = KIND_PARTS[kind]
+    layers = [profile.layers[index] for index in plan.stages[stage].layers]
+    predicted = sum(getattr(layer, part) for layer in layers for part in parts)
+    if predicted <= 0:
+        return {}
+    return {part: observed_ms / predicted for part in parts}

@@ -1,0 +1,160 @@
+"""Scoring candidates: a layout plus a schedule policy -> a list schedule, its makespan and memory.
+
+``CandidateScorer`` holds what every candidate of one search shares (prefix sums over the profile's
+layers, link costs, the memory budget), caches scores, counts evaluations and enforces the search's
+stop conditions (time budget, evaluation budget, cancellation) by raising ``StopSearch``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Callable
+
+from planner.cluster import ClusterSpec
+from planner.memory import MODEL_STATE_BYTES_PER_PARAM_BYTE
+from planner.plan import Action, Plan
+from planner.profile import Profile
+from planner.search.layouts import Layout
+from planner.search.list_scheduler import (
+    TYPE_LETTERS,
+    Schedule,
+    SchedulePolicy,
+    StageTimes,
+    list_schedule,
+)
+
+INFEASIBLE = float("inf")
+
+
+class StopSearch(Exception):
+    """Raised inside the search when it must stop: ``reason`` is cancelled, time budget or evaluations."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class Candidate:
+    layout: Layout
+    policy: SchedulePolicy
+    schedule: Schedule | None       # None when the layout cannot fit its model state
+    makespan: float                 # INFEASIBLE when it breaks the memory limit
+    origin: str
+    device_excess: list[float]      # bytes over the limit per device (all 0 when it fits)
+
+    @property
+    def feasible(self) -> bool:
+        return self.makespan < INFEASIBLE
+
+    @property
+    def rank(self) -> tuple[int, float]:
+        """Smaller is better: any plan that fits beats any that does not; misfits by how far over."""
+        if self.feasible:
+            return 0, self.makespan
+        return 1, max(self.device_excess)
+
+
+class CandidateScorer:
+    def __init__(self, profile: Profile, num_devices: int, num_microbatches: int, *,
+                 cluster: ClusterSpec | None, memory_limit_bytes: float, activation_limit_bytes: float,
+                 deadline: float | None, max_evaluations: int, max_scheduled_actions: int,
+                 cancel: Callable[[], bool] | None):
+        self.profile = profile
+        self.num_devices = num_devices
+        self.num_microbatches = num_microbatches
+        self.cluster = cluster
+        self.memory_limit_bytes = memory_limit_bytes
+        self.activation_limit_bytes = activation_limit_bytes
+        self.deadline = deadline
+        self.max_evaluations = max_evaluations
+        self.max_scheduled_actions = max_scheduled_actions
+        self.scheduled_actions = 0
+        self.cancel = cancel
+        layers = profile.layers
+        self.forward_prefix = [0.0, *accumulate(layer.forward for layer in layers)]
+        self.input_prefix = [0.0, *accumulate(layer.backward_input for layer in layers)]
+        self.weight_prefix = [0.0, *accumulate(layer.backward_weight for layer in layers)]
+        self.work_prefix = [0.0, *accumulate(layer.forward + layer.backward for layer in layers)]
+        self.activation_prefix = [0, *accumulate(layer.activation_bytes for layer in layers)]
+        self.param_prefix = [0, *accumulate(layer.param_bytes for layer in layers)]
+        self.cache: dict[tuple[Layout, SchedulePolicy], Candidate] = {}
+        self.evaluations = 0
+        self.best_makespan = INFEASIBLE
+        # Called after every evaluation (progress reports read the counters above).
+        self.on_evaluation: Callable[[], None] | None = None
+
+    def check_stop(self) -> None:
+        if self.cancel is not None and self.cancel():
+            raise StopSearch("cancelled")
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise StopSearch("time budget")
+        if self.evaluations >= self.max_evaluations or self.scheduled_actions >= self.max_scheduled_actions:
+            raise StopSearch("evaluation budget")
+
+    def model_state_bytes(self, layout: Layout) -> list[int]:
+        state = [0] * self.num_devices
+        for stage, device in enumerate(layout.stage_device):
+            params = self.param_prefix[layout.stage_end(stage)] - self.param_prefix[layout.starts[stage]]
+            state[device] += params * MODEL_STATE_BYTES_PER_PARAM_BYTE
+        return state
+
+    def stage_times(self, layout: Layout) -> StageTimes:
+        def sums(prefix):
+            return tuple(prefix[layout.stage_end(stage)] - prefix[layout.starts[stage]]
+                         for stage in range(layout.num_stages))
+
+        devices = layout.stage_device
+        boundary = [self.profile.layers[layout.stage_end(stage) - 1].output_bytes
+                    for stage in range(layout.num_stages)]
+        cluster = self.cluster
+
+        def lag(src: int, dst: int, nbytes: int) -> float:
+            return cluster.transfer_ms(devices[src], devices[dst], nbytes) if cluster is not None else 0.0
+
+        num_stages = layout.num_stages
+        forward_lag = (0.0, *(lag(s - 1, s, boundary[s - 1]) for s in range(1, num_stages)))
+        gradient_lag = (*(lag(s + 1, s, boundary[s]) for s in range(num_stages - 1)), 0.0)
+        return StageTimes(forward=sums(self.forward_prefix), backward_input=sums(self.input_prefix),
+                          backward_weight=sums(self.weight_prefix), forward_lag=forward_lag,
+                          gradient_lag=gradient_lag, activation_bytes=sums(self.activation_prefix),
+                          stage_device=devices, num_devices=self.num_devices)
+
+    def device_work(self, layout: Layout) -> list[float]:
+        loads = [0.0] * self.num_devices
+        for stage, device in enumerate(layout.stage_device):
+            loads[device] += self.work_prefix[layout.stage_end(stage)] - self.work_prefix[layout.starts[stage]]
+        return loads
+
+    def score(self, layout: Layout, policy: SchedulePolicy, origin: str) -> Candidate:
+        key = (layout, policy)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        self.check_stop()
+        self.evaluations += 1
+        state = self.model_state_bytes(layout)
+        caps = [min(self.memory_limit_bytes - device_state, self.activation_limit_bytes) for device_state in state]
+        if min(caps) < 0:
+            # The model state alone does not fit: no schedule can help, the partition must change.
+            candidate = Candidate(layout, policy, None, INFEASIBLE, origin, [max(-cap, 0.0) for cap in caps])
+        else:
+            schedule = list_schedule(self.stage_times(layout), self.num_microbatches, policy, caps)
+            self.scheduled_actions += sum(len(order) for order in schedule.orders)
+            excess = [max(peak - cap, 0.0) for peak, cap in zip(schedule.activation_peak, caps)]
+            makespan = INFEASIBLE if any(excess) else schedule.makespan
+            candidate = Candidate(layout, policy, schedule, makespan, origin, excess)
+        self.cache[key] = candidate
+        self.best_makespan = min(self.best_makespan, candidate.makespan)
+        if self.on_evaluation is not None:
+            self.on_evaluation()
+        return candidate
+
+
+def candidate_plan(candidate: Candidate, num_devices: int, num_microbatches: int) -> Plan:
+    actions = [[Action(stage, TYPE_LETTERS[kind], microbatch) for stage, kind, microbatch in order]
+               for order in candidate.schedule.orders]
+    return Plan(num_devices=num_devices, num_microbatches=num_microbatches, stages=candidate.layout.stages(),
+                actions=actions, strategy="adaptis")

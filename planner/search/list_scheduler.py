@@ -1,0 +1,294 @@
+"""A priority-driven list scheduler: per-device action orders for any partition and placement.
+
+It is an event-driven simulation of the pipeline that decides as it goes. Whenever a device can start
+something, it looks at the actions whose dependencies are met (per stage: the next F, the next B or I,
+the next W, each in micro-batch order) and starts the one the policy ranks first. Decisions are taken
+in global start-time order (the device whose next start is earliest goes first), so when a device
+decides, every action that could become ready before its start is already known: an undecided
+dependency starts no earlier than that start and ends later. Each action therefore starts at
+``max(device free, dependencies done + transfer lag)``, the simulator's rule, and the schedule's
+makespan equals ``planner.simulator.simulate`` of the resulting orders (the tests check this).
+
+Memory is respected while scheduling: a forward may start only while the stage's in-flight count is
+under its limit, and a micro-batch enters a device (its forward on the device's first stage) only if
+the activations it will hold on *all* the device's stages fit the byte cap next to what is held and
+already promised to the micro-batches inside. Promising up front keeps a device from filling its cap
+on an early stage and then starving its own later stage (which would deadlock a V or a loop). If every
+device is still blocked by its caps (a cap too small for even one micro-batch), the earliest blocked
+forward is let through and counted in ``cap_overrides``; the caller rejects a schedule whose peak then
+breaks a hard limit.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+INFINITY = float("inf")
+
+# Action type codes inside the scheduler (the plan IR uses letters).
+FORWARD, FULL_BACKWARD, INPUT_BACKWARD, WEIGHT_BACKWARD = 0, 1, 2, 3
+TYPE_LETTERS = "FBIW"
+
+FORWARD_ORDERS = ("deep", "old")
+
+
+@dataclass(frozen=True, order=True)
+class SchedulePolicy:
+    """The knobs the search turns.
+
+    - ``split_backward``: run I and W separately (zero-bubble style) instead of one B;
+    - ``backward_first``: a ready B/I beats a ready F (1F1B-like); otherwise F goes first within caps;
+    - ``forward_order``: among ready forwards, ``deep`` prefers the latest stage (pushes a micro-batch
+      through: less memory, backwards sooner), ``old`` the oldest micro-batch (breadth first);
+    - ``inflight_scale``: a stage s may hold ``ceil(scale x (stages from s to the end))`` micro-batches,
+      1F1B's warm-up depth generalised to any placement;
+    - ``weight_lag``: deferred W's a device may owe before W outranks a forward (memory is freed at W).
+    """
+
+    split_backward: bool = False
+    backward_first: bool = True
+    forward_order: str = "deep"
+    inflight_scale: float = 1.0
+    weight_lag: int = 1_000_000
+
+    def describe(self) -> str:
+        backward = "I+W" if self.split_backward else "B"
+        first = "B-first" if self.backward_first else "F-first"
+        lag = "" if self.weight_lag >= 1_000_000 else f", W lag <= {self.weight_lag}"
+        return f"{backward}, {first}, {self.forward_order} F, in-flight x{self.inflight_scale:g}{lag}"
+
+    def to_dict(self) -> dict:
+        return {"split_backward": self.split_backward, "backward_first": self.backward_first,
+                "forward_order": self.forward_order, "inflight_scale": self.inflight_scale,
+                "weight_lag": self.weight_lag if self.weight_lag < 1_000_000 else None}
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """Per-stage inputs of one schedule: durations, transfer lags, activation bytes and placement."""
+
+    forward: tuple[float, ...]
+    backward_input: tuple[float, ...]
+    backward_weight: tuple[float, ...]
+    forward_lag: tuple[float, ...]      # into stage s from s-1
+    gradient_lag: tuple[float, ...]     # into stage s from s+1
+    activation_bytes: tuple[int, ...]
+    stage_device: tuple[int, ...]
+    num_devices: int
+
+
+@dataclass
+class Schedule:
+    """The decided orders plus what the search needs to know about them."""
+
+    orders: list[list[tuple[int, int, int]]]   # per device: (stage, type code, micro-batch)
+    starts: list[list[float]]
+    makespan: float
+    device_busy: list[float]
+    device_end: list[float]
+    warmup_idle: list[float]       # idle before the device's first backward-type action
+    cooldown_idle: list[float]     # idle after its last forward (or first backward, if later)
+    activation_peak: list[int]
+    cap_overrides: int
+
+
+def inflight_limits(num_stages: int, scale: float) -> list[int]:
+    return [max(1, int(-(-scale * (num_stages - stage) // 1))) for stage in range(num_stages)]
+
+
+def list_schedule(times: StageTimes, num_microbatches: int, policy: SchedulePolicy,
+                  activation_cap: list[float] | None = None) -> Schedule:
+    """Schedule every F, B (or I and W) of every stage and micro-batch; see the module docstring."""
+    num_stages = len(times.forward)
+    num_devices = times.num_devices
+    m = num_microbatches
+    stage_device = times.stage_device
+    forward, forward_lag, gradient_lag = times.forward, times.forward_lag, times.gradient_lag
+    split = policy.split_backward
+    backward = times.backward_input if split else tuple(
+        i + w for i, w in zip(times.backward_input, times.backward_weight))
+    weight = times.backward_weight
+    stage_bytes = times.activation_bytes
+    limit = inflight_limits(num_stages, policy.inflight_scale)
+    cap = activation_cap if activation_cap is not None else [INFINITY] * num_devices
+    backward_first = policy.backward_first
+    deep_first = policy.forward_order == "deep"
+    weight_lag = policy.weight_lag
+    last = num_stages - 1
+
+    device_stages: list[list[int]] = [[] for _ in range(num_devices)]
+    for stage, device in enumerate(stage_device):
+        device_stages[device].append(stage)
+    entry_stage = [stages[0] if stages else -1 for stages in device_stages]
+    bytes_per_microbatch = [sum(stage_bytes[stage] for stage in stages) for stages in device_stages]
+    promised = [0] * num_devices   # activations the micro-batches inside a device will still take there
+
+    forward_done = [0.0] * (num_stages * m)
+    backward_done = [0.0] * (num_stages * m)
+    next_forward = [0] * num_stages
+    next_backward = [0] * num_stages
+    next_weight = [0] * num_stages
+    in_flight = [0] * num_stages
+    held = [0] * num_devices
+    peak = [0] * num_devices
+    owed_weights = [0] * num_devices
+    free = [0.0] * num_devices
+    busy = [0.0] * num_devices
+    first_backward_start = [INFINITY] * num_devices
+    last_forward_end = [0.0] * num_devices
+    orders: list[list[tuple[int, int, int]]] = [[] for _ in range(num_devices)]
+    starts: list[list[float]] = [[] for _ in range(num_devices)]
+    version = [0] * num_devices
+    heap: list[tuple[float, int, int]] = []
+    remaining = num_stages * m * (3 if split else 2)
+    overrides = 0
+
+    # Priorities are single integers (smaller runs first): a class times ``span`` plus a tie-break that
+    # orders by micro-batch and stage, so comparing candidates needs no tuples.
+    span = (num_stages + 1) * (m + 1)
+    forward_class = (2 if backward_first else 1) * span
+    backward_class = (1 if backward_first else 2) * span
+    backward_kind = INPUT_BACKWARD if split else FULL_BACKWARD
+
+    def choose(device: int, ignore_caps: bool):
+        """The action ``device`` starts next and when, or None: (start, type, stage, microbatch)."""
+        candidates = []
+        add = candidates.append
+        earliest = INFINITY
+        admits = ignore_caps or held[device] + promised[device] + bytes_per_microbatch[device] <= cap[device]
+        device_entry = entry_stage[device]
+        for stage in device_stages[device]:
+            base = stage * m
+            microbatch = next_forward[stage]
+            if microbatch < m and (stage == 0 or next_forward[stage - 1] > microbatch) and (
+                    ignore_caps or (in_flight[stage] < limit[stage] and (admits or stage != device_entry))):
+                ready = forward_done[base - m + microbatch] + forward_lag[stage] if stage else 0.0
+                if ready < earliest:
+                    earliest = ready
+                add((ready, forward_class + ((last - stage) * (m + 1) + microbatch if deep_first
+                                             else microbatch * (num_stages + 1) + last - stage),
+                     FORWARD, stage, microbatch))
+            microbatch = next_backward[stage]
+            if microbatch < next_forward[stage] and (stage == last or next_backward[stage + 1] > microbatch):
+                ready = forward_done[base + microbatch]
+                if stage != last:
+                    from_above = backward_done[base + m + microbatch] + gradient_lag[stage]
+                    if from_above > ready:
+                        ready = from_above
+                if ready < earliest:
+                    earliest = ready
+                add((ready, backward_class + microbatch * (num_stages + 1) + last - stage,
+                     backward_kind, stage, microbatch))
+            if split:
+                microbatch = next_weight[stage]
+                if microbatch < next_backward[stage]:
+                    ready = backward_done[base + microbatch]
+                    if ready < earliest:
+                        earliest = ready
+                    add((ready, (0 if owed_weights[device] > weight_lag else 3 * span)
+                         + microbatch * (num_stages + 1) + stage, WEIGHT_BACKWARD, stage, microbatch))
+        if not candidates:
+            return None
+        device_free = free[device]
+        start = earliest if earliest > device_free else device_free
+        best = None
+        for candidate in candidates:
+            if candidate[0] <= start and (best is None or candidate[1] < best[1]):
+                best = candidate
+        return start, best[2], best[3], best[4]
+
+    # A device's decision depends only on its own stages and their neighbours' progress; every commit
+    # that changes those refreshes it, so a decision still current when popped is still right.
+    decided: list = [None] * num_devices
+
+    def refresh(device: int) -> None:
+        version[device] += 1
+        decision = decided[device] = choose(device, False)
+        if decision is not None:
+            heapq.heappush(heap, (decision[0], device, version[device]))
+
+    for device in range(num_devices):
+        refresh(device)
+
+    while remaining:
+        if heap:
+            _, device, stamp = heapq.heappop(heap)
+            if stamp != version[device]:
+                continue
+            start, kind, stage, microbatch = decided[device]
+        else:
+            # Every device is blocked by its caps: let the earliest blocked forward through.
+            decisions = [(decision, device) for device in range(num_devices)
+                         if (decision := choose(device, True)) is not None]
+            (start, kind, stage, microbatch), device = min(decisions)
+            overrides += 1
+        key = stage * m + microbatch
+        if kind == FORWARD:
+            duration = forward[stage]
+            forward_done[key] = start + duration
+            next_forward[stage] += 1
+            in_flight[stage] += 1
+            held[device] += stage_bytes[stage]
+            if stage == entry_stage[device]:
+                promised[device] += bytes_per_microbatch[device] - stage_bytes[stage]
+            else:
+                promised[device] -= stage_bytes[stage]
+            if held[device] > peak[device]:
+                peak[device] = held[device]
+            last_forward_end[device] = start + duration
+        elif kind == WEIGHT_BACKWARD:
+            duration = weight[stage]
+            next_weight[stage] += 1
+            in_flight[stage] -= 1
+            held[device] -= stage_bytes[stage]
+            owed_weights[device] -= 1
+        else:
+            duration = backward[stage]
+            backward_done[key] = start + duration
+            next_backward[stage] += 1
+            if kind == FULL_BACKWARD:
+                in_flight[stage] -= 1
+                held[device] -= stage_bytes[stage]
+            else:
+                owed_weights[device] += 1
+        if kind != FORWARD and start < first_backward_start[device]:
+            first_backward_start[device] = start
+        free[device] = start + duration
+        busy[device] += duration
+        orders[device].append((stage, kind, microbatch))
+        starts[device].append(start)
+        remaining -= 1
+        refresh(device)
+        # Only the neighbour stage waiting for exactly this micro-batch gains a candidate.
+        if kind == FORWARD:
+            if stage != last and stage_device[stage + 1] != device and next_forward[stage + 1] == microbatch:
+                refresh(stage_device[stage + 1])
+        elif kind != WEIGHT_BACKWARD:
+            if stage and stage_device[stage - 1] != device and next_backward[stage - 1] == microbatch:
+                refresh(stage_device[stage - 1])
+
+    makespan = max(free)
+    warmup_idle, cooldown_idle = [], []
+    for device in range(num_devices):
+        warmup_end = min(first_backward_start[device], makespan)
+        busy_before = sum(duration_of(times, backward, weight, action)
+                          for action, start in zip(orders[device], starts[device]) if start < warmup_end)
+        warmup_idle.append(max(warmup_end - busy_before, 0.0))
+        cooldown_start = max(last_forward_end[device], warmup_end)
+        busy_after = sum(duration_of(times, backward, weight, action)
+                         for action, start in zip(orders[device], starts[device]) if start >= cooldown_start)
+        cooldown_idle.append(max(makespan - cooldown_start - busy_after, 0.0))
+    return Schedule(orders=orders, starts=starts, makespan=makespan, device_busy=busy, device_end=free,
+                    warmup_idle=warmup_idle, cooldown_idle=cooldown_idle, activation_peak=peak,
+                    cap_overrides=overrides)
+
+
+def duration_of(times: StageTimes, backward: tuple[float, ...], weight: tuple[float, ...],
+                action: tuple[int, int, int]) -> float:
+    stage, kind, _ = action
+    if kind == FORWARD:
+        return times.forward[stage]
+    if kind == WEIGHT_BACKWARD:
+        return weight[stage]
+    return backward[stage]

@@ -1,0 +1,358 @@
+"""``search_plan``: AdaPtis's co-optimisation of partition, placement and schedule.
+
+1. Score every baseline (each schedule with a uniform and a time-balanced partition) on the profile.
+2. Starts: each baseline's partition and placement, plus loop and V layouts over S = p .. 4p stages
+   with device-balanced partitions, each under a few schedule policies (list scheduler).
+3. Phase-by-phase tuning of the best few starts: diagnose the bottleneck from the candidate's timeline,
+   try the matching phase's moves, keep the best neighbour only if it beats the current candidate
+   (otherwise roll back and try the next phase); at a local optimum restart from a perturbed best.
+4. Stop at the evaluation or time budget, on cancellation, or once within ``target_gap`` of the bound.
+5. The best candidate is validated and simulated; it is returned unless a baseline that fits memory
+   is faster, in which case that baseline is (so the search is never worse than where it started).
+
+Everything is deterministic for a given seed unless a time budget or cancellation cuts the run short.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Callable
+
+from planner.baselines import BASELINE_SCHEDULES, build_baseline
+from planner.cluster import ClusterSpec
+from planner.errors import SpecError
+from planner.layout import layer_codes_from_profile, plan_layout_string
+from planner.memory import MODEL_STATE_BYTES_PER_PARAM_BYTE
+from planner.plan import Plan
+from planner.profile import Profile
+from planner.search.bound import search_lower_bound
+from planner.search.evaluate import Candidate, CandidateScorer, StopSearch, candidate_plan
+from planner.search.layouts import SHAPES, Layout, layout_from_stages, shape_devices
+from planner.search.list_scheduler import SchedulePolicy
+from planner.search.partition import balanced_starts, rebalance_devices
+from planner.search.result import SearchResult
+from planner.search.tuning import diagnose, partition_moves, perturbed, placement_moves, policy_moves, restructure
+from planner.simulator import simulate
+from planner.validate import validate_plan
+
+DEFAULT_MAX_EVALUATIONS = 300
+# Scheduling cost grows with stages x micro-batches; this caps a large search near a minute on one core.
+DEFAULT_MAX_SCHEDULED_ACTIONS = 5_000_000
+BEAM_WIDTH = 3
+RESTARTS_WITHOUT_GAIN = 6
+BASELINE_PARTITIONS = ("uniform", "time-balanced")
+START_POLICIES = (
+    SchedulePolicy(split_backward=False),
+    SchedulePolicy(split_backward=True),
+    SchedulePolicy(split_backward=True, inflight_scale=1.5),
+)
+MEMORY_POLICY = SchedulePolicy(split_backward=True, inflight_scale=0.5)
+
+Progress = Callable[[float, str], None]
+
+
+def search_plan(profile: Profile, num_devices: int, num_microbatches: int, *, cluster: ClusterSpec | None = None,
+                memory_limit_bytes: int | None = None, seed: int = 0, time_budget_s: float | None = None,
+                progress: Progress | None = None, cancel: Callable[[], bool] | None = None, top_k: int = 5,
+                activation_limit_bytes: int | None = None, max_evaluations: int = DEFAULT_MAX_EVALUATIONS,
+                max_scheduled_actions: int = DEFAULT_MAX_SCHEDULED_ACTIONS, target_gap: float = 0.01) -> SearchResult:
+    """Search a plan for ``profile`` on ``num_devices`` devices and ``num_microbatches`` micro-batches.
+
+    Memory is a hard constraint on every device: model state (params + grads + optimizer) plus in-flight
+    activations within ``memory_limit_bytes`` (default: the cluster's device memory; unlimited without
+    either), and in-flight activations alone within ``activation_limit_bytes`` when given. Raises
+    ``SpecError("memory_limit_bytes", ...)`` when no plan can fit.
+    """
+    started = time.monotonic()
+    _check_arguments(profile, num_devices, num_microbatches, cluster, time_budget_s, top_k, max_evaluations)
+    memory_limit = _memory_limit(memory_limit_bytes, cluster)
+    activation_limit = float("inf") if activation_limit_bytes is None else activation_limit_bytes
+    _check_model_state_fits(profile, num_devices, memory_limit)
+    reporter = _Reporter(progress, started, time_budget_s)
+    reporter.report(0.0, "scoring baselines")
+    bound = search_lower_bound(profile, num_devices, num_microbatches)
+    baseline_plans, baselines = _score_baselines(profile, num_devices, num_microbatches, cluster,
+                                                 memory_limit, activation_limit)
+    scorer = CandidateScorer(profile, num_devices, num_microbatches, cluster=cluster,
+                             memory_limit_bytes=memory_limit, activation_limit_bytes=activation_limit,
+                             deadline=None if time_budget_s is None else started + time_budget_s,
+                             max_evaluations=max_evaluations, max_scheduled_actions=max_scheduled_actions,
+                             cancel=cancel)
+    scorer.on_evaluation = lambda: reporter.tick(scorer)
+    tuner = _Tuner(scorer, random.Random(seed), bound["lower_bound_ms"] * (1 + target_gap))
+    stopped = "converged"
+    try:
+        tuner.run([layout_from_stages(plan.stages, profile.num_layers) for plan in baseline_plans.values()])
+    except StopSearch as stop:
+        stopped = stop.reason
+    plan, origin = _final_plan(tuner.best, baseline_plans, baselines, profile, num_devices, num_microbatches,
+                               cluster, memory_limit, activation_limit)
+    iteration_ms = plan.predicted["iteration_ms"]
+    gap = iteration_ms / bound["lower_bound_ms"] - 1 if bound["lower_bound_ms"] > 0 else 0.0
+    for metrics in baselines.values():
+        metrics["adaptis_speedup"] = metrics["iteration_ms"] / iteration_ms if iteration_ms > 0 else None
+    stats = {"evaluations": scorer.evaluations, "scheduled_actions": scorer.scheduled_actions,
+             "seconds": time.monotonic() - started, "stopped": stopped,
+             "seed": seed, "max_evaluations": max_evaluations, "time_budget_s": time_budget_s,
+             "target_gap": target_gap, "origin": origin}
+    plan.meta.update({"lower_bound_ms": bound["lower_bound_ms"], "lower_bound": bound, "gap": gap,
+                      "search": stats})
+    reporter.report(1.0, f"done: {iteration_ms:.1f} ms, {gap:.1%} above the lower bound")
+    return SearchResult(plan=plan, lower_bound=bound, gap=gap, candidates=tuner.top(top_k, profile),
+                        baselines=baselines, stats=stats, cancelled=stopped == "cancelled")
+
+
+class _Tuner:
+    """The search state: every candidate scored so far lives in the scorer's cache; ``best`` is the best."""
+
+    def __init__(self, scorer: CandidateScorer, rng: random.Random, good_enough_ms: float):
+        self.scorer = scorer
+        self.rng = rng
+        self.good_enough_ms = good_enough_ms
+        self.best: Candidate | None = None
+
+    def consider(self, layout: Layout, policy: SchedulePolicy, origin: str) -> Candidate:
+        candidate = self.scorer.score(layout, policy, origin)
+        if self.best is None or candidate.rank < self.best.rank:
+            self.best = candidate
+            if candidate.feasible and candidate.makespan <= self.good_enough_ms:
+                raise StopSearch("within target gap")
+        return candidate
+
+    def run(self, baseline_layouts: list[Layout]) -> None:
+        starts = self.starts(baseline_layouts)
+        beam = sorted(starts, key=lambda candidate: candidate.rank)
+        seen, chosen = set(), []
+        for candidate in beam:
+            if candidate.layout not in seen:
+                seen.add(candidate.layout)
+                chosen.append(candidate)
+        for candidate in chosen[:BEAM_WIDTH]:
+            self.tune(candidate)
+        fruitless = 0
+        while fruitless < RESTARTS_WITHOUT_GAIN:
+            before = self.best.rank
+            layout = perturbed(self.best.layout, self.rng, self.scorer.num_devices, self.scorer.work_prefix)
+            self.tune(self.consider(layout, self.best.policy, "restart"))
+            fruitless = fruitless + 1 if self.best.rank >= before else 0
+
+    def starts(self, baseline_layouts: list[Layout]) -> list[Candidate]:
+        num_devices, num_layers = self.scorer.num_devices, self.scorer.profile.num_layers
+        layouts: list[tuple[Layout, str]] = []
+        stage_counts = sorted({count for count in (num_devices, num_devices * 3 // 2, 2 * num_devices,
+                                                    3 * num_devices, 4 * num_devices, num_layers)
+                               if num_devices <= count <= min(num_layers, 4 * num_devices)})
+        for count in stage_counts:
+            for shape in SHAPES if count > num_devices else ("loop",):
+                layouts.append((restructure(num_layers, num_devices, count, shape, self.scorer.work_prefix),
+                                f"{shape} S={count}"))
+        layouts += [(layout, "baseline layout") for layout in baseline_layouts]
+        candidates = []
+        for layout, origin in dict(layouts).items():
+            for policy in START_POLICIES:
+                candidates.append(self.consider(layout, policy, origin))
+        if not self.best.feasible:
+            candidates += self.memory_starts(stage_counts)
+        return candidates
+
+    def memory_starts(self, stage_counts: list[int]) -> list[Candidate]:
+        """Starts for a tight memory limit: parameters spread evenly, few micro-batches in flight."""
+        profile, num_devices = self.scorer.profile, self.scorer.num_devices
+        params = [float(layer.param_bytes) for layer in profile.layers]
+        param_prefix = [float(value) for value in self.scorer.param_prefix]
+        candidates = []
+        for count in stage_counts:
+            for shape in SHAPES:
+                layout = Layout(balanced_starts(params, count), shape_devices(shape, count, num_devices),
+                                profile.num_layers)
+                layout = rebalance_devices(layout, param_prefix, num_devices)
+                candidates.append(self.consider(layout, MEMORY_POLICY, f"memory {shape} S={count}"))
+        return candidates
+
+    def tune(self, candidate: Candidate) -> Candidate:
+        """Phase-by-phase descent from ``candidate`` to a local optimum."""
+        current = candidate
+        while True:
+            for phase in self.phases(current):
+                neighbours = [self.consider(layout, policy, f"{phase} tuning")
+                              for layout, policy in self.moves(current, phase)]
+                best = min(neighbours, key=lambda neighbour: neighbour.rank, default=None)
+                if best is not None and best.rank < current.rank:
+                    current = best
+                    break
+            else:
+                return current
+
+    def phases(self, candidate: Candidate) -> list[str]:
+        if not candidate.feasible:
+            return ["memory", "gaps", "fill"]
+        return diagnose(candidate)
+
+    def moves(self, candidate: Candidate, phase: str) -> list[tuple[Layout, SchedulePolicy]]:
+        scorer, policy = self.scorer, candidate.policy
+        if phase == "gaps":
+            return [(candidate.layout, other) for other in policy_moves(policy, scorer.num_devices)]
+        if phase == "imbalance":
+            return [(layout, policy) for layout in partition_moves(candidate, scorer.device_work(candidate.layout))]
+        if phase == "memory":
+            pressure = [excess + state for excess, state in
+                        zip(candidate.device_excess, scorer.model_state_bytes(candidate.layout))]
+            return [(layout, policy) for layout in partition_moves(candidate, pressure)]
+        layouts = placement_moves(candidate, scorer.num_devices, scorer.work_prefix)
+        return [(layout, policy) for layout in self.rng.sample(layouts, min(len(layouts), 12))]
+
+    def top(self, count: int, profile: Profile) -> list[dict]:
+        codes = layer_codes_from_profile(profile)
+        ranked = sorted((candidate for candidate in self.scorer.cache.values() if candidate.feasible),
+                        key=lambda candidate: candidate.rank)
+        entries, seen = [], set()
+        for candidate in ranked:
+            if candidate.layout in seen:
+                continue
+            seen.add(candidate.layout)
+            plan = Plan(self.scorer.num_devices, self.scorer.num_microbatches, candidate.layout.stages(), [])
+            entries.append({"rank": len(entries) + 1, "iteration_ms": candidate.makespan,
+                            "num_stages": candidate.layout.num_stages,
+                            "layout": plan_layout_string(plan, codes), "policy": candidate.policy.to_dict(),
+                            "schedule": candidate.policy.describe(), "origin": candidate.origin,
+                            "activation_peak_bytes": max(candidate.schedule.activation_peak)})
+            if len(entries) == count:
+                break
+        return entries
+
+
+class _Reporter:
+    """Progress is the largest used share of any budget (evaluations, scheduled actions, time)."""
+
+    def __init__(self, progress: Progress | None, started: float, time_budget_s: float | None):
+        self.progress = progress
+        self.started = started
+        self.time_budget_s = time_budget_s
+        self.fraction = 0.0
+
+    def report(self, fraction: float, message: str) -> None:
+        self.fraction = max(self.fraction, min(fraction, 1.0))
+        if self.progress is not None:
+            self.progress(self.fraction, message)
+
+    def tick(self, scorer: CandidateScorer) -> None:
+        fraction = max(scorer.evaluations / scorer.max_evaluations,
+                       scorer.scheduled_actions / scorer.max_scheduled_actions)
+        if self.time_budget_s:
+            fraction = max(fraction, (time.monotonic() - self.started) / self.time_budget_s)
+        if fraction >= self.fraction + 0.02:
+            self.report(fraction * 0.98, f"{scorer.evaluations} candidates scored, best {scorer.best_makespan:.1f} ms")
+
+
+def _check_arguments(profile: Profile, num_devices: int, num_microbatches: int, cluster: ClusterSpec | None,
+                     time_budget_s: float | None, top_k: int, max_evaluations: int) -> None:
+    for name, value in (("num_devices", num_devices), ("num_microbatches", num_microbatches),
+                        ("max_evaluations", max_evaluations), ("top_k", top_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(name, f"must be an integer >= 1, got {value!r}")
+    if num_devices > profile.num_layers:
+        raise SpecError("num_devices", f"{num_devices} devices need at least as many layers to hold; the "
+                                       f"profile of {profile.model} has {profile.num_layers}")
+    if cluster is not None and num_devices > cluster.num_devices:
+        raise SpecError("num_devices", f"the cluster {cluster.name!r} has {cluster.num_devices} devices, "
+                                       f"asked for {num_devices}")
+    if time_budget_s is not None and not time_budget_s > 0:
+        raise SpecError("time_budget_s", f"must be > 0 seconds, got {time_budget_s!r}")
+
+
+def _memory_limit(memory_limit_bytes: int | None, cluster: ClusterSpec | None) -> float:
+    if memory_limit_bytes is not None:
+        if isinstance(memory_limit_bytes, bool) or not isinstance(memory_limit_bytes, (int, float)) \
+                or memory_limit_bytes <= 0:
+            raise SpecError("memory_limit_bytes", f"must be a positive number of bytes, got {memory_limit_bytes!r}")
+        return float(memory_limit_bytes)
+    return float(cluster.device.memory_bytes) if cluster is not None else float("inf")
+
+
+def _check_model_state_fits(profile: Profile, num_devices: int, memory_limit: float) -> None:
+    per_byte = MODEL_STATE_BYTES_PER_PARAM_BYTE
+    heaviest = max(profile.layers, key=lambda layer: layer.param_bytes)
+    if heaviest.param_bytes * per_byte > memory_limit:
+        raise SpecError("memory_limit_bytes", (
+            f"layer {heaviest.name!r} alone needs {heaviest.param_bytes * per_byte:,} bytes of model state "
+            f"({heaviest.param_bytes:,} parameter bytes x {per_byte} for parameters, gradients and optimizer "
+            f"state) but a device holds {memory_limit:,.0f}; no partition can fit it"))
+    total = sum(layer.param_bytes for layer in profile.layers) * per_byte
+    if total > memory_limit * num_devices:
+        raise SpecError("memory_limit_bytes", (
+            f"the model state needs {total:,} bytes ({per_byte} x {total // per_byte:,} parameter bytes) but "
+            f"{num_devices} devices x {memory_limit:,.0f} bytes hold {memory_limit * num_devices:,.0f}; "
+            f"use more devices or a larger limit"))
+
+
+def _fits(predicted: dict, memory_limit: float, activation_limit: float) -> bool:
+    return all(device["peak_memory_bytes"] <= memory_limit and device["activation_peak_bytes"] <= activation_limit
+               for device in predicted["per_device"])
+
+
+def baseline_name(schedule: str, partition: str) -> str:
+    return schedule if partition == "uniform" else f"{schedule}+{partition}"
+
+
+def _score_baselines(profile: Profile, num_devices: int, num_microbatches: int, cluster: ClusterSpec | None,
+                     memory_limit: float, activation_limit: float) -> tuple[dict[str, Plan], dict[str, dict]]:
+    plans, metrics = {}, {}
+    for schedule in BASELINE_SCHEDULES:
+        for partition in BASELINE_PARTITIONS:
+            try:
+                plan = build_baseline(schedule, profile, num_devices, num_microbatches, cluster=cluster,
+                                      partition=partition)
+            except SpecError:
+                continue  # e.g. more stages than the model has layers
+            predicted = plan.predicted
+            name = baseline_name(schedule, partition)
+            plans[name] = plan
+            metrics[name] = {"schedule": schedule, "partition": partition, "iteration_ms": predicted["iteration_ms"],
+                             "bubble_ratio": predicted["bubble_ratio"],
+                             "peak_memory_bytes": predicted["peak_memory_bytes"],
+                             "activation_peak_bytes": max(device["activation_peak_bytes"]
+                                                          for device in predicted["per_device"]),
+                             "fits_memory": _fits(predicted, memory_limit, activation_limit),
+                             "layout": plan.meta.get("layout")}
+    return plans, metrics
+
+
+def _final_plan(best: Candidate | None, baseline_plans: dict[str, Plan], baselines: dict[str, dict],
+                profile: Profile, num_devices: int, num_microbatches: int, cluster: ClusterSpec | None,
+                memory_limit: float, activation_limit: float) -> tuple[Plan, str]:
+    fitting = [name for name, metrics in baselines.items() if metrics["fits_memory"]]
+    best_baseline = min(fitting, key=lambda name: baselines[name]["iteration_ms"], default=None)
+    plan = origin = None
+    if best is not None and best.feasible:
+        plan = candidate_plan(best, num_devices, num_microbatches)
+        validate_plan(plan, profile.num_layers)
+        plan.predicted = simulate(plan, profile, cluster).to_dict(include_timeline=False)
+        origin = best.origin
+        plan.meta = {"policy": best.policy.to_dict(), "schedule": best.policy.describe()}
+    if best_baseline is not None and (plan is None or
+                                      baselines[best_baseline]["iteration_ms"] < plan.predicted["iteration_ms"]):
+        source = baseline_plans[best_baseline]
+        plan = Plan(source.num_devices, source.num_microbatches, list(source.stages),
+                    [list(actions) for actions in source.actions], strategy="adaptis",
+                    predicted=dict(source.predicted), meta={"schedule": f"baseline {best_baseline}"})
+        origin = f"baseline {best_baseline}"
+    if plan is None:
+        raise SpecError("memory_limit_bytes", _no_fit_reason(best, memory_limit, activation_limit))
+    plan.strategy = "adaptis"
+    plan.meta["layout"] = plan_layout_string(plan, layer_codes_from_profile(profile))
+    plan.meta["origin"] = origin
+    plan.meta["memory_limit_bytes"] = memory_limit if memory_limit < float("inf") else None
+    return plan, origin
+
+
+def _no_fit_reason(best: Candidate | None, memory_limit: float, activation_limit: float) -> str:
+    limits = f"{memory_limit:,.0f} bytes per device"
+    if activation_limit < float("inf"):
+        limits += f" with at most {activation_limit:,.0f} bytes of activations"
+    if best is None:
+        return f"no plan fits {limits}"
+    device = max(range(len(best.device_excess)), key=lambda index: best.device_excess[index])
+    return (f"no plan fits {limits}: the closest candidate ({best.layout.num_stages} stages, "
+            f"{best.policy.describe()}) still needs {best.device_excess[device]:,.0f} bytes more on device "
+            f"{device}, even holding as few micro-batches in flight as the schedule allows")

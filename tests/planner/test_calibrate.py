@@ -1,0 +1,93 @@
+"""Closed loop: observed per-action timings pull the profile toward reality, and re-planning gains from it."""
+
+import pytest
+
+from planner.calibrate import recalibrate
+from planner.errors import SpecError
+from planner.search import search_plan
+from planner.simulator import simulate
+from tests.planner.search_profiles import hybrid_profile, small_cluster
+
+DEVICES, MICROBATCHES = 4, 8
+# The "real" hardware: the head and the MLPs are slower than the analytic profile says, mixers faster.
+SECRET_FACTORS = {"head": 1.8, "mlp": 1.35, "decoder": 0.8, "embedding": 1.0}
+
+
+def observed_events(plan, real_profile, cluster):
+    """What the executor would report: every action's timing, from running the plan on the real costs."""
+    return [{"type": "action", "rank": entry["device"], "device": entry["device"], "action": entry["action"],
+             "stage": entry["stage"], "kind": entry["type"], "microbatch": entry["microbatch"], "step": 0,
+             "start_ms": entry["start_ms"], "end_ms": entry["end_ms"]}
+            for entry in simulate(plan, real_profile, cluster).timeline()] + [{"type": "run_finished", "summary": {}}]
+
+
+def test_replanning_on_the_recalibrated_profile_predicts_reality_better():
+    cluster = small_cluster()
+    assumed = hybrid_profile()
+    real = assumed.scaled([SECRET_FACTORS[layer.kind] for layer in assumed.layers])
+    first = search_plan(assumed, DEVICES, MICROBATCHES, cluster=cluster, max_evaluations=80)
+    first_error = abs(first.iteration_ms - simulate(first.plan, real, cluster).iteration_ms)
+
+    calibrated = recalibrate(assumed, first.plan, observed_events(first.plan, real, cluster))
+    second = search_plan(calibrated, DEVICES, MICROBATCHES, cluster=cluster, max_evaluations=80)
+    second_real_ms = simulate(second.plan, real, cluster).iteration_ms
+    second_error = abs(second.iteration_ms - second_real_ms)
+
+    assert calibrated.source == "calibrated"
+    assert second_error < first_error / 10
+    assert second_real_ms <= simulate(first.plan, real, cluster).iteration_ms + 1e-9
+
+
+def test_each_stage_is_scaled_to_its_observed_time_in_predicted_proportions():
+    cluster = small_cluster()
+    assumed = hybrid_profile()
+    real = assumed.scaled([SECRET_FACTORS[layer.kind] for layer in assumed.layers])
+    plan = search_plan(assumed, DEVICES, MICROBATCHES, cluster=cluster, max_evaluations=40).plan
+    calibrated = recalibrate(assumed, plan, observed_events(plan, real, cluster))
+    for stage in plan.stages:
+        for part in ("forward", "backward_input", "backward_weight"):
+            observed = sum(getattr(real.layers[index], part) for index in stage.layers)
+            fitted = [getattr(calibrated.layers[index], part) for index in stage.layers]
+            assumed_parts = [getattr(assumed.layers[index], part) for index in stage.layers]
+            assert sum(fitted) == pytest.approx(observed)
+            if sum(assumed_parts):
+                assert [value / sum(fitted) for value in fitted] == pytest.approx(
+                    [value / sum(assumed_parts) for value in assumed_parts])
+
+
+def test_a_full_backward_scales_both_backward_parts():
+    assumed = hybrid_profile()
+    from planner.plan import Action, Plan, Stage
+    plan = Plan(1, 1, [Stage(tuple(range(assumed.num_layers)), 0)], [[Action(0, "F", 0), Action(0, "B", 0)]])
+    forward = sum(layer.forward for layer in assumed.layers)
+    backward = sum(layer.backward for layer in assumed.layers)
+    events = [{"action": "0F0", "start_ms": 0.0, "end_ms": 2 * forward},
+              {"action": "0B0", "start_ms": 2 * forward, "end_ms": 2 * forward + 0.5 * backward}]
+    calibrated = recalibrate(assumed, plan, events)
+    assert sum(layer.forward for layer in calibrated.layers) == pytest.approx(2 * forward)
+    assert sum(layer.backward_input for layer in calibrated.layers) == pytest.approx(
+        0.5 * sum(layer.backward_input for layer in assumed.layers))
+    assert sum(layer.backward_weight for layer in calibrated.layers) == pytest.approx(
+        0.5 * sum(layer.backward_weight for layer in assumed.layers))
+
+
+@pytest.mark.parametrize("event, field", [
+    ({"action": "9F0", "start_ms": 0, "end_ms": 1}, "observed_events[0].action"),
+    ({"action": "F0", "start_ms": 0, "end_ms": 1}, "observed_events[0].action"),
+    ({"action": "0F0", "start_ms": 2, "end_ms": 1}, "observed_events[0].end_ms"),
+    ({"action": "0F0", "start_ms": "0", "end_ms": 1}, "observed_events[0].start_ms"),
+])
+def test_bad_events_name_the_field(event, field):
+    assumed = hybrid_profile()
+    plan = search_plan(assumed, 2, 2, max_evaluations=10).plan
+    with pytest.raises(SpecError) as error:
+        recalibrate(assumed, plan, [event])
+    assert error.value.field == field
+
+
+def test_no_action_events_is_an_error():
+    assumed = hybrid_profile()
+    plan = search_plan(assumed, 2, 2, max_evaluations=10).plan
+    with pytest.raises(SpecError) as error:
+        recalibrate(assumed, plan, [{"type": "run_started"}])
+    assert error.value.field == "observed_events"

@@ -1,0 +1,105 @@
+"""The search's parts: the list scheduler agrees with the simulator, the bound holds, partitions balance."""
+
+import itertools
+import random
+
+import pytest
+
+from planner.search.bound import indivisible_layers_ms, search_lower_bound
+from planner.search.evaluate import CandidateScorer, candidate_plan
+from planner.search.layouts import SHAPES, Layout, shape_devices
+from planner.search.list_scheduler import SchedulePolicy
+from planner.search.partition import balanced_starts, device_loads, rebalance_devices
+from planner.simulator import simulate
+from planner.validate import validate_plan
+from tests.planner.search_profiles import big_head_profile, hybrid_profile, small_cluster
+
+
+def scorer_for(profile, devices, microbatches, cluster=None, **limits):
+    return CandidateScorer(profile, devices, microbatches, cluster=cluster,
+                           memory_limit_bytes=limits.get("memory", float("inf")),
+                           activation_limit_bytes=limits.get("activation", float("inf")), deadline=None,
+                           max_evaluations=10**9, max_scheduled_actions=10**12, cancel=None)
+
+
+def random_layout(rng, num_layers, devices):
+    stages = rng.randint(devices, min(num_layers, 3 * devices))
+    starts = (0, *sorted(rng.sample(range(1, num_layers), stages - 1)))
+    placement = list(range(devices)) + [rng.randrange(devices) for _ in range(stages - devices)]
+    rng.shuffle(placement)
+    return Layout(starts, tuple(placement), num_layers)
+
+
+def random_policy(rng):
+    return SchedulePolicy(split_backward=rng.random() < 0.6, backward_first=rng.random() < 0.7,
+                          forward_order=rng.choice(("deep", "old")), inflight_scale=rng.choice((0.5, 1, 1.5, 3)),
+                          weight_lag=rng.choice((2, 8, 1_000_000)))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_list_schedules_are_valid_and_score_what_the_simulator_says(seed):
+    rng = random.Random(seed)
+    profile = hybrid_profile() if seed % 2 else big_head_profile()
+    devices, microbatches = rng.choice((2, 3, 4)), rng.choice((1, 3, 8))
+    cluster = small_cluster() if seed % 3 else None
+    scorer = scorer_for(profile, devices, microbatches, cluster)
+    candidate = scorer.score(random_layout(rng, profile.num_layers, devices), random_policy(rng), "random")
+    plan = candidate_plan(candidate, devices, microbatches)
+    validate_plan(plan, profile.num_layers)
+    simulation = simulate(plan, profile, cluster)
+    assert candidate.makespan == pytest.approx(simulation.iteration_ms, rel=1e-12)
+    assert candidate.schedule.activation_peak == [memory.memory.activation_peak_bytes
+                                                  for memory in simulation.per_device]
+    assert candidate.schedule.device_busy == pytest.approx([device.time.busy_ms for device in simulation.per_device])
+
+
+def test_a_byte_cap_bounds_every_devices_activations():
+    profile = big_head_profile()
+    cap = 3 * 64 * (1 << 20) * 3
+    scorer = scorer_for(profile, 4, 16, activation=cap)
+    layout = rebalance_devices(Layout(balanced_starts([1.0] * 12, 8), shape_devices("vee", 8, 4), 12),
+                               scorer.work_prefix, 4)
+    candidate = scorer.score(layout, SchedulePolicy(split_backward=True, inflight_scale=3.0), "capped")
+    assert candidate.feasible and max(candidate.schedule.activation_peak) <= cap
+    uncapped = scorer_for(profile, 4, 16).score(layout, SchedulePolicy(split_backward=True, inflight_scale=3.0), "")
+    assert max(uncapped.schedule.activation_peak) > cap
+
+
+def test_the_indivisible_layer_bound_matches_brute_force():
+    rng = random.Random(7)
+    for _ in range(20):
+        costs = [round(rng.uniform(0.5, 3.0), 2) for _ in range(rng.randint(4, 7))]
+        devices = rng.randint(2, 3)
+        best = min(max(sum(cost for cost, owner in zip(costs, assignment) if owner == device)
+                       for device in range(devices))
+                   for assignment in itertools.product(range(devices), repeat=len(costs)))
+        assert indivisible_layers_ms(costs, devices, 1) <= best + 1e-9
+
+
+def test_the_bound_never_exceeds_a_plan_the_scheduler_finds():
+    rng = random.Random(11)
+    for index in range(25):
+        profile = hybrid_profile() if index % 2 else big_head_profile(num_decoders=rng.randint(4, 12))
+        devices, microbatches = rng.choice((2, 3, 4)), rng.choice((1, 2, 6))
+        bound = search_lower_bound(profile, devices, microbatches)["lower_bound_ms"]
+        scorer = scorer_for(profile, devices, microbatches)
+        for _ in range(6):
+            candidate = scorer.score(random_layout(rng, profile.num_layers, devices), random_policy(rng), "")
+            assert candidate.makespan >= bound - 1e-9
+
+
+def test_rebalancing_evens_device_loads_for_every_shape():
+    profile = big_head_profile(num_decoders=14, head_forward=5.0)
+    scorer = scorer_for(profile, 4, 8)
+    weights = [layer.forward + layer.backward for layer in profile.layers]
+    for shape, stages in itertools.product(SHAPES, (4, 8, 12)):
+        layout = Layout(balanced_starts(weights, stages), shape_devices(shape, stages, 4), profile.num_layers)
+        balanced = rebalance_devices(layout, scorer.work_prefix, 4)
+        assert max(device_loads(balanced, scorer.work_prefix, 4)) <= max(device_loads(layout, scorer.work_prefix, 4))
+        assert balanced.stage_device == layout.stage_device
+        assert all(later > earlier for earlier, later in zip(balanced.starts, balanced.starts[1:]))
+    # 14 decoders of 3 ms, a 15 ms head and a 0.15 ms embedding over 4 devices: the head alone is the
+    # heaviest device in the best split (0.15 + 5 x 3 | 5 x 3 | 4 x 3 | 15).
+    best = rebalance_devices(Layout(balanced_starts(weights, 4), shape_devices("loop", 4, 4), profile.num_layers),
+                             scorer.work_prefix, 4)
+    assert max(device_loads(best, scorer.work_prefix, 4)) == pytest.approx(15.0)
