@@ -61,7 +61,26 @@ class JobStatus(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
-class PlanningJob(models.Model):
+class TrackedWork(models.Model):
+    """The lifecycle a Celery task records on its own row: queued, running, then succeeded or failed."""
+
+    status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    error = models.TextField(blank=True)
+    celery_task_id = models.CharField(max_length=50, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["-created_at", "-id"]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+
+
+class PlanningJob(TrackedWork):
     """Profile a spec on a cluster and build a plan; progress and failure are recorded here by the task."""
 
     spec = models.ForeignKey(ModelSpecRecord, on_delete=models.CASCADE, related_name="jobs")
@@ -72,21 +91,8 @@ class PlanningJob(models.Model):
     num_microbatches = models.PositiveIntegerField()
     schedule = models.CharField(max_length=40)
     partition = models.CharField(max_length=40, default="uniform")
-    status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
     progress = models.FloatField(default=0.0)
     progress_message = models.CharField(max_length=200, blank=True)
-    error = models.TextField(blank=True)
-    celery_task_id = models.CharField(max_length=50, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
 
     def __str__(self) -> str:
         return f"job {self.pk} ({self.schedule}, {self.num_devices} devices)"
@@ -111,32 +117,19 @@ class Plan(models.Model):
         return f"plan {self.pk} ({self.strategy})"
 
 
-class Run(models.Model):
+class Run(TrackedWork):
     """One execution of a plan on real torch.distributed ranks; observed timings arrive as RunEvents."""
 
     plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="runs")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs")
-    status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
     backend = models.CharField(max_length=10, default="gloo")
     world_size = models.PositiveIntegerField()
     steps = models.PositiveIntegerField(default=1)
     scaled_down = models.BooleanField(default=False)
     executed_spec = models.JSONField(default=dict, blank=True,
                                      help_text="the adaptis.model/v1 document the ranks built (set when it starts)")
-    error = models.TextField(blank=True)
     summary = models.JSONField(default=dict, blank=True)
     loss = models.FloatField(null=True, blank=True)
-    celery_task_id = models.CharField(max_length=50, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
 
     def __str__(self) -> str:
         return f"run {self.pk} of plan {self.plan_id}"
