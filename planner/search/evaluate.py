@@ -19,6 +19,7 @@ from planner.profile import Profile
 from planner.search.layouts import Layout
 from planner.search.list_scheduler import (
     TYPE_LETTERS,
+    Abandoned,
     Schedule,
     SchedulePolicy,
     StageTimes,
@@ -44,6 +45,7 @@ class Candidate:
     makespan: float                 # INFEASIBLE when it breaks the memory limit
     origin: str
     device_excess: list[float]      # bytes over the limit per device (all 0 when it fits)
+    abandoned: bool = False         # scheduling stopped once sure to end at or after ``makespan``
 
     @property
     def feasible(self) -> bool:
@@ -128,10 +130,28 @@ class CandidateScorer:
             loads[device] += self.work_prefix[layout.stage_end(stage)] - self.work_prefix[layout.starts[stage]]
         return loads
 
-    def score(self, layout: Layout, policy: SchedulePolicy, origin: str) -> Candidate:
+    def layout_bound(self, layout: Layout) -> float:
+        """A makespan no schedule of ``layout`` beats, without scheduling it.
+
+        Every action on device d serves some micro-batch on one of d's stages, and needs that
+        micro-batch's forward through every layer before d's lowest layer; so d idles at least that
+        forward prefix before it starts, then runs its whole load (F + I + W of its layers, ``m`` times)
+        serially. Transfers only add time, so they are left out.
+        """
+        loads = self.device_work(layout)
+        first_layer = [self.profile.num_layers] * self.num_devices
+        for stage, device in enumerate(layout.stage_device):
+            first_layer[device] = min(first_layer[device], layout.starts[stage])
+        return max(self.forward_prefix[first] + load * self.num_microbatches
+                   for first, load in zip(first_layer, loads) if load > 0)
+
+    def score(self, layout: Layout, policy: SchedulePolicy, origin: str,
+              give_up_at: float = INFEASIBLE) -> Candidate:
+        """Score a candidate; with ``give_up_at``, one sure to end no earlier comes back ``abandoned``
+        with ``makespan == give_up_at`` (a lower bound on its true makespan, so it never ranks first)."""
         key = (layout, policy)
         cached = self.cache.get(key)
-        if cached is not None:
+        if cached is not None and not (cached.abandoned and cached.makespan < give_up_at):
             return cached
         self.check_stop()
         self.evaluations += 1
@@ -141,7 +161,16 @@ class CandidateScorer:
             # The model state alone does not fit: no schedule can help, the partition must change.
             candidate = Candidate(layout, policy, None, INFEASIBLE, origin, [max(-cap, 0.0) for cap in caps])
         else:
-            schedule = list_schedule(self.stage_times(layout), self.num_microbatches, policy, caps)
+            schedule = list_schedule(self.stage_times(layout), self.num_microbatches, policy, caps,
+                                     give_up_at)
+            if isinstance(schedule, Abandoned):
+                self.scheduled_actions += schedule.committed
+                candidate = Candidate(layout, policy, None, give_up_at, origin, [0.0] * self.num_devices,
+                                      abandoned=True)
+                self.cache[key] = candidate
+                if self.on_evaluation is not None:
+                    self.on_evaluation()
+                return candidate
             self.scheduled_actions += sum(len(order) for order in schedule.orders)
             excess = [max(peak - cap, 0.0) for peak, cap in zip(schedule.activation_peak, caps)]
             makespan = INFEASIBLE if any(excess) else schedule.makespan

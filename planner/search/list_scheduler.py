@@ -93,13 +93,27 @@ class Schedule:
     cap_overrides: int
 
 
+@dataclass(frozen=True)
+class Abandoned:
+    """A schedule given up part-way: it was proven to end no earlier than ``give_up_at``."""
+
+    give_up_at: float
+    committed: int          # actions scheduled before giving up
+
+
 def inflight_limits(num_stages: int, scale: float) -> list[int]:
     return [max(1, int(-(-scale * (num_stages - stage) // 1))) for stage in range(num_stages)]
 
 
 def list_schedule(times: StageTimes, num_microbatches: int, policy: SchedulePolicy,
-                  activation_cap: list[float] | None = None) -> Schedule:
-    """Schedule every F, B (or I and W) of every stage and micro-batch; see the module docstring."""
+                  activation_cap: list[float] | None = None, give_up_at: float = INFINITY) -> Schedule | Abandoned:
+    """Schedule every F, B (or I and W) of every stage and micro-batch; see the module docstring.
+
+    With ``give_up_at``, the schedule stops (returning ``Abandoned``) as soon as it is sure to end at or
+    after that time: a device that has just become free at ``t`` with ``w`` ms of its actions still to
+    run ends no earlier than ``t + w``, whatever it does next. The search passes the makespan a
+    neighbour must beat, so hopeless neighbours cost part of a schedule rather than all of it.
+    """
     num_stages = len(times.forward)
     num_devices = times.num_devices
     m = num_microbatches
@@ -143,6 +157,9 @@ def list_schedule(times: StageTimes, num_microbatches: int, policy: SchedulePoli
     heap: list[tuple[float, int, int]] = []
     remaining = num_stages * m * (3 if split else 2)
     overrides = 0
+    work_left = [0.0] * num_devices
+    for stage, device in enumerate(stage_device):
+        work_left[device] += (forward[stage] + backward[stage] + (weight[stage] if split else 0.0)) * m
 
     # Priorities are single integers (smaller runs first): a class times ``span`` plus a tie-break that
     # orders by micro-batch and stage, so comparing candidates needs no tuples.
@@ -256,6 +273,9 @@ def list_schedule(times: StageTimes, num_microbatches: int, policy: SchedulePoli
             first_backward_start[device] = start
         free[device] = start + duration
         busy[device] += duration
+        work_left[device] -= duration
+        if free[device] + work_left[device] >= give_up_at * (1 + 1e-9):   # margin for float sums
+            return Abandoned(give_up_at, num_stages * m * (3 if split else 2) - remaining + 1)
         orders[device].append((stage, kind, microbatch))
         starts[device].append(start)
         remaining -= 1

@@ -8,6 +8,8 @@ even out too).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from planner.partition.contiguous import split_contiguous
 from planner.search.layouts import Layout
 
@@ -16,7 +18,13 @@ CASCADE = 4                     # boundaries one rebalancing move may shift toge
 
 
 def balanced_starts(layer_weights: list[float], num_stages: int) -> tuple[int, ...]:
-    sizes = split_contiguous([round(weight * WEIGHT_RESOLUTION) for weight in layer_weights], num_stages)
+    return _balanced_starts(tuple(round(weight * WEIGHT_RESOLUTION) for weight in layer_weights), num_stages)
+
+
+@lru_cache(maxsize=4096)
+def _balanced_starts(weights: tuple[int, ...], num_stages: int) -> tuple[int, ...]:
+    # Cached: the search asks for the same few stage counts of one profile again and again.
+    sizes = split_contiguous(list(weights), num_stages)
     starts, position = [], 0
     for size in sizes:
         starts.append(position)

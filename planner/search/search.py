@@ -36,10 +36,15 @@ from planner.search.tuning import diagnose, partition_moves, perturbed, placemen
 from planner.simulator import simulate
 from planner.validate import validate_plan
 
-DEFAULT_MAX_EVALUATIONS = 300
+# Default evaluation budget, from the problem size: a small pipeline converges within ~200 candidates
+# (8 devices x 32 micro-batches: ~2 s on one core); 16+ devices have more boundaries and placements to
+# tune and keep improving until ~300 (32 x 128 then takes ~30 s).
+MIN_DEFAULT_EVALUATIONS, MAX_DEFAULT_EVALUATIONS = 200, 300
+EVALUATIONS_PER_DEVICE = 12.5
 # Scheduling cost grows with stages x micro-batches; this caps a large search near a minute on one core.
 DEFAULT_MAX_SCHEDULED_ACTIONS = 5_000_000
 BEAM_WIDTH = 3
+PLACEMENT_MOVES_PER_STEP = 12
 RESTARTS_WITHOUT_GAIN = 6
 BASELINE_PARTITIONS = ("uniform", "time-balanced")
 START_POLICIES = (
@@ -55,16 +60,19 @@ Progress = Callable[[float, str], None]
 def search_plan(profile: Profile, num_devices: int, num_microbatches: int, *, cluster: ClusterSpec | None = None,
                 memory_limit_bytes: int | None = None, seed: int = 0, time_budget_s: float | None = None,
                 progress: Progress | None = None, cancel: Callable[[], bool] | None = None, top_k: int = 5,
-                activation_limit_bytes: int | None = None, max_evaluations: int = DEFAULT_MAX_EVALUATIONS,
+                activation_limit_bytes: int | None = None, max_evaluations: int | None = None,
                 max_scheduled_actions: int = DEFAULT_MAX_SCHEDULED_ACTIONS, target_gap: float = 0.01) -> SearchResult:
     """Search a plan for ``profile`` on ``num_devices`` devices and ``num_microbatches`` micro-batches.
 
     Memory is a hard constraint on every device: model state (params + grads + optimizer) plus in-flight
     activations within ``memory_limit_bytes`` (default: the cluster's device memory; unlimited without
     either), and in-flight activations alone within ``activation_limit_bytes`` when given. Raises
-    ``SpecError("memory_limit_bytes", ...)`` when no plan can fit.
+    ``SpecError("memory_limit_bytes", ...)`` when no plan can fit. ``max_evaluations`` defaults to
+    ``default_max_evaluations(num_devices)``.
     """
     started = time.monotonic()
+    if max_evaluations is None:
+        max_evaluations = default_max_evaluations(num_devices)
     _check_arguments(profile, num_devices, num_microbatches, cluster, time_budget_s, top_k, max_evaluations)
     memory_limit = _memory_limit(memory_limit_bytes, cluster)
     activation_limit = float("inf") if activation_limit_bytes is None else activation_limit_bytes
@@ -103,6 +111,11 @@ def search_plan(profile: Profile, num_devices: int, num_microbatches: int, *, cl
                         baselines=baselines, stats=stats, cancelled=stopped == "cancelled")
 
 
+def default_max_evaluations(num_devices: int) -> int:
+    return int(min(MAX_DEFAULT_EVALUATIONS,
+                   max(MIN_DEFAULT_EVALUATIONS, 100 + EVALUATIONS_PER_DEVICE * num_devices)))
+
+
 class _Tuner:
     """The search state: every candidate scored so far lives in the scorer's cache; ``best`` is the best."""
 
@@ -112,8 +125,9 @@ class _Tuner:
         self.good_enough_ms = good_enough_ms
         self.best: Candidate | None = None
 
-    def consider(self, layout: Layout, policy: SchedulePolicy, origin: str) -> Candidate:
-        candidate = self.scorer.score(layout, policy, origin)
+    def consider(self, layout: Layout, policy: SchedulePolicy, origin: str,
+                 give_up_at: float = float("inf")) -> Candidate:
+        candidate = self.scorer.score(layout, policy, origin, give_up_at)
         if self.best is None or candidate.rank < self.best.rank:
             self.best = candidate
             if candidate.feasible and candidate.makespan <= self.good_enough_ms:
@@ -175,8 +189,13 @@ class _Tuner:
         current = candidate
         while True:
             for phase in self.phases(current):
-                neighbours = [self.consider(layout, policy, f"{phase} tuning")
-                              for layout, policy in self.moves(current, phase)]
+                # A neighbour whose layout bound already reaches the current makespan could never be
+                # kept, so it is not scheduled at all (the descent takes the same steps, cheaper).
+                # and one is scheduled only until it is sure not to beat the current candidate.
+                give_up_at = current.makespan if current.feasible else float("inf")
+                neighbours = [self.consider(layout, policy, f"{phase} tuning", give_up_at)
+                              for layout, policy in self.moves(current, phase)
+                              if self.scorer.layout_bound(layout) < give_up_at]
                 best = min(neighbours, key=lambda neighbour: neighbour.rank, default=None)
                 if best is not None and best.rank < current.rank:
                     current = best
@@ -199,12 +218,13 @@ class _Tuner:
             pressure = [excess + state for excess, state in
                         zip(candidate.device_excess, scorer.model_state_bytes(candidate.layout))]
             return [(layout, policy) for layout in partition_moves(candidate, pressure)]
-        layouts = placement_moves(candidate, scorer.num_devices, scorer.work_prefix)
-        return [(layout, policy) for layout in self.rng.sample(layouts, min(len(layouts), 12))]
+        return [(layout, policy) for layout in placement_moves(candidate, scorer.num_devices, scorer.work_prefix,
+                                                               self.rng, PLACEMENT_MOVES_PER_STEP)]
 
     def top(self, count: int, profile: Profile) -> list[dict]:
         codes = layer_codes_from_profile(profile)
-        ranked = sorted((candidate for candidate in self.scorer.cache.values() if candidate.feasible),
+        ranked = sorted((candidate for candidate in self.scorer.cache.values()
+                         if candidate.feasible and not candidate.abandoned),
                         key=lambda candidate: candidate.rank)
         entries, seen = [], set()
         for candidate in ranked:

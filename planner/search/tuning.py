@@ -69,23 +69,30 @@ def partition_moves(candidate: Candidate, device_work: list[float]) -> list[Layo
 
 
 def restructure(num_layers: int, num_devices: int, num_stages: int, shape: str,
-                work_prefix: list[float]) -> Layout:
+                 work_prefix: list[float]) -> Layout:
     """A layout of ``num_stages`` stages in ``shape``, partitioned so device loads balance."""
+    return rebalance_devices(_restructured(num_layers, num_devices, num_stages, shape, work_prefix), work_prefix,
+                             num_devices)
+
+
+def _restructured(num_layers: int, num_devices: int, num_stages: int, shape: str,
+                  work_prefix: list[float]) -> Layout:
     weights = [work_prefix[index + 1] - work_prefix[index] for index in range(num_layers)]
-    layout = Layout(balanced_starts(weights, num_stages), shape_devices(shape, num_stages, num_devices),
-                    num_layers)
-    return rebalance_devices(layout, work_prefix, num_devices)
+    return Layout(balanced_starts(weights, num_stages), shape_devices(shape, num_stages, num_devices), num_layers)
 
 
-def placement_moves(candidate: Candidate, num_devices: int, work_prefix: list[float]) -> list[Layout]:
-    """Other stage counts and shapes, and single stages re-homed onto a neighbour's device."""
+def placement_moves(candidate: Candidate, num_devices: int, work_prefix: list[float], rng: random.Random,
+                    limit: int) -> list[Layout]:
+    """Up to ``limit`` of: other stage counts and shapes, and single stages re-homed onto a neighbour's
+    device, drawn at random, each with its boundaries then rebalanced over the devices (only the drawn
+    ones: rebalancing costs more than drawing)."""
     layout = candidate.layout
     num_layers, num_stages = layout.num_layers, layout.num_stages
     moves = []
     for stages in sorted({num_stages - num_devices, num_stages - 1, num_stages + 1, num_stages + num_devices}):
         if num_devices <= stages <= num_layers:
             for shape in SHAPES:
-                moves.append(restructure(num_layers, num_devices, stages, shape, work_prefix))
+                moves.append(_restructured(num_layers, num_devices, stages, shape, work_prefix))
     used = set(layout.stage_device)
     for stage in range(num_stages):
         for neighbour in (stage - 1, stage + 1):
@@ -95,9 +102,9 @@ def placement_moves(candidate: Candidate, num_devices: int, work_prefix: list[fl
             devices[stage] = layout.stage_device[neighbour]
             # Keep every device busy: a re-home may not empty a device.
             if devices[stage] != layout.stage_device[stage] and set(devices) == used:
-                moves.append(rebalance_devices(Layout(layout.starts, tuple(devices), num_layers), work_prefix,
-                                               num_devices))
-    return moves
+                moves.append(Layout(layout.starts, tuple(devices), num_layers))
+    drawn = rng.sample(moves, min(len(moves), limit))
+    return [rebalance_devices(move, work_prefix, num_devices) for move in drawn]
 
 
 def policy_moves(policy: SchedulePolicy, num_devices: int) -> list[SchedulePolicy]:

@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from planner.search.bound import indivisible_layers_ms, search_lower_bound
+from planner.search.bound import indivisible_layers_ms, optimal_device_load_ms, search_lower_bound
 from planner.search.evaluate import CandidateScorer, candidate_plan
 from planner.search.layouts import SHAPES, Layout, shape_devices
-from planner.search.list_scheduler import SchedulePolicy
+from planner.search.list_scheduler import Abandoned, SchedulePolicy, list_schedule
 from planner.search.partition import balanced_starts, device_loads, rebalance_devices
 from planner.simulator import simulate
 from planner.validate import validate_plan
@@ -76,6 +76,39 @@ def test_the_indivisible_layer_bound_matches_brute_force():
         assert indivisible_layers_ms(costs, devices, 1) <= best + 1e-9
 
 
+def brute_force_device_load(costs, devices):
+    return min(max(sum(cost for cost, owner in zip(costs, assignment) if owner == device)
+                   for device in range(devices))
+               for assignment in itertools.product(range(devices), repeat=len(costs)))
+
+
+def test_the_optimal_device_load_bound_never_exceeds_brute_force():
+    rng = random.Random(5)
+    for _ in range(25):
+        costs = [round(rng.uniform(0.05, 3.0), 3) for _ in range(rng.randint(3, 8))]
+        devices = rng.randint(2, 3)
+        microbatches = rng.choice((1, 4))
+        bound = optimal_device_load_ms(costs, devices, microbatches)
+        assert bound <= brute_force_device_load(costs, devices) * microbatches + 1e-9
+
+
+def test_the_optimal_device_load_bound_is_exact_for_few_layer_kinds():
+    # A big head beside many equal decoders: the counting bound misses that the head's device takes no
+    # decoder, which forces an extra decoder onto another device; the exact bound sees it.
+    rng = random.Random(9)
+    for _ in range(25):
+        kinds = [round(rng.uniform(0.5, 3.0), 2) for _ in range(rng.randint(1, 3))]
+        costs = [rng.choice(kinds) for _ in range(rng.randint(3, 9))]
+        devices = rng.randint(2, 3)
+        best = brute_force_device_load(costs, devices)
+        bound = optimal_device_load_ms(costs, devices, 1)
+        assert best - len(costs) * max(costs) / 1000 - 1e-9 <= bound <= best + 1e-9
+    costs = [3.0] * 8 + [8.0]  # best: 8 + 3 | 3 x 4 | 3 x 3 -> 12; the counting bound sees 3 x 3
+    assert indivisible_layers_ms(costs, 3, 1) == pytest.approx(9.0)
+    assert brute_force_device_load(costs, 3) == 12.0
+    assert 12.0 - len(costs) * 8.0 / 1000 <= optimal_device_load_ms(costs, 3, 1) <= 12.0  # rounded down
+
+
 def test_the_bound_never_exceeds_a_plan_the_scheduler_finds():
     rng = random.Random(11)
     for index in range(25):
@@ -86,6 +119,26 @@ def test_the_bound_never_exceeds_a_plan_the_scheduler_finds():
         for _ in range(6):
             candidate = scorer.score(random_layout(rng, profile.num_layers, devices), random_policy(rng), "")
             assert candidate.makespan >= bound - 1e-9
+
+
+def test_the_layout_bound_and_giving_up_never_discard_a_better_schedule():
+    rng = random.Random(13)
+    for index in range(30):
+        profile = hybrid_profile() if index % 2 else big_head_profile(num_decoders=rng.randint(4, 12))
+        devices, microbatches = rng.choice((2, 3, 4)), rng.choice((2, 6))
+        scorer = scorer_for(profile, devices, microbatches, cluster=small_cluster() if index % 3 else None)
+        layout, policy = random_layout(rng, profile.num_layers, devices), random_policy(rng)
+        times = scorer.stage_times(layout)
+        full = list_schedule(times, microbatches, policy)
+        assert scorer.layout_bound(layout) <= full.makespan + 1e-9
+        for factor in (0.5, 0.9, 0.99, 1.01, 1.5):
+            cut = list_schedule(times, microbatches, policy, give_up_at=full.makespan * factor)
+            if isinstance(cut, Abandoned):
+                assert full.makespan >= cut.give_up_at
+            else:
+                assert cut.orders == full.orders and cut.makespan == full.makespan
+        assert not isinstance(list_schedule(times, microbatches, policy, give_up_at=full.makespan * 1.01), Abandoned)
+        assert isinstance(list_schedule(times, microbatches, policy, give_up_at=full.makespan * 0.5), Abandoned)
 
 
 def test_rebalancing_evens_device_loads_for_every_shape():
@@ -103,3 +156,11 @@ def test_rebalancing_evens_device_loads_for_every_shape():
     best = rebalance_devices(Layout(balanced_starts(weights, 4), shape_devices("loop", 4, 4), profile.num_layers),
                              scorer.work_prefix, 4)
     assert max(device_loads(best, scorer.work_prefix, 4)) == pytest.approx(15.0)
+
+
+def test_the_default_evaluation_budget_grows_with_the_device_count_within_its_limits():
+    from planner.search.search import MAX_DEFAULT_EVALUATIONS, MIN_DEFAULT_EVALUATIONS, default_max_evaluations
+    budgets = [default_max_evaluations(devices) for devices in (1, 2, 4, 8, 12, 16, 32, 128)]
+    assert budgets == sorted(budgets)
+    assert budgets[0] == MIN_DEFAULT_EVALUATIONS and budgets[-1] == MAX_DEFAULT_EVALUATIONS
+    assert default_max_evaluations(8) < default_max_evaluations(16)
