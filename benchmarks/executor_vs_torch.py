@@ -1,13 +1,15 @@
 """Our executor vs torch.distributed.pipelining: same stage modules, same schedule, gloo, this host.
 
 Both sides train the same layers (built by ``executor.model`` from the same seed) on the same synthetic
-batches with SGD, one process per stage, one thread per process. The measure is throughput step time:
-the time from the end of the first (warm-up) step to the end of the last, divided by the steps in
-between, optimizer included — from the action events for our executor (end of each step's last action),
-from rank 0's clock between barriers for torch's ``Schedule1F1B`` / ``ScheduleGPipe``. Torch's last stage
-returns logits and its ``loss_fn`` computes the cross-entropy; ours computes the same loss in the head.
+batches with SGD, one process per stage, one thread per process. The plans come from
+``planner.baselines.build_baseline`` (uniform partition over an analytic profile); torch runs the same
+stages with ``ScheduleGPipe`` / ``Schedule1F1B``. Both sides measure iteration time the same way: every rank
+enters a barrier before and after each step and rank 0 takes the wall-clock time between the two barriers
+(optimizer step included); the figure is the median over all steps after the first ``--warmup`` steps of
+every repeat. Torch's last stage returns logits and its ``loss_fn`` computes the cross-entropy; ours
+computes the same loss in the head.
 
-    .venv/bin/python benchmarks/executor_vs_torch.py [--steps 8] [--repeats 3]
+    .venv/bin/python benchmarks/executor_vs_torch.py [--steps 8] [--repeats 3] [--warmup 2]
 """
 
 from __future__ import annotations
@@ -26,42 +28,26 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from executor.launch import rendezvous_store, run_plan  # noqa: E402
-from planner.plan import Action, Plan, Stage  # noqa: E402
+from planner.baselines import build_baseline  # noqa: E402
+from planner.cluster import load_cluster_preset  # noqa: E402
+from planner.cost import analytic_profile  # noqa: E402
+from planner.plan import Plan  # noqa: E402
 from planner.spec.presets import load_model_preset  # noqa: E402
 
 CASES = [("tiny-llama", "gpipe", 8), ("tiny-llama", "1f1b", 8), ("tiny-hybrid", "1f1b", 8)]
 LR = 1e-3
 
 
-def split_layers(num_layers: int, num_stages: int) -> list[list[int]]:
-    bounds = [round(i * num_layers / num_stages) for i in range(num_stages + 1)]
-    return [list(range(bounds[i], bounds[i + 1])) for i in range(num_stages)]
+def baseline_plan(spec, schedule: str, devices: int, microbatches: int) -> Plan:
+    """The planner's own baseline plan (uniform partition), which torch's schedule of the same name executes."""
+    profile = analytic_profile(spec, load_cluster_preset("cpu-host"))
+    return build_baseline(schedule, profile, devices, microbatches)
 
 
-def schedule_plan(schedule: str, stage_layers: list[list[int]], m: int) -> Plan:
-    """The per-device orders torch's ScheduleGPipe / Schedule1F1B execute, one stage per device."""
-    devices = len(stage_layers)
-    actions = []
-    for d in range(devices):
-        if schedule == "gpipe":
-            order = [Action(d, "F", mb) for mb in range(m)] + [Action(d, "B", mb) for mb in range(m)]
-        else:
-            warmup = min(devices - d - 1, m)
-            order = [Action(d, "F", mb) for mb in range(warmup)]
-            for mb in range(m - warmup):
-                order += [Action(d, "F", mb + warmup), Action(d, "B", mb)]
-            order += [Action(d, "B", mb) for mb in range(m - warmup, m)]
-        actions.append(order)
-    stages = [Stage(tuple(layers), d) for d, layers in enumerate(stage_layers)]
-    return Plan(devices, m, stages, actions, strategy=schedule)
-
-
-def ours(spec, plan: Plan, steps: int) -> float:
-    result = run_plan(plan, spec, steps=steps, lr=LR, timeout_s=600)
-    step_end = {}
-    for event in result.events:
-        step_end[event["step"]] = max(step_end.get(event["step"], 0.0), event["end_ms"])
-    return (step_end[steps - 1] - step_end[0]) / (steps - 1)
+def ours(spec, plan: Plan, steps: int, warmup: int) -> list[float]:
+    """Our executor's per-step wall times (barrier to barrier, rank 0) after ``warmup`` steps."""
+    result = run_plan(plan, spec, steps=steps, lr=LR, timeout_s=600, step_barriers=True)
+    return result.step_wall_ms[warmup:]
 
 
 def torch_rank(args) -> None:
@@ -75,12 +61,14 @@ def torch_rank(args) -> None:
     from executor.data import synthetic_batch
     from executor.model.build import build_layers
     from executor.model.layers import Head
+    from executor.model.linear import enable_weight_grad_deferral
 
     torch.set_num_threads(1)
+    enable_weight_grad_deferral(False)   # as our F/B-only ranks do: torch's schedules never split B
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo")
     spec = load_model_preset(args.model)
-    stage_layers = split_layers(spec.num_layers, world)[rank]
+    stage_layers = json.loads(args.stage_layers)[rank]
     modules = build_layers(spec, stage_layers, seed=0)
 
     class StageModule(nn.Module):
@@ -102,9 +90,11 @@ def torch_rank(args) -> None:
     schedule_class = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
     schedule = schedule_class(stage, args.microbatches, loss_fn=loss_fn)
     optimizer = torch.optim.SGD(module.parameters(), lr=LR)
-    started = None
+    step_ms = []
     for step in range(args.steps):
         batch = synthetic_batch(spec, args.microbatches, seed=0, step=step)
+        dist.barrier()
+        began = time.perf_counter()
         if rank == 0:
             schedule.step(batch.inputs)
         elif rank == world - 1:
@@ -113,16 +103,17 @@ def torch_rank(args) -> None:
             schedule.step()
         optimizer.step()
         optimizer.zero_grad()
-        if step == 0:
-            dist.barrier()
-            started = time.perf_counter()
-    dist.barrier()
+        dist.barrier()
+        step_ms.append((time.perf_counter() - began) * 1e3)
     if rank == 0:
-        Path(args.out).write_text(json.dumps((time.perf_counter() - started) * 1e3 / (args.steps - 1)))
+        Path(args.out).write_text(json.dumps(step_ms[args.warmup:]))
     dist.destroy_process_group()
 
 
-def torch_side(model: str, schedule: str, microbatches: int, devices: int, steps: int) -> float:
+def torch_side(model: str, schedule: str, plan: Plan, steps: int, warmup: int) -> list[float]:
+    """torch.distributed.pipelining's per-step wall times on the plan's stages (one stage per rank)."""
+    devices, microbatches = plan.num_devices, plan.num_microbatches
+    stage_layers = [list(plan.stages[plan.stages_on(rank)[0]].layers) for rank in range(devices)]
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "ms.json"
         store = rendezvous_store(devices)
@@ -133,7 +124,8 @@ def torch_side(model: str, schedule: str, microbatches: int, devices: int, steps
                        OMP_NUM_THREADS="1")
             processes.append(subprocess.Popen(
                 [sys.executable, __file__, "--torch-rank", "--model", model, "--schedule", schedule,
-                 "--microbatches", str(microbatches), "--steps", str(steps), "--out", str(out)], env=env))
+                 "--microbatches", str(microbatches), "--steps", str(steps), "--warmup", str(warmup),
+                 "--stage-layers", json.dumps(stage_layers), "--out", str(out)], env=env))
         codes = [process.wait(timeout=600) for process in processes]
         if any(codes):
             raise RuntimeError(f"torch pipelining ranks failed: exit codes {codes}")
@@ -145,6 +137,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=2, help="steps left out of each repeat's timings")
+    parser.add_argument("--stage-layers", help=argparse.SUPPRESS)
     parser.add_argument("--torch-rank", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--schedule", help=argparse.SUPPRESS)
@@ -154,14 +148,20 @@ def main() -> None:
     if args.torch_rank:
         torch_rank(args)
         return
+    if args.steps <= args.warmup:
+        parser.error("--steps must exceed --warmup")
+    print(f"{os.cpu_count()} CPU cores; median wall ms per step (barrier to barrier) over "
+          f"{args.repeats} x {args.steps - args.warmup} steps after {args.warmup} warm-up steps")
     print(f"{'model':<12} {'schedule':<8} {'devices':>7} {'mbs':>4} {'ours ms/step':>13} {'torch ms/step':>14} "
           f"{'torch/ours':>10}")
     for model, schedule, microbatches in CASES:
         spec = load_model_preset(model)
-        plan = schedule_plan(schedule, split_layers(spec.num_layers, args.devices), microbatches)
-        ours_ms = statistics.median(ours(spec, plan, args.steps) for _ in range(args.repeats))
-        torch_ms = statistics.median(torch_side(model, schedule, microbatches, args.devices, args.steps)
-                                     for _ in range(args.repeats))
+        plan = baseline_plan(spec, schedule, args.devices, microbatches)
+        ours_samples, torch_samples = [], []
+        for _ in range(args.repeats):   # interleaved, so load changes on a shared host hit both sides alike
+            ours_samples += ours(spec, plan, args.steps, args.warmup)
+            torch_samples += torch_side(model, schedule, plan, args.steps, args.warmup)
+        ours_ms, torch_ms = statistics.median(ours_samples), statistics.median(torch_samples)
         print(f"{model:<12} {schedule:<8} {args.devices:>7} {microbatches:>4} {ours_ms:>13.2f} {torch_ms:>14.2f} "
               f"{torch_ms / ours_ms:>10.2f}")
 

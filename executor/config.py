@@ -22,6 +22,7 @@ class RunConfig:
     checkpoint_dir: str | None = None   # each rank saves its layers there after the last step
     lookahead: int = 1
     report_failures: bool = True        # False when a launcher reports the first failure itself
+    step_barriers: bool = False         # barrier around every step; rank 0 reports each step's wall time
 
     def __post_init__(self):
         if self.backend not in BACKENDS:

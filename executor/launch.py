@@ -46,9 +46,11 @@ class RunResult:
     summary: dict
     loss: float | None
     losses: list[float | None] = field(default_factory=list)
+    step_wall_ms: list[float] = field(default_factory=list)   # per step, barrier to barrier (step_barriers=True)
 
     def to_dict(self) -> dict:
-        return {"events": self.events, "summary": self.summary, "loss": self.loss, "losses": self.losses}
+        return {"events": self.events, "summary": self.summary, "loss": self.loss, "losses": self.losses,
+                "step_wall_ms": self.step_wall_ms}
 
 
 def rendezvous_store(world_size: int) -> TCPStore:
@@ -123,16 +125,18 @@ def _report(config: RunConfig, event: dict) -> None:
 
 def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 0, event_sink: str | None = None,
              steps: int = 1, timeout_s: float = 300, optimizer: str = "sgd", lr: float = 1e-3,
-             dtype: str | None = None, checkpoint_dir: str | None = None, lookahead: int = 1) -> RunResult:
+             dtype: str | None = None, checkpoint_dir: str | None = None, lookahead: int = 1,
+             step_barriers: bool = False) -> RunResult:
     """Train ``spec`` for ``steps`` steps with ``plan`` on local ranks; see the module docstring.
 
     Raises ``PlanError`` (plan cannot be lowered or deadlocks), ``SpecError`` (bad settings, or a model too
     big for this host: scale it with ``executor.model.scale_spec``), ``ExecutorError`` (a rank failed or the
-    run timed out; ``rank`` and ``traceback_text`` say where).
+    run timed out; ``rank`` and ``traceback_text`` say where). ``step_barriers`` puts a barrier before and
+    after every step and fills ``RunResult.step_wall_ms`` with rank 0's wall time between them (benchmarks).
     """
     config = RunConfig(backend=backend, seed=seed, steps=steps, optimizer=optimizer, lr=lr, dtype=dtype,
                        event_sink=event_sink, checkpoint_dir=checkpoint_dir, lookahead=lookahead,
-                       report_failures=False)
+                       report_failures=False, step_barriers=step_barriers)
     lower_plan(plan, spec.num_layers, lookahead=lookahead)   # fail fast, before any process starts
     device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
     check_capacity(plan, spec, device=device, dtype=run_dtype(config, spec, device), optimizer=optimizer)
@@ -176,7 +180,7 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
             time.sleep(POLL_SECONDS)
         result = json.loads((job_dir / RESULT_FILE).read_text())
         return RunResult(events=result["events"], summary=result["summary"], loss=result["loss"],
-                         losses=result["losses"])
+                         losses=result["losses"], step_wall_ms=result["step_wall_ms"])
     finally:
         _stop(processes)
         shutil.rmtree(job_dir, ignore_errors=True)

@@ -4,7 +4,10 @@ For every layer the profiler builds the module alone, feeds it a micro-batch of 
 (token ids for the embedding, hidden states otherwise, labels for the head) and, after warm-up runs, takes
 the median of ``repeats`` timings of forward, input-gradient backward (I) and weight-gradient backward (W)
 split exactly as the executor splits them (``executor.backward``; the embedding's whole backward counts as W,
-as in a pipeline stage, where it runs in W). Memory comes from autograd itself:
+as in a pipeline stage, where it runs in W). With weight-gradient deferral off
+(``executor.model.linear.enable_weight_grad_deferral(False)``, as on ranks that run only F and B) I is the
+whole backward and W is empty: the profile of F/B-only runs. Time with the thread count the ranks use
+(``torch.set_num_threads``; one per rank when the ranks share the cores). Memory comes from autograd itself:
 ``activation_bytes`` is the size of the tensors the forward saves for backward (parameters excluded,
 shared storage counted once), ``output_bytes`` the size of what the layer hands to the next stage.
 """
@@ -22,7 +25,7 @@ from executor.model.build import build_layers
 from executor.model.layers import Head
 from planner.cluster import load_cluster_preset
 from planner.cost import analytic_profile
-from planner.profile import LayerProfile, Profile
+from planner.profile import LayerProfile, Profile, load_profile
 from planner.spec.model import ModelSpec
 
 
@@ -79,17 +82,25 @@ def measure_layer(spec: ModelSpec, index: int, *, device: torch.device, dtype: t
     else:
         fixed_input = torch.randn(*shape, spec.hidden_size, generator=generator).to(device=device, dtype=dtype)
     labels = torch.randint(0, spec.vocab_size, shape, generator=generator).to(device)
+
+    def forward(stage_input):
+        return module(stage_input, labels) if isinstance(module, Head) else module(stage_input)
+
+    def fresh_input():
+        return fixed_input if not fixed_input.is_floating_point() else fixed_input.detach().requires_grad_()
+
+    # Memory once, outside the timed runs: the saved-tensor hooks run Python per saved tensor and would
+    # inflate the forward time.
+    first_input = fresh_input()
+    output, activation_bytes = _saved_bytes(lambda: forward(first_input), params)
+    output_bytes = output.numel() * output.element_size()
+    del output
     timer = _Timer(device)
     samples = {"forward": [], "backward_input": [], "backward_weight": []}
-    activation_bytes = output_bytes = 0
     for iteration in range(warmup + repeats):
-        stage_input = fixed_input if not fixed_input.is_floating_point() else fixed_input.detach().requires_grad_()
-
-        def forward():
-            return module(stage_input, labels) if isinstance(module, Head) else module(stage_input)
-
+        stage_input = fresh_input()
         holder = {}
-        forward_ms = timer(lambda: holder.update(zip(("output", "saved"), _saved_bytes(forward, params))))
+        forward_ms = timer(lambda: holder.update(output=forward(stage_input)))
         output = holder["output"]
         grad_output = None if output.dim() == 0 else torch.randn_like(output)
         deferred = {}
@@ -104,7 +115,6 @@ def measure_layer(spec: ModelSpec, index: int, *, device: torch.device, dtype: t
                 input_ms, weight_ms = 0.0, input_ms + weight_ms
             samples["backward_input"].append(input_ms)
             samples["backward_weight"].append(weight_ms)
-            activation_bytes, output_bytes = holder["saved"], output.numel() * output.element_size()
     return LayerProfile(
         name=spec.layer_names()[index], kind=spec.layers[index].kind,
         forward=statistics.median(samples["forward"]),
@@ -125,3 +135,56 @@ def measure_profile(spec: ModelSpec, *, device: torch.device | str = "cpu", dtyp
     return Profile(model=spec.name, device=_device_name(device), layers=layers,
                    microbatch_size=spec.micro_batch_size, seq_len=spec.seq_len, source="measured",
                    flops_per_microbatch=flops)
+
+
+def _profile_in_process(spec_doc: dict, threads: int, split_backward: bool, repeats: int, warmup: int, seed: int,
+                        start, results) -> None:
+    from executor.model.linear import enable_weight_grad_deferral
+    from planner.spec.model import load_model_spec
+
+    torch.set_num_threads(threads)
+    enable_weight_grad_deferral(split_backward)
+    spec = load_model_spec(spec_doc)
+    start.wait()
+    results.put(measure_profile(spec, repeats=repeats, warmup=warmup, seed=seed).to_dict())
+
+
+def measure_profile_alongside(spec: ModelSpec, *, processes: int, threads: int = 1, split_backward: bool = True,
+                              repeats: int = 5, warmup: int = 2, seed: int = 0, timeout_s: float = 600) -> Profile:
+    """A CPU profile measured the way a local run executes: ``processes`` profilers at once (one per rank),
+    each with ``threads`` threads and the ranks' weight-gradient deferral setting.
+
+    Ranks that share a host's cores and memory bandwidth run each layer slower than one process alone does;
+    timing with the same number of concurrent processes measures that. Each layer's time is the median
+    over the processes.
+    """
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    start, results = context.Barrier(processes), context.Queue()
+    workers = [context.Process(target=_profile_in_process, args=(spec.to_dict(), threads, split_backward, repeats,
+                                                                  warmup, seed, start, results), daemon=True)
+               for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    try:
+        docs = [results.get(timeout=timeout_s) for _ in workers]
+    finally:
+        for worker in workers:
+            worker.join(timeout=5)
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+    profiles = [load_profile(doc) for doc in docs]
+    layers = tuple(
+        LayerProfile(name=first.name, kind=first.kind,
+                     forward=statistics.median(p.layers[i].forward for p in profiles),
+                     backward_input=statistics.median(p.layers[i].backward_input for p in profiles),
+                     backward_weight=statistics.median(p.layers[i].backward_weight for p in profiles),
+                     activation_bytes=first.activation_bytes, output_bytes=first.output_bytes,
+                     param_bytes=first.param_bytes)
+        for i, first in enumerate(profiles[0].layers))
+    base = profiles[0]
+    return Profile(model=base.model, device=f"{base.device}, {processes} processes at once", layers=layers,
+                   microbatch_size=base.microbatch_size, seq_len=base.seq_len, source="measured",
+                   flops_per_microbatch=base.flops_per_microbatch)

@@ -7,6 +7,7 @@ compute), drain the sends, all-reduce tied-embedding gradients across ranks, ste
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -34,7 +35,8 @@ class StepState:
 class RankRuntime:
     def __init__(self, *, rank: int, plan: Plan, spec: ModelSpec, program: list[Op], runners: dict[int, StageRunner],
                  optimizer: torch.optim.Optimizer | None, device: torch.device, dtype: torch.dtype, seed: int,
-                 clock, emitter: EventEmitter, tied_sync=None, messages_per_channel: int = 1):
+                 clock, emitter: EventEmitter, tied_sync=None, messages_per_channel: int = 1,
+                 step_barrier_group=None):
         self.rank, self.plan, self.spec, self.program = rank, plan, spec, program
         self.runners, self.optimizer = runners, optimizer
         self.device, self.dtype, self.seed = device, dtype, seed
@@ -42,6 +44,8 @@ class RankRuntime:
         self.tied_sync = tied_sync
         self.tag_stride = max(1, messages_per_channel)
         self.boundary_shape = (spec.micro_batch_size, spec.seq_len, spec.hidden_size)
+        self.step_barrier_group = step_barrier_group
+        self.step_wall_ms: list[float] = []
 
     # -- communication -------------------------------------------------------------------------------
     def _tag(self, message, step: int) -> int:
@@ -107,6 +111,17 @@ class RankRuntime:
 
     # -- steps ---------------------------------------------------------------------------------------
     def run_step(self, step: int) -> float | None:
+        """One training step; with step barriers, its wall time (barrier to barrier) joins ``step_wall_ms``."""
+        if self.step_barrier_group is None:
+            return self._step(step)
+        dist.barrier(group=self.step_barrier_group)
+        began = time.perf_counter()
+        loss = self._step(step)
+        dist.barrier(group=self.step_barrier_group)
+        self.step_wall_ms.append((time.perf_counter() - began) * 1e3)
+        return loss
+
+    def _step(self, step: int) -> float | None:
         batch = synthetic_batch(self.spec, self.plan.num_microbatches, seed=self.seed, step=step,
                                 dtype=self.dtype, device=self.device)
         state = StepState()

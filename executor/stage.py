@@ -1,8 +1,10 @@
 """One pipeline stage on one rank: its layers, and F / B / I / W for one micro-batch at a time.
 
-The stage keeps, per micro-batch in flight, the tensors its backward needs. A stage that starts with the
-embedding runs it as a prologue: the embedding output becomes the detached leaf at which I stops, so even
-the first stage has a real input-gradient step and only the embedding's (cheap) weight gradient waits for W.
+The stage keeps, per micro-batch in flight, the tensors its backward needs. On a rank that splits backwards
+into I and W, a stage that starts with the embedding runs it as a prologue: the embedding output becomes the
+detached leaf at which I stops, so even the first stage has a real input-gradient step and only the
+embedding's (cheap) weight gradient waits for W. Where every backward is a full B the split buys nothing, and
+the embedding stays in the body: one autograd pass per B instead of two.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ class InFlight:
 
 
 class StageRunner:
-    def __init__(self, index: int, layers: list[nn.Module], *, is_first: bool, is_last: bool, loss_scale: float):
+    def __init__(self, index: int, layers: list[nn.Module], *, is_first: bool, is_last: bool, loss_scale: float,
+                 split_backward: bool = True):
         self.index = index
         self.is_first, self.is_last = is_first, is_last
         self.loss_scale = loss_scale
         starts_with_embedding = isinstance(layers[0], Embedding)
-        self.prologue = layers[0] if starts_with_embedding and len(layers) > 1 else None
+        self.prologue = layers[0] if split_backward and starts_with_embedding and len(layers) > 1 else None
         self.body = layers[1:] if self.prologue is not None else layers
         self.in_flight: dict[int, InFlight] = {}
 

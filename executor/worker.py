@@ -24,6 +24,7 @@ from executor.config import RunConfig
 from executor.events import EventEmitter, open_sink
 from executor.lowering import lower_plan
 from executor.model.build import build_layers, resolve_dtype
+from executor.model.linear import enable_weight_grad_deferral
 from executor.runtime import RankRuntime
 from executor.stage import StageRunner
 from executor.summary import summarize
@@ -32,6 +33,7 @@ from planner.plan import Plan, load_plan
 from planner.spec.model import ModelSpec, load_model_spec
 
 RESULT_FILE = "result.json"
+SPLIT_BACKWARD = ("I", "W")
 
 
 def error_file(job_dir: Path, rank: int) -> Path:
@@ -53,14 +55,16 @@ def _select_device(backend: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def _build_runners(plan: Plan, spec: ModelSpec, rank: int, seed: int, device, dtype) -> dict[int, StageRunner]:
+def _build_runners(plan: Plan, spec: ModelSpec, rank: int, seed: int, device, dtype,
+                   split_backward: bool) -> dict[int, StageRunner]:
     my_stages = plan.stages_on(rank)
     layer_indices = [layer for stage in my_stages for layer in plan.stages[stage].layers]
     # One call for all of this rank's layers: a tied head beside its embedding shares the table.
     modules = build_layers(spec, layer_indices, seed=seed, device=device, dtype=dtype)
     last = plan.num_stages - 1
     return {stage: StageRunner(stage, [modules[i] for i in plan.stages[stage].layers], is_first=stage == 0,
-                               is_last=stage == last, loss_scale=1.0 / plan.num_microbatches)
+                               is_last=stage == last, loss_scale=1.0 / plan.num_microbatches,
+                               split_backward=split_backward)
             for stage in my_stages}
 
 
@@ -117,11 +121,16 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
     check_capacity(plan, spec, device=device, dtype=dtype, optimizer=config.optimizer, ranks=[rank])
     torch.set_num_threads(max(1, int(os.environ.get("ADAPTIS_THREADS_PER_RANK", "1"))))
     lowered = lower_plan(plan, spec.num_layers, lookahead=config.lookahead)
+    program = lowered.program(rank)
+    # Only a rank that splits backwards into I and W pays for deferrable projections (executor.model.linear)
+    # and for a separate embedding prologue (executor.stage).
+    split_backward = any(op.action is not None and op.action.type in SPLIT_BACKWARD for op in program)
+    enable_weight_grad_deferral(split_backward)
     dist.init_process_group(config.backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=600),
                             **({"device_id": device} if device.type == "cuda" else {}))
     try:
         control = dist.new_group(backend="gloo") if config.backend != "gloo" else dist.group.WORLD
-        runners = _build_runners(plan, spec, rank, config.seed, device, dtype)
+        runners = _build_runners(plan, spec, rank, config.seed, device, dtype, split_backward)
         tied_sync = _tied_gradient_sync(plan, spec, rank, runners)
         emitter = EventEmitter(open_sink(config.event_sink) if config.event_sink else None)
         clock, started_at = aligned_clock(rank, world_size, control, device)
@@ -129,17 +138,19 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
             emitter.emit({"type": "run_started", "world_size": world_size, "backend": config.backend,
                           "steps": config.steps, "num_microbatches": plan.num_microbatches,
                           "strategy": plan.strategy, "model": spec.name, "started_at": started_at})
-        runtime = RankRuntime(rank=rank, plan=plan, spec=spec, program=lowered.program(rank), runners=runners,
+        runtime = RankRuntime(rank=rank, plan=plan, spec=spec, program=program, runners=runners,
                               optimizer=_optimizer(config, runners), device=device, dtype=dtype, seed=config.seed,
                               clock=clock, emitter=emitter, tied_sync=tied_sync,
-                              messages_per_channel=lowered.max_channel_length())
+                              messages_per_channel=lowered.max_channel_length(),
+                              step_barrier_group=control if config.step_barriers else None)
         losses = [runtime.run_step(step) for step in range(config.steps)]
         emitter.close()
         if config.checkpoint_dir:
             _save_layers(config.checkpoint_dir, plan, rank, runners)
         gathered = [None] * world_size if rank == 0 else None
         own_actions = [event for event in emitter.events if event["type"] == "action"]
-        dist.gather_object({"events": own_actions, "losses": losses}, gathered, dst=0, group=control)
+        dist.gather_object({"events": own_actions, "losses": losses, "step_wall_ms": runtime.step_wall_ms},
+                           gathered, dst=0, group=control)
         result = _finish(config, plan, gathered, job_dir) if rank == 0 else None
         dist.barrier(group=control)
         return result
@@ -157,7 +168,8 @@ def _finish(config: RunConfig, plan: Plan, gathered: list[dict], job_dir: Path |
         sink = open_sink(config.event_sink)
         sink.write([finished])
         sink.close()
-    result = {"events": events, "summary": summary, "loss": step_losses[-1], "losses": step_losses}
+    result = {"events": events, "summary": summary, "loss": step_losses[-1], "losses": step_losses,
+              "step_wall_ms": gathered[0]["step_wall_ms"]}
     if job_dir is not None:
         (job_dir / RESULT_FILE).write_text(json.dumps(result))
     return result

@@ -1,0 +1,122 @@
+"""Measure the point-to-point link between two local ranks and describe this host as an ``adaptis.cluster/v1``.
+
+Two ranks (``python -m executor.linkprobe``, launched like the executor's own ranks: one thread each,
+rendezvous on a store hosted by the caller) ping-pong tensors with blocking ``send``/``recv`` on the
+backend the executor uses. For each message size the one-way time is half the median round trip. A
+straight line ``t(n) = latency + n / bandwidth`` fitted (least squares) through those points gives the
+``Link`` the simulator charges per transfer, so predictions include the real per-message cost of gloo on
+loopback (tens of microseconds) instead of a preset's guess.
+
+    .venv/bin/python -m executor.linkprobe            # prints the measured cluster document
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_SIZES = (4, 64 << 10, 512 << 10, 2 << 20)
+ROUNDS = 30
+WARMUP_ROUNDS = 3
+
+
+def _one_way_ms(size_bytes: int, rank: int, rounds: int) -> float:
+    import torch
+    import torch.distributed as dist
+
+    payload = torch.zeros(max(1, size_bytes // 4), dtype=torch.float32)
+    peer = 1 - rank
+    samples = []
+    for round_index in range(WARMUP_ROUNDS + rounds):
+        began = time.perf_counter()
+        if rank == 0:
+            dist.send(payload, dst=peer)
+            dist.recv(payload, src=peer)
+        else:
+            dist.recv(payload, src=peer)
+            dist.send(payload, dst=peer)
+        if round_index >= WARMUP_ROUNDS:
+            samples.append((time.perf_counter() - began) * 1e3 / 2)
+    return statistics.median(samples)
+
+
+def _probe_rank(sizes: list[int], rounds: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo")
+    try:
+        times = [_one_way_ms(size, rank, rounds) for size in sizes]
+        if rank == 0:
+            Path(out).write_text(json.dumps(times))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def fit_link(sizes: list[int], one_way_ms: list[float]) -> dict:
+    """Least-squares ``t = latency + n / bandwidth`` through (bytes, ms) points -> ``{bandwidth_gb_s, latency_us}``."""
+    mean_n, mean_t = statistics.fmean(sizes), statistics.fmean(one_way_ms)
+    spread = sum((n - mean_n) ** 2 for n in sizes)
+    slope = sum((n - mean_n) * (t - mean_t) for n, t in zip(sizes, one_way_ms)) / spread  # ms per byte
+    slope = max(slope, 1e-12)
+    intercept = max(0.0, mean_t - slope * mean_n)
+    # slope ms/byte -> bytes/s = 1e3 / slope -> GB/s = 1e-6 / slope
+    return {"bandwidth_gb_s": 1e-6 / slope, "latency_us": intercept * 1e3}
+
+
+def measure_link(*, sizes: tuple[int, ...] = DEFAULT_SIZES, rounds: int = ROUNDS, timeout_s: float = 120) -> dict:
+    """Measure gloo loopback between two local ranks: ``{"bandwidth_gb_s", "latency_us", "samples"}``."""
+    from executor.launch import _rank_env, rendezvous_store
+
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "times.json"
+        store = rendezvous_store(2)
+        processes = [subprocess.Popen([sys.executable, "-m", "executor.linkprobe", "--rank-of-probe", str(out),
+                                       ",".join(map(str, sizes)), str(rounds)],
+                                      env=_rank_env(rank, 2, store.port), cwd=Path(__file__).resolve().parent.parent)
+                     for rank in range(2)]
+        try:
+            codes = [process.wait(timeout=timeout_s) for process in processes]
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        if any(codes):
+            raise RuntimeError(f"link probe ranks failed: exit codes {codes}")
+        times = json.loads(out.read_text())
+    link = fit_link(list(sizes), times)
+    link["samples"] = [{"bytes": size, "one_way_ms": ms} for size, ms in zip(sizes, times)]
+    return link
+
+
+def local_cluster(num_devices: int, link: dict, *, memory_bytes: int = 16 << 30) -> dict:
+    """An ``adaptis.cluster/v1`` document for ``num_devices`` ranks on this host joined by the measured ``link``."""
+    measured = {"bandwidth_gb_s": link["bandwidth_gb_s"], "latency_us": link["latency_us"]}
+    return {
+        "format": "adaptis.cluster/v1",
+        "name": f"local host ({platform.node() or 'cpu'}, {os.cpu_count()} cores, measured gloo loopback)",
+        "description": "Ranks on this machine over loopback gloo; link measured by executor.linkprobe.",
+        "nodes": 1,
+        "devices_per_node": num_devices,
+        "device": {"name": "CPU", "memory_bytes": memory_bytes, "peak_tflops": 0.2, "efficiency": 0.3,
+                   "memory_bandwidth_gb_s": 20.0},
+        "links": {"intra_node": measured, "inter_node": measured},
+    }
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--rank-of-probe":
+        _probe_rank([int(size) for size in sys.argv[3].split(",")], int(sys.argv[4]), sys.argv[2])
+    else:
+        print(json.dumps(local_cluster(2, measure_link()), indent=2))
