@@ -23,6 +23,12 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
+quiet_pip() {
+    # pip with its exit status kept; drops the notices about local package indexes some machines lack.
+    "$PY" -m pip "$@" 2>&1 | { grep -v '^WARNING: Location' || true; }
+    return "${PIPESTATUS[0]}"
+}
+
 ensure_venv() {
     # $1: pip extras spec, e.g. "." or ".[test]". Reinstalls only when pyproject.toml changed.
     local target="$1"
@@ -38,8 +44,8 @@ PY
     local stamp="$VENV/.installed-$(echo "$target" | tr -c 'a-z' '_')"
     if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
         say "installing Python dependencies ($target)"
-        "$PY" -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
-        (cd "$ROOT" && "$PY" -m pip install -q -e "$target" 2>&1 | grep -v '^WARNING: Location' || true)
+        quiet_pip install -q --upgrade pip || die "pip could not upgrade itself (see above)"
+        (cd "$ROOT" && quiet_pip install -q -e "$target") || die "pip could not install $target (see above)"
         "$PY" -c "import django, celery, redis, torch, rest_framework" \
             || die "dependency installation failed (see pip output above)"
         touch "$stamp"
