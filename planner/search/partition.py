@@ -80,3 +80,59 @@ def rebalance_devices(layout: Layout, prefix: list[float], num_devices: int, max
         for boundary in range(first, last_boundary + 1):
             starts[boundary] += shift
     return layout.with_starts(tuple(starts))
+
+
+def layer_devices(layout: Layout) -> list[int]:
+    """The device of every layer."""
+    devices: list[int] = []
+    for stage in range(layout.num_stages):
+        devices += [layout.stage_device[stage]] * (layout.stage_end(stage) - layout.starts[stage])
+    return devices
+
+
+def layout_from_layer_devices(devices: list[int]) -> Layout:
+    """Stages are the maximal runs of consecutive layers on one device."""
+    starts = [0] + [layer for layer in range(1, len(devices)) if devices[layer] != devices[layer - 1]]
+    return Layout(tuple(starts), tuple(devices[start] for start in starts), len(devices))
+
+
+def exchange_layers(layout: Layout, layer_work: list[float], num_devices: int, max_rounds: int = 10_000) -> Layout:
+    """Move or swap single layers between devices while the heaviest device's load drops.
+
+    Boundary shifts keep stages contiguous, so they cannot balance lumpy stacks: MiniMax-01's softmax
+    layers every 8th position, a heavy LM head next to equal decoder layers. Here any layer may leave the
+    heaviest device, alone or swapped for a lighter layer of another device, which may split stages
+    into new ones; each step takes the exchange whose two new loads have the smallest maximum. Every
+    step lowers the sum of squared loads, so it ends; the result never has a heavier device than
+    ``layout``. The scheduler then decides whether the extra stages (and transfers) pay.
+    """
+    devices = layer_devices(layout)
+    loads = [0.0] * num_devices
+    for layer, device in enumerate(devices):
+        loads[device] += layer_work[layer]
+    for _ in range(max_rounds):
+        heavy = max(range(num_devices), key=loads.__getitem__)
+        best: tuple[float, int, int, int | None] | None = None
+        own = [layer for layer, device in enumerate(devices) if device == heavy]
+        for other in range(num_devices):
+            if other == heavy:
+                continue
+            theirs = [layer for layer, device in enumerate(devices) if device == other]
+            for layer in own:
+                for swapped in [None, *theirs]:
+                    delta = layer_work[layer] - (0.0 if swapped is None else layer_work[swapped])
+                    if delta <= 0:
+                        continue
+                    worst = max(loads[heavy] - delta, loads[other] + delta)
+                    if worst < loads[heavy] - 1e-9 and (best is None or worst < best[0]):
+                        best = (worst, layer, other, swapped)
+        if best is None:
+            break
+        _, layer, other, swapped = best
+        delta = layer_work[layer] - (0.0 if swapped is None else layer_work[swapped])
+        devices[layer] = other
+        if swapped is not None:
+            devices[swapped] = heavy
+        loads[heavy] -= delta
+        loads[other] += delta
+    return layout_from_layer_devices(devices)

@@ -30,7 +30,7 @@ from planner.search.bound import search_lower_bound
 from planner.search.evaluate import Candidate, CandidateScorer, StopSearch, candidate_plan
 from planner.search.layouts import SHAPES, Layout, layout_from_stages, shape_devices
 from planner.search.list_scheduler import SchedulePolicy
-from planner.search.partition import balanced_starts, rebalance_devices
+from planner.search.partition import balanced_starts, exchange_layers, rebalance_devices
 from planner.search.result import SearchResult
 from planner.search.tuning import diagnose, partition_moves, perturbed, placement_moves, policy_moves, restructure
 from planner.simulator import simulate
@@ -46,6 +46,7 @@ DEFAULT_MAX_SCHEDULED_ACTIONS = 5_000_000
 BEAM_WIDTH = 3
 PLACEMENT_MOVES_PER_STEP = 12
 RESTARTS_WITHOUT_GAIN = 6
+EXCHANGE_STARTS = 4  # best distinct starts whose layers are exchanged between devices for another start
 BASELINE_PARTITIONS = ("uniform", "time-balanced")
 START_POLICIES = (
     SchedulePolicy(split_backward=False),
@@ -166,9 +167,24 @@ class _Tuner:
         for layout, origin in dict(layouts).items():
             for policy in START_POLICIES:
                 candidates.append(self.consider(layout, policy, origin))
+        candidates += self.exchange_starts(candidates)
         if not self.best.feasible:
             candidates += self.memory_starts(stage_counts)
         return candidates
+
+    def exchange_starts(self, candidates: list[Candidate]) -> list[Candidate]:
+        """The best starts' layouts with single layers moved between devices (``exchange_layers``): the
+        way to balance lumpy stacks that contiguous stage boundaries cannot."""
+        work = [layer.forward + layer.backward for layer in self.scorer.profile.layers]
+        seen, layouts = {candidate.layout for candidate in candidates}, []
+        for candidate in sorted(candidates, key=lambda candidate: candidate.rank):
+            if len(layouts) == EXCHANGE_STARTS:
+                break
+            layout = exchange_layers(candidate.layout, work, self.scorer.num_devices)
+            if layout not in seen:
+                seen.add(layout)
+                layouts.append(layout)
+        return [self.consider(layout, policy, "layer exchange") for layout in layouts for policy in START_POLICIES]
 
     def memory_starts(self, stage_counts: list[int]) -> list[Candidate]:
         """Starts for a tight memory limit: parameters spread evenly, few micro-batches in flight."""

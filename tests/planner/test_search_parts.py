@@ -9,7 +9,8 @@ from planner.search.bound import indivisible_layers_ms, optimal_device_load_ms, 
 from planner.search.evaluate import CandidateScorer, candidate_plan
 from planner.search.layouts import SHAPES, Layout, shape_devices
 from planner.search.list_scheduler import Abandoned, SchedulePolicy, list_schedule
-from planner.search.partition import balanced_starts, device_loads, rebalance_devices
+from planner.search.partition import (balanced_starts, device_loads, exchange_layers, layer_devices,
+                                      rebalance_devices)
 from planner.simulator import simulate
 from planner.validate import validate_plan
 from tests.planner.search_profiles import big_head_profile, hybrid_profile, small_cluster
@@ -164,3 +165,36 @@ def test_the_default_evaluation_budget_grows_with_the_device_count_within_its_li
     assert budgets == sorted(budgets)
     assert budgets[0] == MIN_DEFAULT_EVALUATIONS and budgets[-1] == MAX_DEFAULT_EVALUATIONS
     assert default_max_evaluations(8) < default_max_evaluations(16)
+
+
+def _loads_by_layer(layout, work, devices):
+    loads = [0.0] * devices
+    for stage in layout.stages():
+        loads[stage.device] += sum(work[layer] for layer in stage.layers)
+    return loads
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_layer_exchange_never_makes_the_heaviest_device_heavier_and_keeps_every_layer(seed):
+    rng = random.Random(seed)
+    num_layers, devices = rng.randint(6, 30), rng.randint(2, 5)
+    work = [rng.choice([1.0, 1.0, 1.0, 0.8, 3.5]) * rng.uniform(0.9, 1.1) for _ in range(num_layers)]
+    layout = random_layout(rng, num_layers, devices)
+    exchanged = exchange_layers(layout, work, devices)
+    assert sorted(layer for stage in exchanged.stages() for layer in stage.layers) == list(range(num_layers))
+    assert max(_loads_by_layer(exchanged, work, devices)) <= max(_loads_by_layer(layout, work, devices)) + 1e-9
+    per_layer = layer_devices(exchanged)
+    assert all(per_layer[start] != per_layer[start - 1] for start in exchanged.starts[1:]), "stages are maximal runs"
+
+
+def test_layer_exchange_balances_a_lumpy_stack_that_boundaries_cannot():
+    # 2 devices: cheap layers around one heavy layer in the middle; the best contiguous split is 11 vs 9,
+    # the best assignment 10 vs 10 needs the heavy layer's device to give away a layer from the far end.
+    work = [1.0] * 5 + [6.0] + [1.0] * 9
+    contiguous = Layout(balanced_starts(work, 2), (0, 1), len(work))
+    assert max(_loads_by_layer(contiguous, work, 2)) == 11.0
+    assert max(_loads_by_layer(rebalance_devices(contiguous, [0.0, *itertools.accumulate(work)], 2), work, 2)) == 11.0
+    exchanged = exchange_layers(contiguous, work, 2)
+    best = min(max(sum(w for w, d in zip(work, assignment) if d == device) for device in (0, 1))
+               for assignment in itertools.product((0, 1), repeat=len(work)))
+    assert best == 10.0 and max(_loads_by_layer(exchanged, work, 2)) == best
