@@ -2,7 +2,7 @@
 
     python -m executor run PLAN.json --model SPEC [--backend gloo|nccl] [--events URL_OR_PATH] [--steps N]
                            [--optimizer sgd|adamw] [--lr LR] [--dtype fp32|bf16|...] [--scale [HIDDEN]]
-                           [--checkpoint-dir DIR] [--timeout S] [--out RESULT.json]
+                           [--checkpoint-dir DIR] [--threads-per-rank N] [--timeout S] [--out RESULT.json]
     python -m executor profile --model SPEC [--scale [HIDDEN]] [--device cpu|cuda] [--dtype D]
                                [--repeats N] --out PROFILE.json
 
@@ -62,7 +62,8 @@ def command_run(args) -> int:
     plan = load_plan(_read_json(args.plan, "plan"))
     spec = load_model_argument(args.model, args.scale)
     settings = dict(backend=args.backend, seed=args.seed, event_sink=args.events, steps=args.steps,
-                    optimizer=args.optimizer, lr=args.lr, dtype=args.dtype, checkpoint_dir=args.checkpoint_dir)
+                    optimizer=args.optimizer, lr=args.lr, dtype=args.dtype, checkpoint_dir=args.checkpoint_dir,
+                    threads_per_rank=args.threads_per_rank)
     if launched_by_torchrun():
         from executor.config import RunConfig
         from executor.worker import run_rank
@@ -92,10 +93,8 @@ def command_profile(args) -> int:
     spec = load_model_argument(args.model, args.scale)
     device = torch.device(args.device)
     dtype = resolve_dtype(args.dtype or ("fp32" if device.type == "cpu" else spec.dtype))
-    if device.type == "cpu":
-        torch.set_num_threads(args.threads)
     profile = measure_profile(spec, device=device, dtype=dtype, repeats=args.repeats, warmup=args.warmup,
-                              seed=args.seed)
+                              seed=args.seed, threads=args.threads)
     Path(args.out).write_text(json.dumps(profile.to_dict(), indent=1))
     print(f"wrote {args.out}: {len(profile.layers)} layers of {spec.name} measured on {profile.device}")
     return 0
@@ -118,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dtype", choices=sorted(DTYPES))
     run.add_argument("--scale", type=int, nargs="?", const=DEFAULT_SCALED_HIDDEN, help=scale_help)
     run.add_argument("--checkpoint-dir")
+    run.add_argument("--threads-per-rank", type=int,
+                     help="torch intra-op threads of each rank (default: this host's cores / its local ranks)")
     run.add_argument("--timeout", type=float, default=600.0)
     run.add_argument("--out", help="write the full result (with every event) here")
     run.set_defaults(handler=command_run)
@@ -129,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--dtype", choices=sorted(DTYPES))
     profile.add_argument("--repeats", type=int, default=5)
     profile.add_argument("--warmup", type=int, default=2)
-    profile.add_argument("--threads", type=int, default=1, help="CPU threads (one rank's share)")
+    profile.add_argument("--threads", type=int, default=1,
+                         help="intra-op threads: what each rank will use (run --threads-per-rank; default there: "
+                              "this host's cores / its local ranks)")
     profile.add_argument("--seed", type=int, default=0)
     profile.add_argument("--out", required=True)
     profile.set_defaults(handler=command_profile)

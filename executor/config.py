@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from executor.host import fair_share_threads
 from planner.errors import SpecError
 
 BACKENDS = ("gloo", "nccl")
@@ -23,6 +24,7 @@ class RunConfig:
     lookahead: int = 1
     report_failures: bool = True        # False when a launcher reports the first failure itself
     step_barriers: bool = False         # barrier around every step; rank 0 reports each step's wall time
+    threads_per_rank: int | None = None  # torch intra-op threads per rank; None: this host's cores / local ranks
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -35,6 +37,12 @@ class RunConfig:
             raise SpecError("lookahead", f"must be >= 0, got {self.lookahead}")
         if not self.lr > 0:
             raise SpecError("lr", f"must be > 0, got {self.lr}")
+        if self.threads_per_rank is not None and self.threads_per_rank < 1:
+            raise SpecError("threads_per_rank", f"must be >= 1, got {self.threads_per_rank}")
+
+    def rank_threads(self, local_world_size: int) -> int:
+        """The intra-op thread count each rank uses: the configured one, else its share of this host's cores."""
+        return self.threads_per_rank or fair_share_threads(local_world_size)
 
     def to_dict(self) -> dict:
         return asdict(self)

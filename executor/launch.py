@@ -60,12 +60,12 @@ def rendezvous_store(world_size: int) -> TCPStore:
                     timeout=timedelta(seconds=600))
 
 
-def _rank_env(rank: int, world_size: int, port: int) -> dict:
+def _rank_env(rank: int, world_size: int, port: int, threads: int) -> dict:
     env = dict(os.environ)
+    # OMP_NUM_THREADS sizes the OpenMP pool before torch is imported; the rank also calls set_num_threads.
     env.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                 "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                "TORCHELASTIC_USE_AGENT_STORE": "True",
-                "OMP_NUM_THREADS": env.get("ADAPTIS_THREADS_PER_RANK", "1")})
+                "TORCHELASTIC_USE_AGENT_STORE": "True", "OMP_NUM_THREADS": str(threads)})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return env
 
@@ -126,17 +126,19 @@ def _report(config: RunConfig, event: dict) -> None:
 def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 0, event_sink: str | None = None,
              steps: int = 1, timeout_s: float = 300, optimizer: str = "sgd", lr: float = 1e-3,
              dtype: str | None = None, checkpoint_dir: str | None = None, lookahead: int = 1,
-             step_barriers: bool = False) -> RunResult:
+             step_barriers: bool = False, threads_per_rank: int | None = None) -> RunResult:
     """Train ``spec`` for ``steps`` steps with ``plan`` on local ranks; see the module docstring.
 
     Raises ``PlanError`` (plan cannot be lowered or deadlocks), ``SpecError`` (bad settings, or a model too
     big for this host: scale it with ``executor.model.scale_spec``), ``ExecutorError`` (a rank failed or the
     run timed out; ``rank`` and ``traceback_text`` say where). ``step_barriers`` puts a barrier before and
     after every step and fills ``RunResult.step_wall_ms`` with rank 0's wall time between them (benchmarks).
+    ``threads_per_rank`` (default: this host's cores / ranks) is each rank's torch intra-op thread count;
+    the summary records what every rank used.
     """
     config = RunConfig(backend=backend, seed=seed, steps=steps, optimizer=optimizer, lr=lr, dtype=dtype,
                        event_sink=event_sink, checkpoint_dir=checkpoint_dir, lookahead=lookahead,
-                       report_failures=False, step_barriers=step_barriers)
+                       report_failures=False, step_barriers=step_barriers, threads_per_rank=threads_per_rank)
     lower_plan(plan, spec.num_layers, lookahead=lookahead)   # fail fast, before any process starts
     device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
     check_capacity(plan, spec, device=device, dtype=run_dtype(config, spec, device), optimizer=optimizer)
@@ -147,14 +149,15 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
     job_file.write_text(json.dumps({"plan": plan.to_dict(), "spec": spec.to_dict(), "config": config.to_dict()}))
     processes: list[subprocess.Popen] = []
     store = rendezvous_store(plan.num_devices)
+    threads = config.rank_threads(plan.num_devices)
     try:
         port = store.port
         for rank in range(plan.num_devices):
             with open(job_dir / f"rank{rank}.stderr", "wb") as stderr:
                 processes.append(subprocess.Popen(
                     [sys.executable, "-m", "executor.worker", str(job_file)], cwd=REPO_ROOT,
-                    env=_rank_env(rank, plan.num_devices, port), stdout=subprocess.DEVNULL, stderr=stderr,
-                    start_new_session=True))
+                    env=_rank_env(rank, plan.num_devices, port, threads), stdout=subprocess.DEVNULL,
+                    stderr=stderr, start_new_session=True))
         deadline = time.monotonic() + timeout_s
         while True:
             codes = [process.poll() for process in processes]

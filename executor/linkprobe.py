@@ -83,7 +83,7 @@ def measure_link(*, sizes: tuple[int, ...] = DEFAULT_SIZES, rounds: int = ROUNDS
         store = rendezvous_store(2)
         processes = [subprocess.Popen([sys.executable, "-m", "executor.linkprobe", "--rank-of-probe", str(out),
                                        ",".join(map(str, sizes)), str(rounds)],
-                                      env=_rank_env(rank, 2, store.port), cwd=Path(__file__).resolve().parent.parent)
+                                      env=_rank_env(rank, 2, store.port, 1), cwd=Path(__file__).resolve().parent.parent)
                      for rank in range(2)]
         try:
             codes = [process.wait(timeout=timeout_s) for process in processes]

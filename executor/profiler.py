@@ -1,15 +1,24 @@
 """Measured profiles: time each layer's F, I and W on the current device and measure its memory.
 
-For every layer the profiler builds the module alone, feeds it a micro-batch of the spec's shape
-(token ids for the embedding, hidden states otherwise, labels for the head) and, after warm-up runs, takes
-the median of ``repeats`` timings of forward, input-gradient backward (I) and weight-gradient backward (W)
-split exactly as the executor splits them (``executor.backward``; the embedding's whole backward counts as W,
-as in a pipeline stage, where it runs in W). With weight-gradient deferral off
-(``executor.model.linear.enable_weight_grad_deferral(False)``, as on ranks that run only F and B) I is the
-whole backward and W is empty: the profile of F/B-only runs. Time with the thread count the ranks use
-(``torch.set_num_threads``; one per rank when the ranks share the cores). Memory comes from autograd itself:
-``activation_bytes`` is the size of the tensors the forward saves for backward (parameters excluded,
-shared storage counted once), ``output_bytes`` the size of what the layer hands to the next stage.
+The profiler builds the model's layers and pushes a micro-batch of the spec's shape (token ids into the
+embedding, labels into the head) forward through all of them in model order, then backward in reverse, each
+layer's input cut from the graph as at a stage boundary so that every layer's forward, input-gradient
+backward (I) and weight-gradient backward (W) is timed on its own; after warm-up passes each time is the
+median of ``repeats`` passes. I and W are split exactly as the executor splits them (``executor.backward``;
+the embedding's whole backward counts as W, as in a pipeline stage, where it runs in W). With weight-gradient
+deferral off (``executor.model.linear.enable_weight_grad_deferral(False)``, as on ranks that run only F and
+B) I is the whole backward and W is empty: the profile of F/B-only runs.
+
+Layers are timed between their neighbours, as a stage runs them, not each alone in a loop: a layer repeated
+back to back finds its weights, activations, allocator blocks and the interpreter's and dispatcher's paths
+warm, and on a CPU ran 10-20 % faster that way than inside a stage (tiny-hybrid's stages: 8-20 % below
+the stage's own measured F and B time, which the sum of the in-order layer times matched within 4 %). The whole model is
+built at once: profile a scaled spec (``executor.model.scale_spec``) when the real one does not fit.
+
+Time with the thread count the ranks use (``threads``; ``executor.host.fair_share_threads`` when the ranks
+share the cores). Memory comes from autograd itself: ``activation_bytes`` is the size of the tensors the
+forward saves for backward (parameters excluded, shared storage counted once), ``output_bytes`` the size of
+what the layer hands to the next stage.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import time
 import torch
 
 from executor.backward import backward_input, backward_weight
+from executor.host import fair_share_threads
 from executor.model.build import build_layers
 from executor.model.layers import Head
 from planner.cluster import load_cluster_preset
@@ -71,68 +81,109 @@ def _device_name(device: torch.device) -> str:
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def measure_layer(spec: ModelSpec, index: int, *, device: torch.device, dtype: torch.dtype, repeats: int,
-                  warmup: int, seed: int) -> LayerProfile:
-    module = build_layers(spec, [index], seed=seed, device=device, dtype=dtype)[index]
-    params = [p for p in module.parameters() if p.requires_grad]
-    generator = torch.Generator().manual_seed(seed + index)
+def _layer_call(module, layer_input: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return module(layer_input, labels) if isinstance(module, Head) else module(layer_input)
+
+
+def _boundary(tensor: torch.Tensor) -> torch.Tensor:
+    """A layer's input cut from the graph (as at a stage boundary), so its backward stops there and is timed
+    alone; token ids stay as they are."""
+    return tensor.detach().requires_grad_() if tensor.is_floating_point() else tensor
+
+
+def _model_input(spec: ModelSpec, device: torch.device, dtype: torch.dtype, seed: int):
+    """One micro-batch of the spec's shape: (first layer's input, labels for the head)."""
+    generator = torch.Generator().manual_seed(seed)
     shape = (spec.micro_batch_size, spec.seq_len)
-    if spec.layers[index].kind == "embedding":
-        fixed_input = torch.randint(0, spec.vocab_size, shape, generator=generator).to(device)
+    if spec.layers[0].kind == "embedding":
+        first_input = torch.randint(0, spec.vocab_size, shape, generator=generator).to(device)
     else:
-        fixed_input = torch.randn(*shape, spec.hidden_size, generator=generator).to(device=device, dtype=dtype)
-    labels = torch.randint(0, spec.vocab_size, shape, generator=generator).to(device)
+        first_input = torch.randn(*shape, spec.hidden_size, generator=generator).to(device=device, dtype=dtype)
+    return first_input, torch.randint(0, spec.vocab_size, shape, generator=generator).to(device)
 
-    def forward(stage_input):
-        return module(stage_input, labels) if isinstance(module, Head) else module(stage_input)
 
-    def fresh_input():
-        return fixed_input if not fixed_input.is_floating_point() else fixed_input.detach().requires_grad_()
+def _layer_memory(modules: list, first_input: torch.Tensor, labels: torch.Tensor) -> list[tuple[int, int]]:
+    """(activation_bytes, output_bytes) of every layer, from one untimed pass: the saved-tensor hooks run
+    Python per saved tensor and would inflate the forward time."""
+    memory, hidden = [], first_input
+    for module in modules:
+        params = [p for p in module.parameters() if p.requires_grad]
+        layer_input = _boundary(hidden)
+        output, activation_bytes = _saved_bytes(lambda: _layer_call(module, layer_input, labels), params)
+        memory.append((activation_bytes, output.numel() * output.element_size()))
+        hidden = output.detach()
+    return memory
 
-    # Memory once, outside the timed runs: the saved-tensor hooks run Python per saved tensor and would
-    # inflate the forward time.
-    first_input = fresh_input()
-    output, activation_bytes = _saved_bytes(lambda: forward(first_input), params)
-    output_bytes = output.numel() * output.element_size()
-    del output
-    timer = _Timer(device)
-    samples = {"forward": [], "backward_input": [], "backward_weight": []}
-    for iteration in range(warmup + repeats):
-        stage_input = fresh_input()
-        holder = {}
-        forward_ms = timer(lambda: holder.update(output=forward(stage_input)))
-        output = holder["output"]
-        grad_output = None if output.dim() == 0 else torch.randn_like(output)
-        deferred = {}
+
+def _timed_pass(modules: list, first_input: torch.Tensor, labels: torch.Tensor, timer: _Timer,
+                kinds: list[str]) -> list[tuple[float, float, float]]:
+    """One micro-batch forward through every layer in model order, then backward in reverse, each layer
+    timed on its own: (F, I, W) milliseconds per layer."""
+    inputs, outputs, forward_ms = [], [], []
+    hidden = first_input
+    for module in modules:
+        layer_input, holder = _boundary(hidden), {}
+        forward_ms.append(timer(lambda: holder.update(output=_layer_call(module, layer_input, labels))))
+        inputs.append(layer_input)
+        outputs.append(holder["output"])
+        hidden = holder["output"]
+    backward_ms: list[tuple[float, float]] = [(0.0, 0.0)] * len(modules)
+    grad_output = None
+    for index in reversed(range(len(modules))):
+        output, deferred = outputs[index], {}
+        if grad_output is None and output.dim() > 0:
+            grad_output = torch.randn_like(output)   # a model without a head ends in hidden states
         input_ms = timer(lambda: deferred.update(store=backward_input(output, grad_output)))
         weight_ms = timer(lambda: backward_weight(deferred["store"]))
-        for param in params:
+        if kinds[index] == "embedding":
+            # Token ids have no gradient: the embedding's whole backward is its (weight) table update.
+            input_ms, weight_ms = 0.0, input_ms + weight_ms
+        backward_ms[index] = (input_ms, weight_ms)
+        grad_output = inputs[index].grad if inputs[index].is_floating_point() else None
+    for module in modules:
+        for param in module.parameters():
             param.grad = None
-        if iteration >= warmup:
-            samples["forward"].append(forward_ms)
-            if spec.layers[index].kind == "embedding":
-                # Token ids have no gradient: the embedding's whole backward is its (weight) table update.
-                input_ms, weight_ms = 0.0, input_ms + weight_ms
-            samples["backward_input"].append(input_ms)
-            samples["backward_weight"].append(weight_ms)
-    return LayerProfile(
-        name=spec.layer_names()[index], kind=spec.layers[index].kind,
-        forward=statistics.median(samples["forward"]),
-        backward_input=statistics.median(samples["backward_input"]),
-        backward_weight=statistics.median(samples["backward_weight"]),
-        activation_bytes=activation_bytes, output_bytes=output_bytes,
-        param_bytes=sum(p.numel() * p.element_size() for p in params))
+    return [(forward, *backward) for forward, backward in zip(forward_ms, backward_ms)]
+
+
+def _measure_layers(spec: ModelSpec, *, device: torch.device, dtype: torch.dtype, repeats: int, warmup: int,
+                    seed: int) -> tuple[LayerProfile, ...]:
+    modules = list(build_layers(spec, range(spec.num_layers), seed=seed, device=device, dtype=dtype).values())
+    kinds = [layer.kind for layer in spec.layers]
+    first_input, labels = _model_input(spec, device, dtype, seed)
+    memory = _layer_memory(modules, first_input, labels)
+    timer = _Timer(device)
+    passes = [_timed_pass(modules, first_input, labels, timer, kinds) for _ in range(warmup + repeats)][warmup:]
+    return tuple(
+        LayerProfile(name=name, kind=kinds[index],
+                     forward=statistics.median(timings[index][0] for timings in passes),
+                     backward_input=statistics.median(timings[index][1] for timings in passes),
+                     backward_weight=statistics.median(timings[index][2] for timings in passes),
+                     activation_bytes=memory[index][0], output_bytes=memory[index][1],
+                     param_bytes=sum(p.numel() * p.element_size() for p in modules[index].parameters()
+                                     if p.requires_grad))
+        for index, name in enumerate(spec.layer_names()))
 
 
 def measure_profile(spec: ModelSpec, *, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                    repeats: int = 5, warmup: int = 2, seed: int = 0) -> Profile:
-    """A measured ``adaptis.profile/v1`` Profile of ``spec`` on ``device`` (see the module docstring)."""
+                    repeats: int = 5, warmup: int = 2, seed: int = 0, threads: int | None = None) -> Profile:
+    """A measured ``adaptis.profile/v1`` Profile of ``spec`` on ``device`` (see the module docstring).
+
+    ``threads``: time with this many intra-op threads (a run's ``RunConfig.rank_threads``), restored after;
+    None keeps the caller's setting.
+    """
     device = torch.device(device)
-    layers = tuple(measure_layer(spec, index, device=device, dtype=dtype, repeats=repeats, warmup=warmup, seed=seed)
-                   for index in range(spec.num_layers))
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        layers = _measure_layers(spec, device=device, dtype=dtype, repeats=repeats, warmup=warmup, seed=seed)
+        device_name = _device_name(device)
+    finally:
+        torch.set_num_threads(previous_threads)
     # FLOPs do not depend on the device; the analytic model's count is what MFU is measured against.
     flops = analytic_profile(spec, load_cluster_preset("cpu-host")).flops_per_microbatch
-    return Profile(model=spec.name, device=_device_name(device), layers=layers,
+    return Profile(model=spec.name, device=device_name, layers=layers,
                    microbatch_size=spec.micro_batch_size, seq_len=spec.seq_len, source="measured",
                    flops_per_microbatch=flops)
 
@@ -142,17 +193,18 @@ def _profile_in_process(spec_doc: dict, threads: int, split_backward: bool, repe
     from executor.model.linear import enable_weight_grad_deferral
     from planner.spec.model import load_model_spec
 
-    torch.set_num_threads(threads)
     enable_weight_grad_deferral(split_backward)
     spec = load_model_spec(spec_doc)
     start.wait()
-    results.put(measure_profile(spec, repeats=repeats, warmup=warmup, seed=seed).to_dict())
+    results.put(measure_profile(spec, repeats=repeats, warmup=warmup, seed=seed, threads=threads).to_dict())
 
 
-def measure_profile_alongside(spec: ModelSpec, *, processes: int, threads: int = 1, split_backward: bool = True,
-                              repeats: int = 5, warmup: int = 2, seed: int = 0, timeout_s: float = 600) -> Profile:
+def measure_profile_alongside(spec: ModelSpec, *, processes: int, threads: int | None = None,
+                              split_backward: bool = True, repeats: int = 5, warmup: int = 2, seed: int = 0,
+                              timeout_s: float = 600) -> Profile:
     """A CPU profile measured the way a local run executes: ``processes`` profilers at once (one per rank),
-    each with ``threads`` threads and the ranks' weight-gradient deferral setting.
+    each with ``threads`` threads (default: its share of this host's cores, as a run's ranks get) and the
+    ranks' weight-gradient deferral setting.
 
     Ranks that share a host's cores and memory bandwidth run each layer slower than one process alone does;
     timing with the same number of concurrent processes measures that. Each layer's time is the median
@@ -160,6 +212,7 @@ def measure_profile_alongside(spec: ModelSpec, *, processes: int, threads: int =
     """
     import multiprocessing
 
+    threads = threads or fair_share_threads(processes)
     context = multiprocessing.get_context("spawn")
     start, results = context.Barrier(processes), context.Queue()
     workers = [context.Process(target=_profile_in_process, args=(spec.to_dict(), threads, split_backward, repeats,

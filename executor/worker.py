@@ -119,7 +119,8 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
     device = _select_device(config.backend, local_rank)
     dtype = run_dtype(config, spec, device)
     check_capacity(plan, spec, device=device, dtype=dtype, optimizer=config.optimizer, ranks=[rank])
-    torch.set_num_threads(max(1, int(os.environ.get("ADAPTIS_THREADS_PER_RANK", "1"))))
+    threads = config.rank_threads(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
+    torch.set_num_threads(threads)
     lowered = lower_plan(plan, spec.num_layers, lookahead=config.lookahead)
     program = lowered.program(rank)
     # Only a rank that splits backwards into I and W pays for deferrable projections (executor.model.linear)
@@ -149,8 +150,8 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
             _save_layers(config.checkpoint_dir, plan, rank, runners)
         gathered = [None] * world_size if rank == 0 else None
         own_actions = [event for event in emitter.events if event["type"] == "action"]
-        dist.gather_object({"events": own_actions, "losses": losses, "step_wall_ms": runtime.step_wall_ms},
-                           gathered, dst=0, group=control)
+        dist.gather_object({"events": own_actions, "losses": losses, "step_wall_ms": runtime.step_wall_ms,
+                            "threads": threads}, gathered, dst=0, group=control)
         result = _finish(config, plan, gathered, job_dir) if rank == 0 else None
         dist.barrier(group=control)
         return result
@@ -163,6 +164,7 @@ def _finish(config: RunConfig, plan: Plan, gathered: list[dict], job_dir: Path |
     step_losses = [next((part["losses"][step] for part in gathered if part["losses"][step] is not None), None)
                    for step in range(config.steps)]
     summary = summarize(events, plan.num_devices, config.steps)
+    summary["threads_per_rank"] = [part["threads"] for part in gathered]
     finished = {"type": "run_finished", "summary": summary, "loss": step_losses[-1], "losses": step_losses}
     if config.event_sink:
         sink = open_sink(config.event_sink)

@@ -1,0 +1,44 @@
+"""Intra-op threads per rank: each rank gets its share of the host's cores unless told otherwise, the run
+records what every rank used, and the profiler times with the thread count a run will use."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from executor.config import RunConfig
+from executor.host import fair_share_threads, usable_cores
+from executor.launch import run_plan
+from executor.profiler import measure_profile
+from executor_plans import one_f_one_b
+from planner.errors import SpecError
+from planner.spec.presets import load_model_preset
+
+
+def test_ranks_share_the_cores_without_oversubscribing_them():
+    cores = usable_cores()
+    assert fair_share_threads(1) == cores
+    assert fair_share_threads(cores) == 1
+    assert fair_share_threads(4 * cores) == 1   # more ranks than cores still get one thread each
+    assert RunConfig().rank_threads(2) == max(1, cores // 2)
+    assert RunConfig(threads_per_rank=3).rank_threads(2) == 3
+
+
+def test_a_thread_count_below_one_is_refused_naming_the_field():
+    with pytest.raises(SpecError) as raised:
+        RunConfig(threads_per_rank=0)
+    assert raised.value.field == "threads_per_rank"
+
+
+def test_run_summary_records_every_ranks_thread_count():
+    spec = load_model_preset("tiny-llama")
+    result = run_plan(one_f_one_b([[0, 1, 2], [3, 4, 5]], num_microbatches=2), spec, threads_per_rank=1,
+                      timeout_s=240)
+    assert result.summary["threads_per_rank"] == [1, 1]
+
+
+def test_profiler_times_with_the_requested_threads_and_restores_the_callers():
+    before = torch.get_num_threads()
+    profile = measure_profile(load_model_preset("tiny-llama"), repeats=1, warmup=0, threads=1)
+    assert "1 threads" in profile.device
+    assert torch.get_num_threads() == before
