@@ -5,8 +5,8 @@ Production sets DEBUG=false, which makes SECRET_KEY and ALLOWED_HOSTS mandatory.
 
 Variables: DEBUG, SECRET_KEY, ALLOWED_HOSTS, CSRF_TRUSTED_ORIGINS, SECURE_COOKIES, SECURE_SSL_REDIRECT,
 SECURE_HSTS_SECONDS, DATABASE_URL,
-DB_CONN_MAX_AGE, REDIS_URL, CELERY_QUEUE, LIVE_EVENTS_PREFIX, CPU_RUN_MAX_RANKS, CPU_RUN_MAX_PARAMS,
-RUN_TIMEOUT_S, LOG_LEVEL.
+DB_CONN_MAX_AGE, REDIS_URL, CELERY_QUEUE, CELERY_RUNS_QUEUE, LIVE_EVENTS_PREFIX, CPU_RUN_MAX_RANKS, CPU_RUN_MAX_PARAMS,
+RUN_TIMEOUT_S, WORK_HEARTBEAT_S, WORK_STALE_AFTER_S, LOG_LEVEL.
 """
 
 from pathlib import Path
@@ -121,6 +121,10 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "adaptis")
+# Runs (torch ranks on the worker's host, minutes of CPU) get their own queue, so planning jobs never wait
+# behind them: `make run` starts one worker per queue, Docker a `worker` and a `runner` service.
+CELERY_RUNS_QUEUE = env_str("CELERY_RUNS_QUEUE", f"{CELERY_TASK_DEFAULT_QUEUE}-runs")
+CELERY_TASK_ROUTES = {"studio.run_execute": {"queue": CELERY_RUNS_QUEUE}}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_EXPIRES = 24 * 3600
@@ -128,6 +132,14 @@ CELERY_TASK_IGNORE_RESULT = True  # tasks record their outcome on our rows; nobo
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 LIVE_EVENTS_PREFIX = env_str("LIVE_EVENTS_PREFIX", "adaptis")
+
+# Liveness of running work: the worker stamps heartbeat_at every WORK_HEARTBEAT_S; beat's reaper fails
+# running jobs and runs silent for WORK_STALE_AFTER_S (their worker died: OOM kill, lost host, SIGKILL).
+WORK_HEARTBEAT_S = env_int("WORK_HEARTBEAT_S", 10, minimum=1)
+WORK_STALE_AFTER_S = env_int("WORK_STALE_AFTER_S", max(120, 3 * WORK_HEARTBEAT_S), minimum=3 * WORK_HEARTBEAT_S)
+CELERY_BEAT_SCHEDULE = {
+    "reap-stale-work": {"task": "studio.reap_stale_work", "schedule": float(max(10, WORK_STALE_AFTER_S // 4))},
+}
 
 # Limits of "Run on CPU": gloo ranks on the worker's host.
 CPU_RUN_MAX_RANKS = env_int("CPU_RUN_MAX_RANKS", 4, minimum=1)

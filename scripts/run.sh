@@ -25,7 +25,14 @@ mkdir -p var
 "$PY" manage.py collectstatic --noinput >/dev/null
 "$PY" manage.py seed_demo
 
-"$VENV/bin/celery" -A adaptis_web worker --loglevel=INFO --concurrency=2 >var/worker.log 2>&1 &
+# Planning jobs and runs have their own queues (settings.CELERY_RUNS_QUEUE), so a run never delays a plan.
+# -B: the planning worker also runs beat, which schedules the reaper of work whose worker died.
+queue="${CELERY_QUEUE:-adaptis}"
+"$VENV/bin/celery" -A adaptis_web worker -B --schedule var/celerybeat-schedule -Q "$queue" -n "planner@%h" \
+    --loglevel=INFO --concurrency=1 >var/worker.log 2>&1 &
+children+=($!)
+"$VENV/bin/celery" -A adaptis_web worker -Q "${CELERY_RUNS_QUEUE:-$queue-runs}" -n "runner@%h" \
+    --loglevel=INFO --concurrency=1 >var/runner.log 2>&1 &
 children+=($!)
 "$VENV/bin/gunicorn" adaptis_web.wsgi:application --bind "$HOST:$PORT" --workers 2 --threads 4 --graceful-timeout 5 \
     --access-logfile var/web-access.log --error-logfile var/web.log &

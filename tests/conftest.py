@@ -31,6 +31,11 @@ TEST_EVENTS_PREFIX = f"adaptis-{SESSION_TAG}"
 WORKER_START_TIMEOUT_S = 90
 
 
+def runs_queue(queue: str) -> str:
+    """The runs queue next to ``queue``, as settings.CELERY_RUNS_QUEUE derives it from CELERY_QUEUE."""
+    return f"{queue}-runs"
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix) -> None:
     """A test database of our own: PostgreSQL when DATABASE_URL says so, otherwise a SQLite *file* (the
@@ -54,7 +59,8 @@ def isolated_redis():
 
     settings.REDIS_URL = TEST_REDIS_URL
     settings.LIVE_EVENTS_PREFIX = TEST_EVENTS_PREFIX
-    app.conf.update(broker_url=TEST_REDIS_URL, result_backend=TEST_REDIS_URL, task_default_queue=TEST_QUEUE)
+    app.conf.update(broker_url=TEST_REDIS_URL, result_backend=TEST_REDIS_URL, task_default_queue=TEST_QUEUE,
+                    task_routes={"studio.run_execute": {"queue": runs_queue(TEST_QUEUE)}})
     yield
     client = redis.Redis.from_url(TEST_REDIS_URL)
     leftovers = [*client.scan_iter(f"*{TEST_QUEUE}*"), *client.scan_iter(f"{TEST_EVENTS_PREFIX}:*")]
@@ -92,33 +98,41 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace")[-characters:]
 
 
-@pytest.fixture(scope="session")
-def celery_worker(django_db_setup, tmp_path_factory) -> WorkerProcess:
-    """A real Celery worker (solo pool) consuming this session's queue against the test database."""
+def spawn_worker(log_path: Path, *, queue: str, name: str, **extra_env: str) -> WorkerProcess:
+    """Start a real Celery worker (solo pool) on ``queue`` and its runs queue against the test database; wait
+    until it is ready."""
     from django.db import connection
 
-    log_path = tmp_path_factory.mktemp("worker") / "celery.log"
     env = dict(os.environ, DATABASE_URL=_database_url(connection.settings_dict), REDIS_URL=TEST_REDIS_URL,
-               CELERY_QUEUE=TEST_QUEUE, LIVE_EVENTS_PREFIX=TEST_EVENTS_PREFIX, DB_CONN_MAX_AGE="0",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+               CELERY_QUEUE=queue, LIVE_EVENTS_PREFIX=TEST_EVENTS_PREFIX, DB_CONN_MAX_AGE="0",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+               **extra_env)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "adaptis_web", "worker", "--pool=solo", "-Q", TEST_QUEUE,
-             "-n", f"{SESSION_TAG}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat",
+            [sys.executable, "-m", "celery", "-A", "adaptis_web", "worker", "--pool=solo",
+             "-Q", f"{queue},{runs_queue(queue)}",
+             "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat",
              "-l", "INFO"],
             cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     worker = WorkerProcess(process, log_path)
     deadline = time.monotonic() + WORKER_START_TIMEOUT_S
     while "ready." not in log_path.read_text(errors="replace"):
         if process.poll() is not None or time.monotonic() > deadline:
-            _stop(process)
+            stop_worker(process)
             pytest.fail(f"the Celery worker did not start:\n{worker.log_tail()}")
         time.sleep(0.2)
+    return worker
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, tmp_path_factory) -> WorkerProcess:
+    """A real Celery worker (solo pool) consuming this session's queue against the test database."""
+    worker = spawn_worker(tmp_path_factory.mktemp("worker") / "celery.log", queue=TEST_QUEUE, name=SESSION_TAG)
     yield worker
-    _stop(process)
+    stop_worker(worker.process)
 
 
-def _stop(process: subprocess.Popen) -> None:
+def stop_worker(process: subprocess.Popen) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)  # its own session: the worker and any rank it started
         try:
@@ -178,3 +192,18 @@ def spec_text():
         return json.dumps(load_model_preset(preset).to_dict(), indent=2)
 
     return text
+
+
+@pytest.fixture
+def spawn_private_worker(django_db_setup, tmp_path):
+    """``spawn_private_worker(queue, **env)``: a worker of this test's own (it may kill it); stopped after."""
+    started: list[WorkerProcess] = []
+
+    def spawn(queue: str, **extra_env: str) -> WorkerProcess:
+        worker = spawn_worker(tmp_path / f"{queue}.log", queue=queue, name=f"{queue}-{len(started)}", **extra_env)
+        started.append(worker)
+        return worker
+
+    yield spawn
+    for worker in started:
+        stop_worker(worker.process)

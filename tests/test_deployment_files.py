@@ -45,3 +45,30 @@ def test_worker_runs_the_celery_app_and_web_serves_the_wsgi_app():
     assert SERVICES["worker"]["command"][:3] == ["celery", "-A", "adaptis_web"]
     assert "adaptis_web.wsgi:application" in SERVICES["web"]["command"]
     assert "/healthz" in " ".join(SERVICES["web"]["healthcheck"]["test"])
+
+
+def test_one_beat_service_schedules_the_reaper_from_the_app_image():
+    beat = SERVICES["beat"]
+    assert beat["image"] == SERVICES["worker"]["image"]
+    assert beat["command"][:4] == ["celery", "-A", "adaptis_web", "beat"]
+    assert beat.get("deploy", {}).get("replicas", 1) == 1
+    from django.conf import settings
+
+    assert settings.CELERY_BEAT_SCHEDULE["reap-stale-work"]["task"] == "studio.reap_stale_work"
+
+
+def test_planning_and_runs_have_their_own_workers_on_the_queues_the_settings_route_to():
+    from django.conf import settings
+
+    from adaptis_web.celery import app
+
+    def queues(service):
+        command = SERVICES[service]["command"]
+        return command[command.index("-Q") + 1].split(",")
+
+    assert queues("worker") == ["adaptis"] and queues("runner") == ["adaptis-runs"]  # the stack sets no queue
+    assert settings.CELERY_RUNS_QUEUE == f"{settings.CELERY_TASK_DEFAULT_QUEUE}-runs"
+    assert settings.CELERY_TASK_ROUTES["studio.run_execute"]["queue"] == settings.CELERY_RUNS_QUEUE
+    assert app.amqp.router.route({}, "studio.run_execute")["queue"].name == app.conf.task_routes[
+        "studio.run_execute"]["queue"]
+    assert SERVICES["runner"]["image"] == SERVICES["worker"]["image"] and "shm_size" in SERVICES["runner"]

@@ -7,7 +7,8 @@ import yaml
 from django import forms
 
 from adaptis_web.studio.selectors import team_list_for_user
-from adaptis_web.studio.services.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE, JobRequest, job_request_check
+from adaptis_web.studio.services.jobs import ADAPTIS_SCHEDULE, DEFAULT_PARTITION, JobRequest, job_request_check
+from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S
 from adaptis_web.studio.services.specs import spec_parse_upload
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS
 from planner.cluster import preset_names
@@ -16,17 +17,23 @@ from planner.spec.model import ModelSpec
 
 DEFAULT_CLUSTER_PRESET = "cpu-host"
 MAX_CLUSTER_FILE_BYTES = 256 * 1024
+GIB = 2**30
+SCHEDULE_CHOICES = [(ADAPTIS_SCHEDULE, "AdaPtis search"), *((name, name) for name in BASELINE_SCHEDULES)]
 
 
 class SpecErrorFormMixin:
     """Put a SpecError on the form field its dotted path starts with: ``file.layers[2].mlp`` goes on
     ``file`` as "layers[2].mlp: <reason>"; a path that names no form field becomes a form-wide error."""
 
+    # Request fields the form shows under another name (in other units).
+    field_aliases: dict[str, str] = {}
+
     def spec_error_message(self, error: SpecError) -> tuple[str | None, str]:
         root = error.field.split(".", 1)[0].split("[", 1)[0]
+        inner = error.field[len(root):].lstrip(".")
+        root = self.field_aliases.get(root, root)
         if root not in self.fields:
             return None, str(error)
-        inner = error.field[len(root):].lstrip(".")
         return root, f"{inner}: {error.reason}" if inner else error.reason
 
     def add_spec_error(self, error: SpecError) -> None:
@@ -41,9 +48,16 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
                                    help_text="adaptis.cluster/v1 as JSON or YAML; overrides the preset")
     num_devices = forms.IntegerField(label="Pipeline devices", min_value=1, initial=2)
     num_microbatches = forms.IntegerField(label="Micro-batches", min_value=1, initial=8)
-    schedule = forms.ChoiceField(choices=[(name, name) for name in BASELINE_SCHEDULES], initial=DEFAULT_SCHEDULE)
+    schedule = forms.ChoiceField(choices=SCHEDULE_CHOICES, initial=ADAPTIS_SCHEDULE,
+                                 help_text="the search co-optimises partition, placement and schedule and compares "
+                                           "its plan with every baseline")
     partition = forms.ChoiceField(choices=[(name, name) for name in PARTITIONS], initial=DEFAULT_PARTITION,
-                                  required=False, help_text="how layers are split into stages")
+                                  required=False, help_text="baselines only: how layers are split into stages")
+    seed = forms.IntegerField(label="Search seed", initial=0, required=False)
+    time_budget_s = forms.FloatField(label="Search time budget (s)", initial=DEFAULT_TIME_BUDGET_S, required=False)
+    memory_limit_gib = forms.FloatField(label="Memory limit per device (GiB)", required=False,
+                                        help_text="empty: all of the cluster's device memory")
+    field_aliases = {"memory_limit_bytes": "memory_limit_gib"}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -72,11 +86,15 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
             return cleaned
         try:
             cluster_doc = self._cluster_doc()
+            seed, time_budget_s, memory_limit_gib = (cleaned.get(name) for name in
+                                                     ("seed", "time_budget_s", "memory_limit_gib"))
             self.job_request = job_request_check(
                 spec=self.spec, num_devices=cleaned["num_devices"], num_microbatches=cleaned["num_microbatches"],
                 cluster_preset="" if cluster_doc is not None else cleaned.get("cluster_preset", ""),
                 cluster_doc=cluster_doc, schedule=cleaned["schedule"], partition=cleaned.get("partition") or DEFAULT_PARTITION,
-                cluster_field="cluster_file")
+                cluster_field="cluster_file", seed=0 if seed is None else seed,
+                time_budget_s=DEFAULT_TIME_BUDGET_S if time_budget_s is None else time_budget_s,
+                memory_limit_bytes=None if memory_limit_gib is None else round(memory_limit_gib * GIB))
         except SpecError as error:
             self.add_spec_error(error)
         return cleaned
@@ -89,7 +107,7 @@ class UploadForm(PlanningForm):
     file = forms.FileField(label="Model spec", help_text="adaptis.model/v1 (JSON or YAML) or a HuggingFace "
                                                           "config.json")
     field_order = ["team", "file", "cluster_preset", "cluster_file", "num_devices", "num_microbatches", "schedule",
-                   "partition"]
+                   "partition", "seed", "time_budget_s", "memory_limit_gib"]
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)

@@ -59,16 +59,19 @@ class JobStatus(models.TextChoices):
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
 
 
 class TrackedWork(models.Model):
-    """The lifecycle a Celery task records on its own row: queued, running, then succeeded or failed."""
+    """The lifecycle a Celery task records on its own row: queued, running, then succeeded, failed or cancelled."""
 
     status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
     error = models.TextField(blank=True)
     celery_task_id = models.CharField(max_length=50, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True,
+                                        help_text="last sign of life from the worker running it (services.liveness)")
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -77,11 +80,16 @@ class TrackedWork(models.Model):
 
     @property
     def is_finished(self) -> bool:
-        return self.status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+        return self.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
 class PlanningJob(TrackedWork):
-    """Profile a spec on a cluster and build a plan; progress and failure are recorded here by the task."""
+    """Profile a spec on a cluster and build a plan; progress and failure are recorded here by the task.
+
+    ``schedule`` is a baseline schedule (one plan) or ``"adaptis"``: the search, which stores its best plan
+    next to every baseline it was compared with and keeps its summary in ``result``. The search fields
+    (``seed``, ``time_budget_s``, ``memory_limit_bytes``) only apply to ``"adaptis"``.
+    """
 
     spec = models.ForeignKey(ModelSpecRecord, on_delete=models.CASCADE, related_name="jobs")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
@@ -93,6 +101,20 @@ class PlanningJob(TrackedWork):
     partition = models.CharField(max_length=40, default="uniform")
     progress = models.FloatField(default=0.0)
     progress_message = models.CharField(max_length=200, blank=True)
+    seed = models.PositiveIntegerField(default=0)
+    time_budget_s = models.FloatField(default=60.0, help_text="wall-clock budget of the search")
+    memory_limit_bytes = models.BigIntegerField(null=True, blank=True,
+                                                help_text="per device; empty means the cluster's device memory")
+    cancel_requested = models.BooleanField(default=False)
+    result = models.JSONField(default=dict, blank=True,
+                              help_text="the search summary: lower bound, gap, stats, top candidates, baselines")
+    calibrated_from = models.ForeignKey("Run", null=True, blank=True, on_delete=models.SET_NULL,
+                                        related_name="replans",
+                                        help_text="the run whose observed timings calibrated this job's profile")
+    profile_doc = models.JSONField(null=True, blank=True,
+                                   help_text="adaptis.profile/v1 to plan with; empty means the analytic profile")
+    calibration = models.JSONField(default=dict, blank=True,
+                                   help_text="how the calibrated profile predicts the run it came from")
 
     def __str__(self) -> str:
         return f"job {self.pk} ({self.schedule}, {self.num_devices} devices)"

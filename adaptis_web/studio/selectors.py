@@ -6,7 +6,8 @@ A ``*_get_for_user`` raises ``Http404`` for an object of another team: to an out
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, Prefetch, QuerySet
+from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 
 from rest_framework.authtoken.models import Token
@@ -80,13 +81,30 @@ def job_latest_plan(*, job: PlanningJob) -> Plan | None:
     return job.plans.order_by("-created_at", "-id").first()
 
 
+def job_plan_from_query(*, job: PlanningJob, plan_id: str | None) -> Plan | None:
+    """The job's plan a page's ``?plan=`` names; None (the page's default) when it names none of them."""
+    if not plan_id or not plan_id.isdigit():
+        return None
+    return job.plans.filter(pk=int(plan_id)).first()
+
+
 def run_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Run]:
+    # A correlated count rather than Count("events"): that joined every event row to the selected plan and spec
+    # documents and sorted them to group, megabytes per run on each detail request and each live events poll.
+    event_counts = RunEvent.objects.filter(run=OuterRef("pk")).order_by().values("run").annotate(
+        count=Count("pk")).values("count")
     return Run.objects.filter(plan__job__spec__team__memberships__user=user).select_related(
-        "plan", "plan__job", "plan__job__spec", "created_by").annotate(event_count=Count("events"))
+        "plan", "plan__job", "plan__job__spec", "created_by").annotate(
+        event_count=Coalesce(Subquery(event_counts), 0))
 
 
 def run_get_for_user(*, user: AbstractBaseUser, run_id: int) -> Run:
     return get_object_or_404(run_list_for_user(user=user), pk=run_id)
+
+
+def run_replans(*, run: Run) -> QuerySet[PlanningJob]:
+    """The jobs that planned with a profile calibrated from ``run``, newest first."""
+    return run.replans.order_by("-created_at", "-id")
 
 
 def run_events_after(*, run: Run, after_seq: int = 0, limit: int = RUN_EVENTS_PAGE) -> list[RunEvent]:

@@ -3,6 +3,8 @@ form and calls a service; live parts (job progress, run events) poll the REST AP
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
@@ -14,7 +16,9 @@ from adaptis_web.studio.forms import RunForm, SpecPlanningForm, UploadForm
 from adaptis_web.studio.models import Plan, PlanningJob
 from adaptis_web.studio.api.serializers import RunEventOutput
 from adaptis_web.studio.services.accounts import token_rotate
-from adaptis_web.studio.services.jobs import job_create, spec_create_with_job
+from adaptis_web.studio.services.calibration import job_replan_from_run
+from adaptis_web.studio.services.predictions import plan_prediction
+from adaptis_web.studio.services.jobs import job_cancel, job_create, spec_create_with_job
 from adaptis_web.studio.services.runs import cpu_run_refusal, run_create
 from planner.errors import SpecError
 from planner.spec.model import load_model_spec
@@ -61,18 +65,36 @@ def spec_detail(request: HttpRequest, spec_id: int) -> HttpResponse:
     }, status=400 if form.is_bound else 200)
 
 
-def _job_page(request: HttpRequest, job: PlanningJob, run_form: RunForm, status: int = 200) -> HttpResponse:
-    plan = selectors.job_latest_plan(job=job)
-    context = {"job": job, "plan": plan, "run_form": run_form}
+def _job_page(request: HttpRequest, job: PlanningJob, run_form: RunForm, plan: Plan | None = None,
+              status: int = 200) -> HttpResponse:
+    """The job, its search comparison (if any), and one of its plans: ``plan``, else the job's latest."""
+    plan = plan or selectors.job_latest_plan(job=job)
+    context = {"job": job, "plan": plan, "run_form": run_form, "comparison": search_comparison(job.result)}
     if plan is not None:
         context.update(plan_context(plan))
     return render(request, "studio/job_detail.html", context, status=status)
 
 
+def search_comparison(result: dict) -> dict | None:
+    """What the comparison card shows of a search's summary: its plan, then every baseline fastest first
+    (each with AdaPtis's speedup over it), the gap to the lower bound and the bound's parts, largest first."""
+    if not result:
+        return None
+    adaptis = {"strategy": "adaptis", "plan_id": result["plan_id"], "iteration_ms": result["iteration_ms"],
+               "bubble_ratio": result["bubble_ratio"], "peak_memory_bytes": result["peak_memory_bytes"],
+               "adaptis_speedup": 1.0, "fits_memory": True, "layout": result["layout"]}
+    baselines = sorted(({"strategy": name, **metrics} for name, metrics in result["baselines"].items()),
+                       key=lambda row: row["iteration_ms"])
+    parts = [(name.removesuffix("_ms").replace("_", " "), value)
+             for name, value in result["lower_bound"].items() if name != "lower_bound_ms"]
+    return {"rows": [{**row, "bubble_percent": 100 * row["bubble_ratio"]} for row in (adaptis, *baselines)],
+            "gap_percent": 100 * result["gap"], "bound_parts": sorted(parts, key=lambda part: -part[1])}
+
+
 def plan_context(plan: Plan) -> dict:
     """What the plan section of a page shows: metrics, per-device rows, the timeline data for the chart."""
     spec = load_model_spec(plan.job.spec.doc)
-    simulation = plan.simulation
+    simulation = plan_prediction(plan)
     return {
         "simulation": simulation,
         "per_device": simulation["per_device"],
@@ -86,7 +108,17 @@ def plan_context(plan: Plan) -> dict:
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = selectors.job_get_for_user(user=request.user, job_id=job_id)
-    return _job_page(request, job, RunForm())
+    plan = selectors.job_plan_from_query(job=job, plan_id=request.GET.get("plan"))
+    return _job_page(request, job, RunForm(), plan=plan)
+
+
+@login_required
+@require_POST
+def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+    with suppress(SpecError):  # it finished meanwhile: the page it returns to shows how
+        job_cancel(job=job, user=request.user)
+    return redirect("studio:job", job_id=job.pk)
 
 
 @login_required
@@ -102,23 +134,39 @@ def plan_run(request: HttpRequest, plan_id: int) -> HttpResponse:
             return redirect("studio:run", run_id=run.pk)
         except SpecError as error:
             form.add_spec_error(error)
-    return _job_page(request, plan.job, form, status=400)
+    return _job_page(request, plan.job, form, plan=plan, status=400)
 
 
 @login_required
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    return _run_page(request, selectors.run_get_for_user(user=request.user, run_id=run_id))
+
+
+@login_required
+@require_POST
+def run_replan(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get_for_user(user=request.user, run_id=run_id)
+    try:
+        job = job_replan_from_run(run=run, user=request.user)
+    except SpecError as error:
+        return _run_page(request, run, replan_error=str(error), status=400)
+    return redirect("studio:job", job_id=job.pk)
+
+
+def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int = 200) -> HttpResponse:
     plan = run.plan
+    simulation = plan_prediction(plan)
     events = selectors.run_events_after(run=run)  # the first page; the page polls for the rest
     return render(request, "studio/run_detail.html", {
-        "run": run, "plan": plan, "job": plan.job,
+        "run": run, "plan": plan, "job": plan.job, "replan_error": replan_error,
+        "replans": selectors.run_replans(run=run),
         "timeline_data": {
-            "num_devices": plan.plan_doc["num_devices"], "predicted": plan.simulation["timeline"],
-            "iteration_ms": plan.simulation["iteration_ms"],
+            "num_devices": plan.plan_doc["num_devices"], "predicted": simulation["timeline"],
+            "iteration_ms": simulation["iteration_ms"],
             "observed": RunEventOutput(events, many=True).data,
         },
-        "device_comparison": device_comparison(plan.simulation, run.summary),
-    })
+        "device_comparison": device_comparison(simulation, run.summary),
+    }, status=status)
 
 
 def device_comparison(simulation: dict, observed_summary: dict) -> list[dict]:

@@ -1,14 +1,17 @@
-/* Job page: poll the job's API resource for progress until it finishes, then reload to show the plan. */
+/* Job page: poll the job's API resource for progress until it finishes (succeeded, failed or cancelled),
+   then reload to show the plans. A cancel asked for (here or elsewhere) disables the Cancel button. */
 (function () {
   "use strict";
 
   const POLL_MS = 500;
+  const FINISHED = ["succeeded", "failed", "cancelled"];
 
   function start(root) {
     const url = root.dataset.apiUrl;
     const bar = root.querySelector(".progress .bar");
     const message = root.querySelector(".progress-message");
     const badge = document.querySelector("[data-job-status]");
+    const cancel = root.querySelector("#cancel-job");
 
     function poll() {
       fetch(url, {headers: {"Accept": "application/json"}, credentials: "same-origin"})
@@ -20,7 +23,8 @@
           bar.style.width = Math.round(job.progress * 100) + "%";
           message.textContent = job.progress_message;
           if (badge) { badge.textContent = job.status; badge.className = "badge " + job.status; }
-          if (job.status === "succeeded" || job.status === "failed") {
+          if (cancel && job.cancel_requested) { cancel.disabled = true; cancel.textContent = "Cancelling…"; }
+          if (FINISHED.indexOf(job.status) >= 0) {
             window.location.reload();
           } else {
             window.setTimeout(poll, POLL_MS);

@@ -1,10 +1,12 @@
-"""The whole slice in a real browser: log in, upload a spec, watch it plan, run it on CPU, watch it run.
+"""The whole slice in a real browser: log in, upload a spec, watch it plan, run it on CPU, watch it run; and
+upload a spec for the AdaPtis search, watch it search, and compare its plan with every baseline.
 
 Debian's Chromium driven by Playwright against pytest-django's live server, with the real Celery worker
 and Redis behind it. Screenshots land in /tmp/team/screens/ for a human to look at.
 """
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,14 @@ def browser_page(monkeypatch):
         browser.close()
 
 
+def _log_in(page, live_server):
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", "bob")
+    page.fill("#id_password", "bob-pass-2026")
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Dashboard")
+
+
 def test_upload_plan_and_run_on_cpu(celery_worker, live_server, people, spec_text, tmp_path, browser_page):
     page = browser_page
     page.goto(f"{live_server.url}/")
@@ -71,6 +81,7 @@ def test_upload_plan_and_run_on_cpu(celery_worker, live_server, people, spec_tex
     page.select_option("#id_cluster_preset", "cpu-host")
     page.fill("#id_num_devices", "2")
     page.fill("#id_num_microbatches", "8")
+    page.select_option("#id_schedule", "1f1b")
     page.screenshot(path=str(SCREENS / "03-upload.png"), full_page=True)
     page.click("#upload-form button[type=submit]")
 
@@ -107,6 +118,63 @@ def test_upload_plan_and_run_on_cpu(celery_worker, live_server, people, spec_tex
     page.select_option("#observed-step", "all")
     assert page.evaluate(BARS_BY_ROW, "observed") == {row: count * 6 for row, count in one_step.items()}
 
+    # Close the loop: the run's timings calibrate the profile and the worker plans again with it.
+    observed_ms = float(page.locator("#observed-summary .metric .value").first.inner_text().split()[0])
+    page.click("#replan-button")
+    expect(page.locator("#calibration-note")).to_be_visible()
+    expect(page.locator("#plan")).to_be_visible(timeout=60_000)
+    expect(page.locator("[data-job-status]")).to_have_text("succeeded")
+    note = page.locator("#calibration-note").inner_text()
+    before, after = (float(value) for value in re.findall(r"([0-9.]+) ms before calibration and ([0-9.]+) ms",
+                                                          note)[0])
+    assert abs(after - observed_ms) < abs(before - observed_ms), note
+    page.screenshot(path=str(SCREENS / "07b-replanned.png"), full_page=True)
+
     page.click("text=Dashboard >> nth=0")
     expect(page.locator("table").first).to_contain_text("succeeded")
     page.screenshot(path=str(SCREENS / "07-dashboard.png"), full_page=True)
+
+
+def test_search_a_plan_and_compare_it_with_every_baseline(celery_worker, live_server, people, spec_text, tmp_path,
+                                                          browser_page):
+    page = browser_page
+    polled = []  # every job resource the page's poller read, in order
+    page.on("response", lambda response: polled.append(response.json())
+            if "/api/jobs/" in response.url and response.ok else None)
+    _log_in(page, live_server)
+    page.goto(f"{live_server.url}/upload/")
+    expect(page.locator("#id_schedule")).to_have_value("adaptis")
+    spec_file = tmp_path / "tiny-hybrid.json"
+    spec_file.write_text(spec_text("tiny-hybrid"))
+    page.set_input_files("#id_file", str(spec_file))
+    page.select_option("#id_cluster_preset", "cpu-host")
+    page.fill("#id_num_devices", "4")
+    page.fill("#id_num_microbatches", "256")  # about 2 s of search: long enough to watch it
+    page.fill("#id_seed", "1")
+    page.fill("#id_time_budget_s", "10")
+    page.screenshot(path=str(SCREENS / "08-search-upload.png"), full_page=True)
+    page.click("#upload-form button[type=submit]")
+
+    expect(page.locator("h1")).to_contain_text("Job #")
+    expect(page.locator("#cancel-job")).to_be_visible()
+    expect(page.locator(".progress-message")).to_contain_text("Searching: ", timeout=30_000)
+    page.screenshot(path=str(SCREENS / "09-search-progress.png"), full_page=True)
+
+    expect(page.locator("#comparison")).to_be_visible(timeout=60_000)
+    expect(page.locator("[data-job-status]")).to_have_text("succeeded")
+    searching = [job for job in polled if job["status"] == "running" and job["progress_message"].startswith(
+        "Searching: ")]
+    assert searching and all(0.2 <= job["progress"] <= 0.85 for job in searching)
+    strategies = page.locator("#comparison tr[data-strategy]").evaluate_all("rows => rows.map(r => r.dataset.strategy)")
+    assert strategies[0] == "adaptis" and {"1f1b", "gpipe", "zb-h1"} <= set(strategies[1:])
+    speedups = page.locator("#comparison tr[data-strategy] td:nth-child(5)").all_inner_texts()
+    assert all(float(text.rstrip("×")) >= 1.0 for text in speedups), "AdaPtis is at least as fast as each"
+    expect(page.locator("#candidates tbody tr").first).to_be_visible()
+    expect(page.locator("#plan h2")).to_contain_text("adaptis")
+    predicted_rows = page.evaluate(BARS_BY_ROW, "predicted")
+    assert set(predicted_rows) == {f"device {device}" for device in range(4)}
+    page.screenshot(path=str(SCREENS / "10-search-comparison.png"), full_page=True)
+
+    page.click("#comparison tr[data-strategy='1f1b'] a")
+    expect(page.locator("#plan h2")).to_contain_text("· 1f1b")
+    expect(page.locator("#run-on-cpu")).to_be_visible()

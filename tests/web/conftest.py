@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent
 from adaptis_web.studio.services.jobs import job_request_check, job_run
 from adaptis_web.studio.services.specs import spec_create
@@ -43,5 +44,5 @@ def finished_run(people, planned) -> Run:
         RunEvent(run=run, seq=seq, rank=entry["device"], device=entry["device"], action=entry["action"],
                  stage=entry["stage"], kind=entry["type"], microbatch=entry["microbatch"], step=0,
                  start_ms=entry["start_ms"] + 100, end_ms=entry["end_ms"] + 100)
-        for seq, entry in enumerate(planned.plan.simulation["timeline"], start=1)])
+        for seq, entry in enumerate(plan_prediction(planned.plan)["timeline"], start=1)])
     return run

@@ -8,6 +8,7 @@ from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.models import JobStatus, ModelSpecRecord, PlanningJob, Run
 from planner.cluster import load_cluster_preset, preset_names
 from planner.spec.presets import load_model_preset, model_preset_names
@@ -155,14 +156,17 @@ class TestJobs:
 
     def test_detail_shows_progress_and_plans(self, people, planned):
         body = api_as(people.owner).get(reverse("api:job", args=[planned.job.pk])).json()
-        assert (body["status"], body["progress"], body["plans"]) == ("succeeded", 1.0, [planned.plan.pk])
+        assert (body["status"], body["progress"]) == ("succeeded", 1.0)
+        assert body["plans"] == [{"id": planned.plan.pk, "strategy": "1f1b", "iteration_ms": planned.plan.iteration_ms,
+                                  "bubble_ratio": planned.plan.bubble_ratio}]
+        assert (body["schedule"], body["result"], body["cancel_requested"]) == ("1f1b", {}, False)
 
 
 class TestPlans:
     def test_detail_includes_plan_profile_and_simulation_with_timeline(self, people, planned):
         body = api_as(people.member).get(reverse("api:plan", args=[planned.plan.pk])).json()
         assert body["plan"]["format"] == "adaptis.plan/v1" and body["profile"]["format"] == "adaptis.profile/v1"
-        assert body["simulation"]["timeline"] == planned.plan.simulation["timeline"]
+        assert body["simulation"]["timeline"] == plan_prediction(planned.plan)["timeline"]
         assert body["iteration_ms"] == pytest.approx(planned.plan.simulation["iteration_ms"])
         assert body["layout"] == "E,t*2|t*2,L"
 

@@ -8,6 +8,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from rest_framework.authtoken.models import Token
 
+from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.models import JobStatus, ModelSpecRecord, PlanningJob, Run
 from planner.spec.presets import load_model_preset
 
@@ -169,7 +170,7 @@ class TestJobPage:
         assert 'id="timeline"' in page and "chart.js-4.6.1/chart.umd.min.js" in page
         data = json.loads(re.search(r'<script id="timeline-data" type="application/json">(.*?)</script>', page,
                                     re.S).group(1))
-        assert data["predicted"] == plan.simulation["timeline"] and data["num_devices"] == 2
+        assert data["predicted"] == plan_prediction(plan)["timeline"] and data["num_devices"] == 2
         assert page.count("<tr><td>") >= 2, "one per-device row per device"
         assert "data-job-progress" not in page, "a finished job does not poll"
 

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run
+from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import job_request_check, job_run, spec_create_with_job
 from adaptis_web.studio.services.runs import cpu_run_refusal, run_create
 from adaptis_web.studio.services.specs import spec_create, spec_parse_upload
@@ -175,10 +176,13 @@ class TestJobRun:
         assert plan.plan_doc["actions"] == expected_plan.to_dict()["actions"]
         assert plan.iteration_ms == pytest.approx(expected["iteration_ms"])
         assert plan.bubble_ratio == pytest.approx(expected["bubble_ratio"])
-        assert plan.simulation["timeline"] == expected["timeline"]
+        assert "timeline" not in plan.simulation and "transfers" not in plan.simulation, "simulated on demand"
+        assert plan.simulation["per_device"] == expected["per_device"]
+        assert plan_prediction(plan)["timeline"] == expected["timeline"]
+        assert plan_prediction(plan)["transfers"] == expected["transfers"]
         assert plan.profile_doc == profile.to_dict()
         assert plan.layout == "E,t*2|t*2,L"
-        assert len(plan.simulation["timeline"]) == 2 * 2 * 4  # F and B per stage and micro-batch
+        assert len(plan_prediction(plan)["timeline"]) == 2 * 2 * 4  # F and B per stage and micro-batch
 
     def test_records_a_planning_error_on_the_job(self, people):
         job = _stored_job(people)

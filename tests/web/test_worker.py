@@ -4,6 +4,7 @@ Rows are committed (``transaction=True``), so each enqueue happens on commit exa
 """
 
 import json
+import time
 
 import pytest
 import redis
@@ -11,8 +12,11 @@ from django.conf import settings
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.live_events import run_stream_key
 from adaptis_web.studio.models import JobStatus, Plan, PlanningJob, Run, RunEvent
+from adaptis_web.studio.services.jobs import job_cancel, job_create, job_request_check
+from adaptis_web.studio.services.specs import spec_create
 from planner.cluster import load_cluster_preset
 from planner.cost import analytic_profile
 from planner.simulator import simulate
@@ -29,7 +33,7 @@ def _api(user) -> APIClient:
 
 def _finished(model, pk):
     row = model.objects.get(pk=pk)
-    return row if row.status in (JobStatus.SUCCEEDED, JobStatus.FAILED) else None
+    return row if row.is_finished else None
 
 
 def test_the_worker_plans_an_uploaded_spec(celery_worker, people, spec_text, wait_for):
@@ -50,9 +54,9 @@ def test_the_worker_plans_an_uploaded_spec(celery_worker, people, spec_text, wai
 
     expected = simulate(load_plan(plan.plan_doc), analytic_profile(load_model_preset("tiny-llama"), cluster), cluster)
     assert plan.iteration_ms == pytest.approx(expected.iteration_ms)
-    assert {entry["device"] for entry in plan.simulation["timeline"]} == {0, 1}
+    assert {entry["device"] for entry in plan_prediction(plan)["timeline"]} == {0, 1}
     body = _api(people.owner).get(reverse("api:job", args=[job.pk])).json()
-    assert body["plans"] == [plan.pk] and body["status"] == "succeeded"
+    assert [entry["id"] for entry in body["plans"]] == [plan.pk] and body["status"] == "succeeded"
 
 
 def test_the_worker_records_a_planning_failure_on_the_job(celery_worker, people, planned, wait_for):
@@ -68,6 +72,82 @@ def test_the_worker_records_a_planning_failure_on_the_job(celery_worker, people,
                    message=f"the failing job\n{celery_worker.log_tail()}")
     assert job.status == JobStatus.FAILED
     assert "schedule" in job.error and job.finished_at is not None
+
+
+def _search_job_over_api(people, spec: str, **fields) -> int:
+    record = spec_create(team=people.team, owner=people.owner, spec=load_model_preset(spec))
+    response = _api(people.member).post(reverse("api:jobs"), {"spec": record.pk, "schedule": "adaptis", **fields},
+                                        format="json")
+    assert response.status_code == 201, response.json()
+    return response.json()["id"]
+
+
+def test_the_worker_runs_a_search_and_stores_it_with_every_baseline(celery_worker, people, wait_for):
+    job_id = _search_job_over_api(people, "tiny-hybrid", cluster_preset="cpu-host", num_devices=2,
+                                  num_microbatches=8, time_budget_s=5)
+    job = wait_for(lambda: _finished(PlanningJob, job_id), timeout_s=60,
+                   message=f"the search job\n{celery_worker.log_tail()}")
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    adaptis = Plan.objects.get(job=job, strategy="adaptis")
+    assert job.result["plan_id"] == adaptis.pk
+    baselines = Plan.objects.filter(job=job).exclude(pk=adaptis.pk)
+    assert {plan.strategy for plan in baselines} == set(job.result["baselines"])
+    assert all(adaptis.iteration_ms <= plan.iteration_ms * (1 + 1e-12) for plan in baselines)
+
+
+def test_a_search_that_cannot_fit_its_memory_limit_fails_naming_the_field(celery_worker, people, wait_for):
+    job_id = _search_job_over_api(people, "tiny-hybrid", cluster_preset="cpu-host", num_devices=2,
+                                  num_microbatches=8, memory_limit_bytes=1024)
+    job = wait_for(lambda: _finished(PlanningJob, job_id), timeout_s=60,
+                   message=f"the failing search\n{celery_worker.log_tail()}")
+    assert job.status == JobStatus.FAILED
+    assert job.error.startswith("memory_limit_bytes: "), job.error
+    assert Plan.objects.filter(job=job).count() == 0
+
+
+def test_a_job_cancelled_while_queued_is_never_run(celery_worker, people, wait_for):
+    from django.db import transaction
+
+    spec = load_model_preset("tiny-hybrid")
+    record = spec_create(team=people.team, owner=people.owner, spec=spec)
+    request = job_request_check(spec=spec, num_devices=2, num_microbatches=8, cluster_preset="cpu-host",
+                                schedule="adaptis", time_budget_s=5)
+    with transaction.atomic():  # the task is sent when this commits, with the job already cancelled
+        job = job_create(spec_record=record, user=people.member, request=request)
+        job_cancel(job=job, user=people.member)
+    skipped = f"planning job {job.pk} is not queued; skipping"
+    wait_for(lambda: skipped in celery_worker.log_tail(20_000), timeout_s=60,
+             message=f"the worker to skip the job\n{celery_worker.log_tail()}")
+    job.refresh_from_db()
+    assert (job.status, job.started_at, job.progress) == (JobStatus.CANCELLED, None, 0.0)
+    assert Plan.objects.filter(job=job).count() == 0
+
+
+def test_a_running_search_is_cancelled_over_the_api_within_seconds(celery_worker, people, wait_for):
+    # gemma-2-9b on 16 devices x 64 micro-batches: about 7 s of search on one core left alone, 120 s allowed.
+    job_id = _search_job_over_api(people, "gemma-2-9b", cluster_preset="h100-sxm-2x8", num_devices=16,
+                                  num_microbatches=64, time_budget_s=120)
+
+    def searching():
+        job = PlanningJob.objects.get(pk=job_id)
+        return job.status == JobStatus.RUNNING and "candidates scored" in job.progress_message and job
+
+    running = wait_for(searching, timeout_s=60, interval_s=0.05,
+                       message=f"the search to report progress\n{celery_worker.log_tail()}")
+    assert 0.2 < running.progress < 0.85, "the search reports into its share of the job's progress"
+    response = _api(people.member).post(reverse("api:job-cancel", args=[job_id]))
+    cancelled_at = time.monotonic()
+    assert response.status_code == 200 and response.json()["cancel_requested"] is True
+    job = wait_for(lambda: _finished(PlanningJob, job_id), timeout_s=60, interval_s=0.05,
+                   message=f"the search to stop\n{celery_worker.log_tail()}")
+    stopped_after_s = time.monotonic() - cancelled_at
+    assert job.status == JobStatus.CANCELLED, job.error
+    assert stopped_after_s < 5, f"took {stopped_after_s:.1f} s to stop after the cancel"
+    assert job.result["cancelled"] and job.result["stats"]["stopped"] == "cancelled"
+    assert job.result["stats"]["evaluations"] < job.result["stats"]["max_evaluations"]
+    assert Plan.objects.filter(job=job, strategy="adaptis").exists(), "the best plan so far is kept"
+    response = _api(people.member).post(reverse("api:job-cancel", args=[job_id]))
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "status"
 
 
 def test_a_cpu_run_streams_events_into_redis_and_the_database_while_it_runs(celery_worker, people, planned,
@@ -95,7 +175,7 @@ def test_a_cpu_run_streams_events_into_redis_and_the_database_while_it_runs(cele
     seqs = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, total + 1))
     observed = {(event.device, event.action) for event in RunEvent.objects.filter(run=run, step=0)}
-    predicted = {(entry["device"], entry["action"]) for entry in planned.plan.simulation["timeline"]}
+    predicted = {(entry["device"], entry["action"]) for entry in plan_prediction(planned.plan)["timeline"]}
     assert observed == predicted, "every planned action ran on its planned device"
     assert run.loss is not None and len(run.summary["per_device"]) == 2
     assert run.executed_spec == planned.spec.doc

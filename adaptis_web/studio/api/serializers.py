@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from adaptis_web.studio.models import ModelSpecRecord, Plan, PlanningJob, Run, RunEvent, Team
 from adaptis_web.studio.selectors import RUN_EVENTS_PAGE
-from adaptis_web.studio.services.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE
-from planner.baselines import BASELINE_SCHEDULES, PARTITIONS
+from adaptis_web.studio.services.predictions import plan_prediction
+from adaptis_web.studio.services.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE, JOB_SCHEDULES
+from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, MAX_TIME_BUDGET_S, MIN_TIME_BUDGET_S
+from planner.baselines import PARTITIONS
 
 
 class TeamOutput(serializers.ModelSerializer):
@@ -53,31 +57,57 @@ class JobCreateInput(serializers.Serializer):
     cluster = serializers.JSONField(required=False, help_text="a custom adaptis.cluster/v1 document")
     num_devices = serializers.IntegerField()
     num_microbatches = serializers.IntegerField()
-    schedule = serializers.ChoiceField(choices=BASELINE_SCHEDULES, default=DEFAULT_SCHEDULE)
-    partition = serializers.ChoiceField(choices=PARTITIONS, default=DEFAULT_PARTITION)
+    schedule = serializers.ChoiceField(choices=JOB_SCHEDULES, default=DEFAULT_SCHEDULE,
+                                       help_text='"adaptis" searches partition, placement and schedule and compares '
+                                                 "the result with every baseline; the others build that baseline")
+    partition = serializers.ChoiceField(choices=PARTITIONS, default=DEFAULT_PARTITION,
+                                        help_text="baselines only: the search chooses its own")
+    seed = serializers.IntegerField(default=0, help_text=f"search only: 0 .. {MAX_SEED}")
+    time_budget_s = serializers.FloatField(default=DEFAULT_TIME_BUDGET_S,
+                                           help_text=f"search only: {MIN_TIME_BUDGET_S:g} .. {MAX_TIME_BUDGET_S:g}")
+    memory_limit_bytes = serializers.IntegerField(allow_null=True, default=None,
+                                                  help_text="search only: per device; default the device memory")
+
+
+class JobPlanOutput(serializers.ModelSerializer):
+    class Meta:
+        model = Plan
+        fields = ["id", "strategy", "iteration_ms", "bubble_ratio"]
 
 
 class JobOutput(serializers.ModelSerializer):
     spec_name = serializers.CharField(source="spec.name")
-    plans = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    plans = JobPlanOutput(many=True, read_only=True, help_text="newest first: a search's own plan comes first")
 
     class Meta:
         model = PlanningJob
         fields = ["id", "spec", "spec_name", "cluster_preset", "num_devices", "num_microbatches", "schedule",
-                  "partition", "status", "progress", "progress_message", "error", "plans", "created_at", "started_at",
-                  "finished_at"]
+                  "partition", "seed", "time_budget_s", "memory_limit_bytes", "status", "progress",
+                  "progress_message", "cancel_requested", "error", "plans", "created_at", "started_at", "finished_at"]
 
 
 class JobDetailOutput(JobOutput):
     cluster = serializers.JSONField(source="cluster_doc")
+    result = serializers.JSONField(help_text="a search's summary: iteration_ms, lower_bound_ms, lower_bound, gap, "
+                                             "stats, candidates, baselines (with adaptis_speedup and plan_id); "
+                                             "empty for a baseline job")
+    calibration = serializers.JSONField(help_text="for a job planned with a profile calibrated from a run: run_id, "
+                                                  "plan_id, observed_iteration_ms, predicted_before_ms, "
+                                                  "predicted_after_ms, observed_actions, scaled_down; else empty")
 
     class Meta(JobOutput.Meta):
-        fields = JobOutput.Meta.fields + ["cluster"]
+        fields = JobOutput.Meta.fields + ["cluster", "result", "calibrated_from", "calibration"]
 
 
 class PlanOutput(serializers.ModelSerializer):
     plan = serializers.JSONField(source="plan_doc")
     profile = serializers.JSONField(source="profile_doc")
+    simulation = serializers.SerializerMethodField(
+        help_text="the simulator's output: metrics, per_device, timeline and transfers (simulated on request)")
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_simulation(self, plan: Plan) -> dict:
+        return plan_prediction(plan)
 
     class Meta:
         model = Plan

@@ -27,10 +27,11 @@ from adaptis_web.studio.api.serializers import (
     SpecOutput,
     TeamOutput,
 )
-from adaptis_web.studio.services.jobs import job_create, job_request_check
+from adaptis_web.studio.services.jobs import JOB_SCHEDULES, job_cancel, job_create, job_request_check
+from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.runs import run_create
 from adaptis_web.studio.services.specs import spec_create, spec_parse_upload
-from planner.baselines import BASELINE_SCHEDULES, PARTITIONS
+from planner.baselines import PARTITIONS
 from planner.cluster import preset_names
 from planner.spec.model import load_model_spec
 from planner.spec.presets import model_preset_names
@@ -51,7 +52,7 @@ class PresetsApi(APIView):
         "partitions": serializers.ListField(child=serializers.CharField())}))
     def get(self, request):
         return Response({"clusters": preset_names(), "models": model_preset_names(),
-                         "schedules": list(BASELINE_SCHEDULES), "partitions": list(PARTITIONS)})
+                         "schedules": list(JOB_SCHEDULES), "partitions": list(PARTITIONS)})
 
 
 class SpecListCreateApi(ListAPIView):
@@ -88,8 +89,9 @@ class SpecDetailApi(APIView):
 class JobListCreateApi(ListAPIView):
     serializer_class = JobOutput
 
-    def get_queryset(self):
-        return selectors.job_list_with_plan_metrics(user=self.request.user)
+    def get_queryset(self):  # the list shows none of the documents: decoding them was most of its time
+        return selectors.job_list_with_plan_metrics(user=self.request.user).defer(
+            "spec__doc", "cluster_doc", "profile_doc", "result", "calibration")
 
     @extend_schema(request=JobCreateInput, responses={201: JobDetailOutput})
     def post(self, request):
@@ -100,7 +102,9 @@ class JobListCreateApi(ListAPIView):
         job_request = job_request_check(
             spec=load_model_spec(spec_record.doc), num_devices=values["num_devices"],
             num_microbatches=values["num_microbatches"], cluster_preset=values["cluster_preset"],
-            cluster_doc=values.get("cluster"), schedule=values["schedule"], partition=values["partition"])
+            cluster_doc=values.get("cluster"), schedule=values["schedule"], partition=values["partition"],
+            seed=values["seed"], time_budget_s=values["time_budget_s"],
+            memory_limit_bytes=values["memory_limit_bytes"])
         with transaction.atomic():
             job = job_create(spec_record=spec_record, user=request.user, request=job_request)
         return Response(JobDetailOutput(job).data, status=status.HTTP_201_CREATED)
@@ -110,6 +114,15 @@ class JobDetailApi(APIView):
     @extend_schema(responses=JobDetailOutput)
     def get(self, request, job_id: int):
         return Response(JobDetailOutput(selectors.job_get_for_user(user=request.user, job_id=job_id)).data)
+
+
+class JobCancelApi(APIView):
+    @extend_schema(request=None, responses={200: JobDetailOutput},
+                   description="A queued job is cancelled at once; a running one when its worker next checks "
+                               "(within a second); a finished one is a 400 naming 'status'.")
+    def post(self, request, job_id: int):
+        job = job_cancel(job=selectors.job_get_for_user(user=request.user, job_id=job_id), user=request.user)
+        return Response(JobDetailOutput(job).data)
 
 
 class PlanDetailApi(APIView):
@@ -139,6 +152,17 @@ class RunDetailApi(APIView):
     @extend_schema(responses=RunOutput)
     def get(self, request, run_id: int):
         return Response(RunOutput(selectors.run_get_for_user(user=request.user, run_id=run_id)).data)
+
+
+class RunReplanApi(APIView):
+    @extend_schema(request=None, responses={201: JobDetailOutput},
+                   description="Recalibrate the run's plan profile from its observed action timings and queue a "
+                               "planning job with the same settings on that profile. A run that has not succeeded "
+                               "is a 400 naming 'run'.")
+    def post(self, request, run_id: int):
+        job = job_replan_from_run(run=selectors.run_get_for_user(user=request.user, run_id=run_id),
+                                  user=request.user)
+        return Response(JobDetailOutput(job).data, status=status.HTTP_201_CREATED)
 
 
 class RunEventsApi(APIView):

@@ -1,8 +1,10 @@
-"""Planning jobs: check a request, create the job (and its spec) atomically, and do the planning work.
+"""Planning jobs: check a request, create the job (and its spec) atomically, do the planning work, cancel.
 
 ``job_run`` is what the Celery task ``plan_job_run`` calls: analytic profile of the spec on the job's
-cluster → baseline plan → validation → simulation (with the timeline) → a stored Plan. Progress and the
-final error are written to the job row as it goes; the web pages only read them.
+cluster, then either one baseline plan (``schedule`` is a baseline) or the AdaPtis search
+(``schedule="adaptis"``, ``services.search``), which yields its best plan and every baseline it was
+compared with; each plan is validated, simulated with its timeline and stored. Progress, the final error
+and the outcome are written to the job row as it goes; the web pages only read them.
 """
 
 from __future__ import annotations
@@ -13,16 +15,26 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import Case, Value, When
 from django.utils import timezone
 
-from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Team
+from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, Team
+from adaptis_web.studio.services.liveness import heartbeat
 from adaptis_web.studio.services.queueing import enqueue_on_commit
+from adaptis_web.studio.services.search import (
+    ADAPTIS_STRATEGY,
+    DEFAULT_TIME_BUDGET_S,
+    job_search,
+    search_settings_check,
+)
 from adaptis_web.studio.services.specs import prefixed_error, spec_check_team, spec_create
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
 from planner.cluster import ClusterSpec, load_cluster, load_cluster_preset, preset_names
 from planner.cost import analytic_profile
 from planner.errors import PlanError, SpecError
 from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
+from planner.plan import Plan as PlannerPlan
+from planner.profile import Profile, load_profile
 from planner.scheduling import chunks_per_device
 from planner.simulator import simulate
 from planner.spec.model import ModelSpec, load_model_spec
@@ -30,15 +42,19 @@ from planner.validate import validate_plan
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SCHEDULE = "1f1b"
+ADAPTIS_SCHEDULE = ADAPTIS_STRATEGY
+JOB_SCHEDULES = (ADAPTIS_SCHEDULE, *BASELINE_SCHEDULES)
+DEFAULT_SCHEDULE = "1f1b"  # of the API, for compatibility; the pages offer the search first
 DEFAULT_PARTITION = "uniform"
 MAX_MICROBATCHES = 1024
 CHUNKS = 2  # model chunks per device where the schedule lets us choose (interleaved 1F1B)
+SEARCH_PROGRESS_SPAN = (0.2, 0.85)  # the share of the job's progress bar the search reports into
 
 
 @dataclass(frozen=True)
 class JobRequest:
-    """Checked planning parameters; ``cluster_preset`` is empty for a custom cluster."""
+    """Checked planning parameters; ``cluster_preset`` is empty for a custom cluster. ``partition`` is empty
+    for the search (it chooses its own); ``memory_limit_bytes`` None means the cluster's device memory."""
 
     cluster_preset: str
     cluster: ClusterSpec
@@ -46,6 +62,9 @@ class JobRequest:
     num_microbatches: int
     schedule: str
     partition: str = DEFAULT_PARTITION
+    seed: int = 0
+    time_budget_s: float = DEFAULT_TIME_BUDGET_S
+    memory_limit_bytes: int | None = None
 
 
 def _resolve_cluster(cluster_preset: str, cluster_doc: dict | None, cluster_field: str) -> ClusterSpec:
@@ -66,29 +85,39 @@ def _resolve_cluster(cluster_preset: str, cluster_doc: dict | None, cluster_fiel
 
 def job_request_check(*, spec: ModelSpec, num_devices: int, num_microbatches: int, cluster_preset: str = "",
                       cluster_doc: dict | None = None, schedule: str = DEFAULT_SCHEDULE,
-                      partition: str = DEFAULT_PARTITION, cluster_field: str = "cluster") -> JobRequest:
+                      partition: str = DEFAULT_PARTITION, cluster_field: str = "cluster", seed: int = 0,
+                      time_budget_s: float = DEFAULT_TIME_BUDGET_S,
+                      memory_limit_bytes: int | None = None) -> JobRequest:
     """Everything about a planning request that can be checked before queueing it; SpecError otherwise."""
-    if schedule not in BASELINE_SCHEDULES:
-        raise SpecError("schedule", f"must be one of {', '.join(BASELINE_SCHEDULES)}; got {schedule!r}")
-    if partition not in PARTITIONS:
+    if schedule not in JOB_SCHEDULES:
+        raise SpecError("schedule", f"must be one of {', '.join(JOB_SCHEDULES)}; got {schedule!r}")
+    searched = schedule == ADAPTIS_SCHEDULE
+    if not searched and partition not in PARTITIONS:
         raise SpecError("partition", f"must be one of {', '.join(PARTITIONS)}; got {partition!r}")
     cluster = _resolve_cluster(cluster_preset, cluster_doc, cluster_field)
     if not 1 <= num_devices <= cluster.num_devices:
         raise SpecError("num_devices", f"must be between 1 and the cluster's {cluster.num_devices} devices "
                                        f"({cluster.name}); got {num_devices}")
-    stages = num_devices * chunks_per_device(schedule, CHUNKS)
+    stages = num_devices if searched else num_devices * chunks_per_device(schedule, CHUNKS)
     if stages > spec.num_layers:
         raise SpecError("num_devices", f"{schedule} on {num_devices} devices needs {stages} stages but "
                                        f"{spec.name!r} has only {spec.num_layers} layers")
     if not 1 <= num_microbatches <= MAX_MICROBATCHES:
         raise SpecError("num_microbatches", f"must be between 1 and {MAX_MICROBATCHES}; got {num_microbatches}")
+    search_settings_check(seed=seed, time_budget_s=time_budget_s, memory_limit_bytes=memory_limit_bytes,
+                          cluster=cluster)
     return JobRequest(cluster_preset=cluster_preset if cluster_doc is None else "", cluster=cluster,
                       num_devices=num_devices, num_microbatches=num_microbatches, schedule=schedule,
-                      partition=partition)
+                      partition="" if searched else partition, seed=seed, time_budget_s=float(time_budget_s),
+                      memory_limit_bytes=memory_limit_bytes)
 
 
-def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request: JobRequest) -> PlanningJob:
-    """Create a queued job for a stored spec; the planning task is enqueued when the transaction commits."""
+def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request: JobRequest,
+               profile: Profile | None = None, calibrated_from: Run | None = None,
+               calibration: dict | None = None) -> PlanningJob:
+    """Create a queued job for a stored spec; the planning task is enqueued when the transaction commits.
+
+    ``profile`` replaces the analytic profile (a calibrated one: ``services.calibration``)."""
     from adaptis_web.studio.tasks import plan_job_run  # tasks import services: resolve the cycle at call time
 
     spec_check_team(team=spec_record.team, user=user)
@@ -96,7 +125,9 @@ def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request:
         spec=spec_record, created_by=user, cluster_preset=request.cluster_preset,
         cluster_doc=request.cluster.to_dict(), num_devices=request.num_devices,
         num_microbatches=request.num_microbatches, schedule=request.schedule, partition=request.partition,
-        progress_message="Waiting for a worker", celery_task_id=str(uuid.uuid4()))
+        seed=request.seed, time_budget_s=request.time_budget_s, memory_limit_bytes=request.memory_limit_bytes,
+        profile_doc=None if profile is None else profile.to_dict(), calibrated_from=calibrated_from,
+        calibration=calibration or {}, progress_message="Waiting for a worker", celery_task_id=str(uuid.uuid4()))
     enqueue_on_commit(plan_job_run, row=job)
     return job
 
@@ -109,6 +140,23 @@ def spec_create_with_job(*, team: Team, user: AbstractBaseUser, spec: ModelSpec,
     return job_create(spec_record=spec_record, user=user, request=request)
 
 
+def job_cancel(*, job: PlanningJob, user: AbstractBaseUser) -> PlanningJob:
+    """Cancel a job: a queued one ends CANCELLED at once (the worker then skips it, as it only claims queued
+    jobs); a running one is asked to stop and ends CANCELLED when its worker notices. SpecError on ``status``
+    for a job that has already finished."""
+    spec_check_team(team=job.spec.team, user=user)
+    rows = PlanningJob.objects.filter(pk=job.pk)
+    stopped = rows.filter(status=JobStatus.QUEUED).update(
+        status=JobStatus.CANCELLED, cancel_requested=True, finished_at=timezone.now(),
+        progress_message="Cancelled before a worker started it")
+    if not stopped and not rows.filter(status=JobStatus.RUNNING).update(cancel_requested=True):
+        job.refresh_from_db(fields=["status"])
+        raise SpecError("status", f"the job has already {job.status}; only a queued or running job can be "
+                                  "cancelled")
+    job.refresh_from_db()
+    return job
+
+
 def _job_progress(job_id: int, fraction: float, message: str) -> None:
     PlanningJob.objects.filter(pk=job_id).update(progress=fraction, progress_message=message)
 
@@ -118,42 +166,77 @@ def job_fail(*, job_id: int, error: str) -> None:
                                                  progress_message="Failed")
 
 
+def _plan_store(job: PlanningJob, strategy: str, plan: PlannerPlan, spec: ModelSpec, profile: Profile,
+                cluster: ClusterSpec) -> Plan:
+    validate_plan(plan, spec.num_layers)
+    simulation = simulate(plan, profile, cluster).to_dict(include_timeline=False)  # services.predictions
+    return Plan.objects.create(
+        job=job, strategy=strategy, layout=plan_layout_string(plan, layer_codes_from_spec(spec)),
+        schedule_summary=schedule_description(plan), plan_doc=plan.to_dict(), simulation=simulation,
+        profile_doc=profile.to_dict(), iteration_ms=simulation["iteration_ms"],
+        bubble_ratio=simulation["bubble_ratio"])
+
+
+def _job_finish(job_id: int, *, done: str, cancelled: str, result: dict) -> None:
+    """Succeeded, or cancelled when a cancel was asked for meanwhile: one UPDATE, so a request arriving
+    now either lands before it (and is honoured) or finds the job finished (and is refused)."""
+    PlanningJob.objects.filter(pk=job_id).update(
+        status=Case(When(cancel_requested=True, then=Value(JobStatus.CANCELLED)), default=Value(JobStatus.SUCCEEDED)),
+        progress_message=Case(When(cancel_requested=True, then=Value(cancelled)), default=Value(done)),
+        progress=1.0, result=result, finished_at=timezone.now())
+
+
 def _plan_job(job: PlanningJob) -> Plan:
     spec = load_model_spec(job.spec.doc)
     cluster = load_cluster(job.cluster_doc)
-    _job_progress(job.pk, 0.15, f"Profiling {spec.num_layers} layers analytically on {cluster.device.name}")
-    profile = analytic_profile(spec, cluster)
-    _job_progress(job.pk, 0.4, f"Building the {job.schedule} plan ({job.partition} partition) for "
-                               f"{job.num_devices} devices and {job.num_microbatches} micro-batches")
-    plan = build_baseline(job.schedule, profile, job.num_devices, job.num_microbatches, cluster=cluster,
-                          partition=job.partition, chunks=CHUNKS)
-    _job_progress(job.pk, 0.6, "Validating partition, placement and schedule")
-    validate_plan(plan, spec.num_layers)
-    _job_progress(job.pk, 0.75, f"Simulating {plan.num_actions()} actions")
-    simulation = simulate(plan, profile, cluster).to_dict()
-    _job_progress(job.pk, 0.9, "Storing the plan")
+    if job.profile_doc:
+        _job_progress(job.pk, 0.15, f"Loading the profile calibrated from run {job.calibrated_from_id}")
+        profile = load_profile(job.profile_doc)
+    else:
+        _job_progress(job.pk, 0.15, f"Profiling {spec.num_layers} layers analytically on {cluster.device.name}")
+        profile = analytic_profile(spec, cluster)
+    if job.schedule == ADAPTIS_SCHEDULE:
+        _job_progress(job.pk, SEARCH_PROGRESS_SPAN[0], f"Searching partition, placement and schedule for "
+                                                       f"{job.num_devices} devices and {job.num_microbatches} "
+                                                       f"micro-batches (up to {job.time_budget_s:g} s)")
+        outcome = job_search(job=job, profile=profile, cluster=cluster, progress_span=SEARCH_PROGRESS_SPAN)
+        plans, result = outcome.plans, outcome.summary
+        gap = f"{result['gap']:.1%} above the lower bound"
+        done, cancelled = f"AdaPtis plan ready: {gap}", f"Cancelled: kept the best plan found so far ({gap})"
+    else:
+        _job_progress(job.pk, 0.4, f"Building the {job.schedule} plan ({job.partition} partition) for "
+                                   f"{job.num_devices} devices and {job.num_microbatches} micro-batches")
+        plan = build_baseline(job.schedule, profile, job.num_devices, job.num_microbatches, cluster=cluster,
+                              partition=job.partition, chunks=CHUNKS)
+        plans, result = {plan.strategy: plan}, {}
+        done, cancelled = "Plan ready", "Cancelled: kept the plan"
+    _job_progress(job.pk, 0.9, f"Validating, simulating and storing {len(plans)} plan(s)")
     with transaction.atomic():
-        stored = Plan.objects.create(
-            job=job, strategy=plan.strategy, layout=plan_layout_string(plan, layer_codes_from_spec(spec)),
-            schedule_summary=schedule_description(plan), plan_doc=plan.to_dict(), simulation=simulation,
-            profile_doc=profile.to_dict(), iteration_ms=simulation["iteration_ms"],
-            bubble_ratio=simulation["bubble_ratio"])
-        PlanningJob.objects.filter(pk=job.pk).update(status=JobStatus.SUCCEEDED, progress=1.0,
-                                                     progress_message="Plan ready", finished_at=timezone.now())
-    return stored
+        stored = {strategy: _plan_store(job, strategy, plan, spec, profile, cluster)
+                  for strategy, plan in plans.items()}
+        if result:  # each compared plan points at its row and shows that row's layout (the spec's layer codes)
+            result.update(plan_id=stored[ADAPTIS_STRATEGY].pk, layout=stored[ADAPTIS_STRATEGY].layout)
+            for name, metrics in result["baselines"].items():
+                metrics.update(plan_id=stored[name].pk, layout=stored[name].layout)
+        _job_finish(job.pk, done=done, cancelled=cancelled, result=result)
+    return stored[job.schedule]
 
 
 def job_run(*, job_id: int) -> Plan | None:
-    """Plan a queued job (the Celery task's body). Failures end on the job row, never as a lost exception."""
+    """Plan a queued job (the Celery task's body). Failures end on the job row, never as a lost exception.
+
+    Returns the job's own plan (the AdaPtis plan of a search), or None when the job was not run or failed.
+    """
     claimed = PlanningJob.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
         status=JobStatus.RUNNING, started_at=timezone.now(), progress=0.05,
         progress_message="Loading the model spec and cluster")
-    if not claimed:  # deleted, or already taken by a redelivered message
+    if not claimed:  # cancelled, deleted, or already taken by a redelivered message
         logger.warning("planning job %s is not queued; skipping", job_id)
         return None
     job = PlanningJob.objects.select_related("spec").get(pk=job_id)
     try:
-        return _plan_job(job)
+        with heartbeat(PlanningJob, job_id):
+            return _plan_job(job)
     except (SpecError, PlanError) as error:
         job_fail(job_id=job_id, error=str(error))
     except Exception as error:

@@ -1,0 +1,68 @@
+"""Closed loop in the Studio: recalibrate a plan's profile from a finished run and plan again with it.
+
+A run's observed action timings (``RunEvent`` rows) go through ``planner.calibrate.recalibrate``: every
+stage's layers are scaled so that the plan that ran predicts each stage's median observed F, I/B and W
+durations. The new job plans with that profile, with the same settings as the job the run's plan came
+from. The job records how well the calibrated profile predicts the run it came from (``calibration``), so
+the page can show the prediction before and after against what was observed.
+
+A run of a scaled-down copy calibrates to the copy on the worker's host: the new job then plans what would
+run there, which is what a CPU demonstration can check.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from adaptis_web.studio.models import JobStatus, PlanningJob, Run
+from adaptis_web.studio.services.jobs import JobRequest, job_create
+from adaptis_web.studio.services.specs import spec_check_team
+from planner.calibrate import recalibrate
+from planner.cluster import load_cluster
+from planner.errors import SpecError
+from planner.plan import load_plan
+from planner.profile import load_profile
+from planner.simulator import simulate_summary
+
+
+def run_observed_events(run: Run) -> list[dict]:
+    """The run's observed actions in the executor's event shape (what ``recalibrate`` reads)."""
+    return [{"type": "action", "action": action, "start_ms": start, "end_ms": end}
+            for action, start, end in run.events.order_by("seq").values_list("action", "start_ms", "end_ms")]
+
+
+def _observed_iteration_ms(run: Run) -> float:
+    summary = run.summary or {}
+    return float(summary.get("median_iteration_ms") or summary.get("iteration_ms") or 0.0)
+
+
+@transaction.atomic
+def job_replan_from_run(*, run: Run, user: AbstractBaseUser) -> PlanningJob:
+    """A queued job planning with the profile calibrated from ``run``; SpecError on ``run`` when the run has
+    not succeeded or observed nothing."""
+    source = run.plan.job
+    spec_check_team(team=source.spec.team, user=user)
+    if run.status != JobStatus.SUCCEEDED:
+        raise SpecError("run", f"is {run.status}; only a succeeded run's timings can calibrate a profile")
+    events = run_observed_events(run)
+    if not events:
+        raise SpecError("run", "has no observed actions to calibrate from")
+    plan = load_plan(run.plan.plan_doc)
+    cluster = load_cluster(source.cluster_doc)
+    calibrated = recalibrate(load_profile(run.plan.profile_doc), plan, events)
+    after = simulate_summary(plan, calibrated, cluster)
+    calibration = {
+        "run_id": run.pk, "plan_id": run.plan.pk, "strategy": run.plan.strategy, "scaled_down": run.scaled_down,
+        "executed_model": (run.executed_spec or {}).get("name", ""),
+        "observed_iteration_ms": _observed_iteration_ms(run),
+        "predicted_before_ms": run.plan.iteration_ms,
+        "predicted_after_ms": after["iteration_ms"],
+        "observed_actions": len(events),
+    }
+    request = JobRequest(cluster_preset=source.cluster_preset, cluster=cluster, num_devices=source.num_devices,
+                         num_microbatches=source.num_microbatches, schedule=source.schedule,
+                         partition=source.partition, seed=source.seed, time_budget_s=source.time_budget_s,
+                         memory_limit_bytes=source.memory_limit_bytes)
+    return job_create(spec_record=source.spec, user=user, request=request, profile=calibrated,
+                      calibrated_from=run, calibration=calibration)
