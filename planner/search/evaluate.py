@@ -25,6 +25,7 @@ from planner.search.list_scheduler import (
     StageTimes,
     list_schedule,
 )
+from planner.simulator.costs import message_overheads
 
 INFEASIBLE = float("inf")
 
@@ -119,7 +120,12 @@ class CandidateScorer:
         num_stages = layout.num_stages
         forward_lag = (0.0, *(lag(s - 1, s, boundary[s - 1]) for s in range(1, num_stages)))
         gradient_lag = (*(lag(s + 1, s, boundary[s]) for s in range(num_stages - 1)), 0.0)
-        return StageTimes(forward=sums(self.forward_prefix), backward_input=sums(self.input_prefix),
+        # the list scheduler sees an action's whole hold on its device: compute plus message handling
+        forward_pre, forward_post, backward_pre, backward_post = message_overheads(devices, cluster)
+        forward = tuple(f + pre + post for f, pre, post in zip(sums(self.forward_prefix), forward_pre, forward_post))
+        backward_input = tuple(i + pre + post for i, pre, post
+                               in zip(sums(self.input_prefix), backward_pre, backward_post))
+        return StageTimes(forward=forward, backward_input=backward_input,
                           backward_weight=sums(self.weight_prefix), forward_lag=forward_lag,
                           gradient_lag=gradient_lag, activation_bytes=sums(self.activation_prefix),
                           stage_device=devices, num_devices=self.num_devices)

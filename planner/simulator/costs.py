@@ -5,6 +5,11 @@ A stage's F is the sum of its layers' forward times, I (input-gradient backward)
 a stage boundary is the ``output_bytes`` of the sending stage's last layer going forward; the gradient
 coming back has the same size. A transfer between devices costs ``cluster.transfer_ms`` and never
 occupies compute; without a cluster every transfer costs 0. Links are not modelled as contended.
+
+Each end of a cross-device message also spends the link's ``overhead_us`` on its device's stream: the
+receiving action starts with it (completing the receive), the sending action ends with it (posting the
+send), so the data leaves after it. That time is neither compute nor transfer: the device is simply not
+computing, which is how a rank's timeline shows it, so the metrics count it as bubble.
 """
 
 from __future__ import annotations
@@ -25,8 +30,15 @@ class StageCosts:
     boundary_bytes: tuple[int, ...]        # output_bytes of each stage's last layer
     forward_lag: tuple[float, ...]         # activation transfer from stage s-1 into stage s (0 for s=0)
     gradient_lag: tuple[float, ...]        # gradient transfer from stage s+1 into stage s (0 for the last)
+    # message handling on the stage's own device: before its F (activation in), after its F (activation
+    # out), before its B/I (gradient in), after its B/I (gradient out); all 0 without a cluster
+    forward_pre: tuple[float, ...] = ()
+    forward_post: tuple[float, ...] = ()
+    backward_pre: tuple[float, ...] = ()
+    backward_post: tuple[float, ...] = ()
 
     def duration(self, stage: int, action_type: str) -> float:
+        """Compute time of one action (without message handling)."""
         if action_type == "F":
             return self.forward[stage]
         if action_type == "I":
@@ -34,6 +46,30 @@ class StageCosts:
         if action_type == "W":
             return self.backward_weight[stage]
         return self.backward_input[stage] + self.backward_weight[stage]
+
+    def message_time(self, stage: int, action_type: str) -> tuple[float, float]:
+        """(before, after) the action's compute: time its device spends on the messages it receives and sends."""
+        if not self.forward_pre or action_type == "W":
+            return 0.0, 0.0
+        if action_type == "F":
+            return self.forward_pre[stage], self.forward_post[stage]
+        return self.backward_pre[stage], self.backward_post[stage]
+
+
+def message_overheads(devices: tuple[int, ...] | list[int], cluster: ClusterSpec | None
+                      ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """Per stage on ``devices``: time spent on messages before F, after F, before B/I and after B/I."""
+    num_stages = len(devices)
+    zeros = (0.0,) * num_stages
+    if cluster is None:
+        return zeros, zeros, zeros, zeros
+
+    def overhead(a: int, b: int) -> float:
+        return cluster.message_overhead_ms(devices[a], devices[b]) if 0 <= b < num_stages else 0.0
+
+    forward_pre = tuple(overhead(s, s - 1) if s else 0.0 for s in range(num_stages))
+    forward_post = tuple(overhead(s, s + 1) for s in range(num_stages))
+    return forward_pre, forward_post, forward_post, forward_pre
 
 
 def stage_costs(plan: Plan, profile: Profile, cluster: ClusterSpec | None = None) -> StageCosts:
@@ -60,5 +96,6 @@ def stage_costs(plan: Plan, profile: Profile, cluster: ClusterSpec | None = None
 
     forward_lag = [0.0] + [lag(s - 1, s, boundary_bytes[s - 1]) for s in range(1, num_stages)]
     gradient_lag = [lag(s + 1, s, boundary_bytes[s]) for s in range(num_stages - 1)] + [0.0]
+    forward_pre, forward_post, backward_pre, backward_post = message_overheads(devices, cluster)
     return StageCosts(tuple(forward), tuple(backward_input), tuple(backward_weight), tuple(boundary_bytes),
-                      tuple(forward_lag), tuple(gradient_lag))
+                      tuple(forward_lag), tuple(gradient_lag), forward_pre, forward_post, backward_pre, backward_post)

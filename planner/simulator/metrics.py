@@ -2,7 +2,9 @@
 
 Definitions (all per device d, the iteration running from 0 to the makespan T over all devices):
 
-- busy: the sum of d's action durations; bubble: ``T - busy`` (idle time inside the iteration).
+- busy: the sum of d's action compute times; bubble: ``T - busy`` (time inside the iteration d does not
+  compute: idle, or handling messages when the cluster's links charge an overhead per message).
+- message handling: the part of the bubble d spends on the messages it sends and receives.
 - warm-up bubble: idle time before d's first backward-type action (B, I or W) starts; the whole
   iteration when d runs no backward.
 - cool-down bubble: idle time after ``max(end of d's last F, start of its first backward)`` until T.
@@ -30,6 +32,7 @@ class DeviceTime:
     cooldown_bubble_ms: float
     exposed_comm_ms: float
     overlapped_comm_ms: float
+    message_ms: float = 0.0
 
     @property
     def bubble_ms(self) -> float:
@@ -43,6 +46,7 @@ def device_times(programs: Programs, execution: Execution) -> list[DeviceTime]:
     for device, program in enumerate(programs.devices):
         starts = execution.starts[device]
         durations = [instruction[0] for instruction in program]
+        compute = programs.compute_time(device)
         count = len(program)
         first_backward = next((index for index, instruction in enumerate(program)
                                if instruction[1] >= first_backward_slot), count)
@@ -54,9 +58,9 @@ def device_times(programs: Programs, execution: Execution) -> list[DeviceTime]:
             cooldown_start, cooldown_first = last_forward_end, last_forward + 1
         else:
             cooldown_start, cooldown_first = warmup_end, first_backward
-        busy_before_warmup_end = sum(durations[:first_backward])
-        busy_steady = sum(durations[first_backward:cooldown_first])
-        busy_cooldown = sum(durations[cooldown_first:])
+        busy_before_warmup_end = sum(compute[:first_backward])
+        busy_steady = sum(compute[first_backward:cooldown_first])
+        busy_cooldown = sum(compute[cooldown_first:])
         incoming_transfer = sum(instruction[3] + instruction[5] for instruction in program)
         exposed = execution.exposed_comm[device]
         times.append(DeviceTime(
@@ -66,5 +70,6 @@ def device_times(programs: Programs, execution: Execution) -> list[DeviceTime]:
             cooldown_bubble_ms=(makespan - cooldown_start) - busy_cooldown,
             exposed_comm_ms=exposed,
             overlapped_comm_ms=max(incoming_transfer - exposed, 0.0),
+            message_ms=sum(durations) - sum(compute),
         ))
     return times

@@ -1,7 +1,8 @@
 """Lower a plan to per-device programs of integer-indexed instructions for the event engine.
 
-Every action becomes one tuple ``(duration, writes, dep_a, lag_a, dep_b, lag_b)``: the slot of the
-completion-time table it fills and the (at most two) slots it waits on, each with the transfer lag
+Every action becomes one tuple ``(duration, writes, dep_a, lag_a, dep_b, lag_b)``: how long it holds its
+device (compute plus the handling of the messages it receives and sends), the slot of the completion-time
+table it fills and the (at most two) slots it waits on, each with the transfer lag
 added to that dependency's completion. Slots, for S stages and M micro-batches (k = s*M + m):
 
 - ``k``          F(s, m) done (the activation of stage s for micro-batch m exists);
@@ -27,6 +28,15 @@ class Programs:
     devices: list[list[Instruction]]
     num_stages: int
     num_microbatches: int
+    message_time: list[list[float]] | None = None   # per device, per instruction: the part of its duration
+                                                    # spent on messages rather than compute (None: all 0)
+
+    def compute_time(self, device: int) -> list[float]:
+        """Each of ``device``'s instructions' compute time: its duration less its message handling."""
+        durations = [instruction[0] for instruction in self.devices[device]]
+        if self.message_time is None:
+            return durations
+        return [duration - message for duration, message in zip(durations, self.message_time[device])]
 
     @property
     def num_slots(self) -> int:
@@ -56,15 +66,20 @@ def compile_programs(plan: Plan, costs: StageCosts | None) -> Programs:
     per_kind = num_stages * num_microbatches
     gradient_base, weight_base, always_done = per_kind, 2 * per_kind, 3 * per_kind
     last_stage = num_stages - 1
+    zeros = (0.0,) * num_stages
     if costs is None:
-        zeros = (0.0,) * num_stages
         forward = backward_input = backward_weight = forward_lag = gradient_lag = zeros
     else:
         forward, backward_input, backward_weight = costs.forward, costs.backward_input, costs.backward_weight
         forward_lag, gradient_lag = costs.forward_lag, costs.gradient_lag
     backward = [i + w for i, w in zip(backward_input, backward_weight)]
+    if costs is not None and costs.forward_pre and any(costs.forward_pre + costs.forward_post):
+        forward_messages = [pre + post for pre, post in zip(costs.forward_pre, costs.forward_post)]
+        backward_messages = [pre + post for pre, post in zip(costs.backward_pre, costs.backward_post)]
+    else:
+        forward_messages = backward_messages = None
 
-    devices = []
+    devices, message_time = [], []
     for device_actions in plan.actions:
         program = []
         append = program.append
@@ -81,5 +96,12 @@ def compile_programs(plan: Plan, costs: StageCosts | None) -> Programs:
                 duration = backward[stage] if action_type == "B" else backward_input[stage]
                 upstream = gradient_base + key + num_microbatches if stage != last_stage else always_done
                 append((duration, gradient_base + key, key, 0.0, upstream, gradient_lag[stage]))
+        if forward_messages is not None:
+            messages = [0.0 if action.type == "W" else
+                        forward_messages[action.stage] if action.type == "F" else backward_messages[action.stage]
+                        for action in device_actions]
+            program = [(instruction[0] + message,) + instruction[1:]
+                       for instruction, message in zip(program, messages)]
+            message_time.append(messages)
         devices.append(program)
-    return Programs(devices, num_stages, num_microbatches)
+    return Programs(devices, num_stages, num_microbatches, message_time if forward_messages is not None else None)

@@ -24,7 +24,8 @@ class DeviceStats:
                 "cooldown_bubble_ms": time.cooldown_bubble_ms, "peak_memory_bytes": self.memory.peak_bytes,
                 "activation_peak_bytes": self.memory.activation_peak_bytes,
                 "model_state_bytes": self.memory.model_state_bytes,
-                "exposed_comm_ms": time.exposed_comm_ms, "overlapped_comm_ms": time.overlapped_comm_ms}
+                "exposed_comm_ms": time.exposed_comm_ms, "overlapped_comm_ms": time.overlapped_comm_ms,
+                "message_ms": time.message_ms}
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,15 @@ class Simulation:
         return max((stats.memory.peak_bytes for stats in self.per_device), default=0)
 
     def action_times(self, device: int) -> list[tuple[float, float]]:
-        """``(start_ms, end_ms)`` of each of ``device``'s actions, in its order."""
+        """``(start_ms, end_ms)`` of each of ``device``'s actions' compute, in its order (message handling
+        before and after it is not part of the action, as in an executor's timeline)."""
         plan, costs = self.plan, self.costs
-        return [(start, start + costs.duration(action.stage, action.type))
-                for action, start in zip(plan.actions[device], self.execution.starts[device])]
+        times = []
+        for action, start in zip(plan.actions[device], self.execution.starts[device]):
+            before, _ = costs.message_time(action.stage, action.type)
+            begin = start + before
+            times.append((begin, begin + costs.duration(action.stage, action.type)))
+        return times
 
     def timeline(self) -> list[dict]:
         entries = []
@@ -65,7 +71,8 @@ class Simulation:
             for action, (_, end) in zip(device_actions, self.action_times(device)):
                 kind = "activation" if action.type == "F" else "gradient" if action.type in "BI" else None
                 if kind:
-                    finished[(action.stage, kind, action.microbatch)] = end
+                    finished[(action.stage, kind, action.microbatch)] = end + costs.message_time(
+                        action.stage, action.type)[1]
         entries = []
         for (stage, kind, microbatch), start in sorted(finished.items(), key=lambda item: item[1]):
             destination = stage + 1 if kind == "activation" else stage - 1

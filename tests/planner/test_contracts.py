@@ -90,6 +90,20 @@ def test_cluster_errors_name_the_field():
     with pytest.raises(SpecError) as error:
         load_cluster(doc)
     assert error.value.field == "links.intra_node.bandwidth_gb_s"
+    doc = load_cluster_preset("cpu-host").to_dict()
+    doc["links"]["inter_node"]["overhead_us"] = -5
+    with pytest.raises(SpecError, match="must be >= 0") as error:
+        load_cluster(doc)
+    assert error.value.field == "links.inter_node.overhead_us"
+
+
+def test_message_overhead_round_trips_and_is_charged_only_between_devices():
+    doc = load_cluster_preset("cpu-host").to_dict()
+    doc["links"]["intra_node"]["overhead_us"] = 250.0
+    cluster = load_cluster(doc)
+    assert load_cluster(cluster.to_dict()) == cluster
+    assert cluster.message_overhead_ms(0, 1) == pytest.approx(0.25)
+    assert cluster.message_overhead_ms(1, 1) == 0.0
 
 
 def test_unknown_cluster_preset_lists_the_known_ones():

@@ -72,3 +72,34 @@ def test_one_microbatch_across_two_devices_pays_each_transfer_once():
     assert device1.time.exposed_comm_ms == pytest.approx(lag)    # waits for the activation
     assert device0.time.exposed_comm_ms == pytest.approx(lag)    # waits for the gradient
     assert device0.time.overlapped_comm_ms == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("p", [2, 3, 5])
+def test_one_microbatch_chain_pays_message_overhead_at_both_ends_of_every_boundary(p):
+    f, b, lag, o = 1.0, 2.0, 0.25, 0.1
+    link = Link(bandwidth_gb_s=4.0, latency_us=0.0, overhead_us=o * 1000)
+    cluster = ClusterSpec("chain", 1, p, DeviceType("d", 10**10, 100.0, 0.5, 1000.0), link, link)
+    profile = uniform_profile(p, forward=f, backward_input=b, backward_weight=0.0, output_bytes=1_000_000)
+    result = simulate(one_f_one_b(p, 1), profile, cluster)
+    # p - 1 boundaries, crossed forward and backward; each crossing costs a send, a transfer and a receive.
+    assert result.iteration_ms == pytest.approx(p * (f + b) + 2 * (p - 1) * (lag + 2 * o))
+    for device, stats in enumerate(result.per_device):
+        ends = 1 if device in (0, p - 1) else 2          # neighbours this device exchanges with
+        assert stats.time.message_ms == pytest.approx(2 * ends * o)
+        assert stats.time.busy_ms == pytest.approx(f + b)
+    # Device 1's forward computes after device 0's F, its send, the transfer and its own receive.
+    (forward_start, forward_end), _ = result.action_times(1)
+    assert forward_start == pytest.approx(f + o + lag + o)
+    assert forward_end == pytest.approx(forward_start + f)
+    first_transfer = result.transfers()[0]
+    assert first_transfer["start_ms"] == pytest.approx(f + o)
+
+
+def test_message_overhead_is_not_charged_between_stages_on_one_device():
+    link = Link(bandwidth_gb_s=4.0, latency_us=50.0, overhead_us=400.0)
+    cluster = ClusterSpec("one", 1, 1, DeviceType("d", 10**10, 100.0, 0.5, 1000.0), link, link)
+    profile = uniform_profile(2, forward=1.0, backward_input=1.0, backward_weight=1.0)
+    plan = interleaved_1f1b(1, 2, 2)
+    result = simulate(plan, profile, cluster)
+    assert result.iteration_ms == pytest.approx(2 * 2 * 3.0)
+    assert result.per_device[0].time.message_ms == 0.0

@@ -12,7 +12,7 @@ from planner.simulator import simulate, simulate_summary
 from sim_schedules import interleaved_1f1b, one_f_one_b, uniform_profile
 
 PER_DEVICE_KEYS = {"device", "busy_ms", "bubble_ms", "warmup_bubble_ms", "steady_bubble_ms", "cooldown_bubble_ms",
-                   "peak_memory_bytes", "exposed_comm_ms", "overlapped_comm_ms"}
+                   "peak_memory_bytes", "exposed_comm_ms", "overlapped_comm_ms", "message_ms"}
 TIMELINE_KEYS = {"device", "action", "stage", "type", "microbatch", "start_ms", "end_ms"}
 
 

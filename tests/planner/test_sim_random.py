@@ -155,3 +155,70 @@ def test_device_accounting_adds_up_on_random_plans(seed):
         else:
             assert time.warmup_bubble_ms == pytest.approx(result.iteration_ms)
     assert not math.isnan(result.bubble_ratio)
+
+
+# The same links, plus a per-message overhead on each end (LogP's o) on the devices' own streams.
+CLUSTER_WITH_OVERHEAD = ClusterSpec(
+    "2x2+o", nodes=2, devices_per_node=2, device=DeviceType("t", 10**12, 10.0, 0.5, 100.0),
+    intra_node=Link(bandwidth_gb_s=1e-6, latency_us=1000.0, overhead_us=300.0),
+    inter_node=Link(bandwidth_gb_s=0.5e-6, latency_us=2000.0, overhead_us=700.0))
+
+
+def message_handling(plan, cluster, action):
+    """(before, after) ms the action's device spends receiving its inputs and sending its output, written
+    from the message flow: F receives from stage s-1 and sends to s+1; B/I receives from s+1, sends to s-1."""
+    s = action.stage
+
+    def cost(other):
+        if not 0 <= other < plan.num_stages or plan.stages[other].device == plan.stages[s].device:
+            return 0.0
+        return cluster.link(plan.stages[s].device, plan.stages[other].device).overhead_us / 1000
+
+    if action.type == "W":
+        return 0.0, 0.0
+    if action.type == "F":
+        return cost(s - 1), cost(s + 1)
+    return cost(s + 1), cost(s - 1)
+
+
+def longest_path_with_overhead(plan, profile, cluster):
+    """Compute-end times when each action holds its device for receive handling + compute + send handling."""
+    previous = {}
+    for device_actions in plan.actions:
+        for before, after in zip(device_actions, device_actions[1:]):
+            previous[after] = before
+    released = {}
+
+    def released_at(action):           # when the action lets go of its device (its messages are posted)
+        if action not in released:
+            start = released_at(previous[action]) if action in previous else 0.0
+            for producer, lag in data_inputs(plan, profile, cluster, action):
+                start = max(start, released_at(producer) + lag)
+            before, after = message_handling(plan, cluster, action)
+            released[action] = start + before + action_duration(profile, plan, action) + after
+        return released[action]
+
+    return {action: released_at(action) - message_handling(plan, cluster, action)[1]
+            for device_actions in plan.actions for action in device_actions}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_message_overhead_matches_longest_path_on_random_plans(seed):
+    rng = random.Random(9000 + seed)
+    plan, num_layers = random_valid_plan(rng)
+    profile = random_profile(rng, num_layers)
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    expected = longest_path_with_overhead(plan, profile, CLUSTER_WITH_OVERHEAD)
+    result = simulate(plan, profile, CLUSTER_WITH_OVERHEAD)
+    assert simulated_finish_times(result) == pytest.approx(expected)
+    released = max(end + message_handling(plan, CLUSTER_WITH_OVERHEAD, action)[1]
+                   for action, end in expected.items())
+    assert result.iteration_ms == pytest.approx(released)
+    for device, stats in enumerate(result.per_device):
+        durations = [action_duration(profile, plan, action) for action in plan.actions[device]]
+        handling = sum(sum(message_handling(plan, CLUSTER_WITH_OVERHEAD, action)) for action in plan.actions[device])
+        # busy is compute only; message handling is part of the bubble, reported on its own as well
+        assert stats.time.busy_ms == pytest.approx(sum(durations))
+        assert stats.time.bubble_ms == pytest.approx(result.iteration_ms - sum(durations))
+        assert stats.time.message_ms == pytest.approx(handling)
+        assert stats.time.message_ms <= stats.time.bubble_ms + 1e-9
