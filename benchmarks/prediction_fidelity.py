@@ -7,8 +7,10 @@ Everything the prediction uses is measured on this host, under the conditions th
   weight-gradient deferral as the plan's ranks use it (off for F/B-only schedules, on for zero-bubble ones),
   so a B is timed as the executor runs it and each layer pays the same sharing of cores and memory;
 - the cluster: ``executor.linkprobe.measure_link`` ping-pongs gloo messages between two local ranks and
-  fits latency + bytes / bandwidth; ``local_cluster`` wraps it into the ``adaptis.cluster/v1`` document the
-  planner and the simulator are given, so every cross-device transfer costs what gloo costs here;
+  fits latency + bytes / bandwidth, then times the executor's exchange pattern between computing ranks for
+  the per-message overhead each end pays on its own stream; ``local_cluster`` wraps it into the
+  ``adaptis.cluster/v1`` document the planner and the simulator are given, so every cross-device message
+  costs what gloo costs here;
 - the plan: ``planner.baselines.build_baseline`` on that profile and cluster (uniform partition).
 
 The executor then runs the plan ``--runs`` times with the profile's thread count (on this host the same plan's
@@ -103,7 +105,8 @@ def main() -> None:
     cluster = load_cluster(local_cluster(devices, link))
     print(f"{usable_cores()} CPU cores, {devices} ranks with {threads} intra-op thread(s) each; load average "
           f"{load_average()} at start; gloo loopback link: latency {link['latency_us']:.0f} us, bandwidth "
-          f"{link['bandwidth_gb_s']:.2f} GB/s; observed = median over {args.runs} runs x "
+          f"{link['bandwidth_gb_s']:.2f} GB/s, overhead per message end on a computing rank "
+          f"{link['overhead_us']:.0f} us; observed = median over {args.runs} runs x "
           f"{args.steps - args.warmup} steps after {args.warmup} warm-up steps each\n")
     print("| model | schedule | micro-batches | predicted ms | observed ms | error | predicted bubble per device "
           "| observed bubble per device | compute observed/predicted | other programs' CPU, worst run |")

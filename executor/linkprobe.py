@@ -7,6 +7,15 @@ straight line ``t(n) = latency + n / bandwidth`` fitted (least squares) through 
 ``Link`` the simulator charges per transfer, so predictions include the real per-message cost of gloo on
 loopback (tens of microseconds) instead of a preset's guess.
 
+A ping-pong between idle ranks misses what a message costs a rank that computes: in a pipeline each rank
+runs a compute thread that fills its core, and posting a send, completing a receive and waking the waiting
+thread then compete with it (on a shared 2-core host that is several hundred microseconds, ten times the idle
+latency). So the probe also runs the executor's own pattern in lockstep: both ranks compute for about
+``EXCHANGE_COMPUTE_MS``, then exchange one message each way (``batch_isend_irecv``, wait on both), and the
+same compute alone. A round with messages takes ``compute + o + transfer + o``, where ``o`` is the time each
+end spends on a message on its own stream (LogP's overhead); ``overhead_us`` is that ``o`` beyond what the
+idle ping-pong already put into ``latency``: ``(exchange round - compute round - idle one-way time) / 2``.
+
     .venv/bin/python -m executor.linkprobe            # prints the measured cluster document
 """
 
@@ -25,6 +34,9 @@ from pathlib import Path
 DEFAULT_SIZES = (4, 64 << 10, 512 << 10, 2 << 20)
 ROUNDS = 30
 WARMUP_ROUNDS = 3
+EXCHANGE_BYTES = 16 << 10          # a small activation: the overhead is a per-message cost
+EXCHANGE_COMPUTE_MS = 2.0          # about one pipeline action of the small CPU models
+EXCHANGE_ROUNDS = 60
 
 
 def _one_way_ms(size_bytes: int, rank: int, rounds: int) -> float:
@@ -47,6 +59,47 @@ def _one_way_ms(size_bytes: int, rank: int, rounds: int) -> float:
     return statistics.median(samples)
 
 
+def _exchange_rounds_ms(rank: int, rounds: int) -> tuple[float, float]:
+    """Median (compute-only round, compute-then-exchange round) in ms, both ranks in lockstep."""
+    import torch
+    import torch.distributed as dist
+
+    peer = 1 - rank
+    matrix = torch.randn(128, 128)
+
+    def compute(repeats: int) -> None:
+        for _ in range(repeats):
+            torch.mm(matrix, matrix)
+
+    # Both ranks run the same number of products: rank 0 sizes it, rank 1 takes its count.
+    began = time.perf_counter()
+    compute(50)
+    per_product_ms = (time.perf_counter() - began) * 1e3 / 50
+    repeats = torch.tensor([max(1, round(EXCHANGE_COMPUTE_MS / max(per_product_ms, 1e-6)))])
+    dist.broadcast(repeats, src=0)
+    repeats = int(repeats.item())
+    outgoing = torch.zeros(EXCHANGE_BYTES // 4)
+    incoming = torch.empty_like(outgoing)
+    alone, exchanged = [], []
+    for round_index in range(WARMUP_ROUNDS + rounds):
+        dist.barrier()
+        began = time.perf_counter()
+        compute(repeats)
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, outgoing, peer),
+                                        dist.P2POp(dist.irecv, incoming, peer)])
+        for work in works:
+            work.wait()
+        ended = time.perf_counter()
+        dist.barrier()
+        compute_began = time.perf_counter()
+        compute(repeats)
+        compute_ended = time.perf_counter()
+        if round_index >= WARMUP_ROUNDS:
+            exchanged.append((ended - began) * 1e3)
+            alone.append((compute_ended - compute_began) * 1e3)
+    return statistics.median(alone), statistics.median(exchanged)
+
+
 def _probe_rank(sizes: list[int], rounds: int, out: str) -> None:
     import torch
     import torch.distributed as dist
@@ -56,8 +109,12 @@ def _probe_rank(sizes: list[int], rounds: int, out: str) -> None:
     dist.init_process_group("gloo")
     try:
         times = [_one_way_ms(size, rank, rounds) for size in sizes]
+        idle_one_way = _one_way_ms(EXCHANGE_BYTES, rank, rounds)
+        compute_ms, exchange_ms = _exchange_rounds_ms(rank, EXCHANGE_ROUNDS)
         if rank == 0:
-            Path(out).write_text(json.dumps(times))
+            Path(out).write_text(json.dumps({"one_way_ms": times, "exchange": {
+                "bytes": EXCHANGE_BYTES, "idle_one_way_ms": idle_one_way, "compute_ms": compute_ms,
+                "compute_and_exchange_ms": exchange_ms}}))
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -74,8 +131,15 @@ def fit_link(sizes: list[int], one_way_ms: list[float]) -> dict:
     return {"bandwidth_gb_s": 1e-6 / slope, "latency_us": intercept * 1e3}
 
 
+def message_overhead_us(exchange: dict) -> float:
+    """Per-message, per-end overhead of a computing rank beyond the idle one-way time (LogP's o), in us."""
+    extra_ms = exchange["compute_and_exchange_ms"] - exchange["compute_ms"] - exchange["idle_one_way_ms"]
+    return max(0.0, extra_ms / 2) * 1e3
+
+
 def measure_link(*, sizes: tuple[int, ...] = DEFAULT_SIZES, rounds: int = ROUNDS, timeout_s: float = 120) -> dict:
-    """Measure gloo loopback between two local ranks: ``{"bandwidth_gb_s", "latency_us", "samples"}``."""
+    """Measure gloo loopback between two local ranks:
+    ``{"bandwidth_gb_s", "latency_us", "overhead_us", "samples", "exchange"}``."""
     from executor.launch import _rank_env, rendezvous_store
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -94,15 +158,19 @@ def measure_link(*, sizes: tuple[int, ...] = DEFAULT_SIZES, rounds: int = ROUNDS
                     process.wait()
         if any(codes):
             raise RuntimeError(f"link probe ranks failed: exit codes {codes}")
-        times = json.loads(out.read_text())
+        measured = json.loads(out.read_text())
+    times = measured["one_way_ms"]
     link = fit_link(list(sizes), times)
+    link["overhead_us"] = message_overhead_us(measured["exchange"])
     link["samples"] = [{"bytes": size, "one_way_ms": ms} for size, ms in zip(sizes, times)]
+    link["exchange"] = measured["exchange"]
     return link
 
 
 def local_cluster(num_devices: int, link: dict, *, memory_bytes: int = 16 << 30) -> dict:
     """An ``adaptis.cluster/v1`` document for ``num_devices`` ranks on this host joined by the measured ``link``."""
-    measured = {"bandwidth_gb_s": link["bandwidth_gb_s"], "latency_us": link["latency_us"]}
+    measured = {"bandwidth_gb_s": link["bandwidth_gb_s"], "latency_us": link["latency_us"],
+                "overhead_us": link.get("overhead_us", 0.0)}
     return {
         "format": "adaptis.cluster/v1",
         "name": f"local host ({platform.node() or 'cpu'}, {os.cpu_count()} cores, measured gloo loopback)",

@@ -2,7 +2,7 @@
 
 import pytest
 
-from executor.linkprobe import fit_link, local_cluster
+from executor.linkprobe import fit_link, local_cluster, measure_link, message_overhead_us
 from planner.cluster import load_cluster
 
 
@@ -20,3 +20,26 @@ def test_local_cluster_is_a_valid_cluster_whose_transfers_use_the_measured_link(
     assert cluster.num_devices == 2
     assert cluster.transfer_ms(0, 1, 1_000_000) == pytest.approx(1.0 + 0.08)
     assert cluster.transfer_ms(1, 1, 1_000_000) == 0.0
+
+
+def test_message_overhead_is_half_of_what_an_exchange_adds_beyond_compute_and_the_idle_transfer():
+    exchange = {"idle_one_way_ms": 0.1, "compute_ms": 2.0, "compute_and_exchange_ms": 2.7}
+    assert message_overhead_us(exchange) == pytest.approx(300.0)
+    # a round that came out faster than compute plus the idle transfer is noise, not a negative cost
+    assert message_overhead_us({**exchange, "compute_and_exchange_ms": 2.05}) == 0.0
+
+
+def test_local_cluster_charges_the_measured_overhead_on_each_end_of_a_message():
+    cluster = load_cluster(local_cluster(2, {"latency_us": 80.0, "bandwidth_gb_s": 1.0, "overhead_us": 250.0}))
+    assert cluster.message_overhead_ms(0, 1) == pytest.approx(0.25)
+    assert cluster.message_overhead_ms(0, 0) == 0.0
+
+
+def test_probe_measures_gloo_between_two_real_ranks():
+    link = measure_link(sizes=(4, 256 << 10), rounds=5)
+    assert link["bandwidth_gb_s"] > 0 and link["latency_us"] >= 0 and link["overhead_us"] >= 0
+    exchange = link["exchange"]
+    # the lockstep rounds really ran: compute took time, and exchanging on top of it never took less
+    assert exchange["compute_ms"] > 0.1
+    assert exchange["compute_and_exchange_ms"] > exchange["idle_one_way_ms"]
+    assert [sample["bytes"] for sample in link["samples"]] == [4, 256 << 10]
