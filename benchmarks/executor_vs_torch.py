@@ -32,8 +32,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from executor.host import fair_share_threads, load_average, measure_quietly, usable_cores  # noqa: E402
-from executor.errors import ExecutorError  # noqa: E402
+from executor.host import (fair_share_threads, load_average, measure_quietly,  # noqa: E402
+                           retried_once, usable_cores)
 from executor.launch import rendezvous_store, run_plan  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402
 from planner.cluster import load_cluster_preset  # noqa: E402
@@ -53,16 +53,6 @@ def baseline_plan(spec, schedule: str, devices: int, microbatches: int) -> Plan:
     """The planner's own baseline plan (uniform partition), which torch's schedule of the same name executes."""
     profile = analytic_profile(spec, load_cluster_preset("cpu-host"))
     return build_baseline(schedule, profile, devices, microbatches)
-
-
-def retried_once(run):
-    """``run()``, once more if a rank fails: a rare abort of a gloo rank (under investigation) must not lose a
-    whole table; the failure is printed to stderr with the rank's output."""
-    try:
-        return run()
-    except ExecutorError as error:
-        print(f"retrying after a rank failure: {error}\n{error.traceback_text}", file=sys.stderr)
-        return run()
 
 
 def ours(spec, plan: Plan, steps: int, warmup: int, threads: int) -> list[float]:

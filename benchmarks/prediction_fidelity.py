@@ -40,8 +40,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from executor.host import fair_share_threads, load_average, measure_quietly, usable_cores  # noqa: E402
-from executor.errors import ExecutorError  # noqa: E402
+from executor.host import (fair_share_threads, load_average, measure_quietly,  # noqa: E402
+                           retried_once, usable_cores)
 from executor.launch import run_plan  # noqa: E402
 from executor.linkprobe import local_cluster, measure_link  # noqa: E402
 from executor.profiler import measure_profile_alongside  # noqa: E402
@@ -73,16 +73,6 @@ def observed_steps(events: list[dict], num_devices: int, warmup: int) -> list[tu
             busy[event["device"]] += event["end_ms"] - event["start_ms"]
         steps.append((span, busy))
     return steps
-
-
-def retried_once(run):
-    """``run()``, once more if a rank fails: a rare abort of a gloo rank (under investigation) must not lose a
-    whole table; the failure is printed to stderr with the rank's output."""
-    try:
-        return run()
-    except ExecutorError as error:
-        print(f"retrying after a rank failure: {error}\n{error.traceback_text}", file=sys.stderr)
-        return run()
 
 
 def bubbles(iteration_ms: float, busy_ms: list[float]) -> str:
