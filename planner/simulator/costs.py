@@ -67,7 +67,7 @@ def message_overheads(devices: tuple[int, ...] | list[int], cluster: ClusterSpec
     def overhead(a: int, b: int) -> float:
         return cluster.message_overhead_ms(devices[a], devices[b]) if 0 <= b < num_stages else 0.0
 
-    forward_pre = tuple(overhead(s, s - 1) if s else 0.0 for s in range(num_stages))
+    forward_pre = tuple(overhead(s, s - 1) for s in range(num_stages))
     forward_post = tuple(overhead(s, s + 1) for s in range(num_stages))
     return forward_pre, forward_post, forward_post, forward_pre
 

@@ -72,14 +72,16 @@ def compile_programs(plan: Plan, costs: StageCosts | None) -> Programs:
     else:
         forward, backward_input, backward_weight = costs.forward, costs.backward_input, costs.backward_weight
         forward_lag, gradient_lag = costs.forward_lag, costs.gradient_lag
-    backward = [i + w for i, w in zip(backward_input, backward_weight)]
-    if costs is not None and costs.forward_pre and any(costs.forward_pre + costs.forward_post):
+    # message handling holds the device too: per stage, around its F and around its B/I (W sends nothing)
+    with_messages = costs is not None and any(costs.forward_pre + costs.forward_post)
+    if with_messages:
         forward_messages = [pre + post for pre, post in zip(costs.forward_pre, costs.forward_post)]
         backward_messages = [pre + post for pre, post in zip(costs.backward_pre, costs.backward_post)]
-    else:
-        forward_messages = backward_messages = None
+        forward = [f + message for f, message in zip(forward, forward_messages)]
+        backward_input = [i + message for i, message in zip(backward_input, backward_messages)]
+    backward = [i + w for i, w in zip(backward_input, backward_weight)]
 
-    devices, message_time = [], []
+    devices = []
     for device_actions in plan.actions:
         program = []
         append = program.append
@@ -96,12 +98,10 @@ def compile_programs(plan: Plan, costs: StageCosts | None) -> Programs:
                 duration = backward[stage] if action_type == "B" else backward_input[stage]
                 upstream = gradient_base + key + num_microbatches if stage != last_stage else always_done
                 append((duration, gradient_base + key, key, 0.0, upstream, gradient_lag[stage]))
-        if forward_messages is not None:
-            messages = [0.0 if action.type == "W" else
-                        forward_messages[action.stage] if action.type == "F" else backward_messages[action.stage]
-                        for action in device_actions]
-            program = [(instruction[0] + message,) + instruction[1:]
-                       for instruction, message in zip(program, messages)]
-            message_time.append(messages)
         devices.append(program)
-    return Programs(devices, num_stages, num_microbatches, message_time if forward_messages is not None else None)
+    message_time = None
+    if with_messages:
+        per_type = {"F": forward_messages, "B": backward_messages, "I": backward_messages}
+        message_time = [[per_type[action.type][action.stage] if action.type != "W" else 0.0
+                         for action in device_actions] for device_actions in plan.actions]
+    return Programs(devices, num_stages, num_microbatches, message_time)
