@@ -40,6 +40,11 @@ def error_file(job_dir: Path, rank: int) -> Path:
     return job_dir / f"rank{rank}.error.json"
 
 
+def done_file(job_dir: Path, rank: int) -> Path:
+    """Written once the rank's work is over (rank 0: the result written); only teardown is left."""
+    return job_dir / f"rank{rank}.done"
+
+
 def run_dtype(config: RunConfig, spec: ModelSpec, device: torch.device) -> torch.dtype:
     # bf16 matmuls on a CPU are slow and gain nothing there: CPU runs default to float32.
     if config.dtype is not None:
@@ -153,6 +158,8 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
         dist.gather_object({"events": own_actions, "losses": losses, "step_wall_ms": runtime.step_wall_ms,
                             "threads": threads}, gathered, dst=0, group=control)
         result = _finish(config, plan, gathered, job_dir) if rank == 0 else None
+        if job_dir is not None:
+            done_file(job_dir, rank).touch()
         dist.barrier(group=control)
         return result
     finally:

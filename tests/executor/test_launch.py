@@ -140,3 +140,31 @@ def test_a_redis_sink_without_a_stream_key_is_rejected_before_launch():
         run_plan(plan, every_kind_spec(), event_sink=REDIS_URL)
     assert caught.value.field == "event_sink"
     assert live_children() - children_before == set()
+
+
+def test_a_rank_that_dies_after_marking_its_work_done_is_a_teardown_abort_not_a_failure(tmp_path):
+    from executor.launch import _failed_ranks
+    from executor.worker import done_file
+
+    done_file(tmp_path, 1).touch()
+    # rank 0 still running, rank 1 killed by SIGABRT after its work was done, rank 2 died mid-run
+    assert _failed_ranks(tmp_path, [None, -6, 1]) == [2]
+    assert _failed_ranks(tmp_path, [0, -6, 0]) == []
+    assert _failed_ranks(tmp_path, [-6, 0, 0]) == [0]
+
+
+def test_every_rank_marks_its_work_done_before_teardown(monkeypatch):
+    """A real run leaves each rank's done marker in its job directory by the time the processes end."""
+    import shutil
+    from pathlib import Path
+
+    remove = shutil.rmtree
+    job_files = []
+
+    def list_then_remove(path, ignore_errors=False):
+        job_files.extend(entry.name for entry in Path(path).iterdir())
+        remove(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(shutil, "rmtree", list_then_remove)
+    run_plan(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2), every_kind_spec(), steps=1)
+    assert {"rank0.done", "rank1.done"} <= set(job_files)
