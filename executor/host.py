@@ -9,8 +9,10 @@ benchmark on a shared machine start its timed work when other programs leave the
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -29,6 +31,30 @@ def usable_cores() -> int:
 def fair_share_threads(processes: int) -> int:
     """Intra-op threads per process when ``processes`` processes share this host's cores."""
     return max(1, usable_cores() // max(1, processes))
+
+
+LAUNCHER_PID_ENV = "ADAPTIS_LAUNCHER_PID"
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_launcher() -> None:
+    """Have the kernel SIGKILL this rank when the local launcher that started it exits, however it exits.
+
+    The launcher stops and reaps its ranks on failure, timeout and interruption, but a launcher that is itself
+    killed (SIGKILL, or a SIGTERM Python does not turn into an exception) runs no cleanup, and its ranks
+    would go on computing, or wait forever on a peer, holding the cores. ``prctl(PR_SET_PDEATHSIG)`` is how
+    the kernel ties a child's life to its parent's on Linux. A rank not started by ``run_plan`` (the launcher
+    sets ``ADAPTIS_LAUNCHER_PID``; torchrun's agent watches its own ranks) is left alone, as is a host
+    without prctl.
+    """
+    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    if launcher is None or not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != int(launcher):
+        os._exit(1)   # the launcher died before the request took effect: nothing would signal this rank
 
 
 def _cpu_times() -> tuple[int, int]:

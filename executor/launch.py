@@ -29,6 +29,7 @@ from executor.capacity import check_capacity
 from executor.config import RunConfig
 from executor.errors import ExecutorError
 from executor.events import open_sink
+from executor.host import LAUNCHER_PID_ENV
 from executor.lowering import lower_plan
 from executor.worker import RESULT_FILE, done_file, error_file, run_dtype
 from planner.plan import Plan
@@ -68,7 +69,8 @@ def _rank_env(rank: int, world_size: int, port: int, threads: int) -> dict:
     # OMP_NUM_THREADS sizes the OpenMP pool before torch is imported; the rank also calls set_num_threads.
     env.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                 "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                "TORCHELASTIC_USE_AGENT_STORE": "True", "OMP_NUM_THREADS": str(threads)})
+                "TORCHELASTIC_USE_AGENT_STORE": "True", "OMP_NUM_THREADS": str(threads),
+                LAUNCHER_PID_ENV: str(os.getpid())})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return env
 

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from executor.capacity import check_capacity
 from executor.config import RunConfig
 from executor.events import EventEmitter, open_sink
+from executor.host import die_with_launcher
 from executor.lowering import lower_plan
 from executor.model.build import build_layers, resolve_dtype
 from executor.model.linear import enable_weight_grad_deferral
@@ -202,6 +203,7 @@ def report_failure(job: dict, rank: int, job_dir: Path | None) -> None:
 
 
 def main(argv: list[str]) -> int:
+    die_with_launcher()
     job_path = Path(argv[0])
     job = json.loads(job_path.read_text())
     rank = int(os.environ["RANK"])

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 import uuid
 
 import pytest
@@ -168,3 +171,66 @@ def test_every_rank_marks_its_work_done_before_teardown(monkeypatch):
     monkeypatch.setattr(shutil, "rmtree", list_then_remove)
     run_plan(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2), every_kind_spec(), steps=1)
     assert {"rank0.done", "rank1.done"} <= set(job_files)
+
+
+LAUNCHER = """
+import sys
+sys.path.insert(0, {tests!r})
+from executor.launch import run_plan
+from executor_plans import every_kind_spec, one_f_one_b
+run_plan(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2), every_kind_spec(), steps=100000,
+         timeout_s=600)
+"""
+
+
+def children_of(pid: int) -> set[int]:
+    children = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        children.add(int(entry))
+            except OSError:
+                continue
+    return children
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ranks_die_with_a_launcher_that_is_killed_without_cleaning_up():
+    """SIGKILL leaves the launcher no chance to stop its ranks; the kernel must end them (PR_SET_PDEATHSIG)."""
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER.format(tests=os.path.dirname(__file__))],
+                                cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    try:
+        deadline = time.monotonic() + 120
+        ranks: set[int] = set()
+        while len(ranks) < 2 and time.monotonic() < deadline:
+            assert launcher.poll() is None, "the launcher ended before its ranks started"
+            ranks = {pid for pid in children_of(launcher.pid) if "executor.worker" in _cmdline(pid)}
+            time.sleep(0.1)
+        assert len(ranks) == 2
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in ranks) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(alive(pid) for pid in ranks)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
