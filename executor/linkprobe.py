@@ -137,9 +137,8 @@ def message_overhead_us(exchange: dict) -> float:
     return max(0.0, extra_ms / 2) * 1e3
 
 
-def measure_link(*, sizes: tuple[int, ...] = DEFAULT_SIZES, rounds: int = ROUNDS, timeout_s: float = 120) -> dict:
-    """Measure gloo loopback between two local ranks:
-    ``{"bandwidth_gb_s", "latency_us", "overhead_us", "samples", "exchange"}``."""
+def _probe_once(sizes: tuple[int, ...], rounds: int, timeout_s: float) -> dict:
+    """One launch of the two probe ranks: ``{"one_way_ms": [...], "exchange": {...}}``."""
     from executor.launch import _rank_env, rendezvous_store
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -158,12 +157,34 @@ def measure_link(*, sizes: tuple[int, ...] = DEFAULT_SIZES, rounds: int = ROUNDS
                     process.wait()
         if any(codes):
             raise RuntimeError(f"link probe ranks failed: exit codes {codes}")
-        measured = json.loads(out.read_text())
+        return json.loads(out.read_text())
+
+
+def median_probe(probes: list[dict]) -> dict:
+    """Each measured quantity's median over several probe launches."""
+    exchange = {key: statistics.median(probe["exchange"][key] for probe in probes) for key in probes[0]["exchange"]}
+    return {"one_way_ms": [statistics.median(times) for times in zip(*(probe["one_way_ms"] for probe in probes))],
+            "exchange": exchange}
+
+
+def measure_link(*, sizes: tuple[int, ...] = DEFAULT_SIZES, rounds: int = ROUNDS, launches: int = 1,
+                 timeout_s: float = 120) -> dict:
+    """Measure gloo loopback between two local ranks:
+    ``{"bandwidth_gb_s", "latency_us", "overhead_us", "samples", "exchange", "launches"}``.
+
+    ``launches``: probe this many times with fresh ranks and take each quantity's median. On a virtual
+    machine the overhead of a computing rank is bimodal from one launch to the next (seen here: 63-123 us
+    or 840-890 us, as the ranks' threads happen to land and wake), far more than within a launch.
+    """
+    if launches < 1:
+        raise ValueError(f"launches must be >= 1, got {launches}")
+    measured = median_probe([_probe_once(sizes, rounds, timeout_s) for _ in range(launches)])
     times = measured["one_way_ms"]
     link = fit_link(list(sizes), times)
     link["overhead_us"] = message_overhead_us(measured["exchange"])
     link["samples"] = [{"bytes": size, "one_way_ms": ms} for size, ms in zip(sizes, times)]
     link["exchange"] = measured["exchange"]
+    link["launches"] = launches
     return link
 
 
@@ -185,6 +206,9 @@ def local_cluster(num_devices: int, link: dict, *, memory_bytes: int = 16 << 30)
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--rank-of-probe":
+        from executor.host import die_with_launcher
+
+        die_with_launcher()
         _probe_rank([int(size) for size in sys.argv[3].split(",")], int(sys.argv[4]), sys.argv[2])
     else:
         print(json.dumps(local_cluster(2, measure_link()), indent=2))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from executor.linkprobe import fit_link, local_cluster, measure_link, message_overhead_us
+from executor.linkprobe import fit_link, local_cluster, measure_link, median_probe, message_overhead_us
 from planner.cluster import load_cluster
 
 
@@ -43,3 +43,23 @@ def test_probe_measures_gloo_between_two_real_ranks():
     assert exchange["compute_ms"] > 0.1
     assert exchange["compute_and_exchange_ms"] > exchange["idle_one_way_ms"]
     assert [sample["bytes"] for sample in link["samples"]] == [4, 256 << 10]
+
+
+def test_several_launches_take_each_quantity_median():
+    probes = [{"one_way_ms": [0.03, 0.3], "exchange": {"compute_ms": 2.0, "compute_and_exchange_ms": 2.2,
+                                                        "idle_one_way_ms": 0.04, "bytes": 16384}},
+              {"one_way_ms": [0.05, 0.2], "exchange": {"compute_ms": 2.1, "compute_and_exchange_ms": 3.9,
+                                                        "idle_one_way_ms": 0.03, "bytes": 16384}},
+              {"one_way_ms": [0.04, 0.4], "exchange": {"compute_ms": 1.9, "compute_and_exchange_ms": 2.3,
+                                                        "idle_one_way_ms": 0.05, "bytes": 16384}}]
+    merged = median_probe(probes)
+    assert merged["one_way_ms"] == [0.04, 0.3]
+    assert merged["exchange"] == {"compute_ms": 2.0, "compute_and_exchange_ms": 2.3, "idle_one_way_ms": 0.04,
+                                  "bytes": 16384}
+    # the one launch whose exchange round was slow does not set the overhead: (2.3 - 2.0 - 0.04) / 2 ms
+    assert message_overhead_us(merged["exchange"]) == pytest.approx(130.0)
+
+
+def test_launches_must_be_positive():
+    with pytest.raises(ValueError, match="launches"):
+        measure_link(launches=0)
