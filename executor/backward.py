@@ -32,8 +32,12 @@ class WeightGradStore:
     def flush(self) -> None:
         """Accumulate every recorded weight gradient into ``weight.grad`` and drop the saved tensors."""
         for weight, layer_input, grad_output in self._records:
-            grad = weight_grad(layer_input, grad_output)
-            weight.grad = grad if weight.grad is None else weight.grad + grad
+            if weight.grad is None:
+                weight.grad = weight_grad(layer_input, grad_output)
+            else:
+                # Accumulate in place, inside the matmul (as autograd's AccumulateGrad does for B): a new
+                # gradient tensor plus an add per projection cost about as much as the small matmuls.
+                weight.grad.addmm_(_rows(grad_output).T, _rows(layer_input))
         self._records.clear()
 
 
@@ -54,9 +58,13 @@ def deferring_weight_grads(store: WeightGradStore):
         _collecting = None
 
 
+def _rows(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.reshape(-1, tensor.shape[-1])
+
+
 def weight_grad(layer_input: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
     """dL/dW for y = x W^T, summed over every leading (batch, sequence) dimension."""
-    return grad_output.reshape(-1, grad_output.shape[-1]).T @ layer_input.reshape(-1, layer_input.shape[-1])
+    return _rows(grad_output).T @ _rows(layer_input)
 
 
 def backward_full(output: torch.Tensor, grad_output: torch.Tensor | None) -> None:

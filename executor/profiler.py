@@ -140,9 +140,8 @@ def _timed_pass(modules: list, first_input: torch.Tensor, labels: torch.Tensor, 
             input_ms, weight_ms = 0.0, input_ms + weight_ms
         backward_ms[index] = (input_ms, weight_ms)
         grad_output = inputs[index].grad if inputs[index].is_floating_point() else None
-    for module in modules:
-        for param in module.parameters():
-            param.grad = None
+    # Parameter gradients stay: every pass after the first accumulates into them, as every micro-batch after
+    # a step's first does (in place, in autograd's AccumulateGrad and in the deferred W).
     return [(forward, *backward) for forward, backward in zip(forward_ms, backward_ms)]
 
 
