@@ -2,7 +2,8 @@
 
     python -m executor run PLAN.json --model SPEC [--backend gloo|nccl] [--events URL_OR_PATH] [--steps N]
                            [--optimizer sgd|adamw] [--lr LR] [--dtype fp32|bf16|...] [--scale [HIDDEN]]
-                           [--checkpoint-dir DIR] [--threads-per-rank N] [--timeout S] [--out RESULT.json]
+                           [--checkpoint-dir DIR] [--threads-per-rank N] [--no-bind-cores] [--timeout S]
+                           [--out RESULT.json]
     python -m executor profile --model SPEC [--scale [HIDDEN]] [--device cpu|cuda] [--dtype D]
                                [--repeats N] --out PROFILE.json
 
@@ -63,7 +64,7 @@ def command_run(args) -> int:
     spec = load_model_argument(args.model, args.scale)
     settings = dict(backend=args.backend, seed=args.seed, event_sink=args.events, steps=args.steps,
                     optimizer=args.optimizer, lr=args.lr, dtype=args.dtype, checkpoint_dir=args.checkpoint_dir,
-                    threads_per_rank=args.threads_per_rank)
+                    threads_per_rank=args.threads_per_rank, bind_cores=args.bind_cores)
     if launched_by_torchrun():
         from executor.config import RunConfig
         from executor.worker import run_rank
@@ -119,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--checkpoint-dir")
     run.add_argument("--threads-per-rank", type=int,
                      help="torch intra-op threads of each rank (default: this host's cores / its local ranks)")
+    run.add_argument("--no-bind-cores", dest="bind_cores", action="store_false",
+                     help="leave CPU ranks to the OS scheduler instead of binding each local rank to cores of its own")
     run.add_argument("--timeout", type=float, default=600.0)
     run.add_argument("--out", help="write the full result (with every event) here")
     run.set_defaults(handler=command_run)

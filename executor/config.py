@@ -25,6 +25,7 @@ class RunConfig:
     report_failures: bool = True        # False when a launcher reports the first failure itself
     step_barriers: bool = False         # barrier around every step; rank 0 reports each step's wall time
     threads_per_rank: int | None = None  # torch intra-op threads per rank; None: this host's cores / local ranks
+    bind_cores: bool = True             # CPU ranks: each local rank on cores of its own, where they fit
 
     def __post_init__(self):
         if self.backend not in BACKENDS:

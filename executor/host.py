@@ -57,6 +57,33 @@ def die_with_launcher() -> None:
         os._exit(1)   # the launcher died before the request took effect: nothing would signal this rank
 
 
+def local_cores(local_rank: int, local_world_size: int, threads: int) -> set[int] | None:
+    """The cores local rank ``local_rank`` gets to itself: ``threads`` consecutive cores of this process's
+    affinity set; None where the local ranks' threads do not fit on separate cores (or affinity is unknown)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if local_world_size * threads > len(cores) or not 0 <= local_rank < local_world_size:
+        return None
+    return set(cores[local_rank * threads:(local_rank + 1) * threads])
+
+
+def bind_to_cores(cores: set[int]) -> None:
+    """Keep every thread of this process, and every thread it starts later, on ``cores``.
+
+    Local CPU ranks left to the scheduler share cores badly on a small host: seen here on 2 cores, whole runs
+    (and whole profiles) where both ranks' compute threads, or one rank's communication thread and the other
+    rank's compute, kept landing on one core, so the same plan ran up to 2x slower from one launch to the next.
+    A rank bound to its own cores (as ``torch.backends.xeon.run_cpu`` binds each instance) always runs as the
+    profile measured it.
+    """
+    for thread_id in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(thread_id), cores)
+        except ProcessLookupError:   # a thread that ended meanwhile
+            continue
+
+
 def _cpu_times() -> tuple[int, int]:
     """(idle, total) jiffies of all CPUs since boot, from /proc/stat."""
     with open("/proc/stat") as stat:

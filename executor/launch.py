@@ -140,7 +140,8 @@ def _failed_ranks(job_dir: Path, codes: list[int | None]) -> list[int]:
 def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 0, event_sink: str | None = None,
              steps: int = 1, timeout_s: float = 300, optimizer: str = "sgd", lr: float = 1e-3,
              dtype: str | None = None, checkpoint_dir: str | None = None, lookahead: int = 1,
-             step_barriers: bool = False, threads_per_rank: int | None = None) -> RunResult:
+             step_barriers: bool = False, threads_per_rank: int | None = None,
+             bind_cores: bool = True) -> RunResult:
     """Train ``spec`` for ``steps`` steps with ``plan`` on local ranks; see the module docstring.
 
     Raises ``PlanError`` (plan cannot be lowered or deadlocks), ``SpecError`` (bad settings, or a model too
@@ -148,11 +149,13 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
     run timed out; ``rank`` and ``traceback_text`` say where). ``step_barriers`` puts a barrier before and
     after every step and fills ``RunResult.step_wall_ms`` with rank 0's wall time between them (benchmarks).
     ``threads_per_rank`` (default: this host's cores / ranks) is each rank's torch intra-op thread count;
-    the summary records what every rank used.
+    ``bind_cores``: on CPU, bind each local rank to cores of its own (``executor.host.bind_to_cores``) where
+    they fit; the summary records what every rank used (``threads_per_rank``, ``cores_per_rank``).
     """
     config = RunConfig(backend=backend, seed=seed, steps=steps, optimizer=optimizer, lr=lr, dtype=dtype,
                        event_sink=event_sink, checkpoint_dir=checkpoint_dir, lookahead=lookahead,
-                       report_failures=False, step_barriers=step_barriers, threads_per_rank=threads_per_rank)
+                       report_failures=False, step_barriers=step_barriers, threads_per_rank=threads_per_rank,
+                       bind_cores=bind_cores)
     lower_plan(plan, spec.num_layers, lookahead=lookahead)   # fail fast, before any process starts
     device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
     check_capacity(plan, spec, device=device, dtype=run_dtype(config, spec, device), optimizer=optimizer)

@@ -30,7 +30,7 @@ import time
 import torch
 
 from executor.backward import backward_input, backward_weight
-from executor.host import fair_share_threads
+from executor.host import bind_to_cores, fair_share_threads, local_cores
 from executor.model.build import build_layers
 from executor.model.layers import Head
 from planner.cluster import load_cluster_preset
@@ -188,10 +188,13 @@ def measure_profile(spec: ModelSpec, *, device: torch.device | str = "cpu", dtyp
 
 
 def _profile_in_process(spec_doc: dict, threads: int, split_backward: bool, repeats: int, warmup: int, seed: int,
-                        start, results) -> None:
+                        index: int, processes: int, start, results) -> None:
     from executor.model.linear import enable_weight_grad_deferral
     from planner.spec.model import load_model_spec
 
+    cores = local_cores(index, processes, threads)
+    if cores is not None:
+        bind_to_cores(cores)
     enable_weight_grad_deferral(split_backward)
     spec = load_model_spec(spec_doc)
     start.wait()
@@ -203,7 +206,8 @@ def measure_profile_alongside(spec: ModelSpec, *, processes: int, threads: int |
                               timeout_s: float = 600) -> Profile:
     """A CPU profile measured the way a local run executes: ``processes`` profilers at once (one per rank),
     each with ``threads`` threads (default: its share of this host's cores, as a run's ranks get) and the
-    ranks' weight-gradient deferral setting.
+    ranks' weight-gradient deferral setting, each bound to cores of its own as the ranks are
+    (``executor.host.bind_to_cores``).
 
     Ranks that share a host's cores and memory bandwidth run each layer slower than one process alone does;
     timing with the same number of concurrent processes measures that. Each layer's time is the median
@@ -215,8 +219,9 @@ def measure_profile_alongside(spec: ModelSpec, *, processes: int, threads: int |
     context = multiprocessing.get_context("spawn")
     start, results = context.Barrier(processes), context.Queue()
     workers = [context.Process(target=_profile_in_process, args=(spec.to_dict(), threads, split_backward, repeats,
-                                                                  warmup, seed, start, results), daemon=True)
-               for _ in range(processes)]
+                                                                  warmup, seed, index, processes, start, results),
+                                 daemon=True)
+               for index in range(processes)]
     for worker in workers:
         worker.start()
     try:

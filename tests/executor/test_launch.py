@@ -22,9 +22,8 @@ from planner.spec.presets import load_model_preset
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
-def live_children() -> set[int]:
-    """Processes whose parent is this test process. Other fixtures (the Celery worker of the web tests) may
-    own children too, so tests compare against a snapshot taken before the launch."""
+def children_of(pid: int) -> set[int]:
+    """Processes whose parent is ``pid``."""
     children = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -33,9 +32,15 @@ def live_children() -> set[int]:
                     fields = stat.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == os.getpid():
+            if int(fields[1]) == pid:
                 children.add(int(entry))
     return children
+
+
+def live_children() -> set[int]:
+    """Processes whose parent is this test process. Other fixtures (the Celery worker of the web tests) may
+    own children too, so tests compare against a snapshot taken before the launch."""
+    return children_of(os.getpid())
 
 
 @pytest.fixture(scope="module")
@@ -181,19 +186,6 @@ from executor_plans import every_kind_spec, one_f_one_b
 run_plan(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2), every_kind_spec(), steps=100000,
          timeout_s=600)
 """
-
-
-def children_of(pid: int) -> set[int]:
-    children = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        children.add(int(entry))
-            except OSError:
-                continue
-    return children
 
 
 def alive(pid: int) -> bool:
