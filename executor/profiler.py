@@ -210,8 +210,11 @@ def measure_profile_alongside(spec: ModelSpec, *, processes: int, threads: int |
     (``executor.host.bind_to_cores``).
 
     Ranks that share a host's cores and memory bandwidth run each layer slower than one process alone does;
-    timing with the same number of concurrent processes measures that. Each layer's time is the median
-    over the processes.
+    timing with the same number of concurrent processes measures that. Each layer's time is the least of the
+    processes' (each already a median over passes): a process whose core was slowed down for its whole run
+    (seen on this project's virtual machines: one of two profilers at 2-4x for tens of seconds, invisible to
+    the guest's CPU accounting) would otherwise set half of a two-process profile, and such slowdowns only
+    ever add time.
     """
     import multiprocessing
 
@@ -232,16 +235,21 @@ def measure_profile_alongside(spec: ModelSpec, *, processes: int, threads: int |
             if worker.is_alive():
                 worker.kill()
                 worker.join()
-    profiles = [load_profile(doc) for doc in docs]
+    return fastest_of([load_profile(doc) for doc in docs])
+
+
+def fastest_of(profiles: list[Profile]) -> Profile:
+    """One profile from several processes' profiles of the same model: each layer's F, I and W the least
+    of theirs (see ``measure_profile_alongside``)."""
     layers = tuple(
         LayerProfile(name=first.name, kind=first.kind,
-                     forward=statistics.median(p.layers[i].forward for p in profiles),
-                     backward_input=statistics.median(p.layers[i].backward_input for p in profiles),
-                     backward_weight=statistics.median(p.layers[i].backward_weight for p in profiles),
+                     forward=min(p.layers[i].forward for p in profiles),
+                     backward_input=min(p.layers[i].backward_input for p in profiles),
+                     backward_weight=min(p.layers[i].backward_weight for p in profiles),
                      activation_bytes=first.activation_bytes, output_bytes=first.output_bytes,
                      param_bytes=first.param_bytes)
         for i, first in enumerate(profiles[0].layers))
     base = profiles[0]
-    return Profile(model=base.model, device=f"{base.device}, {processes} processes at once", layers=layers,
+    return Profile(model=base.model, device=f"{base.device}, {len(profiles)} processes at once", layers=layers,
                    microbatch_size=base.microbatch_size, seq_len=base.seq_len, source="measured",
                    flops_per_microbatch=base.flops_per_microbatch)

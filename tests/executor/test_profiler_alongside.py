@@ -1,0 +1,44 @@
+"""Profiles measured the way local ranks run: one profiler process per rank at once, combined layer by layer."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from executor.profiler import fastest_of, measure_profile_alongside
+from planner.spec.presets import load_model_preset
+
+
+def test_every_process_profiles_every_layer_at_once():
+    spec = load_model_preset("tiny-llama")
+    profile = measure_profile_alongside(spec, processes=2, threads=1, repeats=1, warmup=0, timeout_s=240)
+    assert [layer.name for layer in profile.layers] == list(spec.layer_names())
+    assert profile.device.endswith("2 processes at once") and "1 threads" in profile.device
+    decoders = [layer for layer in profile.layers if layer.kind == "decoder"]
+    assert all(layer.forward > 0 and layer.backward_input > 0 and layer.backward_weight > 0 for layer in decoders)
+
+
+def test_without_the_split_the_whole_backward_is_timed_as_input_gradient():
+    spec = load_model_preset("tiny-llama")
+    profile = measure_profile_alongside(spec, processes=2, threads=1, split_backward=False, repeats=1, warmup=0,
+                                        timeout_s=240)
+    decoders = [layer for layer in profile.layers if layer.kind == "decoder"]
+    # W times an empty store: the clock's own cost, not a matmul (split, a decoder's W is a quarter of its I)
+    assert all(layer.backward_input > 0 and layer.backward_weight < 0.05 * layer.backward_input
+               for layer in decoders)
+
+
+def test_a_process_slowed_down_throughout_does_not_set_the_profile():
+    spec = load_model_preset("tiny-llama")
+    steady = measure_profile_alongside(spec, processes=1, threads=1, repeats=1, warmup=0, timeout_s=240)
+    slowed = replace(steady, layers=tuple(replace(layer, forward=layer.forward * 3,
+                                                  backward_input=layer.backward_input * 3,
+                                                  backward_weight=layer.backward_weight * 3)
+                                          for layer in steady.layers))
+    # only one layer of the steady process was the slower one
+    mixed = replace(steady, layers=(replace(steady.layers[0], forward=steady.layers[0].forward * 5),
+                                    *steady.layers[1:]))
+    combined = fastest_of([slowed, mixed])
+    assert combined.layers[0].forward == slowed.layers[0].forward
+    assert [layer.forward for layer in combined.layers[1:]] == [layer.forward for layer in steady.layers[1:]]
+    assert [layer.backward_weight for layer in combined.layers] == [layer.backward_weight for layer in steady.layers]
+    assert combined.device.endswith("2 processes at once")
