@@ -29,8 +29,13 @@ class WeightGradStore:
     def __len__(self) -> int:
         return len(self._records)
 
+    @torch.no_grad()
     def flush(self) -> None:
-        """Accumulate every recorded weight gradient into ``weight.grad`` and drop the saved tensors."""
+        """Accumulate every recorded weight gradient into ``weight.grad`` and drop the saved tensors.
+
+        Without autograd: a recorded layer input is an activation that requires grad, and a product with it
+        would give ``weight.grad`` a graph holding every micro-batch's activations until the optimizer step.
+        """
         for weight, layer_input, grad_output in self._records:
             if weight.grad is None:
                 weight.grad = weight_grad(layer_input, grad_output)

@@ -58,3 +58,16 @@ def test_a_weight_used_twice_gets_both_contributions_once():
     assert len(deferred) == 2 and projection.weight.grad is None
     backward_weight(deferred)
     torch.testing.assert_close(projection.weight.grad, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_weight_gradients_accumulate_across_micro_batches_without_holding_their_activations():
+    projection = Linear(4, 4).double()
+    inputs = [torch.randn(3, 4, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    grad_outputs = [torch.randn(3, 4, dtype=torch.float64) for _ in range(3)]
+    for x, grad_output in zip(inputs, grad_outputs):
+        backward_weight(backward_input(projection(x * 2), grad_output))
+    # independent: dL/dW = sum over micro-batches of grad_output^T (2x)
+    expected = sum(g.T @ (2 * x.detach()) for x, g in zip(inputs, grad_outputs))
+    torch.testing.assert_close(projection.weight.grad, expected, rtol=1e-12, atol=1e-14)
+    # a plain accumulated tensor: no graph reaching back into the micro-batches' activations
+    assert projection.weight.grad.grad_fn is None and not projection.weight.grad.requires_grad
