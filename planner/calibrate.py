@@ -14,9 +14,11 @@ from __future__ import annotations
 from dataclasses import replace
 from statistics import median
 
+from planner.cluster import ClusterSpec
 from planner.errors import SpecError
 from planner.plan import Action, Plan
 from planner.profile import Profile
+from planner.simulator import simulate
 
 KIND_PARTS = {"F": ("forward",), "I": ("backward_input",), "W": ("backward_weight",),
               "B": ("backward_input", "backward_weight")}
@@ -76,3 +78,40 @@ def _factors(profile: Profile, plan: Plan, stage: int, kind: str, observed_ms: f
     if predicted <= 0:
         return {}
     return {part: observed_ms / predicted for part in parts}
+
+
+def with_message_overhead(cluster: ClusterSpec, overhead_us: float) -> ClusterSpec:
+    """``cluster`` with every link's per-message overhead set to ``overhead_us``."""
+    return replace(cluster, intra_node=replace(cluster.intra_node, overhead_us=overhead_us),
+                   inter_node=replace(cluster.inter_node, overhead_us=overhead_us))
+
+
+def fit_message_overhead(plan: Plan, profile: Profile, cluster: ClusterSpec, observed_iteration_ms: float, *,
+                         max_overhead_us: float = 10_000.0, tolerance_us: float = 1.0) -> float:
+    """The per-message overhead (us, on every link) at which the simulated iteration of ``plan`` equals the
+    observed one: what a message really costs the ranks of this executor on this host, schedule effects included.
+
+    A micro-benchmark of the link sees the cost of a message in its own pattern only; fitted from a real run of
+    one plan it carries over to other plans on the same host (``benchmarks/prediction_fidelity.py`` fits it on
+    a model it then does not predict). The simulated iteration never decreases as the overhead grows, so this
+    is a bisection. 0 when the run was no slower than the simulation without any overhead; ``max_overhead_us``
+    when it was slower than the simulation with that much.
+    """
+    if not observed_iteration_ms > 0:
+        raise SpecError("observed_iteration_ms", f"must be > 0, got {observed_iteration_ms!r}")
+
+    def iteration_ms(overhead_us: float) -> float:
+        return simulate(plan, profile, with_message_overhead(cluster, overhead_us)).iteration_ms
+
+    low, high = 0.0, max_overhead_us
+    if iteration_ms(low) >= observed_iteration_ms:
+        return low
+    if iteration_ms(high) <= observed_iteration_ms:
+        return high
+    while high - low > tolerance_us:
+        middle = (low + high) / 2
+        if iteration_ms(middle) < observed_iteration_ms:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2

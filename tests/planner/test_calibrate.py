@@ -91,3 +91,43 @@ def test_no_action_events_is_an_error():
     with pytest.raises(SpecError) as error:
         recalibrate(assumed, plan, [{"type": "run_started"}])
     assert error.value.field == "observed_events"
+
+
+def test_the_fitted_message_overhead_reproduces_the_observed_iteration():
+    from planner.baselines import build_baseline
+    from planner.calibrate import fit_message_overhead, with_message_overhead
+
+    cluster, profile = small_cluster(), hybrid_profile()
+    plan = build_baseline("interleaved-1f1b", profile, DEVICES, MICROBATCHES, cluster=cluster)
+    observed = simulate(plan, profile, with_message_overhead(cluster, 300.0)).iteration_ms
+    fitted = fit_message_overhead(plan, profile, cluster, observed, tolerance_us=0.01)
+    assert fitted == pytest.approx(300.0, abs=0.05)
+    # a run no slower than the model without overhead needs none; one slower than any overhead explains is capped
+    assert fit_message_overhead(plan, profile, cluster, simulate(plan, profile, cluster).iteration_ms * 0.9) == 0.0
+    assert fit_message_overhead(plan, profile, cluster, observed * 100, max_overhead_us=2000.0) == 2000.0
+    with pytest.raises(SpecError) as error:
+        fit_message_overhead(plan, profile, cluster, 0.0)
+    assert error.value.field == "observed_iteration_ms"
+
+
+def test_the_fitted_overhead_of_one_micro_batch_through_the_pipeline_matches_the_closed_form():
+    """One micro-batch crosses p - 1 links forward and back, paying latency + 2 o at each crossing:
+    iteration = p (f + b) + 2 (p - 1) (latency + 2 o), so o follows from the observed iteration by hand."""
+    from dataclasses import replace
+
+    from planner.baselines import build_baseline
+    from planner.calibrate import fit_message_overhead
+    from planner.cluster import Link
+
+    profile = hybrid_profile()
+    uniform = replace(profile, layers=tuple(replace(layer, forward=1.0, backward_input=1.5, backward_weight=0.5,
+                                                    output_bytes=0)
+                                            for layer in profile.layers))
+    link = Link(bandwidth_gb_s=4.0, latency_us=50.0)
+    cluster = replace(small_cluster(), intra_node=link, inter_node=link)
+    plan = build_baseline("gpipe", uniform, DEVICES, 1, cluster=cluster)
+    compute = sum(layer.forward + layer.backward_input + layer.backward_weight for layer in uniform.layers)
+    observed = compute + 7.5
+    by_hand_us = ((observed - compute) / (2 * (DEVICES - 1)) - 0.05) / 2 * 1000
+    assert fit_message_overhead(plan, uniform, cluster, observed, tolerance_us=0.01) == pytest.approx(by_hand_us,
+                                                                                                      abs=0.05)
