@@ -4,8 +4,9 @@ Alignment: each rank estimates the offset of its monotonic clock from rank 0's w
 the CPU control group (Cristian's algorithm: offset = t_rank0 - (t_send + t_reply) / 2, keeping the round
 with the smallest round trip, so the error is at most half that round trip — tens of microseconds on
 loopback gloo, a network RTT across hosts). After a barrier rank 0 picks the origin and broadcasts it in its
-own clock; every rank reports ``local + offset - origin``. On one host the monotonic clock is shared and the
-offsets come out near zero, but the same code is right across hosts, where it is not.
+own clock; every rank reports ``local + offset - origin``. Ranks on rank 0's host (same kernel boot and time
+namespace) share its monotonic clock exactly: their offset is 0, not an estimate whose error, half a round
+trip, reached half a millisecond on a loaded virtual machine.
 
 On CUDA, work is asynchronous: an action is timed by CUDA events recorded on the compute stream and
 converted to host time through a reference event recorded at the origin (``CudaClock``).
@@ -25,11 +26,33 @@ def _now_ns() -> int:
     return time.monotonic_ns()
 
 
-def estimate_offset_ns(rank: int, world_size: int, group) -> int:
-    """This rank's clock offset from rank 0 (add it to a local reading to get rank 0's clock)."""
+def clock_identity() -> str | None:
+    """Equal for two processes exactly when they read the same CLOCK_MONOTONIC: the kernel's boot id and the
+    process's time-namespace offsets (None where the kernel does not say)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot_id:
+            identity = boot_id.read().strip()
+    except OSError:
+        return None
+    try:
+        with open("/proc/self/timens_offsets") as offsets:
+            identity += "|" + " ".join(offsets.read().split())
+    except OSError:
+        pass   # a kernel without time namespaces: one monotonic clock per boot
+    return identity
+
+
+def estimate_offset_ns(rank: int, world_size: int, group, shares_clock: list[bool] | None = None) -> int:
+    """This rank's clock offset from rank 0 (add it to a local reading to get rank 0's clock).
+
+    ``shares_clock[peer]``: the peer reads rank 0's clock itself (offset exactly 0, no ping-pong); every rank
+    must pass the same list.
+    """
     best_offset, best_round_trip = 0, None
     probe = torch.zeros(1, dtype=torch.int64)
     for peer in range(1, world_size):
+        if shares_clock is not None and shares_clock[peer]:
+            continue
         for _ in range(PING_ROUNDS):
             if rank == 0:
                 dist.recv(probe, src=peer, group=group)
@@ -82,7 +105,10 @@ class CudaClock:
 
 def aligned_clock(rank: int, world_size: int, group, device: torch.device):
     """Agree on a run origin with every rank and return (clock, origin as Unix seconds)."""
-    offset_ns = estimate_offset_ns(rank, world_size, group)
+    identities = [None] * world_size
+    dist.all_gather_object(identities, clock_identity(), group=group)
+    shares_clock = [identities[0] is not None and identity == identities[0] for identity in identities]
+    offset_ns = estimate_offset_ns(rank, world_size, group, shares_clock)
     dist.barrier(group=group)
     origin = torch.tensor([_now_ns(), time.time_ns() // 1000], dtype=torch.int64)
     dist.broadcast(origin, src=0, group=group)

@@ -66,6 +66,15 @@ def test_redis_stream_gets_start_every_action_and_finish(three_rank_run):
     assert sorted((e["step"], e["action"]) for e in actions) == sorted((e["step"], e["action"]) for e in result.events)
 
 
+def test_processes_of_one_host_share_one_monotonic_clock():
+    from executor.timing import clock_identity
+
+    child = subprocess.run([sys.executable, "-c", "from executor.timing import clock_identity; "
+                            "print(clock_identity())"], capture_output=True, text=True, check=True,
+                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert clock_identity() is not None and child.stdout.strip() == clock_identity()
+
+
 def test_times_are_aligned_across_ranks_so_every_receive_starts_after_its_send(three_rank_run):
     plan, result, _ = three_rank_run
     by_action = {(e["step"], e["action"]): e for e in result.events}
