@@ -179,7 +179,7 @@ def measure_link(*, sizes: tuple[int, ...] = DEFAULT_SIZES, rounds: int = ROUNDS
 
     ``launches``: probe this many times with fresh ranks and take each quantity's median. On a virtual
     machine the overhead of a computing rank is bimodal from one launch to the next (seen here: 63-123 us
-    or 840-890 us, as the ranks' threads happen to land and wake), far more than within a launch.
+    or 840-890 us), far more than it varies within a launch.
     """
     if launches < 1:
         raise ValueError(f"launches must be >= 1, got {launches}")

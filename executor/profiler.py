@@ -211,10 +211,8 @@ def measure_profile_alongside(spec: ModelSpec, *, processes: int, threads: int |
 
     Ranks that share a host's cores and memory bandwidth run each layer slower than one process alone does;
     timing with the same number of concurrent processes measures that. Each layer's time is the least of the
-    processes' (each already a median over passes): a process whose core was slowed down for its whole run
-    (seen on this project's virtual machines: one of two profilers at 2-4x for tens of seconds, invisible to
-    the guest's CPU accounting) would otherwise set half of a two-process profile, and such slowdowns only
-    ever add time.
+    processes' (each already a median over passes): interference from outside the run only ever adds time,
+    and with two processes a median is their mean, half set by whichever was disturbed.
     """
     import multiprocessing
 
