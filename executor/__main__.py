@@ -1,5 +1,9 @@
 import sys
 
-from executor.cli import main
+from executor.cli import launched_by_torchrun, main
+from executor.host import exit_rank
 
-sys.exit(main())
+code = main()
+if launched_by_torchrun():
+    exit_rank(code)   # a torchrun rank: skip the interpreter finalization that gloo can abort in
+sys.exit(code)

@@ -57,6 +57,24 @@ def die_with_launcher() -> None:
         os._exit(1)   # the launcher died before the request took effect: nothing would signal this rank
 
 
+def exit_rank(code: int) -> None:
+    """End a rank process that has finished (results written, process group destroyed) without interpreter
+    finalization: flush stdio, then ``os._exit``.
+
+    gloo's worker threads can still hold tensors with Python references when the interpreter tears down;
+    releasing them then needs a GIL that is gone, and the process aborts ("terminate called without an
+    active exception", SIGABRT; pytorch/pytorch#179291). Seen here in about 1 run in 30, after every rank had
+    done its work: under torchrun, whose agent then fails the whole run. Nothing a finished rank still has to
+    do needs finalization.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 def local_cores(local_rank: int, local_world_size: int, threads: int) -> set[int] | None:
     """The cores local rank ``local_rank`` gets to itself: ``threads`` consecutive cores of this process's
     affinity set; None where the local ranks' threads do not fit on separate cores (or affinity is unknown)."""

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from executor.capacity import check_capacity
 from executor.config import RunConfig
 from executor.events import EventEmitter, open_sink
-from executor.host import bind_to_cores, die_with_launcher, local_cores
+from executor.host import bind_to_cores, die_with_launcher, exit_rank, local_cores
 from executor.lowering import lower_plan
 from executor.model.build import build_layers, resolve_dtype
 from executor.model.linear import enable_weight_grad_deferral
@@ -224,4 +224,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_rank(main(sys.argv[1:]))

@@ -235,3 +235,11 @@ def _cmdline(pid: int) -> str:
             return cmdline.read().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def test_a_finished_rank_exits_with_its_code_and_its_output_flushed():
+    completed = subprocess.run([sys.executable, "-c", "import sys; from executor.host import exit_rank; "
+                                "print('summary', end=''); sys.stderr.write('note'); exit_rank(3)"],
+                               capture_output=True, text=True,
+                               cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert completed.returncode == 3 and completed.stdout == "summary" and completed.stderr == "note"
