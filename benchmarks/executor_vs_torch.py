@@ -32,8 +32,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from executor.host import (bind_to_cores, fair_share_threads, load_average, local_cores,  # noqa: E402
-                           measure_quietly, retried_once, usable_cores)
+from executor.host import (bind_local_rank, fair_share_threads, load_average, measure_quietly,  # noqa: E402
+                           retried_once, usable_cores)
 from executor.launch import rendezvous_store, run_plan  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402
 from planner.cluster import load_cluster_preset  # noqa: E402
@@ -79,9 +79,7 @@ def torch_rank(args) -> None:
     torch.set_num_threads(args.threads)
     # Bound to cores of its own as our ranks are (executor.host.bind_to_cores), so both sides run alike.
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    cores = local_cores(rank, world, args.threads)
-    if cores is not None:
-        bind_to_cores(cores)
+    bind_local_rank(rank, world, args.threads)
     # Torch's schedules differentiate plain autograd graphs (its ZB-V splits B itself), so the projections
     # are native F.linear, as on our F/B-only ranks.
     enable_weight_grad_deferral(False)

@@ -13,10 +13,10 @@ Everything the prediction uses is measured on this host, under the conditions th
   costs what gloo costs here (median over 5 probe launches);
 - the per-message overhead the predictions use: fitted (``planner.calibrate.fit_message_overhead``) on runs of
   a probe model that no case uses (Llama 3 8B at CPU scale, 1F1B), after its profile is recalibrated to the
-  speed its actions ran at in those runs, so that the overhead accounts for the time outside compute. The lockstep probe's own figure is printed
-  beside it: on this project's virtual machines it is bimodal from launch to launch (about 70 us or about
-  800 us) and in neither mode what pipeline ranks pay, whose messages arrive while the peer computes or
-  sleeps rather than in lockstep;
+  speed its actions ran at in those runs, so that the overhead accounts for the time outside compute. The
+  lockstep probe's own figure is printed beside it: on this project's virtual machines it is bimodal from
+  launch to launch (about 70 us or about 800 us) and in neither mode what pipeline ranks pay, whose messages
+  arrive while the peer computes or sleeps rather than in lockstep;
 - the plan: ``planner.baselines.build_baseline`` on that profile and cluster (uniform partition).
 
 The models: the two hand-written CPU models (tiny-llama's actions are a few tenths of a millisecond, so the
@@ -75,7 +75,8 @@ CASES = [("tiny-llama", "gpipe", 8), ("tiny-llama", "1f1b", 8), ("tiny-llama", "
 # global attention blocks and its 256k-vocabulary head shrunk to hidden 64, keeping their proportions.
 SCALED = {"gemma-2-9b": {"hidden_size": 64, "seq_len": 64}}
 # The per-message overhead the predictions use is fitted on a run of a model none of the cases uses.
-PROBE_MODEL, PROBE_SCALE, PROBE_SCHEDULE, PROBE_MICROBATCHES = "llama-3-8b", {"hidden_size": 64, "seq_len": 64}, "1f1b", 8
+PROBE_MODEL, PROBE_SCALE = "llama-3-8b", {"hidden_size": 64, "seq_len": 64}
+PROBE_SCHEDULE, PROBE_MICROBATCHES = "1f1b", 8
 SPLIT_SCHEDULES = ("zb-h1", "zb-v")
 
 
@@ -145,10 +146,12 @@ def main() -> None:
           f"{load_average()} at start; gloo loopback link: latency {link['latency_us']:.0f} us, bandwidth "
           f"{link['bandwidth_gb_s']:.2f} GB/s, overhead per message end on a computing rank "
           f"{link['overhead_us']:.0f} us by the lockstep probe, {overhead_us:.0f} us fitted on {PROBE_MODEL} "
-          f"{PROBE_SCHEDULE} (observed {probe_observed:.1f} ms), used below; observed = median over {args.runs} runs x "
+          f"{PROBE_SCHEDULE} (observed {probe_observed:.1f} ms), used below; observed = median over {args.runs} "
+          f"runs x "
           f"{args.steps - args.warmup} steps after {args.warmup} warm-up steps each\n")
     print("| model | schedule | micro-batches | predicted ms | observed ms | error | predicted bubble per device "
-          "| observed bubble per device | mean action ms | compute observed/predicted | other programs' CPU, worst run |")
+          "| observed bubble per device | mean action ms | compute observed/predicted "
+          "| other programs' CPU, worst run |")
     print("|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|")
     profiles: dict = {}
     errors: dict[str, list[float]] = defaultdict(list)
@@ -175,7 +178,8 @@ def main() -> None:
         mean_action_ms = sum(predicted_busy) / sum(len(device_actions) for device_actions in plan.actions)
         print(f"| {model} | {schedule} | {microbatches} | {prediction.iteration_ms:.2f} | {observed:.2f} | "
               f"{error:+.1%} | {bubbles(prediction.iteration_ms, predicted_busy)} | "
-              f"{bubbles(observed, observed_busy)} | {mean_action_ms:.2f} | {sum(observed_busy) / sum(predicted_busy):.2f} | "
+              f"{bubbles(observed, observed_busy)} | {mean_action_ms:.2f} | "
+              f"{sum(observed_busy) / sum(predicted_busy):.2f} | "
               f"{max(run.other_load for run in runs):.0%} |", flush=True)
     every_error = [error for model_errors in errors.values() for error in model_errors]
     per_model = "; ".join(f"{model} {statistics.median(model_errors):.1%} ({len(model_errors)})"

@@ -86,6 +86,15 @@ def local_cores(local_rank: int, local_world_size: int, threads: int) -> set[int
     return set(cores[local_rank * threads:(local_rank + 1) * threads])
 
 
+def bind_local_rank(local_rank: int, local_world_size: int, threads: int) -> set[int] | None:
+    """Bind this process to local rank ``local_rank``'s cores (``local_cores``) where they fit; the cores,
+    or None where the process is left to the OS scheduler."""
+    cores = local_cores(local_rank, local_world_size, threads)
+    if cores is not None:
+        bind_to_cores(cores)
+    return cores
+
+
 def bind_to_cores(cores: set[int]) -> None:
     """Keep every thread of this process, and every thread it starts later, on ``cores``.
 

@@ -104,13 +104,11 @@ def _probe_rank(sizes: list[int], rounds: int, out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from executor.host import bind_to_cores, local_cores
+    from executor.host import bind_local_rank
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
-    cores = local_cores(rank, 2, 1)
-    if cores is not None:
-        bind_to_cores(cores)   # as the executor's ranks are bound
+    bind_local_rank(rank, 2, 1)   # as the executor's ranks are bound
     dist.init_process_group("gloo")
     try:
         times = [_one_way_ms(size, rank, rounds) for size in sizes]

@@ -30,7 +30,7 @@ import time
 import torch
 
 from executor.backward import backward_input, backward_weight
-from executor.host import bind_to_cores, fair_share_threads, local_cores
+from executor.host import bind_local_rank, fair_share_threads
 from executor.model.build import build_layers
 from executor.model.layers import Head
 from planner.cluster import load_cluster_preset
@@ -192,9 +192,7 @@ def _profile_in_process(spec_doc: dict, threads: int, split_backward: bool, repe
     from executor.model.linear import enable_weight_grad_deferral
     from planner.spec.model import load_model_spec
 
-    cores = local_cores(index, processes, threads)
-    if cores is not None:
-        bind_to_cores(cores)
+    bind_local_rank(index, processes, threads)
     enable_weight_grad_deferral(split_backward)
     spec = load_model_spec(spec_doc)
     start.wait()

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from executor.capacity import check_capacity
 from executor.config import RunConfig
 from executor.events import EventEmitter, open_sink
-from executor.host import bind_to_cores, die_with_launcher, exit_rank, local_cores
+from executor.host import bind_local_rank, die_with_launcher, exit_rank
 from executor.lowering import lower_plan
 from executor.model.build import build_layers, resolve_dtype
 from executor.model.linear import enable_weight_grad_deferral
@@ -125,13 +125,12 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
     device = _select_device(config.backend, local_rank)
     dtype = run_dtype(config, spec, device)
     check_capacity(plan, spec, device=device, dtype=dtype, optimizer=config.optimizer, ranks=[rank])
-    threads = config.rank_threads(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    threads = config.rank_threads(local_world_size)
     torch.set_num_threads(threads)
     cores = None
     if device.type == "cpu" and config.bind_cores:
-        cores = local_cores(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", world_size)), threads)
-        if cores is not None:
-            bind_to_cores(cores)
+        cores = bind_local_rank(local_rank, local_world_size, threads)
     lowered = lower_plan(plan, spec.num_layers, lookahead=config.lookahead)
     program = lowered.program(rank)
     # Only a rank that splits backwards into I and W pays for deferrable projections (executor.model.linear)
@@ -163,7 +162,8 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
         own_actions = [event for event in emitter.events if event["type"] == "action"]
         dist.gather_object({"events": own_actions, "losses": losses, "step_wall_ms": runtime.step_wall_ms,
                             "threads": threads,
-                            "cores": None if cores is None else sorted(os.sched_getaffinity(0))}, gathered, dst=0, group=control)
+                            "cores": None if cores is None else sorted(os.sched_getaffinity(0))},
+                           gathered, dst=0, group=control)
         result = _finish(config, plan, gathered, job_dir) if rank == 0 else None
         if job_dir is not None:
             done_file(job_dir, rank).touch()
