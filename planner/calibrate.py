@@ -95,7 +95,8 @@ def fit_message_overhead(plan: Plan, profile: Profile, cluster: ClusterSpec, obs
     one plan it carries over to other plans on the same host (``benchmarks/prediction_fidelity.py`` fits it on
     a model it then does not predict). The simulated iteration never decreases as the overhead grows, so this
     is a bisection. 0 when the run was no slower than the simulation without any overhead; ``max_overhead_us``
-    when it was slower than the simulation with that much.
+    when it was slower than the simulation with that much. SpecError on ``plan`` when it sends no message
+    between devices (its time does not depend on the overhead).
     """
     if not observed_iteration_ms > 0:
         raise SpecError("observed_iteration_ms", f"must be > 0, got {observed_iteration_ms!r}")
@@ -104,9 +105,13 @@ def fit_message_overhead(plan: Plan, profile: Profile, cluster: ClusterSpec, obs
         return simulate(plan, profile, with_message_overhead(cluster, overhead_us)).iteration_ms
 
     low, high = 0.0, max_overhead_us
-    if iteration_ms(low) >= observed_iteration_ms:
+    without, with_most = iteration_ms(low), iteration_ms(high)
+    if with_most == without:
+        raise SpecError("plan", "sends no message between devices, so no per-message overhead can explain its "
+                                "iteration time")
+    if without >= observed_iteration_ms:
         return low
-    if iteration_ms(high) <= observed_iteration_ms:
+    if with_most <= observed_iteration_ms:
         return high
     while high - low > tolerance_us:
         middle = (low + high) / 2

@@ -1,8 +1,12 @@
 """Closed loop: observed per-action timings pull the profile toward reality, and re-planning gains from it."""
 
+from dataclasses import replace
+
 import pytest
 
-from planner.calibrate import recalibrate
+from planner.baselines import build_baseline
+from planner.calibrate import fit_message_overhead, recalibrate, with_message_overhead
+from planner.cluster import Link
 from planner.errors import SpecError
 from planner.search import search_plan
 from planner.simulator import simulate
@@ -94,9 +98,6 @@ def test_no_action_events_is_an_error():
 
 
 def test_the_fitted_message_overhead_reproduces_the_observed_iteration():
-    from planner.baselines import build_baseline
-    from planner.calibrate import fit_message_overhead, with_message_overhead
-
     cluster, profile = small_cluster(), hybrid_profile()
     plan = build_baseline("interleaved-1f1b", profile, DEVICES, MICROBATCHES, cluster=cluster)
     observed = simulate(plan, profile, with_message_overhead(cluster, 300.0)).iteration_ms
@@ -113,12 +114,6 @@ def test_the_fitted_message_overhead_reproduces_the_observed_iteration():
 def test_the_fitted_overhead_of_one_micro_batch_through_the_pipeline_matches_the_closed_form():
     """One micro-batch crosses p - 1 links forward and back, paying latency + 2 o at each crossing:
     iteration = p (f + b) + 2 (p - 1) (latency + 2 o), so o follows from the observed iteration by hand."""
-    from dataclasses import replace
-
-    from planner.baselines import build_baseline
-    from planner.calibrate import fit_message_overhead
-    from planner.cluster import Link
-
     profile = hybrid_profile()
     uniform = replace(profile, layers=tuple(replace(layer, forward=1.0, backward_input=1.5, backward_weight=0.5,
                                                     output_bytes=0)
@@ -131,3 +126,12 @@ def test_the_fitted_overhead_of_one_micro_batch_through_the_pipeline_matches_the
     by_hand_us = ((observed - compute) / (2 * (DEVICES - 1)) - 0.05) / 2 * 1000
     assert fit_message_overhead(plan, uniform, cluster, observed, tolerance_us=0.01) == pytest.approx(by_hand_us,
                                                                                                       abs=0.05)
+
+
+def test_a_plan_that_sends_no_message_between_devices_has_no_overhead_to_fit():
+    cluster, profile = small_cluster(), hybrid_profile()
+    plan = build_baseline("1f1b", profile, 1, MICROBATCHES, cluster=cluster)
+    observed = simulate(plan, profile, cluster).iteration_ms * 1.5
+    with pytest.raises(SpecError) as error:
+        fit_message_overhead(plan, profile, cluster, observed)
+    assert error.value.field == "plan" and "no message between devices" in error.value.reason
