@@ -1,8 +1,9 @@
 """Closed loop in the Studio: a finished run's timings recalibrate its plan's profile and a new job plans with it.
 
 The observed events here are an independent simulation: the plan's timeline on a profile whose layers were
-slowed by hand (forward x3, backward x5 on stage 0, x2 elsewhere), so the calibrated profile must predict
-the run it came from to float precision, and the first prediction must have been far off.
+slowed by hand (forward x3, backward x5 on stage 0, x2 elsewhere) and a cluster whose messages cost each end
+``TRUE_OVERHEAD_US`` (the job's preset charges 250 us), so the calibrated profile and the fitted overhead must
+predict the run they came from, and the first prediction must have been far off.
 """
 
 from dataclasses import replace
@@ -14,6 +15,7 @@ from rest_framework.test import APIClient
 from adaptis_web.studio.models import JobStatus, PlanningJob, Run, RunEvent
 from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.jobs import job_run
+from planner.calibrate import with_message_overhead
 from planner.cluster import load_cluster
 from planner.errors import SpecError
 from planner.plan import load_plan
@@ -22,6 +24,7 @@ from planner.simulator import simulate
 
 SLOWDOWN = {0: {"forward": 3.0, "backward_input": 5.0, "backward_weight": 5.0}}
 DEFAULT_SLOWDOWN = {"forward": 2.0, "backward_input": 2.0, "backward_weight": 2.0}
+TRUE_OVERHEAD_US = 900.0
 
 
 def _slowed_profile(plan_row):
@@ -40,7 +43,8 @@ def _slowed_profile(plan_row):
 def observed_run(people, planned) -> Run:
     """A succeeded run whose events are the simulated timeline of the plan on the slowed profile."""
     plan_row = planned.plan
-    truth = simulate(load_plan(plan_row.plan_doc), _slowed_profile(plan_row), load_cluster(planned.job.cluster_doc))
+    real_cluster = with_message_overhead(load_cluster(planned.job.cluster_doc), TRUE_OVERHEAD_US)
+    truth = simulate(load_plan(plan_row.plan_doc), _slowed_profile(plan_row), real_cluster)
     run = Run.objects.create(plan=plan_row, created_by=people.owner, status=JobStatus.SUCCEEDED, world_size=2,
                              executed_spec=planned.spec.doc,
                              summary={"iteration_ms": truth.iteration_ms, "median_iteration_ms": truth.iteration_ms})
@@ -63,9 +67,17 @@ def test_replanning_from_a_run_predicts_that_run_and_plans_with_the_calibrated_p
     assert calibration["observed_iteration_ms"] == pytest.approx(observed)
     assert calibration["predicted_before_ms"] == pytest.approx(planned.plan.iteration_ms)
     assert abs(calibration["predicted_before_ms"] - observed) > 0.3 * observed, "the analytic guess was far off"
-    assert calibration["predicted_after_ms"] == pytest.approx(observed, rel=1e-9)
-    assert (job.schedule, job.num_devices, job.num_microbatches, job.cluster_doc) == (
-        planned.job.schedule, planned.job.num_devices, planned.job.num_microbatches, planned.job.cluster_doc)
+    # the compute alone is recalibrated exactly; the time between actions is the overhead, fitted to 1 us
+    slowed_preset = simulate(load_plan(planned.plan.plan_doc), _slowed_profile(planned.plan),
+                             load_cluster(planned.job.cluster_doc)).iteration_ms
+    assert calibration["predicted_compute_calibrated_ms"] == pytest.approx(slowed_preset, rel=1e-9)
+    assert calibration["message_overhead_us"] == pytest.approx(TRUE_OVERHEAD_US, abs=1.0)
+    assert calibration["predicted_after_ms"] == pytest.approx(observed, rel=1e-3)
+    assert (job.schedule, job.num_devices, job.num_microbatches) == (
+        planned.job.schedule, planned.job.num_devices, planned.job.num_microbatches)
+    job_cluster = load_cluster(job.cluster_doc)
+    assert job.cluster_preset == "" and job_cluster.name == load_cluster(planned.job.cluster_doc).name
+    assert job_cluster.intra_node.overhead_us == calibration["message_overhead_us"]
 
     new_plan = job_run(job_id=job.pk)
     job.refresh_from_db()
@@ -77,7 +89,18 @@ def test_replanning_from_a_run_predicts_that_run_and_plans_with_the_calibrated_p
         for part in ("forward", "backward_input", "backward_weight"):
             assert getattr(got, part) == pytest.approx(getattr(want, part), rel=1e-9)
     assert new_plan.iteration_ms == pytest.approx(
-        simulate(load_plan(new_plan.plan_doc), expected, load_cluster(job.cluster_doc)).iteration_ms, rel=1e-9)
+        simulate(load_plan(new_plan.plan_doc), expected, job_cluster).iteration_ms, rel=1e-9)
+
+
+def test_replanning_keeps_the_cluster_and_says_why_when_no_overhead_explains_the_run(people, planned,
+                                                                                    observed_run):
+    Run.objects.filter(pk=observed_run.pk).update(summary={"median_iteration_ms": 1e6})
+    observed_run.refresh_from_db()
+    job = job_replan_from_run(run=observed_run, user=people.member)
+    assert job.calibration["message_overhead_us"] is None
+    assert "no overhead up to 10 ms" in job.calibration["message_overhead_note"]
+    assert job.cluster_doc == planned.job.cluster_doc and job.cluster_preset == planned.job.cluster_preset
+    assert job.calibration["predicted_after_ms"] == job.calibration["predicted_compute_calibrated_ms"]
 
 
 def test_a_run_that_has_not_succeeded_cannot_calibrate_and_nothing_is_stored(people, planned, observed_run):
@@ -97,7 +120,8 @@ def test_the_api_replans_from_a_run_and_names_the_field_when_it_cannot(people, p
     assert response.status_code == 201, response.content
     body = response.json()
     assert body["calibrated_from"] == observed_run.pk and body["status"] == "queued"
-    assert body["calibration"]["predicted_after_ms"] == pytest.approx(observed_run.summary["iteration_ms"])
+    assert body["calibration"]["predicted_after_ms"] == pytest.approx(observed_run.summary["iteration_ms"], rel=1e-3)
+    assert body["calibration"]["message_overhead_us"] == pytest.approx(TRUE_OVERHEAD_US, abs=1.0)
 
     queued = Run.objects.create(plan=planned.plan, created_by=people.owner, world_size=2)
     jobs_before = PlanningJob.objects.count()
@@ -124,6 +148,7 @@ def test_the_run_page_offers_replanning_and_the_new_job_page_explains_the_calibr
     page = client.get(reverse("studio:job", args=[job.pk])).content.decode()
     assert 'id="calibration-note"' in page and f"run #{observed_run.pk}" in page
     assert f"{job.calibration['predicted_after_ms']:.2f} ms</strong> after" in page
+    assert f"<strong>{job.calibration['message_overhead_us']:.0f} µs</strong> on each end" in page
     run_page = client.get(reverse("studio:run", args=[observed_run.pk])).content.decode()
     assert f"job #{job.pk}" in run_page
 

@@ -93,7 +93,9 @@ class JobDetailOutput(JobOutput):
                                              "empty for a baseline job")
     calibration = serializers.JSONField(help_text="for a job planned with a profile calibrated from a run: run_id, "
                                                   "plan_id, observed_iteration_ms, predicted_before_ms, "
-                                                  "predicted_after_ms, observed_actions, scaled_down; else empty")
+                                                  "predicted_compute_calibrated_ms, predicted_after_ms, "
+                                                  "message_overhead_us (fitted, or null with message_overhead_note "
+                                                  "saying why not), observed_actions, scaled_down; else empty")
 
     class Meta(JobOutput.Meta):
         fields = JobOutput.Meta.fields + ["cluster", "result", "calibrated_from", "calibration"]

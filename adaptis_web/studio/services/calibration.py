@@ -2,9 +2,16 @@
 
 A run's observed action timings (``RunEvent`` rows) go through ``planner.calibrate.recalibrate``: every
 stage's layers are scaled so that the plan that ran predicts each stage's median observed F, I/B and W
-durations. The new job plans with that profile, with the same settings as the job the run's plan came
-from. The job records how well the calibrated profile predicts the run it came from (``calibration``), so
-the page can show the prediction before and after against what was observed.
+durations. What the compute does not explain of the observed iteration is the time between actions:
+``planner.calibrate.fit_message_overhead`` fits the per-message overhead at which the plan, on the
+calibrated profile, takes the observed iteration, and the new job's cluster charges it on every link. The
+new job plans with that profile and cluster, with the same settings as the job the run's plan came from. It
+records how well each step predicts the run it came from (``calibration``), so the page can show the
+prediction before, with the calibrated compute, and with the fitted overhead against what was observed.
+
+The overhead is left as the cluster had it, with the reason recorded, when the plan sends no message
+between devices, when the run's summary has no iteration time, or when no overhead up to 10 ms per
+message explains the run (something else took the time).
 
 A run of a scaled-down copy calibrates to the copy on the worker's host: the new job then plans what would
 run there, which is what a CPU demonstration can check.
@@ -18,8 +25,8 @@ from django.db import transaction
 from adaptis_web.studio.models import JobStatus, PlanningJob, Run
 from adaptis_web.studio.services.jobs import JobRequest, job_create
 from adaptis_web.studio.services.specs import spec_check_team
-from planner.calibrate import recalibrate
-from planner.cluster import load_cluster
+from planner.calibrate import fit_message_overhead, recalibrate, with_message_overhead
+from planner.cluster import ClusterSpec, load_cluster
 from planner.errors import SpecError
 from planner.plan import load_plan
 from planner.profile import load_profile
@@ -37,6 +44,26 @@ def _observed_iteration_ms(run: Run) -> float:
     return float(summary.get("median_iteration_ms") or summary.get("iteration_ms") or 0.0)
 
 
+MAX_OVERHEAD_US = 10_000.0
+
+
+def _fitted_cluster(plan, calibrated, cluster: ClusterSpec, observed_ms: float) -> tuple[ClusterSpec, dict]:
+    """``cluster`` with the per-message overhead fitted to the run, and what to record about the fit."""
+    if observed_ms <= 0:
+        return cluster, {"message_overhead_us": None,
+                         "message_overhead_note": "the run's summary has no observed iteration time"}
+    try:
+        overhead_us = fit_message_overhead(plan, calibrated, cluster, observed_ms, max_overhead_us=MAX_OVERHEAD_US)
+    except SpecError as error:
+        return cluster, {"message_overhead_us": None, "message_overhead_note": f"the plan {error.reason}"}
+    if overhead_us >= MAX_OVERHEAD_US:
+        return cluster, {"message_overhead_us": None,
+                         "message_overhead_note": f"no overhead up to {MAX_OVERHEAD_US / 1000:g} ms per message "
+                                                  "explains the observed iteration; the cluster's is kept"}
+    return with_message_overhead(cluster, overhead_us), {"message_overhead_us": overhead_us,
+                                                         "message_overhead_note": ""}
+
+
 @transaction.atomic
 def job_replan_from_run(*, run: Run, user: AbstractBaseUser) -> PlanningJob:
     """A queued job planning with the profile calibrated from ``run``; SpecError on ``run`` when the run has
@@ -51,16 +78,23 @@ def job_replan_from_run(*, run: Run, user: AbstractBaseUser) -> PlanningJob:
     plan = load_plan(run.plan.plan_doc)
     cluster = load_cluster(source.cluster_doc)
     calibrated = recalibrate(load_profile(run.plan.profile_doc), plan, events)
-    after = simulate_summary(plan, calibrated, cluster)
+    observed_ms = _observed_iteration_ms(run)
+    compute_only = simulate_summary(plan, calibrated, cluster)
+    fitted, overhead = _fitted_cluster(plan, calibrated, cluster, observed_ms)
+    after = compute_only if fitted is cluster else simulate_summary(plan, calibrated, fitted)
     calibration = {
         "run_id": run.pk, "plan_id": run.plan.pk, "strategy": run.plan.strategy, "scaled_down": run.scaled_down,
         "executed_model": (run.executed_spec or {}).get("name", ""),
-        "observed_iteration_ms": _observed_iteration_ms(run),
+        "observed_iteration_ms": observed_ms,
         "predicted_before_ms": run.plan.iteration_ms,
+        "predicted_compute_calibrated_ms": compute_only["iteration_ms"],
         "predicted_after_ms": after["iteration_ms"],
         "observed_actions": len(events),
+        **overhead,
     }
-    request = JobRequest(cluster_preset=source.cluster_preset, cluster=cluster, num_devices=source.num_devices,
+    # A fitted overhead makes the cluster this job's own: it is no longer the preset it started from.
+    request = JobRequest(cluster_preset=source.cluster_preset if fitted is cluster else "", cluster=fitted,
+                         num_devices=source.num_devices,
                          num_microbatches=source.num_microbatches, schedule=source.schedule,
                          partition=source.partition, seed=source.seed, time_budget_s=source.time_budget_s,
                          memory_limit_bytes=source.memory_limit_bytes)
