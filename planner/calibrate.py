@@ -25,9 +25,10 @@ KIND_PARTS = {"F": ("forward",), "I": ("backward_input",), "W": ("backward_weigh
 PARTS = ("forward", "backward_input", "backward_weight")
 
 
-def observed_durations(plan: Plan, observed_events: list[dict]) -> dict[tuple[int, str], list[float]]:
-    """Durations per (stage, action type) from the action events; other event types are skipped."""
-    durations: dict[tuple[int, str], list[float]] = {}
+def observed_spans(plan: Plan, observed_events: list[dict]) -> list[tuple[int, Action, float, float]]:
+    """``(step, action, start_ms, end_ms)`` of every action event (other event types are skipped); SpecError
+    naming the event's field when one is malformed or names a stage the plan lacks."""
+    spans = []
     for index, event in enumerate(observed_events):
         field = f"observed_events[{index}]"
         if not isinstance(event, dict):
@@ -45,7 +46,18 @@ def observed_durations(plan: Plan, observed_events: list[dict]) -> dict[tuple[in
             times.append(float(value))
         if times[1] < times[0]:
             raise SpecError(f"{field}.end_ms", f"ends ({times[1]}) before it starts ({times[0]})")
-        durations.setdefault((action.stage, action.type), []).append(times[1] - times[0])
+        step = event.get("step", 0)
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise SpecError(f"{field}.step", f"must be an integer, got {step!r}")
+        spans.append((step, action, times[0], times[1]))
+    return spans
+
+
+def observed_durations(plan: Plan, observed_events: list[dict]) -> dict[tuple[int, str], list[float]]:
+    """Durations per (stage, action type) from the action events; other event types are skipped."""
+    durations: dict[tuple[int, str], list[float]] = {}
+    for _, action, start, end in observed_spans(plan, observed_events):
+        durations.setdefault((action.stage, action.type), []).append(end - start)
     return durations
 
 
@@ -84,6 +96,60 @@ def with_message_overhead(cluster: ClusterSpec, overhead_us: float) -> ClusterSp
     """``cluster`` with every link's per-message overhead set to ``overhead_us``."""
     return replace(cluster, intra_node=replace(cluster.intra_node, overhead_us=overhead_us),
                    inter_node=replace(cluster.inter_node, overhead_us=overhead_us))
+
+
+def _message_ends(plan: Plan, action: Action) -> tuple[int, int]:
+    """(messages ``action`` receives from another device before it, messages it sends to one after it), as
+    the simulator charges them: F receives from the stage before and sends to the stage after, B and I the
+    other way round, W neither."""
+    if action.type == "W":
+        return 0, 0
+    device, stage = plan.stage_device(action.stage), action.stage
+    before, after = (stage - 1, stage + 1) if action.type == "F" else (stage + 1, stage - 1)
+
+    def crosses(other: int) -> int:
+        return int(0 <= other < plan.num_stages and plan.stage_device(other) != device)
+
+    return crosses(before), crosses(after)
+
+
+def measure_message_overhead(plan: Plan, observed_events: list[dict]) -> float:
+    """The per-message overhead (us per end) read off a run's action timings: the median, over pairs of
+    consecutive actions on a device where the second did not wait for its input, of the time between them
+    divided by the message ends the simulator charges there (the first's sends and the second's receives).
+
+    A direct measurement, unlike ``fit_message_overhead``: it does not depend on how well the profile predicts
+    the compute, so a compute speed that differs by a few percent from the profile's does not turn into
+    hundreds of microseconds per message. "Did not wait": the producer of the second action's cross-device
+    input ended before the first action started, so the message had long arrived. The time between actions
+    also holds the executor's own per-action work (recording the timing, handing tensors on), which the
+    simulator charges nowhere else. SpecError on ``observed_events`` when no such pair exists.
+    """
+    spans = observed_spans(plan, observed_events)
+    ended = {(step, action.stage, "F" if action.type == "F" else "B", action.microbatch): end
+             for step, action, _, end in spans if action.type != "W"}
+    by_device: dict[tuple[int, int], list[tuple[float, float, Action]]] = {}
+    for step, action, start, end in spans:
+        by_device.setdefault((step, plan.stage_device(action.stage)), []).append((start, end, action))
+    per_end = []
+    for (step, _), actions in by_device.items():
+        actions.sort(key=lambda span: span[0])
+        for (previous_start, previous_end, previous), (start, _, action) in zip(actions, actions[1:]):
+            receives, _ = _message_ends(plan, action)
+            ends = _message_ends(plan, previous)[1] + receives
+            if not ends:
+                continue
+            if receives:
+                producer_stage = action.stage - 1 if action.type == "F" else action.stage + 1
+                kind = "F" if action.type == "F" else "B"
+                produced = ended.get((step, producer_stage, kind, action.microbatch))
+                if produced is None or produced >= previous_start:
+                    continue
+            per_end.append((start - previous_end) / ends)
+    if not per_end:
+        raise SpecError("observed_events", "hold no consecutive actions of a device with a message between "
+                                           "them whose input had arrived; nothing to measure the overhead on")
+    return max(0.0, median(per_end)) * 1e3
 
 
 def fit_message_overhead(plan: Plan, profile: Profile, cluster: ClusterSpec, observed_iteration_ms: float, *,

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from planner.baselines import build_baseline
-from planner.calibrate import fit_message_overhead, recalibrate, with_message_overhead
+from planner.calibrate import fit_message_overhead, measure_message_overhead, recalibrate, with_message_overhead
 from planner.cluster import Link
 from planner.errors import SpecError
 from planner.search import search_plan
@@ -135,3 +135,34 @@ def test_a_plan_that_sends_no_message_between_devices_has_no_overhead_to_fit():
     with pytest.raises(SpecError) as error:
         fit_message_overhead(plan, profile, cluster, observed)
     assert error.value.field == "plan" and "no message between devices" in error.value.reason
+
+
+def _events(result, step=0, shift_ms=0.0):
+    return [{"type": "action", "action": entry["action"], "step": step, "start_ms": entry["start_ms"] + shift_ms,
+             "end_ms": entry["end_ms"] + shift_ms} for entry in result.timeline()]
+
+
+def test_the_measured_message_overhead_is_the_simulated_one_whatever_the_compute_speed():
+    """The time between actions of a device that did not wait is its message ends times the overhead; a run
+    whose layers ran at another speed than the profile says measures the same overhead (a fit would not)."""
+    cluster, profile = small_cluster(), hybrid_profile()
+    plan = build_baseline("interleaved-1f1b", profile, DEVICES, MICROBATCHES, cluster=cluster)
+    slower = replace(profile, layers=tuple(replace(layer, forward=layer.forward * 1.3,
+                                                   backward_input=layer.backward_input * 1.1)
+                                           for layer in profile.layers))
+    for real in (profile, slower):
+        run = simulate(plan, real, with_message_overhead(cluster, 300.0))
+        # two steps, the second far later: the gap between steps is no message's time
+        events = _events(run) + _events(run, step=1, shift_ms=run.iteration_ms + 1000.0)
+        assert measure_message_overhead(plan, events) == pytest.approx(300.0, rel=1e-9)
+    fitted = fit_message_overhead(plan, profile, cluster, simulate(plan, slower, with_message_overhead(
+        cluster, 300.0)).iteration_ms)
+    assert fitted > 400.0, "the fit turns the unmodelled compute into overhead"
+
+
+def test_measuring_the_overhead_needs_a_message_between_actions():
+    cluster, profile = small_cluster(), hybrid_profile()
+    plan = build_baseline("1f1b", profile, 1, MICROBATCHES, cluster=cluster)
+    with pytest.raises(SpecError) as error:
+        measure_message_overhead(plan, _events(simulate(plan, profile, cluster)))
+    assert error.value.field == "observed_events"
