@@ -94,7 +94,7 @@ class JobDetailOutput(JobOutput):
     calibration = serializers.JSONField(help_text="for a job planned with a profile calibrated from a run: run_id, "
                                                   "plan_id, observed_iteration_ms, predicted_before_ms, "
                                                   "predicted_compute_calibrated_ms, predicted_after_ms, "
-                                                  "message_overhead_us (fitted, or null with message_overhead_note "
+                                                  "message_overhead_us (measured, or null with message_overhead_note "
                                                   "saying why not), observed_actions, scaled_down; else empty")
 
     class Meta(JobOutput.Meta):

@@ -2,16 +2,16 @@
 
 A run's observed action timings (``RunEvent`` rows) go through ``planner.calibrate.recalibrate``: every
 stage's layers are scaled so that the plan that ran predicts each stage's median observed F, I/B and W
-durations. What the compute does not explain of the observed iteration is the time between actions:
-``planner.calibrate.fit_message_overhead`` fits the per-message overhead at which the plan, on the
-calibrated profile, takes the observed iteration, and the new job's cluster charges it on every link. The
-new job plans with that profile and cluster, with the same settings as the job the run's plan came from. It
-records how well each step predicts the run it came from (``calibration``), so the page can show the
-prediction before, with the calibrated compute, and with the fitted overhead against what was observed.
+durations, and the per-message overhead is measured between them (``planner.calibrate.
+measure_message_overhead``: the time between consecutive actions of a device that did not wait for its
+input, per message end); the new job's cluster charges it on every link. The new job plans with that
+profile and cluster, with the same settings as the job the run's plan came from. It records how well each
+step predicts the run it came from (``calibration``), so the page can show the prediction before, with the
+calibrated compute, and with the measured overhead against what was observed; what is still off is time the
+model does not explain (waits it does not predict, interference).
 
-The overhead is left as the cluster had it, with the reason recorded, when the plan sends no message
-between devices, when the run's summary has no iteration time, or when no overhead up to 10 ms per
-message explains the run (something else took the time).
+The cluster's own overhead is kept, with the reason recorded, when the run has no pair of actions to
+measure it on (a plan on one device sends no message).
 
 A run of a scaled-down copy calibrates to the copy on the worker's host: the new job then plans what would
 run there, which is what a CPU demonstration can check.
@@ -25,7 +25,7 @@ from django.db import transaction
 from adaptis_web.studio.models import JobStatus, PlanningJob, Run
 from adaptis_web.studio.services.jobs import JobRequest, job_create
 from adaptis_web.studio.services.specs import spec_check_team
-from planner.calibrate import fit_message_overhead, recalibrate, with_message_overhead
+from planner.calibrate import measure_message_overhead, recalibrate, with_message_overhead
 from planner.cluster import ClusterSpec, load_cluster
 from planner.errors import SpecError
 from planner.plan import load_plan
@@ -35,8 +35,9 @@ from planner.simulator import simulate_summary
 
 def run_observed_events(run: Run) -> list[dict]:
     """The run's observed actions in the executor's event shape (what ``recalibrate`` reads)."""
-    return [{"type": "action", "action": action, "start_ms": start, "end_ms": end}
-            for action, start, end in run.events.order_by("seq").values_list("action", "start_ms", "end_ms")]
+    return [{"type": "action", "action": action, "step": step, "start_ms": start, "end_ms": end}
+            for action, step, start, end in run.events.order_by("seq").values_list("action", "step", "start_ms",
+                                                                                   "end_ms")]
 
 
 def _observed_iteration_ms(run: Run) -> float:
@@ -44,22 +45,12 @@ def _observed_iteration_ms(run: Run) -> float:
     return float(summary.get("median_iteration_ms") or summary.get("iteration_ms") or 0.0)
 
 
-MAX_OVERHEAD_US = 10_000.0
-
-
-def _fitted_cluster(plan, calibrated, cluster: ClusterSpec, observed_ms: float) -> tuple[ClusterSpec, dict]:
-    """``cluster`` with the per-message overhead fitted to the run, and what to record about the fit."""
-    if observed_ms <= 0:
-        return cluster, {"message_overhead_us": None,
-                         "message_overhead_note": "the run's summary has no observed iteration time"}
+def _measured_cluster(plan, cluster: ClusterSpec, events: list[dict]) -> tuple[ClusterSpec, dict]:
+    """``cluster`` with the per-message overhead measured between the run's actions, and what to record."""
     try:
-        overhead_us = fit_message_overhead(plan, calibrated, cluster, observed_ms, max_overhead_us=MAX_OVERHEAD_US)
+        overhead_us = measure_message_overhead(plan, events)
     except SpecError as error:
-        return cluster, {"message_overhead_us": None, "message_overhead_note": f"the plan {error.reason}"}
-    if overhead_us >= MAX_OVERHEAD_US:
-        return cluster, {"message_overhead_us": None,
-                         "message_overhead_note": f"no overhead up to {MAX_OVERHEAD_US / 1000:g} ms per message "
-                                                  "explains the observed iteration; the cluster's is kept"}
+        return cluster, {"message_overhead_us": None, "message_overhead_note": f"the run's timings {error.reason}"}
     return with_message_overhead(cluster, overhead_us), {"message_overhead_us": overhead_us,
                                                          "message_overhead_note": ""}
 
@@ -78,22 +69,21 @@ def job_replan_from_run(*, run: Run, user: AbstractBaseUser) -> PlanningJob:
     plan = load_plan(run.plan.plan_doc)
     cluster = load_cluster(source.cluster_doc)
     calibrated = recalibrate(load_profile(run.plan.profile_doc), plan, events)
-    observed_ms = _observed_iteration_ms(run)
     compute_only = simulate_summary(plan, calibrated, cluster)
-    fitted, overhead = _fitted_cluster(plan, calibrated, cluster, observed_ms)
-    after = compute_only if fitted is cluster else simulate_summary(plan, calibrated, fitted)
+    measured, overhead = _measured_cluster(plan, cluster, events)
+    after = compute_only if measured is cluster else simulate_summary(plan, calibrated, measured)
     calibration = {
         "run_id": run.pk, "plan_id": run.plan.pk, "strategy": run.plan.strategy, "scaled_down": run.scaled_down,
         "executed_model": (run.executed_spec or {}).get("name", ""),
-        "observed_iteration_ms": observed_ms,
+        "observed_iteration_ms": _observed_iteration_ms(run),
         "predicted_before_ms": run.plan.iteration_ms,
         "predicted_compute_calibrated_ms": compute_only["iteration_ms"],
         "predicted_after_ms": after["iteration_ms"],
         "observed_actions": len(events),
         **overhead,
     }
-    # A fitted overhead makes the cluster this job's own: it is no longer the preset it started from.
-    request = JobRequest(cluster_preset=source.cluster_preset if fitted is cluster else "", cluster=fitted,
+    # A measured overhead makes the cluster this job's own: it is no longer the preset it started from.
+    request = JobRequest(cluster_preset=source.cluster_preset if measured is cluster else "", cluster=measured,
                          num_devices=source.num_devices,
                          num_microbatches=source.num_microbatches, schedule=source.schedule,
                          partition=source.partition, seed=source.seed, time_budget_s=source.time_budget_s,
