@@ -11,12 +11,13 @@ Everything the prediction uses is measured on this host, under the conditions th
   the per-message overhead each end pays on its own stream; ``local_cluster`` wraps it into the
   ``adaptis.cluster/v1`` document the planner and the simulator are given, so every cross-device message
   costs what gloo costs here (median over 5 probe launches);
-- the per-message overhead the predictions use: fitted (``planner.calibrate.fit_message_overhead``) on runs of
-  a probe model that no case uses (Llama 3 8B at CPU scale, 1F1B), after its profile is recalibrated to the
-  speed its actions ran at in those runs, so that the overhead accounts for the time outside compute. The
-  lockstep probe's own figure is printed beside it: on this project's virtual machines it is bimodal from
-  launch to launch (about 70 us or about 800 us) and in neither mode what pipeline ranks pay, whose messages
-  arrive while the peer computes or sleeps rather than in lockstep;
+- the per-message overhead the predictions use: measured (``planner.calibrate.measure_message_overhead``) on
+  runs of a probe model that no case uses (Llama 3 8B at CPU scale, 1F1B): the time between consecutive
+  actions of a rank that did not wait for its input, per message end the simulator charges there. The figure
+  fitted to the probe's iteration (``fit_message_overhead`` after recalibrating its compute) is printed
+  beside it, and so is the lockstep probe's: the fit turns every few percent by which the run's compute
+  strays from the profile into hundreds of microseconds per message, and the lockstep probe is bimodal from
+  launch to launch on this project's virtual machines (about 70 us or about 800 us);
 - the plan: ``planner.baselines.build_baseline`` on that profile and cluster (uniform partition).
 
 The models: the two hand-written CPU models (tiny-llama's actions are a few tenths of a millisecond, so the
@@ -59,7 +60,8 @@ from executor.linkprobe import local_cluster, measure_link  # noqa: E402
 from executor.model.scale import scale_spec  # noqa: E402
 from executor.profiler import measure_profile_alongside  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402
-from planner.calibrate import fit_message_overhead, recalibrate, with_message_overhead  # noqa: E402
+from planner.calibrate import (fit_message_overhead, measure_message_overhead, recalibrate,  # noqa: E402
+                               with_message_overhead)
 from planner.cluster import load_cluster  # noqa: E402
 from planner.simulator import simulate  # noqa: E402
 from planner.spec.presets import load_model_preset  # noqa: E402
@@ -74,7 +76,7 @@ CASES = [("tiny-llama", "gpipe", 8), ("tiny-llama", "1f1b", 8), ("tiny-llama", "
 # Real models run at CPU scale (``executor.model.scale_spec``): Gemma 2's 42 alternating sliding-window and
 # global attention blocks and its 256k-vocabulary head shrunk to hidden 64, keeping their proportions.
 SCALED = {"gemma-2-9b": {"hidden_size": 64, "seq_len": 64}}
-# The per-message overhead the predictions use is fitted on a run of a model none of the cases uses.
+# The per-message overhead the predictions use is measured on runs of a model none of the cases uses.
 PROBE_MODEL, PROBE_SCALE = "llama-3-8b", {"hidden_size": 64, "seq_len": 64}
 PROBE_SCHEDULE, PROBE_MICROBATCHES = "1f1b", 8
 SPLIT_SCHEDULES = ("zb-h1", "zb-v")
@@ -105,9 +107,15 @@ def run_observed(plan, spec, threads: int, args) -> tuple[list, list[tuple[float
     return runs, [step for run in runs for step in observed_steps(run.value.events, plan.num_devices, args.warmup)]
 
 
-def fit_overhead_on_probe_model(cluster, devices: int, threads: int, args) -> tuple[float, float]:
-    """(observed ms, per-message overhead us) of the probe model's plan: the overhead at which the simulation
-    of that run matches it (``planner.calibrate.fit_message_overhead``)."""
+def overhead_on_probe_model(cluster, devices: int, threads: int, args) -> tuple[float, float, float]:
+    """(observed ms, measured overhead us, fitted overhead us) of the probe model's plan.
+
+    Measured (``planner.calibrate.measure_message_overhead``): the time between consecutive actions of a rank
+    that did not wait, per message end, read off the run's action timings; this is what the predictions use.
+    Fitted (``planner.calibrate.fit_message_overhead``, after recalibrating the profile to the run's compute):
+    the overhead at which the simulated run takes the observed time. It is printed for comparison: it also
+    absorbs whatever else differs between the simulated and the observed run.
+    """
     spec = scale_spec(load_model_preset(PROBE_MODEL), **PROBE_SCALE)
     profile = measure_quietly(lambda: measure_profile_alongside(spec, processes=devices, threads=threads,
                                                                 split_backward=False, repeats=args.repeats,
@@ -115,11 +123,12 @@ def fit_overhead_on_probe_model(cluster, devices: int, threads: int, args) -> tu
     plan = build_baseline(PROBE_SCHEDULE, profile, devices, PROBE_MICROBATCHES, cluster=cluster)
     runs, steps = run_observed(plan, spec, threads, args)
     observed = statistics.median(span for span, _ in steps)
-    # The layers' speed in the run first (planner.calibrate.recalibrate on its actions), so that the overhead
-    # explains only the time the ranks spent outside compute, not a compute speed the profile missed.
-    actions = [event for run in runs for event in run.value.events
-               if event.get("type", "action") == "action" and event["step"] >= args.warmup]
-    return observed, fit_message_overhead(plan, recalibrate(profile, plan, actions), cluster, observed)
+    per_run = [[event for event in run.value.events
+                if event.get("type", "action") == "action" and event["step"] >= args.warmup] for run in runs]
+    fitted = fit_message_overhead(plan, recalibrate(profile, plan, [event for run in per_run for event in run]),
+                                  cluster, observed)
+    # each run's clock starts anew: the time between actions is read within a run, the median over runs kept
+    return observed, statistics.median(measure_message_overhead(plan, run) for run in per_run), fitted
 
 
 def bubbles(iteration_ms: float, busy_ms: list[float]) -> str:
@@ -140,13 +149,14 @@ def main() -> None:
     devices, threads = args.devices, fair_share_threads(args.devices)
     link = measure_quietly(lambda: measure_link(launches=5)).value
     probed = load_cluster(local_cluster(devices, link))
-    probe_observed, overhead_us = fit_overhead_on_probe_model(probed, devices, threads, args)
+    probe_observed, overhead_us, fitted_us = overhead_on_probe_model(probed, devices, threads, args)
     cluster = with_message_overhead(probed, overhead_us)
     print(f"{usable_cores()} CPU cores, {devices} ranks with {threads} intra-op thread(s) each; load average "
           f"{load_average()} at start; gloo loopback link: latency {link['latency_us']:.0f} us, bandwidth "
           f"{link['bandwidth_gb_s']:.2f} GB/s, overhead per message end on a computing rank "
-          f"{link['overhead_us']:.0f} us by the lockstep probe, {overhead_us:.0f} us fitted on {PROBE_MODEL} "
-          f"{PROBE_SCHEDULE} (observed {probe_observed:.1f} ms), used below; observed = median over {args.runs} "
+          f"{link['overhead_us']:.0f} us by the lockstep probe; on runs of {PROBE_MODEL} {PROBE_SCHEDULE} "
+          f"(observed {probe_observed:.1f} ms) {overhead_us:.0f} us measured between actions, used below, and "
+          f"{fitted_us:.0f} us fitted to the iteration; observed = median over {args.runs} "
           f"runs x "
           f"{args.steps - args.warmup} steps after {args.warmup} warm-up steps each\n")
     print("| model | schedule | micro-batches | predicted ms | observed ms | error | predicted bubble per device "
