@@ -33,6 +33,8 @@ first action start to its last action end (what the simulator's ``iteration_ms``
 is not part of it); a device's bubble is that span minus the device's compute, as a share of the span.
 ``compute`` is the observed over the predicted busy time summed over devices: how far the layers ran from
 their profiled speed, the error left when the schedule, the transfers and the bubbles are modelled right.
+``run-to-run spread`` is (slowest - fastest) / median of the runs' own median iterations: how much the same
+plan moves from one launch to the next, which no prediction can follow.
 
 On a machine shared with other work, load moves every timing: each measurement (link, profiles, runs)
 starts once the CPUs are idle and is repeated (up to 3 times, the least disturbed one kept) while other
@@ -131,6 +133,14 @@ def overhead_on_probe_model(cluster, devices: int, threads: int, args) -> tuple[
     return observed, statistics.median(measure_message_overhead(plan, run) for run in per_run), fitted
 
 
+def run_spread(runs, warmup: int, num_devices: int) -> float:
+    """(slowest - fastest) / median of the runs' own median iterations: how far the same plan moves between
+    launches on this host, the floor under any prediction's error."""
+    medians = [statistics.median(span for span, _ in observed_steps(run.value.events, num_devices, warmup))
+               for run in runs]
+    return (max(medians) - min(medians)) / statistics.median(medians)
+
+
 def bubbles(iteration_ms: float, busy_ms: list[float]) -> str:
     return " / ".join(f"{max(0.0, 1 - busy / iteration_ms):.0%}" for busy in busy_ms)
 
@@ -161,8 +171,8 @@ def main() -> None:
           f"{args.steps - args.warmup} steps after {args.warmup} warm-up steps each\n")
     print("| model | schedule | micro-batches | predicted ms | observed ms | error | predicted bubble per device "
           "| observed bubble per device | mean action ms | compute observed/predicted "
-          "| other programs' CPU, worst run |")
-    print("|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|")
+          "| run-to-run spread | other programs' CPU, worst run |")
+    print("|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|")
     profiles: dict = {}
     errors: dict[str, list[float]] = defaultdict(list)
     for model, schedule, microbatches in CASES:
@@ -189,7 +199,7 @@ def main() -> None:
         print(f"| {model} | {schedule} | {microbatches} | {prediction.iteration_ms:.2f} | {observed:.2f} | "
               f"{error:+.1%} | {bubbles(prediction.iteration_ms, predicted_busy)} | "
               f"{bubbles(observed, observed_busy)} | {mean_action_ms:.2f} | "
-              f"{sum(observed_busy) / sum(predicted_busy):.2f} | "
+              f"{sum(observed_busy) / sum(predicted_busy):.2f} | {run_spread(runs, args.warmup, devices):.0%} | "
               f"{max(run.other_load for run in runs):.0%} |", flush=True)
     every_error = [error for model_errors in errors.values() for error in model_errors]
     per_model = "; ".join(f"{model} {statistics.median(model_errors):.1%} ({len(model_errors)})"
