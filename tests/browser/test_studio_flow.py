@@ -125,9 +125,10 @@ def test_upload_plan_and_run_on_cpu(celery_worker, live_server, people, spec_tex
     expect(page.locator("#plan")).to_be_visible(timeout=60_000)
     expect(page.locator("[data-job-status]")).to_have_text("succeeded")
     note = page.locator("#calibration-note").inner_text()
-    before, after = (float(value) for value in re.findall(r"([0-9.]+) ms before calibration and ([0-9.]+) ms",
-                                                          note)[0])
+    before, after = (float(value) for value in re.findall(r"([0-9.]+) ms before calibration.*?([0-9.]+) ms after",
+                                                          note, re.DOTALL)[0])
     assert abs(after - observed_ms) < abs(before - observed_ms), note
+    assert re.search(r"charged as [0-9]+ µs on each end of every message between devices", note), note
     page.screenshot(path=str(SCREENS / "07b-replanned.png"), full_page=True)
 
     page.click("text=Dashboard >> nth=0")
