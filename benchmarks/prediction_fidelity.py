@@ -33,6 +33,9 @@ first action start to its last action end (what the simulator's ``iteration_ms``
 is not part of it); a device's bubble is that span minus the device's compute, as a share of the span.
 ``compute`` is the observed over the predicted busy time summed over devices: how far the layers ran from
 their profiled speed, the error left when the schedule, the transfers and the bubbles are modelled right.
+``error given the run's compute`` is not a prediction: the same simulation on each stage's median F, B, I
+and W durations in the runs (``planner.calibrate.recalibrate``), so it is the error of the schedule, message
+and bubble model alone, and ``error`` minus it is what the profile's compute speed adds.
 ``run-to-run spread`` is (slowest - fastest) / median of the runs' own median iterations: how much the same
 plan moves from one launch to the next, which no prediction can follow.
 
@@ -109,6 +112,12 @@ def run_observed(plan, spec, threads: int, args) -> tuple[list, list[tuple[float
     return runs, [step for run in runs for step in observed_steps(run.value.events, plan.num_devices, args.warmup)]
 
 
+def steady_actions(runs, warmup: int) -> list[list[dict]]:
+    """Each run's action events after its warm-up steps."""
+    return [[event for event in run.value.events if event.get("type", "action") == "action" and event["step"] >= warmup]
+            for run in runs]
+
+
 def overhead_on_probe_model(cluster, devices: int, threads: int, args) -> tuple[float, float, float]:
     """(observed ms, measured overhead us, fitted overhead us) of the probe model's plan.
 
@@ -125,8 +134,7 @@ def overhead_on_probe_model(cluster, devices: int, threads: int, args) -> tuple[
     plan = build_baseline(PROBE_SCHEDULE, profile, devices, PROBE_MICROBATCHES, cluster=cluster)
     runs, steps = run_observed(plan, spec, threads, args)
     observed = statistics.median(span for span, _ in steps)
-    per_run = [[event for event in run.value.events
-                if event.get("type", "action") == "action" and event["step"] >= args.warmup] for run in runs]
+    per_run = steady_actions(runs, args.warmup)
     fitted = fit_message_overhead(plan, recalibrate(profile, plan, [event for run in per_run for event in run]),
                                   cluster, observed)
     # each run's clock starts anew: the time between actions is read within a run, the median over runs kept
@@ -169,12 +177,14 @@ def main() -> None:
           f"{fitted_us:.0f} us fitted to the iteration; observed = median over {args.runs} "
           f"runs x "
           f"{args.steps - args.warmup} steps after {args.warmup} warm-up steps each\n")
-    print("| model | schedule | micro-batches | predicted ms | observed ms | error | predicted bubble per device "
+    print("| model | schedule | micro-batches | predicted ms | observed ms | error | error given the run's compute "
+          "| predicted bubble per device "
           "| observed bubble per device | mean action ms | compute observed/predicted "
           "| run-to-run spread | other programs' CPU, worst run |")
-    print("|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|")
     profiles: dict = {}
     errors: dict[str, list[float]] = defaultdict(list)
+    timing_errors: list[float] = []
     for model, schedule, microbatches in CASES:
         if args.only is not None and args.only not in f"{model}/{schedule}":
             continue
@@ -195,9 +205,15 @@ def main() -> None:
         observed_busy = [statistics.median(busy[device] for _, busy in steps) for device in range(devices)]
         error = (prediction.iteration_ms - observed) / observed
         errors[model].append(abs(error))
+        # Not a prediction: the same simulation on the compute the runs showed (each stage's median F, B, I and
+        # W durations, planner.calibrate.recalibrate), to tell the timing model's error from the profile's.
+        actions = [event for run in steady_actions(runs, args.warmup) for event in run]
+        given_compute = simulate(plan, recalibrate(profile, plan, actions), cluster).iteration_ms
+        timing_errors.append(abs(given_compute - observed) / observed)
         mean_action_ms = sum(predicted_busy) / sum(len(device_actions) for device_actions in plan.actions)
         print(f"| {model} | {schedule} | {microbatches} | {prediction.iteration_ms:.2f} | {observed:.2f} | "
-              f"{error:+.1%} | {bubbles(prediction.iteration_ms, predicted_busy)} | "
+              f"{error:+.1%} | {(given_compute - observed) / observed:+.1%} | "
+              f"{bubbles(prediction.iteration_ms, predicted_busy)} | "
               f"{bubbles(observed, observed_busy)} | {mean_action_ms:.2f} | "
               f"{sum(observed_busy) / sum(predicted_busy):.2f} | {run_spread(runs, args.warmup, devices):.0%} | "
               f"{max(run.other_load for run in runs):.0%} |", flush=True)
@@ -205,7 +221,8 @@ def main() -> None:
     per_model = "; ".join(f"{model} {statistics.median(model_errors):.1%} ({len(model_errors)})"
                           for model, model_errors in errors.items())
     print(f"\nmedian |error| {statistics.median(every_error):.1%} over {len(every_error)} plans (per model: "
-          f"{per_model}); load average {load_average()} at end")
+          f"{per_model}); given the runs' own compute {statistics.median(timing_errors):.1%}; load average "
+          f"{load_average()} at end")
 
 
 if __name__ == "__main__":
