@@ -1,4 +1,5 @@
-"""What a search returns: the best plan, the runners-up, every baseline on the same profile, and stats."""
+"""What a search returns: the best plan, the runners-up, every baseline on the same profile (metrics and plans), and
+stats. ``to_dict`` leaves the baselines' plans out: their metrics say what they are."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ class SearchResult:
     baselines: dict[str, dict]       # baseline name -> metrics on the same profile and cluster
     stats: dict = field(default_factory=dict)
     cancelled: bool = False
+    baseline_plans: dict[str, Plan] = field(default_factory=dict)   # the plans ``baselines`` scored, by name
 
     @property
     def iteration_ms(self) -> float:

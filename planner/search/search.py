@@ -109,7 +109,8 @@ def search_plan(profile: Profile, num_devices: int, num_microbatches: int, *, cl
                       "search": stats})
     reporter.report(1.0, f"done: {iteration_ms:.1f} ms, {gap:.1%} above the lower bound")
     return SearchResult(plan=plan, lower_bound=bound, gap=gap, candidates=tuner.top(top_k, profile),
-                        baselines=baselines, stats=stats, cancelled=stopped == "cancelled")
+                        baselines=baselines, stats=stats, cancelled=stopped == "cancelled",
+                        baseline_plans=baseline_plans)
 
 
 def default_max_evaluations(num_devices: int) -> int:

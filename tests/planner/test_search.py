@@ -51,8 +51,14 @@ def test_the_plan_is_never_slower_than_any_baseline_that_fits(searched, cluster)
         for partition in ("uniform", "time-balanced"):
             baseline = build_baseline(schedule, profile, DEVICES, MICROBATCHES, cluster=cluster, partition=partition)
             assert result.iteration_ms <= baseline.predicted["iteration_ms"] + 1e-9
+            # the result carries the very plans it scored, for the caller to store and run
+            [name] = [name for name, metrics in result.baselines.items()
+                      if (metrics["schedule"], metrics["partition"]) == (schedule, partition)]
+            scored = result.baseline_plans[name]
+            assert (scored.stages, scored.actions) == (baseline.stages, baseline.actions)
+            assert scored.predicted["iteration_ms"] == result.baselines[name]["iteration_ms"]
             checked += 1
-    assert checked == 10 and len(result.baselines) == 10
+    assert checked == 10 and len(result.baselines) == 10 == len(result.baseline_plans)
 
 
 def test_the_bound_holds_and_is_at_least_the_shared_bound(searched):

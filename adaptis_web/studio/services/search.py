@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 from adaptis_web.studio.models import PlanningJob
-from planner.baselines import build_baseline
 from planner.cluster import ClusterSpec
 from planner.errors import SpecError
 from planner.plan import Plan as PlannerPlan
@@ -102,13 +101,11 @@ def job_search(*, job: PlanningJob, profile: Profile, cluster: ClusterSpec,
     result = search_plan(profile, job.num_devices, job.num_microbatches, cluster=cluster,
                          memory_limit_bytes=job.memory_limit_bytes, seed=job.seed, time_budget_s=job.time_budget_s,
                          progress=job_progress_writer(job.pk, *progress_span), cancel=job_cancel_reader(job.pk))
-    # search_plan reports the baselines' metrics but not their plans: rebuild each (deterministic, and
-    # cheap next to the search) so every row of the comparison is a stored plan that can be run.
+    # Every baseline the search scored is stored, so every row of the comparison is a plan that can be run.
     # Slowest first and the AdaPtis plan last: stored in this order, the job's plans (newest first) read
     # best first, and the AdaPtis plan is the job's latest plan, the one its page opens on.
-    plans = {name: build_baseline(metrics["schedule"], profile, job.num_devices, job.num_microbatches,
-                                  cluster=cluster, partition=metrics["partition"])
-             for name, metrics in sorted(result.baselines.items(), key=lambda item: -item[1]["iteration_ms"])}
+    plans = {name: result.baseline_plans[name]
+             for name, _ in sorted(result.baselines.items(), key=lambda item: -item[1]["iteration_ms"])}
     plans[ADAPTIS_STRATEGY] = result.plan
     predicted = result.plan.predicted
     summary = {
