@@ -22,6 +22,7 @@ import json
 import os
 import threading
 from collections import deque
+from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
 
@@ -62,6 +63,15 @@ class RedisStreamSink:
 
     def close(self) -> None:
         self._client.close()
+
+
+def resolved_sink(target: str) -> str:
+    """``target`` with a file path made absolute (Redis URLs as they are): ranks run in another working
+    directory than their launcher, and must write where the caller meant."""
+    parts = urlsplit(target) if isinstance(target, str) else None
+    if parts is None or parts.scheme in REDIS_SCHEMES or (parts.scheme and parts.scheme != "file"):
+        return target
+    return str(Path(parts.path if parts.scheme == "file" else target).resolve())
 
 
 def open_sink(target: str):

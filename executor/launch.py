@@ -28,7 +28,7 @@ from torch.distributed import TCPStore
 from executor.capacity import check_capacity
 from executor.config import RunConfig
 from executor.errors import ExecutorError
-from executor.events import open_sink
+from executor.events import open_sink, resolved_sink
 from executor.host import LAUNCHER_PID_ENV
 from executor.lowering import lower_plan
 from executor.worker import RESULT_FILE, done_file, error_file, run_dtype
@@ -152,6 +152,9 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
     ``bind_cores``: on CPU, bind each local rank to cores of its own (``executor.host.bind_to_cores``) where
     they fit; the summary records what every rank used (``threads_per_rank``, ``cores_per_rank``).
     """
+    # The ranks run in the repository, not in the caller's directory: relative paths are the caller's.
+    event_sink = resolved_sink(event_sink) if event_sink else event_sink
+    checkpoint_dir = str(Path(checkpoint_dir).resolve()) if checkpoint_dir else checkpoint_dir
     config = RunConfig(backend=backend, seed=seed, steps=steps, optimizer=optimizer, lr=lr, dtype=dtype,
                        event_sink=event_sink, checkpoint_dir=checkpoint_dir, lookahead=lookahead,
                        report_failures=False, step_barriers=step_barriers, threads_per_rank=threads_per_rank,

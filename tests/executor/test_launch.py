@@ -104,10 +104,12 @@ def test_summary_matches_an_independent_count_of_the_events(three_rank_run):
     assert result.loss == result.losses[-1] and len(result.losses) == 2
 
 
-def test_jsonl_sink_receives_the_same_event_schema(tmp_path):
+def test_jsonl_sink_receives_the_same_event_schema_at_a_path_relative_to_the_caller(tmp_path, monkeypatch):
+    # The ranks run in the repository; a relative path must still land in the caller's directory.
+    monkeypatch.chdir(tmp_path)
     path = tmp_path / "events.jsonl"
     plan = one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2)
-    result = run_plan(plan, every_kind_spec(), event_sink=str(path), timeout_s=240)
+    result = run_plan(plan, every_kind_spec(), event_sink="events.jsonl", timeout_s=240)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [lines[0]["type"], lines[-1]["type"]] == ["run_started", "run_finished"]
     assert len([e for e in lines if e["type"] == "action"]) == plan.num_actions() == len(result.events)
