@@ -53,6 +53,18 @@ def observed_spans(plan: Plan, observed_events: list[dict]) -> list[tuple[int, A
     return spans
 
 
+def observed_iteration_ms(plan: Plan, observed_events: list[dict]) -> float:
+    """The median over steps of a step's span, from its first action's start to its last action's end (what
+    the simulator's ``iteration_ms`` models: the optimizer step between steps is not part of it)."""
+    steps: dict[int, tuple[float, float]] = {}
+    for step, _, start, end in observed_spans(plan, observed_events):
+        first, last = steps.get(step, (start, end))
+        steps[step] = (min(first, start), max(last, end))
+    if not steps:
+        raise SpecError("observed_events", "holds no action events")
+    return median(last - first for first, last in steps.values())
+
+
 def observed_durations(plan: Plan, observed_events: list[dict]) -> dict[tuple[int, str], list[float]]:
     """Durations per (stage, action type) from the action events; other event types are skipped."""
     durations: dict[tuple[int, str], list[float]] = {}

@@ -1,4 +1,4 @@
-"""``python -m planner``: simulate, build baselines, export, profile and list presets from the shell.
+"""``python -m planner``: simulate, build baselines, search, export, calibrate and list presets from the shell.
 
 Every subcommand is one function decorated with ``@subcommand(name, help, arguments=[...])`` that takes
 the parsed arguments and returns an exit code; adding a subcommand is adding one such function (reuse
@@ -21,6 +21,8 @@ from typing import Callable
 import yaml
 
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
+from planner.calibrate import (measure_message_overhead, observed_iteration_ms, observed_spans, recalibrate,
+                               with_message_overhead)
 from planner.cluster import ClusterSpec, load_cluster, load_cluster_preset, preset_names
 from planner.cost import analytic_profile
 from planner.errors import PlanError, SpecError
@@ -137,14 +139,41 @@ def read_plan(value: str) -> Plan:
     return _load("plan", load_plan, _read_document(Path(value), "plan"))
 
 
-def write_output(target: str, text: str) -> None:
+def read_events(value: str) -> list:
+    """A run's events: the JSON-lines file ``python -m executor run --events FILE`` writes (one event per
+    line), or the JSON result ``--out`` writes (its ``events``)."""
+    path = Path(value)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise InputError("--events", SpecError("file", f"cannot read {path}: {error.strerror}")) from None
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    if isinstance(whole, dict) and isinstance(whole.get("events"), list):
+        return whole["events"]
+    events = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise InputError("--events", SpecError("file", f"{path} line {number} is not a JSON event: "
+                                                           f"{error.msg}")) from None
+    return events
+
+
+def write_output(target: str, text: str, option: str = "--out") -> None:
     if target == "-":
         sys.stdout.write(text)
         return
     try:
         Path(target).write_text(text, encoding="utf-8")
     except OSError as error:
-        raise InputError("--out", SpecError("out", f"cannot write {target}: {error.strerror}")) from None
+        raise InputError(option, SpecError(option.lstrip("-").replace("-", "_"),
+                                           f"cannot write {target}: {error.strerror}")) from None
 
 
 def print_json(doc: dict) -> None:
@@ -262,6 +291,49 @@ def search_command(args: argparse.Namespace) -> int:
         "peak_memory_bytes": result.plan.predicted["peak_memory_bytes"],
         "baselines": {name: metrics["iteration_ms"] for name, metrics in result.baselines.items()},
         "search": result.stats})
+    return EXIT_OK
+
+
+@subcommand("calibrate", "Fit a profile, and optionally the cluster's per-message overhead, to a run's timings.", [
+    argument("plan", help="the plan that ran (adaptis.plan/v1)"),
+    PROFILE,
+    argument("--events", required=True, metavar="FILE",
+             help="the run's events: the JSON-lines file of 'python -m executor run --events FILE', or its --out"),
+    CLUSTER,
+    argument("--warmup", type=int, default=1, metavar="K", help="leave the run's first K steps out (default 1)"),
+    OUT,
+    argument("--cluster-out", metavar="FILE",
+             help="also write --cluster with the per-message overhead measured between the run's actions"),
+])
+def calibrate_command(args: argparse.Namespace) -> int:
+    """Each stage's layers scaled to the observed median F, I/B and W durations (``planner.calibrate``): the
+    profile to plan the next run with. Prints the observed iteration next to the predictions before and after."""
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.cluster_out and args.cluster is None:
+        raise UsageError("--cluster-out needs --cluster (the cluster to charge the measured overhead on)")
+    cluster = read_cluster(args.cluster)
+    profile = read_profile(args.profile, cluster)
+    plan = read_plan(args.plan)
+    events = read_events(args.events)
+    spans = _load("--events", observed_spans, plan, events)
+    warmup_steps = set(sorted({step for step, *_ in spans})[:args.warmup])
+    steady = [event for event in events if event.get("type", "action") == "action"
+              and event.get("step", 0) not in warmup_steps]
+    if not steady:
+        raise InputError("--events", SpecError("events", f"hold no action events after the first {args.warmup} "
+                                                         f"step(s) (the run had {len(warmup_steps)})"))
+    calibrated = _load("--events", recalibrate, profile, plan, steady)
+    summary = {"observed_iteration_ms": observed_iteration_ms(plan, steady),
+               "predicted_before_ms": simulate(plan, profile, cluster).iteration_ms}
+    if args.cluster_out:
+        overhead_us = _load("--events", measure_message_overhead, plan, steady)
+        cluster = with_message_overhead(cluster, overhead_us)
+        write_output(args.cluster_out, json.dumps(cluster.to_dict(), indent=2) + "\n", "--cluster-out")
+        summary.update(message_overhead_us=overhead_us, cluster_out=args.cluster_out)
+    summary["predicted_after_ms"] = simulate(plan, calibrated, cluster).iteration_ms
+    write_output(args.out, json.dumps(calibrated.to_dict(), indent=2) + "\n")
+    _report_written(args.out, summary)
     return EXIT_OK
 
 
