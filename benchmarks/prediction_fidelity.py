@@ -33,7 +33,7 @@ first action start to its last action end (what the simulator's ``iteration_ms``
 is not part of it); a device's bubble is that span minus the device's compute, as a share of the span.
 ``compute`` is the observed over the predicted busy time summed over devices: how far the layers ran from
 their profiled speed, the error left when the schedule, the transfers and the bubbles are modelled right.
-``error given the run's compute`` is not a prediction: the same simulation on each stage's median F, B, I
+``error given the run's compute`` is not a prediction: the same simulation on each stage's mean F, B, I
 and W durations in the runs (``planner.calibrate.recalibrate``), so it is the error of the schedule, message
 and bubble model alone, and ``error`` minus it is what the profile's compute speed adds.
 ``run-to-run spread`` is (slowest - fastest) / median of the runs' own median iterations: how much the same
@@ -205,7 +205,7 @@ def main() -> None:
         observed_busy = [statistics.median(busy[device] for _, busy in steps) for device in range(devices)]
         error = (prediction.iteration_ms - observed) / observed
         errors[model].append(abs(error))
-        # Not a prediction: the same simulation on the compute the runs showed (each stage's median F, B, I and
+        # Not a prediction: the same simulation on the compute the runs showed (each stage's mean F, B, I and
         # W durations, planner.calibrate.recalibrate), to tell the timing model's error from the profile's.
         actions = [event for run in steady_actions(runs, args.warmup) for event in run]
         given_compute = simulate(plan, recalibrate(profile, plan, actions), cluster).iteration_ms

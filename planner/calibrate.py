@@ -2,23 +2,35 @@
 
 The executor reports one event per action (``{"type": "action", "action": "2F0", "start_ms", "end_ms",
 ...}``). For every stage of the plan and every kind of work (forward, input-gradient backward, weight
-backward) the fit takes the median observed duration (robust to a slow first step), divides it by the
-duration the profile predicts, and multiplies each of the stage's layers by that factor. The stage's
-observed time is thus spread over its layers in proportion to their predicted shares. A full ``B``
-scales both backward parts by one factor. Kinds never observed on a stage take the median factor of the
-same kind on the other stages (a device-wide speed difference carries over), or stay as they are.
+backward) the fit takes the mean observed duration, divides it by the duration the profile predicts, and
+multiplies each of the stage's layers by that factor. The stage's observed time is thus spread over its
+layers in proportion to their predicted shares. A full ``B`` scales both backward parts by one factor.
+Kinds never observed on a stage take the median factor of the same kind on the other stages (a device-wide
+speed difference carries over), or stay as they are.
+
+The mean, not the median: an iteration adds its actions' times up, and on a shared host their distribution
+has a long right tail (a median of tiny-llama's actions left a run's busy time 5-10 % short). So callers
+leave warm-up steps out: the executor's summary counts the first of several steps as warm-up, and
+``python -m planner calibrate --warmup`` does the same.
+
+The cluster is calibrated too: ``measure_message_overhead`` reads the links' per-message overhead off the
+time between actions (``fit_message_overhead`` fits it to a whole iteration instead), and
+``fit_kernel_overhead`` the device's per-kernel overhead off a measured profile, so that analytic profiles
+of models the device has not run start from its real fixed cost per op.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from statistics import median
+from statistics import fmean, median
 
 from planner.cluster import ClusterSpec
+from planner.cost import analytic_profile
 from planner.errors import SpecError
 from planner.plan import Action, Plan
 from planner.profile import Profile
 from planner.simulator import simulate
+from planner.spec.model import ModelSpec
 
 KIND_PARTS = {"F": ("forward",), "I": ("backward_input",), "W": ("backward_weight",),
               "B": ("backward_input", "backward_weight")}
@@ -82,7 +94,7 @@ def recalibrate(profile: Profile, plan: Plan, observed_events: list[dict]) -> Pr
     if not durations:
         raise SpecError("observed_events", "holds no action events to calibrate from")
     factors = {(stage, part): factor for (stage, kind), values in durations.items()
-               for part, factor in _factors(profile, plan, stage, kind, median(values)).items()}
+               for part, factor in _factors(profile, plan, stage, kind, fmean(values)).items()}
     fallback = {part: median(values) for part in PARTS
                 if (values := [factor for (_, other), factor in factors.items() if other == part])}
     layers = list(profile.layers)
@@ -102,6 +114,29 @@ def _factors(profile: Profile, plan: Plan, stage: int, kind: str, observed_ms: f
     if predicted <= 0:
         return {}
     return {part: observed_ms / predicted for part in parts}
+
+
+def fit_kernel_overhead(spec: ModelSpec, cluster: ClusterSpec, measured: Profile) -> float:
+    """The per-kernel overhead (us) at which ``analytic_profile(spec, cluster)`` takes as long in all as the
+    ``measured`` profile of the same model (F, I and W over every layer).
+
+    The analytic time is linear in the overhead, ``total(o) = total(0) + kernels * o``, so this is closed form.
+    On a device whose kernels are eager framework ops (a CPU) the fixed cost per op, not the FLOPs, sets a
+    small layer's time; fitting it on a measured profile carries that over to models the device has not run.
+    0 when the analytic model is already slower than the measurement.
+    """
+    if measured.num_layers != len(spec.layers):
+        raise SpecError("measured", f"has {measured.num_layers} layers, the model {len(spec.layers)}")
+
+    def total_ms(overhead_us: float) -> float:
+        device = replace(cluster.device, kernel_overhead_us=overhead_us)
+        profile = analytic_profile(spec, replace(cluster, device=device))
+        return sum(layer.forward + layer.backward_input + layer.backward_weight for layer in profile.layers)
+
+    without = total_ms(0.0)
+    kernels_ms_per_us = total_ms(1.0) - without
+    observed = sum(layer.forward + layer.backward_input + layer.backward_weight for layer in measured.layers)
+    return max(0.0, (observed - without) / kernels_ms_per_us)
 
 
 def with_message_overhead(cluster: ClusterSpec, overhead_us: float) -> ClusterSpec:
@@ -126,9 +161,10 @@ def _message_ends(plan: Plan, action: Action) -> tuple[int, int]:
 
 
 def measure_message_overhead(plan: Plan, observed_events: list[dict]) -> float:
-    """The per-message overhead (us per end) read off a run's action timings: the median, over pairs of
+    """The per-message overhead (us per end) read off a run's action timings: the mean, over pairs of
     consecutive actions on a device where the second did not wait for its input, of the time between them
     divided by the message ends the simulator charges there (the first's sends and the second's receives).
+    The mean, as for the compute (see the module docstring): an iteration adds these times up.
 
     A direct measurement, unlike ``fit_message_overhead``: it does not depend on how well the profile predicts
     the compute, so a compute speed that differs by a few percent from the profile's does not turn into
@@ -161,7 +197,7 @@ def measure_message_overhead(plan: Plan, observed_events: list[dict]) -> float:
     if not per_end:
         raise SpecError("observed_events", "hold no consecutive actions of a device with a message between "
                                            "them whose input had arrived; nothing to measure the overhead on")
-    return max(0.0, median(per_end)) * 1e3
+    return max(0.0, fmean(per_end)) * 1e3
 
 
 def fit_message_overhead(plan: Plan, profile: Profile, cluster: ClusterSpec, observed_iteration_ms: float, *,

@@ -306,7 +306,7 @@ def search_command(args: argparse.Namespace) -> int:
              help="also write --cluster with the per-message overhead measured between the run's actions"),
 ])
 def calibrate_command(args: argparse.Namespace) -> int:
-    """Each stage's layers scaled to the observed median F, I/B and W durations (``planner.calibrate``): the
+    """Each stage's layers scaled to the observed mean F, I/B and W durations (``planner.calibrate``): the
     profile to plan the next run with. Prints the observed iteration next to the predictions before and after."""
     if args.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {args.warmup}")

@@ -18,6 +18,8 @@ from planner.validation import (
 )
 
 CLUSTER_FORMAT = "adaptis.cluster/v1"
+# Launch latency plus the tail of a partly filled last wave: about 5 us per kernel on a GPU.
+DEFAULT_KERNEL_OVERHEAD_US = 5.0
 PRESET_DIR = Path(__file__).parent / "presets" / "clusters"
 
 
@@ -28,10 +30,16 @@ class DeviceType:
     peak_tflops: float          # dense bf16 peak
     efficiency: float           # achievable fraction of peak for large matmuls
     memory_bandwidth_gb_s: float
+    # fixed time every kernel pays besides its FLOPs and bytes: ~5 us to launch one on a GPU, tens of us for
+    # an eager PyTorch op (dispatch, autograd bookkeeping) on a CPU core
+    kernel_overhead_us: float = DEFAULT_KERNEL_OVERHEAD_US
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "memory_bytes": self.memory_bytes, "peak_tflops": self.peak_tflops,
-                "efficiency": self.efficiency, "memory_bandwidth_gb_s": self.memory_bandwidth_gb_s}
+        doc = {"name": self.name, "memory_bytes": self.memory_bytes, "peak_tflops": self.peak_tflops,
+               "efficiency": self.efficiency, "memory_bandwidth_gb_s": self.memory_bandwidth_gb_s}
+        if self.kernel_overhead_us != DEFAULT_KERNEL_OVERHEAD_US:
+            doc["kernel_overhead_us"] = self.kernel_overhead_us
+        return doc
 
 
 @dataclass(frozen=True)
@@ -106,8 +114,8 @@ def load_cluster(doc: object) -> ClusterSpec:
     check_format(doc, CLUSTER_FORMAT)
     reject_unknown(doc, {"format", "name", "nodes", "devices_per_node", "device", "links", "description"}, "")
     device = require_mapping(doc.get("device"), "device")
-    reject_unknown(device, {"name", "memory_bytes", "peak_tflops", "efficiency", "memory_bandwidth_gb_s"},
-                   "device")
+    reject_unknown(device, {"name", "memory_bytes", "peak_tflops", "efficiency", "memory_bandwidth_gb_s",
+                            "kernel_overhead_us"}, "device")
     efficiency = get_number(device, "efficiency", "device", default=0.5, exclusive_minimum=True)
     if efficiency > 1:
         raise SpecError("device.efficiency", f"must be a fraction in (0, 1], got {efficiency}")
@@ -123,6 +131,7 @@ def load_cluster(doc: object) -> ClusterSpec:
             peak_tflops=get_number(device, "peak_tflops", "device", exclusive_minimum=True),
             efficiency=efficiency,
             memory_bandwidth_gb_s=get_number(device, "memory_bandwidth_gb_s", "device", exclusive_minimum=True),
+            kernel_overhead_us=get_number(device, "kernel_overhead_us", "device", default=DEFAULT_KERNEL_OVERHEAD_US),
         ),
         intra_node=intra,
         inter_node=_load_link(links["inter_node"], "links.inter_node") if "inter_node" in links else intra,

@@ -2,17 +2,14 @@
 
 A kernel takes ``max(FLOPs / (peak · efficiency), bytes / memory bandwidth)``: compute-bound kernels
 (projections, attention) at the device's achievable matmul rate, memory-bound ones (norms, activations, the
-embedding gather) at its bandwidth. Each kernel also pays a fixed launch-and-tail overhead, which is what
-dominates tiny layers.
+embedding gather) at its bandwidth. Each kernel also pays the device's fixed ``kernel_overhead_us``
+(launch and tail on a GPU, eager dispatch on a CPU), which is what dominates tiny layers.
 """
 
 from __future__ import annotations
 
 from planner.cluster import DeviceType
 from planner.cost.work import Kernel
-
-KERNEL_OVERHEAD_MS = 0.005   # launch latency plus the tail of a partly filled last wave, ~5 µs on GPUs
-
 
 def compute_rate_flops_per_ms(device: DeviceType) -> float:
     return device.peak_tflops * 1e12 * device.efficiency / 1e3
@@ -25,7 +22,7 @@ def bandwidth_bytes_per_ms(device: DeviceType) -> float:
 def kernel_ms(kernel: Kernel, device: DeviceType) -> float:
     compute_ms = (kernel.flops + kernel.recomputed_flops) / compute_rate_flops_per_ms(device)
     memory_ms = kernel.bytes / bandwidth_bytes_per_ms(device)
-    return max(compute_ms, memory_ms) + KERNEL_OVERHEAD_MS
+    return max(compute_ms, memory_ms) + device.kernel_overhead_us * 1e-3
 
 
 def pass_ms(kernels: tuple[Kernel, ...], device: DeviceType) -> float:

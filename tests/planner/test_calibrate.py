@@ -5,11 +5,14 @@ from dataclasses import replace
 import pytest
 
 from planner.baselines import build_baseline
-from planner.calibrate import fit_message_overhead, measure_message_overhead, recalibrate, with_message_overhead
-from planner.cluster import Link
+from planner.calibrate import (fit_kernel_overhead, fit_message_overhead, measure_message_overhead, recalibrate,
+                               with_message_overhead)
+from planner.cluster import Link, load_cluster_preset
+from planner.cost import analytic_profile
 from planner.errors import SpecError
 from planner.search import search_plan
 from planner.simulator import simulate
+from planner.spec.presets import load_model_preset
 from tests.planner.search_profiles import hybrid_profile, small_cluster
 
 DEVICES, MICROBATCHES = 4, 8
@@ -166,3 +169,23 @@ def test_measuring_the_overhead_needs_a_message_between_actions():
     with pytest.raises(SpecError) as error:
         measure_message_overhead(plan, _events(simulate(plan, profile, cluster)))
     assert error.value.field == "observed_events"
+
+
+def test_the_fitted_kernel_overhead_makes_the_analytic_total_the_measured_one():
+    spec, cluster = load_model_preset("tiny-llama"), load_cluster_preset("cpu-host")
+    # a "measurement": the analytic profile with 80 us per kernel, every layer 10 % slower on top
+    truth = replace(cluster, device=replace(cluster.device, kernel_overhead_us=80.0))
+    measured = analytic_profile(spec, truth)
+    measured = replace(measured, layers=tuple(replace(layer, forward=layer.forward * 1.1,
+                                                      backward_input=layer.backward_input * 1.1,
+                                                      backward_weight=layer.backward_weight * 1.1)
+                                              for layer in measured.layers))
+    fitted = fit_kernel_overhead(spec, cluster, measured)
+    total = lambda profile: sum(layer.forward + layer.backward_input + layer.backward_weight  # noqa: E731
+                                for layer in profile.layers)
+    refit = analytic_profile(spec, replace(cluster, device=replace(cluster.device, kernel_overhead_us=fitted)))
+    assert total(refit) == pytest.approx(total(measured), rel=1e-9)
+    assert fitted > 80.0
+    # a measurement faster than the analytic model with no overhead at all needs none
+    assert fit_kernel_overhead(spec, cluster, replace(measured, layers=tuple(
+        replace(layer, forward=0.0, backward_input=0.0, backward_weight=0.0) for layer in measured.layers))) == 0.0

@@ -95,6 +95,19 @@ def test_cluster_errors_name_the_field():
     with pytest.raises(SpecError, match="must be >= 0") as error:
         load_cluster(doc)
     assert error.value.field == "links.inter_node.overhead_us"
+    doc = load_cluster_preset("cpu-host").to_dict()
+    doc["device"]["kernel_overhead_us"] = "fast"
+    with pytest.raises(SpecError, match="must be a number") as error:
+        load_cluster(doc)
+    assert error.value.field == "device.kernel_overhead_us"
+
+
+def test_the_per_kernel_overhead_is_5_us_unless_the_device_says_otherwise_and_round_trips():
+    gpu = load_cluster_preset("h100-sxm-1x8")
+    assert gpu.device.kernel_overhead_us == 5.0 and "kernel_overhead_us" not in gpu.to_dict()["device"]
+    cpu = load_cluster_preset("cpu-host")
+    assert cpu.device.kernel_overhead_us > 5.0
+    assert load_cluster(cpu.to_dict()) == cpu
 
 
 def test_message_overhead_round_trips_and_is_charged_only_between_devices():

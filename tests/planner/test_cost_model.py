@@ -11,7 +11,7 @@ from planner.cost.attention import attention_core, mean_keys_per_query
 from planner.cost.linear_attention import linear_attention_core
 from planner.cost.mlp import moe_cost
 from planner.cost.primitives import linear
-from planner.cost.roofline import KERNEL_OVERHEAD_MS, kernel_ms, pass_ms
+from planner.cost.roofline import kernel_ms, pass_ms
 from planner.cost.ssm import ssd_scan
 from planner.cost.work import Kernel
 from planner.profile import load_profile
@@ -83,8 +83,12 @@ def test_llama_total_flops_match_six_n_t_plus_attention():
     assert analytic_profile(spec, H100).flops_per_microbatch == pytest.approx(expected, rel=0.02)
 
 
+KERNEL_OVERHEAD_MS = 0.005   # what a GPU preset charges per kernel (DeviceType's default, 5 us)
+
+
 def test_roofline_takes_the_slower_of_compute_and_memory():
     device = H100.device
+    assert device.kernel_overhead_us == 5.0
     rate = device.peak_tflops * 1e12 * device.efficiency
     compute_bound = Kernel(flops=1e12, bytes=1e6)
     memory_bound = Kernel(flops=1e6, bytes=1e10)
@@ -229,3 +233,16 @@ def test_every_preset_profiles_on_every_cluster_quickly():
             profile = analytic_profile(spec, load_cluster_preset(cluster))
             assert profile.num_layers == spec.num_layers
     assert time.perf_counter() - started < 5
+
+
+def test_every_kernel_pays_the_devices_own_fixed_overhead():
+    """On a device with no compute or memory limit to speak of, a pass costs its kernel count times the
+    device's per-kernel overhead: the CPU preset's eager-dispatch cost shows up in every layer."""
+    spec = load_model_preset("tiny-llama")
+    unlimited = dataclasses.replace(H100.device, peak_tflops=1e12, memory_bandwidth_gb_s=1e12)
+    for overhead_us in (5.0, 55.0):
+        device = dataclasses.replace(unlimited, kernel_overhead_us=overhead_us)
+        for layer in spec.layers:
+            cost = layer_cost(layer, spec)
+            for kernels in (cost.forward, cost.backward_input, cost.backward_weight):
+                assert pass_ms(kernels, device) == pytest.approx(len(kernels) * overhead_us * 1e-3, rel=1e-6)

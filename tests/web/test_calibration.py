@@ -102,6 +102,24 @@ def test_replanning_keeps_the_cluster_and_says_why_when_the_run_shows_no_time_be
     assert job.calibration["predicted_after_ms"] == job.calibration["predicted_compute_calibrated_ms"]
 
 
+def test_the_runs_warm_up_steps_are_left_out(people, planned, observed_run):
+    """A first step ten times slower, counted as warm-up by the run's summary, changes nothing."""
+    warm = list(observed_run.events.order_by("seq"))
+    RunEvent.objects.filter(run=observed_run).update(step=1)
+    RunEvent.objects.bulk_create([
+        RunEvent(run=observed_run, seq=len(warm) + seq, rank=event.rank, device=event.device, action=event.action,
+                 stage=event.stage, kind=event.kind, microbatch=event.microbatch, step=0,
+                 start_ms=event.start_ms * 10 - 1e6, end_ms=event.end_ms * 10 - 1e6)
+        for seq, event in enumerate(warm, start=1)])
+    Run.objects.filter(pk=observed_run.pk).update(summary={**observed_run.summary, "warmup_steps": 1})
+    observed_run.refresh_from_db()
+    job = job_replan_from_run(run=observed_run, user=people.member)
+    assert job.calibration["observed_actions"] == len(warm)
+    assert job.calibration["message_overhead_us"] == pytest.approx(TRUE_OVERHEAD_US, rel=1e-9)
+    for got, want in zip(load_profile(job.profile_doc).layers, _slowed_profile(planned.plan).layers):
+        assert got.forward == pytest.approx(want.forward, rel=1e-9)
+
+
 def test_a_run_that_has_not_succeeded_cannot_calibrate_and_nothing_is_stored(people, planned, observed_run):
     Run.objects.filter(pk=observed_run.pk).update(status=JobStatus.FAILED)
     observed_run.refresh_from_db()

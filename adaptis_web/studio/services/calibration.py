@@ -1,8 +1,8 @@
 """Closed loop in the Studio: recalibrate a plan's profile from a finished run and plan again with it.
 
 A run's observed action timings (``RunEvent`` rows) go through ``planner.calibrate.recalibrate``: every
-stage's layers are scaled so that the plan that ran predicts each stage's median observed F, I/B and W
-durations, and the per-message overhead is measured between them (``planner.calibrate.
+stage's layers are scaled so that the plan that ran predicts each stage's mean observed F, I/B and W
+durations after the run's warm-up steps, and the per-message overhead is measured between them (``planner.calibrate.
 measure_message_overhead``: the time between consecutive actions of a device that did not wait for its
 input, per message end); the new job's cluster charges it on every link. The new job plans with that
 profile and cluster, with the same settings as the job the run's plan came from. It records how well each
@@ -34,10 +34,14 @@ from planner.simulator import simulate_summary
 
 
 def run_observed_events(run: Run) -> list[dict]:
-    """The run's observed actions in the executor's event shape (what ``recalibrate`` reads)."""
-    return [{"type": "action", "action": action, "step": step, "start_ms": start, "end_ms": end}
-            for action, step, start, end in run.events.order_by("seq").values_list("action", "step", "start_ms",
-                                                                                   "end_ms")]
+    """The run's observed actions after its warm-up steps (as its summary counts them), in the executor's
+    event shape (what ``recalibrate`` reads); every action when the run had no step after its warm-up."""
+    rows = run.events.order_by("seq").values_list("action", "step", "start_ms", "end_ms")
+    events = [{"type": "action", "action": action, "step": step, "start_ms": start, "end_ms": end}
+              for action, step, start, end in rows]
+    steps = sorted({event["step"] for event in events})
+    warm = set(steps[int((run.summary or {}).get("warmup_steps") or 0):])
+    return [event for event in events if event["step"] in warm] or events
 
 
 def _observed_iteration_ms(run: Run) -> float:
