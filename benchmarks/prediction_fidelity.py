@@ -65,8 +65,8 @@ from executor.linkprobe import local_cluster, measure_link  # noqa: E402
 from executor.model.scale import scale_spec  # noqa: E402
 from executor.profiler import measure_profile_alongside  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402
-from planner.calibrate import (fit_message_overhead, measure_message_overhead, recalibrate,  # noqa: E402
-                               with_message_overhead)
+from planner.calibrate import (after_warmup, fit_message_overhead, measure_message_overhead,  # noqa: E402
+                               recalibrate, with_message_overhead)
 from planner.cluster import load_cluster  # noqa: E402
 from planner.simulator import simulate  # noqa: E402
 from planner.spec.presets import load_model_preset  # noqa: E402
@@ -112,10 +112,9 @@ def run_observed(plan, spec, threads: int, args) -> tuple[list, list[tuple[float
     return runs, [step for run in runs for step in observed_steps(run.value.events, plan.num_devices, args.warmup)]
 
 
-def steady_actions(runs, warmup: int) -> list[list[dict]]:
+def steady_actions(plan, runs, warmup: int) -> list[list[dict]]:
     """Each run's action events after its warm-up steps."""
-    return [[event for event in run.value.events if event.get("type", "action") == "action" and event["step"] >= warmup]
-            for run in runs]
+    return [after_warmup(plan, run.value.events, warmup) for run in runs]
 
 
 def overhead_on_probe_model(cluster, devices: int, threads: int, args) -> tuple[float, float, float]:
@@ -134,7 +133,7 @@ def overhead_on_probe_model(cluster, devices: int, threads: int, args) -> tuple[
     plan = build_baseline(PROBE_SCHEDULE, profile, devices, PROBE_MICROBATCHES, cluster=cluster)
     runs, steps = run_observed(plan, spec, threads, args)
     observed = statistics.median(span for span, _ in steps)
-    per_run = steady_actions(runs, args.warmup)
+    per_run = steady_actions(plan, runs, args.warmup)
     fitted = fit_message_overhead(plan, recalibrate(profile, plan, [event for run in per_run for event in run]),
                                   cluster, observed)
     # each run's clock starts anew: the time between actions is read within a run, the median over runs kept
@@ -207,7 +206,7 @@ def main() -> None:
         errors[model].append(abs(error))
         # Not a prediction: the same simulation on the compute the runs showed (each stage's mean F, B, I and
         # W durations, planner.calibrate.recalibrate), to tell the timing model's error from the profile's.
-        actions = [event for run in steady_actions(runs, args.warmup) for event in run]
+        actions = [event for run in steady_actions(plan, runs, args.warmup) for event in run]
         given_compute = simulate(plan, recalibrate(profile, plan, actions), cluster).iteration_ms
         timing_errors.append(abs(given_compute - observed) / observed)
         mean_action_ms = sum(predicted_busy) / sum(len(device_actions) for device_actions in plan.actions)

@@ -65,6 +65,15 @@ def observed_spans(plan: Plan, observed_events: list[dict]) -> list[tuple[int, A
     return spans
 
 
+def after_warmup(plan: Plan, observed_events: list[dict], warmup_steps: int) -> list[dict]:
+    """The action events of every step after the first ``warmup_steps`` steps the events hold (validated as
+    ``observed_spans`` does); empty when there is no such step."""
+    spans = observed_spans(plan, observed_events)
+    warmup = set(sorted({step for step, *_ in spans})[:max(0, warmup_steps)])
+    return [event for event in observed_events
+            if event.get("type", "action") == "action" and event.get("step", 0) not in warmup]
+
+
 def observed_iteration_ms(plan: Plan, observed_events: list[dict]) -> float:
     """The median over steps of a step's span, from its first action's start to its last action's end (what
     the simulator's ``iteration_ms`` models: the optimizer step between steps is not part of it)."""

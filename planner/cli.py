@@ -21,7 +21,7 @@ from typing import Callable
 import yaml
 
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
-from planner.calibrate import (measure_message_overhead, observed_iteration_ms, observed_spans, recalibrate,
+from planner.calibrate import (after_warmup, measure_message_overhead, observed_iteration_ms, recalibrate,
                                with_message_overhead)
 from planner.cluster import ClusterSpec, load_cluster, load_cluster_preset, preset_names
 from planner.cost import analytic_profile
@@ -316,13 +316,10 @@ def calibrate_command(args: argparse.Namespace) -> int:
     profile = read_profile(args.profile, cluster)
     plan = read_plan(args.plan)
     events = read_events(args.events)
-    spans = _load("--events", observed_spans, plan, events)
-    warmup_steps = set(sorted({step for step, *_ in spans})[:args.warmup])
-    steady = [event for event in events if event.get("type", "action") == "action"
-              and event.get("step", 0) not in warmup_steps]
+    steady = _load("--events", after_warmup, plan, events, args.warmup)
     if not steady:
         raise InputError("--events", SpecError("events", f"hold no action events after the first {args.warmup} "
-                                                         f"step(s) (the run had {len(warmup_steps)})"))
+                                                         f"step(s)"))
     calibrated = _load("--events", recalibrate, profile, plan, steady)
     summary = {"observed_iteration_ms": observed_iteration_ms(plan, steady),
                "predicted_before_ms": simulate(plan, profile, cluster).iteration_ms}

@@ -5,8 +5,8 @@ from dataclasses import replace
 import pytest
 
 from planner.baselines import build_baseline
-from planner.calibrate import (fit_kernel_overhead, fit_message_overhead, measure_message_overhead, recalibrate,
-                               with_message_overhead)
+from planner.calibrate import (after_warmup, fit_kernel_overhead, fit_message_overhead, measure_message_overhead,
+                               recalibrate, with_message_overhead)
 from planner.cluster import Link, load_cluster_preset
 from planner.cost import analytic_profile
 from planner.errors import SpecError
@@ -189,3 +189,13 @@ def test_the_fitted_kernel_overhead_makes_the_analytic_total_the_measured_one():
     # a measurement faster than the analytic model with no overhead at all needs none
     assert fit_kernel_overhead(spec, cluster, replace(measured, layers=tuple(
         replace(layer, forward=0.0, backward_input=0.0, backward_weight=0.0) for layer in measured.layers))) == 0.0
+
+
+def test_after_warmup_keeps_the_action_events_of_the_steps_after_the_first_k():
+    cluster, profile = small_cluster(), hybrid_profile()
+    plan = build_baseline("1f1b", profile, DEVICES, MICROBATCHES, cluster=cluster)
+    run = simulate(plan, profile, cluster)
+    events = [{"type": "run_started"}] + _events(run, step=3) + _events(run, step=5, shift_ms=1e3)
+    assert after_warmup(plan, events, 0) == events[1:]
+    assert after_warmup(plan, events, 1) == _events(run, step=5, shift_ms=1e3)
+    assert after_warmup(plan, events, 2) == []

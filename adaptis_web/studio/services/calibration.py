@@ -25,7 +25,7 @@ from django.db import transaction
 from adaptis_web.studio.models import JobStatus, PlanningJob, Run
 from adaptis_web.studio.services.jobs import JobRequest, job_create
 from adaptis_web.studio.services.specs import spec_check_team
-from planner.calibrate import measure_message_overhead, recalibrate, with_message_overhead
+from planner.calibrate import after_warmup, measure_message_overhead, recalibrate, with_message_overhead
 from planner.cluster import ClusterSpec, load_cluster
 from planner.errors import SpecError
 from planner.plan import load_plan
@@ -34,14 +34,10 @@ from planner.simulator import simulate_summary
 
 
 def run_observed_events(run: Run) -> list[dict]:
-    """The run's observed actions after its warm-up steps (as its summary counts them), in the executor's
-    event shape (what ``recalibrate`` reads); every action when the run had no step after its warm-up."""
-    rows = run.events.order_by("seq").values_list("action", "step", "start_ms", "end_ms")
-    events = [{"type": "action", "action": action, "step": step, "start_ms": start, "end_ms": end}
-              for action, step, start, end in rows]
-    steps = sorted({event["step"] for event in events})
-    warm = set(steps[int((run.summary or {}).get("warmup_steps") or 0):])
-    return [event for event in events if event["step"] in warm] or events
+    """The run's observed actions in the executor's event shape (what ``recalibrate`` reads)."""
+    return [{"type": "action", "action": action, "step": step, "start_ms": start, "end_ms": end}
+            for action, step, start, end in run.events.order_by("seq").values_list("action", "step", "start_ms",
+                                                                                   "end_ms")]
 
 
 def _observed_iteration_ms(run: Run) -> float:
@@ -71,6 +67,8 @@ def job_replan_from_run(*, run: Run, user: AbstractBaseUser) -> PlanningJob:
     if not events:
         raise SpecError("run", "has no observed actions to calibrate from")
     plan = load_plan(run.plan.plan_doc)
+    # after the warm-up steps the run's summary left out; all of them when it had no other step
+    events = after_warmup(plan, events, int((run.summary or {}).get("warmup_steps") or 0)) or events
     cluster = load_cluster(source.cluster_doc)
     calibrated = recalibrate(load_profile(run.plan.profile_doc), plan, events)
     compute_only = simulate_summary(plan, calibrated, cluster)
