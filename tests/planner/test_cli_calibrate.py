@@ -3,7 +3,8 @@
 The "run" is an independent simulation: the plan on a profile whose stages were slowed by hand and on a
 cluster whose messages cost each end ``TRUE_OVERHEAD_US``, written as the executor writes events (one JSON
 object per line, with the run's start and finish records), after a first step ten times slower that
-``--warmup`` must leave out (with two steps, any median that took it in would be the mean of both). Calibrating must then reproduce the slowed profile and the overhead exactly.
+``--warmup`` must leave out (with two steps, any mean or median that took it in would be the mean of both).
+Calibrating must then reproduce the slowed profile and the overhead exactly.
 """
 
 import json
