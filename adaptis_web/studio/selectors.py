@@ -102,6 +102,13 @@ def run_get_for_user(*, user: AbstractBaseUser, run_id: int) -> Run:
     return get_object_or_404(run_list_for_user(user=user), pk=run_id)
 
 
+def run_state_for_user(*, user: AbstractBaseUser, run_id: int) -> Run:
+    """A run the user may see with only its id and status loaded: what a live events poll needs, several
+    times a second per viewer, without the plan, profile and spec documents ``run_get_for_user`` brings."""
+    runs = Run.objects.filter(plan__job__spec__team__memberships__user=user).only("pk", "status")
+    return get_object_or_404(runs, pk=run_id)
+
+
 def run_replans(*, run: Run) -> QuerySet[PlanningJob]:
     """The jobs that planned with a profile calibrated from ``run``, newest first."""
     return run.replans.order_by("-created_at", "-id")

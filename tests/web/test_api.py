@@ -4,6 +4,8 @@ import json
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -203,6 +205,17 @@ class TestRuns:
         event = first["events"][0]
         assert set(event) == {"seq", "rank", "device", "action", "stage", "kind", "microbatch", "step", "start_ms",
                               "end_ms"}
+
+    def test_the_live_events_poll_reads_no_plan_profile_or_spec_document(self, people, finished_run):
+        client = api_as(people.member)
+        url = reverse("api:run-events", args=[finished_run.pk])
+        with CaptureQueriesContext(connection) as queries:
+            body = client.get(url, {"after": 0, "limit": 5}).json()
+        assert body["status"] == "succeeded" and len(body["events"]) == 5
+        sql = " ".join(query["sql"] for query in queries.captured_queries)
+        for column in ("plan_doc", "profile_doc", "cluster_doc", "simulation", '"doc"'):
+            assert column not in sql, column
+        assert api_as(people.outsider).get(url).status_code == 404
 
     def test_events_rejects_a_bad_cursor(self, people, finished_run):
         response = api_as(people.member).get(reverse("api:run-events", args=[finished_run.pk]), {"after": -1})

@@ -170,7 +170,7 @@ class RunEventsApi(APIView):
                                OpenApiParameter("limit", int, description="at most this many (default 2000)")],
                    responses=RunEventsOutput)
     def get(self, request, run_id: int):
-        run = selectors.run_get_for_user(user=request.user, run_id=run_id)
+        run = selectors.run_state_for_user(user=request.user, run_id=run_id)
         query = RunEventsQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         after = query.validated_data["after"]
