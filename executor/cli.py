@@ -89,13 +89,25 @@ def command_profile(args) -> int:
     import torch
 
     from executor.model.build import resolve_dtype
-    from executor.profiler import measure_profile
+    from executor.model.linear import weight_grad_deferral
+    from executor.profiler import measure_profile, measure_profile_alongside
 
     spec = load_model_argument(args.model, args.scale)
     device = torch.device(args.device)
     dtype = resolve_dtype(args.dtype or ("fp32" if device.type == "cpu" else spec.dtype))
-    profile = measure_profile(spec, device=device, dtype=dtype, repeats=args.repeats, warmup=args.warmup,
-                              seed=args.seed, threads=args.threads)
+    if args.ranks < 1:
+        raise SpecError("ranks", f"must be >= 1, got {args.ranks}")
+    if args.ranks > 1:
+        if device.type != "cpu" or dtype != torch.float32:
+            raise SpecError("ranks", "profiling several local ranks at once is for CPU ranks in float32; on a "
+                                     "GPU each rank has its device to itself: profile one")
+        profile = measure_profile_alongside(spec, processes=args.ranks, threads=args.threads,
+                                            split_backward=not args.full_backward, repeats=args.repeats,
+                                            warmup=args.warmup, seed=args.seed)
+    else:
+        with weight_grad_deferral(not args.full_backward):
+            profile = measure_profile(spec, device=device, dtype=dtype, repeats=args.repeats, warmup=args.warmup,
+                                      seed=args.seed, threads=args.threads)
     Path(args.out).write_text(json.dumps(profile.to_dict(), indent=1))
     print(f"wrote {args.out}: {len(profile.layers)} layers of {spec.name} measured on {profile.device}")
     return 0
@@ -136,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--threads", type=int, default=1,
                          help="intra-op threads: what each rank will use (run --threads-per-rank; default there: "
                               "this host's cores / its local ranks)")
+    profile.add_argument("--ranks", type=int, default=1,
+                         help="CPU: time as this many local ranks run, one profiler per rank at once, each bound to "
+                              "cores of its own; each layer keeps the least of their times")
+    profile.add_argument("--full-backward", action="store_true",
+                         help="time B as ranks that run only F and B do (no weight-gradient deferral); I and W "
+                              "are then one B in I, as a 1F1B or GPipe plan runs it")
     profile.add_argument("--seed", type=int, default=0)
     profile.add_argument("--out", required=True)
     profile.set_defaults(handler=command_profile)

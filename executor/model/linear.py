@@ -3,6 +3,8 @@ deferred to a later W step (see ``executor.backward``)."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -43,6 +45,18 @@ def enable_weight_grad_deferral(enabled: bool) -> None:
     """
     global _deferral_enabled
     _deferral_enabled = enabled
+
+
+@contextmanager
+def weight_grad_deferral(enabled: bool):
+    """``enable_weight_grad_deferral(enabled)`` for the ``with`` block, the previous setting restored after."""
+    global _deferral_enabled
+    previous = _deferral_enabled
+    _deferral_enabled = enabled
+    try:
+        yield
+    finally:
+        _deferral_enabled = previous
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -64,3 +64,30 @@ def test_profile_measures_every_layer_and_writes_a_loadable_profile(tmp_path):
         assert layer.output_bytes == hidden_bytes
         assert layer.activation_bytes > hidden_bytes   # a block saves several hidden-sized tensors
     assert head.output_bytes == 4 and head.param_bytes == (512 * 64 + 64) * 4
+
+
+def test_profile_with_a_full_backward_puts_each_layers_whole_backward_in_i(tmp_path):
+    out = tmp_path / "profile.json"
+    assert main(["profile", "--model", "tiny-llama", "--repeats", "2", "--warmup", "1", "--full-backward",
+                 "--out", str(out)]) == 0
+    _, *decoders, _ = load_profile(json.loads(out.read_text())).layers
+    for layer in decoders:
+        assert layer.backward_input > 0 and layer.backward_weight < 0.05 * layer.backward_input
+
+
+def test_profile_as_two_local_ranks_runs_two_profilers_at_once(tmp_path):
+    out = tmp_path / "profile.json"
+    assert main(["profile", "--model", "tiny-llama", "--repeats", "2", "--warmup", "1", "--ranks", "2",
+                 "--out", str(out)]) == 0
+    profile = load_profile(json.loads(out.read_text()))
+    assert profile.num_layers == 6 and profile.device.endswith("2 processes at once")
+    assert all(layer.forward > 0 for layer in profile.layers)
+
+
+def test_profile_refuses_ranks_it_cannot_time(tmp_path, capsys):
+    out = tmp_path / "profile.json"
+    assert main(["profile", "--model", "tiny-llama", "--ranks", "0", "--out", str(out)]) == 2
+    assert "ranks: must be >= 1" in capsys.readouterr().err
+    assert main(["profile", "--model", "tiny-llama", "--ranks", "2", "--dtype", "bf16", "--out", str(out)]) == 2
+    assert "ranks: profiling several local ranks at once is for CPU ranks in float32" in capsys.readouterr().err
+    assert not out.exists()
