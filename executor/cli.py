@@ -5,7 +5,7 @@
                            [--checkpoint-dir DIR] [--threads-per-rank N] [--no-bind-cores] [--timeout S]
                            [--out RESULT.json]
     python -m executor profile --model SPEC [--scale [HIDDEN]] [--device cpu|cuda] [--dtype D]
-                               [--repeats N] --out PROFILE.json
+                               [--repeats N] [--threads N] [--ranks N] [--full-backward] --out PROFILE.json
 
 SPEC is a model file (our JSON/YAML or a HuggingFace config.json) or a preset name (``tiny-hybrid``).
 
