@@ -36,6 +36,9 @@ their profiled speed, the error left when the schedule, the transfers and the bu
 ``error given the run's compute`` is not a prediction: the same simulation on each stage's mean F, B, I
 and W durations in the runs (``planner.calibrate.recalibrate``), so it is the error of the schedule, message
 and bubble model alone, and ``error`` minus it is what the profile's compute speed adds.
+``error calibrated on gpipe runs`` is a prediction again, of the closed loop: the plan simulated on the profile
+recalibrated (``planner.calibrate.recalibrate``) on the runs of the same model's GPipe plan, which ran before
+it; the GPipe row itself is the calibration.
 ``run-to-run spread`` is (slowest - fastest) / median of the runs' own median iterations: how much the same
 plan moves from one launch to the next, which no prediction can follow.
 
@@ -85,6 +88,9 @@ SCALED = {"gemma-2-9b": {"hidden_size": 64, "seq_len": 64}}
 PROBE_MODEL, PROBE_SCALE = "llama-3-8b", {"hidden_size": 64, "seq_len": 64}
 PROBE_SCHEDULE, PROBE_MICROBATCHES = "1f1b", 8
 SPLIT_SCHEDULES = ("zb-h1", "zb-v")
+# The closed loop: each model's other plans are also predicted from its profile recalibrated on the runs of
+# this schedule's plan (each model's first case), as a user re-plans after one run.
+CALIBRATION_SCHEDULE = "gpipe"
 
 
 def observed_steps(events: list[dict], num_devices: int, warmup: int) -> list[tuple[float, list[float]]]:
@@ -177,13 +183,15 @@ def main() -> None:
           f"runs x "
           f"{args.steps - args.warmup} steps after {args.warmup} warm-up steps each\n")
     print("| model | schedule | micro-batches | predicted ms | observed ms | error | error given the run's compute "
-          "| predicted bubble per device "
+          f"| error calibrated on {CALIBRATION_SCHEDULE} runs | predicted bubble per device "
           "| observed bubble per device | mean action ms | compute observed/predicted "
           "| run-to-run spread | other programs' CPU, worst run |")
-    print("|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|")
     profiles: dict = {}
     errors: dict[str, list[float]] = defaultdict(list)
     timing_errors: list[float] = []
+    calibrations: dict = {}          # model -> (plan, steady actions) of its CALIBRATION_SCHEDULE runs
+    calibrated_errors: list[float] = []
     for model, schedule, microbatches in CASES:
         if args.only is not None and args.only not in f"{model}/{schedule}":
             continue
@@ -209,9 +217,20 @@ def main() -> None:
         actions = [event for run in steady_actions(plan, runs, args.warmup) for event in run]
         given_compute = simulate(plan, recalibrate(profile, plan, actions), cluster).iteration_ms
         timing_errors.append(abs(given_compute - observed) / observed)
+        # A prediction again: the profile recalibrated on the runs of another plan of the same model (its
+        # CALIBRATION_SCHEDULE plan, run before), as "Recalibrate and re-plan" and `planner calibrate` do.
+        if schedule == CALIBRATION_SCHEDULE:
+            calibrations[model] = (plan, actions)
+            after_calibration = "calibration"
+        elif model in calibrations:
+            calibrated = simulate(plan, recalibrate(profile, *calibrations[model]), cluster).iteration_ms
+            calibrated_errors.append(abs(calibrated - observed) / observed)
+            after_calibration = f"{(calibrated - observed) / observed:+.1%}"
+        else:
+            after_calibration = "–"
         mean_action_ms = sum(predicted_busy) / sum(len(device_actions) for device_actions in plan.actions)
         print(f"| {model} | {schedule} | {microbatches} | {prediction.iteration_ms:.2f} | {observed:.2f} | "
-              f"{error:+.1%} | {(given_compute - observed) / observed:+.1%} | "
+              f"{error:+.1%} | {(given_compute - observed) / observed:+.1%} | {after_calibration} | "
               f"{bubbles(prediction.iteration_ms, predicted_busy)} | "
               f"{bubbles(observed, observed_busy)} | {mean_action_ms:.2f} | "
               f"{sum(observed_busy) / sum(predicted_busy):.2f} | {run_spread(runs, args.warmup, devices):.0%} | "
@@ -220,8 +239,10 @@ def main() -> None:
     per_model = "; ".join(f"{model} {statistics.median(model_errors):.1%} ({len(model_errors)})"
                           for model, model_errors in errors.items())
     print(f"\nmedian |error| {statistics.median(every_error):.1%} over {len(every_error)} plans (per model: "
-          f"{per_model}); given the runs' own compute {statistics.median(timing_errors):.1%}; load average "
-          f"{load_average()} at end")
+          f"{per_model}); given the runs' own compute {statistics.median(timing_errors):.1%}; calibrated on each "
+          f"model's {CALIBRATION_SCHEDULE} runs "
+          f"{statistics.median(calibrated_errors) if calibrated_errors else float('nan'):.1%} over "
+          f"{len(calibrated_errors)} other plans; load average {load_average()} at end")
 
 
 if __name__ == "__main__":
