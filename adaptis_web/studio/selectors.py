@@ -88,12 +88,17 @@ def job_plan_from_query(*, job: PlanningJob, plan_id: str | None) -> Plan | None
     return job.plans.filter(pk=int(plan_id)).first()
 
 
+def _runs_visible_to(user: AbstractBaseUser) -> QuerySet[Run]:
+    """The runs of the teams ``user`` belongs to: the one access rule for runs."""
+    return Run.objects.filter(plan__job__spec__team__memberships__user=user)
+
+
 def run_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Run]:
     # A correlated count rather than Count("events"): that joined every event row to the selected plan and spec
     # documents and sorted them to group, megabytes per run on each detail request and each live events poll.
     event_counts = RunEvent.objects.filter(run=OuterRef("pk")).order_by().values("run").annotate(
         count=Count("pk")).values("count")
-    return Run.objects.filter(plan__job__spec__team__memberships__user=user).select_related(
+    return _runs_visible_to(user).select_related(
         "plan", "plan__job", "plan__job__spec", "created_by").annotate(
         event_count=Coalesce(Subquery(event_counts), 0))
 
@@ -105,8 +110,7 @@ def run_get_for_user(*, user: AbstractBaseUser, run_id: int) -> Run:
 def run_state_for_user(*, user: AbstractBaseUser, run_id: int) -> Run:
     """A run the user may see with only its id and status loaded: what a live events poll needs, several
     times a second per viewer, without the plan, profile and spec documents ``run_get_for_user`` brings."""
-    runs = Run.objects.filter(plan__job__spec__team__memberships__user=user).only("pk", "status")
-    return get_object_or_404(runs, pk=run_id)
+    return get_object_or_404(_runs_visible_to(user).only("pk", "status"), pk=run_id)
 
 
 def run_replans(*, run: Run) -> QuerySet[PlanningJob]:

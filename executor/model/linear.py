@@ -50,13 +50,12 @@ def enable_weight_grad_deferral(enabled: bool) -> None:
 @contextmanager
 def weight_grad_deferral(enabled: bool):
     """``enable_weight_grad_deferral(enabled)`` for the ``with`` block, the previous setting restored after."""
-    global _deferral_enabled
     previous = _deferral_enabled
-    _deferral_enabled = enabled
+    enable_weight_grad_deferral(enabled)
     try:
         yield
     finally:
-        _deferral_enabled = previous
+        enable_weight_grad_deferral(previous)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
