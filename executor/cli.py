@@ -29,6 +29,7 @@ from pathlib import Path
 
 from executor.config import BACKENDS, OPTIMIZERS
 from executor.errors import ExecutorError
+from executor.lowering import WHOLE_STEP
 from executor.model.build import DTYPES
 from planner.errors import PlanError, SpecError
 from planner.plan import load_plan
@@ -55,6 +56,16 @@ def _read_json(path: str, field: str) -> object:
         raise SpecError(field, f"{path} is not JSON: line {error.lineno} column {error.colno}: {error.msg}") from error
 
 
+def _lookahead(text: str) -> int | str:
+    """``--lookahead``: a count of compute ops or ``step``."""
+    if text == WHOLE_STEP:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of compute ops or {WHOLE_STEP!r}, got {text!r}")
+
+
 def launched_by_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ or all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
 
@@ -64,7 +75,7 @@ def command_run(args) -> int:
     spec = load_model_argument(args.model, args.scale)
     settings = dict(backend=args.backend, seed=args.seed, event_sink=args.events, steps=args.steps,
                     optimizer=args.optimizer, lr=args.lr, dtype=args.dtype, checkpoint_dir=args.checkpoint_dir,
-                    threads_per_rank=args.threads_per_rank, bind_cores=args.bind_cores)
+                    threads_per_rank=args.threads_per_rank, bind_cores=args.bind_cores, lookahead=args.lookahead)
     if launched_by_torchrun():
         from executor.config import RunConfig
         from executor.worker import run_rank
@@ -134,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="torch intra-op threads of each rank (default: this host's cores / its local ranks)")
     run.add_argument("--no-bind-cores", dest="bind_cores", action="store_false",
                      help="leave CPU ranks to the OS scheduler instead of binding each local rank to cores of its own")
+    run.add_argument("--lookahead", type=_lookahead,
+                     help="post each receive N compute ops before the compute that needs it, or 'step': all of a "
+                          "step's receives before its first compute (default: 'step' on gloo, 1 on NCCL)")
     run.add_argument("--timeout", type=float, default=600.0)
     run.add_argument("--out", help="write the full result (with every event) here")
     run.set_defaults(handler=command_run)

@@ -139,7 +139,7 @@ def _failed_ranks(job_dir: Path, codes: list[int | None]) -> list[int]:
 
 def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 0, event_sink: str | None = None,
              steps: int = 1, timeout_s: float = 300, optimizer: str = "sgd", lr: float = 1e-3,
-             dtype: str | None = None, checkpoint_dir: str | None = None, lookahead: int = 1,
+             dtype: str | None = None, checkpoint_dir: str | None = None, lookahead: int | str | None = None,
              step_barriers: bool = False, threads_per_rank: int | None = None,
              bind_cores: bool = True) -> RunResult:
     """Train ``spec`` for ``steps`` steps with ``plan`` on local ranks; see the module docstring.
@@ -159,7 +159,7 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
                        event_sink=event_sink, checkpoint_dir=checkpoint_dir, lookahead=lookahead,
                        report_failures=False, step_barriers=step_barriers, threads_per_rank=threads_per_rank,
                        bind_cores=bind_cores)
-    lower_plan(plan, spec.num_layers, lookahead=lookahead)   # fail fast, before any process starts
+    lower_plan(plan, spec.num_layers, lookahead=config.receive_lookahead)   # fail fast, before any process starts
     device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
     check_capacity(plan, spec, device=device, dtype=run_dtype(config, spec, device), optimizer=optimizer)
     if event_sink:

@@ -5,7 +5,8 @@ stage s+1, the input gradient of ``B/I(s, m)`` to the device of stage s-1. Stage
 tensors over locally. Each program:
 
 - posts a receive ``lookahead`` compute ops before the compute that needs it (it lands while the rank is
-  busy) and waits on it just before that compute;
+  busy), or with ``lookahead="step"`` every receive of the step before its first compute, and waits on it
+  just before that compute;
 - sends right after the producing compute, without waiting (sends are drained at the end of the step).
 
 Messages on one (src, dst) channel are numbered in the order the sender produces them, and the receiver
@@ -21,12 +22,14 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from planner.errors import PlanError
+from planner.errors import PlanError, SpecError
 from planner.plan import Action, Plan
 from planner.validate import validate_plan
 
 ACTIVATION = "activation"
 GRADIENT = "gradient"
+# ``lookahead`` that posts every receive of a step before the step's first compute.
+WHOLE_STEP = "step"
 
 
 @dataclass(frozen=True)
@@ -111,8 +114,10 @@ def _remote_messages(plan: Plan) -> dict[tuple[str, int, int], Message]:
     return messages
 
 
-def _program(plan: Plan, device: int, messages: dict, lookahead: int) -> list[Op]:
+def _program(plan: Plan, device: int, messages: dict, lookahead: int | str) -> list[Op]:
     actions = plan.actions[device]
+    if lookahead == WHOLE_STEP:
+        lookahead = len(actions)
     incoming = [None] * len(actions)
     for position, action in enumerate(actions):
         need = _needs_input(plan, action)
@@ -153,13 +158,26 @@ def _program(plan: Plan, device: int, messages: dict, lookahead: int) -> list[Op
     return program
 
 
-def lower_plan(plan: Plan, num_layers: int, *, lookahead: int = 1) -> LoweredPlan:
-    """Validate ``plan``, insert communication, and prove the result deadlock-free (else ``PlanError``)."""
+def lower_plan(plan: Plan, num_layers: int, *, lookahead: int | str = 1) -> LoweredPlan:
+    """Validate ``plan``, insert communication, and prove the result deadlock-free (else ``PlanError``).
+
+    ``lookahead``: how many compute ops before the compute that needs it a receive is posted, or
+    ``WHOLE_STEP``: every receive before the step's first compute.
+    """
+    check_lookahead(lookahead)
     validate_plan(plan, num_layers)
     messages = _remote_messages(plan)
     lowered = LoweredPlan(plan, [_program(plan, device, messages, lookahead) for device in range(plan.num_devices)])
     prove_deadlock_free(lowered)
     return lowered
+
+
+def check_lookahead(lookahead) -> None:
+    """SpecError on ``lookahead`` unless it is a count >= 0 or ``WHOLE_STEP``."""
+    if lookahead == WHOLE_STEP:
+        return
+    if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 0:
+        raise SpecError("lookahead", f"must be a number of compute ops >= 0 or {WHOLE_STEP!r}, got {lookahead!r}")
 
 
 def _local_dependencies(plan: Plan, action: Action, full_backwards: set[tuple[int, int]]) -> list[Action]:

@@ -131,7 +131,7 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
     cores = None
     if device.type == "cpu" and config.bind_cores:
         cores = bind_local_rank(local_rank, local_world_size, threads)
-    lowered = lower_plan(plan, spec.num_layers, lookahead=config.lookahead)
+    lowered = lower_plan(plan, spec.num_layers, lookahead=config.receive_lookahead)
     program = lowered.program(rank)
     # Only a rank that splits backwards into I and W pays for deferrable projections (executor.model.linear)
     # and for a separate embedding prologue (executor.stage).

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from executor.lowering import LoweredPlan, Op, lower_plan, prove_deadlock_free
+from executor.config import RunConfig
+from executor.lowering import WHOLE_STEP, LoweredPlan, Op, lower_plan, prove_deadlock_free
 from executor_plans import gpipe, list_schedule, one_f_one_b
-from planner.errors import PlanError
+from planner.errors import PlanError, SpecError
 from planner.plan import Action, Plan, Stage
 
 
@@ -42,6 +43,39 @@ def test_receives_are_posted_one_compute_ahead_and_waited_just_before_use():
             computes_between = [o for o in program[posted_at:index] if o.type == "COMPUTE"]
             assert program[index + 1] is consumer
             assert len(computes_between) <= 1
+
+
+@pytest.mark.parametrize("plan", [gpipe([[0, 1], [2, 3]], [0, 1], num_microbatches=4),
+                                  one_f_one_b([[0], [1, 2], [3]], num_microbatches=5),
+                                  list_schedule([[0], [1], [2], [3]], [0, 1, 1, 0], num_microbatches=3,
+                                                split_backward=True)])
+def test_whole_step_lookahead_posts_every_receive_before_the_first_compute(plan):
+    lowered = lower_plan(plan, num_layers=4, lookahead=WHOLE_STEP)
+    ahead_one = lower_plan(plan, num_layers=4, lookahead=1)
+    for program, other in zip(lowered.programs, ahead_one.programs):
+        first_compute = next(index for index, op in enumerate(program) if op.type == "COMPUTE")
+        posted = [op.message for op in program[:first_compute] if op.type == "POST_RECV"]
+        assert posted == [op.message for op in ops(other, "POST_RECV")]   # all of them, in channel order
+        assert not ops(program[first_compute:], "POST_RECV")
+        # every wait still sits just before the compute that needs the message
+        for index, op in enumerate(program):
+            if op.type == "WAIT_RECV":
+                assert program[index + 1].type == "COMPUTE"
+
+
+def test_each_backend_posts_receives_at_its_own_default_and_a_run_can_override_it():
+    assert RunConfig(backend="gloo").receive_lookahead == WHOLE_STEP
+    assert RunConfig(backend="nccl").receive_lookahead == 1
+    assert RunConfig(backend="gloo", lookahead=0).receive_lookahead == 0
+
+
+@pytest.mark.parametrize("lookahead", [-1, "soon", 1.5, True])
+def test_a_bad_lookahead_is_refused_naming_the_field(lookahead):
+    with pytest.raises(SpecError) as error:
+        RunConfig(lookahead=lookahead)
+    assert error.value.field == "lookahead"
+    with pytest.raises(SpecError, match="lookahead"):
+        lower_plan(gpipe([[0, 1], [2, 3]], [0, 1], num_microbatches=2), num_layers=4, lookahead=lookahead)
 
 
 def test_receives_follow_channel_order_even_when_consumed_out_of_order():
