@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="leave CPU ranks to the OS scheduler instead of binding each local rank to cores of its own")
     run.add_argument("--lookahead", type=_lookahead,
                      help="post each receive N compute ops before the compute that needs it, or 'step': all of a "
-                          "step's receives before its first compute (default: 'step' on gloo, 1 on NCCL)")
+                          "step's receives before its first compute (default: 'step' on gloo, 0 on NCCL)")
     run.add_argument("--timeout", type=float, default=600.0)
     run.add_argument("--out", help="write the full result (with every event) here")
     run.set_defaults(handler=command_run)

@@ -15,8 +15,12 @@ OPTIMIZERS = ("sgd", "adamw")
 # receiver's notice, which the sender's communication thread handles; on a rank whose core is busy computing
 # that thread waits for the scheduler, and the message with it: 3-5 ms per such send on a 2-core host, 20-30 %
 # of a small model's step. Posted early, a receive is ready before its send, whenever the sender runs.
-# NCCL: one compute ahead; an NCCL receive occupies the stream it is posted on until its data arrives.
-DEFAULT_LOOKAHEAD = {"gloo": WHOLE_STEP, "nccl": 1}
+# NCCL: just before the wait. A pair of ranks shares one NCCL stream for both directions, and a receive
+# holds it until its data arrives: posted ahead, it would hold back this rank's next send to the same peer,
+# which the peer may need before it can send what the receive waits for (1F1B's activation and gradient
+# crossing). Posted just before its wait, a receive joins the sends issued right before it in one
+# ``batch_isend_irecv`` group, as Megatron pairs send_forward with recv_backward.
+DEFAULT_LOOKAHEAD = {"gloo": WHOLE_STEP, "nccl": 0}
 
 
 @dataclass(frozen=True)

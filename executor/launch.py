@@ -151,6 +151,8 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
     ``threads_per_rank`` (default: this host's cores / ranks) is each rank's torch intra-op thread count;
     ``bind_cores``: on CPU, bind each local rank to cores of its own (``executor.host.bind_to_cores``) where
     they fit; the summary records what every rank used (``threads_per_rank``, ``cores_per_rank``).
+    ``lookahead``: when ranks post their receives (``executor.lowering``; default: the backend's,
+    ``executor.config.DEFAULT_LOOKAHEAD``).
     """
     # The ranks run in the repository, not in the caller's directory: relative paths are the caller's.
     event_sink = resolved_sink(event_sink) if event_sink else event_sink

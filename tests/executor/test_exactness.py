@@ -50,7 +50,7 @@ def test_gpipe_two_ranks_matches_single_process(tmp_path):
     assert compared > 40
 
 
-# gloo's default posts a step's receives at its start; 1 is NCCL's default, 0 posts each just before its wait.
+# gloo's default posts a step's receives at its start, 1 one compute ahead, 0 (NCCL's default) just before its wait.
 @pytest.mark.parametrize("lookahead", [None, 1, 0])
 def test_1f1b_three_ranks_uneven_stages_matches_single_process(tmp_path, lookahead):
     spec = every_kind_spec()

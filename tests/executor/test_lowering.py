@@ -65,7 +65,7 @@ def test_whole_step_lookahead_posts_every_receive_before_the_first_compute(plan)
 
 def test_each_backend_posts_receives_at_its_own_default_and_a_run_can_override_it():
     assert RunConfig(backend="gloo").receive_lookahead == WHOLE_STEP
-    assert RunConfig(backend="nccl").receive_lookahead == 1
+    assert RunConfig(backend="nccl").receive_lookahead == 0
     assert RunConfig(backend="gloo", lookahead=0).receive_lookahead == 0
 
 

@@ -1,0 +1,115 @@
+"""When gloo ranks post their receives: one compute ahead (``--lookahead 1``) against every receive of the step
+at its start (``step``, gloo's default since 2026-11-24), the same plans run both ways.
+
+A gloo send whose receive is not posted yet waits for the receiver's notice, and the sender's communication
+thread handles it; on a rank whose core is busy computing, that thread waits for the scheduler. The table
+shows what that costs: for every cross-device message, the ``wait`` is how long its consumer sat idle after
+the message's producer had finished (the consumer's start minus the later of the producer's end and the
+consumer's previous action's end on its own device), so a message that travels at once waits a tenth of a
+millisecond. ``iteration`` is the median steady-state step, from its first action's start to its last
+action's end.
+
+Plans: the planner's baselines on the analytic ``cpu-host`` profile (uniform partition), 8 micro-batches,
+one rank per core, one intra-op thread each; ``--runs`` launches per setting, each ``--steps`` steps of
+which the first ``--warmup`` are left out.
+
+    .venv/bin/python benchmarks/receive_posting.py [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from executor.host import usable_cores  # noqa: E402
+from executor.launch import run_plan  # noqa: E402
+from executor.lowering import WHOLE_STEP  # noqa: E402
+from executor.model.scale import scale_spec  # noqa: E402
+from planner.baselines import build_baseline  # noqa: E402
+from planner.calibrate import after_warmup, observed_iteration_ms, observed_spans  # noqa: E402
+from planner.cluster import load_cluster_preset  # noqa: E402
+from planner.cost import analytic_profile  # noqa: E402
+from planner.plan import Action  # noqa: E402
+from planner.spec.presets import load_model_preset  # noqa: E402
+
+CASES = [("tiny-llama", "gpipe"), ("tiny-llama", "1f1b"), ("tiny-llama", "zb-v"), ("tiny-hybrid", "1f1b"),
+         ("tiny-hybrid", "interleaved-1f1b"), ("gemma-2-9b", "1f1b")]
+SCALED = {"gemma-2-9b": {"hidden_size": 64, "seq_len": 64}}
+LOOKAHEADS = (1, WHOLE_STEP)
+LATE_MS = 1.0
+
+
+def _produced_at(ends: dict, step: int, action: Action) -> tuple[int, float] | None:
+    """(stage, end ms) of the action whose output ``action`` consumes from the neighbouring stage: the stage
+    before's F for an F, the stage after's B or I (whichever ran) for a B or I; None at the ends and for W."""
+    if action.type == "F":
+        stage, kinds = action.stage - 1, ("F",)
+    elif action.type in ("B", "I"):
+        stage, kinds = action.stage + 1, ("B", "I")
+    else:
+        return None
+    for kind in kinds:
+        if (step, stage, kind, action.microbatch) in ends:
+            return stage, ends[(step, stage, kind, action.microbatch)]
+    return None
+
+
+def message_waits(plan, events: list[dict]) -> list[float]:
+    """Per cross-device message, ms its consumer sat idle after the producer had finished (see module doc)."""
+    spans = observed_spans(plan, events)
+    ends = {(step, action.stage, action.type, action.microbatch): end for step, action, _, end in spans}
+    by_device: dict[tuple[int, int], list[tuple[float, float, Action]]] = {}
+    for step, action, start, end in spans:
+        by_device.setdefault((step, plan.stage_device(action.stage)), []).append((start, end, action))
+    waits = []
+    for (step, device), actions in by_device.items():
+        actions.sort(key=lambda item: item[0])
+        previous_end = None
+        for start, end, action in actions:
+            produced = _produced_at(ends, step, action)
+            if produced is not None and plan.stage_device(produced[0]) != device:
+                ready = produced[1] if previous_end is None else max(produced[1], previous_end)
+                waits.append(max(0.0, start - ready))
+            previous_end = end
+    return waits
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=3)
+    args = parser.parse_args()
+    devices = min(2, usable_cores())
+    cluster = load_cluster_preset("cpu-host")
+    print(f"{usable_cores()} CPU cores, {devices} ranks with 1 intra-op thread each, gloo; {args.runs} runs x "
+          f"{args.steps - args.warmup} steps after {args.warmup} warm-up steps per setting\n")
+    print("| model | schedule | lookahead | iteration ms | message wait median ms | max ms "
+          f"| messages waiting > {LATE_MS:g} ms |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for model, schedule in CASES:
+        spec = load_model_preset(model)
+        if model in SCALED:
+            spec = scale_spec(spec, **SCALED[model])
+        plan = build_baseline(schedule, analytic_profile(spec, cluster), devices, 8)
+        for lookahead in LOOKAHEADS:
+            iterations, waits = [], []
+            for _ in range(args.runs):
+                result = run_plan(plan, spec, steps=args.steps, timeout_s=600, threads_per_rank=1,
+                                  lookahead=lookahead)
+                steady = after_warmup(plan, result.events, args.warmup)
+                iterations.append(observed_iteration_ms(plan, steady))
+                waits.extend(message_waits(plan, steady))
+            late = sum(wait > LATE_MS for wait in waits)
+            print(f"| {model} | {schedule} | {lookahead} | {statistics.median(iterations):.2f} "
+                  f"| {statistics.median(waits):.2f} | {max(waits):.2f} | {late} of {len(waits)} "
+                  f"({late / len(waits):.0%}) |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
