@@ -1,5 +1,7 @@
-"""When gloo ranks post their receives: one compute ahead (``--lookahead 1``) against every receive of the step
-at its start (``step``, gloo's default since 2026-11-24), the same plans run both ways.
+"""When gloo ranks post their receives: the same plans run with each receive posted one compute ahead
+(``--lookahead 1``, the default until 2026-11-24), with every receive of the step posted at its start
+(``step``), and causally (``causal``, gloo's default now: right after the receiving rank's last compute that the
+sender's producing action depends on).
 
 A gloo send whose receive is not posted yet waits for the receiver's notice, and the sender's communication
 thread handles it; on a rank whose core is busy computing, that thread waits for the scheduler. The table
@@ -7,7 +9,8 @@ shows what that costs: for every cross-device message, the ``wait`` is how long 
 the message's producer had finished (the consumer's start minus the later of the producer's end and the
 consumer's previous action's end on its own device), so a message that travels at once waits a tenth of a
 millisecond. ``iteration`` is the median steady-state step, from its first action's start to its last
-action's end.
+action's end; ``wall`` the median time between the barriers around a step (rank 0), which also counts what
+a rank does before its first compute (posting receives) and after its last (draining sends, the optimizer).
 
 Plans: the planner's baselines on the analytic ``cpu-host`` profile (uniform partition), 8 micro-batches,
 one rank per core, one intra-op thread each; ``--runs`` launches per setting, each ``--steps`` steps of
@@ -28,7 +31,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from executor.host import usable_cores  # noqa: E402
 from executor.launch import run_plan  # noqa: E402
-from executor.lowering import WHOLE_STEP  # noqa: E402
+from executor.lowering import CAUSAL, WHOLE_STEP  # noqa: E402
 from executor.model.scale import scale_spec  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402
 from planner.calibrate import after_warmup, observed_iteration_ms, observed_spans  # noqa: E402
@@ -40,7 +43,7 @@ from planner.spec.presets import load_model_preset  # noqa: E402
 CASES = [("tiny-llama", "gpipe"), ("tiny-llama", "1f1b"), ("tiny-llama", "zb-v"), ("tiny-hybrid", "1f1b"),
          ("tiny-hybrid", "interleaved-1f1b"), ("gemma-2-9b", "1f1b")]
 SCALED = {"gemma-2-9b": {"hidden_size": 64, "seq_len": 64}}
-LOOKAHEADS = (1, WHOLE_STEP)
+LOOKAHEADS = (1, WHOLE_STEP, CAUSAL)
 LATE_MS = 1.0
 
 
@@ -89,24 +92,26 @@ def main() -> None:
     cluster = load_cluster_preset("cpu-host")
     print(f"{usable_cores()} CPU cores, {devices} ranks with 1 intra-op thread each, gloo; {args.runs} runs x "
           f"{args.steps - args.warmup} steps after {args.warmup} warm-up steps per setting\n")
-    print("| model | schedule | lookahead | iteration ms | message wait median ms | max ms "
+    print("| model | schedule | lookahead | wall ms | iteration ms | message wait median ms | max ms "
           f"| messages waiting > {LATE_MS:g} ms |")
-    print("|---|---|---|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
     for model, schedule in CASES:
         spec = load_model_preset(model)
         if model in SCALED:
             spec = scale_spec(spec, **SCALED[model])
         plan = build_baseline(schedule, analytic_profile(spec, cluster), devices, 8)
         for lookahead in LOOKAHEADS:
-            iterations, waits = [], []
+            walls, iterations, waits = [], [], []
             for _ in range(args.runs):
                 result = run_plan(plan, spec, steps=args.steps, timeout_s=600, threads_per_rank=1,
-                                  lookahead=lookahead)
+                                  lookahead=lookahead, step_barriers=True)
+                walls.extend(result.step_wall_ms[args.warmup:])
                 steady = after_warmup(plan, result.events, args.warmup)
                 iterations.append(observed_iteration_ms(plan, steady))
                 waits.extend(message_waits(plan, steady))
             late = sum(wait > LATE_MS for wait in waits)
-            print(f"| {model} | {schedule} | {lookahead} | {statistics.median(iterations):.2f} "
+            print(f"| {model} | {schedule} | {lookahead} | {statistics.median(walls):.2f} "
+                  f"| {statistics.median(iterations):.2f} "
                   f"| {statistics.median(waits):.2f} | {max(waits):.2f} | {late} of {len(waits)} "
                   f"({late / len(waits):.0%}) |", flush=True)
 

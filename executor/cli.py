@@ -29,7 +29,7 @@ from pathlib import Path
 
 from executor.config import BACKENDS, OPTIMIZERS
 from executor.errors import ExecutorError
-from executor.lowering import WHOLE_STEP
+from executor.lowering import CAUSAL, WHOLE_STEP
 from executor.model.build import DTYPES
 from planner.errors import PlanError, SpecError
 from planner.plan import load_plan
@@ -57,13 +57,14 @@ def _read_json(path: str, field: str) -> object:
 
 
 def _lookahead(text: str) -> int | str:
-    """``--lookahead``: a count of compute ops or ``step``."""
-    if text == WHOLE_STEP:
+    """``--lookahead``: a count of compute ops, ``step`` or ``causal``."""
+    if text in (WHOLE_STEP, CAUSAL):
         return text
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of compute ops or {WHOLE_STEP!r}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a number of compute ops, {WHOLE_STEP!r} or {CAUSAL!r}, "
+                                         f"got {text!r}")
 
 
 def launched_by_torchrun() -> bool:
@@ -146,8 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-bind-cores", dest="bind_cores", action="store_false",
                      help="leave CPU ranks to the OS scheduler instead of binding each local rank to cores of its own")
     run.add_argument("--lookahead", type=_lookahead,
-                     help="post each receive N compute ops before the compute that needs it, or 'step': all of a "
-                          "step's receives before its first compute (default: 'step' on gloo, 0 on NCCL)")
+                     help="post each receive N compute ops before the compute that needs it, 'step': all of a "
+                          "step's receives before its first compute, or 'causal': right after this rank's last "
+                          "compute that the sender's producing action depends on (default: 'causal' on gloo, "
+                          "0 on NCCL)")
     run.add_argument("--timeout", type=float, default=600.0)
     run.add_argument("--out", help="write the full result (with every event) here")
     run.set_defaults(handler=command_run)

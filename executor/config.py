@@ -5,22 +5,24 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from executor.host import fair_share_threads
-from executor.lowering import WHOLE_STEP, check_lookahead
+from executor.lowering import CAUSAL, check_lookahead
 from planner.errors import SpecError
 
 BACKENDS = ("gloo", "nccl")
 OPTIMIZERS = ("sgd", "adamw")
 # When each backend's ranks post their receives (``executor.lowering``), unless a run says otherwise.
-# gloo: every receive at the start of the step. A gloo send whose receive is not posted yet waits for the
-# receiver's notice, which the sender's communication thread handles; on a rank whose core is busy computing
-# that thread waits for the scheduler, and the message with it: 3-5 ms per such send on a 2-core host, 20-30 %
-# of a small model's step. Posted early, a receive is ready before its send, whenever the sender runs.
+# gloo: causally (each right after this rank's last compute that the sender's producing action depends on). A gloo
+# send whose receive is not posted yet waits for the receiver's notice, which the sender's communication thread
+# handles; on a rank whose core is busy computing that thread waits for the scheduler, and the message with it:
+# 3-5 ms per such send on a 2-core host, a quarter of a small model's GPipe step. Posting every receive at the
+# step's start ("step") avoids that too, but a burst of receives posted while the peer posts its own took 2-4 ms
+# before the first compute could start (benchmarks/receive_posting.py).
 # NCCL: just before the wait. A pair of ranks shares one NCCL stream for both directions, and a receive
 # holds it until its data arrives: posted ahead, it would hold back this rank's next send to the same peer,
 # which the peer may need before it can send what the receive waits for (1F1B's activation and gradient
 # crossing). Posted just before its wait, a receive joins the sends issued right before it in one
 # ``batch_isend_irecv`` group, as Megatron pairs send_forward with recv_backward.
-DEFAULT_LOOKAHEAD = {"gloo": WHOLE_STEP, "nccl": 0}
+DEFAULT_LOOKAHEAD = {"gloo": CAUSAL, "nccl": 0}
 
 
 @dataclass(frozen=True)

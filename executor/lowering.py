@@ -4,9 +4,10 @@ A stage boundary crossing devices becomes a message: the activation of ``F(s, m)
 stage s+1, the input gradient of ``B/I(s, m)`` to the device of stage s-1. Stages on the same device hand
 tensors over locally. Each program:
 
-- posts a receive ``lookahead`` compute ops before the compute that needs it (it lands while the rank is
-  busy), or with ``lookahead="step"`` every receive of the step before its first compute, and waits on it
-  just before that compute;
+- posts each receive ahead of the compute that needs it and waits on it just before that compute. When is
+  ``lookahead``: that many compute ops before (0: just before the wait); ``"step"``: every receive before the
+  step's first compute; ``"causal"``: right after this rank's last compute that the sender's producing
+  action depends on, the latest point at which the receive is still surely posted before its send;
 - sends right after the producing compute, without waiting (sends are drained at the end of the step).
 
 Messages on one (src, dst) channel are numbered in the order the sender produces them, and the receiver
@@ -28,8 +29,9 @@ from planner.validate import validate_plan
 
 ACTIVATION = "activation"
 GRADIENT = "gradient"
-# ``lookahead`` that posts every receive of a step before the step's first compute.
+# ``lookahead`` values that are not counts (see the module doc)
 WHOLE_STEP = "step"
+CAUSAL = "causal"
 
 
 @dataclass(frozen=True)
@@ -114,15 +116,70 @@ def _remote_messages(plan: Plan) -> dict[tuple[str, int, int], Message]:
     return messages
 
 
-def _program(plan: Plan, device: int, messages: dict, lookahead: int | str) -> list[Op]:
+def _full_backwards(plan: Plan) -> set[tuple[int, int]]:
+    """(stage, micro-batch) of every full backward B (the others are split into I and W)."""
+    return {(a.stage, a.microbatch) for actions in plan.actions for a in actions if a.type == "B"}
+
+
+def _producer(plan: Plan, action: Action, full_backwards: set[tuple[int, int]]) -> Action | None:
+    """The neighbouring stage's action whose boundary tensor ``action`` consumes (None if none)."""
+    need = _needs_input(plan, action)
+    if need is None:
+        return None
+    kind, stage = need
+    if kind == ACTIVATION:
+        return Action(stage, "F", action.microbatch)
+    return Action(stage, "B" if (stage, action.microbatch) in full_backwards else "I", action.microbatch)
+
+
+def _causal_horizons(plan: Plan) -> dict[Action, list[int]]:
+    """For every action, per device, the position in that device's order of the last action it depends on,
+    itself included (-1: none), through the devices' orders and the tensors the actions hand over. Actions
+    on a dependency cycle get none (``prove_deadlock_free`` reports them)."""
+    full_backwards = _full_backwards(plan)
+    horizon: dict[Action, list[int]] = {}
+    position = [0] * plan.num_devices
+    progressed = True
+    while progressed:
+        progressed = False
+        for device, actions in enumerate(plan.actions):
+            while position[device] < len(actions):
+                action = actions[position[device]]
+                needs = _local_dependencies(plan, action, full_backwards)
+                needs += [actions[position[device] - 1]] if position[device] else []
+                producer = _producer(plan, action, full_backwards)
+                needs += [producer] if producer is not None else []
+                if any(need not in horizon for need in needs):
+                    break
+                latest = [max(positions) for positions in zip([-1] * plan.num_devices,
+                                                               *(horizon[need] for need in needs))]
+                latest[device] = position[device]
+                horizon[action] = latest
+                position[device] += 1
+                progressed = True
+    return horizon
+
+
+def _program(plan: Plan, device: int, messages: dict, lookahead: int | str,
+             horizons: dict[Action, list[int]]) -> list[Op]:
     actions = plan.actions[device]
-    if lookahead == WHOLE_STEP:
-        lookahead = len(actions)
     incoming = [None] * len(actions)
     for position, action in enumerate(actions):
         need = _needs_input(plan, action)
         if need is not None:
             incoming[position] = messages.get((need[0], action.stage, action.microbatch))
+    # Receives posted right after the compute at a position (-1: before the first compute).
+    post_after: dict[int, list[Message]] = defaultdict(list)
+    if lookahead == WHOLE_STEP:
+        post_after[-1] = list(filter(None, incoming))
+        lookahead = 0
+    elif lookahead == CAUSAL:
+        full_backwards = _full_backwards(plan)
+        for action, message in zip(actions, incoming):
+            if message is not None:
+                sender = _producer(plan, action, full_backwards)
+                post_after[horizons[sender][device] if sender in horizons else -1].append(message)
+        lookahead = 0
     # Receives this rank will post, per source channel, in channel order.
     channel_queue: dict[int, list[Message]] = defaultdict(list)
     for message in sorted(filter(None, incoming), key=lambda m: (m.src, m.sequence)):
@@ -138,6 +195,8 @@ def _program(plan: Plan, device: int, messages: dict, lookahead: int | str) -> l
             program.append(Op("POST_RECV", message=earlier))
 
     program: list[Op] = []
+    for message in post_after[-1]:
+        post(message, program)
     for position, action in enumerate(actions):
         ahead = incoming[position + lookahead] if lookahead and position + lookahead < len(actions) else None
         if position == 0:
@@ -155,6 +214,8 @@ def _program(plan: Plan, device: int, messages: dict, lookahead: int | str) -> l
             outgoing = messages.get((produced[0], produced[1], action.microbatch))
             if outgoing is not None:
                 program.append(Op("SEND", message=outgoing))
+        for message in post_after[position]:
+            post(message, program)
     return program
 
 
@@ -167,17 +228,20 @@ def lower_plan(plan: Plan, num_layers: int, *, lookahead: int | str = 1) -> Lowe
     check_lookahead(lookahead)
     validate_plan(plan, num_layers)
     messages = _remote_messages(plan)
-    lowered = LoweredPlan(plan, [_program(plan, device, messages, lookahead) for device in range(plan.num_devices)])
+    horizons = _causal_horizons(plan) if lookahead == CAUSAL else {}
+    lowered = LoweredPlan(plan, [_program(plan, device, messages, lookahead, horizons)
+                                 for device in range(plan.num_devices)])
     prove_deadlock_free(lowered)
     return lowered
 
 
 def check_lookahead(lookahead) -> None:
-    """SpecError on ``lookahead`` unless it is a count >= 0 or ``WHOLE_STEP``."""
-    if lookahead == WHOLE_STEP:
+    """SpecError on ``lookahead`` unless it is a count >= 0, ``WHOLE_STEP`` or ``CAUSAL``."""
+    if lookahead in (WHOLE_STEP, CAUSAL):
         return
     if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 0:
-        raise SpecError("lookahead", f"must be a number of compute ops >= 0 or {WHOLE_STEP!r}, got {lookahead!r}")
+        raise SpecError("lookahead", f"must be a number of compute ops >= 0, {WHOLE_STEP!r} or {CAUSAL!r}, "
+                                    f"got {lookahead!r}")
 
 
 def _local_dependencies(plan: Plan, action: Action, full_backwards: set[tuple[int, int]]) -> list[Action]:
@@ -185,14 +249,9 @@ def _local_dependencies(plan: Plan, action: Action, full_backwards: set[tuple[in
     if action.type == "W":
         return [Action(action.stage, "I", action.microbatch)]
     needs = [] if action.type == "F" else [Action(action.stage, "F", action.microbatch)]
-    need = _needs_input(plan, action)
-    if need is not None and plan.stage_device(need[1]) == plan.stage_device(action.stage):
-        kind, producer = need
-        if kind == ACTIVATION:
-            needs.append(Action(producer, "F", action.microbatch))
-        else:
-            backward = "B" if (producer, action.microbatch) in full_backwards else "I"
-            needs.append(Action(producer, backward, action.microbatch))
+    producer = _producer(plan, action, full_backwards)
+    if producer is not None and plan.stage_device(producer.stage) == plan.stage_device(action.stage):
+        needs.append(producer)
     return needs
 
 
@@ -200,7 +259,7 @@ def prove_deadlock_free(lowered: LoweredPlan) -> None:
     """Replay the programs; raise PlanError listing each rank's blocking op if they cannot all finish."""
     plan = lowered.plan
     programs = lowered.programs
-    full_backwards = {(a.stage, a.microbatch) for actions in plan.actions for a in actions if a.type == "B"}
+    full_backwards = _full_backwards(plan)
     position = [0] * len(programs)
     sent: set[Message] = set()
     done: set[Action] = set()

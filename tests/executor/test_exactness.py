@@ -50,8 +50,9 @@ def test_gpipe_two_ranks_matches_single_process(tmp_path):
     assert compared > 40
 
 
-# gloo's default posts a step's receives at its start, 1 one compute ahead, 0 (NCCL's default) just before its wait.
-@pytest.mark.parametrize("lookahead", [None, 1, 0])
+# gloo's default posts each receive causally; "step" all at the step's start, 1 one compute ahead, 0 (NCCL's
+# default) just before its wait.
+@pytest.mark.parametrize("lookahead", [None, "step", 1, 0])
 def test_1f1b_three_ranks_uneven_stages_matches_single_process(tmp_path, lookahead):
     spec = every_kind_spec()
     plan = one_f_one_b([[0, 1], [2, 3, 4, 5], [6, 7]], num_microbatches=4)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from executor.config import RunConfig
-from executor.lowering import WHOLE_STEP, LoweredPlan, Op, lower_plan, prove_deadlock_free
+from executor.lowering import CAUSAL, WHOLE_STEP, LoweredPlan, Op, lower_plan, prove_deadlock_free
 from executor_plans import gpipe, list_schedule, one_f_one_b
 from planner.errors import PlanError, SpecError
 from planner.plan import Action, Plan, Stage
@@ -63,13 +63,85 @@ def test_whole_step_lookahead_posts_every_receive_before_the_first_compute(plan)
                 assert program[index + 1].type == "COMPUTE"
 
 
+def _posts_before_compute(program) -> list[tuple[str, list[tuple[str, int]]]]:
+    """Each compute of ``program`` with the (kind, micro-batch) of the receives posted right after it
+    (and after its send), the first entry holding those posted before the first compute."""
+    listing, posts, current = [], [], "start"
+    for op in program:
+        if op.type == "COMPUTE":
+            listing.append((current, posts))
+            current, posts = str(op.action), []
+        elif op.type == "POST_RECV":
+            posts.append((op.message.kind[:3], op.message.microbatch))
+    listing.append((current, posts))
+    return [(compute, posted) for compute, posted in listing if posted]
+
+
+def test_causal_posting_puts_each_receive_right_after_the_last_local_compute_its_sender_depends_on():
+    # GPipe: every gradient's producer (device 1's B) runs after device 1's last F, which needs device 0's last
+    # F; device 1's activations depend on nothing of device 1, so it posts them all at the start.
+    lowered = lower_plan(gpipe([[0, 1], [2, 3]], [0, 1], num_microbatches=3), num_layers=4, lookahead=CAUSAL)
+    assert _posts_before_compute(lowered.programs[0]) == [("0F2", [("gra", 0), ("gra", 1), ("gra", 2)])]
+    assert _posts_before_compute(lowered.programs[1]) == [("start", [("act", 0), ("act", 1), ("act", 2)])]
+    # 1F1B on 2 devices: gradient m is produced after device 1's F m, which needs device 0's F m; device 0's
+    # F m+2 waits in device 0's order for its B m, which needs device 1's B m.
+    lowered = lower_plan(one_f_one_b([[0, 1], [2, 3]], num_microbatches=4), num_layers=4, lookahead=CAUSAL)
+    assert _posts_before_compute(lowered.programs[0]) == [("0F0", [("gra", 0)]), ("0F1", [("gra", 1)]),
+                                                          ("0F2", [("gra", 2)]), ("0F3", [("gra", 3)])]
+    assert _posts_before_compute(lowered.programs[1]) == [("start", [("act", 0), ("act", 1)]),
+                                                          ("1B0", [("act", 2)]), ("1B1", [("act", 3)])]
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"])
+def test_causal_posting_is_never_later_than_the_sender_can_send(schedule):
+    """No compute runs on the receiving rank between the last compute the message's send depends on and the
+    receive's post: the post follows that compute at once, while the send still waits for a message to reach
+    the sender and for the producing compute to run."""
+    from planner.baselines import build_baseline
+    from planner.cluster import load_cluster_preset
+    from planner.cost import analytic_profile
+    from planner.spec.presets import load_model_preset
+
+    spec = load_model_preset("tiny-llama")
+    plan = build_baseline(schedule, analytic_profile(spec, load_cluster_preset("cpu-host")), 2, 6)
+    programs = lower_plan(plan, num_layers=spec.num_layers, lookahead=CAUSAL).programs
+    # Replay the programs, tracking for each op the set of ops that happen before it (a WAIT after its SEND).
+    position = [0] * len(programs)
+    history: list[set] = [set() for _ in programs]
+    before_send: dict = {}
+    last_compute_before_post: dict = {}
+    progressed = True
+    while progressed:
+        progressed = False
+        for rank, program in enumerate(programs):
+            while position[rank] < len(program):
+                op = program[position[rank]]
+                if op.type == "WAIT_RECV":
+                    if op.message not in before_send:
+                        break
+                    history[rank] |= before_send[op.message]
+                if op.type == "SEND":
+                    before_send[op.message] = set(history[rank])
+                elif op.type == "POST_RECV":
+                    computes = [i for i, o in enumerate(program[:position[rank]]) if o.type == "COMPUTE"]
+                    last_compute_before_post[op.message] = (rank, computes[-1]) if computes else None
+                history[rank].add((rank, position[rank]))
+                position[rank] += 1
+                progressed = True
+    assert all(position[rank] == len(program) for rank, program in enumerate(programs))
+    assert last_compute_before_post.keys() == before_send.keys() and before_send
+    for message, compute in last_compute_before_post.items():
+        assert compute is None or compute in before_send[message], f"{message} is posted after a compute that " \
+                                                                   f"its send does not wait for"
+
+
 def test_each_backend_posts_receives_at_its_own_default_and_a_run_can_override_it():
-    assert RunConfig(backend="gloo").receive_lookahead == WHOLE_STEP
+    assert RunConfig(backend="gloo").receive_lookahead == CAUSAL
     assert RunConfig(backend="nccl").receive_lookahead == 0
     assert RunConfig(backend="gloo", lookahead=0).receive_lookahead == 0
 
 
-@pytest.mark.parametrize("lookahead", [-1, "soon", 1.5, True])
+@pytest.mark.parametrize("lookahead", [-1, "soon", "Causal", 1.5, True])
 def test_a_bad_lookahead_is_refused_naming_the_field(lookahead):
     with pytest.raises(SpecError) as error:
         RunConfig(lookahead=lookahead)
