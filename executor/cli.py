@@ -146,11 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="torch intra-op threads of each rank (default: this host's cores / its local ranks)")
     run.add_argument("--no-bind-cores", dest="bind_cores", action="store_false",
                      help="leave CPU ranks to the OS scheduler instead of binding each local rank to cores of its own")
-    run.add_argument("--lookahead", type=_lookahead,
+    run.add_argument("--lookahead", type=_lookahead, default=CAUSAL,
                      help="post each receive N compute ops before the compute that needs it, 'step': all of a "
                           "step's receives before its first compute, or 'causal': right after this rank's last "
-                          "compute that the sender's producing action depends on (default: 'causal' on gloo, "
-                          "0 on NCCL)")
+                          "compute that the sender's producing action depends on (default)")
     run.add_argument("--timeout", type=float, default=600.0)
     run.add_argument("--out", help="write the full result (with every event) here")
     run.set_defaults(handler=command_run)

@@ -10,19 +10,6 @@ from planner.errors import SpecError
 
 BACKENDS = ("gloo", "nccl")
 OPTIMIZERS = ("sgd", "adamw")
-# When each backend's ranks post their receives (``executor.lowering``), unless a run says otherwise.
-# gloo: causally (each right after this rank's last compute that the sender's producing action depends on). A gloo
-# send whose receive is not posted yet waits for the receiver's notice, which the sender's communication thread
-# handles; on a rank whose core is busy computing that thread waits for the scheduler, and the message with it:
-# 3-5 ms per such send on a 2-core host, a quarter of a small model's GPipe step. Posting every receive at the
-# step's start ("step") avoids that too, but a burst of receives posted while the peer posts its own took 2-4 ms
-# before the first compute could start (benchmarks/receive_posting.py).
-# NCCL: just before the wait. A pair of ranks shares one NCCL stream for both directions, and a receive
-# holds it until its data arrives: posted ahead, it would hold back this rank's next send to the same peer,
-# which the peer may need before it can send what the receive waits for (1F1B's activation and gradient
-# crossing). Posted just before its wait, a receive joins the sends issued right before it in one
-# ``batch_isend_irecv`` group, as Megatron pairs send_forward with recv_backward.
-DEFAULT_LOOKAHEAD = {"gloo": CAUSAL, "nccl": 0}
 
 
 @dataclass(frozen=True)
@@ -35,7 +22,12 @@ class RunConfig:
     dtype: str | None = None            # None: float32 on CPU, the spec's dtype on CUDA
     event_sink: str | None = None
     checkpoint_dir: str | None = None   # each rank saves its layers there after the last step
-    lookahead: int | str | None = None  # None: DEFAULT_LOOKAHEAD of the backend
+    # When ranks post their receives (``executor.lowering``). Causal: a gloo send whose receive is not posted
+    # yet waits for the receiver's notice, which the sender's communication thread handles; on a rank whose
+    # core is busy computing that thread waits for the scheduler, and the message with it (3-5 ms per such
+    # send on a 2-core host). All at the step's start ("step") avoids that too, but a burst of receives posted
+    # while the peer posts its own took 2-4 ms before a 1F1B step's first compute (benchmarks/receive_posting.py).
+    lookahead: int | str = CAUSAL
     report_failures: bool = True        # False when a launcher reports the first failure itself
     step_barriers: bool = False         # barrier around every step; rank 0 reports each step's wall time
     threads_per_rank: int | None = None  # torch intra-op threads per rank; None: this host's cores / local ranks
@@ -48,17 +40,11 @@ class RunConfig:
             raise SpecError("optimizer", f"must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.steps < 1:
             raise SpecError("steps", f"must be >= 1, got {self.steps}")
-        if self.lookahead is not None:
-            check_lookahead(self.lookahead)
+        check_lookahead(self.lookahead)
         if not self.lr > 0:
             raise SpecError("lr", f"must be > 0, got {self.lr}")
         if self.threads_per_rank is not None and self.threads_per_rank < 1:
             raise SpecError("threads_per_rank", f"must be >= 1, got {self.threads_per_rank}")
-
-    @property
-    def receive_lookahead(self) -> int | str:
-        """When this run's ranks post their receives: the configured lookahead or the backend's default."""
-        return DEFAULT_LOOKAHEAD[self.backend] if self.lookahead is None else self.lookahead
 
     def rank_threads(self, local_world_size: int) -> int:
         """The intra-op thread count each rank uses: the configured one, else its share of this host's cores."""

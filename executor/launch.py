@@ -30,7 +30,7 @@ from executor.config import RunConfig
 from executor.errors import ExecutorError
 from executor.events import open_sink, resolved_sink
 from executor.host import LAUNCHER_PID_ENV
-from executor.lowering import lower_plan
+from executor.lowering import CAUSAL, lower_plan
 from executor.worker import RESULT_FILE, done_file, error_file, run_dtype
 from planner.plan import Plan
 from planner.spec.model import ModelSpec
@@ -139,7 +139,7 @@ def _failed_ranks(job_dir: Path, codes: list[int | None]) -> list[int]:
 
 def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 0, event_sink: str | None = None,
              steps: int = 1, timeout_s: float = 300, optimizer: str = "sgd", lr: float = 1e-3,
-             dtype: str | None = None, checkpoint_dir: str | None = None, lookahead: int | str | None = None,
+             dtype: str | None = None, checkpoint_dir: str | None = None, lookahead: int | str = CAUSAL,
              step_barriers: bool = False, threads_per_rank: int | None = None,
              bind_cores: bool = True) -> RunResult:
     """Train ``spec`` for ``steps`` steps with ``plan`` on local ranks; see the module docstring.
@@ -151,8 +151,7 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
     ``threads_per_rank`` (default: this host's cores / ranks) is each rank's torch intra-op thread count;
     ``bind_cores``: on CPU, bind each local rank to cores of its own (``executor.host.bind_to_cores``) where
     they fit; the summary records what every rank used (``threads_per_rank``, ``cores_per_rank``).
-    ``lookahead``: when ranks post their receives (``executor.lowering``; default: the backend's,
-    ``executor.config.DEFAULT_LOOKAHEAD``).
+    ``lookahead``: when ranks post their receives (``executor.lowering``).
     """
     # The ranks run in the repository, not in the caller's directory: relative paths are the caller's.
     event_sink = resolved_sink(event_sink) if event_sink else event_sink
@@ -161,7 +160,7 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
                        event_sink=event_sink, checkpoint_dir=checkpoint_dir, lookahead=lookahead,
                        report_failures=False, step_barriers=step_barriers, threads_per_rank=threads_per_rank,
                        bind_cores=bind_cores)
-    lower_plan(plan, spec.num_layers, lookahead=config.receive_lookahead)   # fail fast, before any process starts
+    lower_plan(plan, spec.num_layers, lookahead=config.lookahead)   # fail fast, before any process starts
     device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
     check_capacity(plan, spec, device=device, dtype=run_dtype(config, spec, device), optimizer=optimizer)
     if event_sink:

@@ -16,6 +16,10 @@ posts them in that same order. That is what keeps messages from crossing: gloo a
 
 ``prove_deadlock_free`` replays the programs with those semantics (posts and sends never block, a wait
 blocks until the matching send was issued, a compute needs its local inputs) and fails naming the stuck ops.
+Posts and sends never block the host with either backend. On NCCL a receive does hold the stream it runs
+on until its data arrives, so the runtime gives every channel a process group (and a stream) of its own
+(``executor.worker.open_channels``): a stream then carries one channel's messages in the order both ends
+issue them, and nothing waits behind a receive but later receives of the same channel.
 """
 
 from __future__ import annotations
@@ -69,6 +73,11 @@ class LoweredPlan:
 
     def program(self, rank: int) -> list[Op]:
         return self.programs[rank]
+
+    def channels(self) -> list[tuple[int, int]]:
+        """Every (sender, receiver) pair that carries a message, sorted."""
+        return sorted({(op.message.src, op.message.dst) for program in self.programs for op in program
+                       if op.type == "SEND"})
 
     def max_channel_length(self) -> int:
         """The most messages any (src, dst) channel carries per step (tags of step k start at k times it)."""

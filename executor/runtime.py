@@ -1,13 +1,15 @@
 """The interpreter: runs one rank's lowered program for every training step.
 
 Per step: draw the synthetic batch, walk the program (issuing runs of consecutive POST_RECV / SEND ops as
-one ``batch_isend_irecv`` group, waiting on receives just before the compute that needs them, timing every
+one ``batch_isend_irecv`` group per channel, each channel in its own process group
+(``executor.worker.open_channels``), waiting on receives just before the compute that needs them, timing every
 compute), drain the sends, all-reduce tied-embedding gradients across ranks, step the optimizer.
 """
 
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 import torch
@@ -36,7 +38,7 @@ class RankRuntime:
     def __init__(self, *, rank: int, plan: Plan, spec: ModelSpec, program: list[Op], runners: dict[int, StageRunner],
                  optimizer: torch.optim.Optimizer | None, device: torch.device, dtype: torch.dtype, seed: int,
                  clock, emitter: EventEmitter, tied_sync=None, messages_per_channel: int = 1,
-                 step_barrier_group=None):
+                 step_barrier_group=None, channel_groups: dict | None = None):
         self.rank, self.plan, self.spec, self.program = rank, plan, spec, program
         self.runners, self.optimizer = runners, optimizer
         self.device, self.dtype, self.seed = device, dtype, seed
@@ -45,6 +47,9 @@ class RankRuntime:
         self.tag_stride = max(1, messages_per_channel)
         self.boundary_shape = (spec.micro_batch_size, spec.seq_len, spec.hidden_size)
         self.step_barrier_group = step_barrier_group
+        # (sender, receiver) -> the process group its messages travel in (``executor.worker.channel_groups``);
+        # a channel without one uses the default group
+        self.channel_groups = channel_groups or {}
         self.step_wall_ms: list[float] = []
 
     # -- communication -------------------------------------------------------------------------------
@@ -52,23 +57,27 @@ class RankRuntime:
         return step * self.tag_stride + message.sequence
 
     def _issue(self, ops: list[Op], state: StepState, step: int) -> None:
-        p2p, kept = [], []
+        """Post the receives and start the sends of ``ops``: one ``batch_isend_irecv`` per channel's group."""
+        p2p: dict = defaultdict(list)
+        kept: dict = defaultdict(list)
         for op in ops:
             message = op.message
+            channel = (message.src, message.dst)
+            group = self.channel_groups.get(channel)
             if op.type == "POST_RECV":
                 buffer = torch.empty(self.boundary_shape, dtype=self.dtype, device=self.device)
-                p2p.append(dist.P2POp(dist.irecv, buffer, message.src, tag=self._tag(message, step)))
-                kept.append(("recv", message, buffer))
+                p2p[channel].append(dist.P2POp(dist.irecv, buffer, message.src, group, tag=self._tag(message, step)))
+                kept[channel].append(("recv", message, buffer))
             else:
                 tensor = state.outbox.pop((message.kind, message.stage, message.microbatch)).contiguous()
-                p2p.append(dist.P2POp(dist.isend, tensor, message.dst, tag=self._tag(message, step)))
-                kept.append(("send", message, tensor))
-        works = dist.batch_isend_irecv(p2p)
-        for work, (direction, message, tensor) in zip(works, kept):
-            if direction == "recv":
-                state.receives[message] = (work, tensor)
-            else:
-                state.sends.append((work, tensor))
+                p2p[channel].append(dist.P2POp(dist.isend, tensor, message.dst, group, tag=self._tag(message, step)))
+                kept[channel].append(("send", message, tensor))
+        for channel, channel_ops in p2p.items():
+            for work, (direction, message, tensor) in zip(dist.batch_isend_irecv(channel_ops), kept[channel]):
+                if direction == "recv":
+                    state.receives[message] = (work, tensor)
+                else:
+                    state.sends.append((work, tensor))
 
     def _route(self, kind: str, consumer: int, microbatch: int, tensor: torch.Tensor, state: StepState) -> None:
         key = (kind, consumer, microbatch)

@@ -23,7 +23,7 @@ from executor.capacity import check_capacity
 from executor.config import RunConfig
 from executor.events import EventEmitter, open_sink
 from executor.host import bind_local_rank, die_with_launcher, exit_rank
-from executor.lowering import lower_plan
+from executor.lowering import LoweredPlan, lower_plan
 from executor.model.build import build_layers, resolve_dtype
 from executor.model.linear import enable_weight_grad_deferral
 from executor.runtime import RankRuntime
@@ -72,6 +72,31 @@ def _build_runners(plan: Plan, spec: ModelSpec, rank: int, seed: int, device, dt
                                is_last=stage == last, loss_scale=1.0 / plan.num_microbatches,
                                split_backward=split_backward)
             for stage in my_stages}
+
+
+def open_channels(lowered: LoweredPlan, rank: int, device: torch.device) -> dict:
+    """A process group of its own for every (sender, receiver) channel of the plan, connected up front.
+
+    NCCL runs a group's point-to-point operations between two ranks on one stream, both directions in it,
+    and a receive holds that stream until its data arrives: one group per pair would let a receive posted
+    ahead hold back this rank's send to the same peer, which the peer may need before it can send what the
+    receive waits for. With a group per direction a stream carries one channel's messages in channel order,
+    which the receiver posts in the same order, so the ranks block only where ``prove_deadlock_free``'s
+    model says (a compute waiting for its input). A probe message on every channel, in the same order on
+    every rank, sets the communicators up (NCCL creates one at its first use) before the steps, so two
+    ranks never wait for each other's first use of different channels. Every rank must take part.
+    """
+    groups = {}
+    for src, dst in lowered.channels():
+        group = dist.new_group([src, dst] if src < dst else [dst, src])
+        groups[(src, dst)] = group
+        if rank in (src, dst):
+            probe = torch.zeros(1, device=device)
+            if rank == src:
+                dist.send(probe, dst, group=group)
+            else:
+                dist.recv(probe, src, group=group)
+    return groups
 
 
 def _tied_gradient_sync(plan: Plan, spec: ModelSpec, rank: int, runners: dict[int, StageRunner]):
@@ -131,7 +156,7 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
     cores = None
     if device.type == "cpu" and config.bind_cores:
         cores = bind_local_rank(local_rank, local_world_size, threads)
-    lowered = lower_plan(plan, spec.num_layers, lookahead=config.receive_lookahead)
+    lowered = lower_plan(plan, spec.num_layers, lookahead=config.lookahead)
     program = lowered.program(rank)
     # Only a rank that splits backwards into I and W pays for deferrable projections (executor.model.linear)
     # and for a separate embedding prologue (executor.stage).
@@ -141,6 +166,7 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
                             **({"device_id": device} if device.type == "cuda" else {}))
     try:
         control = dist.new_group(backend="gloo") if config.backend != "gloo" else dist.group.WORLD
+        channel_groups = open_channels(lowered, rank, device)
         runners = _build_runners(plan, spec, rank, config.seed, device, dtype, split_backward)
         tied_sync = _tied_gradient_sync(plan, spec, rank, runners)
         emitter = EventEmitter(open_sink(config.event_sink) if config.event_sink else None)
@@ -153,7 +179,8 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
                               optimizer=_optimizer(config, runners), device=device, dtype=dtype, seed=config.seed,
                               clock=clock, emitter=emitter, tied_sync=tied_sync,
                               messages_per_channel=lowered.max_channel_length(),
-                              step_barrier_group=control if config.step_barriers else None)
+                              step_barrier_group=control if config.step_barriers else None,
+                              channel_groups=channel_groups)
         losses = [runtime.run_step(step) for step in range(config.steps)]
         emitter.close()
         if config.checkpoint_dir:

@@ -21,7 +21,7 @@ LR = 0.5
 
 
 def run_and_compare(tmp_path, plan, spec, *, steps=1, optimizer="sgd", lr=LR, dtype="fp64", rtol=1e-6, atol=1e-10,
-                    lookahead=None):
+                    lookahead="causal"):
     checkpoint = tmp_path / "layers"
     result = run_plan(plan, spec, seed=SEED, steps=steps, optimizer=optimizer, lr=lr, dtype=dtype,
                       checkpoint_dir=str(checkpoint), timeout_s=240, lookahead=lookahead)
@@ -50,9 +50,8 @@ def test_gpipe_two_ranks_matches_single_process(tmp_path):
     assert compared > 40
 
 
-# gloo's default posts each receive causally; "step" all at the step's start, 1 one compute ahead, 0 (NCCL's
-# default) just before its wait.
-@pytest.mark.parametrize("lookahead", [None, "step", 1, 0])
+# When receives are posted: causally (the default), all at the step's start, one compute ahead, just before the wait.
+@pytest.mark.parametrize("lookahead", ["causal", "step", 1, 0])
 def test_1f1b_three_ranks_uneven_stages_matches_single_process(tmp_path, lookahead):
     spec = every_kind_spec()
     plan = one_f_one_b([[0, 1], [2, 3, 4, 5], [6, 7]], num_microbatches=4)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from executor.cli import build_parser
 from executor.config import RunConfig
 from executor.lowering import CAUSAL, WHOLE_STEP, LoweredPlan, Op, lower_plan, prove_deadlock_free
 from executor_plans import gpipe, list_schedule, one_f_one_b
@@ -135,10 +136,15 @@ def test_causal_posting_is_never_later_than_the_sender_can_send(schedule):
                                                                    f"its send does not wait for"
 
 
-def test_each_backend_posts_receives_at_its_own_default_and_a_run_can_override_it():
-    assert RunConfig(backend="gloo").receive_lookahead == CAUSAL
-    assert RunConfig(backend="nccl").receive_lookahead == 0
-    assert RunConfig(backend="gloo", lookahead=0).receive_lookahead == 0
+def test_runs_post_receives_causally_unless_the_command_line_says_otherwise():
+    assert RunConfig().lookahead == RunConfig(backend="nccl").lookahead == CAUSAL
+    parser = build_parser()
+    run = ["run", "plan.json", "--model", "tiny-llama"]
+    assert parser.parse_args(run).lookahead == CAUSAL
+    assert parser.parse_args(run + ["--lookahead", "2"]).lookahead == 2
+    assert parser.parse_args(run + ["--lookahead", WHOLE_STEP]).lookahead == WHOLE_STEP
+    with pytest.raises(SystemExit):
+        parser.parse_args(run + ["--lookahead", "soon"])
 
 
 @pytest.mark.parametrize("lookahead", [-1, "soon", "Causal", 1.5, True])
