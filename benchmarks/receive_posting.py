@@ -1,7 +1,8 @@
 """When gloo ranks post their receives: the same plans run with each receive posted one compute ahead
 (``--lookahead 1``, the default until 2026-11-24), with every receive of the step posted at its start
-(``step``), and causally (``causal``, gloo's default now: right after the receiving rank's last compute that the
-sender's producing action depends on).
+(``step``), and causally (``causal``, the default now: right after the receiving rank's last compute that the
+sender's producing action depends on). Every channel travels in a process group of its own
+(``executor.worker.open_channels``) in all three.
 
 A gloo send whose receive is not posted yet waits for the receiver's notice, and the sender's communication
 thread handles it; on a rank whose core is busy computing, that thread waits for the scheduler. The table
@@ -13,8 +14,8 @@ action's end; ``wall`` the median time between the barriers around a step (rank 
 a rank does before its first compute (posting receives) and after its last (draining sends, the optimizer).
 
 Plans: the planner's baselines on the analytic ``cpu-host`` profile (uniform partition), 8 micro-batches,
-one rank per core, one intra-op thread each; ``--runs`` launches per setting, each ``--steps`` steps of
-which the first ``--warmup`` are left out.
+one rank per core, one intra-op thread each; ``--runs`` launches per setting, the settings taking turns, each
+``--steps`` steps of which the first ``--warmup`` are left out.
 
     .venv/bin/python benchmarks/receive_posting.py [--runs 3]
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -100,21 +102,21 @@ def main() -> None:
         if model in SCALED:
             spec = scale_spec(spec, **SCALED[model])
         plan = build_baseline(schedule, analytic_profile(spec, cluster), devices, 8)
-        for lookahead in LOOKAHEADS:
-            walls, iterations, waits = [], [], []
-            for _ in range(args.runs):
+        walls, iterations, waits = defaultdict(list), defaultdict(list), defaultdict(list)
+        for _ in range(args.runs):
+            for lookahead in LOOKAHEADS:   # alternating, so that the host's drift hits every setting alike
                 result = run_plan(plan, spec, steps=args.steps, timeout_s=600, threads_per_rank=1,
                                   lookahead=lookahead, step_barriers=True)
-                walls.extend(result.step_wall_ms[args.warmup:])
+                walls[lookahead].extend(result.step_wall_ms[args.warmup:])
                 steady = after_warmup(plan, result.events, args.warmup)
-                iterations.append(observed_iteration_ms(plan, steady))
-                waits.extend(message_waits(plan, steady))
-            late = sum(wait > LATE_MS for wait in waits)
-            print(f"| {model} | {schedule} | {lookahead} | {statistics.median(walls):.2f} "
-                  f"| {statistics.median(iterations):.2f} "
-                  f"| {statistics.median(waits):.2f} | {max(waits):.2f} | {late} of {len(waits)} "
-                  f"({late / len(waits):.0%}) |", flush=True)
-
+                iterations[lookahead].append(observed_iteration_ms(plan, steady))
+                waits[lookahead].extend(message_waits(plan, steady))
+        for lookahead in LOOKAHEADS:
+            late = sum(wait > LATE_MS for wait in waits[lookahead])
+            print(f"| {model} | {schedule} | {lookahead} | {statistics.median(walls[lookahead]):.2f} "
+                  f"| {statistics.median(iterations[lookahead]):.2f} | {statistics.median(waits[lookahead]):.2f} "
+                  f"| {max(waits[lookahead]):.2f} | {late} of {len(waits[lookahead])} "
+                  f"({late / len(waits[lookahead]):.0%}) |", flush=True)
 
 if __name__ == "__main__":
     main()
