@@ -36,7 +36,8 @@ from executor.launch import run_plan  # noqa: E402
 from executor.lowering import CAUSAL, WHOLE_STEP  # noqa: E402
 from executor.model.scale import scale_spec  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402
-from planner.calibrate import after_warmup, observed_iteration_ms, observed_spans  # noqa: E402
+from planner.calibrate import (after_warmup, device_timelines, observed_iteration_ms,  # noqa: E402
+                               observed_spans)
 from planner.cluster import load_cluster_preset  # noqa: E402
 from planner.cost import analytic_profile  # noqa: E402
 from planner.plan import Action  # noqa: E402
@@ -68,12 +69,8 @@ def message_waits(plan, events: list[dict]) -> list[float]:
     """Per cross-device message, ms its consumer sat idle after the producer had finished (see module doc)."""
     spans = observed_spans(plan, events)
     ends = {(step, action.stage, action.type, action.microbatch): end for step, action, _, end in spans}
-    by_device: dict[tuple[int, int], list[tuple[float, float, Action]]] = {}
-    for step, action, start, end in spans:
-        by_device.setdefault((step, plan.stage_device(action.stage)), []).append((start, end, action))
     waits = []
-    for (step, device), actions in by_device.items():
-        actions.sort(key=lambda item: item[0])
+    for (step, device), actions in device_timelines(plan, spans).items():
         previous_end = None
         for start, end, action in actions:
             produced = _produced_at(ends, step, action)

@@ -169,6 +169,17 @@ def _message_ends(plan: Plan, action: Action) -> tuple[int, int]:
     return crosses(before), crosses(after)
 
 
+def device_timelines(plan: Plan, spans: list[tuple[int, Action, float, float]]
+                     ) -> dict[tuple[int, int], list[tuple[float, float, Action]]]:
+    """``observed_spans`` per (step, device): each device's ``(start_ms, end_ms, action)`` in time order."""
+    timelines: dict[tuple[int, int], list[tuple[float, float, Action]]] = {}
+    for step, action, start, end in spans:
+        timelines.setdefault((step, plan.stage_device(action.stage)), []).append((start, end, action))
+    for actions in timelines.values():
+        actions.sort(key=lambda span: span[0])
+    return timelines
+
+
 def measure_message_overhead(plan: Plan, observed_events: list[dict]) -> float:
     """The per-message overhead (us per end) read off a run's action timings: the mean, over pairs of
     consecutive actions on a device where the second did not wait for its input, of the time between them
@@ -185,12 +196,8 @@ def measure_message_overhead(plan: Plan, observed_events: list[dict]) -> float:
     spans = observed_spans(plan, observed_events)
     ended = {(step, action.stage, "F" if action.type == "F" else "B", action.microbatch): end
              for step, action, _, end in spans if action.type != "W"}
-    by_device: dict[tuple[int, int], list[tuple[float, float, Action]]] = {}
-    for step, action, start, end in spans:
-        by_device.setdefault((step, plan.stage_device(action.stage)), []).append((start, end, action))
     per_end = []
-    for (step, _), actions in by_device.items():
-        actions.sort(key=lambda span: span[0])
+    for (step, _), actions in device_timelines(plan, spans).items():
         for (previous_start, previous_end, previous), (start, _, action) in zip(actions, actions[1:]):
             receives, _ = _message_ends(plan, action)
             ends = _message_ends(plan, previous)[1] + receives
