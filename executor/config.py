@@ -25,8 +25,8 @@ class RunConfig:
     # When ranks post their receives (``executor.lowering``). Causal: a gloo send whose receive is not posted
     # yet waits for the receiver's notice, which the sender's communication thread handles; on a rank whose
     # core is busy computing that thread waits for the scheduler, and the message with it (3-5 ms per such
-    # send on a 2-core host). All at the step's start ("step") avoids that too, but a burst of receives posted
-    # while the peer posts its own took 2-4 ms before a 1F1B step's first compute (benchmarks/receive_posting.py).
+    # send on a 2-core host, benchmarks/receive_posting.py). All at the step's start ("step") avoids that too,
+    # but holds a buffer for every incoming message of the step from its start.
     lookahead: int | str = CAUSAL
     report_failures: bool = True        # False when a launcher reports the first failure itself
     step_barriers: bool = False         # barrier around every step; rank 0 reports each step's wall time

@@ -231,8 +231,8 @@ def _program(plan: Plan, device: int, messages: dict, lookahead: int | str,
 def lower_plan(plan: Plan, num_layers: int, *, lookahead: int | str = 1) -> LoweredPlan:
     """Validate ``plan``, insert communication, and prove the result deadlock-free (else ``PlanError``).
 
-    ``lookahead``: how many compute ops before the compute that needs it a receive is posted, or
-    ``WHOLE_STEP``: every receive before the step's first compute.
+    ``lookahead``: when each receive is posted, a count of compute ops ahead, ``WHOLE_STEP`` or ``CAUSAL``
+    (see the module doc).
     """
     check_lookahead(lookahead)
     validate_plan(plan, num_layers)

@@ -47,7 +47,7 @@ class RankRuntime:
         self.tag_stride = max(1, messages_per_channel)
         self.boundary_shape = (spec.micro_batch_size, spec.seq_len, spec.hidden_size)
         self.step_barrier_group = step_barrier_group
-        # (sender, receiver) -> the process group its messages travel in (``executor.worker.channel_groups``);
+        # (sender, receiver) -> the process group its messages travel in (``executor.worker.open_channels``);
         # a channel without one uses the default group
         self.channel_groups = channel_groups or {}
         self.step_wall_ms: list[float] = []
