@@ -115,5 +115,6 @@ def main() -> None:
                   f"| {max(waits[lookahead]):.2f} | {late} of {len(waits[lookahead])} "
                   f"({late / len(waits[lookahead]):.0%}) |", flush=True)
 
+
 if __name__ == "__main__":
     main()
