@@ -61,8 +61,8 @@ def _select_device(backend: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def _build_runners(plan: Plan, spec: ModelSpec, rank: int, seed: int, device, dtype,
-                   split_backward: bool) -> dict[int, StageRunner]:
+def build_runners(plan: Plan, spec: ModelSpec, rank: int, seed: int, device, dtype,
+                  split_backward: bool) -> dict[int, StageRunner]:
     my_stages = plan.stages_on(rank)
     layer_indices = [layer for stage in my_stages for layer in plan.stages[stage].layers]
     # One call for all of this rank's layers: a tied head beside its embedding shares the table.
@@ -167,7 +167,7 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
     try:
         control = dist.new_group(backend="gloo") if config.backend != "gloo" else dist.group.WORLD
         channel_groups = open_channels(lowered, rank, device)
-        runners = _build_runners(plan, spec, rank, config.seed, device, dtype, split_backward)
+        runners = build_runners(plan, spec, rank, config.seed, device, dtype, split_backward)
         tied_sync = _tied_gradient_sync(plan, spec, rank, runners)
         emitter = EventEmitter(open_sink(config.event_sink) if config.event_sink else None)
         clock, started_at = aligned_clock(rank, world_size, control, device)
