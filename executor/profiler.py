@@ -134,7 +134,9 @@ def _timed_pass(modules: list, first_input: torch.Tensor, labels: torch.Tensor, 
         if grad_output is None and output.dim() > 0:
             grad_output = torch.randn_like(output)   # a model without a head ends in hidden states
         input_ms = timer(lambda: deferred.update(store=backward_input(output, grad_output)))
-        weight_ms = timer(lambda: backward_weight(deferred["store"]))
+        # An empty store (weight-gradient deferral off, or a layer with nothing to defer) leaves W no work:
+        # timing the empty call would only record the timer's noise.
+        weight_ms = timer(lambda: backward_weight(deferred["store"])) if len(deferred["store"]) else 0.0
         if kinds[index] == "embedding":
             # Token ids have no gradient: the embedding's whole backward is its (weight) table update.
             input_ms, weight_ms = 0.0, input_ms + weight_ms

@@ -22,9 +22,8 @@ def test_without_the_split_the_whole_backward_is_timed_as_input_gradient():
     profile = measure_profile_alongside(spec, processes=2, threads=1, split_backward=False, repeats=1, warmup=0,
                                         timeout_s=240)
     decoders = [layer for layer in profile.layers if layer.kind == "decoder"]
-    # W times an empty store: the clock's own cost, not a matmul (split, a decoder's W is a quarter of its I)
-    assert all(layer.backward_input > 0 and layer.backward_weight < 0.05 * layer.backward_input
-               for layer in decoders)
+    # nothing was deferred, so W has no work (split, a decoder's W is a quarter of its I)
+    assert all(layer.backward_input > 0 and layer.backward_weight == 0.0 for layer in decoders)
 
 
 def test_a_process_slowed_down_throughout_does_not_set_the_profile():
