@@ -50,16 +50,14 @@ LOOKAHEADS = (1, WHOLE_STEP, CAUSAL)
 LATE_MS = 1.0
 
 
-def _produced_at(ends: dict, step: int, action: Action) -> tuple[int, float] | None:
-    """(stage, end ms) of the action whose output ``action`` consumes from the neighbouring stage: the stage
-    before's F for an F, the stage after's B or I (whichever ran) for a B or I; None at the ends and for W."""
-    if action.type == "F":
-        stage, kinds = action.stage - 1, ("F",)
-    elif action.type in ("B", "I"):
-        stage, kinds = action.stage + 1, ("B", "I")
-    else:
+def _produced_at(plan, ends: dict, step: int, action: Action) -> tuple[int, float] | None:
+    """(stage, end ms) of the action whose output ``action`` consumes from the neighbouring stage
+    (``Plan.input_stage``): the stage before's F for an F, the stage after's B or I (whichever ran) for a B or
+    I; None at the ends and for W."""
+    stage = plan.input_stage(action)
+    if stage is None:
         return None
-    for kind in kinds:
+    for kind in ("F",) if action.type == "F" else ("B", "I"):
         if (step, stage, kind, action.microbatch) in ends:
             return stage, ends[(step, stage, kind, action.microbatch)]
     return None
@@ -73,7 +71,7 @@ def message_waits(plan, events: list[dict]) -> list[float]:
     for (step, device), actions in device_timelines(plan, spans).items():
         previous_end = None
         for start, end, action in actions:
-            produced = _produced_at(ends, step, action)
+            produced = _produced_at(plan, ends, step, action)
             if produced is not None and plan.stage_device(produced[0]) != device:
                 ready = produced[1] if previous_end is None else max(produced[1], previous_end)
                 waits.append(max(0.0, start - ready))

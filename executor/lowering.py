@@ -87,22 +87,14 @@ class LoweredPlan:
 
 def _needs_input(plan: Plan, action: Action) -> tuple[str, int] | None:
     """(kind, producing stage) of the boundary tensor ``action`` consumes, if it comes from another stage."""
-    last = plan.num_stages - 1
-    if action.type == "F" and action.stage > 0:
-        return ACTIVATION, action.stage - 1
-    if action.type in ("B", "I") and action.stage < last:
-        return GRADIENT, action.stage + 1
-    return None
+    stage = plan.input_stage(action)
+    return None if stage is None else (ACTIVATION if action.type == "F" else GRADIENT, stage)
 
 
 def _produces(plan: Plan, action: Action) -> tuple[str, int] | None:
     """(kind, consuming stage) of the boundary tensor ``action`` produces, if another stage consumes it."""
-    last = plan.num_stages - 1
-    if action.type == "F" and action.stage < last:
-        return ACTIVATION, action.stage + 1
-    if action.type in ("B", "I") and action.stage > 0:
-        return GRADIENT, action.stage - 1
-    return None
+    stage = plan.output_stage(action)
+    return None if stage is None else (ACTIVATION if action.type == "F" else GRADIENT, stage)
 
 
 def _remote_messages(plan: Plan) -> dict[tuple[str, int, int], Message]:

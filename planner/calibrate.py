@@ -158,15 +158,12 @@ def _message_ends(plan: Plan, action: Action) -> tuple[int, int]:
     """(messages ``action`` receives from another device before it, messages it sends to one after it), as
     the simulator charges them: F receives from the stage before and sends to the stage after, B and I the
     other way round, W neither."""
-    if action.type == "W":
-        return 0, 0
-    device, stage = plan.stage_device(action.stage), action.stage
-    before, after = (stage - 1, stage + 1) if action.type == "F" else (stage + 1, stage - 1)
+    device = plan.stage_device(action.stage)
 
-    def crosses(other: int) -> int:
-        return int(0 <= other < plan.num_stages and plan.stage_device(other) != device)
+    def crosses(other: int | None) -> int:
+        return int(other is not None and plan.stage_device(other) != device)
 
-    return crosses(before), crosses(after)
+    return crosses(plan.input_stage(action)), crosses(plan.output_stage(action))
 
 
 def device_timelines(plan: Plan, spans: list[tuple[int, Action, float, float]]
@@ -204,9 +201,8 @@ def measure_message_overhead(plan: Plan, observed_events: list[dict]) -> float:
             if not ends:
                 continue
             if receives:
-                producer_stage = action.stage - 1 if action.type == "F" else action.stage + 1
                 kind = "F" if action.type == "F" else "B"
-                produced = ended.get((step, producer_stage, kind, action.microbatch))
+                produced = ended.get((step, plan.input_stage(action), kind, action.microbatch))
                 if produced is None or produced >= previous_start:
                     continue
             per_end.append((start - previous_end) / ends)

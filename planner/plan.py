@@ -68,6 +68,24 @@ class Plan:
     def stages_on(self, device: int) -> list[int]:
         return [index for index, stage in enumerate(self.stages) if stage.device == device]
 
+    def input_stage(self, action: Action) -> int | None:
+        """The neighbouring stage whose boundary tensor ``action`` consumes: the stage before's activation for
+        an F, the stage after's input gradient (from its B or I) for a B or I; None for W and at the ends."""
+        if action.type == "F":
+            return action.stage - 1 if action.stage > 0 else None
+        if action.type in ("B", "I"):
+            return action.stage + 1 if action.stage < self.num_stages - 1 else None
+        return None
+
+    def output_stage(self, action: Action) -> int | None:
+        """The neighbouring stage that consumes the boundary tensor ``action`` produces: the stage after for an
+        F, the stage before for a B or I; None for W and at the ends."""
+        if action.type == "F":
+            return action.stage + 1 if action.stage < self.num_stages - 1 else None
+        if action.type in ("B", "I"):
+            return action.stage - 1 if action.stage > 0 else None
+        return None
+
     def num_actions(self) -> int:
         return sum(len(device_actions) for device_actions in self.actions)
 
