@@ -96,12 +96,45 @@ def observed_durations(plan: Plan, observed_events: list[dict]) -> dict[tuple[in
 
 def recalibrate(profile: Profile, plan: Plan, observed_events: list[dict]) -> Profile:
     """``profile`` with each stage's layer times scaled to the observed durations (see module doc)."""
-    if sum(len(stage.layers) for stage in plan.stages) != profile.num_layers:
-        raise SpecError("plan", f"its stages cover {sum(len(stage.layers) for stage in plan.stages)} layers, "
-                                f"the profile has {profile.num_layers}")
     durations = observed_durations(plan, observed_events)
     if not durations:
         raise SpecError("observed_events", "holds no action events to calibrate from")
+    return recalibrate_durations(profile, plan, durations)
+
+
+def stage_durations(plan: Plan, timings: dict[tuple[int, str], tuple[float, float]]
+                    ) -> dict[tuple[int, str], list[float]]:
+    """Per (stage, action type), the duration of each of the plan's actions from a stage's (cold, warm) times
+    (``executor.stage_timing``): warm where the action follows one of its own type on its device with no
+    message between them (the previous one sends nothing to another device, this one receives nothing from
+    one), cold otherwise: after another type of work, at the device's first action, and where a rank's
+    communication ran in between. SpecError naming ``timings`` when a (stage, type) the plan runs has no
+    timing."""
+    def crosses(stage: int | None, device: int) -> bool:
+        return stage is not None and plan.stage_device(stage) != device
+
+    durations: dict[tuple[int, str], list[float]] = {}
+    for device, device_actions in enumerate(plan.actions):
+        previous = None
+        for action in device_actions:
+            key = (action.stage, action.type)
+            if key not in timings:
+                raise SpecError("timings", f"have no time for stage {action.stage}'s {action.type} actions")
+            cold, warm = timings[key]
+            warm_start = (previous is not None and previous.type == action.type
+                          and not crosses(plan.output_stage(previous), device)
+                          and not crosses(plan.input_stage(action), device))
+            durations.setdefault(key, []).append(warm if warm_start else cold)
+            previous = action
+    return durations
+
+
+def recalibrate_durations(profile: Profile, plan: Plan, durations: dict[tuple[int, str], list[float]]) -> Profile:
+    """``profile`` with each stage's layer times scaled so that its actions take the mean of ``durations``
+    per (stage, action type) (see the module doc; ``recalibrate`` gives it a run's observed durations)."""
+    if sum(len(stage.layers) for stage in plan.stages) != profile.num_layers:
+        raise SpecError("plan", f"its stages cover {sum(len(stage.layers) for stage in plan.stages)} layers, "
+                                f"the profile has {profile.num_layers}")
     factors = {(stage, part): factor for (stage, kind), values in durations.items()
                for part, factor in _factors(profile, plan, stage, kind, fmean(values)).items()}
     fallback = {part: median(values) for part in PARTS
