@@ -67,9 +67,10 @@ from executor.launch import run_plan  # noqa: E402
 from executor.linkprobe import local_cluster, measure_link  # noqa: E402
 from executor.model.scale import scale_spec  # noqa: E402
 from executor.profiler import measure_profile_alongside  # noqa: E402
+from executor.stage_timing import measure_stage_timings  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402
 from planner.calibrate import (after_warmup, fit_message_overhead, measure_message_overhead,  # noqa: E402
-                               recalibrate, with_message_overhead)
+                               recalibrate, recalibrate_durations, stage_durations, with_message_overhead)
 from planner.cluster import load_cluster  # noqa: E402
 from planner.simulator import simulate  # noqa: E402
 from planner.spec.presets import load_model_preset  # noqa: E402
@@ -182,16 +183,17 @@ def main() -> None:
           f"{fitted_us:.0f} us fitted to the iteration; observed = median over {args.runs} "
           f"runs x "
           f"{args.steps - args.warmup} steps after {args.warmup} warm-up steps each\n")
-    print("| model | schedule | micro-batches | predicted ms | observed ms | error | error given the run's compute "
-          f"| error calibrated on {CALIBRATION_SCHEDULE} runs | predicted bubble per device "
-          "| observed bubble per device | mean action ms | compute observed/predicted "
-          "| run-to-run spread | other programs' CPU, worst run |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|")
+    print("| model | schedule | micro-batches | predicted ms | observed ms | error | error from stage timings "
+          f"| error given the run's compute | error calibrated on {CALIBRATION_SCHEDULE} runs "
+          "| predicted bubble per device | observed bubble per device | mean action ms "
+          "| compute observed/predicted | run-to-run spread | other programs' CPU, worst run |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|")
     profiles: dict = {}
     errors: dict[str, list[float]] = defaultdict(list)
     timing_errors: list[float] = []
     calibrations: dict = {}          # model -> (plan, steady actions) of its CALIBRATION_SCHEDULE runs
     calibrated_errors: list[float] = []
+    staged_errors: list[float] = []
     for model, schedule, microbatches in CASES:
         if args.only is not None and args.only not in f"{model}/{schedule}":
             continue
@@ -206,12 +208,18 @@ def main() -> None:
         profile = profiles[model, split_backward]
         plan = build_baseline(schedule, profile, devices, microbatches, cluster=cluster)
         prediction = simulate(plan, profile, cluster)
+        # A prediction too: the profile scaled to the plan's stages timed as actions (executor.stage_timing),
+        # before any run of the plan.
+        timings = measure_quietly(lambda: measure_stage_timings(plan, spec, threads=threads)).value
+        staged = simulate(plan, recalibrate_durations(profile, plan, stage_durations(plan, timings)),
+                          cluster).iteration_ms
         predicted_busy = [device.time.busy_ms for device in prediction.per_device]
         runs, steps = run_observed(plan, spec, threads, args)
         observed = statistics.median(span for span, _ in steps)
         observed_busy = [statistics.median(busy[device] for _, busy in steps) for device in range(devices)]
         error = (prediction.iteration_ms - observed) / observed
         errors[model].append(abs(error))
+        staged_errors.append(abs(staged - observed) / observed)
         # Not a prediction: the same simulation on the compute the runs showed (each stage's mean F, B, I and
         # W durations, planner.calibrate.recalibrate), to tell the timing model's error from the profile's.
         actions = [event for run in steady_actions(plan, runs, args.warmup) for event in run]
@@ -230,7 +238,8 @@ def main() -> None:
             after_calibration = "–"
         mean_action_ms = sum(predicted_busy) / sum(len(device_actions) for device_actions in plan.actions)
         print(f"| {model} | {schedule} | {microbatches} | {prediction.iteration_ms:.2f} | {observed:.2f} | "
-              f"{error:+.1%} | {(given_compute - observed) / observed:+.1%} | {after_calibration} | "
+              f"{error:+.1%} | {(staged - observed) / observed:+.1%} | "
+              f"{(given_compute - observed) / observed:+.1%} | {after_calibration} | "
               f"{bubbles(prediction.iteration_ms, predicted_busy)} | "
               f"{bubbles(observed, observed_busy)} | {mean_action_ms:.2f} | "
               f"{sum(observed_busy) / sum(predicted_busy):.2f} | {run_spread(runs, args.warmup, devices):.0%} | "
@@ -239,7 +248,8 @@ def main() -> None:
     per_model = "; ".join(f"{model} {statistics.median(model_errors):.1%} ({len(model_errors)})"
                           for model, model_errors in errors.items())
     print(f"\nmedian |error| {statistics.median(every_error):.1%} over {len(every_error)} plans (per model: "
-          f"{per_model}); given the runs' own compute {statistics.median(timing_errors):.1%}; calibrated on each "
+          f"{per_model}); from stage timings {statistics.median(staged_errors):.1%}; given the runs' own compute "
+          f"{statistics.median(timing_errors):.1%}; calibrated on each "
           f"model's {CALIBRATION_SCHEDULE} runs "
           f"{statistics.median(calibrated_errors) if calibrated_errors else float('nan'):.1%} over "
           f"{len(calibrated_errors)} other plans; load average {load_average()} at end")
