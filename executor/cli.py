@@ -5,7 +5,8 @@
                            [--checkpoint-dir DIR] [--threads-per-rank N] [--no-bind-cores] [--timeout S]
                            [--out RESULT.json]
     python -m executor profile --model SPEC [--scale [HIDDEN]] [--device cpu|cuda] [--dtype D]
-                               [--repeats N] [--threads N] [--ranks N] [--full-backward] --out PROFILE.json
+                               [--repeats N] [--threads N] [--ranks N] [--full-backward] [--plan PLAN.json]
+                               --out PROFILE.json
 
 SPEC is a model file (our JSON/YAML or a HuggingFace config.json) or a preset name (``tiny-hybrid``).
 
@@ -107,6 +108,7 @@ def command_profile(args) -> int:
     spec = load_model_argument(args.model, args.scale)
     device = torch.device(args.device)
     dtype = resolve_dtype(args.dtype or ("fp32" if device.type == "cpu" else spec.dtype))
+    plan = _plan_to_time(args, spec, device, dtype)
     if args.ranks < 1:
         raise SpecError("ranks", f"must be >= 1, got {args.ranks}")
     if args.ranks > 1:
@@ -120,9 +122,32 @@ def command_profile(args) -> int:
         with weight_grad_deferral(not args.full_backward):
             profile = measure_profile(spec, device=device, dtype=dtype, repeats=args.repeats, warmup=args.warmup,
                                       seed=args.seed, threads=args.threads)
+    if plan is not None:
+        from executor.stage_timing import measure_stage_timings
+        from planner.calibrate import recalibrate_durations, stage_durations
+
+        timings = measure_stage_timings(plan, spec, threads=args.threads, repeats=args.repeats, warmup=args.warmup,
+                                        seed=args.seed)
+        profile = recalibrate_durations(profile, plan, stage_durations(plan, timings))
     Path(args.out).write_text(json.dumps(profile.to_dict(), indent=1))
-    print(f"wrote {args.out}: {len(profile.layers)} layers of {spec.name} measured on {profile.device}")
+    timed = f", scaled to the {plan.num_stages} stages of {args.plan} timed as actions" if plan is not None else ""
+    print(f"wrote {args.out}: {len(profile.layers)} layers of {spec.name} measured on {profile.device}{timed}")
     return 0
+
+
+def _plan_to_time(args, spec, device, dtype):
+    """``--plan``'s Plan (None without it), checked before anything is measured."""
+    import torch
+
+    if not args.plan:
+        return None
+    if device.type != "cpu" or dtype != torch.float32:
+        raise SpecError("plan", "timing a plan's stages is for CPU ranks in float32")
+    plan = load_plan(_read_json(args.plan, "plan"))
+    covered = sum(len(stage.layers) for stage in plan.stages)
+    if covered != spec.num_layers:
+        raise SpecError("plan", f"its stages cover {covered} layers, {spec.name} has {spec.num_layers}")
+    return plan
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,6 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--full-backward", action="store_true",
                          help="time B as ranks that run only F and B do (no weight-gradient deferral); I and W "
                               "are then one B in I, as a 1F1B or GPipe plan runs it")
+    profile.add_argument("--plan",
+                         help="CPU: then time this plan's stages as its ranks run them (one process per device at "
+                              "once, each action right after another kind of work and right after its own kind) "
+                              "and scale each stage's layers to the times its actions will take "
+                              "(executor.stage_timing)")
     profile.add_argument("--seed", type=int, default=0)
     profile.add_argument("--out", required=True)
     profile.set_defaults(handler=command_profile)

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 
@@ -90,4 +91,37 @@ def test_profile_refuses_ranks_it_cannot_time(tmp_path, capsys):
     assert "ranks: must be >= 1" in capsys.readouterr().err
     assert main(["profile", "--model", "tiny-llama", "--ranks", "2", "--dtype", "bf16", "--out", str(out)]) == 2
     assert "ranks: profiling several local ranks at once is for CPU ranks in float32" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_profile_with_a_plan_scales_each_stage_to_the_times_of_its_actions(tiny_llama_plan, tmp_path):
+    from statistics import fmean
+
+    from planner.calibrate import stage_durations
+    from planner.plan import load_plan
+
+    plan = load_plan(json.loads(Path(tiny_llama_plan).read_text()))
+    # cold and warm times distinct per stage and kind: the CLI must charge each action the one it will pay
+    timings = {(stage, kind): (1.0 + stage + offset, 0.5 + stage + offset)
+               for stage in range(plan.num_stages) for kind, offset in (("F", 0.0), ("B", 10.0))}
+    out = tmp_path / "profile.json"
+    with patch("executor.stage_timing.measure_stage_timings", return_value=timings) as measure:
+        assert main(["profile", "--model", "tiny-llama", "--repeats", "1", "--warmup", "0", "--full-backward",
+                     "--plan", str(tiny_llama_plan), "--out", str(out)]) == 0
+    assert measure.call_args.args[0].to_dict() == plan.to_dict()
+    profile = load_profile(json.loads(out.read_text()))
+    durations = stage_durations(plan, timings)
+    for index, stage in enumerate(plan.stages):
+        layers = [profile.layers[layer] for layer in stage.layers]
+        assert sum(layer.forward for layer in layers) == pytest.approx(fmean(durations[(index, "F")]))
+        assert sum(layer.backward for layer in layers) == pytest.approx(fmean(durations[(index, "B")]))
+
+
+def test_profile_refuses_a_plan_it_cannot_time(tiny_llama_plan, tmp_path, capsys):
+    out = tmp_path / "profile.json"
+    assert main(["profile", "--model", "tiny-llama", "--dtype", "bf16", "--plan", str(tiny_llama_plan),
+                 "--out", str(out)]) == 2
+    assert "plan: timing a plan's stages is for CPU ranks in float32" in capsys.readouterr().err
+    assert main(["profile", "--model", "tiny-hybrid", "--plan", str(tiny_llama_plan), "--out", str(out)]) == 2
+    assert "plan: its stages cover 6 layers, tiny-hybrid has" in capsys.readouterr().err
     assert not out.exists()
