@@ -36,6 +36,11 @@ their profiled speed, the error left when the schedule, the transfers and the bu
 ``error given the run's compute`` is not a prediction: the same simulation on each stage's mean F, B, I
 and W durations in the runs (``planner.calibrate.recalibrate``), so it is the error of the schedule, message
 and bubble model alone, and ``error`` minus it is what the profile's compute speed adds.
+``error from stage timings`` is a prediction made before the plan runs: each stage of the plan timed as its
+rank will run it (``executor.stage_timing.measure_stage_timings``: one process per device at once, every
+action right after work of another kind and right after its own kind), each action charged the cold or the
+warm time by what precedes it on its device (``planner.calibrate.stage_durations``), and the profile's layers
+scaled to those times (``recalibrate_durations``), as ``executor profile --plan`` does.
 ``error calibrated on gpipe runs`` is a prediction again, of the closed loop: the plan simulated on the profile
 recalibrated (``planner.calibrate.recalibrate``) on the runs of the same model's GPipe plan, which ran before
 it; the GPipe row itself is the calibration.
