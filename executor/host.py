@@ -180,6 +180,45 @@ def measure_quietly(measure: Callable[[], T], *, max_other_load: float = 0.1, at
     return best
 
 
+def run_alongside(target: Callable, per_process_args: list[tuple], *, timeout_s: float = 600) -> list:
+    """What each of ``len(per_process_args)`` spawned processes puts on its queue, in the order they finish.
+
+    Process i runs ``target(*per_process_args[i], start, results)``: it sets itself up (binding, threads,
+    building), waits on the barrier ``start`` so that all of them measure at the same time, as a host's local
+    ranks run, and puts one picklable result on ``results``. A process that exits without its result ends
+    the wait at once with an ExecutorError naming it and its exit code (not at the timeout); every process
+    is gone when this returns."""
+    import multiprocessing
+    import queue
+
+    context = multiprocessing.get_context("spawn")
+    start, results = context.Barrier(len(per_process_args)), context.Queue()
+    workers = [context.Process(target=target, args=(*args, start, results), daemon=True) for args in per_process_args]
+    for worker in workers:
+        worker.start()
+    collected: list = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(collected) < len(workers):
+            try:
+                collected.append(results.get(timeout=0.2))
+            except queue.Empty:
+                for index, worker in enumerate(workers):
+                    if worker.exitcode not in (None, 0):
+                        raise ExecutorError(f"process {index} of {len(workers)} ({target.__name__}) exited with "
+                                            f"code {worker.exitcode} before its result; its error is above")
+                if time.monotonic() > deadline:
+                    raise ExecutorError(f"{target.__name__}: {len(workers) - len(collected)} of {len(workers)} "
+                                        f"processes gave no result within {timeout_s:.0f} s")
+    finally:
+        for worker in workers:
+            worker.join(timeout=5)
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+    return collected
+
+
 def retried_once(run: Callable[[], T]) -> T:
     """``run()``, once more if a rank fails: for benchmarks, where a rare abort of a gloo rank at shutdown (about
     3 launches in 200 on a loaded 2-core host, not yet explained) must not lose a whole table. The failure is

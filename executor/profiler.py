@@ -30,7 +30,7 @@ import time
 import torch
 
 from executor.backward import backward_input, backward_weight
-from executor.host import bind_local_rank, fair_share_threads
+from executor.host import bind_local_rank, fair_share_threads, run_alongside
 from executor.model.build import build_layers
 from executor.model.layers import Head
 from planner.cluster import load_cluster_preset
@@ -214,25 +214,10 @@ def measure_profile_alongside(spec: ModelSpec, *, processes: int, threads: int |
     processes' (each already a median over passes): interference from outside the run only ever adds time,
     and with two processes a median is their mean, half set by whichever was disturbed.
     """
-    import multiprocessing
-
     threads = threads or fair_share_threads(processes)
-    context = multiprocessing.get_context("spawn")
-    start, results = context.Barrier(processes), context.Queue()
-    workers = [context.Process(target=_profile_in_process, args=(spec.to_dict(), threads, split_backward, repeats,
-                                                                  warmup, seed, index, processes, start, results),
-                                 daemon=True)
-               for index in range(processes)]
-    for worker in workers:
-        worker.start()
-    try:
-        docs = [results.get(timeout=timeout_s) for _ in workers]
-    finally:
-        for worker in workers:
-            worker.join(timeout=5)
-            if worker.is_alive():
-                worker.kill()
-                worker.join()
+    docs = run_alongside(_profile_in_process, [(spec.to_dict(), threads, split_backward, repeats, warmup, seed,
+                                                index, processes) for index in range(processes)],
+                         timeout_s=timeout_s)
     return fastest_of([load_profile(doc) for doc in docs])
 
 

@@ -26,7 +26,7 @@ import time
 import torch
 
 from executor.data import synthetic_batch
-from executor.host import bind_local_rank
+from executor.host import bind_local_rank, run_alongside
 from executor.model.linear import weight_grad_deferral
 from executor.worker import SPLIT_BACKWARD, build_runners
 from planner.plan import Plan, load_plan
@@ -111,25 +111,10 @@ def measure_stage_timings(plan: Plan, spec: ModelSpec, *, threads: int = 1, repe
     """{(stage, kind): (cold ms, warm ms)} for every stage of ``plan`` on this host's CPU: one process per
     device, all at once (as the plan's local ranks share the cores), each with ``threads`` intra-op threads
     and bound to cores of its own as the ranks are (see the module docstring). CPU, float32."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")
-    start, results = context.Barrier(plan.num_devices), context.Queue()
-    workers = [context.Process(target=_time_in_process,
-                               args=(plan.to_dict(), spec.to_dict(), device, threads, repeats, warmup, seed,
-                                     start, results), daemon=True)
-               for device in range(plan.num_devices)]
-    for worker in workers:
-        worker.start()
     timings: dict[tuple[int, str], tuple[float, float]] = {}
-    try:
-        for _ in workers:
-            for stage, kind, cold, warm in results.get(timeout=timeout_s):
-                timings[stage, kind] = (cold, warm)
-    finally:
-        for worker in workers:
-            worker.join(timeout=5)
-            if worker.is_alive():
-                worker.kill()
-                worker.join()
+    for device_timings in run_alongside(_time_in_process, [(plan.to_dict(), spec.to_dict(), device, threads, repeats,
+                                                            warmup, seed) for device in range(plan.num_devices)],
+                                        timeout_s=timeout_s):
+        for stage, kind, cold, warm in device_timings:
+            timings[stage, kind] = (cold, warm)
     return timings
