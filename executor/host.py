@@ -212,6 +212,8 @@ def run_alongside(target: Callable, per_process_args: list[tuple], *, timeout_s:
                                         f"processes gave no result within {timeout_s:.0f} s")
     finally:
         for worker in workers:
+            if len(collected) < len(workers):   # failed or timed out: what is left waits for nothing
+                worker.kill()
             worker.join(timeout=5)
             if worker.is_alive():
                 worker.kill()
