@@ -7,8 +7,8 @@ core's caches (the interpreter's and dispatcher's paths for this kind of work, t
 come back. This script times each stage of a baseline plan in one process, built and run as the executor's
 ranks build and run it (``executor.stage_timing.time_device_stages``, one intra-op thread, bound to one
 core), twice per repeat and kind: the first action of a kind right after one of the other kind, the second
-right after the first. ``start cost`` is their difference; ``profiled`` is the sum of the stage's layer times in this host's
-profile of the same model (``executor.profiler.measure_profile``).
+right after the first. ``start cost`` is their difference; ``profiled`` is the sum of the stage's layer times
+in this host's profile of the same model (``executor.profiler.measure_profile``).
 
 No messages and no second process: what is left is the action's own start. A profile summed from layer
 times misses it; ``executor profile --plan`` scales the profile to such stage timings (the README's

@@ -35,6 +35,7 @@ from executor.model.build import DTYPES
 from planner.errors import PlanError, SpecError
 from planner.plan import load_plan
 from planner.spec.model import ModelSpec
+from planner.validate import check_plan_structure
 
 DEFAULT_SCALED_HIDDEN = 64
 
@@ -144,9 +145,7 @@ def _plan_to_time(args, spec, device, dtype):
     if device.type != "cpu" or dtype != torch.float32:
         raise SpecError("plan", "timing a plan's stages is for CPU ranks in float32")
     plan = load_plan(_read_json(args.plan, "plan"))
-    covered = sum(len(stage.layers) for stage in plan.stages)
-    if covered != spec.num_layers:
-        raise SpecError("plan", f"its stages cover {covered} layers, {spec.name} has {spec.num_layers}")
+    check_plan_structure(plan, spec.num_layers)
     return plan
 
 

@@ -123,5 +123,5 @@ def test_profile_refuses_a_plan_it_cannot_time(tiny_llama_plan, tmp_path, capsys
                  "--out", str(out)]) == 2
     assert "plan: timing a plan's stages is for CPU ranks in float32" in capsys.readouterr().err
     assert main(["profile", "--model", "tiny-hybrid", "--plan", str(tiny_llama_plan), "--out", str(out)]) == 2
-    assert "plan: its stages cover 6 layers, tiny-hybrid has" in capsys.readouterr().err
+    assert "stages: the stages cover layers 0..5 but the model has" in capsys.readouterr().err
     assert not out.exists()
