@@ -1,9 +1,10 @@
 """Refuse runs that cannot fit: a realistic ModelSpec must be scaled (``executor.model.scale_spec``) first.
 
 The estimate per rank is parameters + gradients + optimizer state for its layers, plus the activations of
-the micro-batches a pipeline keeps in flight (at most one per stage ahead of it, capped by the number of
-micro-batches), using ~16 hidden-sized tensors per layer and token and the head's logits. It is meant to
-catch a 70B model on a laptop, not to budget memory to the last megabyte.
+the micro-batches its order keeps in flight at its peak (``planner.memory.activation_peaks``: a GPipe rank
+holds every micro-batch, a 1F1B rank at most one per stage from it to the end), using ~16 hidden-sized tensors
+per layer and token and the head's logits. It is meant to catch a 70B model on a laptop, not to budget memory
+to the last megabyte.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 from executor.model.build import layer_parameter_counts
 from planner.errors import SpecError
+from planner.memory import activation_peaks
 from planner.plan import Plan
 from planner.spec.model import ModelSpec
 
@@ -28,12 +30,17 @@ def rank_bytes(plan: Plan, spec: ModelSpec, rank: int, dtype: torch.dtype, optim
     element = torch.empty((), dtype=dtype).element_size()
     state_copies = 2 + (2 if optimizer == "adamw" else 0)   # weights, grads, Adam's two moments
     layers = [layer for stage in plan.stages_on(rank) for layer in plan.stages[stage].layers]
-    tokens = spec.micro_batch_size * spec.seq_len
-    in_flight = min(plan.num_microbatches, plan.num_stages)
-    activations = in_flight * tokens * spec.hidden_size * element * ACTIVATION_TENSORS_PER_LAYER * len(layers)
-    if spec.layers[-1].kind == "head" and spec.num_layers - 1 in layers:
-        activations += in_flight * tokens * spec.vocab_size * 4 * 2   # float32 logits and their gradient
+    activations = activation_peaks(plan, stage_activation_bytes(plan, spec, element))[rank]
     return sum(counts[layer] for layer in layers) * element * state_copies + activations
+
+
+def stage_activation_bytes(plan: Plan, spec: ModelSpec, element: int) -> list[int]:
+    """Estimated bytes one micro-batch keeps on each stage until its backward there ends."""
+    tokens = spec.micro_batch_size * spec.seq_len
+    per_layer = tokens * spec.hidden_size * element * ACTIVATION_TENSORS_PER_LAYER
+    head = spec.num_layers - 1 if spec.layers[-1].kind == "head" else None
+    logits = tokens * spec.vocab_size * 4 * 2   # float32 logits and their gradient
+    return [per_layer * len(stage.layers) + (logits if head in stage.layers else 0) for stage in plan.stages]
 
 
 def device_capacity_bytes(device: torch.device) -> int:

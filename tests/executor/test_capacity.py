@@ -1,0 +1,53 @@
+"""The executor's memory guard: model state plus the activations a rank's own order keeps in flight."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from executor import capacity
+from executor.capacity import ACTIVATION_TENSORS_PER_LAYER, check_capacity, rank_bytes
+from executor.model import layer_parameter_counts
+from executor_plans import gpipe, one_f_one_b
+from planner.errors import SpecError
+from planner.spec.presets import load_model_preset
+
+SPEC = load_model_preset("tiny-llama")
+STAGES = [list(range(SPEC.num_layers // 2)), list(range(SPEC.num_layers // 2, SPEC.num_layers))]
+
+
+def _layer_activation_bytes(element=4):
+    return SPEC.micro_batch_size * SPEC.seq_len * SPEC.hidden_size * element * ACTIVATION_TENSORS_PER_LAYER
+
+
+def _state_bytes(layers, element=4, copies=4):
+    counts = layer_parameter_counts(SPEC)
+    return sum(counts[layer] for layer in layers) * element * copies
+
+
+def test_a_gpipe_rank_holds_every_micro_batch_and_a_1f1b_rank_one_per_stage_to_the_end():
+    microbatches = 8
+    first = STAGES[0]
+    held_gpipe = rank_bytes(gpipe(STAGES, [0, 1], microbatches), SPEC, 0, torch.float32, "adamw") - _state_bytes(first)
+    held_1f1b = rank_bytes(one_f_one_b(STAGES, microbatches), SPEC, 0, torch.float32, "adamw") - _state_bytes(first)
+    assert held_gpipe == microbatches * len(first) * _layer_activation_bytes()
+    assert held_1f1b == 2 * len(first) * _layer_activation_bytes()
+
+
+def test_the_last_rank_of_1f1b_holds_one_micro_batch_with_its_logits():
+    last = STAGES[1]
+    held = rank_bytes(one_f_one_b(STAGES, 8), SPEC, 1, torch.float32, "sgd") - _state_bytes(last, copies=2)
+    logits = SPEC.micro_batch_size * SPEC.seq_len * SPEC.vocab_size * 4 * 2
+    assert SPEC.layers[-1].kind == "head"
+    assert held == len(last) * _layer_activation_bytes() + logits
+
+
+def test_a_schedule_that_keeps_too_many_micro_batches_in_flight_is_refused_where_1f1b_fits(monkeypatch):
+    plans = {"1f1b": one_f_one_b(STAGES, 16), "gpipe": gpipe(STAGES, [0, 1], 16)}
+    need = {name: sum(rank_bytes(plan, SPEC, rank, torch.float32, "adamw") for rank in (0, 1))
+            for name, plan in plans.items()}
+    host_bytes = (need["1f1b"] + need["gpipe"]) / 2 / capacity.USABLE_FRACTION   # a host between the two
+    monkeypatch.setattr(capacity, "device_capacity_bytes", lambda device: host_bytes)
+    check_capacity(plans["1f1b"], SPEC, device=torch.device("cpu"), dtype=torch.float32, optimizer="adamw")
+    with pytest.raises(SpecError, match="needs ~.* GiB across 2 CPU ranks"):
+        check_capacity(plans["gpipe"], SPEC, device=torch.device("cpu"), dtype=torch.float32, optimizer="adamw")
