@@ -3,7 +3,10 @@
 Both keep a (head_dim x head_dim) state per head instead of a key/value cache. At the small scale the
 executor runs on, the gated delta rule is evaluated step by step (the recurrence itself, no chunking) and
 lightning attention in its parallel form with an explicit decay mask; both are exact, just not the
-chunked kernels a production run would use.
+chunked kernels a production run would use. Gated delta-net first runs q, k and v through a short causal
+depthwise convolution without bias and a SiLU, as Qwen3-Next does (``linear_conv_kernel_dim``), and ends in
+a per-head gated norm; lightning attention ends, as MiniMax-01 does, in a norm over all heads and a sigmoid
+output gate.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from torch import nn
 from executor.model.linear import Linear
 from executor.model.init import fill_, normal_, uniform_
 from executor.model.norm import RMSNorm
+from planner.cost.linear_attention import GATED_DELTA_CONV_KERNEL
 from planner.spec.model import LinearAttentionMixer
 
 
@@ -34,13 +38,17 @@ class LinearAttention(nn.Module):
         self.v_proj = Linear(hidden_size, inner)
         self.gate_proj = Linear(hidden_size, inner)
         self.o_proj = Linear(inner, hidden_size)
-        self.out_norm = RMSNorm(self.head_dim)
+        # Qwen3-Next normalises each head with one shared scale; MiniMax-01 normalises all heads together.
+        self.out_norm = RMSNorm(self.head_dim if self.variant == "gated_delta" else inner)
         if self.variant == "gated_delta":
             # Per-token write strength (beta) and decay (alpha = exp(g)), parameterised as in Mamba-2.
             self.beta_proj = Linear(hidden_size, self.num_heads)
             self.decay_proj = Linear(hidden_size, self.num_heads)
             self.A_log = nn.Parameter(torch.empty(self.num_heads))
             self.dt_bias = nn.Parameter(torch.empty(self.num_heads))
+            channels = 2 * self.num_key_heads * self.head_dim + inner   # q, k and v
+            self.conv = nn.Conv1d(channels, channels, GATED_DELTA_CONV_KERNEL, groups=channels, bias=False,
+                                  padding=GATED_DELTA_CONV_KERNEL - 1)
 
     def init_weights(self, generator: torch.Generator) -> None:
         for projection in (self.q_proj, self.k_proj, self.v_proj, self.gate_proj, self.o_proj):
@@ -51,6 +59,8 @@ class LinearAttention(nn.Module):
             normal_(self.decay_proj.weight, generator)
             uniform_(self.A_log, generator, 0.0, math.log(16.0))
             fill_(self.dt_bias, 0.0)
+            bound = 1.0 / math.sqrt(self.conv.kernel_size[0])
+            uniform_(self.conv.weight, generator, -bound, bound)
 
     def _heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         batch, seq_len, _ = x.shape
@@ -59,15 +69,32 @@ class LinearAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq_len, _ = x.shape
-        query = self._heads(self.q_proj(x), self.num_key_heads)
-        key = self._heads(self.k_proj(x), self.num_key_heads)
-        value = self._heads(self.v_proj(x), self.num_heads)
+        query, key, value = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.variant == "gated_delta":
+            query, key, value = self._short_conv(query, key, value)
+        query = self._heads(query, self.num_key_heads)
+        key = self._heads(key, self.num_key_heads)
+        value = self._heads(value, self.num_heads)
         if self.variant == "gated_delta":
             out = self._gated_delta(x, query, key, value)
         else:
             out = self._lightning(query, key, value)
-        out = self.out_norm(out).transpose(1, 2).reshape(batch, seq_len, self.num_heads * self.head_dim)
-        return self.o_proj(out * F.silu(self.gate_proj(x)))
+        out = out.transpose(1, 2)                                                      # (b, s, h, d)
+        if self.variant == "gated_delta":
+            # Qwen3-Next's gated norm: norm(o) * silu(z), per head.
+            out = self.out_norm(out).reshape(batch, seq_len, self.num_heads * self.head_dim)
+            return self.o_proj(out * F.silu(self.gate_proj(x)))
+        # MiniMax-01: norm over all heads, then a sigmoid output gate.
+        out = self.out_norm(out.reshape(batch, seq_len, self.num_heads * self.head_dim))
+        return self.o_proj(out * torch.sigmoid(self.gate_proj(x)))
+
+    def _short_conv(self, query, key, value) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """silu(causal depthwise conv) over the concatenated q, k, v channels, split back; (b, s, width) each."""
+        seq_len = query.shape[1]
+        mixed = torch.cat((query, key, value), dim=-1).transpose(1, 2)
+        # The conv pads both sides; keeping the first seq_len outputs drops the look-ahead.
+        mixed = F.silu(self.conv(mixed)[..., :seq_len]).transpose(1, 2)
+        return tuple(torch.split(mixed, [query.shape[-1], key.shape[-1], value.shape[-1]], dim=-1))
 
     def _gated_delta(self, x, query, key, value) -> torch.Tensor:
         """S_t = a_t S_{t-1} + b_t (v_t - a_t S_{t-1} k_t) k_t^T,  o_t = S_t q_t  (Yang et al. 2024)."""

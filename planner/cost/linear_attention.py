@@ -12,7 +12,7 @@ sequence length. Backward is twice the forward, plus the chunk states that the k
 attention) recompute instead of storing.
 
 Projections follow the HF modules: gated delta-net has a fused q/k/v/z projection, a beta/decay projection,
-a short causal convolution over q, k and v, a gated RMSNorm and the output projection; lightning attention
+a short causal convolution over q, k and v (no bias), a gated RMSNorm and the output projection; lightning attention
 has a fused q/k/v projection, a sigmoid output gate, a norm and the output projection.
 """
 
@@ -56,7 +56,7 @@ def _gated_delta_projections(mixer: LinearAttentionMixer, hidden: int, tokens: i
     return (linear(tokens, hidden, qkv + heads * d, dtype_bytes)      # q, k, v and the output gate z
             + linear(tokens, hidden, 2 * heads, dtype_bytes)          # beta and the decay's step size
             + saved(dtype_bytes * tokens * hidden)
-            + causal_conv1d(tokens, qkv, GATED_DELTA_CONV_KERNEL, dtype_bytes)
+            + causal_conv1d(tokens, qkv, GATED_DELTA_CONV_KERNEL, dtype_bytes, bias=False)
             + weights(2 * heads)                                      # A_log and dt_bias
             + saved(dtype_bytes * tokens * heads * d))                # z, for the gated norm's backward
 

@@ -56,12 +56,14 @@ def residual_add(tokens: float, width: int, dtype_bytes: int) -> Cost:
                 backward_input=(Kernel(elements, dtype_bytes * 3 * elements),))
 
 
-def causal_conv1d(tokens: float, channels: int, kernel: int, dtype_bytes: int) -> Cost:
-    """Depthwise causal convolution with bias and SiLU (Mamba-2, gated delta-net); saves its input."""
+def causal_conv1d(tokens: float, channels: int, kernel: int, dtype_bytes: int, *, bias: bool = True) -> Cost:
+    """Depthwise causal convolution and SiLU, with a bias (Mamba-2) or without (gated delta-net); saves its
+    input."""
     elements = tokens * channels
+    params = channels * (kernel + (1 if bias else 0))
     flops = 2.0 * kernel * elements
     return Cost(forward=(Kernel(flops, dtype_bytes * 2 * elements),),
                 backward_input=(Kernel(flops, dtype_bytes * 3 * elements),),
                 backward_weight=(Kernel(flops, dtype_bytes * 2 * elements),),
                 activation_bytes=dtype_bytes * elements,
-                params=channels * (kernel + 1), active_params=channels * (kernel + 1))
+                params=params, active_params=params)

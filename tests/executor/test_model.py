@@ -82,6 +82,24 @@ def test_gated_delta_rule_matches_its_textbook_form():
     torch.testing.assert_close(mixer._gated_delta(x, *heads_first), expected, rtol=1e-10, atol=1e-12)
 
 
+def test_gated_delta_short_conv_is_causal_depthwise_over_q_k_v_then_silu():
+    mixer = layer(3).mixer
+    x = hidden()
+    projected = [projection(x) for projection in (mixer.q_proj, mixer.k_proj, mixer.v_proj)]
+    mixed = torch.cat(projected, dim=-1)                                       # (b, s, channels)
+    taps = mixer.conv.weight[:, 0, :]                                         # (channels, kernel)
+    kernel = taps.shape[1]
+    expected = torch.zeros_like(mixed)
+    for t in range(SPEC.seq_len):
+        for tap in range(kernel):          # the last tap reads token t itself, the first t - (kernel - 1)
+            source = t - (kernel - 1) + tap
+            if source >= 0:
+                expected[:, t] += taps[:, tap] * mixed[:, source]
+    assert kernel == 4 and mixer.conv.bias is None
+    torch.testing.assert_close(torch.cat(mixer._short_conv(*projected), dim=-1), F.silu(expected),
+                               rtol=1e-12, atol=1e-12)
+
+
 def test_lightning_attention_parallel_form_matches_its_recurrence():
     mixer = layer(6).mixer
     generator = torch.Generator().manual_seed(1)

@@ -1,6 +1,5 @@
-"""The planner's analytic parameter counts (which drive memory planning) agree with the torch modules the
-executor really builds, layer by layer, for every preset. The 1 % allows for the short convolution the
-planner counts in gated delta-net layers and the executor's small-scale version leaves out."""
+"""The planner's analytic parameter counts (which drive memory planning) equal those of the torch modules the
+executor really builds, layer by layer, for every preset."""
 
 import pytest
 
@@ -10,10 +9,10 @@ from planner.spec.presets import load_model_preset, model_preset_names
 
 
 @pytest.mark.parametrize("preset", model_preset_names())
-def test_analytic_layer_parameters_match_the_built_modules(preset):
+def test_analytic_layer_parameters_equal_the_built_modules(preset):
     spec = load_model_preset(preset)
     analytic = layer_parameters(spec)
     built = layer_parameter_counts(spec)
     assert len(analytic) == len(built) == spec.num_layers
     for index, (planned, real) in enumerate(zip(analytic, built)):
-        assert planned == pytest.approx(real, rel=0.01), f"layer {index} ({spec.layers[index].kind})"
+        assert planned == real, f"layer {index} ({spec.layers[index].kind})"

@@ -94,7 +94,7 @@ def test_gated_delta_and_lightning_layer_parameters_by_hand():
     qwen = load_model_preset("qwen3-next-80b-a3b")
     h, value_heads, key_heads, d = 2048, 32, 16, 128
     qkv = 2 * key_heads * d + value_heads * d
-    gated_delta = (h * (qkv + value_heads * d) + h * 2 * value_heads + qkv * 5 + 2 * value_heads + d
+    gated_delta = (h * (qkv + value_heads * d) + h * 2 * value_heads + qkv * 4 + 2 * value_heads + d
                    + value_heads * d * h)
     moe = h * 512 + 512 * 3 * h * 512 + 3 * h * 512
     assert layer_parameters(qwen)[1] == gated_delta + moe + 2 * h
