@@ -85,11 +85,15 @@ OUT = argument("--out", default="-", metavar="FILE", help="where to write the re
 
 # ---- reading inputs -------------------------------------------------------------------------------------
 
-def _read_document(path: Path, option: str) -> object:
+def _read_text(path: Path, option: str) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as error:
         raise InputError(option, SpecError("file", f"cannot read {path}: {error.strerror}")) from None
+
+
+def _read_document(path: Path, option: str) -> object:
+    text = _read_text(path, option)
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
             return yaml.safe_load(text)
@@ -143,10 +147,7 @@ def read_events(value: str) -> list:
     """A run's events: the JSON-lines file ``python -m executor run --events FILE`` writes (one event per
     line), or the JSON result ``--out`` writes (its ``events``)."""
     path = Path(value)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise InputError("--events", SpecError("file", f"cannot read {path}: {error.strerror}")) from None
+    text = _read_text(path, "--events")
     try:
         whole = json.loads(text)
     except json.JSONDecodeError:
