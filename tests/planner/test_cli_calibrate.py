@@ -115,6 +115,10 @@ def test_bad_events_name_the_option_and_the_reason(recorded, tmp_path):
     assert result.returncode == 3 and error_of(result)["input"] == "--events"
     assert "line 2 is not a JSON event" in error_of(result)["reason"]
 
+    result = run_cli(*common, "--events", tmp_path / "missing.jsonl")
+    assert result.returncode == 3 and error_of(result)["input"] == "--events"
+    assert error_of(result)["reason"].startswith(f"cannot read {tmp_path / 'missing.jsonl'}")
+
     alien = tmp_path / "alien.jsonl"
     alien.write_text(json.dumps({"type": "action", "action": "7F0", "step": 0, "start_ms": 0, "end_ms": 1}) + "\n")
     result = run_cli(*common, "--events", alien)
