@@ -4,7 +4,7 @@ Both keep a (head_dim x head_dim) state per head instead of a key/value cache. A
 executor runs on, the gated delta rule is evaluated step by step (the recurrence itself, no chunking) and
 lightning attention in its parallel form with an explicit decay mask; both are exact, just not the
 chunked kernels a production run would use. Gated delta-net first runs q, k and v through a short causal
-depthwise convolution without bias and a SiLU, as Qwen3-Next does (``linear_conv_kernel_dim``), and ends in
+depthwise convolution without bias and a SiLU, as Qwen3-Next does (``conv_kernel`` taps), and ends in
 a per-head gated norm; lightning attention ends, as MiniMax-01 does, in a norm over all heads and a sigmoid
 output gate.
 """
@@ -20,7 +20,6 @@ from torch import nn
 from executor.model.linear import Linear
 from executor.model.init import fill_, normal_, uniform_
 from executor.model.norm import RMSNorm
-from planner.cost.linear_attention import GATED_DELTA_CONV_KERNEL
 from planner.spec.model import LinearAttentionMixer
 
 
@@ -47,8 +46,8 @@ class LinearAttention(nn.Module):
             self.A_log = nn.Parameter(torch.empty(self.num_heads))
             self.dt_bias = nn.Parameter(torch.empty(self.num_heads))
             channels = 2 * self.num_key_heads * self.head_dim + inner   # q, k and v
-            self.conv = nn.Conv1d(channels, channels, GATED_DELTA_CONV_KERNEL, groups=channels, bias=False,
-                                  padding=GATED_DELTA_CONV_KERNEL - 1)
+            self.conv = nn.Conv1d(channels, channels, mixer.conv_kernel, groups=channels, bias=False,
+                                  padding=mixer.conv_kernel - 1)
 
     def init_weights(self, generator: torch.Generator) -> None:
         for projection in (self.q_proj, self.k_proj, self.v_proj, self.gate_proj, self.o_proj):

@@ -23,7 +23,6 @@ from planner.cost.work import Cost, Kernel, saved, weights
 from planner.spec.model import LinearAttentionMixer
 
 CHUNK_SIZE = 64               # flash-linear-attention's chunk for both kernels
-GATED_DELTA_CONV_KERNEL = 4   # Qwen3-Next's linear_conv_kernel_dim
 
 
 def core_flops_per_token(mixer: LinearAttentionMixer, seq_len: int) -> float:
@@ -56,7 +55,7 @@ def _gated_delta_projections(mixer: LinearAttentionMixer, hidden: int, tokens: i
     return (linear(tokens, hidden, qkv + heads * d, dtype_bytes)      # q, k, v and the output gate z
             + linear(tokens, hidden, 2 * heads, dtype_bytes)          # beta and the decay's step size
             + saved(dtype_bytes * tokens * hidden)
-            + causal_conv1d(tokens, qkv, GATED_DELTA_CONV_KERNEL, dtype_bytes, bias=False)
+            + causal_conv1d(tokens, qkv, mixer.conv_kernel, dtype_bytes, bias=False)
             + weights(2 * heads)                                      # A_log and dt_bias
             + saved(dtype_bytes * tokens * heads * d))                # z, for the gated norm's backward
 

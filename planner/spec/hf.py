@@ -41,6 +41,7 @@ from typing import Callable
 
 from planner.errors import SpecError
 from planner.spec.model import (
+    GATED_DELTA_CONV_KERNEL,
     AttentionMixer,
     DenseMLP,
     LayerSpec,
@@ -246,7 +247,9 @@ def _qwen3_next(cfg: _Config) -> list[LayerSpec]:
     mixers = {"full": _attention(cfg),
               "linear": LinearAttentionMixer(num_heads=cfg.integer("linear_num_value_heads"),
                                              head_dim=cfg.integer("linear_value_head_dim"), variant="gated_delta",
-                                             num_key_heads=cfg.integer("linear_num_key_heads"))}
+                                             num_key_heads=cfg.integer("linear_num_key_heads"),
+                                             conv_kernel=cfg.integer("linear_conv_kernel_dim",
+                                                                     default=GATED_DELTA_CONV_KERNEL))}
     if mixers["linear"].num_heads % mixers["linear"].key_heads:
         raise SpecError(cfg.field("linear_num_key_heads"),
                         f"must divide linear_num_value_heads ({mixers['linear'].num_heads})")

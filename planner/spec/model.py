@@ -26,6 +26,7 @@ from planner.validation import (
 MODEL_FORMAT = "adaptis.model/v1"
 LAYER_KINDS = ("embedding", "decoder", "mlp", "head")
 LINEAR_ATTENTION_VARIANTS = ("gated_delta", "lightning")
+GATED_DELTA_CONV_KERNEL = 4   # Qwen3-Next's linear_conv_kernel_dim
 DTYPES = ("bf16", "fp16", "fp32")
 
 
@@ -73,12 +74,15 @@ class LinearAttentionMixer:
 
     ``num_heads`` counts value heads (one recurrent state each); queries and keys may use fewer heads,
     ``num_key_heads`` (Qwen3-Next: 16 key heads broadcast over 32 value heads). Unset means as many as values.
+    Gated delta-net runs q, k and v through a short causal convolution of ``conv_kernel`` taps first
+    (Qwen3-Next's ``linear_conv_kernel_dim``); lightning attention has none.
     """
 
     num_heads: int
     head_dim: int
     variant: str = "gated_delta"
     num_key_heads: int | None = None
+    conv_kernel: int = GATED_DELTA_CONV_KERNEL
     type: str = field(default="linear_attention", init=False)
 
     @property
@@ -89,6 +93,8 @@ class LinearAttentionMixer:
         doc = {"type": self.type, "num_heads": self.num_heads, "head_dim": self.head_dim, "variant": self.variant}
         if self.num_key_heads is not None:
             doc["num_key_heads"] = self.num_key_heads
+        if self.conv_kernel != GATED_DELTA_CONV_KERNEL:
+            doc["conv_kernel"] = self.conv_kernel
         return doc
 
 
@@ -249,17 +255,19 @@ def _load_mixer(doc: object, path: str) -> Mixer:
     if kind == "attention":
         return _load_attention(doc, path)
     if kind == "linear_attention":
-        reject_unknown(doc, {"type", "num_heads", "head_dim", "variant", "num_key_heads"}, path)
+        reject_unknown(doc, {"type", "num_heads", "head_dim", "variant", "num_key_heads", "conv_kernel"}, path)
         heads = get_int(doc, "num_heads", path)
         key_heads = get_int(doc, "num_key_heads", path, default=None, allow_none=True)
         if key_heads is not None and heads % key_heads:
             raise SpecError(join(path, "num_key_heads"),
                             f"must divide num_heads ({heads}) so key heads broadcast over value heads, "
                             f"got {key_heads}")
-        return LinearAttentionMixer(num_heads=heads, head_dim=get_int(doc, "head_dim", path),
-                                    variant=get_str(doc, "variant", path, default="gated_delta",
-                                                    choices=LINEAR_ATTENTION_VARIANTS),
-                                    num_key_heads=key_heads)
+        variant = get_str(doc, "variant", path, default="gated_delta", choices=LINEAR_ATTENTION_VARIANTS)
+        if variant != "gated_delta" and "conv_kernel" in doc:
+            raise SpecError(join(path, "conv_kernel"), f"only gated_delta has a short convolution, not {variant}")
+        return LinearAttentionMixer(num_heads=heads, head_dim=get_int(doc, "head_dim", path), variant=variant,
+                                    num_key_heads=key_heads,
+                                    conv_kernel=get_int(doc, "conv_kernel", path, default=GATED_DELTA_CONV_KERNEL))
     reject_unknown(doc, {"type", "num_heads", "head_dim", "state_size", "conv_kernel", "n_groups"}, path)
     heads = get_int(doc, "num_heads", path)
     groups = get_int(doc, "n_groups", path, default=1)

@@ -1,5 +1,7 @@
 """Parameter counts against published model sizes and against hand counts of single layers."""
 
+from dataclasses import replace
+
 import pytest
 
 from planner.cost import active_parameters, count_parameters, layer_parameters
@@ -98,6 +100,10 @@ def test_gated_delta_and_lightning_layer_parameters_by_hand():
                    + value_heads * d * h)
     moe = h * 512 + 512 * 3 * h * 512 + 3 * h * 512
     assert layer_parameters(qwen)[1] == gated_delta + moe + 2 * h
+    wider = replace(qwen, layers=tuple(replace(layer, mixer=replace(layer.mixer, conv_kernel=6))
+                                       if layer.mixer is not None and layer.mixer.type == "linear_attention"
+                                       else layer for layer in qwen.layers))
+    assert layer_parameters(wider)[1] == layer_parameters(qwen)[1] + 2 * qkv   # two more taps per channel
     minimax = load_model_preset("minimax-text-01")
     h, width = 6144, 64 * 128
     lightning = h * 3 * width + h * width + width + width * h

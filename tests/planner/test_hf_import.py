@@ -139,10 +139,20 @@ def test_qwen3_next_puts_full_attention_every_fourth_layer_and_moe_with_a_shared
     assert len(body) == 48
     full = [index for index, block in enumerate(body) if block.mixer.type == "attention"]
     assert full == list(range(3, 48, 4))
-    assert body[0].mixer == LinearAttentionMixer(num_heads=32, head_dim=128, variant="gated_delta", num_key_heads=16)
+    assert body[0].mixer == LinearAttentionMixer(num_heads=32, head_dim=128, variant="gated_delta", num_key_heads=16,
+                                                 conv_kernel=4)
     assert body[3].mixer == AttentionMixer(num_heads=16, num_kv_heads=2, head_dim=256)
     assert {block.mlp for block in body} == {MoEMLP(num_experts=512, top_k=10, expert_intermediate_size=512,
                                                     num_shared_experts=1, shared_intermediate_size=512)}
+
+
+def test_qwen3_next_short_convolution_width_comes_from_linear_conv_kernel_dim():
+    doc = config("qwen3-next-80b-a3b")
+    doc["linear_conv_kernel_dim"] = 6
+    assert {block.mixer.conv_kernel for block in blocks(import_hf_config(doc)) if block.mixer.type != "attention"} == {6}
+    doc["linear_conv_kernel_dim"] = 0
+    with pytest.raises(SpecError, match="linear_conv_kernel_dim"):
+        import_hf_config(doc)
 
 
 def test_qwen3_next_layer_types_and_mlp_only_layers():

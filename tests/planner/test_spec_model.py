@@ -1,4 +1,5 @@
-"""The additive ModelSpec fields: provenance, latent attention (MLA) and linear attention's key heads."""
+"""The additive ModelSpec fields: provenance, latent attention (MLA), linear attention's key heads and gated
+delta-net's short convolution."""
 
 import pytest
 
@@ -59,3 +60,17 @@ def test_linear_attention_key_heads_round_trip_and_must_divide_value_heads():
     with pytest.raises(SpecError) as error:
         load_model_spec(doc_with({**mixer, "num_key_heads": 3}))
     assert error.value.field == "layers[1].mixer.num_key_heads"
+
+
+def test_gated_delta_conv_kernel_round_trips_and_only_gated_delta_takes_one():
+    mixer = {"type": "linear_attention", "num_heads": 8, "head_dim": 16}
+    default = load_model_spec(doc_with(mixer))
+    assert default.layers[1].mixer.conv_kernel == 4 and "conv_kernel" not in default.layers[1].mixer.to_dict()
+    wider = load_model_spec(doc_with({**mixer, "conv_kernel": 6}))
+    assert wider.layers[1].mixer.conv_kernel == 6 and wider.layers[1].mixer.to_dict()["conv_kernel"] == 6
+    assert load_model_spec(wider.to_dict()) == wider
+    for bad, reason in (({**mixer, "conv_kernel": 0}, "must be >= 1"),
+                        ({**mixer, "variant": "lightning", "conv_kernel": 4}, "only gated_delta")):
+        with pytest.raises(SpecError) as error:
+            load_model_spec(doc_with(bad))
+        assert error.value.field == "layers[1].mixer.conv_kernel" and reason in str(error.value)
