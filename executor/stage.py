@@ -17,6 +17,7 @@ from torch import nn
 
 from executor.backward import WeightGradStore, backward_full, backward_input, backward_weight
 from executor.model.layers import Embedding, Head
+from executor.model.mlp import MoE
 
 
 @dataclass
@@ -33,6 +34,9 @@ class StageRunner:
         self.index = index
         self.is_first, self.is_last = is_first, is_last
         self.loss_scale = loss_scale
+        for module in (module for layer in layers for module in layer.modules()):
+            if isinstance(module, MoE):
+                module.loss_scale = loss_scale   # its balancing loss is weighed like the model's loss
         starts_with_embedding = isinstance(layers[0], Embedding)
         self.prologue = layers[0] if split_backward and starts_with_embedding and len(layers) > 1 else None
         self.body = layers[1:] if self.prologue is not None else layers

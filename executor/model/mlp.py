@@ -32,17 +32,46 @@ class GatedMLP(nn.Module):
         return self.down_proj(F.gelu(self.up_proj(x)))
 
 
+class _AuxLossGradient(torch.autograd.Function):
+    """Passes ``output`` through unchanged and, in backward, gives ``aux_loss`` the gradient ``scale`` (as
+    Megatron-LM's ``MoEAuxLossAutoScaler``): the loss joins the backward of the layer that computed it, with
+    no extra term to carry to the end of the pipeline."""
+
+    @staticmethod
+    def forward(ctx, output: torch.Tensor, aux_loss: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.save_for_backward(aux_loss)
+        ctx.scale = scale
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        (aux_loss,) = ctx.saved_tensors
+        return grad_output, torch.full_like(aux_loss, ctx.scale), None
+
+
+def load_balancing_loss(probabilities: torch.Tensor, chosen: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Switch Transformer's balancing loss normalised by top-k (Megatron-LM's):
+    ``E * sum_i f_i * P_i``, ``f_i`` the share of the ``tokens * top_k`` routings that went to expert ``i``
+    (no gradient), ``P_i`` the mean router probability of ``i``; 1 when routing is uniform."""
+    tokens, num_experts = probabilities.shape
+    counts = torch.bincount(chosen.reshape(-1), minlength=num_experts).to(probabilities.dtype)
+    return num_experts * torch.sum(counts / (tokens * top_k) * probabilities.mean(dim=0))
+
+
 class MoE(nn.Module):
     """Softmax router, top-k routed experts, plus always-active shared experts.
 
     Tokens are gathered per expert and scattered back with ``index_add_`` (a dropless dispatch); there is
-    no capacity limit and no auxiliary balancing loss, which keeps the gradient an exact function of the
-    batch so pipelined and single-process runs can be compared bit for bit.
+    no capacity limit, so the gradient is an exact function of the micro-batch and pipelined and
+    single-process runs can be compared bit for bit. With ``aux_loss_coeff`` the load-balancing loss of each
+    micro-batch, times ``loss_scale`` as the language-model loss is (the stage sets it), joins the backward.
     """
 
     def __init__(self, hidden_size: int, mlp: MoEMLP):
         super().__init__()
         self.top_k = mlp.top_k
+        self.aux_loss_coeff = mlp.aux_loss_coeff
+        self.loss_scale = 1.0
         self.router = Linear(hidden_size, mlp.num_experts)
         self.experts = nn.ModuleList(GatedMLP(hidden_size, mlp.expert_intermediate_size)
                                      for _ in range(mlp.num_experts))
@@ -73,6 +102,9 @@ class MoE(nn.Module):
                 out = out.index_add(0, token_index, routed)
         if self.shared is not None:
             out = out + self.shared(tokens)
+        if self.aux_loss_coeff and torch.is_grad_enabled():
+            aux_loss = self.aux_loss_coeff * load_balancing_loss(probabilities, chosen, self.top_k)
+            out = _AuxLossGradient.apply(out, aux_loss, self.loss_scale)
         return out.view_as(x)
 
 

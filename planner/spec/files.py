@@ -23,8 +23,9 @@ Mixers: ``attention`` (optionally ``window``; latent attention with ``kv_lora_ra
 ``rope_head_dim``, ``v_head_dim``), ``linear_attention`` (``variant`` gated_delta or lightning,
 ``num_key_heads``, gated_delta's ``conv_kernel``), ``mamba2`` (``state_size``, ``conv_kernel``, ``n_groups``).
 MLPs: ``dense`` (``gated``) and ``moe`` (``num_experts``, ``top_k``, ``expert_intermediate_size``,
-``num_shared_experts``, ``shared_intermediate_size``). A document without ``format`` but with ``model_type`` or ``architectures``
-is a HuggingFace ``config.json`` and goes through ``planner.spec.hf.import_hf_config``.
+``num_shared_experts``, ``shared_intermediate_size``, ``aux_loss_coeff``). A document without ``format`` but
+with ``model_type`` or ``architectures`` is a HuggingFace ``config.json`` and goes through
+``planner.spec.hf.import_hf_config``.
 """
 
 from __future__ import annotations

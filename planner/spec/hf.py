@@ -51,7 +51,7 @@ from planner.spec.model import (
     MoEMLP,
     load_model_spec,
 )
-from planner.validation import get_bool, get_int, join, require_list, require_mapping
+from planner.validation import get_bool, get_int, get_number, join, require_list, require_mapping
 
 EMBEDDING = LayerSpec(kind="embedding")
 HEAD = LayerSpec(kind="head")
@@ -72,6 +72,9 @@ class _Config:
 
     def optional_integer(self, key: str, minimum: int = 1) -> int | None:
         return get_int(self.doc, key, self.path, default=None, minimum=minimum, allow_none=True)
+
+    def number(self, key: str, default=..., minimum: float = 0.0) -> float:
+        return get_number(self.doc, key, self.path, default=default, minimum=minimum)
 
     def flag(self, key: str, default: bool) -> bool:
         return get_bool(self.doc, key, self.path, default=default)
@@ -123,7 +126,7 @@ def _mixtral(cfg: _Config) -> list[LayerSpec]:
     mixer = _attention(cfg, window=cfg.optional_integer("sliding_window"))
     experts = cfg.integer("num_local_experts")
     mlp = MoEMLP(num_experts=experts, top_k=_top_k(cfg, experts),
-                 expert_intermediate_size=cfg.integer("intermediate_size"))
+                 expert_intermediate_size=cfg.integer("intermediate_size"), aux_loss_coeff=_aux_loss_coeff(cfg))
     return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("num_hidden_layers")
 
 
@@ -132,6 +135,13 @@ def _top_k(cfg: _Config, experts: int) -> int:
     if top_k > experts:
         raise SpecError(cfg.field("num_experts_per_tok"), f"must be <= the number of experts ({experts}), got {top_k}")
     return top_k
+
+
+def _aux_loss_coeff(cfg: _Config) -> float:
+    """The load-balancing loss weight HF's MoE models train with (``router_aux_loss_coef``). DeepSeek's
+    ``aux_loss_alpha`` is left out: it weighs a sequence-wise loss (and V3 balances mainly with a routing bias),
+    not the batch-wise loss the executor computes."""
+    return cfg.number("router_aux_loss_coef", default=0.0)
 
 
 def _gemma_blocks(cfg: _Config, sliding: list[bool]) -> list[LayerSpec]:
@@ -271,7 +281,8 @@ def _qwen3_next_moe(cfg: _Config) -> MoEMLP | None:
     shared_size = cfg.integer("shared_expert_intermediate_size", default=0, minimum=0)
     return MoEMLP(num_experts=experts, top_k=_top_k(cfg, experts),
                   expert_intermediate_size=cfg.integer("moe_intermediate_size"),
-                  num_shared_experts=1 if shared_size else 0, shared_intermediate_size=shared_size)
+                  num_shared_experts=1 if shared_size else 0, shared_intermediate_size=shared_size,
+                  aux_loss_coeff=_aux_loss_coeff(cfg))
 
 
 def _minimax(cfg: _Config) -> list[LayerSpec]:
@@ -295,7 +306,8 @@ def _minimax(cfg: _Config) -> list[LayerSpec]:
     shared_size = cfg.integer("shared_intermediate_size", default=0, minimum=0)
     mlp = MoEMLP(num_experts=experts, top_k=_top_k(cfg, experts),
                  expert_intermediate_size=cfg.integer("intermediate_size"),
-                 num_shared_experts=1 if shared_size else 0, shared_intermediate_size=shared_size)
+                 num_shared_experts=1 if shared_size else 0, shared_intermediate_size=shared_size,
+                 aux_loss_coeff=_aux_loss_coeff(cfg))
     mixers = {"full": softmax, "linear": lightning}
     return [LayerSpec(kind="decoder", mixer=mixers[role], mlp=mlp) for role in roles]
 

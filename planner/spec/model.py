@@ -16,6 +16,7 @@ from planner.validation import (
     check_format,
     get_bool,
     get_int,
+    get_number,
     get_str,
     join,
     reject_unknown,
@@ -126,20 +127,28 @@ class DenseMLP:
 
 @dataclass(frozen=True)
 class MoEMLP:
-    """Routed experts (top-k of ``num_experts``) plus always-active shared experts."""
+    """Routed experts (top-k of ``num_experts``) plus always-active shared experts.
+
+    ``aux_loss_coeff`` weighs the load-balancing loss added per micro-batch in training (Switch Transformer's,
+    normalised by top-k as Megatron-LM's ``moe_aux_loss_coeff``); 0 trains without it.
+    """
 
     num_experts: int
     top_k: int
     expert_intermediate_size: int
     num_shared_experts: int = 0
     shared_intermediate_size: int = 0
+    aux_loss_coeff: float = 0.0
     type: str = field(default="moe", init=False)
 
     def to_dict(self) -> dict:
-        return {"type": self.type, "num_experts": self.num_experts, "top_k": self.top_k,
-                "expert_intermediate_size": self.expert_intermediate_size,
-                "num_shared_experts": self.num_shared_experts,
-                "shared_intermediate_size": self.shared_intermediate_size}
+        doc = {"type": self.type, "num_experts": self.num_experts, "top_k": self.top_k,
+               "expert_intermediate_size": self.expert_intermediate_size,
+               "num_shared_experts": self.num_shared_experts,
+               "shared_intermediate_size": self.shared_intermediate_size}
+        if self.aux_loss_coeff:
+            doc["aux_loss_coeff"] = self.aux_loss_coeff
+        return doc
 
 
 Mixer = Union[AttentionMixer, LinearAttentionMixer, Mamba2Mixer]
@@ -286,7 +295,7 @@ def _load_mlp(doc: object, path: str) -> MLP:
         return DenseMLP(intermediate_size=get_int(doc, "intermediate_size", path),
                         gated=get_bool(doc, "gated", path, default=True))
     reject_unknown(doc, {"type", "num_experts", "top_k", "expert_intermediate_size", "num_shared_experts",
-                         "shared_intermediate_size"}, path)
+                         "shared_intermediate_size", "aux_loss_coeff"}, path)
     experts = get_int(doc, "num_experts", path)
     top_k = get_int(doc, "top_k", path)
     if top_k > experts:
@@ -296,7 +305,8 @@ def _load_mlp(doc: object, path: str) -> MLP:
     return MoEMLP(num_experts=experts, top_k=top_k, expert_intermediate_size=expert_size,
                   num_shared_experts=shared,
                   shared_intermediate_size=get_int(doc, "shared_intermediate_size", path,
-                                                   default=expert_size if shared else 0, minimum=0))
+                                                   default=expert_size if shared else 0, minimum=0),
+                  aux_loss_coeff=get_number(doc, "aux_loss_coeff", path, default=0.0))
 
 
 def _load_layer(doc: object, path: str) -> tuple[LayerSpec, int]:

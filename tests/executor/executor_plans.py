@@ -13,6 +13,7 @@ import torch
 from executor.data import synthetic_batch
 from executor.model.build import build_layers
 from executor.model.layers import Head
+from executor.model.mlp import MoE
 from planner.plan import Action, Plan, Stage
 from planner.spec.model import load_model_spec
 
@@ -28,7 +29,7 @@ EVERY_KIND_SPEC = {
         {"kind": "decoder", "mixer": {"type": "linear_attention", "num_heads": 2, "head_dim": 8,
                                       "variant": "gated_delta"},
          "mlp": {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16,
-                 "num_shared_experts": 1, "shared_intermediate_size": 16}},
+                 "num_shared_experts": 1, "shared_intermediate_size": 16, "aux_loss_coeff": 0.05}},
         {"kind": "decoder", "mixer": {"type": "mamba2", "num_heads": 4, "head_dim": 8, "state_size": 8,
                                       "conv_kernel": 3, "n_groups": 2}},
         {"kind": "mlp", "mlp": {"type": "dense", "intermediate_size": 40, "gated": False}},
@@ -118,23 +119,33 @@ def list_schedule(stage_layers, stage_devices, num_microbatches, *, split_backwa
 
 def reference_training(spec, *, num_microbatches: int, steps: int, seed: int, lr: float, optimizer: str,
                        dtype=torch.float64) -> tuple[dict[int, dict[str, torch.Tensor]], list[float]]:
-    """Train the whole model in one process on the full batch (no pipeline): per-layer state and losses."""
+    """Train the whole model in one process (no pipeline) by plain gradient accumulation: each micro-batch's
+    loss over 1/m, run through every layer and back, then one optimizer step. Per-layer state and losses.
+
+    The language-model loss alone would give the same gradient on the full batch at once; an MoE balancing
+    loss is a statistic of each micro-batch's routing, so the reference takes them one by one too."""
     modules = build_layers(spec, range(spec.num_layers), seed=seed, dtype=dtype)
+    for module in (module for layer in modules.values() for module in layer.modules()):
+        if isinstance(module, MoE):
+            module.loss_scale = 1.0 / num_microbatches
     params = list({id(p): p for m in modules.values() for p in m.parameters()}.values())
     opt = torch.optim.AdamW(params, lr=lr) if optimizer == "adamw" else torch.optim.SGD(params, lr=lr)
     losses = []
     for step in range(steps):
         batch = synthetic_batch(spec, num_microbatches, seed=seed, step=step, dtype=dtype)
-        hidden = batch.inputs
-        for index in range(spec.num_layers):
-            layer = modules[index]
-            hidden = layer(hidden, batch.targets) if isinstance(layer, Head) else layer(hidden)
-        if not isinstance(modules[spec.num_layers - 1], Head):
-            hidden = torch.nn.functional.mse_loss(hidden, batch.targets)
-        hidden.backward()
+        step_loss = 0.0
+        for microbatch in range(num_microbatches):
+            hidden, targets = batch.microbatch(microbatch)
+            for index in range(spec.num_layers):
+                layer = modules[index]
+                hidden = layer(hidden, targets) if isinstance(layer, Head) else layer(hidden)
+            if not isinstance(modules[spec.num_layers - 1], Head):
+                hidden = torch.nn.functional.mse_loss(hidden, targets)
+            (hidden / num_microbatches).backward()
+            step_loss += hidden.item() / num_microbatches
         opt.step()
         opt.zero_grad()
-        losses.append(hidden.item())
+        losses.append(step_loss)
     return {index: {k: v.detach().clone() for k, v in m.state_dict().items()} for index, m in modules.items()}, losses
 
 

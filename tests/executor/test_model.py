@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from executor.capacity import check_capacity
 from executor.model import build_layers, layer_parameter_counts, scale_spec
 from executor.model.attention import apply_rotary
+from executor.model.mlp import load_balancing_loss
 from executor_plans import every_kind_spec, one_f_one_b
 from planner.spec.presets import load_model_preset, model_preset_names
 
@@ -126,6 +127,42 @@ def test_moe_equals_a_per_token_weighted_sum_of_its_top_k_experts_plus_shared():
             expected[position] += weight * moe.experts[int(expert)](tokens[position:position + 1])[0]
         expected[position] += moe.shared(tokens[position:position + 1])[0]
     torch.testing.assert_close(moe(tokens[None])[0], expected, rtol=1e-10, atol=1e-12)
+
+
+def test_load_balancing_loss_is_experts_times_routed_share_times_mean_probability():
+    generator = torch.Generator().manual_seed(5)
+    probabilities = torch.softmax(torch.randn(10, 4, generator=generator, dtype=torch.float64), dim=-1)
+    chosen = torch.topk(probabilities, 2, dim=-1).indices
+    expected = 0.0
+    for expert in range(4):
+        routed_share = sum(int(expert in row) for row in chosen.tolist()) / (10 * 2)
+        mean_probability = sum(float(probabilities[token, expert]) for token in range(10)) / 10
+        expected += 4 * routed_share * mean_probability
+    assert float(load_balancing_loss(probabilities, chosen, 2)) == pytest.approx(expected, rel=1e-12)
+    uniform = torch.full((8, 4), 0.25, dtype=torch.float64)
+    evenly = torch.tensor([[0, 1], [2, 3]] * 4)
+    assert float(load_balancing_loss(uniform, evenly, 2)) == pytest.approx(1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.25])
+def test_moe_balancing_loss_reaches_the_router_times_its_coefficient_and_the_loss_scale(scale):
+    moe = layer(3).mlp
+    assert moe.aux_loss_coeff == 0.05
+    moe.loss_scale = scale
+    tokens = hidden(seed=4, batch=1)[0]
+    out = moe(tokens[None])
+    out.backward(torch.zeros_like(out))   # no gradient from the output: only the balancing loss's remains
+    got = moe.router.weight.grad.clone()
+    moe.router.weight.grad = None
+    # Independently: the same loss written out from the router, differentiated by autograd.
+    probabilities = torch.softmax(moe.router(tokens), dim=-1)
+    chosen = torch.topk(probabilities, 2, dim=-1).indices.tolist()
+    share = torch.tensor([sum(expert in row for row in chosen) / (len(chosen) * 2) for expert in range(4)],
+                         dtype=torch.float64)
+    (scale * 0.05 * 4 * (share * probabilities.mean(dim=0)).sum()).backward()
+    assert got.abs().max() > 0
+    torch.testing.assert_close(got, moe.router.weight.grad, rtol=1e-10, atol=1e-14)
+    assert all(p.grad is None or p.grad.abs().max() == 0 for p in moe.experts.parameters())
 
 
 def test_head_loss_is_token_mean_cross_entropy_times_the_scale():

@@ -43,7 +43,8 @@ def test_mistral_sliding_window_applies_to_every_layer():
 
 def test_mixtral_blocks_are_top2_of_8_experts():
     spec = import_hf_config(config("mixtral-8x7b"))
-    assert {block.mlp for block in blocks(spec)} == {MoEMLP(num_experts=8, top_k=2, expert_intermediate_size=14336)}
+    assert {block.mlp for block in blocks(spec)} == {MoEMLP(num_experts=8, top_k=2, expert_intermediate_size=14336,
+                                                                aux_loss_coeff=0.02)}
     assert blocks(spec)[0].mixer.window is None
 
 
@@ -143,16 +144,30 @@ def test_qwen3_next_puts_full_attention_every_fourth_layer_and_moe_with_a_shared
                                                  conv_kernel=4)
     assert body[3].mixer == AttentionMixer(num_heads=16, num_kv_heads=2, head_dim=256)
     assert {block.mlp for block in body} == {MoEMLP(num_experts=512, top_k=10, expert_intermediate_size=512,
-                                                    num_shared_experts=1, shared_intermediate_size=512)}
+                                                    num_shared_experts=1, shared_intermediate_size=512,
+                                                    aux_loss_coeff=0.001)}
 
 
 def test_qwen3_next_short_convolution_width_comes_from_linear_conv_kernel_dim():
     doc = config("qwen3-next-80b-a3b")
     doc["linear_conv_kernel_dim"] = 6
-    assert {block.mixer.conv_kernel for block in blocks(import_hf_config(doc)) if block.mixer.type != "attention"} == {6}
+    linear = [block.mixer for block in blocks(import_hf_config(doc)) if block.mixer.type != "attention"]
+    assert {mixer.conv_kernel for mixer in linear} == {6}
     doc["linear_conv_kernel_dim"] = 0
     with pytest.raises(SpecError, match="linear_conv_kernel_dim"):
         import_hf_config(doc)
+
+
+@pytest.mark.parametrize("name, coefficient", [("mixtral-8x7b", 0.02), ("qwen3-next-80b-a3b", 0.001),
+                                               ("minimax-text-01", 0.001), ("deepseek-v3", 0.0)])
+def test_moe_layers_take_the_routers_balancing_loss_weight(name, coefficient):
+    doc = config(name)
+    assert {block.mlp.aux_loss_coeff for block in blocks(import_hf_config(doc)) if isinstance(block.mlp, MoEMLP)} \
+        == {coefficient}
+    if coefficient:
+        doc["router_aux_loss_coef"] = -1
+        with pytest.raises(SpecError, match="router_aux_loss_coef"):
+            import_hf_config(doc)
 
 
 def test_qwen3_next_layer_types_and_mlp_only_layers():
@@ -171,7 +186,8 @@ def test_minimax_has_softmax_attention_after_every_seven_lightning_layers():
     assert len(body) == 80 and softmax == list(range(7, 80, 8))
     assert body[0].mixer == LinearAttentionMixer(num_heads=64, head_dim=128, variant="lightning")
     assert body[7].mixer == AttentionMixer(num_heads=64, num_kv_heads=8, head_dim=128)
-    assert {block.mlp for block in body} == {MoEMLP(num_experts=32, top_k=2, expert_intermediate_size=9216)}
+    assert {block.mlp for block in body} == {MoEMLP(num_experts=32, top_k=2, expert_intermediate_size=9216,
+                                                           aux_loss_coeff=0.001)}
 
 
 def test_minimax_hf_converted_layer_types_give_the_same_model():

@@ -1,5 +1,5 @@
-"""The additive ModelSpec fields: provenance, latent attention (MLA), linear attention's key heads and gated
-delta-net's short convolution."""
+"""The additive ModelSpec fields: provenance, latent attention (MLA), linear attention's key heads, gated
+delta-net's short convolution and MoE's balancing loss weight."""
 
 import pytest
 
@@ -74,3 +74,18 @@ def test_gated_delta_conv_kernel_round_trips_and_only_gated_delta_takes_one():
         with pytest.raises(SpecError) as error:
             load_model_spec(doc_with(bad))
         assert error.value.field == "layers[1].mixer.conv_kernel" and reason in str(error.value)
+
+
+def test_moe_aux_loss_coeff_round_trips_is_written_only_when_set_and_must_not_be_negative():
+    def moe_doc(**mlp):
+        doc = doc_with({"type": "attention", "num_heads": 2, "head_dim": 8})
+        doc["layers"][1]["mlp"] = {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16, **mlp}
+        return doc
+
+    plain = load_model_spec(moe_doc())
+    assert plain.layers[1].mlp.aux_loss_coeff == 0.0 and "aux_loss_coeff" not in plain.layers[1].mlp.to_dict()
+    weighed = load_model_spec(moe_doc(aux_loss_coeff=0.01))
+    assert weighed.layers[1].mlp.aux_loss_coeff == 0.01 and load_model_spec(weighed.to_dict()) == weighed
+    with pytest.raises(SpecError) as error:
+        load_model_spec(moe_doc(aux_loss_coeff=-0.1))
+    assert error.value.field == "layers[1].mlp.aux_loss_coeff" and ">= 0" in str(error.value)
