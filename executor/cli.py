@@ -5,8 +5,8 @@
                            [--checkpoint-dir DIR] [--threads-per-rank N] [--no-bind-cores] [--timeout S]
                            [--out RESULT.json]
     python -m executor profile --model SPEC [--scale [HIDDEN]] [--device cpu|cuda] [--dtype D]
-                               [--repeats N] [--threads N] [--ranks N] [--full-backward] [--plan PLAN.json]
-                               --out PROFILE.json
+                               [--repeats N] [--threads N] [--ranks N] [--full-backward] [--distinct-layers]
+                               [--plan PLAN.json] --out PROFILE.json
 
 SPEC is a model file (our JSON/YAML or a HuggingFace config.json) or a preset name (``tiny-hybrid``).
 
@@ -118,11 +118,11 @@ def command_profile(args) -> int:
                                      "GPU each rank has its device to itself: profile one")
         profile = measure_profile_alongside(spec, processes=args.ranks, threads=args.threads,
                                             split_backward=not args.full_backward, repeats=args.repeats,
-                                            warmup=args.warmup, seed=args.seed)
+                                            warmup=args.warmup, seed=args.seed, distinct=args.distinct_layers)
     else:
         with weight_grad_deferral(not args.full_backward):
             profile = measure_profile(spec, device=device, dtype=dtype, repeats=args.repeats, warmup=args.warmup,
-                                      seed=args.seed, threads=args.threads)
+                                      seed=args.seed, threads=args.threads, distinct=args.distinct_layers)
     if plan is not None:
         from executor.stage_timing import measure_stage_timings
         from planner.calibrate import recalibrate_durations, stage_durations
@@ -194,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--full-backward", action="store_true",
                          help="time B as ranks that run only F and B do (no weight-gradient deferral); I and W "
                               "are then one B in I, as a 1F1B or GPipe plan runs it")
+    profile.add_argument("--distinct-layers", action="store_true",
+                         help="build and time one copy of each different layer, in model order, and give its times "
+                              "and memory to every layer like it: real shapes on a device that cannot hold the "
+                              "whole model (instead of --scale)")
     profile.add_argument("--plan",
                          help="CPU: then time this plan's stages as its ranks run them (one process per device at "
                               "once, each action right after another kind of work and right after its own kind) "

@@ -12,8 +12,13 @@ B) I is the whole backward and W is empty: the profile of F/B-only runs.
 Layers are timed between their neighbours, as a stage runs them, not each alone in a loop: a layer repeated
 back to back finds its weights, activations, allocator blocks and the interpreter's and dispatcher's paths
 warm, and on a CPU ran 10-20 % faster that way than inside a stage (tiny-hybrid's stages: 8-20 % below
-the stage's own measured F and B time, which the sum of the in-order layer times matched within 4 %). The whole model is
-built at once: profile a scaled spec (``executor.model.scale_spec``) when the real one does not fit.
+the stage's own measured F and B time, which the sum of the in-order layer times matched within 4 %).
+
+The whole model is built at once. When it does not fit, either profile a scaled spec
+(``executor.model.scale_spec``) or time its distinct layers (``distinct=True``): one copy of each different
+layer, in the order they first appear (DeepSeek-V3: embedding, dense block, MoE block, head), each timed between
+its neighbours in that shorter model, and every layer given the times and memory of the copy it equals. On a
+GPU that profiles a model with the real shapes while holding one layer of each kind.
 
 Time with the thread count the ranks use (``threads``; ``executor.host.fair_share_threads`` when the ranks
 share the cores). Memory comes from autograd itself: ``activation_bytes`` is the size of the tensors the
@@ -26,6 +31,7 @@ from __future__ import annotations
 import platform
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 
@@ -36,7 +42,7 @@ from executor.model.layers import Head
 from planner.cluster import load_cluster_preset
 from planner.cost import analytic_profile
 from planner.profile import LayerProfile, Profile, load_profile
-from planner.spec.model import ModelSpec
+from planner.spec.model import LayerSpec, ModelSpec
 
 
 class _Timer:
@@ -147,6 +153,21 @@ def _timed_pass(modules: list, first_input: torch.Tensor, labels: torch.Tensor, 
     return [(forward, *backward) for forward, backward in zip(forward_ms, backward_ms)]
 
 
+def distinct_layers(spec: ModelSpec) -> tuple[ModelSpec, list[int]]:
+    """``spec`` with one copy of each different layer, in the order they first appear, and for every layer of
+    ``spec`` the index of its copy."""
+    copies: dict[LayerSpec, int] = {}
+    for layer in spec.layers:
+        copies.setdefault(layer, len(copies))
+    return replace(spec, layers=tuple(copies)), [copies[layer] for layer in spec.layers]
+
+
+def _measure_distinct_layers(spec: ModelSpec, **measure) -> tuple[LayerProfile, ...]:
+    reduced, copy_of = distinct_layers(spec)
+    measured = _measure_layers(reduced, **measure)
+    return tuple(replace(measured[copy_of[index]], name=name) for index, name in enumerate(spec.layer_names()))
+
+
 def _measure_layers(spec: ModelSpec, *, device: torch.device, dtype: torch.dtype, repeats: int, warmup: int,
                     seed: int) -> tuple[LayerProfile, ...]:
     modules = list(build_layers(spec, range(spec.num_layers), seed=seed, device=device, dtype=dtype).values())
@@ -167,18 +188,20 @@ def _measure_layers(spec: ModelSpec, *, device: torch.device, dtype: torch.dtype
 
 
 def measure_profile(spec: ModelSpec, *, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                    repeats: int = 5, warmup: int = 2, seed: int = 0, threads: int | None = None) -> Profile:
+                    repeats: int = 5, warmup: int = 2, seed: int = 0, threads: int | None = None,
+                    distinct: bool = False) -> Profile:
     """A measured ``adaptis.profile/v1`` Profile of ``spec`` on ``device`` (see the module docstring).
 
     ``threads``: time with this many intra-op threads (a run's ``RunConfig.rank_threads``), restored after;
-    None keeps the caller's setting.
+    None keeps the caller's setting. ``distinct``: build and time one copy of each different layer only.
     """
     device = torch.device(device)
     previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        layers = _measure_layers(spec, device=device, dtype=dtype, repeats=repeats, warmup=warmup, seed=seed)
+        measure = _measure_distinct_layers if distinct else _measure_layers
+        layers = measure(spec, device=device, dtype=dtype, repeats=repeats, warmup=warmup, seed=seed)
         device_name = _device_name(device)
     finally:
         torch.set_num_threads(previous_threads)
@@ -190,7 +213,7 @@ def measure_profile(spec: ModelSpec, *, device: torch.device | str = "cpu", dtyp
 
 
 def _profile_in_process(spec_doc: dict, threads: int, split_backward: bool, repeats: int, warmup: int, seed: int,
-                        index: int, processes: int, start, results) -> None:
+                        distinct: bool, index: int, processes: int, start, results) -> None:
     from executor.model.linear import enable_weight_grad_deferral
     from planner.spec.model import load_model_spec
 
@@ -198,12 +221,13 @@ def _profile_in_process(spec_doc: dict, threads: int, split_backward: bool, repe
     enable_weight_grad_deferral(split_backward)
     spec = load_model_spec(spec_doc)
     start.wait()
-    results.put(measure_profile(spec, repeats=repeats, warmup=warmup, seed=seed, threads=threads).to_dict())
+    results.put(measure_profile(spec, repeats=repeats, warmup=warmup, seed=seed, threads=threads,
+                                distinct=distinct).to_dict())
 
 
 def measure_profile_alongside(spec: ModelSpec, *, processes: int, threads: int | None = None,
                               split_backward: bool = True, repeats: int = 5, warmup: int = 2, seed: int = 0,
-                              timeout_s: float = 600) -> Profile:
+                              distinct: bool = False, timeout_s: float = 600) -> Profile:
     """A CPU profile measured the way a local run executes: ``processes`` profilers at once (one per rank),
     each with ``threads`` threads (default: its share of this host's cores, as a run's ranks get) and the
     ranks' weight-gradient deferral setting, each bound to cores of its own as the ranks are
@@ -216,7 +240,7 @@ def measure_profile_alongside(spec: ModelSpec, *, processes: int, threads: int |
     """
     threads = threads or fair_share_threads(processes)
     docs = run_alongside(_profile_in_process, [(spec.to_dict(), threads, split_backward, repeats, warmup, seed,
-                                                index, processes) for index in range(processes)],
+                                                distinct, index, processes) for index in range(processes)],
                          timeout_s=timeout_s)
     return fastest_of([load_profile(doc) for doc in docs])
 
