@@ -95,7 +95,10 @@ def command_run(args) -> int:
         result = run_plan(plan, spec, timeout_s=args.timeout, **settings).to_dict()
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
-    print(json.dumps({"summary": result["summary"], "loss": result["loss"], "losses": result["losses"]}, indent=1))
+    printed = {"summary": result["summary"], "loss": result["loss"], "losses": result["losses"]}
+    if any(loss is not None for loss in result["balancing_losses"]):
+        printed["balancing_losses"] = result["balancing_losses"]
+    print(json.dumps(printed, indent=1))
     return 0
 
 

@@ -51,10 +51,13 @@ class RunResult:
     loss: float | None
     losses: list[float | None] = field(default_factory=list)
     step_wall_ms: list[float] = field(default_factory=list)   # per step, barrier to barrier (step_barriers=True)
+    # per step, the MoE load-balancing loss (weighed, summed over micro-batches and layers; not in ``losses``),
+    # None where the model has none
+    balancing_losses: list[float | None] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"events": self.events, "summary": self.summary, "loss": self.loss, "losses": self.losses,
-                "step_wall_ms": self.step_wall_ms}
+                "balancing_losses": self.balancing_losses, "step_wall_ms": self.step_wall_ms}
 
 
 def rendezvous_store(world_size: int) -> TCPStore:
@@ -208,7 +211,8 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
             time.sleep(POLL_SECONDS)
         result = json.loads((job_dir / RESULT_FILE).read_text())
         return RunResult(events=result["events"], summary=result["summary"], loss=result["loss"],
-                         losses=result["losses"], step_wall_ms=result["step_wall_ms"])
+                         losses=result["losses"], step_wall_ms=result["step_wall_ms"],
+                         balancing_losses=result["balancing_losses"])
     finally:
         _stop(processes)
         shutil.rmtree(job_dir, ignore_errors=True)

@@ -51,6 +51,8 @@ class RankRuntime:
         # a channel without one uses the default group
         self.channel_groups = channel_groups or {}
         self.step_wall_ms: list[float] = []
+        # per step, the MoE balancing loss this rank's layers added (None: they have none)
+        self.balancing_losses: list[float | None] = []
 
     # -- communication -------------------------------------------------------------------------------
     def _tag(self, message, step: int) -> int:
@@ -157,6 +159,9 @@ class RankRuntime:
             work.wait()
         for runner in self.runners.values():
             runner.check_drained()
+        balancing = [loss for loss in (runner.take_balancing_loss() for runner in self.runners.values())
+                     if loss is not None]
+        self.balancing_losses.append(float(torch.stack(balancing).sum().item()) if balancing else None)
         if self.tied_sync is not None:
             self.tied_sync()
         if self.optimizer is not None:

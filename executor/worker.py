@@ -187,7 +187,8 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
             _save_layers(config.checkpoint_dir, plan, rank, runners)
         gathered = [None] * world_size if rank == 0 else None
         own_actions = [event for event in emitter.events if event["type"] == "action"]
-        dist.gather_object({"events": own_actions, "losses": losses, "step_wall_ms": runtime.step_wall_ms,
+        dist.gather_object({"events": own_actions, "losses": losses, "balancing_losses": runtime.balancing_losses,
+                            "step_wall_ms": runtime.step_wall_ms,
                             "threads": threads,
                             "cores": None if cores is None else sorted(os.sched_getaffinity(0))},
                            gathered, dst=0, group=control)
@@ -204,16 +205,21 @@ def _finish(config: RunConfig, plan: Plan, gathered: list[dict], job_dir: Path |
     events = sorted((e for part in gathered for e in part["events"]), key=lambda e: (e["start_ms"], e["rank"]))
     step_losses = [next((part["losses"][step] for part in gathered if part["losses"][step] is not None), None)
                    for step in range(config.steps)]
+    # every rank's MoE layers add their own part of a step's balancing loss
+    balancing = [[part["balancing_losses"][step] for part in gathered if part["balancing_losses"][step] is not None]
+                 for step in range(config.steps)]
+    balancing_losses = [sum(parts) if parts else None for parts in balancing]
     summary = summarize(events, plan.num_devices, config.steps)
     summary["threads_per_rank"] = [part["threads"] for part in gathered]
     summary["cores_per_rank"] = [part["cores"] for part in gathered]   # None: left to the OS scheduler
-    finished = {"type": "run_finished", "summary": summary, "loss": step_losses[-1], "losses": step_losses}
+    finished = {"type": "run_finished", "summary": summary, "loss": step_losses[-1], "losses": step_losses,
+                "balancing_losses": balancing_losses}
     if config.event_sink:
         sink = open_sink(config.event_sink)
         sink.write([finished])
         sink.close()
     result = {"events": events, "summary": summary, "loss": step_losses[-1], "losses": step_losses,
-              "step_wall_ms": gathered[0]["step_wall_ms"]}
+              "balancing_losses": balancing_losses, "step_wall_ms": gathered[0]["step_wall_ms"]}
     if job_dir is not None:
         (job_dir / RESULT_FILE).write_text(json.dumps(result))
     return result

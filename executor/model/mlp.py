@@ -72,6 +72,7 @@ class MoE(nn.Module):
         self.top_k = mlp.top_k
         self.aux_loss_coeff = mlp.aux_loss_coeff
         self.loss_scale = 1.0
+        self._balancing_sum: torch.Tensor | None = None   # since the last take_balancing_loss, for the report
         self.router = Linear(hidden_size, mlp.num_experts)
         self.experts = nn.ModuleList(GatedMLP(hidden_size, mlp.expert_intermediate_size)
                                      for _ in range(mlp.num_experts))
@@ -105,7 +106,14 @@ class MoE(nn.Module):
         if self.aux_loss_coeff and torch.is_grad_enabled():
             aux_loss = self.aux_loss_coeff * load_balancing_loss(probabilities, chosen, self.top_k)
             out = _AuxLossGradient.apply(out, aux_loss, self.loss_scale)
+            weighed = aux_loss.detach() * self.loss_scale
+            self._balancing_sum = weighed if self._balancing_sum is None else self._balancing_sum + weighed
         return out.view_as(x)
+
+    def take_balancing_loss(self) -> torch.Tensor | None:
+        """The weighed balancing losses of the forwards since the last call, summed (None: there were none)."""
+        taken, self._balancing_sum = self._balancing_sum, None
+        return taken
 
 
 def build_mlp(hidden_size: int, mlp: DenseMLP | MoEMLP) -> nn.Module:

@@ -35,7 +35,8 @@ EVERY_KIND_SPEC = {
         {"kind": "mlp", "mlp": {"type": "dense", "intermediate_size": 40, "gated": False}},
         {"kind": "decoder", "mixer": {"type": "linear_attention", "num_heads": 2, "head_dim": 8,
                                       "variant": "lightning"},
-         "mlp": {"type": "moe", "num_experts": 3, "top_k": 1, "expert_intermediate_size": 16}},
+         "mlp": {"type": "moe", "num_experts": 3, "top_k": 1, "expert_intermediate_size": 16,
+                 "aux_loss_coeff": 0.02}},
         {"kind": "head"},
     ],
 }
@@ -118,19 +119,20 @@ def list_schedule(stage_layers, stage_devices, num_microbatches, *, split_backwa
 
 
 def reference_training(spec, *, num_microbatches: int, steps: int, seed: int, lr: float, optimizer: str,
-                       dtype=torch.float64) -> tuple[dict[int, dict[str, torch.Tensor]], list[float]]:
+                       dtype=torch.float64) -> tuple[dict[int, dict[str, torch.Tensor]], list[float], list[float]]:
     """Train the whole model in one process (no pipeline) by plain gradient accumulation: each micro-batch's
-    loss over 1/m, run through every layer and back, then one optimizer step. Per-layer state and losses.
+    loss over 1/m, run through every layer and back, then one optimizer step. Per-layer state, and per step the
+    loss and the MoE balancing loss (None without one).
 
     The language-model loss alone would give the same gradient on the full batch at once; an MoE balancing
     loss is a statistic of each micro-batch's routing, so the reference takes them one by one too."""
     modules = build_layers(spec, range(spec.num_layers), seed=seed, dtype=dtype)
-    for module in (module for layer in modules.values() for module in layer.modules()):
-        if isinstance(module, MoE):
-            module.loss_scale = 1.0 / num_microbatches
+    moe = [module for layer in modules.values() for module in layer.modules() if isinstance(module, MoE)]
+    for module in moe:
+        module.loss_scale = 1.0 / num_microbatches
     params = list({id(p): p for m in modules.values() for p in m.parameters()}.values())
     opt = torch.optim.AdamW(params, lr=lr) if optimizer == "adamw" else torch.optim.SGD(params, lr=lr)
-    losses = []
+    losses, balancing_losses = [], []
     for step in range(steps):
         batch = synthetic_batch(spec, num_microbatches, seed=seed, step=step, dtype=dtype)
         step_loss = 0.0
@@ -146,7 +148,10 @@ def reference_training(spec, *, num_microbatches: int, steps: int, seed: int, lr
         opt.step()
         opt.zero_grad()
         losses.append(step_loss)
-    return {index: {k: v.detach().clone() for k, v in m.state_dict().items()} for index, m in modules.items()}, losses
+        taken = [float(loss) for loss in (module.take_balancing_loss() for module in moe) if loss is not None]
+        balancing_losses.append(sum(taken) if taken else None)
+    state = {index: {k: v.detach().clone() for k, v in m.state_dict().items()} for index, m in modules.items()}
+    return state, losses, balancing_losses
 
 
 def initial_state(spec, *, seed: int, dtype=torch.float64) -> dict[int, dict[str, torch.Tensor]]:

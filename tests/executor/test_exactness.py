@@ -26,10 +26,12 @@ def run_and_compare(tmp_path, plan, spec, *, steps=1, optimizer="sgd", lr=LR, dt
     result = run_plan(plan, spec, seed=SEED, steps=steps, optimizer=optimizer, lr=lr, dtype=dtype,
                       checkpoint_dir=str(checkpoint), timeout_s=240, lookahead=lookahead)
     torch_dtype = torch.float64 if dtype == "fp64" else torch.float32
-    expected, expected_losses = reference_training(spec, num_microbatches=plan.num_microbatches, steps=steps,
-                                                   seed=SEED, lr=lr, optimizer=optimizer, dtype=torch_dtype)
+    expected, expected_losses, expected_balancing = reference_training(
+        spec, num_microbatches=plan.num_microbatches, steps=steps, seed=SEED, lr=lr, optimizer=optimizer,
+        dtype=torch_dtype)
     before = initial_state(spec, seed=SEED, dtype=torch_dtype)
     assert result.losses == pytest.approx(expected_losses, rel=rtol * 10)
+    assert result.balancing_losses == pytest.approx(expected_balancing, rel=rtol * 10)
     compared = 0
     for layer, reference in expected.items():
         pipelined = torch.load(checkpoint / f"layer{layer:04d}.pt")
