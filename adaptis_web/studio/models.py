@@ -152,6 +152,9 @@ class Run(TrackedWork):
                                      help_text="the adaptis.model/v1 document the ranks built (set when it starts)")
     summary = models.JSONField(default=dict, blank=True)
     loss = models.FloatField(null=True, blank=True)
+    balancing_loss = models.FloatField(null=True, blank=True,
+                                       help_text="the last step's MoE load-balancing loss, apart from the loss "
+                                                 "(null: the model has none)")
 
     def __str__(self) -> str:
         return f"run {self.pk} of plan {self.plan_id}"

@@ -130,7 +130,7 @@ class RunOutput(serializers.ModelSerializer):
     class Meta:
         model = Run
         fields = ["id", "plan", "status", "backend", "world_size", "steps", "scaled_down", "error", "summary",
-                  "loss", "event_count", "executed_spec", "created_at", "started_at", "finished_at"]
+                  "loss", "balancing_loss", "event_count", "executed_spec", "created_at", "started_at", "finished_at"]
 
     def get_event_count(self, run: Run) -> int:
         annotated = getattr(run, "event_count", None)  # run_list_for_user annotates it: no query per row

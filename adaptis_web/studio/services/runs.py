@@ -94,8 +94,9 @@ def _execute(run: Run) -> None:
     if missed:
         logger.warning("run %s: %d events did not arrive through Redis and were stored from the result",
                        run.pk, missed)
+    balancing_loss = result.balancing_losses[-1] if result.balancing_losses else None
     Run.objects.filter(pk=run.pk).update(status=JobStatus.SUCCEEDED, summary=result.summary, loss=result.loss,
-                                         finished_at=timezone.now())
+                                         balancing_loss=balancing_loss, finished_at=timezone.now())
 
 
 def run_execute(*, run_id: int) -> None:
