@@ -94,8 +94,8 @@ class LinearAttentionMixer:
         doc = {"type": self.type, "num_heads": self.num_heads, "head_dim": self.head_dim, "variant": self.variant}
         if self.num_key_heads is not None:
             doc["num_key_heads"] = self.num_key_heads
-        if self.conv_kernel != GATED_DELTA_CONV_KERNEL:
-            doc["conv_kernel"] = self.conv_kernel
+        if self.variant == "gated_delta" and self.conv_kernel != GATED_DELTA_CONV_KERNEL:
+            doc["conv_kernel"] = self.conv_kernel   # lightning attention has no convolution to describe
         return doc
 
 

@@ -69,6 +69,7 @@ def test_gated_delta_conv_kernel_round_trips_and_only_gated_delta_takes_one():
     wider = load_model_spec(doc_with({**mixer, "conv_kernel": 6}))
     assert wider.layers[1].mixer.conv_kernel == 6 and wider.layers[1].mixer.to_dict()["conv_kernel"] == 6
     assert load_model_spec(wider.to_dict()) == wider
+    assert "conv_kernel" not in LinearAttentionMixer(8, 16, "lightning", conv_kernel=6).to_dict()
     for bad, reason in (({**mixer, "conv_kernel": 0}, "must be >= 1"),
                         ({**mixer, "variant": "lightning", "conv_kernel": 4}, "only gated_delta")):
         with pytest.raises(SpecError) as error:
