@@ -18,6 +18,7 @@ import torch.distributed as dist
 from executor.data import synthetic_batch
 from executor.events import EventEmitter
 from executor.lowering import ACTIVATION, GRADIENT, Op
+from executor.model.mlp import take_balancing_loss
 from executor.stage import StageRunner
 from planner.plan import Action, Plan
 from planner.spec.model import ModelSpec
@@ -51,6 +52,7 @@ class RankRuntime:
         # a channel without one uses the default group
         self.channel_groups = channel_groups or {}
         self.step_wall_ms: list[float] = []
+        self.moe = [block for runner in runners.values() for block in runner.moe]
         # per step, the MoE balancing loss this rank's layers added (None: they have none)
         self.balancing_losses: list[float | None] = []
 
@@ -159,9 +161,7 @@ class RankRuntime:
             work.wait()
         for runner in self.runners.values():
             runner.check_drained()
-        balancing = [loss for loss in (runner.take_balancing_loss() for runner in self.runners.values())
-                     if loss is not None]
-        self.balancing_losses.append(float(torch.stack(balancing).sum().item()) if balancing else None)
+        self.balancing_losses.append(take_balancing_loss(self.moe))
         if self.tied_sync is not None:
             self.tied_sync()
         if self.optimizer is not None:

@@ -17,7 +17,7 @@ from torch import nn
 
 from executor.backward import WeightGradStore, backward_full, backward_input, backward_weight
 from executor.model.layers import Embedding, Head
-from executor.model.mlp import MoE
+from executor.model.mlp import weigh_balancing_losses
 
 
 @dataclass
@@ -34,9 +34,7 @@ class StageRunner:
         self.index = index
         self.is_first, self.is_last = is_first, is_last
         self.loss_scale = loss_scale
-        self.moe = [module for layer in layers for module in layer.modules() if isinstance(module, MoE)]
-        for module in self.moe:
-            module.loss_scale = loss_scale   # its balancing loss is weighed like the model's loss
+        self.moe = weigh_balancing_losses(layers, loss_scale)
         starts_with_embedding = isinstance(layers[0], Embedding)
         self.prologue = layers[0] if split_backward and starts_with_embedding and len(layers) > 1 else None
         self.body = layers[1:] if self.prologue is not None else layers
@@ -89,11 +87,6 @@ class StageRunner:
         state = self.in_flight.pop(microbatch)
         backward_weight(state.deferred)
         self._finish_prologue(state)
-
-    def take_balancing_loss(self) -> torch.Tensor | None:
-        """The MoE balancing loss the stage's forwards added since the last call (None: the stage has none)."""
-        taken = [loss for loss in (module.take_balancing_loss() for module in self.moe) if loss is not None]
-        return torch.stack(taken).sum() if taken else None
 
     def check_drained(self) -> None:
         if self.in_flight:

@@ -116,6 +116,21 @@ class MoE(nn.Module):
         return taken
 
 
+def weigh_balancing_losses(layers, loss_scale: float) -> list[MoE]:
+    """The MoE blocks inside ``layers``, their balancing loss now weighed by ``loss_scale`` (as the model's loss
+    is: 1 / micro-batches)."""
+    blocks = [module for layer in layers for module in layer.modules() if isinstance(module, MoE)]
+    for block in blocks:
+        block.loss_scale = loss_scale
+    return blocks
+
+
+def take_balancing_loss(blocks: list[MoE]) -> float | None:
+    """The weighed balancing loss ``blocks`` added since the last call, summed (None: they added none)."""
+    taken = [loss for loss in (block.take_balancing_loss() for block in blocks) if loss is not None]
+    return float(torch.stack(taken).sum().item()) if taken else None
+
+
 def build_mlp(hidden_size: int, mlp: DenseMLP | MoEMLP) -> nn.Module:
     if isinstance(mlp, MoEMLP):
         return MoE(hidden_size, mlp)

@@ -13,7 +13,7 @@ import torch
 from executor.data import synthetic_batch
 from executor.model.build import build_layers
 from executor.model.layers import Head
-from executor.model.mlp import MoE
+from executor.model.mlp import take_balancing_loss, weigh_balancing_losses
 from planner.plan import Action, Plan, Stage
 from planner.spec.model import load_model_spec
 
@@ -127,9 +127,7 @@ def reference_training(spec, *, num_microbatches: int, steps: int, seed: int, lr
     The language-model loss alone would give the same gradient on the full batch at once; an MoE balancing
     loss is a statistic of each micro-batch's routing, so the reference takes them one by one too."""
     modules = build_layers(spec, range(spec.num_layers), seed=seed, dtype=dtype)
-    moe = [module for layer in modules.values() for module in layer.modules() if isinstance(module, MoE)]
-    for module in moe:
-        module.loss_scale = 1.0 / num_microbatches
+    moe = weigh_balancing_losses(modules.values(), 1.0 / num_microbatches)
     params = list({id(p): p for m in modules.values() for p in m.parameters()}.values())
     opt = torch.optim.AdamW(params, lr=lr) if optimizer == "adamw" else torch.optim.SGD(params, lr=lr)
     losses, balancing_losses = [], []
@@ -148,8 +146,7 @@ def reference_training(spec, *, num_microbatches: int, steps: int, seed: int, lr
         opt.step()
         opt.zero_grad()
         losses.append(step_loss)
-        taken = [float(loss) for loss in (module.take_balancing_loss() for module in moe) if loss is not None]
-        balancing_losses.append(sum(taken) if taken else None)
+        balancing_losses.append(take_balancing_loss(moe))
     state = {index: {k: v.detach().clone() for k, v in m.state_dict().items()} for index, m in modules.items()}
     return state, losses, balancing_losses
 
