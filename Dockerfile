@@ -7,13 +7,18 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     DEBUG=false
 
 WORKDIR /app
-# PIP_EXTRA_INDEX_URL may point pip at PyTorch's CPU wheel index for a smaller worker image.
+# The lock pins torch's CPU build (2.13.0+cpu): PIP_EXTRA_INDEX_URL must point pip at PyTorch's CPU wheel index
+# where no local copy of that wheel is configured (PIP_FIND_LINKS).
 ARG PIP_EXTRA_INDEX_URL=""
+ARG PIP_FIND_LINKS=""
+# Exactly what CI tested: every package from the lock, hashes checked, then the project without resolving more.
+COPY requirements/run.txt requirements/run.txt
+RUN pip install --require-hashes -r requirements/run.txt
 COPY pyproject.toml README.md ./
 COPY planner ./planner
 COPY executor ./executor
 COPY adaptis_web ./adaptis_web
-RUN pip install -e .
+RUN pip install --no-deps --no-build-isolation -e .
 COPY . .
 RUN SECRET_KEY=build-only python manage.py collectstatic --noinput
 

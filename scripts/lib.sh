@@ -30,24 +30,30 @@ quiet_pip() {
 }
 
 ensure_venv() {
-    # $1: pip extras spec, e.g. "." or ".[test]". Reinstalls only when pyproject.toml changed.
-    local target="$1"
+    # $1: a lock file (requirements/run.txt or requirements/test.txt). Installs exactly what it pins, checking
+    # every hash, then this project itself without resolving anything more; again only when the lock changed.
+    local lock="$ROOT/$1"
+    [ -f "$lock" ] || die "no lock file $1 (run scripts/lock.sh)"
     if ! command -v python3 >/dev/null; then apt_install python3 python3-venv; fi
-    python3 - <<'PY' || die "Python >= 3.11 is required (found $(python3 --version 2>&1))"
+    # The lock is resolved for CPython 3.11 (its torch is the 3.11 CPU wheel): another minor version would
+    # resolve other wheels than the ones CI tested.
+    python3 - <<'PY' || die "Python 3.11 is required: the lock files pin its wheels (found $(python3 --version 2>&1))"
 import sys
-sys.exit(0 if sys.version_info >= (3, 11) else 1)
+sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)
 PY
     if [ ! -x "$PY" ]; then
         say "creating virtual environment in .venv"
         python3 -m venv "$VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VENV"; }
     fi
-    local stamp="$VENV/.installed-$(echo "$target" | tr -c 'a-z' '_')"
-    if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
-        say "installing Python dependencies ($target)"
-        quiet_pip install -q --upgrade pip || die "pip could not upgrade itself (see above)"
-        (cd "$ROOT" && quiet_pip install -q -e "$target") || die "pip could not install $target (see above)"
-        "$PY" -c "import django, celery, redis, torch, rest_framework" \
+    local stamp="$VENV/.installed-$(basename "$lock" .txt)-$(sha256sum "$lock" | cut -c1-16)"
+    if [ ! -f "$stamp" ]; then
+        say "installing Python dependencies from $1"
+        quiet_pip install -q --require-hashes -r "$lock" || die "pip could not install $1 (see above)"
+        (cd "$ROOT" && quiet_pip install -q --no-deps --no-build-isolation -e .) \
+            || die "pip could not install the project itself (see above)"
+        "$PY" -c "import django, celery, kombu.transport.redis, redis, torch, rest_framework" \
             || die "dependency installation failed (see pip output above)"
+        rm -f "$VENV/.installed-$(basename "$lock" .txt)-"*
         touch "$stamp"
     fi
 }

@@ -17,7 +17,7 @@ stop_all() {
 }
 trap stop_all INT TERM EXIT
 
-ensure_venv "."
+ensure_venv requirements/run.txt
 ensure_redis
 [ -n "$STARTED_REDIS_PID" ] && children+=("$STARTED_REDIS_PID")
 mkdir -p var

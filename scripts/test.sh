@@ -6,7 +6,7 @@ cd "$ROOT"
 STARTED_REDIS_PID=""
 trap '[ -n "$STARTED_REDIS_PID" ] && kill "$STARTED_REDIS_PID" 2>/dev/null; true' EXIT
 
-ensure_venv ".[test]"
+ensure_venv requirements/test.txt
 ensure_chromium
 ensure_redis
 if [ -z "${DATABASE_URL:-}" ]; then
