@@ -6,7 +6,7 @@ Production sets DEBUG=false, which makes SECRET_KEY and ALLOWED_HOSTS mandatory.
 Variables: DEBUG, SECRET_KEY, ALLOWED_HOSTS, CSRF_TRUSTED_ORIGINS, SECURE_COOKIES, SECURE_SSL_REDIRECT,
 SECURE_HSTS_SECONDS, DATABASE_URL,
 DB_CONN_MAX_AGE, REDIS_URL, CELERY_QUEUE, CELERY_RUNS_QUEUE, LIVE_EVENTS_PREFIX, CPU_RUN_MAX_RANKS, CPU_RUN_MAX_PARAMS,
-RUN_TIMEOUT_S, WORK_HEARTBEAT_S, WORK_STALE_AFTER_S, LOG_LEVEL.
+RUN_TIMEOUT_S, WORK_HEARTBEAT_S, WORK_STALE_AFTER_S, LOG_LEVEL, ADAPTIS_SEED_DEMO.
 """
 
 from pathlib import Path
@@ -26,6 +26,9 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+# `manage.py seed_demo` creates a well-known login (demo / demo-pass-2026): only on a development instance, or
+# where ADAPTIS_SEED_DEMO=1 asks for it; never on a production one by default.
+SEED_DEMO = DEBUG or env_bool("ADAPTIS_SEED_DEMO", False)
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -1,5 +1,6 @@
 """The Docker stack cannot run on our machines (no engine), so its structure is checked by reading it."""
 
+import re
 from pathlib import Path
 
 import yaml
@@ -72,3 +73,18 @@ def test_planning_and_runs_have_their_own_workers_on_the_queues_the_settings_rou
     assert app.amqp.router.route({}, "studio.run_execute")["queue"].name == app.conf.task_routes[
         "studio.run_execute"]["queue"]
     assert SERVICES["runner"]["image"] == SERVICES["worker"]["image"] and "shm_size" in SERVICES["runner"]
+
+
+def test_production_stack_seeds_no_demo_account_unless_asked():
+    for app in ("web", "worker", "migrate", "beat"):
+        env = SERVICES[app]["environment"]
+        assert env["DEBUG"] == "false", app
+        assert env["ADAPTIS_SEED_DEMO"] == "${ADAPTIS_SEED_DEMO:-0}", app
+
+
+def test_image_installs_exactly_the_runtime_lock():
+    """The Dockerfile installs requirements/run.txt with its hashes, then the project without resolving more."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "pip install --require-hashes -r requirements/run.txt" in dockerfile
+    assert "pip install --no-deps --no-build-isolation -e ." in dockerfile
+    assert not re.search(r"pip install (-e )?\.\s*$", dockerfile, re.MULTILINE)

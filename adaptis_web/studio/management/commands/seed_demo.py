@@ -1,5 +1,10 @@
-"""``manage.py seed_demo``: a demo team and user with every model preset as a team spec. Idempotent."""
+"""``manage.py seed_demo``: a demo team and user with every model preset as a team spec. Idempotent.
 
+The login is public knowledge, so the command seeds only where ``settings.SEED_DEMO`` allows it (DEBUG on, or
+ADAPTIS_SEED_DEMO=1); elsewhere it says why it did nothing and exits 0, so a deployment may always call it.
+"""
+
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
@@ -17,8 +22,14 @@ DEMO_PASSWORD = "demo-pass-2026"
 class Command(BaseCommand):
     help = "Create the demo team, the user demo / demo-pass-2026 and the model presets as its specs."
 
-    @transaction.atomic
     def handle(self, *args, **options):
+        if not settings.SEED_DEMO:
+            self.stdout.write("demo account not seeded: DEBUG is off and ADAPTIS_SEED_DEMO is not 1")
+            return
+        self._seed()
+
+    @transaction.atomic
+    def _seed(self):
         user, created = get_user_model().objects.get_or_create(username=DEMO_USER)
         if created:
             user.set_password(DEMO_PASSWORD)
