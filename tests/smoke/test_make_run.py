@@ -1,0 +1,300 @@
+"""The README's first command, as a new user runs it: ``make run`` in a fresh copy of the tree, with a clean
+virtual environment holding the runtime lock only, on a free port, against the machine's Redis.
+
+Then, as the user would: the page answers; both Celery workers answer ``celery inspect ping`` for a full
+minute; a logged-in client creates a search job through the API and sees it succeed; a CPU run of the plan
+finishes with observed events; and a SIGTERM sent to ``make`` alone stops every process it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from http.cookiejar import CookieJar
+from pathlib import Path
+
+import pytest
+import redis
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SMOKE_REDIS_URL = os.environ.get("SMOKE_REDIS_URL", "redis://127.0.0.1:6379/12")
+START_TIMEOUT_S = 600  # a cold pip cache installs torch and the rest first
+PING_WINDOW_S = 60
+PING_INTERVAL_S = 10
+WORKER_BOOT_S = 90
+STOP_TIMEOUT_S = 20
+LONG_RUN_STEPS, LONG_RUN_MICROBATCHES = 50, 64  # minutes of work: far longer than a stop may take
+WORKERS = ("planner", "runner")
+
+pytestmark = [pytest.mark.smoke, pytest.mark.timeout(START_TIMEOUT_S + 600)]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _copy_tree(destination: Path) -> None:
+    """The files a clone of this tree would have: tracked ones and untracked ones git does not ignore."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT,
+                            check=True, capture_output=True).stdout.decode().split("\0")
+    for relative in filter(None, listed):
+        source = REPO_ROOT / relative
+        if source.is_file():
+            target = destination / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def _processes_of(tree: Path, session: int) -> list[tuple[int, str]]:
+    """Processes still in ``make``'s session, or working in the copied tree (the ranks of a run have sessions
+    of their own)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            cwd = os.readlink(entry / "cwd")
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+        if fields[0] == "Z":
+            continue
+        if int(fields[3]) == session or cwd == str(tree) or cwd.startswith(f"{tree}/"):
+            found.append((int(entry.name), command))
+    return found
+
+
+class Client:
+    """A logged-in browser-like client: session cookie and CSRF token, JSON in and out."""
+
+    def __init__(self, base_url: str):
+        self.base_url = base_url
+        self.cookies = CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
+
+    def _csrf(self) -> str:
+        return next(cookie.value for cookie in self.cookies if cookie.name == "csrftoken")
+
+    def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers.update({"Content-Type": "application/json", "X-CSRFToken": self._csrf(),
+                            "Referer": self.base_url + "/"})
+        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
+        try:
+            with self.opener.open(request, timeout=30) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    def json(self, method: str, path: str, body: dict | None = None, expect: int = 200) -> dict:
+        status, content = self.request(method, path, body)
+        assert status == expect, f"{method} {path}: HTTP {status} {content[:2000]!r}"
+        return json.loads(content)
+
+    def log_in(self, username: str, password: str) -> None:
+        status, _ = self.request("GET", "/accounts/login/")
+        assert status == 200
+        form = urllib.parse.urlencode({"username": username, "password": password,
+                                       "csrfmiddlewaretoken": self._csrf()}).encode()
+        request = urllib.request.Request(f"{self.base_url}/accounts/login/", data=form, method="POST",
+                                         headers={"Referer": f"{self.base_url}/accounts/login/"})
+        with self.opener.open(request, timeout=30) as response:
+            assert response.status == 200 and "/accounts/login/" not in response.url, "the demo login failed"
+
+
+class Product:
+    """``make run`` started in its own session from ``tree``; its output in ``log``."""
+
+    def __init__(self, tree: Path, port: int, queue: str):
+        self.tree, self.port, self.queue = tree, port, queue
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.log = tree / "make-run.log"
+        env = {key: value for key, value in os.environ.items()
+               if key not in ("DATABASE_URL", "DEBUG", "VIRTUAL_ENV", "PYTHONPATH", "DJANGO_SETTINGS_MODULE",
+                              "CELERY_RUNS_QUEUE", "LIVE_EVENTS_PREFIX", "MAKEFLAGS", "MAKELEVEL")}
+        self.env = {**env, "ADAPTIS_PORT": str(port), "REDIS_URL": SMOKE_REDIS_URL, "CELERY_QUEUE": queue,
+                    "LIVE_EVENTS_PREFIX": queue}
+        self.start()
+
+    def start(self) -> None:
+        with open(self.log, "wb") as log:
+            self.make = subprocess.Popen(["make", "run"], cwd=self.tree, env=self.env, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def logs(self) -> str:
+        parts = [f"--- make run ---\n{self.output()[-6000:]}"]
+        for name in ("worker.log", "runner.log", "web.log"):
+            path = self.tree / "var" / name
+            if path.exists():
+                parts.append(f"--- var/{name} ---\n{path.read_text(errors='replace')[-3000:]}")
+        return "\n".join(parts)
+
+    def wait_until_up(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self.make.poll() is None, f"make run exited with {self.make.returncode}:\n{self.logs()}"
+            if "AdaPtis Studio is up" in self.output():
+                try:
+                    with urllib.request.urlopen(f"{self.base_url}/healthz", timeout=5) as response:
+                        if response.status == 200:
+                            return
+                except OSError:
+                    pass
+            time.sleep(1)
+        pytest.fail(f"make run did not answer within {START_TIMEOUT_S} s:\n{self.logs()}")
+
+    def ping_workers(self) -> str:
+        """``celery inspect ping`` of both workers, as a user would type it; its output."""
+        host = socket.gethostname()
+        result = subprocess.run(
+            [str(self.tree / ".venv/bin/celery"), "-A", "adaptis_web", "inspect", "ping", "--timeout", "5",
+             "-d", ",".join(f"{worker}@{host}" for worker in WORKERS)],
+            cwd=self.tree, env=self.env, capture_output=True, text=True, timeout=60)
+        return result.stdout + result.stderr
+
+    def assert_nothing_left(self, after: str) -> None:
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while (left := _processes_of(self.tree, self.make.pid)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not left, f"processes left {STOP_TIMEOUT_S} s after {after}: {left}\n{self.logs()}"
+
+
+def _missing_workers(output: str) -> list[str]:
+    host = socket.gethostname()
+    return [worker for worker in WORKERS if f"{worker}@{host}: OK" not in output]
+
+
+def _ping_for_a_minute(product: Product, failures: list[str], finished: threading.Event) -> None:
+    """Wait for both workers' first answer (they boot after the web server says it is up), then ping them
+    every PING_INTERVAL_S for PING_WINDOW_S; every miss is a failure."""
+    deadline = time.monotonic() + WORKER_BOOT_S
+    while missing := _missing_workers(output := product.ping_workers()):
+        if time.monotonic() > deadline:
+            failures.append(f"{', '.join(missing)} never answered ping within {WORKER_BOOT_S} s:\n{output}")
+            finished.set()
+            return
+        time.sleep(1)
+    started = time.monotonic()
+    while time.monotonic() - started < PING_WINDOW_S:
+        time.sleep(PING_INTERVAL_S)
+        output = product.ping_workers()
+        if missing := _missing_workers(output):
+            failures.append(f"{', '.join(missing)} did not answer ping {time.monotonic() - started:.0f} s after "
+                            f"the first answer:\n{output}")
+    finished.set()
+
+
+def _wait_for_status(client: Client, path: str, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        body = client.json("GET", path)
+        if body["status"] in ("succeeded", "failed", "cancelled"):
+            return body
+        time.sleep(1)
+    pytest.fail(f"{path} did not finish within {timeout_s:g} s: {body}")
+
+
+@pytest.fixture
+def product(tmp_path):
+    tree = tmp_path / "adaptis-studio"
+    _copy_tree(tree)
+    queue = f"smoke-{os.getpid()}"
+    started = Product(tree, _free_port(), queue)
+    yield started
+    if started.make.poll() is None:
+        os.killpg(started.make.pid, signal.SIGKILL)
+        started.make.wait()
+    for pid, _ in _processes_of(tree, started.make.pid):  # after a failure: leave nothing running
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    client = redis.Redis.from_url(SMOKE_REDIS_URL)
+    leftovers = [*client.scan_iter(f"*{queue}*")]
+    if leftovers:
+        client.delete(*leftovers)
+    client.close()
+
+
+def test_make_run_serves_a_search_and_a_cpu_run_and_stops_whole(product):
+    product.wait_until_up()
+    venv_python = product.tree / ".venv/bin/python"
+    has_pytest = subprocess.run([str(venv_python), "-c", "import pytest"], capture_output=True).returncode == 0
+    assert not has_pytest, "make run's virtual environment holds test packages: it must install the runtime lock only"
+
+    with urllib.request.urlopen(f"{product.base_url}/accounts/login/", timeout=10) as response:
+        assert response.status == 200 and b"password" in response.read()
+
+    failures: list[str] = []
+    pinged = threading.Event()
+    pinger = threading.Thread(target=_ping_for_a_minute, args=(product, failures, pinged), daemon=True)
+    pinger.start()
+
+    client = Client(product.base_url)
+    client.log_in("demo", "demo-pass-2026")
+    specs = client.json("GET", "/api/specs/?limit=200")["results"]
+    spec = next(spec for spec in specs if spec["name"] == "tiny-llama")
+    job = client.json("POST", "/api/jobs/", {
+        "spec": spec["id"], "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": 4,
+        "schedule": "adaptis", "seed": 0, "time_budget_s": 2}, expect=201)
+    job = _wait_for_status(client, f"/api/jobs/{job['id']}/", timeout_s=180)
+    assert job["status"] == "succeeded", job
+    assert job["result"]["iteration_ms"] > 0 and job["plans"], job
+
+    run = client.json("POST", "/api/runs/", {"plan": job["plans"][0]["id"], "steps": 1}, expect=201)
+    run = _wait_for_status(client, f"/api/runs/{run['id']}/", timeout_s=300)
+    assert run["status"] == "succeeded", run
+    events = client.json("GET", f"/api/runs/{run['id']}/events/")
+    assert events["finished"] and run["event_count"] > 0
+    observed = events["events"]
+    assert len(observed) == run["event_count"] and {event["rank"] for event in observed} == {0, 1}
+    assert all(event["end_ms"] >= event["start_ms"] for event in observed)
+
+    assert pinged.wait(WORKER_BOOT_S + PING_WINDOW_S + 60), "the minute of pings did not finish"
+    assert not failures, "\n".join(failures)
+    assert product.make.poll() is None, f"make run stopped by itself:\n{product.logs()}"
+
+    # Stop it as a service manager would, while a long run keeps the runner and its torch ranks busy: a warm
+    # shutdown alone would wait for the whole run.
+    long_job = client.json("POST", "/api/jobs/", {
+        "spec": spec["id"], "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": LONG_RUN_MICROBATCHES,
+        "schedule": "1f1b"}, expect=201)
+    long_job = _wait_for_status(client, f"/api/jobs/{long_job['id']}/", timeout_s=120)
+    long_run = client.json("POST", "/api/runs/", {"plan": long_job["plans"][0]["id"], "steps": LONG_RUN_STEPS},
+                           expect=201)
+    deadline = time.monotonic() + 120
+    while client.json("GET", f"/api/runs/{long_run['id']}/events/")["last_seq"] == 0:
+        assert time.monotonic() < deadline, f"the long run never started:\n{product.logs()}"
+        time.sleep(0.5)
+    ranks = [pid for pid, command in _processes_of(product.tree, product.make.pid) if "executor.worker" in command]
+    assert len(ranks) == 2, "the running run's two rank processes were not found"
+
+    product.make.send_signal(signal.SIGTERM)  # to make alone, as timeout(1), systemd or a container runtime do
+    product.make.wait(timeout=STOP_TIMEOUT_S)
+    product.assert_nothing_left("SIGTERM to make during a run")
+
+    # A make killed outright cannot pass anything on: the services must notice and stop by themselves.
+    product.start()
+    product.wait_until_up()
+    product.make.send_signal(signal.SIGKILL)
+    product.make.wait()
+    product.assert_nothing_left("SIGKILL to make")
