@@ -1,7 +1,9 @@
-.PHONY: run test bench
+.PHONY: run test lock bench
 run:            ## install everything and start Redis, a Celery worker and the web server
 	./scripts/run.sh
 test:           ## install test needs and run the whole suite
 	./scripts/test.sh
+lock:           ## re-resolve requirements/run.txt and requirements/test.txt from pyproject.toml
+	./scripts/lock.sh
 bench:          ## run every benchmark (prints tables)
 	for script in benchmarks/*.py; do .venv/bin/python $$script || exit 1; done
