@@ -15,3 +15,5 @@ urlpatterns = [
     path("api/", include("adaptis_web.studio.api.urls")),
     path("", include("adaptis_web.studio.urls")),
 ]
+
+handler500 = "adaptis_web.request_errors.server_error"
