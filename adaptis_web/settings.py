@@ -6,7 +6,8 @@ Production sets DEBUG=false, which makes SECRET_KEY and ALLOWED_HOSTS mandatory.
 Variables: DEBUG, SECRET_KEY, ALLOWED_HOSTS, CSRF_TRUSTED_ORIGINS, SECURE_COOKIES, SECURE_SSL_REDIRECT,
 SECURE_HSTS_SECONDS, DATABASE_URL,
 DB_CONN_MAX_AGE, REDIS_URL, CELERY_QUEUE, CELERY_RUNS_QUEUE, LIVE_EVENTS_PREFIX, CPU_RUN_MAX_RANKS, CPU_RUN_MAX_PARAMS,
-RUN_TIMEOUT_S, WORK_HEARTBEAT_S, WORK_STALE_AFTER_S, LOG_LEVEL, ADAPTIS_SEED_DEMO.
+RUN_TIMEOUT_S, WORK_HEARTBEAT_S, WORK_STALE_AFTER_S, WORK_WATCH_INTERVAL_S, WORK_QUEUED_GRACE_S,
+WORK_TASK_TIME_LIMIT_S, LOG_LEVEL, ADAPTIS_SEED_DEMO.
 """
 
 from pathlib import Path
@@ -133,22 +134,43 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_EXPIRES = 24 * 3600
 CELERY_TASK_IGNORE_RESULT = True  # tasks record their outcome on our rows; nobody waits on a result
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 LIVE_EVENTS_PREFIX = env_str("LIVE_EVENTS_PREFIX", "adaptis")
 
-# Liveness of running work: the worker stamps heartbeat_at every WORK_HEARTBEAT_S; beat's reaper fails
-# running jobs and runs silent for WORK_STALE_AFTER_S (their worker died: OOM kill, lost host, SIGKILL).
+# Liveness of work: the worker stamps heartbeat_at every WORK_HEARTBEAT_S; the warden (`manage.py watch_work`, a
+# process apart from the workers) every WORK_WATCH_INTERVAL_S fails running jobs and runs silent for
+# WORK_STALE_AFTER_S (their worker died: OOM kill, lost host, SIGKILL), and re-sends the task of rows queued for
+# WORK_QUEUED_GRACE_S whose message the broker no longer holds (Redis restarted, a worker died holding it).
 WORK_HEARTBEAT_S = env_int("WORK_HEARTBEAT_S", 10, minimum=1)
 WORK_STALE_AFTER_S = env_int("WORK_STALE_AFTER_S", max(120, 3 * WORK_HEARTBEAT_S), minimum=3 * WORK_HEARTBEAT_S)
-CELERY_BEAT_SCHEDULE = {
-    "reap-stale-work": {"task": "studio.reap_stale_work", "schedule": float(max(10, WORK_STALE_AFTER_S // 4))},
-}
+WORK_WATCH_INTERVAL_S = env_int("WORK_WATCH_INTERVAL_S", max(5, WORK_STALE_AFTER_S // 4), minimum=1)
+WORK_QUEUED_GRACE_S = env_int("WORK_QUEUED_GRACE_S", 30, minimum=1)
 
 # Limits of "Run on CPU": gloo ranks on the worker's host.
 CPU_RUN_MAX_RANKS = env_int("CPU_RUN_MAX_RANKS", 4, minimum=1)
 CPU_RUN_MAX_PARAMS = env_int("CPU_RUN_MAX_PARAMS", 50_000_000, minimum=1)
 RUN_TIMEOUT_S = env_int("RUN_TIMEOUT_S", 600, minimum=10)
+
+# Delivery, on purpose (README, "Work never stuck"):
+# - acks_late: a message leaves Redis only when its task has ended, so a worker killed mid-task cannot take the
+#   message with it; the task claims its row only while the row is queued, so a message delivered twice is
+#   harmless.
+# - reject_on_worker_lost off: a task whose pool process died (the OOM killer on a huge plan) is not re-queued;
+#   it would kill the next worker too. Its row goes silent and the warden fails it as "worker lost".
+# - prefetch 1: a worker holds only the message it runs, never one it has not started (which its death
+#   would strand).
+# - time limits: a task past CELERY_TASK_SOFT_TIME_LIMIT gets an exception its service records on the row; past
+#   the hard limit its pool process is killed. Both lie beyond the longest legitimate task (a run's
+#   RUN_TIMEOUT_S, a search's 600 s budget plus its profile).
+# - visibility_timeout beyond the hard limit: Redis hands an unacknowledged message to another worker only
+#   when no task could still be running it.
+WORK_TASK_TIME_LIMIT_S = env_int("WORK_TASK_TIME_LIMIT_S", max(RUN_TIMEOUT_S, 600) + 300, minimum=60)
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = WORK_TASK_TIME_LIMIT_S
+CELERY_TASK_SOFT_TIME_LIMIT = WORK_TASK_TIME_LIMIT_S - 30
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": WORK_TASK_TIME_LIMIT_S + 300}
 
 REST_FRAMEWORK = {
     # Token first: an unauthenticated API call then gets 401 with a WWW-Authenticate challenge, not 403.

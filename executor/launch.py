@@ -104,6 +104,10 @@ def _failure(job_dir: Path, rank: int, returncode: int) -> ExecutorError:
         details = json.loads(report.read_text())
         return ExecutorError(details["error"], rank=rank, traceback_text=details["traceback"])
     stderr = (job_dir / f"rank{rank}.stderr").read_text(errors="replace")[-STDERR_TAIL:]
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else f"signal {-returncode}"
+        return ExecutorError(f"rank {rank} was killed by {name} (the OOM killer, or someone's kill) and could "
+                             "not report anything", rank=rank, traceback_text=stderr)
     return ExecutorError(f"exited with status {returncode} without a Python traceback", rank=rank,
                          traceback_text=stderr)
 
@@ -114,12 +118,17 @@ def _await_exit(processes: list[subprocess.Popen], seconds: float) -> None:
         time.sleep(POLL_SECONDS)
 
 
-def _first_failure(job_dir: Path, failed_ranks: list[int]) -> int:
-    """Of the failed ranks, the one whose error was recorded first (the others followed it)."""
-    def failed_at(rank: int) -> float:
+def _first_failure(job_dir: Path, failed_ranks: list[int], codes: list[int | None]) -> int:
+    """Of the failed ranks, the cause: a rank killed by a signal before it could report anything (its peers
+    then fail with "Connection reset by peer", which they do record), else the one whose error was recorded
+    first (the others followed it)."""
+    def order(rank: int) -> tuple[int, float, int]:
         report = error_file(job_dir, rank)
-        return json.loads(report.read_text()).get("time", float("inf")) if report.exists() else float("inf")
-    return min(failed_ranks, key=lambda rank: (failed_at(rank), rank))
+        if not report.exists():
+            killed = codes[rank] is not None and codes[rank] < 0
+            return (0 if killed else 1, float("inf"), rank)
+        return (1, json.loads(report.read_text()).get("time", float("inf")), rank)
+    return min(failed_ranks, key=order)
 
 
 def _report(config: RunConfig, event: dict) -> None:
@@ -192,7 +201,7 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
                 _await_exit(processes, FAILURE_GRACE_SECONDS)
                 codes = [process.poll() for process in processes]
                 failed_ranks = _failed_ranks(job_dir, codes)
-                failed = _first_failure(job_dir, failed_ranks)
+                failed = _first_failure(job_dir, failed_ranks, codes)
                 error = _failure(job_dir, failed, codes[failed])
                 _stop(processes)
                 _report(config, {"type": "run_failed", "rank": failed, "error": error.message})

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs everything, then starts Redis (if needed), a Celery worker and the web server on
+# Installs everything, then starts Redis (if needed), the Celery workers, the warden and the web server on
 # http://127.0.0.1:8000 with the embedded defaults (SQLite, local Redis). Ctrl-C stops all of it.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
@@ -59,13 +59,15 @@ mkdir -p var
 seeded="$("$PY" manage.py seed_demo)" && echo "$seeded"
 
 # Planning jobs and runs have their own queues (settings.CELERY_RUNS_QUEUE), so a run never delays a plan.
-# -B: the planning worker also runs beat, which schedules the reaper of work whose worker died.
 queue="${CELERY_QUEUE:-adaptis}"
-"$VENV/bin/celery" -A adaptis_web worker -B --schedule var/celerybeat-schedule -Q "$queue" -n "planner@%h" \
+"$VENV/bin/celery" -A adaptis_web worker -Q "$queue" -n "planner@%h" \
     --loglevel=INFO --concurrency=1 >var/worker.log 2>&1 &
 children+=($!)
 "$VENV/bin/celery" -A adaptis_web worker -Q "${CELERY_RUNS_QUEUE:-$queue-runs}" -n "runner@%h" \
     --loglevel=INFO --concurrency=1 >var/runner.log 2>&1 &
+children+=($!)
+# The warden, apart from the workers it watches: fails work whose worker died, re-sends lost messages.
+"$PY" manage.py watch_work >var/warden.log 2>&1 &
 children+=($!)
 "$VENV/bin/gunicorn" adaptis_web.wsgi:application --bind "$HOST:$PORT" --workers 2 --threads 4 --graceful-timeout 5 \
     --access-logfile var/web-access.log --error-logfile var/web.log &

@@ -98,15 +98,20 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace")[-characters:]
 
 
+def service_env(queue: str, **extra_env: str) -> dict[str, str]:
+    """The environment of a process of ours (worker, warden) on ``queue`` against the test database and Redis."""
+    from django.db import connection
+
+    return dict(os.environ, DATABASE_URL=_database_url(connection.settings_dict), REDIS_URL=TEST_REDIS_URL,
+                CELERY_QUEUE=queue, LIVE_EVENTS_PREFIX=TEST_EVENTS_PREFIX, DB_CONN_MAX_AGE="0",
+                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+                **extra_env)
+
+
 def spawn_worker(log_path: Path, *, queue: str, name: str, **extra_env: str) -> WorkerProcess:
     """Start a real Celery worker (solo pool) on ``queue`` and its runs queue against the test database; wait
     until it is ready."""
-    from django.db import connection
-
-    env = dict(os.environ, DATABASE_URL=_database_url(connection.settings_dict), REDIS_URL=TEST_REDIS_URL,
-               CELERY_QUEUE=queue, LIVE_EVENTS_PREFIX=TEST_EVENTS_PREFIX, DB_CONN_MAX_AGE="0",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-               **extra_env)
+    env = service_env(queue, **extra_env)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "adaptis_web", "worker", "--pool=solo",

@@ -48,14 +48,13 @@ def test_worker_runs_the_celery_app_and_web_serves_the_wsgi_app():
     assert "/healthz" in " ".join(SERVICES["web"]["healthcheck"]["test"])
 
 
-def test_one_beat_service_schedules_the_reaper_from_the_app_image():
-    beat = SERVICES["beat"]
-    assert beat["image"] == SERVICES["worker"]["image"]
-    assert beat["command"][:4] == ["celery", "-A", "adaptis_web", "beat"]
-    assert beat.get("deploy", {}).get("replicas", 1) == 1
-    from django.conf import settings
-
-    assert settings.CELERY_BEAT_SCHEDULE["reap-stale-work"]["task"] == "studio.reap_stale_work"
+def test_the_warden_runs_apart_from_the_workers_from_the_app_image():
+    warden = SERVICES["warden"]
+    assert warden["image"] == SERVICES["worker"]["image"]
+    assert warden["command"] == ["python", "manage.py", "watch_work"]
+    assert "beat" not in SERVICES  # nothing is scheduled through a worker any more
+    for worker in ("worker", "runner"):
+        assert "-B" not in SERVICES[worker]["command"] and "beat" not in SERVICES[worker]["command"]
 
 
 def test_planning_and_runs_have_their_own_workers_on_the_queues_the_settings_route_to():
@@ -76,7 +75,7 @@ def test_planning_and_runs_have_their_own_workers_on_the_queues_the_settings_rou
 
 
 def test_production_stack_seeds_no_demo_account_unless_asked():
-    for app in ("web", "worker", "migrate", "beat"):
+    for app in ("web", "worker", "migrate", "warden"):
         env = SERVICES[app]["environment"]
         assert env["DEBUG"] == "false", app
         assert env["ADAPTIS_SEED_DEMO"] == "${ADAPTIS_SEED_DEMO:-0}", app

@@ -4,7 +4,7 @@ commit (``services.queueing``)."""
 
 from celery import shared_task
 
-from adaptis_web.studio.services import jobs, liveness, runs
+from adaptis_web.studio.services import jobs, runs
 
 
 @shared_task(name="studio.plan_job_run")
@@ -15,8 +15,3 @@ def plan_job_run(job_id: int) -> None:
 @shared_task(name="studio.run_execute")
 def run_execute(run_id: int) -> None:
     runs.run_execute(run_id=run_id)
-
-
-@shared_task(name="studio.reap_stale_work")
-def reap_stale_work() -> dict[str, list[int]]:
-    return liveness.reap_stale_work()

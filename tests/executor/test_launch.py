@@ -245,3 +245,49 @@ def test_a_finished_rank_exits_with_its_code_and_its_output_flushed():
                                capture_output=True, text=True,
                                cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert completed.returncode == 3 and completed.stdout == "summary" and completed.stderr == "note"
+
+
+def _rank_pid(rank: int, among: set[int]) -> int | None:
+    for pid in among:
+        try:
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            command = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"executor.worker" in command and f"RANK={rank}".encode() in environ:
+            return pid
+    return None
+
+
+def test_a_rank_killed_mid_run_is_named_as_the_one_that_died_not_its_peer(tmp_path):
+    """The survivor records "Connection reset by peer"; the killed rank records nothing. The report must name
+    the killed rank and its signal."""
+    import signal
+    import threading
+
+    stream = f"adaptis:test:exec:{uuid.uuid4().hex}"
+    plan = one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=4)
+    children_before = live_children()
+    outcome: dict = {}
+
+    def launch():
+        try:
+            run_plan(plan, every_kind_spec(), steps=50, timeout_s=240, event_sink=f"{REDIS_URL}#{stream}")
+        except ExecutorError as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=launch)
+    thread.start()
+    client = redis.Redis.from_url(REDIS_URL)
+    deadline = time.monotonic() + 120
+    while client.xlen(stream) < 20:  # the ranks are well into their steps
+        assert time.monotonic() < deadline and thread.is_alive(), "the run did not start"
+        time.sleep(0.1)
+    victim = _rank_pid(1, live_children() - children_before)
+    assert victim is not None
+    os.kill(victim, signal.SIGKILL)
+    thread.join(timeout=120)
+    client.delete(stream)
+    error = outcome["error"]
+    assert error.rank == 1 and "killed by SIGKILL" in error.message
+    assert live_children() - children_before == set()

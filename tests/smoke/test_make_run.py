@@ -272,6 +272,8 @@ def test_make_run_serves_a_search_and_a_cpu_run_and_stops_whole(product):
     assert pinged.wait(WORKER_BOOT_S + PING_WINDOW_S + 60), "the minute of pings did not finish"
     assert not failures, "\n".join(failures)
     assert product.make.poll() is None, f"make run stopped by itself:\n{product.logs()}"
+    services = [command for _, command in _processes_of(product.tree, product.make.pid)]
+    assert any("manage.py watch_work" in command for command in services), f"no warden is running: {services}"
 
     # Stop it as a service manager would, while a long run keeps the runner and its torch ranks busy: a warm
     # shutdown alone would wait for the whole run.

@@ -1,10 +1,14 @@
-"""Liveness of running work: heartbeats while a worker runs a job or a run, and a reaper for the orphans.
+"""Liveness of work: heartbeats while a worker runs a job or a run, a reaper for the orphans, and a re-queue
+for queued work whose message the broker lost.
 
 A worker that dies mid-task (OOM killer, SIGKILL, a lost host) cannot record anything; its row would say
 "running" forever. So while a task runs, a daemon thread stamps ``heartbeat_at`` on the row every
-``WORK_HEARTBEAT_S``, whatever the task is busy with (a search, or waiting on torch ranks). Celery beat
-runs ``reap_stale_work`` periodically: a running row silent for ``WORK_STALE_AFTER_S`` ends failed with
-a message saying its worker was lost, so pages stop polling and users can retry.
+``WORK_HEARTBEAT_S``, whatever the task is busy with (a search, or waiting on torch ranks). The warden
+(``manage.py watch_work``, a process of its own, so it works when every worker is dead) calls ``watch_work``
+every ``WORK_WATCH_INTERVAL_S``: a running row silent for ``WORK_STALE_AFTER_S`` ends failed with a message saying
+its worker was lost, so pages stop polling and users can retry; a row queued for ``WORK_QUEUED_GRACE_S`` whose
+message the broker no longer holds is sent again (the task claims its row only while it is queued, so a second
+message for the same row is harmless).
 """
 
 from __future__ import annotations
@@ -20,11 +24,15 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
+from celery import current_app
+
 from adaptis_web.studio.models import JobStatus, PlanningJob, Run
+from adaptis_web.studio.services.broker import pending_task_ids
 
 logger = logging.getLogger(__name__)
 
 TRACKED = (PlanningJob, Run)
+TASK_OF = {PlanningJob: "studio.plan_job_run", Run: "studio.run_execute"}
 
 
 def _stamp(model, pk: int) -> None:
@@ -79,3 +87,43 @@ def reap_stale_work(*, stale_after_s: float | None = None) -> dict[str, list[int
         logger.warning("reaped %s %s: no heartbeat for %g s", model.__name__, ids, stale_after)
         reaped[model.__name__] = ids
     return reaped
+
+
+def _queues() -> list[str]:
+    """The queues the tasks of TRACKED rows are routed to, as the Celery app routes them."""
+    router = current_app.amqp.router
+    return sorted({router.route({}, task)["queue"].name for task in TASK_OF.values()})
+
+
+def requeue_lost_work(*, grace_s: float | None = None) -> dict[str, list[int]]:
+    """Send again the task of every row queued for longer than ``grace_s`` whose message the broker no longer
+    holds (neither waiting nor delivered-unacknowledged); returns their ids. Raises when the broker cannot be
+    read, sending nothing."""
+    grace = settings.WORK_QUEUED_GRACE_S if grace_s is None else grace_s
+    cutoff = timezone.now() - timedelta(seconds=grace)
+    waiting = {model: list(model.objects.filter(status=JobStatus.QUEUED, created_at__lt=cutoff)
+                           .values_list("pk", "celery_task_id")) for model in TRACKED}
+    if not any(waiting.values()):
+        return {}
+    pending = pending_task_ids(_queues())
+    requeued: dict[str, list[int]] = {}
+    for model, rows in waiting.items():
+        lost = [(pk, task_id) for pk, task_id in rows if task_id not in pending]
+        for pk, task_id in lost:
+            current_app.send_task(TASK_OF[model], args=[pk], task_id=task_id or None)
+        if lost:
+            logger.warning("re-queued %s %s: the broker no longer held their messages", model.__name__,
+                           [pk for pk, _ in lost])
+            requeued[model.__name__] = [pk for pk, _ in lost]
+    return requeued
+
+
+def watch_work() -> dict[str, dict[str, list[int]]]:
+    """One round of the warden: reap silent running work, then re-queue lost queued work. A broker that cannot
+    be read skips the re-queue (and says so); reaping needs only the database."""
+    report = {"reaped": reap_stale_work(), "requeued": {}}
+    try:
+        report["requeued"] = requeue_lost_work()
+    except Exception:  # the broker is down: the next round tries again
+        logger.warning("could not read the broker to look for lost messages", exc_info=True)
+    return report
