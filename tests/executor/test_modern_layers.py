@@ -1,8 +1,12 @@
 """The layer kinds of the 2025-26 HuggingFace families compute what their definitions say: Mamba-1 as
 ``transformers``' own ``MambaMixer`` (an independent implementation, given the same weights), attention sinks as a
-rescaled softmax, QK-norm, LayerNorm blocks and learned positions; and every such block is causal."""
+rescaled softmax, QK-norm, LayerNorm blocks and learned positions; every such block is causal; and every imported
+HF fixture builds with the planner's parameter count, layer by layer, at full size and scaled down."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,11 +14,14 @@ import torch.nn.functional as F
 from transformers import MambaConfig
 from transformers.models.mamba.modeling_mamba import MambaMixer as HFMambaMixer
 
-from executor.model import build_layers
+from executor.model import build_layers, layer_parameter_counts, scale_spec
 from executor.model.attention import apply_rotary, causal_attention, merge_heads, split_heads
 from executor_plans import modern_kinds_spec
+from planner.cost import layer_parameters
+from planner.spec.hf import import_hf_config
 
 SPEC = modern_kinds_spec()
+FIXTURES = Path(__file__).parents[1] / "planner" / "fixtures" / "hf"
 
 
 def layer(index, spec=SPEC):
@@ -92,3 +99,11 @@ def test_layernorm_block_and_learned_positions_follow_gpt2():
     torch.testing.assert_close(block(x), expected, rtol=1e-12, atol=1e-12)
     tokens = torch.randint(0, SPEC.vocab_size, (2, SPEC.seq_len))
     torch.testing.assert_close(embedding(tokens), embedding.weight[tokens] + embedding.positions[:SPEC.seq_len])
+
+
+@pytest.mark.parametrize("fixture", sorted(path.stem for path in FIXTURES.glob("*.json")))
+def test_every_imported_fixture_builds_with_the_planners_parameter_counts(fixture):
+    spec = import_hf_config(json.loads((FIXTURES / f"{fixture}.json").read_text()))
+    assert layer_parameter_counts(spec) == layer_parameters(spec)
+    scaled = scale_spec(spec)
+    assert layer_parameter_counts(scaled) == layer_parameters(scaled)
