@@ -25,7 +25,7 @@ Mixers: ``attention`` (optionally ``window``; latent attention with ``kv_lora_ra
 MLPs: ``dense`` (``gated``) and ``moe`` (``num_experts``, ``top_k``, ``expert_intermediate_size``,
 ``num_shared_experts``, ``shared_intermediate_size``, ``aux_loss_coeff``). A document without ``format`` but
 with ``model_type`` or ``architectures`` is a HuggingFace ``config.json`` and goes through
-``planner.spec.hf.import_hf_config``.
+``planner.spec.hf.import_hf_config``; it is named after the model (``_name_or_path``), else after the file.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 
 from planner.errors import SpecError
-from planner.spec.hf import import_hf_config
+from planner.spec.hf import hf_model_name, import_hf_config
 from planner.spec.model import ModelSpec, load_model_spec
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -81,7 +81,7 @@ def parse_model_text(text: str, filename: str = "") -> ModelSpec:
     if not isinstance(doc, dict):
         raise SpecError("file", f"must hold an object (a mapping of fields), got {type(doc).__name__}")
     if is_hf_config(doc):
-        return import_hf_config(doc)
+        return import_hf_config(doc, name=hf_model_name(doc, filename))
     if "format" not in doc:
         raise SpecError("format", "is required: 'adaptis.model/v1', or upload a HuggingFace config.json "
                                   "(recognised by its model_type)")

@@ -55,6 +55,7 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Callable
 
 from planner.errors import SpecError
@@ -154,10 +155,20 @@ def _text_config(config: dict, family: str) -> Config:
     return Config(config, **tables)
 
 
-def _default_name(config: dict, family: str) -> str:
+def hf_model_name(config: dict, filename: str = "") -> str | None:
+    """The model a config describes: the last part of its ``_name_or_path`` (``meta-llama/Meta-Llama-3-8B``),
+    else the stem of the file it came in (``Qwen3-8B.json``); None when neither names it (``./``, no file)."""
     path = config.get("_name_or_path")
     if isinstance(path, str) and path.strip("/."):
         return path.rstrip("/").rsplit("/", 1)[-1]
+    stem = PurePath(filename).stem if filename else ""
+    return stem or None
+
+
+def _default_name(config: dict, family: str) -> str:
+    named = hf_model_name(config)
+    if named:
+        return named
     return config.get("model_type") if isinstance(config.get("model_type"), str) else family
 
 
