@@ -19,11 +19,14 @@ Our format, in brief (``planner.spec.model`` holds the validating loader)::
         mlp: {type: dense, intermediate_size: 192, gated: true}
       - {kind: head}
 
-Mixers: ``attention`` (optionally ``window``; latent attention with ``kv_lora_rank``, ``q_lora_rank``,
-``rope_head_dim``, ``v_head_dim``), ``linear_attention`` (``variant`` gated_delta or lightning,
-``num_key_heads``, gated_delta's ``conv_kernel``), ``mamba2`` (``state_size``, ``conv_kernel``, ``n_groups``).
-MLPs: ``dense`` (``gated``) and ``moe`` (``num_experts``, ``top_k``, ``expert_intermediate_size``,
-``num_shared_experts``, ``shared_intermediate_size``, ``aux_loss_coeff``). A document without ``format`` but
+Mixers: ``attention`` (optionally ``window``, ``qkv_bias``, ``output_bias``, ``qk_norm``, ``sinks``; latent
+attention with ``kv_lora_rank``, ``q_lora_rank``, ``rope_head_dim``, ``v_head_dim``), ``linear_attention``
+(``variant`` gated_delta or lightning, ``num_key_heads``, gated_delta's ``conv_kernel``), ``mamba`` (Mamba-1:
+``inner_size``, ``state_size``, ``dt_rank``, ``conv_kernel``, ``conv_bias``, ``proj_bias``) and ``mamba2``
+(``state_size``, ``conv_kernel``, ``n_groups``). MLPs: ``dense`` (``gated``, ``bias``) and ``moe``
+(``num_experts``, ``top_k``, ``expert_intermediate_size``, ``num_shared_experts``, ``shared_intermediate_size``,
+``aux_loss_coeff``, ``bias``). The model may set ``norm: layernorm`` (default ``rmsnorm``) and
+``position_embeddings`` (a learned position table of that many positions, at least ``seq_len``). A document without ``format`` but
 with ``model_type`` or ``architectures`` is a HuggingFace ``config.json`` and goes through
 ``planner.spec.hf.import_hf_config``; it is named after the model (``_name_or_path``), else after the file.
 """

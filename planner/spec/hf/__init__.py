@@ -44,7 +44,7 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
   ``v_head_dim`` wide, with the latent ranks kept so the cost model counts the down/up projections; in
   training every head materialises its own key and value, so ``num_kv_heads == num_heads``.
 - Qwen3-Next's attention output gate and shared-expert gate, Nemotron-H's non-gated experts and MoE latent
-  projection, DeepSeek's multi-token-prediction module, Gemma's extra norms, QK-norms and soft-capping,
+  projection, DeepSeek's multi-token-prediction module, Gemma's extra norms and soft-capping,
   Jamba's dt/B/C norms, Phi-3.5-MoE's head bias and Gemma 3's vision tower are left out (each well under
   1 % of the parameters, or absent from the model that trains the pipeline; the tests name each).
 - Linear attention keeps one head width: Qwen3-Next's ``linear_value_head_dim`` (equal to the key width in
@@ -59,7 +59,7 @@ from pathlib import PurePath
 from typing import Callable
 
 from planner.errors import SpecError
-from planner.spec.hf import attention_families as dense
+from planner.spec.hf import attention_families as softmax
 from planner.spec.hf import hybrid_families as hybrid
 from planner.spec.hf.defaults import TRANSFORMERS_ALIASES, TRANSFORMERS_DEFAULTS
 from planner.spec.hf.reader import EMBEDDING, HEAD, Config
@@ -80,23 +80,23 @@ class Family:
 
 
 FAMILIES: dict[str, Family] = {
-    "llama": Family(dense.llama),
-    "mistral": Family(dense.llama),
-    "phi3": Family(dense.llama),
-    "mixtral": Family(dense.mixtral),
-    "phimoe": Family(dense.phimoe, norm="layernorm"),
-    "gemma2": Family(dense.gemma2),
-    "gemma3": Family(dense.gemma3),
-    "gemma3_text": Family(dense.gemma3),
-    "qwen2": Family(dense.qwen2),
-    "qwen3": Family(dense.qwen3),
-    "qwen3_moe": Family(dense.qwen3_moe),
-    "gpt_oss": Family(dense.gpt_oss),
-    "deepseek_v2": Family(dense.deepseek),
-    "deepseek_v3": Family(dense.deepseek),
-    "glm4_moe": Family(dense.glm4_moe),
-    "gpt2": Family(dense.gpt2, norm="layernorm", positions_key="n_positions"),
-    "gpt_bigcode": Family(dense.gpt2, norm="layernorm", positions_key="n_positions"),
+    "llama": Family(softmax.llama),
+    "mistral": Family(softmax.llama),
+    "phi3": Family(softmax.llama),
+    "mixtral": Family(softmax.mixtral),
+    "phimoe": Family(softmax.phimoe, norm="layernorm"),
+    "gemma2": Family(softmax.gemma2),
+    "gemma3": Family(softmax.gemma3),
+    "gemma3_text": Family(softmax.gemma3),
+    "qwen2": Family(softmax.qwen2),
+    "qwen3": Family(softmax.qwen3),
+    "qwen3_moe": Family(softmax.qwen3_moe),
+    "gpt_oss": Family(softmax.gpt_oss),
+    "deepseek_v2": Family(softmax.deepseek),
+    "deepseek_v3": Family(softmax.deepseek),
+    "glm4_moe": Family(softmax.glm4_moe),
+    "gpt2": Family(softmax.gpt2, norm="layernorm", positions_key="n_positions"),
+    "gpt_bigcode": Family(softmax.gpt2, norm="layernorm", positions_key="n_positions"),
     "mamba": Family(hybrid.mamba),
     "falcon_mamba": Family(hybrid.mamba),
     "mamba2": Family(hybrid.mamba2),
@@ -193,10 +193,10 @@ def import_hf_config(config: dict, *, name: str | None = None, seq_len: int | No
     positions = cfg.integer(family.positions_key) if family.positions_key else None
     if seq_len is None:
         seq_len = min(DEFAULT_SEQ_LEN, positions) if positions else DEFAULT_SEQ_LEN
-    tie_default = cfg.defaults["tie_word_embeddings"]
+    tie_default = cfg.default("tie_word_embeddings")
     spec = ModelSpec(
         name=name or _default_name(config, family_name),
-        hidden_size=cfg.integer("n_embd" if family.positions_key else "hidden_size"),
+        hidden_size=cfg.integer("hidden_size"),
         vocab_size=cfg.integer("vocab_size"),
         seq_len=seq_len,
         micro_batch_size=micro_batch_size,

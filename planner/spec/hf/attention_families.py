@@ -76,7 +76,7 @@ def _qwen_windows(cfg: Config, count: int) -> list[int | None]:
         roles = layer_types(cfg, count, SLIDING_OR_FULL)
     elif cfg.flag("use_sliding_window") and window is not None:
         # Qwen3-MoE has no max_window_layers: there use_sliding_window windows every layer.
-        first = cfg.integer("max_window_layers", default=cfg.defaults.get("max_window_layers", 0), minimum=0)
+        first = cfg.integer("max_window_layers", default=cfg.default("max_window_layers", 0), minimum=0)
         roles = ["sliding" if index >= first else "full" for index in range(count)]
     else:
         roles = ["full"] * count
@@ -110,7 +110,7 @@ def qwen_moe_mlps(cfg: Config, count: int, moe: MoEMLP | None) -> list[DenseMLP 
     """Qwen3-MoE / Qwen3-Next: the MoE on every ``decoder_sparse_step``-th layer except ``mlp_only_layers``,
     which keep a dense MLP of ``intermediate_size``."""
     mlp_only = set(cfg.entries("mlp_only_layers", min_length=0)) if "mlp_only_layers" in cfg else set()
-    step = cfg.integer("decoder_sparse_step", default=cfg.defaults.get("decoder_sparse_step", 1))
+    step = cfg.integer("decoder_sparse_step", default=cfg.default("decoder_sparse_step", 1))
     dense = DenseMLP(cfg.integer("intermediate_size"))
     return [moe if moe is not None and index not in mlp_only and (index + 1) % step == 0 else dense
             for index in range(count)]
@@ -150,7 +150,7 @@ def _dense_first_then_moe(cfg: Config, dense: DenseMLP, moe: MoEMLP | None, coun
     ``moe_layer_freq``-th layer."""
     if moe is None:
         return [dense] * count
-    first_dense = cfg.integer("first_k_dense_replace", default=cfg.defaults.get("first_k_dense_replace", 0),
+    first_dense = cfg.integer("first_k_dense_replace", default=cfg.default("first_k_dense_replace", 0),
                               minimum=0)
     frequency = cfg.integer("moe_layer_freq", default=1)
     return [moe if index >= first_dense and index % frequency == 0 else dense for index in range(count)]
@@ -158,7 +158,7 @@ def _dense_first_then_moe(cfg: Config, dense: DenseMLP, moe: MoEMLP | None, coun
 
 def _shared_expert_moe(cfg: Config, experts: int) -> MoEMLP:
     expert_size = cfg.integer("moe_intermediate_size")
-    shared = cfg.integer("n_shared_experts", default=cfg.defaults.get("n_shared_experts", 0), minimum=0)
+    shared = cfg.integer("n_shared_experts", default=cfg.default("n_shared_experts", 0), minimum=0)
     return MoEMLP(num_experts=experts, top_k=top_k(cfg, experts), expert_intermediate_size=expert_size,
                   num_shared_experts=shared, shared_intermediate_size=expert_size if shared else 0)
 
@@ -193,7 +193,7 @@ def gpt2(cfg: Config) -> list[LayerSpec]:
     hidden, heads = cfg.integer("n_embd"), cfg.integer("n_head")
     if hidden % heads:
         raise SpecError(cfg.field("n_head"), f"must divide n_embd ({hidden}), got {heads}")
-    kv_heads = 1 if cfg.flag("multi_query", default=cfg.defaults.get("multi_query", False)) else heads
+    kv_heads = 1 if cfg.flag("multi_query", default=cfg.default("multi_query", False)) else heads
     mixer = AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=hidden // heads, qkv_bias=True,
                            output_bias=True)
     inner = cfg.optional_integer("n_inner") or 4 * hidden

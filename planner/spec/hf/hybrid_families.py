@@ -134,7 +134,7 @@ def minimax(cfg: Config) -> list[LayerSpec]:
 def _time_step_rank(cfg: Config, key: str) -> int:
     """Mamba's ``dt_rank``: an integer, or ``"auto"`` for ``ceil(hidden_size / 16)`` (HF's ``MambaConfig``)."""
     name = cfg.name(key)
-    if cfg.doc.get(name, cfg.defaults.get(key)) == "auto":
+    if cfg.doc.get(name, cfg.default(key)) == "auto":
         return math.ceil(cfg.integer("hidden_size") / 16)
     return cfg.integer(key)
 
@@ -157,7 +157,7 @@ def _mamba2_mixer(cfg: Config, *, heads: str, head_dim: str, state: str, conv: s
     num_heads = cfg.integer(heads)
     inner = round(cfg.number(expand) * cfg.integer("hidden_size"))
     # Granite's mamba_d_head "auto" (its class default) splits the inner width evenly over the heads.
-    width = inner // num_heads if cfg.doc.get(cfg.name(head_dim), cfg.defaults.get(head_dim)) == "auto" \
+    width = inner // num_heads if cfg.doc.get(cfg.name(head_dim), cfg.default(head_dim)) == "auto" \
         else cfg.integer(head_dim)
     if num_heads * width != inner:
         raise SpecError(cfg.field(heads), f"{heads} × {head_dim} ({num_heads} × {width}) must equal {expand} × "

@@ -23,19 +23,26 @@ class Config:
         self.defaults = defaults or {}
         self.aliases = aliases or {}
 
+    def _spellings(self, key: str) -> list[str]:
+        """``key`` and the other name HF accepts for it, either way round (``hidden_size`` / ``n_embd``)."""
+        other = self.aliases.get(key) or next((name for name, alias in self.aliases.items() if alias == key), None)
+        return [key, other] if other else [key]
+
     def name(self, key: str) -> str:
         """``key`` as this config spells it (its HF alias when only the alias is present)."""
-        alias = self.aliases.get(key)
-        if alias is not None and self.doc.get(key) is None and self.doc.get(alias) is not None:
-            return alias
-        return key
+        return next((spelling for spelling in self._spellings(key) if self.doc.get(spelling) is not None), key)
+
+    def default(self, key: str, fallback=None):
+        """The family's ``transformers`` default for ``key`` (under either spelling), else ``fallback``."""
+        return next((self.defaults[spelling] for spelling in self._spellings(key) if spelling in self.defaults),
+                    fallback)
 
     def _view(self, key: str, default) -> tuple[dict, str]:
         """A one-key mapping holding the config's value, else the default (empty when there is none)."""
         name = self.name(key)
         if self.doc.get(name) is not None:
             return {name: self.doc[name]}, name
-        fallback = self.defaults.get(key, ...) if default is ... else default
+        fallback = self.default(key, ...) if default is ... else default
         return ({} if fallback is ... or fallback is None else {name: fallback}), name
 
     def __contains__(self, key: str) -> bool:
@@ -50,7 +57,7 @@ class Config:
         name = self.name(key)
         if name in self.doc:
             return get_int(self.doc, name, self.path, default=None, minimum=minimum, allow_none=True)
-        return self.defaults.get(key)
+        return self.default(key)
 
     def number(self, key: str, default=..., minimum: float = 0.0) -> float:
         view, name = self._view(key, default)
@@ -112,4 +119,4 @@ def aux_loss_coeff(cfg: Config) -> float:
     """The load-balancing loss weight HF's MoE models train with (``router_aux_loss_coef``). DeepSeek's
     ``aux_loss_alpha`` is left out: it weighs a sequence-wise loss (and V3 balances mainly with a routing bias),
     not the batch-wise loss the executor computes."""
-    return cfg.number("router_aux_loss_coef", default=cfg.defaults.get("router_aux_loss_coef", 0.0))
+    return cfg.number("router_aux_loss_coef", default=cfg.default("router_aux_loss_coef", 0.0))
