@@ -69,7 +69,7 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 class Attention(nn.Module):
     """Multi-head / grouped-query attention (Llama, Gemma, Mixtral, Qwen, gpt-oss, GPT-2, Nemotron-H's attention
     layers), with the mixer's optional biases, per-head QK RMSNorm (before the rotary embedding, as Qwen3) and
-    sinks."""
+    sinks; without the rotary embedding where the model has none (GPT-2's learned positions, Jamba)."""
 
     def __init__(self, hidden_size: int, mixer: AttentionMixer):
         super().__init__()
@@ -84,6 +84,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(mixer.head_dim) if mixer.qk_norm else None
         self.k_norm = RMSNorm(mixer.head_dim) if mixer.qk_norm else None
         self.sinks = nn.Parameter(torch.empty(self.num_heads)) if mixer.sinks else None
+        self.rotary = mixer.rotary
 
     def init_weights(self, generator: torch.Generator) -> None:
         for projection in (self.q_proj, self.k_proj, self.v_proj, self.o_proj):
@@ -99,7 +100,8 @@ class Attention(nn.Module):
         key = split_heads(self.k_proj(x), self.num_kv_heads)
         if self.q_norm is not None:
             query, key = self.q_norm(query), self.k_norm(key)
-        query, key = apply_rotary(query), apply_rotary(key)
+        if self.rotary:
+            query, key = apply_rotary(query), apply_rotary(key)
         value = split_heads(self.v_proj(x), self.num_kv_heads)
         group = self.num_heads // self.num_kv_heads
         if group > 1:

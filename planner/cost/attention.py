@@ -56,12 +56,14 @@ def attention_core(*, batch: int, seq_len: int, heads: int, kv_heads: int, qk_di
 
 
 def _query_key_value_projections(mixer: AttentionMixer, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
-    """Fused QKV projection of grouped-query attention, with the rotary embedding on Q and K."""
+    """Fused QKV projection of grouped-query attention, with the rotary embedding on Q and K (unless the model has
+    no rotary positions)."""
     heads, kv_heads, qk_dim = mixer.num_heads, mixer.num_kv_heads, mixer.head_dim
     width = heads * qk_dim + kv_heads * qk_dim + kv_heads * mixer.value_dim
     rotated = tokens * (heads + kv_heads) * qk_dim
-    cost = (linear(tokens, hidden, width, dtype_bytes, bias=mixer.qkv_bias) + saved(dtype_bytes * tokens * hidden)
-            + elementwise(rotated, rotated, ROTARY_FLOPS_PER_ELEMENT, dtype_bytes))
+    cost = linear(tokens, hidden, width, dtype_bytes, bias=mixer.qkv_bias) + saved(dtype_bytes * tokens * hidden)
+    if mixer.rotary:
+        cost += elementwise(rotated, rotated, ROTARY_FLOPS_PER_ELEMENT, dtype_bytes)
     if mixer.qk_norm:
         cost += (rms_norm(tokens * heads, qk_dim, dtype_bytes, scale_width=qk_dim)
                  + rms_norm(tokens * kv_heads, qk_dim, dtype_bytes, scale_width=qk_dim))

@@ -46,7 +46,9 @@ class AttentionMixer:
     ``qkv_bias`` / ``output_bias``: the query, key and value projections / the output projection add a bias
     (Qwen2 the first, GPT-2, Phi-3.5-MoE and gpt-oss both). ``qk_norm``: queries and keys pass a per-head RMSNorm
     before the rotary embedding (Qwen3, GLM-4.5). ``sinks``: every head has a learned logit that joins the
-    softmax's denominator as an extra key with no value (gpt-oss's attention sinks).
+    softmax's denominator as an extra key with no value (gpt-oss's attention sinks). ``rotary`` False: queries and
+    keys carry no rotary embedding, the model's positions being learned (GPT-2) or left implicit (Jamba, Granite
+    4.0-H's NoPE).
     """
 
     num_heads: int
@@ -61,6 +63,7 @@ class AttentionMixer:
     output_bias: bool = False
     qk_norm: bool = False
     sinks: bool = False
+    rotary: bool = True
     type: str = field(default="attention", init=False)
 
     @property
@@ -80,6 +83,8 @@ class AttentionMixer:
         for key in ATTENTION_FLAGS:
             if getattr(self, key):
                 doc[key] = True
+        if not self.rotary:
+            doc["rotary"] = False
         return doc
 
 
@@ -286,7 +291,7 @@ class ModelSpec:
 
 def _load_attention(doc: dict, path: str) -> AttentionMixer:
     reject_unknown(doc, {"type", "num_heads", "num_kv_heads", "head_dim", "window", "v_head_dim", "q_lora_rank",
-                         "kv_lora_rank", "rope_head_dim", *ATTENTION_FLAGS}, path)
+                         "kv_lora_rank", "rope_head_dim", "rotary", *ATTENTION_FLAGS}, path)
     heads = get_int(doc, "num_heads", path)
     kv_heads = get_int(doc, "num_kv_heads", path, default=heads)
     if heads % kv_heads:
@@ -309,6 +314,9 @@ def _load_attention(doc: dict, path: str) -> AttentionMixer:
             raise SpecError(join(path, "num_kv_heads"),
                             f"latent attention up-projects a key and value per head: must equal num_heads ({heads})")
     flags = {key: get_bool(doc, key, path, default=False) for key in ATTENTION_FLAGS}
+    flags["rotary"] = get_bool(doc, "rotary", path, default=True)
+    if not flags["rotary"] and optional["kv_lora_rank"] is not None:
+        raise SpecError(join(path, "rotary"), "latent attention always has its rotary part (rope_head_dim)")
     return AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, **optional, **flags)
 
 

@@ -47,8 +47,10 @@ def every_kind_spec(**changes):
 
 
 # The layer kinds the 2025-26 HuggingFace families added: gpt-oss's biased, windowed attention with sinks and
-# biased MoE; Qwen3's QK-norm; Jamba's / Falcon-Mamba's Mamba-1 mixer; GPT-2's LayerNorm, learned positions,
-# biased multi-query attention and biased GELU MLP.
+# biased MoE; Qwen3's QK-norm (here without rotary embedding, as Jamba's and Granite 4.0-H's attention); Jamba's /
+# Falcon-Mamba's Mamba-1 mixer; GPT-2's LayerNorm, learned positions, biased multi-query attention and biased GELU
+# MLP. (Biased keys need the rotary embedding to be trained at all: without it a key bias shifts every score of a
+# query alike, which the softmax ignores.)
 MODERN_KINDS_SPEC = {
     "format": "adaptis.model/v1", "name": "modern-kinds", "hidden_size": 32, "vocab_size": 96, "seq_len": 12,
     "micro_batch_size": 2, "dtype": "fp32", "norm": "layernorm", "position_embeddings": 16,
@@ -59,7 +61,7 @@ MODERN_KINDS_SPEC = {
          "mlp": {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16, "bias": True,
                  "aux_loss_coeff": 0.05}},
         {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8,
-                                      "qk_norm": True},
+                                      "qk_norm": True, "rotary": False},
          "mlp": {"type": "dense", "intermediate_size": 48}},
         {"kind": "decoder", "mixer": {"type": "mamba", "inner_size": 48, "state_size": 4, "dt_rank": 3,
                                       "conv_kernel": 3},

@@ -19,6 +19,7 @@ from executor.model.attention import apply_rotary, causal_attention, merge_heads
 from executor_plans import modern_kinds_spec
 from planner.cost import layer_parameters
 from planner.spec.hf import import_hf_config
+from planner.spec.model import load_model_spec
 
 SPEC = modern_kinds_spec()
 FIXTURES = Path(__file__).parents[1] / "planner" / "fixtures" / "hf"
@@ -78,12 +79,26 @@ def test_attention_sinks_rescale_each_row_by_its_share_of_the_softmax_mass():
     torch.testing.assert_close(attention(x), attention.o_proj(merge_heads(plain * kept)), rtol=1e-10, atol=1e-12)
 
 
-def test_qk_norm_normalises_each_query_and_key_head_before_the_rotary_embedding():
+def rms(t):
+    return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+def test_qk_norm_normalises_each_query_and_key_head_and_rotary_false_leaves_them_unrotated():
     attention = layer(2).mixer
     x = hidden()
+    query = rms(split_heads(attention.q_proj(x), 4)) * attention.q_norm.weight
+    key = (rms(split_heads(attention.k_proj(x), 2)) * attention.k_norm.weight).repeat_interleave(2, dim=1)
+    value = split_heads(attention.v_proj(x), 2).repeat_interleave(2, dim=1)
+    expected = attention.o_proj(merge_heads(causal_attention(query, key, value, window=None)))
+    torch.testing.assert_close(attention(x), expected, rtol=1e-10, atol=1e-12)
 
-    def rms(t):
-        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+def test_qk_norm_comes_before_the_rotary_embedding():
+    spec = modern_kinds_spec()
+    doc = spec.to_dict()
+    del doc["layers"][2]["mixer"]["rotary"]
+    attention = layer(2, load_model_spec(doc)).mixer
+    x = hidden()
     query = apply_rotary(rms(split_heads(attention.q_proj(x), 4)) * attention.q_norm.weight)
     key = apply_rotary(rms(split_heads(attention.k_proj(x), 2)) * attention.k_norm.weight).repeat_interleave(2, dim=1)
     value = split_heads(attention.v_proj(x), 2).repeat_interleave(2, dim=1)
@@ -107,3 +122,4 @@ def test_every_imported_fixture_builds_with_the_planners_parameter_counts(fixtur
     assert layer_parameter_counts(spec) == layer_parameters(spec)
     scaled = scale_spec(spec)
     assert layer_parameter_counts(scaled) == layer_parameters(scaled)
+

@@ -315,6 +315,7 @@ def test_gpt_oss_alternates_sliding_and_full_attention_with_sinks_and_biased_exp
 def test_jamba_puts_attention_at_the_offset_of_each_period_and_moe_on_odd_layers():
     body = blocks(import_hf_config(config("jamba-v0.1")))
     assert [index for index, block in enumerate(body) if block.mixer.type == "attention"] == [4, 12, 20, 28]
+    assert body[4].mixer == AttentionMixer(num_heads=32, num_kv_heads=8, head_dim=128, rotary=False)
     assert [index for index, block in enumerate(body) if isinstance(block.mlp, MoEMLP)] == list(range(1, 32, 2))
     assert body[0].mixer == MambaMixer(inner_size=8192, state_size=16, dt_rank=256, conv_kernel=4)
 
@@ -331,6 +332,9 @@ def test_mamba_families_are_mamba1_mixers_alone_with_auto_dt_rank():
 def test_granite_4_h_mixes_mamba2_and_attention_with_moe_and_a_shared_expert_everywhere():
     body = blocks(import_hf_config(config("granite-4.0-h-small")))
     assert [index for index, block in enumerate(body) if block.mixer.type == "attention"] == [5, 15, 25, 35]
+    assert not body[5].mixer.rotary   # position_embedding_type "nope"
+    roped = blocks(import_hf_config({**config("granite-4.0-h-small"), "position_embedding_type": "rope"}))
+    assert roped[5].mixer.rotary
     assert body[0].mixer == Mamba2Mixer(num_heads=128, head_dim=64, state_size=128, conv_kernel=4, n_groups=1)
     assert {block.mlp for block in body} == {MoEMLP(num_experts=72, top_k=10, expert_intermediate_size=768,
                                                     num_shared_experts=1, shared_intermediate_size=1536)}
@@ -351,7 +355,7 @@ def test_gpt2_and_starcoder_are_layernorm_models_with_learned_positions():
     assert blocks(gpt2)[0].mlp == DenseMLP(3072, gated=False, bias=True)
     starcoder = import_hf_config(config("starcoder"))
     assert blocks(starcoder)[0].mixer == AttentionMixer(num_heads=48, num_kv_heads=1, head_dim=128, qkv_bias=True,
-                                                        output_bias=True)
+                                                        output_bias=True, rotary=False)
     assert starcoder.seq_len == 4096 and starcoder.position_embeddings == 8192
     with pytest.raises(SpecError) as error:
         import_hf_config(config("gpt2"), seq_len=2048)

@@ -114,6 +114,12 @@ def test_attention_flags_mamba1_biases_norm_and_positions_round_trip_and_are_wri
     assert load_model_spec(spec.to_dict()) == spec
     plain = load_model_spec(doc_with({"type": "attention", "num_heads": 2, "head_dim": 8}))
     assert {"norm", "position_embeddings"}.isdisjoint(plain.to_dict())
+    assert set(plain.layers[1].mixer.to_dict()) == {"type", "num_heads", "num_kv_heads", "head_dim"}
+    positional = load_model_spec(doc_with({**GPT_LIKE, "rotary": False}, position_embeddings=32))
+    assert not positional.layers[1].mixer.rotary and positional.layers[1].mixer.to_dict()["rotary"] is False
+    with pytest.raises(SpecError) as error:
+        load_model_spec(doc_with({**MLA, "rotary": False}))
+    assert error.value.field == "layers[1].mixer.rotary"
     assert plain.norm == "rmsnorm" and plain.position_embeddings is None
 
 

@@ -195,7 +195,7 @@ def gpt2(cfg: Config) -> list[LayerSpec]:
         raise SpecError(cfg.field("n_head"), f"must divide n_embd ({hidden}), got {heads}")
     kv_heads = 1 if cfg.flag("multi_query", default=cfg.default("multi_query", False)) else heads
     mixer = AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=hidden // heads, qkv_bias=True,
-                           output_bias=True)
+                           output_bias=True, rotary=False)
     inner = cfg.optional_integer("n_inner") or 4 * hidden
     block = LayerSpec(kind="decoder", mixer=mixer, mlp=DenseMLP(inner, gated=False, bias=True))
     return [block] * cfg.integer("n_layer")

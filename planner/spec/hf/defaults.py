@@ -63,7 +63,7 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
                          "attention_bias": False, "num_local_experts": 8, "num_experts_per_tok": 2,
                          "router_aux_loss_coef": 0.001, "shared_intermediate_size": 1024, "mamba_n_heads": 128,
                          "mamba_d_head": "auto", "mamba_d_state": 256, "mamba_d_conv": 4, "mamba_expand": 2,
-                         "mamba_n_groups": 1, "layer_types": None},
+                         "mamba_n_groups": 1, "layer_types": None, "position_embedding_type": None},
     "gpt_oss": {"vocab_size": 201088, "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
                 "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "tie_word_embeddings": False,
                 "attention_bias": True, "sliding_window": 128, "num_local_experts": 128, "num_experts_per_tok": 4,

@@ -185,7 +185,7 @@ def jamba(cfg: Config) -> list[LayerSpec]:
                              state_size=cfg.integer("mamba_d_state"), dt_rank=_time_step_rank(cfg, "mamba_dt_rank"),
                              conv_kernel=cfg.integer("mamba_d_conv"), conv_bias=cfg.flag("mamba_conv_bias"),
                              proj_bias=cfg.flag("mamba_proj_bias"))
-    softmax = attention(cfg)
+    softmax = attention(cfg, rotary=False)   # Jamba's attention has no positional encoding
     attention_period, attention_offset = cfg.integer("attn_layer_period"), cfg.integer("attn_layer_offset", minimum=0)
     expert_period, expert_offset = cfg.integer("expert_layer_period"), cfg.integer("expert_layer_offset", minimum=0)
     experts = cfg.integer("num_experts")
@@ -203,7 +203,8 @@ def granitemoehybrid(cfg: Config) -> list[LayerSpec]:
     all Mamba-2) and on
     every layer an MLP: an MoE of ``num_local_experts`` experts of ``intermediate_size`` plus one shared expert
     of ``shared_intermediate_size``, or (``num_local_experts`` 0, the H-Micro models) a dense MLP of
-    ``shared_intermediate_size``."""
+    ``shared_intermediate_size``. Attention is rotary only with ``position_embedding_type`` "rope" (the released
+    H models say "nope")."""
     count = cfg.integer("num_hidden_layers")
     if "layer_types" in cfg:   # the released configs' "mamba"/"attention", or transformers 5's names for them
         roles = layer_types(cfg, count, {"mamba": "mamba", "attention": "attention",
@@ -211,7 +212,8 @@ def granitemoehybrid(cfg: Config) -> list[LayerSpec]:
     else:                      # GraniteMoeHybridConfig's default: Mamba-2 everywhere
         roles = ["mamba"] * count
     biased = cfg.flag("attention_bias")
-    mixers = {"attention": attention(cfg, qkv_bias=biased, output_bias=biased),
+    rotary = cfg.doc.get("position_embedding_type", cfg.default("position_embedding_type")) == "rope"
+    mixers = {"attention": attention(cfg, qkv_bias=biased, output_bias=biased, rotary=rotary),
               "mamba": _mamba2_mixer(cfg, heads="mamba_n_heads", head_dim="mamba_d_head", state="mamba_d_state",
                                      conv="mamba_d_conv", groups="mamba_n_groups", expand="mamba_expand")}
     experts = cfg.integer("num_local_experts", minimum=0)
