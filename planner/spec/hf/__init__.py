@@ -49,6 +49,9 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
   1 % of the parameters, or absent from the model that trains the pipeline; the tests name each).
 - Linear attention keeps one head width: Qwen3-Next's ``linear_value_head_dim`` (equal to the key width in
   every released config).
+- Activations keep their shapes, not their exact functions: gpt-oss's clamped SwiGLU runs as SwiGLU, GPT-2's
+  tanh-approximated GELU as GELU; Falcon-Mamba's weightless RMSNorms of B, C and dt are left out (no parameters,
+  a few elementwise passes).
 - Training runs in bf16 whatever ``torch_dtype`` the checkpoint was saved in.
 """
 
