@@ -1,5 +1,6 @@
-"""Causal softmax attention: grouped-query heads, rotary positions, optional sliding window, and
-multi-head latent attention (DeepSeek-V2/V3 MLA) when the mixer sets ``kv_lora_rank``."""
+"""Causal softmax attention: grouped-query heads, rotary positions, optional sliding window, optional biases,
+QK-norm and attention sinks, and multi-head latent attention (DeepSeek-V2/V3 MLA) when the mixer sets
+``kv_lora_rank``."""
 
 from __future__ import annotations
 
@@ -43,6 +44,18 @@ def causal_attention(query, key, value, window: int | None) -> torch.Tensor:
     return F.scaled_dot_product_attention(query, key, value, is_causal=True)
 
 
+def attention_with_sinks(query, key, value, window: int | None, sinks: torch.Tensor) -> torch.Tensor:
+    """gpt-oss's attention sinks (OpenAI 2025, gpt-oss model card Sec. 2.2): each head's learned logit joins every
+    query's softmax as one more key whose value is zero, so a head can attend to nothing."""
+    batch, heads, seq_len, head_dim = query.shape
+    scores = (query @ key.transpose(-1, -2)) * head_dim ** -0.5
+    allowed = sliding_window_mask(seq_len, window if window is not None else seq_len, query.device)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    sink = sinks.to(scores.dtype).view(1, heads, 1, 1).expand(batch, heads, seq_len, 1)
+    probabilities = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    return probabilities @ value
+
+
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     batch, seq_len, width = x.shape
     return x.view(batch, seq_len, heads, width // heads).transpose(1, 2)
@@ -54,7 +67,9 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """Multi-head / grouped-query attention (Llama, Gemma, Mixtral, Nemotron-H's attention layers)."""
+    """Multi-head / grouped-query attention (Llama, Gemma, Mixtral, Qwen, gpt-oss, GPT-2, Nemotron-H's attention
+    layers), with the mixer's optional biases, per-head QK RMSNorm (before the rotary embedding, as Qwen3) and
+    sinks; without the rotary embedding where the model has none (GPT-2's learned positions, Jamba)."""
 
     def __init__(self, hidden_size: int, mixer: AttentionMixer):
         super().__init__()
@@ -62,23 +77,38 @@ class Attention(nn.Module):
         self.num_kv_heads = mixer.num_kv_heads
         self.window = mixer.window
         value_dim = getattr(mixer, "value_dim", mixer.head_dim)
-        self.q_proj = Linear(hidden_size, self.num_heads * mixer.head_dim)
-        self.k_proj = Linear(hidden_size, self.num_kv_heads * mixer.head_dim)
-        self.v_proj = Linear(hidden_size, self.num_kv_heads * value_dim)
-        self.o_proj = Linear(self.num_heads * value_dim, hidden_size)
+        self.q_proj = Linear(hidden_size, self.num_heads * mixer.head_dim, bias=mixer.qkv_bias)
+        self.k_proj = Linear(hidden_size, self.num_kv_heads * mixer.head_dim, bias=mixer.qkv_bias)
+        self.v_proj = Linear(hidden_size, self.num_kv_heads * value_dim, bias=mixer.qkv_bias)
+        self.o_proj = Linear(self.num_heads * value_dim, hidden_size, bias=mixer.output_bias)
+        self.q_norm = RMSNorm(mixer.head_dim) if mixer.qk_norm else None
+        self.k_norm = RMSNorm(mixer.head_dim) if mixer.qk_norm else None
+        self.sinks = nn.Parameter(torch.empty(self.num_heads)) if mixer.sinks else None
+        self.rotary = mixer.rotary
 
     def init_weights(self, generator: torch.Generator) -> None:
         for projection in (self.q_proj, self.k_proj, self.v_proj, self.o_proj):
-            normal_(projection.weight, generator)
+            projection.init_weights(generator)
+        for norm in (self.q_norm, self.k_norm):
+            if norm is not None:
+                norm.init_weights(generator)
+        if self.sinks is not None:
+            normal_(self.sinks, generator, std=1.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        query = apply_rotary(split_heads(self.q_proj(x), self.num_heads))
-        key = apply_rotary(split_heads(self.k_proj(x), self.num_kv_heads))
+        query = split_heads(self.q_proj(x), self.num_heads)
+        key = split_heads(self.k_proj(x), self.num_kv_heads)
+        if self.q_norm is not None:
+            query, key = self.q_norm(query), self.k_norm(key)
+        if self.rotary:
+            query, key = apply_rotary(query), apply_rotary(key)
         value = split_heads(self.v_proj(x), self.num_kv_heads)
         group = self.num_heads // self.num_kv_heads
         if group > 1:
             key = key.repeat_interleave(group, dim=1)
             value = value.repeat_interleave(group, dim=1)
+        if self.sinks is not None:
+            return self.o_proj(merge_heads(attention_with_sinks(query, key, value, self.window, self.sinks)))
         return self.o_proj(merge_heads(causal_attention(query, key, value, self.window)))
 
 

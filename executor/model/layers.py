@@ -14,10 +14,11 @@ from executor.model.attention import build_attention
 from executor.model.init import layer_generator, normal_
 from executor.model.linear import linear
 from executor.model.linear_attention import LinearAttention
+from executor.model.mamba import Mamba
 from executor.model.mamba2 import Mamba2
 from executor.model.mlp import build_mlp
-from executor.model.norm import RMSNorm
-from planner.spec.model import AttentionMixer, LayerSpec, LinearAttentionMixer, Mamba2Mixer, ModelSpec
+from executor.model.norm import build_norm
+from planner.spec.model import AttentionMixer, LayerSpec, LinearAttentionMixer, Mamba2Mixer, MambaMixer, ModelSpec
 
 
 def init_embedding_table(table: torch.Tensor, seed: int) -> None:
@@ -26,15 +27,24 @@ def init_embedding_table(table: torch.Tensor, seed: int) -> None:
 
 
 class Embedding(nn.Module):
-    def __init__(self, vocab_size: int, hidden_size: int):
+    """The token table, plus a learned absolute-position table when the model has one (GPT-2)."""
+
+    def __init__(self, vocab_size: int, hidden_size: int, positions: int | None = None):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size))
+        self.positions = nn.Parameter(torch.empty(positions, hidden_size)) if positions else None
 
     def init_weights(self, seed: int, layer_index: int) -> None:
-        init_embedding_table(self.weight, seed)
+        generator = layer_generator(seed, 0)
+        normal_(self.weight, generator)   # the draw init_embedding_table repeats for a tied head
+        if self.positions is not None:
+            normal_(self.positions, generator)
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(token_ids, self.weight)
+        hidden = F.embedding(token_ids, self.weight)
+        if self.positions is None:
+            return hidden
+        return hidden + self.positions[:token_ids.shape[-1]]
 
 
 def build_mixer(hidden_size: int, mixer) -> nn.Module:
@@ -44,17 +54,19 @@ def build_mixer(hidden_size: int, mixer) -> nn.Module:
         return LinearAttention(hidden_size, mixer)
     if isinstance(mixer, Mamba2Mixer):
         return Mamba2(hidden_size, mixer)
+    if isinstance(mixer, MambaMixer):
+        return Mamba(hidden_size, mixer)
     raise TypeError(f"unknown mixer {mixer!r}")
 
 
 class Decoder(nn.Module):
     """Pre-norm residual block: x + mixer(norm(x)), then x + mlp(norm(x)) when the layer has an MLP."""
 
-    def __init__(self, hidden_size: int, layer: LayerSpec):
+    def __init__(self, hidden_size: int, layer: LayerSpec, norm: str = "rmsnorm"):
         super().__init__()
-        self.mixer_norm = RMSNorm(hidden_size)
+        self.mixer_norm = build_norm(norm, hidden_size)
         self.mixer = build_mixer(hidden_size, layer.mixer)
-        self.mlp_norm = RMSNorm(hidden_size) if layer.mlp is not None else None
+        self.mlp_norm = build_norm(norm, hidden_size) if layer.mlp is not None else None
         self.mlp = build_mlp(hidden_size, layer.mlp) if layer.mlp is not None else None
 
     def init_weights(self, seed: int, layer_index: int) -> None:
@@ -73,9 +85,9 @@ class Decoder(nn.Module):
 class MLPLayer(nn.Module):
     """A standalone pre-norm MLP block (Nemotron-H's ``-`` layers)."""
 
-    def __init__(self, hidden_size: int, layer: LayerSpec):
+    def __init__(self, hidden_size: int, layer: LayerSpec, norm: str = "rmsnorm"):
         super().__init__()
-        self.norm = RMSNorm(hidden_size)
+        self.norm = build_norm(norm, hidden_size)
         self.mlp = build_mlp(hidden_size, layer.mlp)
 
     def init_weights(self, seed: int, layer_index: int) -> None:
@@ -88,17 +100,17 @@ class MLPLayer(nn.Module):
 
 
 class Head(nn.Module):
-    """Final RMSNorm, vocabulary projection and token-mean cross-entropy times ``loss_scale``.
+    """Final norm, vocabulary projection and token-mean cross-entropy times ``loss_scale``.
 
     With tied embeddings the projection reuses the embedding table: the same Parameter when both live on
     one rank (``share_table``), else an identically initialised copy whose gradient the runtime
     all-reduces with the embedding's before the optimizer step.
     """
 
-    def __init__(self, hidden_size: int, vocab_size: int, tied: bool):
+    def __init__(self, hidden_size: int, vocab_size: int, tied: bool, norm: str = "rmsnorm"):
         super().__init__()
         self.tied = tied
-        self.norm = RMSNorm(hidden_size)
+        self.norm = build_norm(norm, hidden_size)
         self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size))
 
     def share_table(self, embedding: Embedding) -> None:
@@ -125,9 +137,10 @@ def build_layer(spec: ModelSpec, index: int) -> nn.Module:
     """The module of layer ``index`` with uninitialised storage (call ``init_weights(seed, index)``)."""
     layer = spec.layers[index]
     if layer.kind == "embedding":
-        return Embedding(spec.vocab_size, spec.hidden_size)
+        return Embedding(spec.vocab_size, spec.hidden_size, spec.position_embeddings)
     if layer.kind == "head":
-        return Head(spec.hidden_size, spec.vocab_size, tied=spec.tie_embeddings and spec.layers[0].kind == "embedding")
+        return Head(spec.hidden_size, spec.vocab_size, tied=spec.tie_embeddings and spec.layers[0].kind == "embedding",
+                    norm=spec.norm)
     if layer.kind == "mlp":
-        return MLPLayer(spec.hidden_size, layer)
-    return Decoder(spec.hidden_size, layer)
+        return MLPLayer(spec.hidden_size, layer, spec.norm)
+    return Decoder(spec.hidden_size, layer, spec.norm)

@@ -1,5 +1,5 @@
-"""The projection every executor model uses: ``nn.Linear`` without bias whose weight gradient can be
-deferred to a later W step (see ``executor.backward``)."""
+"""The projection every executor model uses: ``nn.Linear`` (bias-free unless asked) whose weight gradient can
+be deferred to a later W step (see ``executor.backward``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from executor.backward import collecting_store, weight_grad
+from executor.model.init import normal_
 
 
 class _DeferrableLinear(torch.autograd.Function):
@@ -65,8 +66,17 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 class Linear(nn.Linear):
-    def __init__(self, in_features: int, out_features: int):
-        super().__init__(in_features, out_features, bias=False)
+    """A projection whose weight gradient may be deferred; an optional bias (Qwen2's q/k/v, GPT-2's projections)
+    gets its gradient with the input gradient, as the other small non-matmul parameters do."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False):
+        super().__init__(in_features, out_features, bias=bias)
+
+    def init_weights(self, generator: torch.Generator) -> None:
+        normal_(self.weight, generator)
+        if self.bias is not None:
+            normal_(self.bias, generator)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight)
+        out = linear(x, self.weight)
+        return out if self.bias is None else out + self.bias

@@ -7,24 +7,23 @@ import torch.nn.functional as F
 from torch import nn
 
 from executor.model.linear import Linear
-from executor.model.init import normal_
 from planner.spec.model import DenseMLP, MoEMLP
 
 
 class GatedMLP(nn.Module):
-    """down(silu(gate(x)) * up(x)) when gated (SwiGLU), else down(gelu(up(x)))."""
+    """down(silu(gate(x)) * up(x)) when gated (SwiGLU), else down(gelu(up(x))); ``bias`` on every projection."""
 
-    def __init__(self, hidden_size: int, intermediate_size: int, gated: bool = True):
+    def __init__(self, hidden_size: int, intermediate_size: int, gated: bool = True, bias: bool = False):
         super().__init__()
         self.gated = gated
-        self.up_proj = Linear(hidden_size, intermediate_size)
-        self.gate_proj = Linear(hidden_size, intermediate_size) if gated else None
-        self.down_proj = Linear(intermediate_size, hidden_size)
+        self.up_proj = Linear(hidden_size, intermediate_size, bias=bias)
+        self.gate_proj = Linear(hidden_size, intermediate_size, bias=bias) if gated else None
+        self.down_proj = Linear(intermediate_size, hidden_size, bias=bias)
 
     def init_weights(self, generator: torch.Generator) -> None:
         for projection in (self.up_proj, self.gate_proj, self.down_proj):
             if projection is not None:
-                normal_(projection.weight, generator)
+                projection.init_weights(generator)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
@@ -73,15 +72,15 @@ class MoE(nn.Module):
         self.aux_loss_coeff = mlp.aux_loss_coeff
         self.loss_scale = 1.0
         self._balancing_sum: torch.Tensor | None = None   # since the last take_balancing_loss, for the report
-        self.router = Linear(hidden_size, mlp.num_experts)
-        self.experts = nn.ModuleList(GatedMLP(hidden_size, mlp.expert_intermediate_size)
+        self.router = Linear(hidden_size, mlp.num_experts, bias=mlp.bias)
+        self.experts = nn.ModuleList(GatedMLP(hidden_size, mlp.expert_intermediate_size, bias=mlp.bias)
                                      for _ in range(mlp.num_experts))
         shared_size = mlp.num_shared_experts * mlp.shared_intermediate_size
         # Shared experts are always active, so they are one wide dense MLP.
         self.shared = GatedMLP(hidden_size, shared_size) if shared_size else None
 
     def init_weights(self, generator: torch.Generator) -> None:
-        normal_(self.router.weight, generator)
+        self.router.init_weights(generator)
         for expert in self.experts:
             expert.init_weights(generator)
         if self.shared is not None:
@@ -134,4 +133,4 @@ def take_balancing_loss(blocks: list[MoE]) -> float | None:
 def build_mlp(hidden_size: int, mlp: DenseMLP | MoEMLP) -> nn.Module:
     if isinstance(mlp, MoEMLP):
         return MoE(hidden_size, mlp)
-    return GatedMLP(hidden_size, mlp.intermediate_size, mlp.gated)
+    return GatedMLP(hidden_size, mlp.intermediate_size, mlp.gated, mlp.bias)

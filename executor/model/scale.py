@@ -11,7 +11,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.errors import SpecError
-from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, LinearAttentionMixer, Mamba2Mixer, ModelSpec
+from planner.spec.model import (
+    AttentionMixer,
+    DenseMLP,
+    LayerSpec,
+    LinearAttentionMixer,
+    Mamba2Mixer,
+    MambaMixer,
+    ModelSpec,
+)
 
 MIN_WIDTH = 8
 MIN_VOCAB = 256
@@ -61,6 +69,12 @@ class _Scaler:
         heads, key_heads = _grouped_heads(mixer.num_heads, key_heads, self.target_heads)
         return replace(mixer, num_heads=heads, head_dim=self.head_dim, num_key_heads=key_heads)
 
+    def selective_scan(self, mixer: MambaMixer) -> MambaMixer:
+        """Mamba-1 keeps its expansion factor and the ratio of dt_rank to the hidden size."""
+        original_hidden = self.hidden_size / self.factor
+        return replace(mixer, inner_size=max(MIN_WIDTH, round(mixer.inner_size / original_hidden * self.hidden_size)),
+                       dt_rank=max(1, round(mixer.dt_rank * self.factor)), state_size=min(mixer.state_size, 16))
+
     def mamba(self, mixer: Mamba2Mixer) -> Mamba2Mixer:
         expand = mixer.num_heads * mixer.head_dim / (self.hidden_size / self.factor)
         heads = max(1, round(expand * self.hidden_size / self.head_dim))
@@ -82,6 +96,8 @@ class _Scaler:
             return self.attention(mixer)
         if isinstance(mixer, LinearAttentionMixer):
             return self.linear_attention(mixer)
+        if isinstance(mixer, MambaMixer):
+            return self.selective_scan(mixer)
         return self.mamba(mixer)
 
     def layer(self, layer: LayerSpec) -> LayerSpec:
@@ -104,6 +120,7 @@ def scale_spec(spec: ModelSpec, *, hidden_size: int = 64, head_dim: int = 16, se
     # Scaled layers that were identical stay identical, so repeat-folding and plan layouts still apply.
     scaled_layers: dict[LayerSpec, LayerSpec] = {}
     layers = tuple(scaled_layers.setdefault(layer, scaler.layer(layer)) for layer in spec.layers)
+    positions = None if spec.position_embeddings is None else seq_len   # learned positions: as many as used
     return replace(spec, name=f"{spec.name}-scaled-h{hidden_size}", hidden_size=hidden_size, vocab_size=vocab_size,
-                   seq_len=seq_len, layers=layers,
+                   seq_len=seq_len, layers=layers, position_embeddings=positions,
                    micro_batch_size=spec.micro_batch_size if micro_batch_size is None else micro_batch_size)

@@ -13,13 +13,13 @@ from planner.cluster import ClusterSpec
 from planner.cost.attention import attention_cost
 from planner.cost.linear_attention import linear_attention_cost
 from planner.cost.mlp import mlp_cost
-from planner.cost.primitives import residual_add, rms_norm
+from planner.cost.primitives import norm, residual_add
 from planner.cost.roofline import pass_ms
-from planner.cost.ssm import mamba2_cost
+from planner.cost.ssm import mamba2_cost, mamba_cost
 from planner.cost.vocab import LOSS_BYTES, embedding_cost, head_cost
 from planner.cost.work import Cost
 from planner.profile import LayerProfile, Profile
-from planner.spec.model import AttentionMixer, LayerSpec, LinearAttentionMixer, ModelSpec
+from planner.spec.model import AttentionMixer, LayerSpec, LinearAttentionMixer, MambaMixer, ModelSpec
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -30,6 +30,8 @@ def _mixer_cost(layer: LayerSpec, spec: ModelSpec, dtype_bytes: int) -> Cost:
         return attention_cost(layer.mixer, **shape)
     if isinstance(layer.mixer, LinearAttentionMixer):
         return linear_attention_cost(layer.mixer, **shape)
+    if isinstance(layer.mixer, MambaMixer):
+        return mamba_cost(layer.mixer, **shape)
     return mamba2_cost(layer.mixer, **shape)
 
 
@@ -39,15 +41,17 @@ def layer_cost(layer: LayerSpec, spec: ModelSpec) -> Cost:
     tokens = spec.micro_batch_size * spec.seq_len
     hidden = spec.hidden_size
     if layer.kind == "embedding":
-        return embedding_cost(vocab=spec.vocab_size, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes)
+        return embedding_cost(vocab=spec.vocab_size, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes,
+                              positions=spec.position_embeddings)
     if layer.kind == "head":
-        return head_cost(vocab=spec.vocab_size, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes)
+        return head_cost(vocab=spec.vocab_size, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes,
+                         norm_kind=spec.norm)
     parts = []
     if layer.mixer is not None:
-        parts += [rms_norm(tokens, hidden, dtype_bytes), _mixer_cost(layer, spec, dtype_bytes),
+        parts += [norm(spec.norm, tokens, hidden, dtype_bytes), _mixer_cost(layer, spec, dtype_bytes),
                   residual_add(tokens, hidden, dtype_bytes)]
     if layer.mlp is not None:
-        parts += [rms_norm(tokens, hidden, dtype_bytes),
+        parts += [norm(spec.norm, tokens, hidden, dtype_bytes),
                   mlp_cost(layer.mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes),
                   residual_add(tokens, hidden, dtype_bytes)]
     return Cost.total(parts)

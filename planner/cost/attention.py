@@ -14,6 +14,12 @@ Activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Larg
 Sec. 4.1, with FlashAttention, i.e. their selective-recompute count without the ``5·a·s²·b`` term): the
 projection input, Q, K and V after the rotary embedding, the attention output (also the output
 projection's input) and the fp32 log-sum-exp per query and head. MLA also keeps its latent vectors.
+
+Variants that add parameters and little work: biases on the projections (Qwen2's on q, k and v; GPT-2's and
+gpt-oss's on the output too), a per-head RMSNorm of queries and keys (Qwen3, "QK-norm", Henry et al. 2020
+and Dehghani et al. 2023 Sec. 3.1) and attention sinks (gpt-oss, OpenAI 2025 model card Sec. 2.2; Xiao et
+al. 2024): one learned logit per head joins each query's softmax denominator, which the fused kernel adds
+while it rescales the row, so ``heads`` parameters and ``2·T·heads`` FLOPs each way.
 """
 
 from __future__ import annotations
@@ -50,12 +56,23 @@ def attention_core(*, batch: int, seq_len: int, heads: int, kv_heads: int, qk_di
 
 
 def _query_key_value_projections(mixer: AttentionMixer, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
-    """Fused QKV projection of grouped-query attention, with the rotary embedding on Q and K."""
+    """Fused QKV projection of grouped-query attention, with the rotary embedding on Q and K (unless the model has
+    no rotary positions)."""
     heads, kv_heads, qk_dim = mixer.num_heads, mixer.num_kv_heads, mixer.head_dim
     width = heads * qk_dim + kv_heads * qk_dim + kv_heads * mixer.value_dim
     rotated = tokens * (heads + kv_heads) * qk_dim
-    return (linear(tokens, hidden, width, dtype_bytes) + saved(dtype_bytes * tokens * hidden)
-            + elementwise(rotated, rotated, ROTARY_FLOPS_PER_ELEMENT, dtype_bytes))
+    cost = linear(tokens, hidden, width, dtype_bytes, bias=mixer.qkv_bias) + saved(dtype_bytes * tokens * hidden)
+    if mixer.rotary:
+        cost += elementwise(rotated, rotated, ROTARY_FLOPS_PER_ELEMENT, dtype_bytes)
+    if mixer.qk_norm:
+        cost += (rms_norm(tokens * heads, qk_dim, dtype_bytes, scale_width=qk_dim)
+                 + rms_norm(tokens * kv_heads, qk_dim, dtype_bytes, scale_width=qk_dim))
+    return cost
+
+
+def _sinks(heads: int, tokens: int) -> Cost:
+    return Cost(forward=(Kernel(2.0 * tokens * heads, 0.0),), backward_input=(Kernel(2.0 * tokens * heads, 0.0),),
+                params=heads, active_params=heads)
 
 
 def _latent_projections(mixer: AttentionMixer, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
@@ -86,5 +103,6 @@ def attention_cost(mixer: AttentionMixer, *, hidden: int, batch: int, seq_len: i
                           qk_dim=mixer.head_dim, v_dim=mixer.value_dim, window=mixer.window,
                           dtype_bytes=dtype_bytes)
     # The output projection's input is the attention output, already held by the core.
-    output = linear(tokens, mixer.num_heads * mixer.value_dim, hidden, dtype_bytes)
-    return projections + core + output
+    output = linear(tokens, mixer.num_heads * mixer.value_dim, hidden, dtype_bytes, bias=mixer.output_bias)
+    cost = projections + core + output
+    return cost + _sinks(mixer.num_heads, tokens) if mixer.sinks else cost

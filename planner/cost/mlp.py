@@ -21,25 +21,26 @@ ACTIVATION_FLOPS_PER_OUTPUT = 5   # SiLU (or squared ReLU) and the product with 
 ROUTER_FLOPS_PER_LOGIT = 6        # softmax and top-k selection over the expert logits
 
 
-def _mlp_body(tokens: float, hidden: int, inner: int, gated: bool, dtype_bytes: int) -> Cost:
+def _mlp_body(tokens: float, hidden: int, inner: int, gated: bool, dtype_bytes: int, bias: bool = False) -> Cost:
     """The MLP without saving its input (the caller decides, since an MoE's shared expert shares it)."""
     up_width = 2 * inner if gated else inner
-    return (linear(tokens, hidden, up_width, dtype_bytes) + saved(dtype_bytes * tokens * up_width)
+    return (linear(tokens, hidden, up_width, dtype_bytes, bias=bias) + saved(dtype_bytes * tokens * up_width)
             + elementwise(tokens * up_width, tokens * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
-            + linear(tokens, inner, hidden, dtype_bytes) + saved(dtype_bytes * tokens * inner))
+            + linear(tokens, inner, hidden, dtype_bytes, bias=bias) + saved(dtype_bytes * tokens * inner))
 
 
 def dense_mlp_cost(mlp: DenseMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
     return saved(dtype_bytes * tokens * hidden) + _mlp_body(tokens, hidden, mlp.intermediate_size, mlp.gated,
-                                                            dtype_bytes)
+                                                            dtype_bytes, mlp.bias)
 
 
 def expert_projection(*, routed_tokens: float, d_in: int, d_out: int, experts: int, top_k: int,
-                      dtype_bytes: int) -> Cost:
+                      dtype_bytes: int, bias: bool = False) -> Cost:
     """A grouped projection over all experts: FLOPs for the routed tokens only, weight bytes for the experts
-    that receive at least one token (all of them once ``routed_tokens >= experts``)."""
+    that receive at least one token (all of them once ``routed_tokens >= experts``). ``bias``: each expert
+    adds its own bias (gpt-oss)."""
     flops = 2.0 * routed_tokens * d_in * d_out
-    weight = d_in * d_out
+    weight = d_in * d_out + (d_out if bias else 0)
     touched = min(experts, routed_tokens)
     weight_bytes = dtype_bytes * touched * weight
     activations = dtype_bytes * routed_tokens * (d_in + d_out)
@@ -49,11 +50,11 @@ def expert_projection(*, routed_tokens: float, d_in: int, d_out: int, experts: i
                 params=experts * weight, active_params=top_k * weight)
 
 
-def _routing(tokens: float, hidden: int, experts: int, top_k: int, dtype_bytes: int) -> Cost:
+def _routing(tokens: float, hidden: int, experts: int, top_k: int, dtype_bytes: int, bias: bool) -> Cost:
     routed = tokens * top_k
     scores = tokens * experts
     permute = Kernel(0.0, dtype_bytes * (tokens * hidden + routed * hidden))
-    return (linear(tokens, hidden, experts, dtype_bytes)
+    return (linear(tokens, hidden, experts, dtype_bytes, bias=bias)
             + Cost(forward=(Kernel(ROUTER_FLOPS_PER_LOGIT * scores, FP32_BYTES * 2 * scores), permute),
                    backward_input=(Kernel(2 * ROUTER_FLOPS_PER_LOGIT * scores, FP32_BYTES * 3 * scores), permute),
                    activation_bytes=FP32_BYTES * scores))
@@ -74,12 +75,12 @@ def moe_cost(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost
 
     def projection(d_in: int, d_out: int) -> Cost:
         return expert_projection(routed_tokens=routed, d_in=d_in, d_out=d_out, experts=experts, top_k=top_k,
-                                 dtype_bytes=dtype_bytes)
+                                 dtype_bytes=dtype_bytes, bias=mlp.bias)
     routed_experts = (saved(dtype_bytes * routed * hidden) + projection(hidden, 2 * inner)
                       + saved(dtype_bytes * routed * 2 * inner)
                       + elementwise(routed * 2 * inner, routed * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
                       + projection(inner, hidden) + saved(dtype_bytes * routed * inner))
-    cost = (saved(dtype_bytes * tokens * hidden) + _routing(tokens, hidden, experts, top_k, dtype_bytes)
+    cost = (saved(dtype_bytes * tokens * hidden) + _routing(tokens, hidden, experts, top_k, dtype_bytes, mlp.bias)
             + routed_experts + _combine(tokens, hidden, top_k, dtype_bytes))
     if mlp.num_shared_experts:
         # Shared experts run as one MLP as wide as all of them together.

@@ -16,15 +16,18 @@ GRAD_ACCUMULATE_BYTES = 8
 FP32_BYTES = 4
 
 
-def linear(tokens: float, d_in: int, d_out: int, dtype_bytes: int) -> Cost:
-    """A bias-free projection. Its input is saved by the caller (several projections may share one input)."""
+def linear(tokens: float, d_in: int, d_out: int, dtype_bytes: int, *, bias: bool = False) -> Cost:
+    """A projection, bias-free unless ``bias``. Its input is saved by the caller (several projections may share
+    one input). A bias is added in the matmul's epilogue and its gradient (a sum of the output gradient over the
+    tokens) is ``tokens·d_out`` FLOPs in W."""
     flops = 2.0 * tokens * d_in * d_out
-    weight = d_in * d_out
+    weight = d_in * d_out + (d_out if bias else 0)
+    bias_flops = tokens * d_out if bias else 0.0
     activations_in, activations_out = tokens * d_in, tokens * d_out
     return Cost(
         forward=(Kernel(flops, dtype_bytes * (activations_in + weight + activations_out)),),
         backward_input=(Kernel(flops, dtype_bytes * (activations_out + weight + activations_in)),),
-        backward_weight=(Kernel(flops, dtype_bytes * (activations_in + activations_out)
+        backward_weight=(Kernel(flops + bias_flops, dtype_bytes * (activations_in + activations_out)
                                 + GRAD_ACCUMULATE_BYTES * weight),),
         params=weight, active_params=weight)
 
@@ -47,6 +50,22 @@ def rms_norm(tokens: float, width: int, dtype_bytes: int, *, scale_width: int | 
                 backward_input=(Kernel(8 * elements, dtype_bytes * 3 * elements),),
                 activation_bytes=dtype_bytes * elements + FP32_BYTES * tokens,
                 params=scale, active_params=scale)
+
+
+def layer_norm(tokens: float, width: int, dtype_bytes: int) -> Cost:
+    """LayerNorm over ``width`` with a learned scale and bias (Ba et al. 2016): as RMSNorm plus the mean's
+    subtraction (one more pass over the elements each way) and ``width`` more parameters; saves its input and
+    the fp32 mean and reciprocal deviation per token."""
+    elements = tokens * width
+    return Cost(forward=(Kernel(6 * elements, dtype_bytes * 2 * elements),),
+                backward_input=(Kernel(12 * elements, dtype_bytes * 3 * elements),),
+                activation_bytes=dtype_bytes * elements + 2 * FP32_BYTES * tokens,
+                params=2 * width, active_params=2 * width)
+
+
+def norm(kind: str, tokens: float, width: int, dtype_bytes: int) -> Cost:
+    """The model's block norm: ``rmsnorm`` or ``layernorm`` (``ModelSpec.norm``)."""
+    return layer_norm(tokens, width, dtype_bytes) if kind == "layernorm" else rms_norm(tokens, width, dtype_bytes)
 
 
 def residual_add(tokens: float, width: int, dtype_bytes: int) -> Cost:

@@ -27,6 +27,14 @@ HF_PRESET_REPOS = {
     "qwen3-next-80b-a3b": "Qwen/Qwen3-Next-80B-A3B-Instruct",
     "minimax-text-01": "MiniMaxAI/MiniMax-Text-01",
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
+    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
+    "phi-3.5-moe": "microsoft/Phi-3.5-MoE-instruct",
+    "gpt-oss-20b": "openai/gpt-oss-20b",
+    "glm-4.5-air": "zai-org/GLM-4.5-Air",
+    "falcon-mamba-7b": "tiiuae/falcon-mamba-7b",
+    "jamba-v0.1": "ai21labs/Jamba-v0.1",
+    "granite-4.0-h-small": "ibm-granite/granite-4.0-h-small",
+    "gpt2": "openai-community/gpt2",
 }
 
 

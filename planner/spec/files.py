@@ -19,13 +19,16 @@ Our format, in brief (``planner.spec.model`` holds the validating loader)::
         mlp: {type: dense, intermediate_size: 192, gated: true}
       - {kind: head}
 
-Mixers: ``attention`` (optionally ``window``; latent attention with ``kv_lora_rank``, ``q_lora_rank``,
-``rope_head_dim``, ``v_head_dim``), ``linear_attention`` (``variant`` gated_delta or lightning,
-``num_key_heads``, gated_delta's ``conv_kernel``), ``mamba2`` (``state_size``, ``conv_kernel``, ``n_groups``).
-MLPs: ``dense`` (``gated``) and ``moe`` (``num_experts``, ``top_k``, ``expert_intermediate_size``,
-``num_shared_experts``, ``shared_intermediate_size``, ``aux_loss_coeff``). A document without ``format`` but
+Mixers: ``attention`` (optionally ``window``, ``qkv_bias``, ``output_bias``, ``qk_norm``, ``sinks``; latent
+attention with ``kv_lora_rank``, ``q_lora_rank``, ``rope_head_dim``, ``v_head_dim``), ``linear_attention``
+(``variant`` gated_delta or lightning, ``num_key_heads``, gated_delta's ``conv_kernel``), ``mamba`` (Mamba-1:
+``inner_size``, ``state_size``, ``dt_rank``, ``conv_kernel``, ``conv_bias``, ``proj_bias``) and ``mamba2``
+(``state_size``, ``conv_kernel``, ``n_groups``). MLPs: ``dense`` (``gated``, ``bias``) and ``moe``
+(``num_experts``, ``top_k``, ``expert_intermediate_size``, ``num_shared_experts``, ``shared_intermediate_size``,
+``aux_loss_coeff``, ``bias``). The model may set ``norm: layernorm`` (default ``rmsnorm``) and
+``position_embeddings`` (a learned position table of that many positions, at least ``seq_len``). A document without ``format`` but
 with ``model_type`` or ``architectures`` is a HuggingFace ``config.json`` and goes through
-``planner.spec.hf.import_hf_config``.
+``planner.spec.hf.import_hf_config``; it is named after the model (``_name_or_path``), else after the file.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from pathlib import Path
 import yaml
 
 from planner.errors import SpecError
-from planner.spec.hf import import_hf_config
+from planner.spec.hf import hf_model_name, import_hf_config
 from planner.spec.model import ModelSpec, load_model_spec
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -81,7 +84,7 @@ def parse_model_text(text: str, filename: str = "") -> ModelSpec:
     if not isinstance(doc, dict):
         raise SpecError("file", f"must hold an object (a mapping of fields), got {type(doc).__name__}")
     if is_hf_config(doc):
-        return import_hf_config(doc)
+        return import_hf_config(doc, name=hf_model_name(doc, filename))
     if "format" not in doc:
         raise SpecError("format", "is required: 'adaptis.model/v1', or upload a HuggingFace config.json "
                                   "(recognised by its model_type)")

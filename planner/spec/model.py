@@ -29,6 +29,8 @@ LAYER_KINDS = ("embedding", "decoder", "mlp", "head")
 LINEAR_ATTENTION_VARIANTS = ("gated_delta", "lightning")
 GATED_DELTA_CONV_KERNEL = 4   # Qwen3-Next's linear_conv_kernel_dim
 DTYPES = ("bf16", "fp16", "fp32")
+NORMS = ("rmsnorm", "layernorm")
+ATTENTION_FLAGS = ("qkv_bias", "output_bias", "qk_norm", "sinks")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,13 @@ class AttentionMixer:
     head has its own key and value (``num_kv_heads == num_heads``), ``head_dim`` is the query/key width
     (``qk_nope_head_dim + qk_rope_head_dim``) of which ``rope_head_dim`` is the shared rotary part, and
     ``v_head_dim`` is the value width. ``v_head_dim`` unset means values are ``head_dim`` wide.
+
+    ``qkv_bias`` / ``output_bias``: the query, key and value projections / the output projection add a bias
+    (Qwen2 the first, GPT-2, Phi-3.5-MoE and gpt-oss both). ``qk_norm``: queries and keys pass a per-head RMSNorm
+    before the rotary embedding (Qwen3, GLM-4.5). ``sinks``: every head has a learned logit that joins the
+    softmax's denominator as an extra key with no value (gpt-oss's attention sinks). ``rotary`` False: queries and
+    keys carry no rotary embedding, the model's positions being learned (GPT-2) or left implicit (Jamba, Granite
+    4.0-H's NoPE).
     """
 
     num_heads: int
@@ -50,6 +59,11 @@ class AttentionMixer:
     q_lora_rank: int | None = None
     kv_lora_rank: int | None = None
     rope_head_dim: int | None = None
+    qkv_bias: bool = False
+    output_bias: bool = False
+    qk_norm: bool = False
+    sinks: bool = False
+    rotary: bool = True
     type: str = field(default="attention", init=False)
 
     @property
@@ -66,6 +80,11 @@ class AttentionMixer:
         for key in ("window", "v_head_dim", "q_lora_rank", "kv_lora_rank", "rope_head_dim"):
             if getattr(self, key) is not None:
                 doc[key] = getattr(self, key)
+        for key in ATTENTION_FLAGS:
+            if getattr(self, key):
+                doc[key] = True
+        if not self.rotary:
+            doc["rotary"] = False
         return doc
 
 
@@ -116,13 +135,42 @@ class Mamba2Mixer:
 
 
 @dataclass(frozen=True)
+class MambaMixer:
+    """A Mamba-1 selective state-space mixer (Gu & Dao 2023): input projection to ``x`` and the gate ``z``
+    (``inner_size`` each), a depthwise causal convolution over ``x``, an ``x_proj`` to the per-token step size's
+    ``dt_rank`` latent and ``B``, ``C`` (``state_size`` each), ``dt_proj`` back to ``inner_size`` channels, the
+    selective scan with a diagonal ``A`` per channel and state, and the output projection. ``conv_bias`` and
+    ``proj_bias`` are the biases of the convolution and of the in/out projections (HF's ``use_conv_bias``,
+    ``use_bias``)."""
+
+    inner_size: int
+    state_size: int
+    dt_rank: int
+    conv_kernel: int = 4
+    conv_bias: bool = True
+    proj_bias: bool = False
+    type: str = field(default="mamba", init=False)
+
+    def to_dict(self) -> dict:
+        return {"type": self.type, "inner_size": self.inner_size, "state_size": self.state_size,
+                "dt_rank": self.dt_rank, "conv_kernel": self.conv_kernel, "conv_bias": self.conv_bias,
+                "proj_bias": self.proj_bias}
+
+
+@dataclass(frozen=True)
 class DenseMLP:
+    """A gated (SwiGLU) or plain two-matrix MLP; ``bias`` adds biases to its projections (GPT-2)."""
+
     intermediate_size: int
     gated: bool = True
+    bias: bool = False
     type: str = field(default="dense", init=False)
 
     def to_dict(self) -> dict:
-        return {"type": self.type, "intermediate_size": self.intermediate_size, "gated": self.gated}
+        doc = {"type": self.type, "intermediate_size": self.intermediate_size, "gated": self.gated}
+        if self.bias:
+            doc["bias"] = True
+        return doc
 
 
 @dataclass(frozen=True)
@@ -130,7 +178,8 @@ class MoEMLP:
     """Routed experts (top-k of ``num_experts``) plus always-active shared experts.
 
     ``aux_loss_coeff`` weighs the load-balancing loss added per micro-batch in training (Switch Transformer's,
-    normalised by top-k as Megatron-LM's ``moe_aux_loss_coeff``); 0 trains without it.
+    normalised by top-k as Megatron-LM's ``moe_aux_loss_coeff``); 0 trains without it. ``bias``: the router and
+    every expert projection add a bias (gpt-oss).
     """
 
     num_experts: int
@@ -139,6 +188,7 @@ class MoEMLP:
     num_shared_experts: int = 0
     shared_intermediate_size: int = 0
     aux_loss_coeff: float = 0.0
+    bias: bool = False
     type: str = field(default="moe", init=False)
 
     def to_dict(self) -> dict:
@@ -148,10 +198,12 @@ class MoEMLP:
                "shared_intermediate_size": self.shared_intermediate_size}
         if self.aux_loss_coeff:
             doc["aux_loss_coeff"] = self.aux_loss_coeff
+        if self.bias:
+            doc["bias"] = True
         return doc
 
 
-Mixer = Union[AttentionMixer, LinearAttentionMixer, Mamba2Mixer]
+Mixer = Union[AttentionMixer, LinearAttentionMixer, MambaMixer, Mamba2Mixer]
 MLP = Union[DenseMLP, MoEMLP]
 
 
@@ -179,7 +231,7 @@ class LayerSpec:
         if self.kind == "mlp":
             return "e" if isinstance(self.mlp, MoEMLP) else "d"
         mixer_code = {"attention": "s" if getattr(self.mixer, "window", None) else "t",
-                      "linear_attention": "l", "mamba2": "m"}[self.mixer.type]
+                      "linear_attention": "l", "mamba": "m", "mamba2": "m"}[self.mixer.type]
         return mixer_code + ("e" if isinstance(self.mlp, MoEMLP) else "")
 
 
@@ -194,6 +246,8 @@ class ModelSpec:
     tie_embeddings: bool = False
     dtype: str = "bf16"
     source: str | None = None   # provenance, e.g. the HuggingFace config an import came from
+    norm: str = "rmsnorm"       # every block's and the head's norm: "rmsnorm", or "layernorm" (with a bias)
+    position_embeddings: int | None = None   # a learned table of this many absolute positions (GPT-2)
 
     @property
     def num_layers(self) -> int:
@@ -228,12 +282,16 @@ class ModelSpec:
                "dtype": self.dtype, "layers": folded}
         if self.source is not None:
             doc["source"] = self.source
+        if self.norm != "rmsnorm":
+            doc["norm"] = self.norm
+        if self.position_embeddings is not None:
+            doc["position_embeddings"] = self.position_embeddings
         return doc
 
 
 def _load_attention(doc: dict, path: str) -> AttentionMixer:
     reject_unknown(doc, {"type", "num_heads", "num_kv_heads", "head_dim", "window", "v_head_dim", "q_lora_rank",
-                         "kv_lora_rank", "rope_head_dim"}, path)
+                         "kv_lora_rank", "rope_head_dim", "rotary", *ATTENTION_FLAGS}, path)
     heads = get_int(doc, "num_heads", path)
     kv_heads = get_int(doc, "num_kv_heads", path, default=heads)
     if heads % kv_heads:
@@ -255,14 +313,25 @@ def _load_attention(doc: dict, path: str) -> AttentionMixer:
         if kv_heads != heads:
             raise SpecError(join(path, "num_kv_heads"),
                             f"latent attention up-projects a key and value per head: must equal num_heads ({heads})")
-    return AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, **optional)
+    flags = {key: get_bool(doc, key, path, default=False) for key in ATTENTION_FLAGS}
+    flags["rotary"] = get_bool(doc, "rotary", path, default=True)
+    if not flags["rotary"] and optional["kv_lora_rank"] is not None:
+        raise SpecError(join(path, "rotary"), "latent attention always has its rotary part (rope_head_dim)")
+    return AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, **optional, **flags)
 
 
 def _load_mixer(doc: object, path: str) -> Mixer:
     doc = require_mapping(doc, path)
-    kind = get_str(doc, "type", path, choices=("attention", "linear_attention", "mamba2"))
+    kind = get_str(doc, "type", path, choices=("attention", "linear_attention", "mamba", "mamba2"))
     if kind == "attention":
         return _load_attention(doc, path)
+    if kind == "mamba":
+        reject_unknown(doc, {"type", "inner_size", "state_size", "dt_rank", "conv_kernel", "conv_bias", "proj_bias"},
+                       path)
+        return MambaMixer(inner_size=get_int(doc, "inner_size", path), state_size=get_int(doc, "state_size", path),
+                          dt_rank=get_int(doc, "dt_rank", path), conv_kernel=get_int(doc, "conv_kernel", path, default=4),
+                          conv_bias=get_bool(doc, "conv_bias", path, default=True),
+                          proj_bias=get_bool(doc, "proj_bias", path, default=False))
     if kind == "linear_attention":
         reject_unknown(doc, {"type", "num_heads", "head_dim", "variant", "num_key_heads", "conv_kernel"}, path)
         heads = get_int(doc, "num_heads", path)
@@ -291,11 +360,11 @@ def _load_mlp(doc: object, path: str) -> MLP:
     doc = require_mapping(doc, path)
     kind = get_str(doc, "type", path, choices=("dense", "moe"))
     if kind == "dense":
-        reject_unknown(doc, {"type", "intermediate_size", "gated"}, path)
+        reject_unknown(doc, {"type", "intermediate_size", "gated", "bias"}, path)
         return DenseMLP(intermediate_size=get_int(doc, "intermediate_size", path),
-                        gated=get_bool(doc, "gated", path, default=True))
+                        gated=get_bool(doc, "gated", path, default=True), bias=get_bool(doc, "bias", path, default=False))
     reject_unknown(doc, {"type", "num_experts", "top_k", "expert_intermediate_size", "num_shared_experts",
-                         "shared_intermediate_size", "aux_loss_coeff"}, path)
+                         "shared_intermediate_size", "aux_loss_coeff", "bias"}, path)
     experts = get_int(doc, "num_experts", path)
     top_k = get_int(doc, "top_k", path)
     if top_k > experts:
@@ -306,7 +375,8 @@ def _load_mlp(doc: object, path: str) -> MLP:
                   num_shared_experts=shared,
                   shared_intermediate_size=get_int(doc, "shared_intermediate_size", path,
                                                    default=expert_size if shared else 0, minimum=0),
-                  aux_loss_coeff=get_number(doc, "aux_loss_coeff", path, default=0.0))
+                  aux_loss_coeff=get_number(doc, "aux_loss_coeff", path, default=0.0),
+                  bias=get_bool(doc, "bias", path, default=False))
 
 
 def _load_layer(doc: object, path: str) -> tuple[LayerSpec, int]:
@@ -331,7 +401,7 @@ def load_model_spec(doc: object) -> ModelSpec:
     doc = require_mapping(doc, "")
     check_format(doc, MODEL_FORMAT)
     reject_unknown(doc, {"format", "name", "hidden_size", "vocab_size", "seq_len", "micro_batch_size",
-                         "tie_embeddings", "dtype", "layers", "source"}, "")
+                         "tie_embeddings", "dtype", "layers", "source", "norm", "position_embeddings"}, "")
     layers: list[LayerSpec] = []
     for index, layer_doc in enumerate(require_list(doc.get("layers"), "layers", min_length=1)):
         layer, repeat = _load_layer(layer_doc, f"layers[{index}]")
@@ -341,6 +411,13 @@ def load_model_spec(doc: object) -> ModelSpec:
             raise SpecError("layers", "an embedding layer may only come first")
         if layer.kind == "head" and index != len(layers) - 1:
             raise SpecError("layers", "a head layer may only come last")
+    positions = get_int(doc, "position_embeddings", "", default=None, allow_none=True)
+    if positions is not None:
+        if layers[0].kind != "embedding":
+            raise SpecError("position_embeddings", "needs an embedding layer first to hold the position table")
+        if positions < get_int(doc, "seq_len", ""):
+            raise SpecError("seq_len", f"must be <= position_embeddings ({positions}): the model has learned "
+                                       f"positions only that far")
     return ModelSpec(
         name=get_str(doc, "name", ""),
         hidden_size=get_int(doc, "hidden_size", ""),
@@ -351,4 +428,6 @@ def load_model_spec(doc: object) -> ModelSpec:
         dtype=get_str(doc, "dtype", "", default="bf16", choices=DTYPES),
         layers=tuple(layers),
         source=get_str(doc, "source", "", default=None),
+        norm=get_str(doc, "norm", "", default="rmsnorm", choices=NORMS),
+        position_embeddings=positions,
     )

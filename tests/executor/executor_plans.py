@@ -46,6 +46,39 @@ def every_kind_spec(**changes):
     return load_model_spec({**EVERY_KIND_SPEC, **changes})
 
 
+# The layer kinds the 2025-26 HuggingFace families added: gpt-oss's biased, windowed attention with sinks and
+# biased MoE; Qwen3's QK-norm (here without rotary embedding, as Jamba's and Granite 4.0-H's attention); Jamba's /
+# Falcon-Mamba's Mamba-1 mixer; GPT-2's LayerNorm, learned positions, biased multi-query attention and biased GELU
+# MLP. (Biased keys need the rotary embedding to be trained at all: without it a key bias shifts every score of a
+# query alike, which the softmax ignores.)
+MODERN_KINDS_SPEC = {
+    "format": "adaptis.model/v1", "name": "modern-kinds", "hidden_size": 32, "vocab_size": 96, "seq_len": 12,
+    "micro_batch_size": 2, "dtype": "fp32", "norm": "layernorm", "position_embeddings": 16,
+    "layers": [
+        {"kind": "embedding"},
+        {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8,
+                                      "window": 4, "qkv_bias": True, "output_bias": True, "sinks": True},
+         "mlp": {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16, "bias": True,
+                 "aux_loss_coeff": 0.05}},
+        {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8,
+                                      "qk_norm": True, "rotary": False},
+         "mlp": {"type": "dense", "intermediate_size": 48}},
+        {"kind": "decoder", "mixer": {"type": "mamba", "inner_size": 48, "state_size": 4, "dt_rank": 3,
+                                      "conv_kernel": 3},
+         "mlp": {"type": "dense", "intermediate_size": 40, "gated": False, "bias": True}},
+        {"kind": "decoder", "mixer": {"type": "mamba", "inner_size": 64, "state_size": 8, "dt_rank": 2,
+                                      "conv_kernel": 4, "conv_bias": False, "proj_bias": True}},
+        {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 1, "head_dim": 8,
+                                      "qkv_bias": True, "output_bias": True}},
+        {"kind": "head"},
+    ],
+}
+
+
+def modern_kinds_spec(**changes):
+    return load_model_spec({**MODERN_KINDS_SPEC, **changes})
+
+
 def gpipe(stage_layers, stage_devices, num_microbatches) -> Plan:
     """All forwards in micro-batch order, then all backwards; one stage per device."""
     stages = [Stage(tuple(layers), device) for layers, device in zip(stage_layers, stage_devices)]

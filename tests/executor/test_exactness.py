@@ -12,6 +12,7 @@ from executor_plans import (
     gpipe,
     initial_state,
     list_schedule,
+    modern_kinds_spec,
     one_f_one_b,
     reference_training,
 )
@@ -106,3 +107,17 @@ def test_planner_baseline_plans_train_exactly(tmp_path, schedule):
     cluster = load_cluster_preset("cpu-host")
     plan = build_baseline(schedule, analytic_profile(spec, cluster), 2, 4, cluster=cluster)
     run_and_compare(tmp_path, plan, spec)
+
+
+def test_modern_layer_kinds_two_ranks_match_single_process(tmp_path):
+    spec = modern_kinds_spec()
+    plan = gpipe([[0, 1, 2], [3, 4, 5, 6]], [0, 1], num_microbatches=3)
+    _, compared = run_and_compare(tmp_path, plan, spec)
+    assert compared > 40
+
+
+def test_modern_layer_kinds_split_backward_with_tied_positions_table_matches(tmp_path):
+    spec = modern_kinds_spec(tie_embeddings=True)
+    plan = list_schedule([[0, 1], [2, 3], [4, 5, 6]], [0, 1, 2], num_microbatches=3, split_backward=True,
+                         strategy="zb-h1")
+    run_and_compare(tmp_path, plan, spec, steps=2, optimizer="adamw", lr=1e-2)

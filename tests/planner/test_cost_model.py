@@ -12,11 +12,11 @@ from planner.cost.linear_attention import linear_attention_core
 from planner.cost.mlp import moe_cost
 from planner.cost.primitives import linear
 from planner.cost.roofline import kernel_ms, pass_ms
-from planner.cost.ssm import ssd_scan
+from planner.cost.ssm import mamba_cost, selective_scan, ssd_scan
 from planner.cost.work import Kernel
 from planner.profile import load_profile
-from planner.spec.model import (AttentionMixer, DenseMLP, LayerSpec, LinearAttentionMixer, Mamba2Mixer, ModelSpec,
-                                MoEMLP)
+from planner.spec.model import (AttentionMixer, DenseMLP, LayerSpec, LinearAttentionMixer, Mamba2Mixer, MambaMixer,
+                                ModelSpec, MoEMLP)
 from planner.spec.presets import load_model_preset
 
 H100 = load_cluster_preset("h100-sxm-1x8")
@@ -122,6 +122,24 @@ def test_linear_attention_and_mamba_grow_linearly():
     mamba = Mamba2Mixer(num_heads=128, head_dim=64, state_size=128, n_groups=8)
     short, long = (flops(ssd_scan(mamba, batch=1, seq_len=s, dtype_bytes=2).forward) for s in (4096, 8192))
     assert long / short == pytest.approx(2)
+    mamba1 = MambaMixer(inner_size=8192, state_size=16, dt_rank=256)
+    short, long = (flops(selective_scan(mamba1, tokens=s, dtype_bytes=2).forward) for s in (4096, 8192))
+    assert long / short == pytest.approx(2)
+
+
+def test_mamba1_forward_flops_are_its_projections_conv_and_mamba_ssm_selective_scan_count():
+    """Falcon-Mamba-7B's mixer per token: 2 FLOPs per projection weight (in, x, dt, out), 2 per conv tap and
+    channel, and mamba_ssm's selective_scan_flop_jit: 9·d_inner·N plus d_inner each for the D skip and z gate."""
+    hidden, inner, state, rank, kernel, tokens = 4096, 8192, 16, 256, 4, 2 * 1024
+    mixer = MambaMixer(inner_size=inner, state_size=state, dt_rank=rank, conv_kernel=kernel)
+    cost = mamba_cost(mixer, hidden=hidden, batch=2, seq_len=1024, dtype_bytes=2)
+    projections = hidden * 2 * inner + inner * (rank + 2 * state) + rank * inner + inner * hidden
+    expected = tokens * (2 * projections + 2 * kernel * inner + inner * (9 * state + 2))
+    assert flops(cost.forward) == pytest.approx(expected, rel=1e-12)
+    # The fused scan re-runs its forward in the backward instead of storing the states.
+    assert sum(kernel.recomputed_flops for kernel in cost.backward_input) == pytest.approx(
+        tokens * inner * (9 * state + 2), rel=1e-12)
+    assert cost.params == projections + inner + inner * (kernel + 1) + inner * state + inner   # + dt bias, conv, A, D
 
 
 def decoder_forward_ms(mixer, seq_len):

@@ -18,6 +18,14 @@ PUBLISHED_TOTALS = {
     "nemotron-h-8b": 8.1e9,
     "qwen3-next-80b-a3b": 80e9,
     "minimax-text-01": 456e9,
+    "qwen3-30b-a3b": 30.5e9,
+    "phi-3.5-moe": 41.9e9,
+    "gpt-oss-20b": 20.9e9,
+    "glm-4.5-air": 106e9,
+    "falcon-mamba-7b": 7.27e9,
+    "jamba-v0.1": 52e9,
+    "granite-4.0-h-small": 32e9,
+    "gpt2": 124e6,
 }
 
 
@@ -35,6 +43,11 @@ def vocabulary_parameters(spec) -> int:
     ("mixtral-8x7b", 12.9e9, True),
     ("minimax-text-01", 45.9e9, False),   # MiniMax's 45.9B leaves the vocabulary out
     ("qwen3-next-80b-a3b", 3.0e9, False),
+    ("qwen3-30b-a3b", 3.3e9, True),
+    ("phi-3.5-moe", 6.6e9, True),
+    ("jamba-v0.1", 12e9, True),
+    ("granite-4.0-h-small", 9e9, True),
+    ("glm-4.5-air", 12e9, False),
 ])
 def test_active_parameters_match_the_published_activated_size(name, published, counts_vocabulary):
     spec = load_model_preset(name)

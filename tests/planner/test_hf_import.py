@@ -8,7 +8,7 @@ import pytest
 
 from planner.errors import SpecError
 from planner.spec.hf import import_hf_config, supported_model_types
-from planner.spec.model import AttentionMixer, DenseMLP, LinearAttentionMixer, Mamba2Mixer, MoEMLP
+from planner.spec.model import AttentionMixer, DenseMLP, LinearAttentionMixer, Mamba2Mixer, MambaMixer, MoEMLP
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 
@@ -71,7 +71,8 @@ def test_gemma3_has_a_global_layer_every_sixth_and_the_class_default_vocabulary(
     assert globals_ == list(range(5, 62, 6))
     assert {block.mixer.window for block in blocks(spec) if block.mixer.window} == {1024}
     assert spec.vocab_size == 262208 and spec.hidden_size == 5376 and spec.tie_embeddings
-    assert blocks(spec)[0].mixer == AttentionMixer(num_heads=32, num_kv_heads=16, head_dim=128, window=1024)
+    assert blocks(spec)[0].mixer == AttentionMixer(num_heads=32, num_kv_heads=16, head_dim=128, window=1024,
+                                                   qk_norm=True)
 
 
 def test_gemma3_layer_types_and_sliding_window_pattern_are_honoured():
@@ -142,7 +143,7 @@ def test_qwen3_next_puts_full_attention_every_fourth_layer_and_moe_with_a_shared
     assert full == list(range(3, 48, 4))
     assert body[0].mixer == LinearAttentionMixer(num_heads=32, head_dim=128, variant="gated_delta", num_key_heads=16,
                                                  conv_kernel=4)
-    assert body[3].mixer == AttentionMixer(num_heads=16, num_kv_heads=2, head_dim=256)
+    assert body[3].mixer == AttentionMixer(num_heads=16, num_kv_heads=2, head_dim=256, qk_norm=True)
     assert {block.mlp for block in body} == {MoEMLP(num_experts=512, top_k=10, expert_intermediate_size=512,
                                                     num_shared_experts=1, shared_intermediate_size=512,
                                                     aux_loss_coeff=0.001)}
@@ -218,7 +219,7 @@ def test_name_defaults_to_the_checkpoint_path_and_source_records_the_family():
 
 def test_unknown_model_type_lists_the_supported_ones():
     with pytest.raises(SpecError) as error:
-        import_hf_config({**config("llama-3-8b"), "model_type": "bert"})
+        import_hf_config({**config("llama-3-8b"), "model_type": "bert", "architectures": ["BertForMaskedLM"]})
     assert error.value.field == "model_type"
     assert "unsupported 'bert'" in error.value.reason
     for model_type in ("llama", "gemma3", "deepseek_v3", "nemotron_h", "qwen3_next", "minimax", "mixtral"):
@@ -227,8 +228,17 @@ def test_unknown_model_type_lists_the_supported_ones():
 
 
 @pytest.mark.parametrize("fixture, mutate, field", [
-    ("llama-3-8b", lambda d: d.pop("hidden_size"), "hidden_size"),
-    ("llama-3-8b", lambda d: d.pop("intermediate_size"), "intermediate_size"),
+    ("llama-3-8b", lambda d: d.update(hidden_size=0), "hidden_size"),
+    ("llama-3-8b", lambda d: d.update(intermediate_size=11008.5), "intermediate_size"),
+    ("gpt2", lambda d: d.update(n_head=7), "n_head"),
+    ("granite-4.0-h-tiny", lambda d: d.update(mamba_n_heads=47), "mamba_n_heads"),
+    ("granite-4.0-h-tiny", lambda d: d["layer_types"].__setitem__(2, "conv"), "layer_types[2]"),
+    ("gpt-oss-20b", lambda d: d.update(layer_types=["full_attention"]), "layer_types"),
+    ("mamba-codestral-7b", lambda d: d.update(n_groups=3), "n_groups"),
+    ("jamba-v0.1", lambda d: d.update(num_experts_per_tok=17), "num_experts_per_tok"),
+    ("qwen2.5-7b", lambda d: d.update(layer_types=["sliding_attention"] * 28, sliding_window=None), "sliding_window"),
+    ("qwen3-30b-a3b", lambda d: d.update(mlp_only_layers="0"), "mlp_only_layers"),
+    ("falcon-mamba-7b", lambda d: d.update(time_step_rank="big"), "time_step_rank"),
     ("llama-3-8b", lambda d: d.update(num_key_value_heads=5), "num_key_value_heads"),
     ("llama-3-8b", lambda d: d.update(num_attention_heads="32"), "num_attention_heads"),
     ("gemma-3-27b", lambda d: d["text_config"].pop("num_hidden_layers"), "text_config.num_hidden_layers"),
@@ -263,3 +273,99 @@ def test_bad_shape_arguments_are_rejected(kwargs, field):
     with pytest.raises(SpecError) as error:
         import_hf_config(config("llama-3-8b"), **kwargs)
     assert error.value.field == field
+
+
+def test_kimi_k2_is_read_as_deepseek_v3_through_its_architectures():
+    spec = import_hf_config(config("kimi-k2"))
+    body = blocks(spec)
+    assert len(body) == 61 and isinstance(body[0].mlp, DenseMLP)
+    assert {block.mlp for block in body[1:]} == {MoEMLP(num_experts=384, top_k=8, expert_intermediate_size=2048,
+                                                       num_shared_experts=1, shared_intermediate_size=2048)}
+    assert spec.source == "huggingface config.json (model_type kimi_k2, read as deepseek_v3)"
+
+
+def test_qwen2_has_biased_qkv_and_slides_only_from_max_window_layers_when_asked():
+    doc = config("qwen2.5-7b")
+    body = blocks(import_hf_config(doc))
+    assert body[0].mixer == AttentionMixer(num_heads=28, num_kv_heads=4, head_dim=128, qkv_bias=True)
+    doc.update(use_sliding_window=True, max_window_layers=20, sliding_window=4096)
+    assert [block.mixer.window for block in blocks(import_hf_config(doc))] == [None] * 20 + [4096] * 8
+
+
+def test_qwen3_moe_has_qk_norm_and_routed_experts_without_a_shared_one():
+    doc = config("qwen3-30b-a3b")
+    body = blocks(import_hf_config(doc))
+    assert body[0].mixer == AttentionMixer(num_heads=32, num_kv_heads=4, head_dim=128, qk_norm=True)
+    assert {block.mlp for block in body} == {MoEMLP(num_experts=128, top_k=8, expert_intermediate_size=768,
+                                                    aux_loss_coeff=0.001)}
+    doc["mlp_only_layers"] = [0, 47]
+    body = blocks(import_hf_config(doc))
+    assert body[0].mlp == body[47].mlp == DenseMLP(6144) and isinstance(body[1].mlp, MoEMLP)
+
+
+def test_gpt_oss_alternates_sliding_and_full_attention_with_sinks_and_biased_experts():
+    spec = import_hf_config(config("gpt-oss-20b"))
+    body = blocks(spec)
+    assert [block.mixer.window for block in body] == [128, None] * 12
+    assert all(block.mixer.sinks and block.mixer.qkv_bias and block.mixer.output_bias for block in body)
+    assert {block.mlp for block in body} == {MoEMLP(num_experts=32, top_k=4, expert_intermediate_size=2880,
+                                                    aux_loss_coeff=0.9, bias=True)}
+
+
+def test_jamba_puts_attention_at_the_offset_of_each_period_and_moe_on_odd_layers():
+    body = blocks(import_hf_config(config("jamba-v0.1")))
+    assert [index for index, block in enumerate(body) if block.mixer.type == "attention"] == [4, 12, 20, 28]
+    assert body[4].mixer == AttentionMixer(num_heads=32, num_kv_heads=8, head_dim=128, rotary=False)
+    assert [index for index, block in enumerate(body) if isinstance(block.mlp, MoEMLP)] == list(range(1, 32, 2))
+    assert body[0].mixer == MambaMixer(inner_size=8192, state_size=16, dt_rank=256, conv_kernel=4)
+
+
+def test_mamba_families_are_mamba1_mixers_alone_with_auto_dt_rank():
+    falcon = blocks(import_hf_config(config("falcon-mamba-7b")))
+    assert len(falcon) == 64 and {block.mlp for block in falcon} == {None}
+    assert falcon[0].mixer == MambaMixer(inner_size=8192, state_size=16, dt_rank=256, conv_kernel=4)
+    doc = {**config("mamba-2.8b-hf"), "time_step_rank": "auto"}
+    assert blocks(import_hf_config(doc))[0].mixer.dt_rank == 160   # ceil(2560 / 16)
+    assert import_hf_config(doc).tie_embeddings
+
+
+def test_granite_4_h_mixes_mamba2_and_attention_with_moe_and_a_shared_expert_everywhere():
+    body = blocks(import_hf_config(config("granite-4.0-h-small")))
+    assert [index for index, block in enumerate(body) if block.mixer.type == "attention"] == [5, 15, 25, 35]
+    assert not body[5].mixer.rotary   # position_embedding_type "nope"
+    roped = blocks(import_hf_config({**config("granite-4.0-h-small"), "position_embedding_type": "rope"}))
+    assert roped[5].mixer.rotary
+    assert body[0].mixer == Mamba2Mixer(num_heads=128, head_dim=64, state_size=128, conv_kernel=4, n_groups=1)
+    assert {block.mlp for block in body} == {MoEMLP(num_experts=72, top_k=10, expert_intermediate_size=768,
+                                                    num_shared_experts=1, shared_intermediate_size=1536)}
+    dense = blocks(import_hf_config({**config("granite-4.0-h-tiny"), "num_local_experts": 0}))
+    assert {block.mlp for block in dense} == {DenseMLP(1024)}
+
+
+def test_glm4_moe_has_dense_first_layers_biased_qkv_and_optional_qk_norm():
+    full, air = blocks(import_hf_config(config("glm-4.5"))), blocks(import_hf_config(config("glm-4.5-air")))
+    assert [isinstance(block.mlp, DenseMLP) for block in full[:4]] == [True, True, True, False]
+    assert full[0].mixer == AttentionMixer(num_heads=96, num_kv_heads=8, head_dim=128, qkv_bias=True, qk_norm=True)
+    assert not air[0].mixer.qk_norm and isinstance(air[1].mlp, MoEMLP) and isinstance(air[0].mlp, DenseMLP)
+
+
+def test_gpt2_and_starcoder_are_layernorm_models_with_learned_positions():
+    gpt2 = import_hf_config(config("gpt2"))
+    assert (gpt2.norm, gpt2.position_embeddings, gpt2.seq_len, gpt2.tie_embeddings) == ("layernorm", 1024, 1024, True)
+    assert blocks(gpt2)[0].mlp == DenseMLP(3072, gated=False, bias=True)
+    starcoder = import_hf_config(config("starcoder"))
+    assert blocks(starcoder)[0].mixer == AttentionMixer(num_heads=48, num_kv_heads=1, head_dim=128, qkv_bias=True,
+                                                        output_bias=True, rotary=False)
+    assert starcoder.seq_len == 4096 and starcoder.position_embeddings == 8192
+    with pytest.raises(SpecError) as error:
+        import_hf_config(config("gpt2"), seq_len=2048)
+    assert error.value.field == "seq_len"
+
+
+def test_phi3_is_llama_shaped_and_phimoe_is_a_layernorm_mixtral_with_biased_attention():
+    phi3 = import_hf_config(config("phi-3-mini-4k"))
+    assert blocks(phi3)[0].mixer == AttentionMixer(num_heads=32, num_kv_heads=32, head_dim=96, window=2047)
+    phimoe = import_hf_config(config("phi-3.5-moe"))
+    assert phimoe.norm == "layernorm"
+    assert blocks(phimoe)[0].mixer.qkv_bias and blocks(phimoe)[0].mixer.output_bias
+    assert blocks(phimoe)[0].mlp == MoEMLP(num_experts=16, top_k=2, expert_intermediate_size=6400)

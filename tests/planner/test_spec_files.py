@@ -86,6 +86,15 @@ def test_load_model_file_reads_json_and_yaml(tmp_path):
     assert load_model_file(json_path) == load_model_file(yaml_path) == load_model_preset("tiny-llama")
 
 
+def test_an_hf_config_is_named_after_its_model_else_its_file_never_its_model_type():
+    named = json.loads((FIXTURES / "phi-3.5-moe.json").read_text())          # _name_or_path: Phi-3.5-MoE-instruct
+    assert parse_model_text(json.dumps(named), "config.json").name == "Phi-3.5-MoE-instruct"
+    anonymous = json.loads((FIXTURES / "qwen3-8b.json").read_text())          # no _name_or_path
+    assert parse_model_text(json.dumps(anonymous), "Qwen3-8B.json").name == "Qwen3-8B"
+    local = json.loads((FIXTURES / "falcon-mamba-7b.json").read_text())       # _name_or_path: "./"
+    assert parse_model_text(json.dumps(local), "falcon-mamba-7b.json").name == "falcon-mamba-7b"
+
+
 def test_load_model_file_reads_an_hf_config(tmp_path):
     path = tmp_path / "config.json"
     path.write_text((FIXTURES / "mixtral-8x7b.json").read_text())

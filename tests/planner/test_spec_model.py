@@ -1,10 +1,11 @@
 """The additive ModelSpec fields: provenance, latent attention (MLA), linear attention's key heads, gated
-delta-net's short convolution and MoE's balancing loss weight."""
+delta-net's short convolution, MoE's balancing loss weight, and the fields of the 2025-26 HuggingFace
+families (attention biases, QK-norm and sinks, Mamba-1, MLP biases, LayerNorm, learned positions)."""
 
 import pytest
 
 from planner.errors import SpecError
-from planner.spec.model import AttentionMixer, LinearAttentionMixer, load_model_spec
+from planner.spec.model import AttentionMixer, LinearAttentionMixer, MambaMixer, load_model_spec
 
 
 def doc_with(mixer: dict, **top) -> dict:
@@ -90,3 +91,65 @@ def test_moe_aux_loss_coeff_round_trips_is_written_only_when_set_and_must_not_be
     with pytest.raises(SpecError) as error:
         load_model_spec(moe_doc(aux_loss_coeff=-0.1))
     assert error.value.field == "layers[1].mlp.aux_loss_coeff" and ">= 0" in str(error.value)
+
+
+GPT_LIKE = {"type": "attention", "num_heads": 4, "num_kv_heads": 1, "head_dim": 16, "qkv_bias": True,
+            "output_bias": True, "qk_norm": True, "sinks": True}
+MAMBA1 = {"type": "mamba", "inner_size": 128, "state_size": 16, "dt_rank": 4, "conv_kernel": 4, "conv_bias": False,
+          "proj_bias": True}
+
+
+def test_attention_flags_mamba1_biases_norm_and_positions_round_trip_and_are_written_only_when_set():
+    doc = doc_with(GPT_LIKE, norm="layernorm", position_embeddings=32)
+    doc["layers"].insert(2, {"kind": "decoder", "mixer": MAMBA1,
+                             "mlp": {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 32,
+                                     "bias": True}})
+    doc["layers"].insert(3, {"kind": "mlp", "mlp": {"type": "dense", "intermediate_size": 64, "gated": False,
+                                                    "bias": True}})
+    spec = load_model_spec(doc)
+    assert (spec.norm, spec.position_embeddings) == ("layernorm", 32)
+    assert spec.layers[1].mixer == AttentionMixer(4, 1, 16, qkv_bias=True, output_bias=True, qk_norm=True, sinks=True)
+    assert spec.layers[2].mixer == MambaMixer(inner_size=128, state_size=16, dt_rank=4, conv_bias=False, proj_bias=True)
+    assert spec.layers[2].mlp.bias and spec.layers[3].mlp.bias
+    assert load_model_spec(spec.to_dict()) == spec
+    plain = load_model_spec(doc_with({"type": "attention", "num_heads": 2, "head_dim": 8}))
+    assert {"norm", "position_embeddings"}.isdisjoint(plain.to_dict())
+    assert set(plain.layers[1].mixer.to_dict()) == {"type", "num_heads", "num_kv_heads", "head_dim"}
+    positional = load_model_spec(doc_with({**GPT_LIKE, "rotary": False}, position_embeddings=32))
+    assert not positional.layers[1].mixer.rotary and positional.layers[1].mixer.to_dict()["rotary"] is False
+    with pytest.raises(SpecError) as error:
+        load_model_spec(doc_with({**MLA, "rotary": False}))
+    assert error.value.field == "layers[1].mixer.rotary"
+    assert plain.norm == "rmsnorm" and plain.position_embeddings is None
+
+
+@pytest.mark.parametrize("top, field", [
+    ({"norm": "batchnorm"}, "norm"),
+    ({"position_embeddings": 8}, "seq_len"),                  # fewer learned positions than the sequence
+    ({"position_embeddings": 0}, "position_embeddings"),
+])
+def test_norm_and_position_errors_name_the_field(top, field):
+    with pytest.raises(SpecError) as error:
+        load_model_spec(doc_with(GPT_LIKE, **top))
+    assert error.value.field == field
+
+
+def test_learned_positions_need_an_embedding_layer():
+    doc = doc_with(GPT_LIKE, position_embeddings=32)
+    doc["layers"] = doc["layers"][1:]
+    with pytest.raises(SpecError) as error:
+        load_model_spec(doc)
+    assert error.value.field == "position_embeddings"
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"dt_rank": 0}, "layers[1].mixer.dt_rank"),
+    ({"inner_size": None}, "layers[1].mixer.inner_size"),
+    ({"n_groups": 2}, "layers[1].mixer.n_groups"),           # a Mamba-2 field on a Mamba-1 mixer
+    ({"conv_bias": "yes"}, "layers[1].mixer.conv_bias"),
+])
+def test_mamba1_errors_name_the_field(change, field):
+    mixer = {key: value for key, value in {**MAMBA1, **change}.items() if value is not None}
+    with pytest.raises(SpecError) as error:
+        load_model_spec(doc_with(mixer))
+    assert error.value.field == field

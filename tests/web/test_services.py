@@ -4,6 +4,7 @@ The planning work (``job_run``) runs in-process here; ``test_worker.py`` runs it
 """
 
 import json
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -76,6 +77,25 @@ class TestSpecCreate:
         assert record.doc == TINY.to_dict()
         assert record.num_layers == TINY.num_layers
         assert record.name == "tiny-llama"
+
+    def test_the_same_preset_uploaded_twice_is_one_spec(self, people):
+        first = spec_create(team=people.team, owner=people.member, spec=TINY, source_filename="tiny.json")
+        again = spec_create(team=people.team, owner=people.owner, spec=TINY, source_filename="tiny-again.json")
+        assert again.pk == first.pk and ModelSpecRecord.objects.count() == 1
+        longer = spec_create(team=people.team, owner=people.member, spec=replace(TINY, seq_len=TINY.seq_len * 2))
+        assert longer.pk != first.pk and ModelSpecRecord.objects.count() == 2
+
+    def test_an_uploaded_hf_config_is_named_after_the_model(self, people):
+        config = {"_name_or_path": "Qwen/Qwen3-30B-A3B", "model_type": "qwen3_moe", "hidden_size": 64,
+                  "intermediate_size": 96, "moe_intermediate_size": 32, "num_attention_heads": 4,
+                  "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2, "num_experts": 4,
+                  "num_experts_per_tok": 2, "vocab_size": 300}
+        spec = spec_parse_upload(content=json.dumps(config).encode(), filename="config.json")
+        record = spec_create(team=people.team, owner=people.member, spec=spec, source_filename="config.json")
+        assert record.name == "Qwen3-30B-A3B"
+        del config["_name_or_path"]
+        spec = spec_parse_upload(content=json.dumps(config).encode(), filename="my-moe.json")
+        assert spec_create(team=people.team, owner=people.member, spec=spec).name == "my-moe"
 
     def test_refuses_a_team_the_user_is_not_in(self, people):
         with pytest.raises(SpecError) as caught:

@@ -47,6 +47,13 @@ def spec_check_team(*, team: Team | None, user: AbstractBaseUser) -> Team:
 
 def spec_create(*, team: Team, owner: AbstractBaseUser, spec: ModelSpec, source_filename: str = "",
                 name: str = "") -> ModelSpecRecord:
+    """The team's spec of this name and document: the one already stored when the same model is uploaded again
+    (the same preset twice is one spec), else a new one."""
     spec_check_team(team=team, user=owner)
-    return ModelSpecRecord.objects.create(team=team, owner=owner, name=name or spec.name, doc=spec.to_dict(),
+    name, doc = name or spec.name, spec.to_dict()
+    # Compared in Python: JSON equality in the database depends on the backend's key order (SQLite's text).
+    for record in ModelSpecRecord.objects.filter(team=team, name=name).order_by("id"):
+        if record.doc == doc:
+            return record
+    return ModelSpecRecord.objects.create(team=team, owner=owner, name=name, doc=doc,
                                           source_filename=source_filename[:255], num_layers=spec.num_layers)

@@ -1,0 +1,215 @@
+"""Import a HuggingFace ``config.json`` into a ModelSpec.
+
+Every family becomes ``embedding`` + its blocks + ``head``; what differs is how a family's keys say which
+mixer and which MLP each block has:
+
+- ``llama``, ``mistral``: attention + gated MLP in every block (Mistral's ``sliding_window``, when set,
+  windows every layer). ``mixtral``: the MLP is a ``num_local_experts`` top-``num_experts_per_tok`` MoE.
+- ``gemma2``: ``layer_types`` when given, else sliding-window on even layers and global on odd ones (the
+  rule of HF's ``Gemma2Config``). ``gemma3`` / ``gemma3_text``: the text model may sit under
+  ``text_config``; ``layer_types`` when given, else layer i is global when ``(i + 1) %
+  sliding_window_pattern == 0`` (every 6th). The published Gemma 3 27B config omits ``vocab_size`` and
+  ``sliding_window_pattern`` and relies on ``Gemma3TextConfig``'s defaults (262 208 and 6), as we do.
+- ``deepseek_v2``, ``deepseek_v3``: multi-head latent attention; the first ``first_k_dense_replace``
+  blocks have a dense MLP, the others (every ``moe_layer_freq``-th) an MoE of ``n_routed_experts``
+  top-``num_experts_per_tok`` experts of ``moe_intermediate_size`` plus ``n_shared_experts`` shared ones.
+- ``nemotron_h``: one block per character of ``hybrid_override_pattern`` (or entry of
+  ``layers_block_type``): ``M`` a Mamba-2 mixer alone, ``*`` attention alone, ``-`` a squared-ReLU
+  (non-gated) MLP alone, ``E`` an MoE alone.
+- ``qwen3_next``: ``layer_types`` when given, else every ``full_attention_interval``-th layer is full
+  attention and the rest gated delta-net linear attention; MLPs are MoE with one shared expert except the
+  ``mlp_only_layers`` and layers off the ``decoder_sparse_step``.
+- ``minimax`` / ``minimax_text_01`` / ``minimax_m1``: ``attn_type_list`` (0 lightning linear attention,
+  1 softmax attention) or ``layer_types``; every MLP is an MoE of ``num_local_experts`` experts of
+  ``intermediate_size`` (plus a shared expert when ``shared_intermediate_size`` > 0).
+- ``qwen2``: Llama with biased q/k/v; ``qwen3``: plus a per-head QK-norm; ``qwen3_moe``: Qwen3's attention with
+  ``num_experts`` experts (no shared one) except the ``mlp_only_layers``. ``phi3``: Llama's weights (fused).
+  ``phimoe``: Mixtral with biased attention and LayerNorm.
+- ``mamba`` / ``falcon_mamba``: Mamba-1 mixers alone; ``mamba2``: Mamba-2 mixers alone. ``jamba``: attention
+  every ``attn_layer_period``-th layer (at ``attn_layer_offset``), Mamba-1 elsewhere; an MoE every
+  ``expert_layer_period``-th MLP. ``granitemoehybrid``: ``layer_types`` of Mamba-2 and attention, every layer
+  with an MoE plus a shared expert (or a dense MLP when ``num_local_experts`` is 0).
+- ``gpt_oss``: alternating sliding / full attention with sinks and biases, biased MoE on every layer.
+  ``glm4_moe``: biased q/k/v, optional QK-norm, DeepSeek's dense-first-k then shared-expert MoE.
+- ``gpt2`` / ``gpt_bigcode``: learned positions, LayerNorm, biased attention (one key/value head with
+  ``multi_query``) and a biased GELU MLP.
+- Any other ``model_type`` whose ``architectures`` names one of these families' classes (Kimi-K2's
+  ``kimi_k2`` with ``DeepseekV3ForCausalLM``) is read as that family.
+
+Keys a config leaves out take the defaults of the family's ``transformers`` config class
+(``planner.spec.hf.defaults``, checked against ``transformers`` by the tests).
+
+Approximations, chosen because the pipeline planner needs per-layer cost and memory, not bit-exact modules:
+- MLA is attention whose query/key heads are ``qk_nope_head_dim + qk_rope_head_dim`` wide and value heads
+  ``v_head_dim`` wide, with the latent ranks kept so the cost model counts the down/up projections; in
+  training every head materialises its own key and value, so ``num_kv_heads == num_heads``.
+- Qwen3-Next's attention output gate and shared-expert gate, Nemotron-H's non-gated experts and MoE latent
+  projection, DeepSeek's multi-token-prediction module, Gemma's extra norms and soft-capping,
+  Jamba's dt/B/C norms, Phi-3.5-MoE's head bias and Gemma 3's vision tower are left out (each well under
+  1 % of the parameters, or absent from the model that trains the pipeline; the tests name each).
+- Linear attention keeps one head width: Qwen3-Next's ``linear_value_head_dim`` (equal to the key width in
+  every released config).
+- Activations keep their shapes, not their exact functions: gpt-oss's clamped SwiGLU runs as SwiGLU, GPT-2's
+  tanh-approximated GELU as GELU; Falcon-Mamba's weightless RMSNorms of B, C and dt are left out (no parameters,
+  a few elementwise passes).
+- Training runs in bf16 whatever ``torch_dtype`` the checkpoint was saved in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Callable
+
+from planner.errors import SpecError
+from planner.spec.hf import attention_families as softmax
+from planner.spec.hf import hybrid_families as hybrid
+from planner.spec.hf.defaults import TRANSFORMERS_ALIASES, TRANSFORMERS_DEFAULTS
+from planner.spec.hf.reader import EMBEDDING, HEAD, Config
+from planner.spec.model import LayerSpec, ModelSpec, load_model_spec
+from planner.validation import require_mapping
+
+DEFAULT_SEQ_LEN = 4096
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one ``model_type`` becomes a ModelSpec: its blocks, its norm, and the key holding the size of its
+    learned position table (None: rotary or no positions, which hold no parameters)."""
+
+    blocks: Callable[[Config], list[LayerSpec]]
+    norm: str = "rmsnorm"
+    positions_key: str | None = None
+
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family(softmax.llama),
+    "mistral": Family(softmax.llama),
+    "phi3": Family(softmax.llama),
+    "mixtral": Family(softmax.mixtral),
+    "phimoe": Family(softmax.phimoe, norm="layernorm"),
+    "gemma2": Family(softmax.gemma2),
+    "gemma3": Family(softmax.gemma3),
+    "gemma3_text": Family(softmax.gemma3),
+    "qwen2": Family(softmax.qwen2),
+    "qwen3": Family(softmax.qwen3),
+    "qwen3_moe": Family(softmax.qwen3_moe),
+    "gpt_oss": Family(softmax.gpt_oss),
+    "deepseek_v2": Family(softmax.deepseek),
+    "deepseek_v3": Family(softmax.deepseek),
+    "glm4_moe": Family(softmax.glm4_moe),
+    "gpt2": Family(softmax.gpt2, norm="layernorm", positions_key="n_positions"),
+    "gpt_bigcode": Family(softmax.gpt2, norm="layernorm", positions_key="n_positions"),
+    "mamba": Family(hybrid.mamba),
+    "falcon_mamba": Family(hybrid.mamba),
+    "mamba2": Family(hybrid.mamba2),
+    "jamba": Family(hybrid.jamba),
+    "nemotron_h": Family(hybrid.nemotron_h),
+    "granitemoehybrid": Family(hybrid.granitemoehybrid),
+    "qwen3_next": Family(hybrid.qwen3_next),
+    "minimax": Family(hybrid.minimax),
+    "minimax_text_01": Family(hybrid.minimax),
+    "minimax_m1": Family(hybrid.minimax),
+}
+
+ARCHITECTURE_MODEL_TYPES = {
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
+    "Phi3ForCausalLM": "phi3", "PhiMoEForCausalLM": "phimoe", "PhimoeForCausalLM": "phimoe",
+    "Gemma2ForCausalLM": "gemma2", "Gemma3ForConditionalGeneration": "gemma3", "Gemma3ForCausalLM": "gemma3_text",
+    "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",
+    "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
+    "GPT2LMHeadModel": "gpt2", "GPTBigCodeForCausalLM": "gpt_bigcode",
+    "MambaForCausalLM": "mamba", "FalconMambaForCausalLM": "falcon_mamba", "Mamba2ForCausalLM": "mamba2",
+    "JambaForCausalLM": "jamba", "NemotronHForCausalLM": "nemotron_h",
+    "GraniteMoeHybridForCausalLM": "granitemoehybrid", "Qwen3NextForCausalLM": "qwen3_next",
+    "MiniMaxForCausalLM": "minimax", "MiniMaxText01ForCausalLM": "minimax_text_01",
+    "MiniMaxM1ForCausalLM": "minimax_m1",
+}
+
+
+def supported_model_types() -> list[str]:
+    return sorted(FAMILIES)
+
+
+def family_of(config: dict) -> str:
+    """The family a config is read as: its ``model_type`` when we know it, else the first class in its
+    ``architectures`` that we know (Kimi-K2's ``kimi_k2`` is DeepSeek-V3's ``DeepseekV3ForCausalLM``)."""
+    model_type = config.get("model_type")
+    if model_type in FAMILIES:
+        return model_type
+    architectures = config.get("architectures") or []
+    known = [ARCHITECTURE_MODEL_TYPES[arch] for arch in architectures
+             if isinstance(arch, str) and arch in ARCHITECTURE_MODEL_TYPES]
+    if known:
+        return known[0]
+    if model_type is None:
+        raise SpecError("model_type", "is required (no known entry in architectures); supported: "
+                        + ", ".join(supported_model_types()))
+    raise SpecError("model_type", f"unsupported {model_type!r} (and no supported class in architectures); "
+                                  f"supported: {', '.join(supported_model_types())}")
+
+
+def _text_config(config: dict, family: str) -> Config:
+    """The text model's keys: Gemma 3's multimodal config nests them under ``text_config``."""
+    tables = dict(defaults=TRANSFORMERS_DEFAULTS.get(family), aliases=TRANSFORMERS_ALIASES.get(family))
+    if family == "gemma3" and "text_config" in config:
+        return Config(require_mapping(config["text_config"], "text_config"), "text_config", **tables)
+    return Config(config, **tables)
+
+
+def hf_model_name(config: dict, filename: str = "") -> str | None:
+    """The model a config describes: the last part of its ``_name_or_path`` (``meta-llama/Meta-Llama-3-8B``),
+    else the stem of the file it came in (``Qwen3-8B.json``); None when neither names it (``./``, no file)."""
+    path = config.get("_name_or_path")
+    if isinstance(path, str) and path.strip("/."):
+        return path.rstrip("/").rsplit("/", 1)[-1]
+    stem = PurePath(filename).stem if filename else ""
+    return stem or None
+
+
+def _default_name(config: dict, family: str) -> str:
+    named = hf_model_name(config)
+    if named:
+        return named
+    return config.get("model_type") if isinstance(config.get("model_type"), str) else family
+
+
+def _check_positive(field: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(field, f"must be a positive integer, got {value!r}")
+
+
+def import_hf_config(config: dict, *, name: str | None = None, seq_len: int | None = None,
+                     micro_batch_size: int = 1, source: str | None = None) -> ModelSpec:
+    """Build the ModelSpec of a HuggingFace ``config.json`` (parsed); errors name the HF key at fault.
+
+    ``seq_len`` defaults to 4096, or to the learned position table's size when that is shorter (GPT-2's 1024).
+    """
+    config = require_mapping(config, "")
+    for field, value in (("seq_len", seq_len), ("micro_batch_size", micro_batch_size)):
+        if value is not None:
+            _check_positive(field, value)
+    family_name = family_of(config)
+    family = FAMILIES[family_name]
+    cfg = _text_config(config, family_name)
+    positions = cfg.integer(family.positions_key) if family.positions_key else None
+    if seq_len is None:
+        seq_len = min(DEFAULT_SEQ_LEN, positions) if positions else DEFAULT_SEQ_LEN
+    tie_default = cfg.default("tie_word_embeddings")
+    spec = ModelSpec(
+        name=name or _default_name(config, family_name),
+        hidden_size=cfg.integer("hidden_size"),
+        vocab_size=cfg.integer("vocab_size"),
+        seq_len=seq_len,
+        micro_batch_size=micro_batch_size,
+        tie_embeddings=cfg.flag("tie_word_embeddings", Config(config).flag("tie_word_embeddings", tie_default)),
+        layers=(EMBEDDING, *family.blocks(cfg), HEAD),
+        source=source or f"huggingface config.json (model_type {config.get('model_type', family_name)}"
+                         + (f", read as {family_name})" if config.get("model_type") not in (None, family_name)
+                            else ")"),
+        norm=family.norm,
+        position_embeddings=positions,
+    )
+    # The spec loader owns the invariants; a spec it would reject must not leave the importer.
+    return load_model_spec(spec.to_dict())

@@ -1,0 +1,201 @@
+"""Families whose every block mixes tokens with softmax attention: how each one's keys say which attention and
+which MLP each block has. Block order, layer roles and module shapes follow the ``transformers`` modelling
+file of each family (``models/<model_type>/modeling_<model_type>.py``)."""
+
+from __future__ import annotations
+
+from planner.errors import SpecError
+from planner.spec.hf.reader import Config, aux_loss_coeff, attention, layer_types, top_k
+from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
+
+SLIDING_OR_FULL = {"sliding_attention": "sliding", "full_attention": "full"}
+
+
+def _decoders(mixers: list[AttentionMixer], mlps: list) -> list[LayerSpec]:
+    return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp) for mixer, mlp in zip(mixers, mlps)]
+
+
+def llama(cfg: Config) -> list[LayerSpec]:
+    """Llama, Mistral (``sliding_window``, when set, windows every layer) and Phi-3 (its fused qkv and gate/up
+    projections hold the same weights as Llama's separate ones)."""
+    mixer = attention(cfg, window=cfg.optional_integer("sliding_window"))
+    block = LayerSpec(kind="decoder", mixer=mixer, mlp=DenseMLP(cfg.integer("intermediate_size")))
+    return [block] * cfg.integer("num_hidden_layers")
+
+
+def mixtral(cfg: Config) -> list[LayerSpec]:
+    mixer = attention(cfg, window=cfg.optional_integer("sliding_window"))
+    experts = cfg.integer("num_local_experts")
+    mlp = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
+                 expert_intermediate_size=cfg.integer("intermediate_size"), aux_loss_coeff=aux_loss_coeff(cfg))
+    return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("num_hidden_layers")
+
+
+def phimoe(cfg: Config) -> list[LayerSpec]:
+    """Phi-3.5-MoE: Mixtral's layout with biased attention projections (``attention_bias``) and LayerNorm (the
+    family's ``norm``); ``sliding_window`` windows every layer."""
+    biased = cfg.flag("attention_bias")
+    mixer = attention(cfg, window=cfg.optional_integer("sliding_window"), qkv_bias=biased, output_bias=biased)
+    experts = cfg.integer("num_local_experts")
+    mlp = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
+                 expert_intermediate_size=cfg.integer("intermediate_size"), aux_loss_coeff=aux_loss_coeff(cfg))
+    return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("num_hidden_layers")
+
+
+def _gemma_blocks(cfg: Config, sliding: list[bool], qk_norm: bool = False) -> list[LayerSpec]:
+    window = cfg.integer("sliding_window")
+    mlp = DenseMLP(cfg.integer("intermediate_size"))
+    local, global_ = attention(cfg, window=window, qk_norm=qk_norm), attention(cfg, qk_norm=qk_norm)
+    return [LayerSpec(kind="decoder", mixer=local if is_sliding else global_, mlp=mlp) for is_sliding in sliding]
+
+
+def gemma2(cfg: Config) -> list[LayerSpec]:
+    count = cfg.integer("num_hidden_layers")
+    if "layer_types" in cfg:
+        sliding = [role == "sliding" for role in layer_types(cfg, count, SLIDING_OR_FULL)]
+    else:
+        sliding = [index % 2 == 0 for index in range(count)]
+    return _gemma_blocks(cfg, sliding)
+
+
+def gemma3(cfg: Config) -> list[LayerSpec]:
+    count = cfg.integer("num_hidden_layers")
+    if "layer_types" in cfg:
+        sliding = [role == "sliding" for role in layer_types(cfg, count, SLIDING_OR_FULL)]
+    else:
+        pattern = cfg.integer("sliding_window_pattern", default=6)   # Gemma3TextConfig's, read from its kwargs
+        sliding = [(index + 1) % pattern != 0 for index in range(count)]
+    return _gemma_blocks(cfg, sliding, qk_norm=True)
+
+
+def _qwen_windows(cfg: Config, count: int) -> list[int | None]:
+    """Qwen2/Qwen3: ``layer_types`` when given, else (HF's ``Qwen2Config``) layers from ``max_window_layers`` on
+    slide over ``sliding_window`` when ``use_sliding_window`` is set, and none does otherwise."""
+    window = cfg.optional_integer("sliding_window")
+    if "layer_types" in cfg:
+        roles = layer_types(cfg, count, SLIDING_OR_FULL)
+    elif cfg.flag("use_sliding_window") and window is not None:
+        # Qwen3-MoE has no max_window_layers: there use_sliding_window windows every layer.
+        first = cfg.integer("max_window_layers", default=cfg.default("max_window_layers", 0), minimum=0)
+        roles = ["sliding" if index >= first else "full" for index in range(count)]
+    else:
+        roles = ["full"] * count
+    if "sliding" in roles and window is None:
+        raise SpecError(cfg.field("sliding_window"), "is required when a layer is sliding_attention")
+    return [window if role == "sliding" else None for role in roles]
+
+
+def qwen2(cfg: Config) -> list[LayerSpec]:
+    """Qwen2 / Qwen2.5: Llama with biases on the query, key and value projections."""
+    count = cfg.integer("num_hidden_layers")
+    mlp = DenseMLP(cfg.integer("intermediate_size"))
+    mixers = [attention(cfg, window=window, qkv_bias=True) for window in _qwen_windows(cfg, count)]
+    return _decoders(mixers, [mlp] * count)
+
+
+def _qwen3_attention(cfg: Config, count: int) -> list[AttentionMixer]:
+    biased = cfg.flag("attention_bias")
+    return [attention(cfg, window=window, qkv_bias=biased, output_bias=biased, qk_norm=True)
+            for window in _qwen_windows(cfg, count)]
+
+
+def qwen3(cfg: Config) -> list[LayerSpec]:
+    """Qwen3: Qwen2's layout with a per-head RMSNorm of queries and keys, and ``attention_bias`` on all four
+    projections."""
+    count = cfg.integer("num_hidden_layers")
+    return _decoders(_qwen3_attention(cfg, count), [DenseMLP(cfg.integer("intermediate_size"))] * count)
+
+
+def qwen_moe_mlps(cfg: Config, count: int, moe: MoEMLP | None) -> list[DenseMLP | MoEMLP]:
+    """Qwen3-MoE / Qwen3-Next: the MoE on every ``decoder_sparse_step``-th layer except ``mlp_only_layers``,
+    which keep a dense MLP of ``intermediate_size``."""
+    mlp_only = set(cfg.entries("mlp_only_layers", min_length=0)) if "mlp_only_layers" in cfg else set()
+    step = cfg.integer("decoder_sparse_step", default=cfg.default("decoder_sparse_step", 1))
+    dense = DenseMLP(cfg.integer("intermediate_size"))
+    return [moe if moe is not None and index not in mlp_only and (index + 1) % step == 0 else dense
+            for index in range(count)]
+
+
+def qwen3_moe(cfg: Config) -> list[LayerSpec]:
+    """Qwen3-MoE: Qwen3's attention; ``num_experts`` routed experts of ``moe_intermediate_size``, no shared one."""
+    count = cfg.integer("num_hidden_layers")
+    experts = cfg.integer("num_experts")
+    moe = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
+                 expert_intermediate_size=cfg.integer("moe_intermediate_size"), aux_loss_coeff=aux_loss_coeff(cfg))
+    return _decoders(_qwen3_attention(cfg, count), qwen_moe_mlps(cfg, count, moe))
+
+
+def gpt_oss(cfg: Config) -> list[LayerSpec]:
+    """gpt-oss: ``layer_types`` alternate sliding (``sliding_window``) and full attention, every head has an
+    attention sink, projections carry biases (``attention_bias``); every MLP is an MoE whose router and experts
+    carry biases too."""
+    count = cfg.integer("num_hidden_layers")
+    if "layer_types" in cfg:
+        roles = layer_types(cfg, count, SLIDING_OR_FULL)
+    else:   # GptOssConfig's default: even layers slide
+        roles = ["sliding" if index % 2 == 0 else "full" for index in range(count)]
+    biased = cfg.flag("attention_bias")
+    window = cfg.integer("sliding_window")
+    mixers = {role: attention(cfg, window=window if role == "sliding" else None, qkv_bias=biased,
+                              output_bias=biased, sinks=True) for role in ("sliding", "full")}
+    experts = cfg.integer("num_local_experts")
+    moe = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
+                 expert_intermediate_size=cfg.integer("intermediate_size"), aux_loss_coeff=aux_loss_coeff(cfg),
+                 bias=True)
+    return _decoders([mixers[role] for role in roles], [moe] * count)
+
+
+def _dense_first_then_moe(cfg: Config, dense: DenseMLP, moe: MoEMLP | None, count: int) -> list:
+    """DeepSeek / GLM-4.5: the first ``first_k_dense_replace`` layers dense, then the MoE on every
+    ``moe_layer_freq``-th layer."""
+    if moe is None:
+        return [dense] * count
+    first_dense = cfg.integer("first_k_dense_replace", default=cfg.default("first_k_dense_replace", 0),
+                              minimum=0)
+    frequency = cfg.integer("moe_layer_freq", default=1)
+    return [moe if index >= first_dense and index % frequency == 0 else dense for index in range(count)]
+
+
+def _shared_expert_moe(cfg: Config, experts: int) -> MoEMLP:
+    expert_size = cfg.integer("moe_intermediate_size")
+    shared = cfg.integer("n_shared_experts", default=cfg.default("n_shared_experts", 0), minimum=0)
+    return MoEMLP(num_experts=experts, top_k=top_k(cfg, experts), expert_intermediate_size=expert_size,
+                  num_shared_experts=shared, shared_intermediate_size=expert_size if shared else 0)
+
+
+def deepseek(cfg: Config) -> list[LayerSpec]:
+    """DeepSeek-V2/V3 (and Kimi-K2): multi-head latent attention; dense-first-k then MoE with shared experts."""
+    heads = cfg.integer("num_attention_heads")
+    rope = cfg.integer("qk_rope_head_dim")
+    mixer = AttentionMixer(num_heads=heads, num_kv_heads=heads, head_dim=cfg.integer("qk_nope_head_dim") + rope,
+                           v_head_dim=cfg.integer("v_head_dim"), q_lora_rank=cfg.optional_integer("q_lora_rank"),
+                           kv_lora_rank=cfg.integer("kv_lora_rank"), rope_head_dim=rope)
+    count = cfg.integer("num_hidden_layers")
+    experts = cfg.optional_integer("n_routed_experts")
+    moe = _shared_expert_moe(cfg, experts) if experts is not None else None
+    return _decoders([mixer] * count, _dense_first_then_moe(cfg, DenseMLP(cfg.integer("intermediate_size")), moe, count))
+
+
+def glm4_moe(cfg: Config) -> list[LayerSpec]:
+    """GLM-4.5: grouped-query attention with biases on q, k and v (``attention_bias``; none on the output) and
+    an optional QK-norm (``use_qk_norm``); DeepSeek's dense-first-k then MoE-with-shared-experts MLPs. The
+    multi-token-prediction layers (``num_nextn_predict_layers``) are not part of the model HF builds."""
+    count = cfg.integer("num_hidden_layers")
+    mixer = attention(cfg, qkv_bias=cfg.flag("attention_bias"), qk_norm=cfg.flag("use_qk_norm"))
+    moe = _shared_expert_moe(cfg, cfg.integer("n_routed_experts"))
+    return _decoders([mixer] * count, _dense_first_then_moe(cfg, DenseMLP(cfg.integer("intermediate_size")), moe, count))
+
+
+def gpt2(cfg: Config) -> list[LayerSpec]:
+    """GPT-2 and GPT-BigCode (StarCoder): biased attention (BigCode's ``multi_query`` shares one key and value
+    head) and a biased GELU MLP of ``n_inner`` (null: 4 × ``n_embd``); the family's LayerNorm and learned
+    positions are model-level fields."""
+    hidden, heads = cfg.integer("n_embd"), cfg.integer("n_head")
+    if hidden % heads:
+        raise SpecError(cfg.field("n_head"), f"must divide n_embd ({hidden}), got {heads}")
+    kv_heads = 1 if cfg.flag("multi_query", default=cfg.default("multi_query", False)) else heads
+    mixer = AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=hidden // heads, qkv_bias=True,
+                           output_bias=True, rotary=False)
+    inner = cfg.optional_integer("n_inner") or 4 * hidden
+    block = LayerSpec(kind="decoder", mixer=mixer, mlp=DenseMLP(inner, gated=False, bias=True))
+    return [block] * cfg.integer("n_layer")

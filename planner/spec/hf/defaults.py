@@ -1,0 +1,91 @@
+"""What a HuggingFace config leaves out, as ``transformers`` fills it in.
+
+``TRANSFORMERS_DEFAULTS[model_type]`` holds, for every key the family's builder reads, the value the family's
+``transformers`` config class gives it when ``config.json`` omits it (Gemma 3 27B omits ``vocab_size``; most
+configs omit ``attention_bias``, ``use_conv_bias``, ``mlp_only_layers``...). ``TRANSFORMERS_ALIASES`` pairs a
+key with the other spelling HF accepts for it (the class's ``attribute_map``). The planner may not import
+``transformers`` (it is a test-only oracle), so the tables are written out here and
+``tests/planner/test_hf_defaults.py`` checks every entry against the config classes themselves.
+
+Keys left out: those whose HF default is derived rather than fixed (``num_key_value_heads`` = the query
+heads, ``head_dim`` = ``hidden_size / num_attention_heads``, Mamba's ``intermediate_size`` = ``expand ×
+hidden_size`` and ``time_step_rank`` ``"auto"``, GPT-2's ``n_inner`` = 4 × ``n_embd``); the builders derive
+them the same way.
+"""
+
+from __future__ import annotations
+
+_LLAMA_SHAPE = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                "num_attention_heads": 32}
+_QWEN = {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_key_value_heads": 32, "tie_word_embeddings": False, "sliding_window": 4096,
+         "use_sliding_window": False, "max_window_layers": 28}
+_MAMBA = {"vocab_size": 50280, "hidden_size": 768, "num_hidden_layers": 32, "tie_word_embeddings": True,
+          "expand": 2, "state_size": 16, "conv_kernel": 4, "time_step_rank": "auto", "use_bias": False,
+          "use_conv_bias": True}
+_GPT2 = {"vocab_size": 50257, "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "n_inner": None,
+         "tie_word_embeddings": True}
+
+TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
+    "llama": {**_LLAMA_SHAPE, "tie_word_embeddings": False},
+    "mistral": {"tie_word_embeddings": False, "sliding_window": 4096},
+    "mixtral": {"tie_word_embeddings": False, "router_aux_loss_coef": 0.001},
+    "gemma2": {"tie_word_embeddings": True},
+    "gemma3": {"tie_word_embeddings": True, "vocab_size": 262_208},
+    "gemma3_text": {"tie_word_embeddings": True, "vocab_size": 262_208},
+    "deepseek_v2": {"tie_word_embeddings": False},
+    "deepseek_v3": {"tie_word_embeddings": False, "n_shared_experts": 1, "first_k_dense_replace": 3},
+    "nemotron_h": {"tie_word_embeddings": False},
+    "qwen3_next": {"tie_word_embeddings": False, "decoder_sparse_step": 1, "router_aux_loss_coef": 0.001},
+    "minimax": {"tie_word_embeddings": False},
+    "qwen2": _QWEN,
+    "qwen3": {**_QWEN, "head_dim": 128, "attention_bias": False},
+    "qwen3_moe": {**{key: value for key, value in _QWEN.items() if key != "max_window_layers"}, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
+                  "num_key_value_heads": 4, "attention_bias": False, "num_experts": 128, "num_experts_per_tok": 8,
+                  "moe_intermediate_size": 768, "decoder_sparse_step": 1, "mlp_only_layers": None,
+                  "router_aux_loss_coef": 0.001},
+    "phi3": {"vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "tie_word_embeddings": False, "sliding_window": None},
+    "phimoe": {"vocab_size": 32064, "hidden_size": 4096, "intermediate_size": 6400, "num_hidden_layers": 32,
+               "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": False,
+               "attention_bias": False, "sliding_window": None, "num_local_experts": 16, "num_experts_per_tok": 2,
+               "router_aux_loss_coef": 0.001},
+    "mamba": _MAMBA,
+    "falcon_mamba": _MAMBA,
+    "mamba2": {"vocab_size": 32768, "hidden_size": 4096, "num_hidden_layers": 64, "num_heads": 128, "head_dim": 64,
+               "expand": 2, "state_size": 128, "conv_kernel": 4, "n_groups": 8, "tie_word_embeddings": False},
+    "jamba": {"vocab_size": 65536, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": False, "num_experts": 16,
+              "num_experts_per_tok": 2, "router_aux_loss_coef": 0.001, "mamba_d_state": 16, "mamba_d_conv": 4,
+              "mamba_expand": 2, "mamba_dt_rank": "auto", "mamba_conv_bias": True, "mamba_proj_bias": False,
+              "attn_layer_period": 8, "attn_layer_offset": 4, "expert_layer_period": 2, "expert_layer_offset": 1},
+    "granitemoehybrid": {**_LLAMA_SHAPE, "num_key_value_heads": None, "tie_word_embeddings": False,
+                         "attention_bias": False, "num_local_experts": 8, "num_experts_per_tok": 2,
+                         "router_aux_loss_coef": 0.001, "shared_intermediate_size": 1024, "mamba_n_heads": 128,
+                         "mamba_d_head": "auto", "mamba_d_state": 256, "mamba_d_conv": 4, "mamba_expand": 2,
+                         "mamba_n_groups": 1, "layer_types": None, "position_embedding_type": None},
+    "gpt_oss": {"vocab_size": 201088, "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
+                "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "tie_word_embeddings": False,
+                "attention_bias": True, "sliding_window": 128, "num_local_experts": 128, "num_experts_per_tok": 4,
+                "router_aux_loss_coef": 0.001},
+    "glm4_moe": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
+                 "num_attention_heads": 96, "num_key_value_heads": 8, "tie_word_embeddings": False,
+                 "attention_bias": False, "use_qk_norm": False, "n_routed_experts": 128, "n_shared_experts": 1,
+                 "num_experts_per_tok": 8, "moe_intermediate_size": 1408, "first_k_dense_replace": 1},
+    "gpt2": _GPT2,
+    "gpt_bigcode": {**_GPT2, "multi_query": True},
+}
+TRANSFORMERS_DEFAULTS["minimax_text_01"] = TRANSFORMERS_DEFAULTS["minimax_m1"] = TRANSFORMERS_DEFAULTS["minimax"]
+
+_GPT2_ALIASES = {"n_embd": "hidden_size", "n_head": "num_attention_heads", "n_layer": "num_hidden_layers",
+                 "n_positions": "max_position_embeddings"}
+
+TRANSFORMERS_ALIASES: dict[str, dict[str, str]] = {
+    "qwen3_moe": {"num_experts": "num_local_experts"},
+    "jamba": {"num_experts": "num_local_experts"},
+    "gpt_oss": {"num_local_experts": "num_experts"},
+    "glm4_moe": {"n_routed_experts": "num_local_experts"},
+    "granitemoehybrid": {"layer_types": "layers_block_type"},
+    "gpt2": _GPT2_ALIASES,
+    "gpt_bigcode": _GPT2_ALIASES,
+}

@@ -1,0 +1,122 @@
+"""Typed reads of a HuggingFace config mapping, and the pieces every family's builder shares.
+
+A key the config leaves out (or sets to null) takes the value the family's ``transformers`` config class
+gives it (``planner.spec.hf.defaults``); a key HF spells two ways (its ``attribute_map``, GPT-2's ``n_embd``
+for ``hidden_size``) is read under either spelling. Errors name the key as the config spells it
+(``text_config.hidden_size``, ``n_embd``).
+"""
+
+from __future__ import annotations
+
+from planner.errors import SpecError
+from planner.spec.model import AttentionMixer, LayerSpec
+from planner.validation import get_bool, get_int, get_number, join, require_list
+
+EMBEDDING = LayerSpec(kind="embedding")
+HEAD = LayerSpec(kind="head")
+
+
+class Config:
+    def __init__(self, doc: dict, path: str = "", *, defaults: dict | None = None, aliases: dict | None = None):
+        self.doc = doc
+        self.path = path
+        self.defaults = defaults or {}
+        self.aliases = aliases or {}
+
+    def _spellings(self, key: str) -> list[str]:
+        """``key`` and the other name HF accepts for it, either way round (``hidden_size`` / ``n_embd``)."""
+        other = self.aliases.get(key) or next((name for name, alias in self.aliases.items() if alias == key), None)
+        return [key, other] if other else [key]
+
+    def name(self, key: str) -> str:
+        """``key`` as this config spells it (its HF alias when only the alias is present)."""
+        return next((spelling for spelling in self._spellings(key) if self.doc.get(spelling) is not None), key)
+
+    def default(self, key: str, fallback=None):
+        """The family's ``transformers`` default for ``key`` (under either spelling), else ``fallback``."""
+        return next((self.defaults[spelling] for spelling in self._spellings(key) if spelling in self.defaults),
+                    fallback)
+
+    def _view(self, key: str, default) -> tuple[dict, str]:
+        """A one-key mapping holding the config's value, else the default (empty when there is none)."""
+        name = self.name(key)
+        if self.doc.get(name) is not None:
+            return {name: self.doc[name]}, name
+        fallback = self.default(key, ...) if default is ... else default
+        return ({} if fallback is ... or fallback is None else {name: fallback}), name
+
+    def __contains__(self, key: str) -> bool:
+        return self.doc.get(self.name(key)) is not None
+
+    def integer(self, key: str, default=..., minimum: int = 1) -> int:
+        view, name = self._view(key, default)
+        return get_int(view, name, self.path, minimum=minimum)
+
+    def optional_integer(self, key: str, minimum: int = 1) -> int | None:
+        """The value, None when the config sets null; a missing key takes the family default (often None)."""
+        name = self.name(key)
+        if name in self.doc:
+            return get_int(self.doc, name, self.path, default=None, minimum=minimum, allow_none=True)
+        return self.default(key)
+
+    def number(self, key: str, default=..., minimum: float = 0.0) -> float:
+        view, name = self._view(key, default)
+        return get_number(view, name, self.path, minimum=minimum)
+
+    def flag(self, key: str, default=...) -> bool:
+        view, name = self._view(key, default)
+        if name not in view:
+            raise SpecError(self.field(key), "is required")
+        return get_bool(view, name, self.path, default=False)
+
+    def entries(self, key: str, min_length: int = 1) -> list:
+        view, name = self._view(key, ...)
+        if name not in view:
+            raise SpecError(self.field(key), "is required")
+        return require_list(view[name], self.field(key), min_length=min_length)
+
+    def field(self, key: str) -> str:
+        return join(self.path, self.name(key))
+
+
+def attention(cfg: Config, *, window: int | None = None, head_dim_keys=("head_dim",), **flags) -> AttentionMixer:
+    """Grouped-query attention from ``num_attention_heads``, ``num_key_value_heads`` (null or absent: one per
+    query head) and the head width (``head_dim`` when given, else ``hidden_size // num_attention_heads``)."""
+    heads = cfg.integer("num_attention_heads")
+    kv_heads = cfg.optional_integer("num_key_value_heads") or heads
+    if heads % kv_heads:
+        raise SpecError(cfg.field("num_key_value_heads"),
+                        f"must divide num_attention_heads ({heads}) for grouped-query attention, got {kv_heads}")
+    head_dim = next((cfg.integer(key) for key in head_dim_keys if cfg.optional_integer(key) is not None), None)
+    if head_dim is None:   # as HF's attention modules: the floor, even where the heads do not tile hidden_size
+        head_dim = cfg.integer("hidden_size") // heads
+        if head_dim < 1:
+            raise SpecError(cfg.field("num_attention_heads"), f"must be <= hidden_size, got {heads}")
+    return AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, window=window, **flags)
+
+
+def layer_types(cfg: Config, count: int, allowed: dict[str, str], key: str = "layer_types") -> list[str]:
+    """HF's ``layer_types`` list mapped through ``allowed`` (HF name -> our role), checked entry by entry."""
+    types = cfg.entries(key)
+    if len(types) != count:
+        raise SpecError(cfg.field(key), f"has {len(types)} entries but num_hidden_layers is {count}")
+    roles = []
+    for index, value in enumerate(types):
+        if value not in allowed:
+            raise SpecError(f"{cfg.field(key)}[{index}]", f"must be one of {', '.join(allowed)}; got {value!r}")
+        roles.append(allowed[value])
+    return roles
+
+
+def top_k(cfg: Config, experts: int) -> int:
+    chosen = cfg.integer("num_experts_per_tok")
+    if chosen > experts:
+        raise SpecError(cfg.field("num_experts_per_tok"), f"must be <= the number of experts ({experts}), got {chosen}")
+    return chosen
+
+
+def aux_loss_coeff(cfg: Config) -> float:
+    """The load-balancing loss weight HF's MoE models train with (``router_aux_loss_coef``). DeepSeek's
+    ``aux_loss_alpha`` is left out: it weighs a sequence-wise loss (and V3 balances mainly with a routing bias),
+    not the batch-wise loss the executor computes."""
+    return cfg.number("router_aux_loss_coef", default=cfg.default("router_aux_loss_coef", 0.0))

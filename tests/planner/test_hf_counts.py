@@ -1,0 +1,120 @@
+"""Imported parameter counts against an independent oracle: ``transformers`` builds each fixture's model on the
+meta device (no memory) and counts it. Ours must equal that count less the parts our model leaves out, each
+named here by the HF parameters it consists of, and be within 0.5 % of it.
+
+The fixtures are the released ``config.json`` files of the models named (Phi-3.5-MoE's 64-entry long-RoPE factor
+lists are left out of its fixture: RoPE holds no parameters).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from planner.cost import count_parameters
+from planner.spec.hf import import_hf_config
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+TOLERANCE = 0.005
+
+EXTRA_GEMMA_NORMS = ("Gemma's norms before and after each MLP", r"(pre|post)_feedforward_layernorm\.weight$", 1)
+
+# fixture -> (transformers model_type to build, when the config's own is not one, [(what we leave out,
+# HF parameter names it consists of, the share of those parameters it is)])
+CASES = {
+    "llama-3-8b": (None, []),
+    "mixtral-8x7b": (None, []),
+    "deepseek-v2-lite": (None, []),
+    "deepseek-v3": (None, []),
+    "kimi-k2": ("deepseek_v3", []),   # model_type kimi_k2 has no transformers class; its architectures is V3's
+    "nemotron-h-8b": (None, []),
+    "minimax-text-01": ("minimax", []),
+    "gemma-2-9b": (None, [EXTRA_GEMMA_NORMS]),
+    "qwen3-next-80b-a3b": (None, [
+        ("the attention output gate (half of each full-attention q_proj)", r"self_attn\.q_proj\.weight$", 0.5),
+        ("the shared expert's gate", r"shared_expert_gate\.weight$", 1)]),
+    "qwen2.5-7b": (None, []),
+    "qwen3-8b": (None, []),
+    "qwen3-30b-a3b": (None, []),
+    "phi-3-mini-4k": (None, []),
+    "phi-3.5-moe": (None, [("the head's bias (lm_head_bias)", r"^lm_head\.bias$", 1)]),
+    "mamba-2.8b-hf": (None, []),
+    "falcon-mamba-7b": (None, []),
+    "mamba-codestral-7b": (None, []),
+    "jamba-v0.1": (None, [("the Mamba mixers' RMSNorms of dt, B and C", r"mamba\.(dt|b|c)_layernorm\.weight$", 1)]),
+    "granite-4.0-h-small": (None, []),
+    "granite-4.0-h-tiny": (None, []),
+    "gpt-oss-20b": (None, []),
+    "gpt-oss-120b": (None, []),
+    "glm-4.5": (None, []),
+    "glm-4.5-air": (None, []),
+    "gpt2": (None, []),
+    "starcoder": (None, []),
+}
+
+
+def fixture(name: str) -> dict:
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+def hf_converted(config: dict) -> dict:
+    """MiniMax-Text-01's own ``attn_type_list`` in the spelling of its ``-hf`` conversion (``layer_types``), the
+    one ``transformers``' ``MiniMaxConfig`` reads."""
+    if "attn_type_list" not in config:
+        return config
+    types = ["full_attention" if value else "linear_attention" for value in config["attn_type_list"]]
+    return {**config, "layer_types": types}
+
+
+def transformers_parameters(config: dict, model_type: str | None = None) -> dict[str, int]:
+    """Every distinct parameter of the model ``transformers`` builds from ``config``, by name (tied tables once)."""
+    keys = {key: value for key, value in hf_converted(config).items()
+            if key not in ("model_type", "quantization_config")}
+    hf_config = AutoConfig.for_model(model_type or config["model_type"], **keys)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config)
+    return {name: parameter.numel() for name, parameter in model.named_parameters()}
+
+
+def text_model_parameters(config: dict) -> dict[str, int]:
+    """Gemma 3's language model alone, as ``Gemma3ForCausalLM`` builds it from the ``text_config``."""
+    return transformers_parameters({**config["text_config"], "model_type": "gemma3_text"})
+
+
+def left_out(parameters: dict[str, int], parts) -> int:
+    total = 0
+    for what, pattern, share in parts:
+        matched = sum(count for name, count in parameters.items() if re.search(pattern, name))
+        assert matched, f"{what}: no transformers parameter matches {pattern}"
+        total += round(matched * share)
+    return total
+
+
+def test_every_fixture_has_a_count_case():
+    assert {path.stem for path in FIXTURES.glob("*.json")} == set(CASES) | {"gemma-3-27b"}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_imported_parameters_equal_transformers_less_the_named_parts(name):
+    model_type, parts = CASES[name]
+    config = fixture(name)
+    reference = transformers_parameters(config, model_type)
+    expected = sum(reference.values())
+    ours = count_parameters(import_hf_config(config))
+    assert ours == expected - left_out(reference, parts)
+    assert abs(ours - expected) <= TOLERANCE * expected
+
+
+def test_gemma3_counts_its_language_model_and_names_the_vision_tower():
+    config = fixture("gemma-3-27b")
+    full, text = transformers_parameters(config), text_model_parameters(config)
+    vision = sum(count for name, count in full.items() if re.search(r"vision_tower|multi_modal_projector", name))
+    assert sum(full.values()) - sum(text.values()) == vision
+    ours = count_parameters(import_hf_config(config))
+    assert ours == sum(text.values()) - left_out(text, [EXTRA_GEMMA_NORMS])
+    assert abs(ours - sum(text.values())) <= TOLERANCE * sum(text.values())

@@ -1,0 +1,74 @@
+"""The defaults and aliases the importer fills in for keys a config leaves out are those of ``transformers``' config
+classes: entry by entry, and end to end (a config that is only a ``model_type`` imports as the model
+``transformers`` builds from its class defaults, parameter for parameter)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+from planner.cost import count_parameters
+from planner.spec.hf import FAMILIES, import_hf_config
+from planner.spec.hf.defaults import TRANSFORMERS_ALIASES, TRANSFORMERS_DEFAULTS
+
+# Our model types that transformers knows under another name (MiniMax's checkpoint names; Gemma 3's text model,
+# whose keys sit under text_config).
+TRANSFORMERS_CLASS_OF = {"minimax_text_01": "minimax", "minimax_m1": "minimax", "gemma3": "gemma3_text"}
+
+# Families every key of which has a transformers default (the others need their sizes in the config).
+FULLY_DEFAULTED = ("qwen2", "qwen3", "qwen3_moe", "phi3", "phimoe", "mamba", "falcon_mamba", "mamba2", "jamba",
+                   "granitemoehybrid", "gpt_oss", "glm4_moe", "gpt2", "gpt_bigcode", "llama")
+
+# What our model of a family leaves out (as tests/planner/test_hf_counts.py names it): Jamba's dt/B/C norms.
+LEFT_OUT = {"jamba": r"mamba\.(dt|b|c)_layernorm\.weight$"}
+
+
+def class_defaults(model_type: str) -> dict:
+    config_class = CONFIG_MAPPING[TRANSFORMERS_CLASS_OF.get(model_type, model_type)]
+    return {field.name: field.default for field in dataclasses.fields(config_class)}
+
+
+def test_every_family_has_a_defaults_table_with_its_tie_default():
+    assert set(TRANSFORMERS_DEFAULTS) == set(FAMILIES)
+    assert all("tie_word_embeddings" in table for table in TRANSFORMERS_DEFAULTS.values())
+
+
+@pytest.mark.parametrize("model_type", sorted(TRANSFORMERS_DEFAULTS))
+def test_each_default_is_the_config_class_default(model_type):
+    theirs = class_defaults(model_type)
+    for key, ours in TRANSFORMERS_DEFAULTS[model_type].items():
+        assert key in theirs, f"{model_type}: {key} is not a field of the transformers config class"
+        assert theirs[key] == ours, f"{model_type}.{key}: ours {ours!r}, transformers {theirs[key]!r}"
+
+
+@pytest.mark.parametrize("model_type", sorted(TRANSFORMERS_ALIASES))
+def test_each_alias_is_in_the_config_class_attribute_map(model_type):
+    attribute_map = CONFIG_MAPPING[model_type].attribute_map
+    for key, alias in TRANSFORMERS_ALIASES[model_type].items():
+        assert attribute_map.get(key) == alias or attribute_map.get(alias) == key, f"{model_type}: {key}/{alias}"
+
+
+@pytest.mark.parametrize("model_type", FULLY_DEFAULTED)
+def test_a_bare_model_type_imports_as_transformers_default_model(model_type):
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type))
+    expected = sum(parameter.numel() for name, parameter in model.named_parameters()
+                   if not (model_type in LEFT_OUT and re.search(LEFT_OUT[model_type], name)))
+    assert count_parameters(import_hf_config({"model_type": model_type})) == expected
+
+
+@pytest.mark.parametrize("model_type, alias_doc", [
+    ("gpt2", {"hidden_size": 1600, "num_attention_heads": 25, "num_hidden_layers": 48}),
+    ("qwen3_moe", {"num_local_experts": 64}),
+    ("granitemoehybrid", {"layers_block_type": ["mamba", "attention"], "num_hidden_layers": 2}),
+])
+def test_a_key_spelled_as_its_alias_is_read(model_type, alias_doc):
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **alias_doc))
+    expected = sum(parameter.numel() for parameter in model.parameters())
+    assert count_parameters(import_hf_config({"model_type": model_type, **alias_doc})) == expected
