@@ -23,7 +23,7 @@ import yaml
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
 from planner.calibrate import (after_warmup, measure_message_overhead, observed_iteration_ms, recalibrate,
                                with_message_overhead)
-from planner.cluster import ClusterSpec, load_cluster, load_cluster_preset, preset_names
+from planner.cluster import ClusterSpec, is_cluster_preset, load_cluster, load_cluster_preset, preset_names
 from planner.cost import analytic_profile
 from planner.errors import PlanError, SpecError
 from planner.exports import EXPORT_FORMATS, export_plan
@@ -114,10 +114,12 @@ def read_cluster(value: str | None) -> ClusterSpec | None:
         return None
     if Path(value).is_file():
         return _load("--cluster", load_cluster, _read_document(Path(value), "--cluster"))
-    if value in preset_names():
-        return load_cluster_preset(value)
+    if is_cluster_preset(value):
+        return _load("--cluster", load_cluster_preset, value)
     raise InputError("--cluster", SpecError("cluster", f"{value!r} is neither a file nor a cluster preset "
-                                                       f"(presets: {', '.join(preset_names())})"))
+                                                       f"(presets: {', '.join(preset_names())}, or "
+                                                       f"'<device>-<nodes>x<gpus per node>' such as "
+                                                       f"'h100-sxm-1024x8')"))
 
 
 def read_model(value: str, option: str = "--model") -> ModelSpec:
