@@ -221,7 +221,8 @@ def _layer_params(job: Job) -> list[LayerParams]:
 def _rank_memory(job: Job, config: ParallelConfig, rank: int, params: list[LayerParams], in_flight: float,
                  layers: list[int], modes: list[str]) -> GpuMemory:
     workspace = 0.0
-    recomputed = [index for index in layers if modes[index] == "full"]
+    recomputed = [index for index in layers
+                  if modes[index] == "full" and job.model.layers[index].kind not in ("embedding", "head")]
     if recomputed:
         # the layer whose forward is recomputed holds its whole activations during its backward
         works = _works(job, config)

@@ -56,7 +56,13 @@ class HybridResult:
         predicted = dict(doc.get("predicted") or {})
         predicted.update(self.best.metrics())
         predicted["memory"] = [memory.to_dict() for memory in self.best.memory]
+        # the pipeline simulator's per-device memory knows no sharding: replace it with the job's accounting
+        predicted["per_device"] = [
+            {**device, "peak_memory_bytes": round(memory.total), "activation_peak_bytes": round(memory.activations),
+             "model_state_bytes": round(memory.params + memory.gradients + memory.optimizer)}
+            for device, memory in zip(predicted.get("per_device", []), self.best.memory)]
         doc["predicted"] = predicted
+        doc.setdefault("meta", {})["memory_limit_bytes"] = self.best.job.cluster.device.memory_bytes
         return doc
 
     def to_dict(self, ranks: bool = True) -> dict:
