@@ -72,10 +72,22 @@ class ParallelConfig:
                 "distributed_optimizer": self.distributed_optimizer}
 
     def short(self) -> str:
-        """One line for a table cell: ``TP8 CP1 PP4 DP32 EP1 mbs1 m56 full ZeRO-1``."""
-        recompute = self.recompute if isinstance(self.recompute, str) else "/".join(self.recompute)
+        """One line for a table cell: ``TP8 CP1 PP4 DP32 EP1 mbs1 m56 full ZeRO-1`` (per-stage recomputation as
+        runs: ``full*3,none*1``)."""
+        recompute = self.recompute if isinstance(self.recompute, str) else ",".join(
+            f"{mode}*{count}" for mode, count in _runs(self.recompute))
         return (f"TP{self.tp} CP{self.cp} PP{self.pp} DP{self.dp} EP{self.ep} mbs{self.microbatch_size} "
                 f"m{self.num_microbatches} {recompute}{' ZeRO-1' if self.distributed_optimizer else ''}")
+
+
+def _runs(modes: tuple[str, ...]) -> list[tuple[str, int]]:
+    runs: list[tuple[str, int]] = []
+    for mode in modes:
+        if runs and runs[-1][0] == mode:
+            runs[-1] = (mode, runs[-1][1] + 1)
+        else:
+            runs.append((mode, 1))
+    return runs
 
 
 def load_parallel(doc: object, path: str = "parallel") -> ParallelConfig:

@@ -258,10 +258,13 @@ def score_plan(job: Job, config: ParallelConfig, plan: Plan, schedule: str, chun
                  extra={"bubble_ratio": simulation.bubble_ratio})
 
 
-def shard_profile(job: Job, config: ParallelConfig) -> tuple[Profile, ClusterSpec]:
-    """The profile and pipeline cluster a pure-PP planner (baseline or AdaPtis search) plans on, with the
-    configuration's recomputation on every layer."""
+def shard_profile(job: Job, config: ParallelConfig, chunks: int = 1) -> tuple[Profile, ClusterSpec]:
+    """The profile and pipeline cluster a pure-PP planner (baseline or AdaPtis search) plans on; a per-stage
+    recomputation applies to the stages of Megatron's uniform partition into ``pp x chunks`` stages."""
     mapping = RankMapping(config, job.cluster)
-    modes = [config.recompute_of(0)] * job.model.num_layers
+    if isinstance(config.recompute, str):
+        modes = [config.recompute] * job.model.num_layers
+    else:
+        modes = recompute_per_layer(config, uniform_stages(job.model, config.pp * chunks), job.model.num_layers)
     times = layer_times(job.model, job.cluster, config, mapping, job.seq_len, modes, job.options)
     return pipeline_profile(job, times, _layer_params(job), config), mapping.pipeline_cluster()

@@ -3,7 +3,9 @@
 1. Enumerate (tp, cp, pp, dp, ep, micro-batch size, recomputation, schedule chunks) that the model and the
    GPU count allow (``candidates``); pinned degrees are kept as given.
 2. Score each with the closed form (``planner.parallel.evaluate.estimate``) and drop those whose fullest
-   GPU does not fit its memory — memory first, so nothing that cannot run is ranked.
+   GPU does not fit its memory — memory first, so nothing that cannot run is ranked. The fastest fully
+   recomputed ones are also tried with recomputation on the first pipeline ranks only (``recompute`` per
+   stage), which hold the most micro-batches in flight.
 3. Simulate the best few with Megatron's schedules (1F1B, interleaved 1F1B) on the real pipeline links,
    then run the AdaPtis pure-PP search (``planner.search.search_plan``: partition x placement x schedule)
    inside the best configurations; its plan is kept when it fits and is faster.
@@ -15,13 +17,13 @@ Everything the web needs comes out of ``HybridResult.to_dict()`` as plain JSON v
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from planner.baselines import build_baseline
 from planner.cluster import ClusterSpec
 from planner.errors import SpecError
-from planner.layout import layer_codes_from_profile, plan_layout_string
+from planner.layout import layer_codes_from_spec, plan_layout_string
 from planner.parallel.config import DEGREES, RECOMPUTE_MODES, ParallelConfig
 from planner.parallel.cost import CostOptions
 from planner.parallel.evaluate import Job, Score, estimate, score_plan, shard_profile
@@ -32,6 +34,7 @@ PIN_KEYS = DEGREES + ("microbatch_size", "recompute", "distributed_optimizer", "
 MICROBATCH_SIZES = (1, 2, 4, 8)
 SEARCHED_RECOMPUTE = ("none", "full")   # selective equals none under FlashAttention (planner.parallel.cost)
 MAX_CHUNKS = 2
+PARTIAL_RECOMPUTE_TRIES = 16            # fully recomputed configurations tried with recomputation on fewer ranks
 SIMULATED = 4                           # configurations simulated after the closed form
 REFINED = 2                             # of which the AdaPtis search refines the best
 MAX_REFINED_ACTIONS = 20_000            # pipelines larger than this (stages x micro-batches) keep their schedule
@@ -211,6 +214,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, glob
         raise SpecError("memory", f"no configuration fits {cluster.device.name}'s "
                                   f"{cluster.device.memory_bytes:,} bytes: the closest "
                                   f"({closest.config.short()}) needs {round(closest.peak_memory_bytes):,}")
+    fitting = sorted(fitting + _partial_recompute(job, fitting, pins), key=lambda score: score.iteration_ms)
     report(0.2, f"{len(fitting)} of {len(scores)} fit in memory; simulating the best {SIMULATED}")
     simulated = []
     for score in _distinct(fitting, SIMULATED):
@@ -221,7 +225,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, glob
         deadline = started + time_budget_s
         for index, score in enumerate(list(simulated[:REFINED])):
             remaining = deadline - time.monotonic()
-            if remaining <= 1 or score.config.pp == 1 or \
+            if remaining <= 1 or score.config.pp == 1 or not isinstance(score.config.recompute, str) or \
                     score.config.pp * score.chunks * score.config.num_microbatches > MAX_REFINED_ACTIONS:
                 continue
             report(0.4 + 0.5 * index / REFINED, f"AdaPtis search inside {score.config.short()}")
@@ -238,6 +242,25 @@ def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, glob
                         stats={"simulated": len(simulated), "refined_by_adaptis": refined})
 
 
+def _partial_recompute(job: Job, fitting: list[Score], pins: dict) -> list[Score]:
+    """Full recomputation only where memory needs it: 1F1B keeps ``p - r`` micro-batches on pipeline rank r,
+    so the first ranks need recomputation long before the last. For the fastest fully recomputed
+    configurations, recompute on the first k ranks only, for the smallest k that fits."""
+    if "recompute" in pins:
+        return []
+    found = []
+    recomputed = [score for score in fitting if score.config.recompute == "full" and score.config.pp > 1]
+    for score in recomputed[:PARTIAL_RECOMPUTE_TRIES]:
+        config, stages = score.config, score.config.pp * score.chunks
+        for ranks in range(1, config.pp):
+            modes = tuple("full" if stage % config.pp < ranks else "none" for stage in range(stages))
+            partial = estimate(job, replace(config, recompute=modes), score.chunks)
+            if partial.fits:
+                found.append(partial)
+                break
+    return found
+
+
 def _distinct(scores: list[Score], count: int) -> list[Score]:
     chosen, seen = [], set()
     for score in scores:
@@ -251,16 +274,21 @@ def _distinct(scores: list[Score], count: int) -> list[Score]:
 
 
 def _simulate_schedule(job: Job, score: Score) -> Score:
-    """The closed form's schedule built as a plan on the pipeline ranks and simulated."""
+    """The closed form's schedule built as a plan on the pipeline ranks and simulated; 1F1B when the
+    micro-batch count does not suit the interleaved schedule's rounds."""
     config = score.config
-    profile, pipeline_cluster = shard_profile(job, config)
-    schedule = "1f1b" if score.chunks == 1 else "interleaved-1f1b"
-    try:
-        plan = build_baseline(schedule, profile, config.pp, config.num_microbatches, cluster=pipeline_cluster,
-                              chunks=max(2, score.chunks))
-    except SpecError:
-        return score
-    return _finish(job, score, plan, schedule)
+    profile, pipeline_cluster = shard_profile(job, config, score.chunks)
+    if score.chunks > 1:
+        try:
+            plan = build_baseline("interleaved-1f1b", profile, config.pp, config.num_microbatches,
+                                  cluster=pipeline_cluster, chunks=score.chunks)
+            return _finish(job, score, plan, "interleaved-1f1b")
+        except SpecError:
+            if not isinstance(config.recompute, str):
+                return score
+            score = estimate(job, config, 1)
+    plan = build_baseline("1f1b", profile, config.pp, config.num_microbatches, cluster=pipeline_cluster)
+    return _finish(job, score, plan, "1f1b")
 
 
 def _adaptis(job: Job, score: Score, budget_s: float) -> Score | None:
@@ -283,8 +311,7 @@ def _finish(job: Job, score: Score, plan, schedule: str) -> Score:
     plan.parallel = config
     plan.meta = dict(plan.meta)
     scored = score_plan(job, config, plan, schedule, score.chunks)
-    profile, _ = shard_profile(job, config)
-    plan.meta.update({"layout": plan_layout_string(plan, layer_codes_from_profile(profile)),
+    plan.meta.update({"layout": plan_layout_string(plan, layer_codes_from_spec(job.model)),
                       "model": job.model.name, "cluster": job.cluster.name, "gpus": job.gpus,
                       "seq_len": job.seq_len, "global_batch": job.global_batch,
                       "rank_mapping": RankMapping(config, job.cluster).to_dict(0)})

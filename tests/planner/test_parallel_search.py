@@ -102,3 +102,18 @@ def test_the_cli_names_a_bad_pin(capsys):
                  "--global-batch", "32", "--ep", "2"])
     assert code == 3
     assert json.loads(capsys.readouterr().err)["error"]["field"] == "ep"
+
+
+def test_recomputation_is_kept_to_the_first_pipeline_ranks_when_that_is_enough():
+    job = ("gemma-3-27b", "h100-sxm-2x8", 16, 8192, 64)
+    pins = {"tp": 2, "pp": 8, "microbatch_size": 1}
+    with pytest.raises(SpecError) as error:
+        search(*job, {**pins, "recompute": "none"}, refine=False)
+    assert error.value.field == "memory"
+    everywhere = search(*job, {**pins, "recompute": "full"}, refine=False).best
+    best = search(*job, pins, refine=False).best
+    modes = best.config.recompute
+    assert not isinstance(modes, str) and modes[0] == "full" and modes[-1] == "none"
+    assert len(modes) == len(best.plan.stages)
+    assert best.fits and best.iteration_ms < everywhere.iteration_ms
+    assert load_plan(json.loads(json.dumps(best.plan.to_dict()))).parallel.recompute == modes
