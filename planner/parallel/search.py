@@ -214,8 +214,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, glob
         raise SpecError("memory", f"no configuration fits {cluster.device.name}'s "
                                   f"{cluster.device.memory_bytes:,} bytes: the closest "
                                   f"({closest.config.short()}) needs {round(closest.peak_memory_bytes):,}")
-    fitting = sorted(fitting + _partial_recompute(job, fitting, pins), key=lambda score: score.iteration_ms)
+    pruned = len(scores) - len(fitting)
     report(0.2, f"{len(fitting)} of {len(scores)} fit in memory; simulating the best {SIMULATED}")
+    fitting = sorted(fitting + _partial_recompute(job, fitting, pins), key=lambda score: score.iteration_ms)
     simulated = []
     for score in _distinct(fitting, SIMULATED):
         simulated.append(_simulate_schedule(job, score))
@@ -238,7 +239,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, glob
     others = ranked[1:] + [score for score in fitting[SIMULATED:] if score.config != best.config]
     report(1.0, f"done: {best.config.short()} {best.iteration_ms:.0f} ms")
     return HybridResult(best=best, runners_up=others[:runners_up], considered=len(scores),
-                        pruned_by_memory=len(scores) - len(fitting), seconds=time.monotonic() - started,
+                        pruned_by_memory=pruned, seconds=time.monotonic() - started,
                         stats={"simulated": len(simulated), "refined_by_adaptis": refined})
 
 
