@@ -204,7 +204,7 @@ def print_llama_3() -> None:
         predicted = metrics["mfu"] * 989
         print(f"| Table 4 | {run.gpus} | {run.tp} | {run.cp} | {run.pp} | {run.dp} | {run.seq_len} | "
               f"{run.dp * run.sequences_per_dp} | {run.tflops_per_gpu:.0f} | {predicted:.0f} | "
-              f"{predicted / run.tflops_per_gpu - 1:+.1%} | {best.config.short().split(' m')[1].split(' ', 1)[1]} "
+              f"{predicted / run.tflops_per_gpu - 1:+.1%} | {best.config.recompute_text()} "
               f"{best.schedule} v={best.chunks} | {'yes' if best.fits else 'NO'} "
               f"({best.peak_memory_bytes / 2**30:.1f}) |")
 

@@ -71,11 +71,16 @@ class ParallelConfig:
                 "recompute": self.recompute if isinstance(self.recompute, str) else list(self.recompute),
                 "distributed_optimizer": self.distributed_optimizer}
 
+    def recompute_text(self) -> str:
+        """``full``, or per stage as runs: ``full*3,none*1``."""
+        if isinstance(self.recompute, str):
+            return self.recompute
+        return ",".join(f"{mode}*{count}" for mode, count in _runs(self.recompute))
+
     def short(self) -> str:
         """One line for a table cell: ``TP8 CP1 PP4 DP32 EP1 mbs1 m56 full ZeRO-1`` (per-stage recomputation as
         runs: ``full*3,none*1``)."""
-        recompute = self.recompute if isinstance(self.recompute, str) else ",".join(
-            f"{mode}*{count}" for mode, count in _runs(self.recompute))
+        recompute = self.recompute_text()
         return (f"TP{self.tp} CP{self.cp} PP{self.pp} DP{self.dp} EP{self.ep} mbs{self.microbatch_size} "
                 f"m{self.num_microbatches} {recompute}{' ZeRO-1' if self.distributed_optimizer else ''}")
 
