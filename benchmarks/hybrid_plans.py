@@ -45,7 +45,8 @@ def main() -> int:
         seconds = time.process_time() - started
         best = result.best.metrics()
         runner = result.runners_up[0] if result.runners_up else None
-        runner_text = f"{runner.config.short()} ({runner.iteration_ms / 1e3:.2f})" if runner else "-"
+        runner_text = (f"{runner.config.short()} {runner.schedule} ({runner.iteration_ms / 1e3:.2f})" if runner
+                       else "-")
         print(f"| {model} | {cluster} | {gpus} | {seq_len} × {batch} | {result.best.config.short()} | "
               f"{best['schedule']} | {best['iteration_ms'] / 1e3:.2f} | {best['tokens_per_s']:,.0f} | "
               f"{best['mfu']:.1%} | {best['hardware_tflops_per_gpu']:.0f} | {best['peak_memory_bytes'] / 2**30:.1f} | "

@@ -157,7 +157,7 @@ def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_
 
 def ring_collective_ms(nbytes: float, group: GroupSpan) -> float:
     """One ring all-gather or reduce-scatter of an ``nbytes`` buffer (the full, gathered size)."""
-    if group.size == 1:
+    if group.size == 1 or nbytes == 0:
         return 0.0
     return (group.size - 1) / group.size * nbytes / (group.ring_bandwidth_gb_s() * 1e6) \
         + (group.size - 1) * group.latency_us() * 1e-3
@@ -262,12 +262,6 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
                                 executed_flops=executed / shards, activation_bytes=activation,
                                 output_bytes=4 if layer.kind == "head" else output_bytes))
     return result
-
-
-def model_flops_per_microbatch(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_len: int) -> float:
-    """Model FLOPs of one micro-batch (F + B + W, no recomputation): MFU's numerator (PaLM, Chowdhery et al.
-    2022, App. B, with causal attention counted as executed)."""
-    return sum(work.model_flops for work in layer_work(spec, cluster, microbatch_size, seq_len))
 
 
 # ---- data-parallel step end ---------------------------------------------------------------------------

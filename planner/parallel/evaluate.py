@@ -9,7 +9,7 @@ all-reduce of a tied embedding's gradient between the two pipeline ends (Megatro
 ``_allreduce_embedding_grads``).
 
 The closed form (``estimate``) uses Megatron's uniform partition (the same number of blocks per virtual
-stage, embedding first, head last) and the 1F1B / interleaved makespan ``(m - 1)·T_max + ΣT_r / v``
+stage, embedding first, head last) and the 1F1B / interleaved makespan ``m·T_max + (ΣT_r - T_max) / v``
 (Narayanan et al. 2021, Sec. 2.2: the bubble is ``(p - 1)/v`` stage times), and the schedules'
 in-flight micro-batches (``p - r`` on rank r for 1F1B; Megatron's ``2(p - r - 1) + (v - 1)p + 1`` chunk
 micro-batches with v chunks).
@@ -193,7 +193,8 @@ def estimate(job: Job, config: ParallelConfig, chunks: int = 1) -> Score:
     rank_ms = [sum(times[i].forward + times[i].backward_input + times[i].backward_weight for i in layers)
                for layers in rank_layers]
     transfer = point_to_point_ms(times[0].output_bytes, mapping.span("pp")) if pp > 1 else 0.0
-    pipeline_ms = (m - 1) * max(rank_ms) + sum(rank_ms) / chunks + 2 * (pp - 1) * chunks * transfer
+    slowest = max(rank_ms)
+    pipeline_ms = m * slowest + (sum(rank_ms) - slowest) / chunks + 2 * (pp - 1) * chunks * transfer
     params = rank_params(job.model, _layer_params(job), rank_layers)
     memory = []
     for rank, layers in enumerate(rank_layers):

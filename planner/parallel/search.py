@@ -224,23 +224,37 @@ def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, glob
     refined = 0
     if refine:
         deadline = started + time_budget_s
-        for index, score in enumerate(list(simulated[:REFINED])):
+        chosen, configs = [], set()
+        for score in simulated:   # the best few distinct configurations the AdaPtis search can afford
+            if (score.config not in configs and score.config.pp > 1 and isinstance(score.config.recompute, str)
+                    and score.config.pp * score.chunks * score.config.num_microbatches <= MAX_REFINED_ACTIONS):
+                configs.add(score.config)
+                chosen.append(score)
+        chosen = chosen[:REFINED]
+        for index, score in enumerate(chosen):
             remaining = deadline - time.monotonic()
-            if remaining <= 1 or score.config.pp == 1 or not isinstance(score.config.recompute, str) or \
-                    score.config.pp * score.chunks * score.config.num_microbatches > MAX_REFINED_ACTIONS:
-                continue
+            if remaining <= 1:
+                break
             report(0.4 + 0.5 * index / REFINED, f"AdaPtis search inside {score.config.short()}")
-            better = _adaptis(job, score, remaining / (REFINED - index))
+            better = _adaptis(job, score, remaining / (len(chosen) - index))
             refined += 1
             if better is not None and better.fits and better.iteration_ms < score.iteration_ms:
                 simulated.append(better)
     ranked = sorted(simulated, key=lambda score: (not score.fits, score.iteration_ms))
     best = ranked[0]
-    others = ranked[1:] + [score for score in fitting[SIMULATED:] if score.config != best.config]
+    simulated_keys = {(score.config, score.chunks) for score in simulated}
+    others = _distinct(ranked[1:] + [score for score in fitting[SIMULATED:]
+                                     if (score.config, score.chunks) not in simulated_keys], runners_up,
+                       exclude=_key(best))
     report(1.0, f"done: {best.config.short()} {best.iteration_ms:.0f} ms")
-    return HybridResult(best=best, runners_up=others[:runners_up], considered=len(scores),
+    return HybridResult(best=best, runners_up=others, considered=len(scores),
                         pruned_by_memory=pruned, seconds=time.monotonic() - started,
                         stats={"simulated": len(simulated), "refined_by_adaptis": refined})
+
+
+def _key(score: Score) -> tuple:
+    """What tells two scored plans apart: the configuration and the schedule (chunks only for Megatron's)."""
+    return (score.config, score.schedule, 0 if score.schedule == "adaptis" else score.chunks)
 
 
 def _partial_recompute(job: Job, fitting: list[Score], pins: dict) -> list[Score]:
@@ -262,10 +276,10 @@ def _partial_recompute(job: Job, fitting: list[Score], pins: dict) -> list[Score
     return found
 
 
-def _distinct(scores: list[Score], count: int) -> list[Score]:
-    chosen, seen = [], set()
+def _distinct(scores: list[Score], count: int, exclude: tuple | None = None) -> list[Score]:
+    chosen, seen = [], {exclude}
     for score in scores:
-        key = (score.config, score.chunks)
+        key = _key(score)
         if key not in seen:
             seen.add(key)
             chosen.append(score)

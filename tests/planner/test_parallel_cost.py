@@ -100,3 +100,33 @@ def test_the_benchmarks_gpt_models_have_the_published_parameter_counts(run):
     paper = 12 * l * h * h * (1 + 13 / (12 * h) + (vocab + s) / (12 * l * h))   # Narayanan et al. 2021, eq. 2
     # the paper counts biases, LayerNorm's shift and learned positions (under 0.5 %); our GPT has none
     assert count_parameters(published_runs.gpt_model(run)) == pytest.approx(paper, rel=0.005)
+
+
+def test_data_parallel_reduce_scatter_and_gather_cross_the_nics_and_hide_behind_compute_when_overlapped():
+    from planner.parallel.cost import data_parallel_ms, exposed_data_parallel_ms
+
+    config = ParallelConfig(tp=8, dp=16)
+    mapping = RankMapping(config, H100)
+    grad_ms, param_ms = data_parallel_ms(1e9, 0.0, config, mapping, CostOptions())
+    # one GPU per node in each DP group: the ring runs at the NIC's 50 GB/s, 8 us a hop
+    assert grad_ms == pytest.approx(15 / 16 * 4e9 / 50e9 * 1e3 + 15 * 8e-3)
+    assert param_ms == pytest.approx(15 / 16 * 2e9 / 50e9 * 1e3 + 15 * 8e-3)
+    without_zero = data_parallel_ms(1e9, 0.0, ParallelConfig(tp=8, dp=16, distributed_optimizer=False), mapping,
+                                    CostOptions())
+    assert without_zero == (pytest.approx(2 * grad_ms), 0.0)   # all-reduce, nothing to gather
+    assert exposed_data_parallel_ms(grad_ms, param_ms, 50.0, 20.0, CostOptions()) == pytest.approx(
+        (grad_ms - 50.0) + (param_ms - 20.0))
+    assert exposed_data_parallel_ms(grad_ms, param_ms, 500.0, 500.0, CostOptions()) == 0.0
+    assert exposed_data_parallel_ms(grad_ms, param_ms, 500.0, 500.0, CostOptions(overlap_dp=False)) == \
+        pytest.approx(grad_ms + param_ms)
+
+
+def test_context_parallel_ring_is_charged_only_where_it_outlasts_the_attention_kernel():
+    model = gpt()
+    config = ParallelConfig(cp=8, dp=2)
+    mapping = RankMapping(config, H100)
+    work = layer_work(model, H100, 1, 2048)[1]
+    forward, _ = layer_comm_ms(model.layers[1], work, model, config, mapping, 2048)
+    chunk = 2048 / 8 * 32 * (128 + 128) * 2                   # local K and V, bf16
+    ring = 7 * (chunk / 450e9 * 1e3 + 3e-3)
+    assert forward == pytest.approx(max(0.0, ring - work.attention_core_ms / 8))
