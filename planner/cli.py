@@ -191,15 +191,38 @@ def _report_written(target: str, summary: dict) -> None:
 
 # ---- subcommands --------------------------------------------------------------------------------------
 
-@subcommand("simulate", "Simulate a plan on a profile and print its metrics as JSON.", [
-    argument("plan", help="plan file (adaptis.plan/v1)"), PROFILE, CLUSTER,
-    argument("--timeline", action="store_true", help="include every action's start/end and every transfer"),
+@subcommand("simulate", "Simulate a plan on a profile (v1) or inside its hybrid job (v2) and print its metrics.", [
+    argument("plan", help="plan file (adaptis.plan/v1 or /v2)"),
+    argument("--profile", metavar="P", help="v1: profile file or model preset, profiled analytically on --cluster"),
+    argument("--model", metavar="M", help="v2: model preset, adaptis.model/v1 file or HF config.json"),
+    argument("--seq-len", type=int, metavar="S", help="v2: tokens per sequence (default: the plan's meta.seq_len)"),
+    CLUSTER,
+    argument("--timeline", action="store_true", help="v1: include every action's start/end and every transfer"),
 ])
 def simulate_command(args: argparse.Namespace) -> int:
+    plan = read_plan(args.plan)
+    if plan.parallel is not None:
+        return _simulate_hybrid(plan, args)
+    if args.profile is None:
+        raise UsageError("an adaptis.plan/v1 plan needs --profile")
     cluster = read_cluster(args.cluster)
     profile = read_profile(args.profile, cluster)
-    simulation = simulate(read_plan(args.plan), profile, cluster)
+    simulation = simulate(plan, profile, cluster)
     print_json(simulation.to_dict(include_timeline=args.timeline))
+    return EXIT_OK
+
+
+def _simulate_hybrid(plan: Plan, args: argparse.Namespace) -> int:
+    """A v2 plan's prediction inside its job: the pipeline on the ranks' links, DP, optimizer, memory per GPU."""
+    from planner.hybrid import predict
+
+    model = read_model(args.model) if args.model is not None else None
+    seq_len = args.seq_len if args.seq_len is not None else plan.meta.get("seq_len")
+    missing = [flag for flag, value in (("--model", model), ("--cluster", args.cluster), ("--seq-len", seq_len))
+               if value is None]
+    if missing:
+        raise UsageError(f"an adaptis.plan/v2 plan is simulated inside its job: give {', '.join(missing)}")
+    print_json(_load("plan", predict, plan, model, read_cluster(args.cluster), seq_len))
     return EXIT_OK
 
 

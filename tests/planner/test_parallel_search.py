@@ -117,3 +117,24 @@ def test_recomputation_is_kept_to_the_first_pipeline_ranks_when_that_is_enough()
     assert len(modes) == len(best.plan.stages)
     assert best.fits and best.iteration_ms < everywhere.iteration_ms
     assert load_plan(json.loads(json.dumps(best.plan.to_dict()))).parallel.recompute == modes
+
+
+def test_a_v2_plan_is_re_predicted_inside_its_job_from_the_cli(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["search", "--model", "mixtral-8x7b", "--cluster", "h100-sxm-4x8", "--gpus", "32", "--seq-len", "4096",
+                 "--global-batch", "128", "--time-budget", "5", "--out", str(out)]) == 0
+    searched = json.loads(capsys.readouterr().out)
+    assert main(["simulate", str(out), "--model", "mixtral-8x7b", "--cluster", "h100-sxm-4x8"]) == 0
+    predicted = json.loads(capsys.readouterr().out)
+    assert predicted["parallel"] == searched["parallel"]
+    assert predicted["predicted"]["iteration_ms"] == pytest.approx(searched["predicted"]["iteration_ms"])
+    assert predicted["predicted"]["peak_memory_bytes"] == searched["predicted"]["peak_memory_bytes"]
+
+
+def test_a_v2_plan_is_refused_on_a_model_it_cannot_split(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["search", "--model", "mixtral-8x7b", "--cluster", "h100-sxm-4x8", "--gpus", "32", "--seq-len", "4096",
+                 "--global-batch", "128", "--ep", "8", "--time-budget", "5", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", str(out), "--model", "llama-3-8b", "--cluster", "h100-sxm-4x8"]) == 3
+    assert json.loads(capsys.readouterr().err)["error"]["field"] == "ep"
