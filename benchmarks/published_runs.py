@@ -17,10 +17,14 @@ predicted step time and the GPU count.
 Constants: every figure comes from the device and network datasheets (``planner.hardware``) and the cost
 model's fixed constants; the one free constant, A100's achievable GEMM fraction (``efficiency`` = 0.62, about
 193 of its 312 TFLOP/s), was set once before the table was first run and not tuned afterwards; it is shared
-by every row — no row is fitted on its own (the mean error came out at +1.8 %). The other columns say whether the published configuration
-fits in memory by the planner's accounting, and what the unpinned search (TP, PP, DP, micro-batch size,
-recomputation, schedule; CP and the distributed optimizer held off as that software had neither) picks for
-the same GPUs, batch and software, with its predicted step time against the published configuration's.
+by every row — no row is fitted on its own (the mean error came out at +1.8 %). The other columns say whether
+the published configuration fits in memory by the planner's accounting, and what the unpinned search (TP, PP,
+DP, micro-batch size, recomputation, schedule; CP and the distributed optimizer held off as that software had
+neither) picks for the same GPUs, batch and software, with its predicted step time against the published
+configuration's.
+
+Llama 3 405B (the Llama 3 paper, Table 4) follows, with its published degrees and batch pinned; its
+recomputation and TP overlap are not published, so those rows are shown, not validated.
 
     .venv/bin/python benchmarks/published_runs.py [--rows 1.7B,1T] [--no-search]
 """

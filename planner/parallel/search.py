@@ -141,7 +141,8 @@ def candidates(job: Job, pins: dict) -> list[tuple[ParallelConfig, int]]:
     domain = job.cluster.domain_size
     experts = _num_experts(model)
     found = []
-    tps = [pins["tp"]] if "tp" in pins else [tp for tp in _powers_of_two(domain) if not tensor_parallel_limit(model, tp)]
+    tps = [pins["tp"]] if "tp" in pins else [tp for tp in _powers_of_two(domain)
+                                            if not tensor_parallel_limit(model, tp)]
     cps = [pins["cp"]] if "cp" in pins else [cp for cp in _powers_of_two(16) if cp == 1 or (job.seq_len % (2 * cp) == 0
                                             and job.seq_len // cp >= 1024)]
     for tp in tps:

@@ -75,8 +75,8 @@ def test_moe_layers_charge_dispatch_and_combine_for_top_k_copies_of_the_local_to
     layer = model.layers[1]
     work = layer_work(model, H100, 1, 4096)[1]
     with_ep = layer_comm_ms(layer, work, model, config, mapping, 4096)[0]
-    without_ep = layer_comm_ms(layer, work, model, ParallelConfig(tp=2, dp=8), RankMapping(ParallelConfig(tp=2, dp=8), H100),
-                               4096)[0]
+    plain = ParallelConfig(tp=2, dp=8)
+    without_ep = layer_comm_ms(layer, work, model, plain, RankMapping(plain, H100), 4096)[0]
     routed_bytes = 4096 / 2 * 2 * 4096 * 2              # tokens per GPU x top-2 x hidden x bf16
     assert with_ep - without_ep == pytest.approx(2 * all_to_all_ms(routed_bytes, mapping.span("ep")))
 
