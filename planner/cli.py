@@ -23,7 +23,7 @@ import yaml
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
 from planner.calibrate import (after_warmup, measure_message_overhead, observed_iteration_ms, recalibrate,
                                with_message_overhead)
-from planner.cluster import ClusterSpec, load_cluster, load_cluster_preset, preset_names
+from planner.cluster import ClusterSpec, is_cluster_preset, load_cluster, load_cluster_preset, preset_names
 from planner.cost import analytic_profile
 from planner.errors import PlanError, SpecError
 from planner.exports import EXPORT_FORMATS, export_plan
@@ -114,10 +114,12 @@ def read_cluster(value: str | None) -> ClusterSpec | None:
         return None
     if Path(value).is_file():
         return _load("--cluster", load_cluster, _read_document(Path(value), "--cluster"))
-    if value in preset_names():
-        return load_cluster_preset(value)
+    if is_cluster_preset(value):
+        return _load("--cluster", load_cluster_preset, value)
     raise InputError("--cluster", SpecError("cluster", f"{value!r} is neither a file nor a cluster preset "
-                                                       f"(presets: {', '.join(preset_names())})"))
+                                                       f"(presets: {', '.join(preset_names())}, or "
+                                                       f"'<device>-<nodes>x<gpus per node>' such as "
+                                                       f"'h100-sxm-1024x8')"))
 
 
 def read_model(value: str, option: str = "--model") -> ModelSpec:
@@ -189,15 +191,38 @@ def _report_written(target: str, summary: dict) -> None:
 
 # ---- subcommands --------------------------------------------------------------------------------------
 
-@subcommand("simulate", "Simulate a plan on a profile and print its metrics as JSON.", [
-    argument("plan", help="plan file (adaptis.plan/v1)"), PROFILE, CLUSTER,
-    argument("--timeline", action="store_true", help="include every action's start/end and every transfer"),
+@subcommand("simulate", "Simulate a plan on a profile (v1) or inside its hybrid job (v2) and print its metrics.", [
+    argument("plan", help="plan file (adaptis.plan/v1 or /v2)"),
+    argument("--profile", metavar="P", help="v1: profile file or model preset, profiled analytically on --cluster"),
+    argument("--model", metavar="M", help="v2: model preset, adaptis.model/v1 file or HF config.json"),
+    argument("--seq-len", type=int, metavar="S", help="v2: tokens per sequence (default: the plan's meta.seq_len)"),
+    CLUSTER,
+    argument("--timeline", action="store_true", help="v1: include every action's start/end and every transfer"),
 ])
 def simulate_command(args: argparse.Namespace) -> int:
+    plan = read_plan(args.plan)
+    if plan.parallel is not None:
+        return _simulate_hybrid(plan, args)
+    if args.profile is None:
+        raise UsageError("an adaptis.plan/v1 plan needs --profile")
     cluster = read_cluster(args.cluster)
     profile = read_profile(args.profile, cluster)
-    simulation = simulate(read_plan(args.plan), profile, cluster)
+    simulation = simulate(plan, profile, cluster)
     print_json(simulation.to_dict(include_timeline=args.timeline))
+    return EXIT_OK
+
+
+def _simulate_hybrid(plan: Plan, args: argparse.Namespace) -> int:
+    """A v2 plan's prediction inside its job: the pipeline on the ranks' links, DP, optimizer, memory per GPU."""
+    from planner.hybrid import predict
+
+    model = read_model(args.model) if args.model is not None else None
+    seq_len = args.seq_len if args.seq_len is not None else plan.meta.get("seq_len")
+    missing = [flag for flag, value in (("--model", model), ("--cluster", args.cluster), ("--seq-len", seq_len))
+               if value is None]
+    if missing:
+        raise UsageError(f"an adaptis.plan/v2 plan is simulated inside its job: give {', '.join(missing)}")
+    print_json(_load("plan", predict, plan, model, read_cluster(args.cluster), seq_len))
     return EXIT_OK
 
 
@@ -262,29 +287,44 @@ def presets_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@subcommand("search", "Search an AdaPtis plan (partition, placement and schedule together); progress on stderr.", [
-    PROFILE,
-    argument("--devices", required=True, type=int, metavar="N", help="pipeline devices"),
-    argument("--microbatches", required=True, type=int, metavar="M", help="micro-batches per iteration"),
+@subcommand("search", "Search a plan: the pure-PP AdaPtis plan (--profile/--devices/--microbatches) or the whole "
+                     "hybrid-parallel job (--model/--cluster/--gpus/--seq-len/--global-batch); progress on stderr.", [
+    argument("--profile", metavar="P", help="pure PP: profile file or model preset (analytic on --cluster)"),
+    argument("--devices", type=int, metavar="N", help="pure PP: pipeline devices"),
+    argument("--microbatches", type=int, metavar="M", help="pure PP: micro-batches per iteration"),
+    argument("--model", metavar="M", help="hybrid: model preset, adaptis.model/v1 file or HF config.json"),
+    argument("--gpus", type=int, metavar="N", help="hybrid: GPUs of the job"),
+    argument("--seq-len", type=int, metavar="S", help="hybrid: tokens per sequence"),
+    argument("--global-batch", type=int, metavar="B", help="hybrid: sequences per step"),
+    argument("--tp", type=int, metavar="T", help="hybrid: pin tensor parallelism"),
+    argument("--cp", type=int, metavar="C", help="hybrid: pin context parallelism"),
+    argument("--pp", type=int, metavar="P", help="hybrid: pin pipeline parallelism"),
+    argument("--dp", type=int, metavar="D", help="hybrid: pin data parallelism"),
+    argument("--ep", type=int, metavar="E", help="hybrid: pin expert parallelism"),
+    argument("--microbatch-size", type=int, metavar="K", help="hybrid: pin the micro-batch size"),
+    argument("--recompute", choices=("none", "selective", "full"), help="hybrid: pin activation recomputation"),
     CLUSTER,
     argument("--memory-limit", type=int, metavar="BYTES",
-             help="per-device memory (default: the cluster's device memory; unlimited without a cluster)"),
+             help="pure PP: per-device memory (default: the cluster's device memory; unlimited without a cluster)"),
     argument("--time-budget", type=float, metavar="S", help="stop after S seconds with the best plan so far"),
     argument("--seed", type=int, default=0, metavar="K", help="seed of the search's random restarts"),
     OUT,
 ])
 def search_command(args: argparse.Namespace) -> int:
+    if args.model is not None:
+        return _hybrid_search(args)
+    missing = [flag for flag, value in (("--profile", args.profile), ("--devices", args.devices),
+                                        ("--microbatches", args.microbatches)) if value is None]
+    if missing:
+        raise UsageError(f"give --model (hybrid search) or {', '.join(missing)} (pure-PP search)")
     from planner.search import search_plan  # the search pulls in more than the other subcommands need
 
     cluster = read_cluster(args.cluster)
     profile = read_profile(args.profile, cluster)
 
-    def progress(fraction: float, message: str) -> None:
-        sys.stderr.write(f"[{fraction:4.0%}] {message}\n")
-
     result = search_plan(profile, args.devices, args.microbatches, cluster=cluster,
                          memory_limit_bytes=args.memory_limit, seed=args.seed, time_budget_s=args.time_budget,
-                         progress=progress)
+                         progress=_progress)
     write_output(args.out, plan_json(result.plan))
     _report_written(args.out, {
         "strategy": result.plan.strategy, "layout": result.plan.meta["layout"],
@@ -292,6 +332,44 @@ def search_command(args: argparse.Namespace) -> int:
         "peak_memory_bytes": result.plan.predicted["peak_memory_bytes"],
         "baselines": {name: metrics["iteration_ms"] for name, metrics in result.baselines.items()},
         "search": result.stats})
+    return EXIT_OK
+
+
+def _progress(fraction: float, message: str) -> None:
+    sys.stderr.write(f"[{fraction:4.0%}] {message}\n")
+
+
+HYBRID_PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "recompute")
+
+
+def _hybrid_search(args: argparse.Namespace) -> int:
+    """``--model``: choose tp, cp, pp, dp, ep, micro-batch size and recomputation with the pipeline plan."""
+    from planner.parallel.search import DEFAULT_TIME_BUDGET_S, search
+
+    stray = [flag for flag, value in (("--profile", args.profile), ("--devices", args.devices),
+                                      ("--microbatches", args.microbatches), ("--memory-limit", args.memory_limit))
+             if value is not None]
+    if stray:
+        raise UsageError(f"{', '.join(stray)} belong to the pure-PP search, not to --model")
+    missing = [flag for flag, value in (("--cluster", args.cluster), ("--gpus", args.gpus), ("--seq-len", args.seq_len),
+                                        ("--global-batch", args.global_batch)) if value is None]
+    if missing:
+        raise UsageError(f"the hybrid search (--model) needs {', '.join(missing)}")
+    model = read_model(args.model)
+    cluster = read_cluster(args.cluster)
+    pins = {key: getattr(args, key) for key in HYBRID_PINS if getattr(args, key) is not None}
+    budget = args.time_budget if args.time_budget is not None else DEFAULT_TIME_BUDGET_S
+    result = search(model, cluster, args.gpus, args.seq_len, args.global_batch, pins, time_budget_s=budget,
+                    progress=_progress)
+    write_output(args.out, json.dumps(result.plan_document(), indent=2) + "\n")
+    summary = result.to_dict(ranks=False)
+    best = summary["best"]
+    _report_written(args.out, {"parallel": best["parallel"], "short": best["short"], "predicted": best["predicted"],
+                               "layout": best["plan"]["meta"].get("layout"),
+                               "runners_up": [{"short": other["short"], "predicted": other["predicted"]}
+                                              for other in summary["runners_up"]],
+                               "considered": summary["considered"], "pruned_by_memory": summary["pruned_by_memory"],
+                               "seconds": summary["seconds"]})
     return EXIT_OK
 
 

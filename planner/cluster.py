@@ -1,4 +1,11 @@
-"""Cluster topologies (``adaptis.cluster/v1``): devices numbered node-major, with intra/inter-node links."""
+"""Cluster topologies (``adaptis.cluster/v1``): devices numbered node-major, with intra/inter-node links.
+
+``nvlink_domain`` (optional, default ``devices_per_node``) is how many consecutive devices share the fast
+scale-up fabric (NVLink/NVSwitch, Infinity Fabric): 8 in a DGX/HGX node, 72 in a GB200 NVL72 rack. Two
+devices in one domain talk over ``links.intra_node``, others over ``links.inter_node``, whose bandwidth is
+per GPU (one 400 Gb/s NIC per GPU: 50 GB/s). Presets are files in ``presets/clusters`` or names
+``<device>-<nodes>x<gpus per node>`` (``planner.hardware``).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from planner.errors import SpecError
+from planner.hardware import named_cluster_document, parse_cluster_name
 from planner.validation import (
     check_format,
     get_int,
@@ -71,16 +79,24 @@ class ClusterSpec:
     device: DeviceType
     intra_node: Link
     inter_node: Link
+    nvlink_domain: int | None = None   # devices sharing the scale-up fabric; None: one node
 
     @property
     def num_devices(self) -> int:
         return self.nodes * self.devices_per_node
 
+    @property
+    def domain_size(self) -> int:
+        return self.nvlink_domain or self.devices_per_node
+
     def node_of(self, device: int) -> int:
         return device // self.devices_per_node
 
+    def domain_of(self, device: int) -> int:
+        return device // self.domain_size
+
     def link(self, src: int, dst: int) -> Link:
-        return self.intra_node if self.node_of(src) == self.node_of(dst) else self.inter_node
+        return self.intra_node if self.domain_of(src) == self.domain_of(dst) else self.inter_node
 
     def transfer_ms(self, src: int, dst: int, nbytes: int) -> float:
         """Time to move ``nbytes`` from device ``src`` to ``dst``; zero on the same device."""
@@ -95,9 +111,12 @@ class ClusterSpec:
         return self.link(src, dst).overhead_us * 1e-3
 
     def to_dict(self) -> dict:
-        return {"format": CLUSTER_FORMAT, "name": self.name, "nodes": self.nodes,
-                "devices_per_node": self.devices_per_node, "device": self.device.to_dict(),
-                "links": {"intra_node": self.intra_node.to_dict(), "inter_node": self.inter_node.to_dict()}}
+        doc = {"format": CLUSTER_FORMAT, "name": self.name, "nodes": self.nodes,
+               "devices_per_node": self.devices_per_node, "device": self.device.to_dict(),
+               "links": {"intra_node": self.intra_node.to_dict(), "inter_node": self.inter_node.to_dict()}}
+        if self.nvlink_domain is not None:
+            doc["nvlink_domain"] = self.nvlink_domain
+        return doc
 
 
 def _load_link(doc: object, path: str) -> Link:
@@ -112,7 +131,8 @@ def load_cluster(doc: object) -> ClusterSpec:
     """Validate a parsed ``adaptis.cluster/v1`` document."""
     doc = require_mapping(doc, "")
     check_format(doc, CLUSTER_FORMAT)
-    reject_unknown(doc, {"format", "name", "nodes", "devices_per_node", "device", "links", "description"}, "")
+    reject_unknown(doc, {"format", "name", "nodes", "devices_per_node", "nvlink_domain", "device", "links",
+                         "description"}, "")
     device = require_mapping(doc.get("device"), "device")
     reject_unknown(device, {"name", "memory_bytes", "peak_tflops", "efficiency", "memory_bandwidth_gb_s",
                             "kernel_overhead_us"}, "device")
@@ -121,10 +141,17 @@ def load_cluster(doc: object) -> ClusterSpec:
         raise SpecError("device.efficiency", f"must be a fraction in (0, 1], got {efficiency}")
     links = require_mapping(doc.get("links"), "links")
     intra = _load_link(links.get("intra_node"), "links.intra_node")
+    nodes = get_int(doc, "nodes", "", default=1)
+    devices_per_node = get_int(doc, "devices_per_node", "")
+    domain = get_int(doc, "nvlink_domain", "", default=None)
+    if domain is not None and (domain % devices_per_node and devices_per_node % domain):
+        raise SpecError("nvlink_domain", f"must divide devices_per_node ({devices_per_node}) or be a multiple "
+                                         f"of it, got {domain}")
     return ClusterSpec(
         name=get_str(doc, "name", ""),
-        nodes=get_int(doc, "nodes", "", default=1),
-        devices_per_node=get_int(doc, "devices_per_node", ""),
+        nodes=nodes,
+        devices_per_node=devices_per_node,
+        nvlink_domain=domain,
         device=DeviceType(
             name=get_str(device, "name", "device"),
             memory_bytes=get_int(device, "memory_bytes", "device"),
@@ -139,12 +166,20 @@ def load_cluster(doc: object) -> ClusterSpec:
 
 
 def preset_names() -> list[str]:
+    """The preset files; any ``<device>-<nodes>x<gpus per node>`` name is a preset too (``is_cluster_preset``)."""
     return sorted(path.stem for path in PRESET_DIR.glob("*.json"))
+
+
+def is_cluster_preset(name: str) -> bool:
+    return name in preset_names() or parse_cluster_name(name) is not None
 
 
 @lru_cache(maxsize=None)
 def load_cluster_preset(name: str) -> ClusterSpec:
-    path = PRESET_DIR / f"{name}.json"
-    if not path.is_file():
-        raise SpecError("cluster", f"unknown preset {name!r} (known: {', '.join(preset_names())})")
-    return load_cluster(json.loads(path.read_text()))
+    """A preset file by its name, else a named cluster such as ``h100-sxm-1024x8``."""
+    if name in preset_names():
+        return load_cluster(json.loads((PRESET_DIR / f"{name}.json").read_text()))
+    if parse_cluster_name(name) is not None:
+        return load_cluster(named_cluster_document(name))
+    raise SpecError("cluster", f"unknown preset {name!r} (files: {', '.join(preset_names())}; or a name "
+                               f"'<device>-<nodes>x<gpus per node>' such as 'h100-sxm-1024x8')")

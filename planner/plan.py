@@ -1,4 +1,9 @@
-"""The plan IR (``adaptis.plan/v1``): partition into stages, stage placement, per-device action order.
+"""The plan IR: partition into stages, stage placement, per-device action order.
+
+``adaptis.plan/v2`` adds ``parallel`` (``planner.parallel.config``): the pipeline then is one axis of a
+TP x CP x PP x DP x EP job, ``num_devices`` counts pipeline ranks and ``stages[].device`` / ``actions[d]`` are
+indexed by pipeline rank. A plan without a parallel configuration is written as ``adaptis.plan/v1`` (the same
+document with tp = cp = dp = ep = 1), and both formats load.
 
 Actions use torch.distributed.pipelining's compute-only notation ``<stage><F|B|I|W><microbatch>``:
 F forward, B full backward, I input-gradient backward, W weight-gradient backward.
@@ -10,9 +15,12 @@ import re
 from dataclasses import dataclass, field
 
 from planner.errors import SpecError
-from planner.validation import check_format, get_int, get_str, require_list, require_mapping
+from planner.parallel.config import ParallelConfig, load_parallel
+from planner.validation import get_int, get_str, require_list, require_mapping
 
 PLAN_FORMAT = "adaptis.plan/v1"
+PLAN_FORMAT_V2 = "adaptis.plan/v2"
+PLAN_FORMATS = (PLAN_FORMAT, PLAN_FORMAT_V2)
 ACTION_PATTERN = re.compile(r"^(\d+)([FBIW])(\d+)$")
 COMPUTE_TYPES = ("F", "B", "I", "W")
 
@@ -57,6 +65,7 @@ class Plan:
     strategy: str = "custom"
     predicted: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    parallel: ParallelConfig | None = None
 
     @property
     def num_stages(self) -> int:
@@ -93,20 +102,29 @@ class Plan:
         return any(action.type in ("I", "W") for device_actions in self.actions for action in device_actions)
 
     def to_dict(self) -> dict:
-        doc = {"format": PLAN_FORMAT, "strategy": self.strategy, "num_devices": self.num_devices,
-               "num_microbatches": self.num_microbatches,
+        doc = {"format": PLAN_FORMAT if self.parallel is None else PLAN_FORMAT_V2, "strategy": self.strategy,
+               "num_devices": self.num_devices, "num_microbatches": self.num_microbatches,
                "stages": [{"layers": list(stage.layers), "device": stage.device} for stage in self.stages],
                "actions": [[str(action) for action in device_actions] for device_actions in self.actions],
                "predicted": self.predicted}
+        if self.parallel is not None:
+            doc["parallel"] = self.parallel.to_dict()
         if self.meta:
             doc["meta"] = self.meta
         return doc
 
 
 def load_plan(doc: object) -> Plan:
-    """Parse a ``adaptis.plan/v1`` document. Structural checks only; see ``planner.validate`` for the rest."""
+    """Parse an ``adaptis.plan/v1`` or ``/v2`` document. Structural checks only; see ``planner.validate`` for
+    the rest."""
     doc = require_mapping(doc, "")
-    check_format(doc, PLAN_FORMAT)
+    if doc.get("format") not in PLAN_FORMATS:
+        raise SpecError("format", f"must be one of {', '.join(map(repr, PLAN_FORMATS))}, got {doc.get('format')!r}")
+    parallel = None
+    if doc["format"] == PLAN_FORMAT_V2:
+        parallel = _load_parallel_of_plan(doc)
+    elif "parallel" in doc:
+        raise SpecError("parallel", f"needs format {PLAN_FORMAT_V2!r}")
     num_devices = get_int(doc, "num_devices", "")
     stages = []
     for index, stage_doc in enumerate(require_list(doc.get("stages"), "stages", min_length=1)):
@@ -128,4 +146,23 @@ def load_plan(doc: object) -> Plan:
     predicted = doc.get("predicted") or {}
     return Plan(num_devices=num_devices, num_microbatches=get_int(doc, "num_microbatches", ""),
                 stages=stages, actions=actions, strategy=get_str(doc, "strategy", "", default="custom"),
-                predicted=require_mapping(predicted, "predicted"), meta=require_mapping(doc.get("meta") or {}, "meta"))
+                predicted=require_mapping(predicted, "predicted"), meta=require_mapping(doc.get("meta") or {}, "meta"),
+                parallel=parallel)
+
+
+def _load_parallel_of_plan(doc: dict) -> ParallelConfig:
+    if "parallel" not in doc:
+        raise SpecError("parallel", f"is required in an {PLAN_FORMAT_V2!r} plan")
+    parallel = load_parallel(doc["parallel"])
+    num_devices = doc.get("num_devices")
+    if isinstance(num_devices, int) and parallel.pp != num_devices:
+        raise SpecError("parallel.pp", f"must equal num_devices ({num_devices}): the plan's devices are the "
+                                       f"pipeline ranks; got {parallel.pp}")
+    if doc.get("num_microbatches") != parallel.num_microbatches:
+        raise SpecError("parallel.num_microbatches",
+                        f"must equal num_microbatches ({doc.get('num_microbatches')}), got {parallel.num_microbatches}")
+    stages = doc.get("stages")
+    if not isinstance(parallel.recompute, str) and isinstance(stages, list) and len(parallel.recompute) != len(stages):
+        raise SpecError("parallel.recompute", f"a per-stage list needs one mode per stage ({len(stages)}), got "
+                                              f"{len(parallel.recompute)}")
+    return parallel

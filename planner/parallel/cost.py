@@ -1,0 +1,293 @@
+"""Each layer's time on one GPU of its TP x CP group, per micro-batch, under a parallel configuration.
+
+Compute: the analytic cost model's kernels (``planner.cost``) for ``microbatch_size x seq_len`` tokens, each
+kernel's roofline time divided by ``tp·cp`` (Megatron splits every GEMM over TP and the sequence over CP; the
+per-GPU FLOPs of an MoE layer under EP are the same ``1/(tp·cp)`` share on average, since a GPU's tokens are
+routed ``top_k`` ways and it serves as many routed tokens as it sends), plus the fixed per-kernel overhead.
+
+Communication charged inside F and B (Megatron-LM does not overlap these by default):
+
+- TP with sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2, Fig. 5): per sublayer (mixer, MLP) one
+  all-gather and one reduce-scatter of the ``tokens/cp x hidden`` activation in F, the same two in B; the
+  vocabulary-parallel embedding reduce-scatters its output and the head all-gathers its input. A ring
+  all-gather or reduce-scatter moves ``(t-1)/t`` of the buffer per GPU at the group's bus bandwidth (NCCL).
+- CP ring attention (Megatron-Core / Transformer Engine ``context_parallel``, Liu et al. 2023 "Ring
+  Attention"): ``cp - 1`` exchanges of the local K and V chunk in F, of K, V and their gradients in B,
+  overlapped with the attention kernel, so only what exceeds the core attention's time is charged. Linear
+  attention and SSM mixers pass their recurrent state along the ring (not overlapped).
+- EP (Megatron-Core's all-to-all token dispatcher; DeepSeek-V3 report, Sec. 3.2.2): dispatch and combine
+  all-to-alls of ``top_k`` copies of each local token in F, and again in B; the part bound for GPUs
+  outside the NVLink domain goes over the GPU's NIC, the rest over NVLink.
+
+Recomputation (Korthikanti et al. 2022, Sec. 5; Megatron's ``--recompute-granularity``): ``full`` runs each
+layer's forward (with its TP/CP/EP communication) again before its backward; ``selective`` recomputes the
+core attention, which FlashAttention already does inside its backward (``planner.cost.attention``), so it
+costs nothing more here and keeps what ``none`` keeps.
+
+Attention without FlashAttention (``CostOptions.flash_attention = False``, Megatron-LM before 2022): the
+``b·a·s²`` scores are materialised and the whole square is computed before the causal mask; per score the
+forward writes them (2 bytes), the fused scale-mask-softmax reads and writes them (4), dropout reads them and
+writes its output and 1-byte mask (5), and P·V reads them (2): 13 bytes; the backward moves 17 (dropout's and
+softmax's backward and the dP/dS GEMM operands); the layer keeps ``5·a·s²·b`` bytes more (Korthikanti et al.
+2022, Sec. 4.1).
+
+Data parallelism at the step's end (Megatron-Core ``DistributedDataParallel`` and distributed optimizer):
+gradients reduce-scattered (all-reduced without the distributed optimizer) over ``dp·cp`` for dense
+parameters and over the expert-data-parallel group for experts, then the updated bf16 parameters
+all-gathered; with overlap (``--overlap-grad-reduce`` / ``--overlap-param-gather``, PyTorch DDP's buckets)
+the reduction hides behind the last micro-batch's backward and the gather behind the first forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from planner.cluster import ClusterSpec
+from planner.cost.analytic import DTYPE_BYTES, layer_cost
+from planner.cost.attention import attention_core, mean_keys_per_query
+from planner.cost.roofline import bandwidth_bytes_per_ms, compute_rate_flops_per_ms
+from planner.cost.work import Kernel
+from planner.parallel.config import ParallelConfig
+from planner.parallel.mapping import GroupSpan, RankMapping
+from planner.parallel.params import LayerParams, layer_params
+from planner.spec.model import AttentionMixer, LayerSpec, ModelSpec, MoEMLP
+
+FP32_BYTES = 4
+# Adam's update streams, per parameter of the local shard: fp32 grad, master weight and two moments read,
+# the three written back, and the bf16 weight written: 4 + 12 + 12 + 2 bytes (memory-bound, one fused pass).
+OPTIMIZER_BYTES_PER_PARAM = 30
+
+
+@dataclass(frozen=True)
+class CostOptions:
+    """Software choices that change the cost but are not part of the plan."""
+
+    grad_reduce_bytes: int = FP32_BYTES   # Megatron reduces fp32 main gradients in bf16 training
+    overlap_dp: bool = True               # Megatron-Core --overlap-grad-reduce / --overlap-param-gather
+    flash_attention: bool = True          # False: scores materialised (see the module doc)
+
+
+SCORE_BYTES_FORWARD, SCORE_BYTES_BACKWARD, SCORE_ACTIVATION_BYTES = 13, 17, 5
+
+
+@dataclass(frozen=True)
+class PassTime:
+    """One pass's roofline time without the per-kernel overhead, and how many kernels it launches."""
+
+    roofline_ms: float
+    kernels: int
+
+    def on(self, shards: int, overhead_ms: float) -> float:
+        return self.roofline_ms / shards + self.kernels * overhead_ms
+
+
+@dataclass(frozen=True)
+class LayerWork:
+    """A layer's unsharded work for one micro-batch, from the analytic cost model."""
+
+    forward: PassTime
+    backward_input: PassTime
+    backward_weight: PassTime
+    attention_core_ms: float        # F of the core attention alone (what CP's ring overlaps with)
+    model_flops: float              # F + B + W without any recomputation
+    recomputed_flops: float         # what the kernels re-execute anyway (FlashAttention's scores)
+    forward_flops: float
+    activation_bytes: float         # kept for the backward without recomputation (FlashAttention)
+    params: LayerParams
+
+
+def _pass_time(kernels: tuple[Kernel, ...], cluster: ClusterSpec) -> PassTime:
+    rate, bandwidth = compute_rate_flops_per_ms(cluster.device), bandwidth_bytes_per_ms(cluster.device)
+    return PassTime(sum(max((k.flops + k.recomputed_flops) / rate, k.bytes / bandwidth) for k in kernels),
+                    len(kernels))
+
+
+def _materialised_scores(mixer: AttentionMixer, microbatch_size: int, seq_len: int, core) -> tuple:
+    """Extra (F, B) kernels and activation bytes of attention that materialises its scores."""
+    scores = microbatch_size * mixer.num_heads * seq_len * seq_len
+    keys = seq_len if mixer.window is None else min(mixer.window, seq_len)
+    causal_flops = sum(kernel.flops for kernel in core.forward)
+    square_flops = causal_flops * keys / mean_keys_per_query(seq_len, mixer.window) - causal_flops
+    recomputed = sum(kernel.recomputed_flops for kernel in core.backward_input)
+    # the masked half is executed but is no model FLOP (counted like recomputation)
+    forward = (Kernel(recomputed_flops=square_flops), Kernel(bytes=SCORE_BYTES_FORWARD * scores))
+    backward = (Kernel(recomputed_flops=2 * square_flops - recomputed),
+                Kernel(bytes=SCORE_BYTES_BACKWARD * scores))
+    return forward, backward, SCORE_ACTIVATION_BYTES * scores
+
+
+@lru_cache(maxsize=64)
+def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_len: int,
+               flash_attention: bool = True) -> tuple[LayerWork, ...]:
+    """Every layer's work at ``microbatch_size x seq_len`` tokens (distinct layers costed once)."""
+    sized = replace(spec, micro_batch_size=microbatch_size, seq_len=seq_len)
+    dtype_bytes = DTYPE_BYTES[spec.dtype]
+    params = layer_params(spec)
+    by_layer: dict[LayerSpec, LayerWork] = {}
+    result = []
+    for layer, layer_param in zip(spec.layers, params):
+        if layer not in by_layer:
+            cost = layer_cost(layer, sized)
+            core_ms = 0.0
+            if isinstance(layer.mixer, AttentionMixer):
+                mixer = layer.mixer
+                core = attention_core(batch=microbatch_size, seq_len=seq_len, heads=mixer.num_heads,
+                                      kv_heads=mixer.num_kv_heads, qk_dim=mixer.head_dim, v_dim=mixer.value_dim,
+                                      window=mixer.window, dtype_bytes=dtype_bytes)
+                core_ms = _pass_time(core.forward, cluster).roofline_ms
+                if not flash_attention:
+                    extra_forward, extra_backward, extra_bytes = _materialised_scores(mixer, microbatch_size,
+                                                                                      seq_len, core)
+                    cost = replace(cost, forward=cost.forward + extra_forward,
+                                   backward_input=cost.backward_input + extra_backward,
+                                   activation_bytes=cost.activation_bytes + extra_bytes)
+            kernels = cost.forward + cost.backward_input + cost.backward_weight
+            by_layer[layer] = LayerWork(
+                forward=_pass_time(cost.forward, cluster), backward_input=_pass_time(cost.backward_input, cluster),
+                backward_weight=_pass_time(cost.backward_weight, cluster), attention_core_ms=core_ms,
+                model_flops=cost.model_flops(), recomputed_flops=sum(k.recomputed_flops for k in kernels),
+                forward_flops=sum(k.flops for k in cost.forward), activation_bytes=cost.activation_bytes,
+                params=layer_param)
+        result.append(replace(by_layer[layer], params=layer_param))
+    return tuple(result)
+
+
+# ---- collectives --------------------------------------------------------------------------------------
+
+def ring_collective_ms(nbytes: float, group: GroupSpan) -> float:
+    """One ring all-gather or reduce-scatter of an ``nbytes`` buffer (the full, gathered size)."""
+    if group.size == 1 or nbytes == 0:
+        return 0.0
+    return (group.size - 1) / group.size * nbytes / (group.ring_bandwidth_gb_s() * 1e6) \
+        + (group.size - 1) * group.latency_us() * 1e-3
+
+
+def all_to_all_ms(nbytes: float, group: GroupSpan) -> float:
+    """One all-to-all in which every GPU sends ``nbytes`` spread evenly over the group: the share for GPUs in
+    its own NVLink domain goes over NVLink, the rest over its NIC, both at once."""
+    if group.size == 1:
+        return 0.0
+    inside = (group.per_domain - 1) / group.size * nbytes
+    outside = (group.size - group.per_domain) / group.size * nbytes
+    return max(inside / (group.intra.bandwidth_gb_s * 1e6),
+               outside / (group.inter.bandwidth_gb_s * 1e6)) + group.latency_us() * 1e-3
+
+
+def point_to_point_ms(nbytes: float, group: GroupSpan) -> float:
+    link = group.inter if group.crosses_domains else group.intra
+    return nbytes / (link.bandwidth_gb_s * 1e6) + link.latency_us * 1e-3
+
+
+# ---- per layer ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LayerTime:
+    """One layer on one GPU for one micro-batch (ms): F, B (input gradient, with any recomputed forward) and
+    W, communication included; the FLOPs the GPU executes; what it keeps for the backward."""
+
+    forward: float
+    backward_input: float
+    backward_weight: float
+    executed_flops: float
+    activation_bytes: float
+    output_bytes: float
+
+
+def _sublayers(layer: LayerSpec) -> int:
+    if layer.kind in ("embedding", "head"):
+        return 1
+    return (layer.mixer is not None) + (layer.mlp is not None)
+
+
+def layer_comm_ms(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config: ParallelConfig,
+                  mapping: RankMapping, seq_len: int) -> tuple[float, float]:
+    """(F, B) communication of one layer for one micro-batch on one GPU, exposed time only."""
+    dtype_bytes = DTYPE_BYTES[spec.dtype]
+    tokens = config.microbatch_size * seq_len
+    hidden_bytes = tokens / config.cp * spec.hidden_size * dtype_bytes
+    forward = backward = 0.0
+    if config.tp > 1:
+        collectives = 2 * _sublayers(layer) if layer.kind not in ("embedding", "head") else 1
+        tp_ms = collectives * ring_collective_ms(hidden_bytes, mapping.span("tp"))
+        forward += tp_ms
+        backward += tp_ms
+    if config.cp > 1 and layer.mixer is not None:
+        cp_group = mapping.span("cp")
+        mixer = layer.mixer
+        if isinstance(mixer, AttentionMixer):
+            kv_width = mixer.num_kv_heads * (mixer.head_dim + mixer.value_dim)
+            chunk = tokens / config.cp * max(kv_width / config.tp, mixer.head_dim + mixer.value_dim) * dtype_bytes
+            ring = (config.cp - 1) * point_to_point_ms(chunk, cp_group)
+            core = work.attention_core_ms / (config.tp * config.cp)
+            forward += max(0.0, ring - core)
+            backward += max(0.0, 2 * ring - 2 * core)
+        else:
+            state = mixer.num_heads * mixer.head_dim * mixer.head_dim * FP32_BYTES * config.microbatch_size / config.tp
+            forward += (config.cp - 1) * point_to_point_ms(state, cp_group)
+            backward += (config.cp - 1) * point_to_point_ms(state, cp_group)
+    if config.ep > 1 and isinstance(layer.mlp, MoEMLP):
+        routed = tokens / (config.tp * config.cp) * layer.mlp.top_k * spec.hidden_size * dtype_bytes
+        exchange = 2 * all_to_all_ms(routed, mapping.span("ep"))   # dispatch and combine
+        forward += exchange
+        backward += exchange
+    return forward, backward
+
+
+def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, mapping: RankMapping,
+                seq_len: int, recompute: list[str], options: CostOptions = CostOptions()) -> list[LayerTime]:
+    """Every layer of ``spec`` on one GPU under ``config``; ``recompute[i]`` is layer i's mode."""
+    works = layer_work(spec, cluster, config.microbatch_size, seq_len, options.flash_attention)
+    shards = config.tp * config.cp
+    overhead_ms = cluster.device.kernel_overhead_us * 1e-3
+    dtype_bytes = DTYPE_BYTES[spec.dtype]
+    output_bytes = config.microbatch_size * seq_len * spec.hidden_size * dtype_bytes / shards
+    comm_cache: dict[LayerSpec, tuple[float, float]] = {}
+    result = []
+    for layer, work, mode in zip(spec.layers, works, recompute):
+        if layer not in comm_cache:
+            comm_cache[layer] = layer_comm_ms(layer, work, spec, config, mapping, seq_len)
+        comm_forward, comm_backward = comm_cache[layer]
+        forward = work.forward.on(shards, overhead_ms) + comm_forward
+        recomputes = mode == "full" and layer.kind not in ("embedding", "head")
+        backward_input = work.backward_input.on(shards, overhead_ms) + comm_backward + (forward if recomputes else 0.0)
+        executed = work.model_flops + work.recomputed_flops + (work.forward_flops if recomputes else 0.0)
+        if recomputes:
+            # Korthikanti et al. 2022, Sec. 5: only the layer's input is kept, sequence-parallel over TP (and CP)
+            activation = config.microbatch_size * seq_len * spec.hidden_size * dtype_bytes / shards
+        else:
+            activation = work.activation_bytes / shards
+        result.append(LayerTime(forward=forward, backward_input=backward_input,
+                                backward_weight=work.backward_weight.on(shards, overhead_ms),
+                                executed_flops=executed / shards, activation_bytes=activation,
+                                output_bytes=4 if layer.kind == "head" else output_bytes))
+    return result
+
+
+# ---- data-parallel step end ---------------------------------------------------------------------------
+
+def data_parallel_ms(dense_params: float, expert_params: float, config: ParallelConfig, mapping: RankMapping,
+                     options: CostOptions) -> tuple[float, float]:
+    """(gradient reduction, parameter gather) of one GPU's parameters at the step's end, before any overlap."""
+    grad = options.grad_reduce_bytes
+    dense_group, expert_group = mapping.span("dpcp"), mapping.span("edp")
+    reduce_scatter = ring_collective_ms(dense_params * grad, dense_group) + ring_collective_ms(expert_params * grad,
+                                                                                              expert_group)
+    if config.distributed_optimizer:
+        # reduce-scatter the gradients; all-gather the updated bf16 parameters
+        return reduce_scatter, (ring_collective_ms(dense_params * 2, dense_group)
+                                + ring_collective_ms(expert_params * 2, expert_group))
+    return 2 * reduce_scatter, 0.0   # all-reduce = reduce-scatter + all-gather of the gradients
+
+
+def exposed_data_parallel_ms(grad_ms: float, param_ms: float, last_backward_ms: float, first_forward_ms: float,
+                             options: CostOptions) -> float:
+    """What the step waits for: with overlap the gradient reduction hides behind the last micro-batch's
+    backward and the parameter gather behind the next step's first forward."""
+    if not options.overlap_dp:
+        return grad_ms + param_ms
+    return max(0.0, grad_ms - last_backward_ms) + max(0.0, param_ms - first_forward_ms)
+
+
+def optimizer_step_ms(local_params: float, cluster: ClusterSpec) -> float:
+    return local_params * OPTIMIZER_BYTES_PER_PARAM / bandwidth_bytes_per_ms(cluster.device)

@@ -1,0 +1,271 @@
+"""Scoring one parallel configuration of a job: a closed form to rank many quickly, and the simulated plan.
+
+The pipeline sees one GPU of each TP x CP group: ``pipeline_profile`` turns every layer's time on that GPU
+(``planner.parallel.cost``) into an ``adaptis.profile/v1`` profile, and ``RankMapping.pipeline_cluster``
+gives the links between pipeline ranks, so any pipeline plan (a baseline schedule or the AdaPtis search) is
+simulated as it would run inside the job. A step is then the pipeline's makespan, plus the data-parallel
+gradient reduction and parameter gather that did not hide behind compute, plus the optimizer step, plus the
+all-reduce of a tied embedding's gradient between the two pipeline ends (Megatron-LM's
+``_allreduce_embedding_grads``).
+
+The closed form (``estimate``) uses Megatron's uniform partition (the same number of blocks per virtual
+stage, embedding first, head last) and the 1F1B / interleaved makespan ``m·T_max + (ΣT_r - T_max) / v``
+(Narayanan et al. 2021, Sec. 2.2: the bubble is ``(p - 1)/v`` stage times), and the schedules'
+in-flight micro-batches (``p - r`` on rank r for 1F1B; Megatron's ``2(p - r - 1) + (v - 1)p + 1`` chunk
+micro-batches with v chunks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.cluster import ClusterSpec
+from planner.memory import activation_peaks
+from planner.parallel.config import ParallelConfig
+from planner.parallel.cost import (CostOptions, LayerTime, data_parallel_ms, exposed_data_parallel_ms,
+                                   layer_times, layer_work, optimizer_step_ms, point_to_point_ms,
+                                   ring_collective_ms)
+from planner.parallel.mapping import GroupSpan, RankMapping
+from planner.parallel.memory import GpuMemory, gpu_memory, held_parameters
+from planner.parallel.params import LayerParams
+from planner.plan import Plan
+from planner.profile import LayerProfile, Profile
+from planner.spec.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the user asks for: a model trained on ``gpus`` GPUs of ``cluster`` at ``seq_len`` tokens per
+    sequence and ``global_batch`` sequences per step."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    gpus: int
+    seq_len: int
+    global_batch: int
+    options: CostOptions = CostOptions()
+
+
+@dataclass
+class Score:
+    """A configuration's predicted step: times in ms, memory per pipeline rank, metrics."""
+
+    config: ParallelConfig
+    schedule: str                  # "1f1b", "interleaved-1f1b" or "adaptis"
+    chunks: int
+    pipeline_ms: float
+    data_parallel_ms: float
+    optimizer_ms: float
+    memory: list[GpuMemory]
+    model_flops: float             # per step, whole job, no recomputation
+    executed_flops: float          # per step, whole job, everything the GPUs run
+    job: Job
+    plan: Plan | None = None
+    estimated: bool = True
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def iteration_ms(self) -> float:
+        return self.pipeline_ms + self.data_parallel_ms + self.optimizer_ms
+
+    @property
+    def fits(self) -> bool:
+        return all(memory.fits for memory in self.memory)
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        return max(memory.total for memory in self.memory)
+
+    def metrics(self) -> dict:
+        seconds = self.iteration_ms / 1e3
+        device = self.job.cluster.device
+        gpus = self.config.num_gpus
+        return {"iteration_ms": self.iteration_ms, "pipeline_ms": self.pipeline_ms,
+                "data_parallel_exposed_ms": self.data_parallel_ms, "optimizer_ms": self.optimizer_ms,
+                "tokens_per_s": self.job.global_batch * self.job.seq_len / seconds,
+                "mfu": self.model_flops / seconds / (gpus * device.peak_tflops * 1e12),
+                "hardware_tflops_per_gpu": self.executed_flops / seconds / gpus / 1e12,
+                "peak_memory_bytes": round(self.peak_memory_bytes), "fits": self.fits,
+                "schedule": self.schedule, "chunks": self.chunks, "estimated": self.estimated}
+
+    def to_dict(self) -> dict:
+        return {"parallel": self.config.to_dict(), "short": self.config.short(), "predicted": self.metrics(),
+                "memory": [memory.to_dict() for memory in self.memory]}
+
+
+# ---- the pieces ---------------------------------------------------------------------------------------
+
+def recompute_per_layer(config: ParallelConfig, stage_layers: list[tuple[int, ...]], num_layers: int) -> list[str]:
+    modes = ["none"] * num_layers
+    for stage, layers in enumerate(stage_layers):
+        for layer in layers:
+            modes[layer] = config.recompute_of(stage)
+    return modes
+
+
+def uniform_stages(model: ModelSpec, stages: int) -> list[tuple[int, ...]]:
+    """Megatron's partition: as many blocks per stage as possible alike, embedding first, head last."""
+    kinds = [layer.kind for layer in model.layers]
+    start = 1 if kinds[0] == "embedding" else 0
+    end = len(kinds) - (1 if kinds[-1] == "head" else 0)
+    per_stage, extra = divmod(end - start, stages)
+    bounds, position = [], start
+    for stage in range(stages):
+        size = per_stage + (1 if stage < extra else 0)
+        bounds.append([position, position + size])
+        position += size
+    bounds[0][0] = 0
+    bounds[-1][1] = len(kinds)
+    return [tuple(range(low, high)) for low, high in bounds]
+
+
+def rank_params(model: ModelSpec, params: list[LayerParams], rank_layers: list[list[int]]) -> list[list[LayerParams]]:
+    """Each pipeline rank's layers' parameters; a tied table counted once on a rank holding both ends."""
+    last = model.num_layers - 1
+    tied = model.tie_embeddings and model.layers[0].kind == "embedding" and model.layers[last].kind == "head"
+    result = []
+    for layers in rank_layers:
+        held = [params[index] for index in layers]
+        if tied and 0 in layers and last in layers:
+            table = params[0].tp_sharded
+            held[layers.index(last)] = LayerParams(params[last].tp_sharded - table, params[last].replicated,
+                                                   params[last].expert)
+        result.append(held)
+    return result
+
+
+def pipeline_profile(job: Job, times: list[LayerTime], params: list[LayerParams], config: ParallelConfig) -> Profile:
+    """The profile of one GPU of each TP x CP group; ``param_bytes`` are the bf16 parameters it holds."""
+    names = job.model.layer_names()
+    layers = tuple(
+        LayerProfile(name=name, kind=layer.kind, forward=time.forward, backward_input=time.backward_input,
+                     backward_weight=time.backward_weight, activation_bytes=round(time.activation_bytes),
+                     output_bytes=round(time.output_bytes), param_bytes=round(2 * param.per_gpu(config.tp, config.ep)))
+        for name, layer, time, param in zip(names, job.model.layers, times, params))
+    return Profile(model=job.model.name, device=job.cluster.device.name, layers=layers,
+                   microbatch_size=config.microbatch_size, seq_len=job.seq_len, source="analytic")
+
+
+def step_flops(job: Job, config: ParallelConfig, times: list[LayerTime]) -> tuple[float, float]:
+    """(model FLOPs without recomputation, executed FLOPs) of the whole job's step."""
+    microbatches = config.num_microbatches * config.dp
+    model = sum(work.model_flops for work in _works(job, config))
+    executed = sum(time.executed_flops for time in times) * config.tp * config.cp
+    return model * microbatches, executed * microbatches
+
+
+def step_end_ms(job: Job, config: ParallelConfig, mapping: RankMapping, held: list[list[LayerParams]],
+                times: list[LayerTime], rank_layers: list[list[int]]) -> tuple[float, float]:
+    """(exposed data-parallel communication, optimizer step) in ms: the slowest pipeline rank's."""
+    exposed, optimizer = 0.0, 0.0
+    for layers, params in zip(rank_layers, held):
+        dense, expert = held_parameters(params, config)
+        grad_ms, param_ms = data_parallel_ms(dense, expert, config, mapping, job.options)
+        last_backward = sum(times[index].backward_input + times[index].backward_weight for index in layers)
+        first_forward = sum(times[index].forward for index in layers)
+        exposed = max(exposed, exposed_data_parallel_ms(grad_ms, param_ms, last_backward, first_forward, job.options))
+        local = (dense / (config.dp * config.cp) + expert / config.expert_dp) if config.distributed_optimizer \
+            else dense + expert
+        optimizer = max(optimizer, optimizer_step_ms(local, job.cluster))
+    model = job.model
+    if config.pp > 1 and model.tie_embeddings and model.layers[0].kind == "embedding":
+        table = job.model.vocab_size * model.hidden_size / config.tp * job.options.grad_reduce_bytes
+        exposed += 2 * ring_collective_ms(table, _two_ends(mapping))
+    return exposed, optimizer
+
+
+def _two_ends(mapping: RankMapping) -> GroupSpan:
+    pipeline = mapping.span("pp")
+    return GroupSpan("embedding", 2, 1 if pipeline.crosses_domains else 2, pipeline.intra, pipeline.inter)
+
+
+# ---- closed form --------------------------------------------------------------------------------------
+
+def estimate(job: Job, config: ParallelConfig, chunks: int = 1) -> Score:
+    """The closed-form score of ``config`` with Megatron's uniform partition and (interleaved) 1F1B."""
+    mapping = RankMapping(config, job.cluster)
+    pp, m = config.pp, config.num_microbatches
+    stage_layers = uniform_stages(job.model, pp * chunks)
+    modes = recompute_per_layer(config, stage_layers, job.model.num_layers)
+    times = layer_times(job.model, job.cluster, config, mapping, job.seq_len, modes, job.options)
+    rank_layers = [[index for stage in range(rank, pp * chunks, pp) for index in stage_layers[stage]]
+                   for rank in range(pp)]
+    rank_ms = [sum(times[i].forward + times[i].backward_input + times[i].backward_weight for i in layers)
+               for layers in rank_layers]
+    transfer = point_to_point_ms(times[0].output_bytes, mapping.span("pp")) if pp > 1 else 0.0
+    slowest = max(rank_ms)
+    pipeline_ms = m * slowest + (sum(rank_ms) - slowest) / chunks + 2 * (pp - 1) * chunks * transfer
+    params = rank_params(job.model, _layer_params(job), rank_layers)
+    memory = []
+    for rank, layers in enumerate(rank_layers):
+        per_microbatch = sum(times[i].activation_bytes for i in layers)
+        if chunks == 1:
+            in_flight = min(m, pp - rank) * per_microbatch
+        else:
+            in_flight = min(m * chunks, 2 * (pp - rank - 1) + (chunks - 1) * pp + 1) * per_microbatch / chunks
+        memory.append(_rank_memory(job, config, rank, params[rank], in_flight, layers, modes))
+    exposed, optimizer = step_end_ms(job, config, mapping, params, times, rank_layers)
+    model_flops, executed = step_flops(job, config, times)
+    return Score(config=config, schedule="1f1b" if chunks == 1 else "interleaved-1f1b", chunks=chunks,
+                 pipeline_ms=pipeline_ms, data_parallel_ms=exposed, optimizer_ms=optimizer, memory=memory,
+                 model_flops=model_flops, executed_flops=executed, job=job)
+
+
+def _works(job: Job, config: ParallelConfig):
+    return layer_work(job.model, job.cluster, config.microbatch_size, job.seq_len, job.options.flash_attention)
+
+
+def _layer_params(job: Job) -> list[LayerParams]:
+    return [work.params for work in layer_work(job.model, job.cluster, 1, job.seq_len)]
+
+
+def _rank_memory(job: Job, config: ParallelConfig, rank: int, params: list[LayerParams], in_flight: float,
+                 layers: list[int], modes: list[str]) -> GpuMemory:
+    workspace = 0.0
+    recomputed = [index for index in layers
+                  if modes[index] == "full" and job.model.layers[index].kind not in ("embedding", "head")]
+    if recomputed:
+        # the layer whose forward is recomputed holds its whole activations during its backward
+        works = _works(job, config)
+        workspace = max(works[index].activation_bytes for index in recomputed) / (config.tp * config.cp)
+    return gpu_memory(pipeline_rank=rank, params=params, activation_peak=in_flight, recompute_workspace=workspace,
+                      spec=job.model, config=config, seq_len=job.seq_len, capacity=job.cluster.device.memory_bytes)
+
+
+# ---- a simulated plan ---------------------------------------------------------------------------------
+
+def score_plan(job: Job, config: ParallelConfig, plan: Plan, schedule: str, chunks: int) -> Score:
+    """Simulate ``plan`` (its devices are the pipeline ranks) inside the job and account every GPU's memory."""
+    from planner.simulator import simulate
+
+    mapping = RankMapping(config, job.cluster)
+    stage_layers = [stage.layers for stage in plan.stages]
+    modes = recompute_per_layer(config, stage_layers, job.model.num_layers)
+    times = layer_times(job.model, job.cluster, config, mapping, job.seq_len, modes, job.options)
+    profile = pipeline_profile(job, times, _layer_params(job), config)
+    simulation = simulate(plan, profile, mapping.pipeline_cluster())
+    rank_layers = [[index for stage in plan.stages_on(rank) for index in plan.stages[stage].layers]
+                   for rank in range(config.pp)]
+    stage_activation = [sum(times[index].activation_bytes for index in stage.layers) for stage in plan.stages]
+    peaks = activation_peaks(plan, stage_activation)
+    params = rank_params(job.model, _layer_params(job), rank_layers)
+    memory = [_rank_memory(job, config, rank, params[rank], peaks[rank], rank_layers[rank], modes)
+              for rank in range(config.pp)]
+    exposed, optimizer = step_end_ms(job, config, mapping, params, times, rank_layers)
+    model_flops, executed = step_flops(job, config, times)
+    return Score(config=config, schedule=schedule, chunks=chunks, pipeline_ms=simulation.iteration_ms,
+                 data_parallel_ms=exposed, optimizer_ms=optimizer, memory=memory, model_flops=model_flops,
+                 executed_flops=executed, job=job, plan=plan, estimated=False,
+                 extra={"bubble_ratio": simulation.bubble_ratio})
+
+
+def shard_profile(job: Job, config: ParallelConfig, chunks: int = 1) -> tuple[Profile, ClusterSpec]:
+    """The profile and pipeline cluster a pure-PP planner (baseline or AdaPtis search) plans on; a per-stage
+    recomputation applies to the stages of Megatron's uniform partition into ``pp x chunks`` stages."""
+    mapping = RankMapping(config, job.cluster)
+    if isinstance(config.recompute, str):
+        modes = [config.recompute] * job.model.num_layers
+    else:
+        modes = recompute_per_layer(config, uniform_stages(job.model, config.pp * chunks), job.model.num_layers)
+    times = layer_times(job.model, job.cluster, config, mapping, job.seq_len, modes, job.options)
+    return pipeline_profile(job, times, _layer_params(job), config), mapping.pipeline_cluster()

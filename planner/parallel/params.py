@@ -1,0 +1,54 @@
+"""How each layer's parameters are held under TP and EP: sharded by TP, replicated, or sharded by EP x ETP.
+
+The split follows Megatron-LM's ``megatron/training/theoretical_memory_usage.py``
+(``compute_weight_and_optimizer_memory``): attention, dense-MLP and shared-expert weights are TP-sharded;
+layer norms and the MoE router are replicated on every TP rank; routed experts are sharded over expert
+tensor x expert model parallelism (expert TP = TP here, Megatron-Core's default); the vocabulary
+embedding and the output layer are TP-sharded (vocab-parallel). With tied embeddings the first and the last
+pipeline stage each hold the table (Megatron keeps a copy on both and all-reduces its gradient).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.cost.analytic import layer_parameters
+from planner.spec.model import LayerSpec, ModelSpec, MoEMLP
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    tp_sharded: int
+    replicated: int
+    expert: int
+
+    @property
+    def total(self) -> int:
+        return self.tp_sharded + self.replicated + self.expert
+
+    def per_gpu(self, tp: int, ep: int) -> float:
+        """Parameters one GPU holds of this layer."""
+        return self.tp_sharded / tp + self.replicated + self.expert / (tp * ep)
+
+
+def _replicated_and_expert(layer: LayerSpec, hidden: int) -> tuple[int, int]:
+    if layer.kind == "embedding":
+        return 0, 0
+    if layer.kind == "head":
+        return hidden, 0                              # the final norm
+    norms = (layer.mixer is not None) + (layer.mlp is not None)
+    replicated, expert = norms * hidden, 0
+    if isinstance(layer.mlp, MoEMLP):
+        mlp = layer.mlp
+        replicated += hidden * mlp.num_experts       # the router
+        expert = 3 * hidden * mlp.expert_intermediate_size * mlp.num_experts   # gated experts: gate, up, down
+    return replicated, expert
+
+
+def layer_params(spec: ModelSpec) -> list[LayerParams]:
+    """Per layer of ``spec``: its parameters split by how TP and EP shard them."""
+    result = []
+    for layer, total in zip(spec.layers, layer_parameters(spec)):
+        replicated, expert = _replicated_and_expert(layer, spec.hidden_size)
+        result.append(LayerParams(tp_sharded=total - replicated - expert, replicated=replicated, expert=expert))
+    return result

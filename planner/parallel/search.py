@@ -1,0 +1,334 @@
+"""``search``: choose the hybrid-parallel configuration of a job and the pipeline plan inside it.
+
+1. Enumerate (tp, cp, pp, dp, ep, micro-batch size, recomputation, schedule chunks) that the model and the
+   GPU count allow (``candidates``); pinned degrees are kept as given.
+2. Score each with the closed form (``planner.parallel.evaluate.estimate``) and drop those whose fullest
+   GPU does not fit its memory — memory first, so nothing that cannot run is ranked. The fastest fully
+   recomputed ones are also tried with recomputation on the first pipeline ranks only (``recompute`` per
+   stage), which hold the most micro-batches in flight.
+3. Simulate the best few with Megatron's schedules (1F1B, interleaved 1F1B) on the real pipeline links,
+   then run the AdaPtis pure-PP search (``planner.search.search_plan``: partition x placement x schedule)
+   inside the best configurations; its plan is kept when it fits and is faster.
+4. Return the best as an ``adaptis.plan/v2`` plan, with the runners-up, per-GPU memory and the rank mapping.
+
+Everything the web needs comes out of ``HybridResult.to_dict()`` as plain JSON values.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from planner.baselines import build_baseline
+from planner.cluster import ClusterSpec
+from planner.errors import SpecError
+from planner.layout import layer_codes_from_spec, plan_layout_string
+from planner.parallel.config import DEGREES, RECOMPUTE_MODES, ParallelConfig
+from planner.parallel.cost import CostOptions
+from planner.parallel.evaluate import Job, Score, estimate, score_plan, shard_profile
+from planner.parallel.mapping import RankMapping
+from planner.spec.model import AttentionMixer, LinearAttentionMixer, Mamba2Mixer, ModelSpec, MoEMLP
+
+PIN_KEYS = DEGREES + ("microbatch_size", "recompute", "distributed_optimizer", "chunks")
+MICROBATCH_SIZES = (1, 2, 4, 8)
+SEARCHED_RECOMPUTE = ("none", "full")   # selective equals none under FlashAttention (planner.parallel.cost)
+MAX_CHUNKS = 4
+PARTIAL_RECOMPUTE_TRIES = 16            # fully recomputed configurations tried with recomputation on fewer ranks
+SIMULATED = 4                           # configurations simulated after the closed form
+REFINED = 2                             # of which the AdaPtis search refines the best
+MAX_REFINED_ACTIONS = 20_000            # pipelines larger than this (stages x micro-batches) keep their schedule
+DEFAULT_TIME_BUDGET_S = 40.0
+
+Progress = Callable[[float, str], None]
+
+
+@dataclass
+class HybridResult:
+    best: Score
+    runners_up: list[Score]
+    considered: int
+    pruned_by_memory: int
+    seconds: float
+    stats: dict = field(default_factory=dict)
+
+    def plan_document(self) -> dict:
+        """The best plan as ``adaptis.plan/v2`` with ``predicted`` from the job-level model."""
+        plan = self.best.plan
+        doc = plan.to_dict()
+        predicted = dict(doc.get("predicted") or {})
+        predicted.update(self.best.metrics())
+        predicted["memory"] = [memory.to_dict() for memory in self.best.memory]
+        # the pipeline simulator's per-device memory knows no sharding: replace it with the job's accounting
+        predicted["per_device"] = [
+            {**device, "peak_memory_bytes": round(memory.total), "activation_peak_bytes": round(memory.activations),
+             "model_state_bytes": round(memory.params + memory.gradients + memory.optimizer)}
+            for device, memory in zip(predicted.get("per_device", []), self.best.memory)]
+        doc["predicted"] = predicted
+        doc.setdefault("meta", {})["memory_limit_bytes"] = self.best.job.cluster.device.memory_bytes
+        return doc
+
+    def to_dict(self, ranks: bool = True) -> dict:
+        mapping = RankMapping(self.best.config, self.best.job.cluster)
+        return {"best": {**self.best.to_dict(), "plan": self.plan_document(),
+                         "rank_mapping": mapping.to_dict(None if ranks else 0)},
+                "runners_up": [score.to_dict() for score in self.runners_up],
+                "considered": self.considered, "pruned_by_memory": self.pruned_by_memory,
+                "seconds": self.seconds, "stats": self.stats}
+
+
+# ---- the candidate space ------------------------------------------------------------------------------
+
+def _powers_of_two(limit: int) -> list[int]:
+    values, value = [], 1
+    while value <= limit:
+        values.append(value)
+        value *= 2
+    return values
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def tensor_parallel_limit(model: ModelSpec, tp: int) -> str | None:
+    """Why ``tp`` cannot split ``model`` (Megatron needs heads and query groups to divide), or None."""
+    if model.hidden_size % tp:
+        return f"hidden_size {model.hidden_size} is not divisible by tp {tp}"
+    for layer in model.layers:
+        mixer = layer.mixer
+        if isinstance(mixer, AttentionMixer) and (mixer.num_heads % tp or mixer.num_kv_heads % tp):
+            return f"attention with {mixer.num_heads} heads / {mixer.num_kv_heads} key-value heads"
+        if isinstance(mixer, (LinearAttentionMixer, Mamba2Mixer)) and mixer.num_heads % tp:
+            return f"{mixer.type} with {mixer.num_heads} heads"
+        if isinstance(mixer, LinearAttentionMixer) and mixer.key_heads % tp:
+            return f"linear attention with {mixer.key_heads} key heads"
+    return None
+
+
+def _num_experts(model: ModelSpec) -> int:
+    return max((layer.mlp.num_experts for layer in model.layers if isinstance(layer.mlp, MoEMLP)), default=0)
+
+
+def _blocks(model: ModelSpec) -> int:
+    return sum(1 for layer in model.layers if layer.kind not in ("embedding", "head"))
+
+
+def check_job(job: Job, pins: dict) -> None:
+    for key in pins:
+        if key not in PIN_KEYS:
+            raise SpecError(key, f"cannot be pinned (pins: {', '.join(PIN_KEYS)})")
+    for key, value in (("gpus", job.gpus), ("seq_len", job.seq_len), ("global_batch", job.global_batch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(key, f"must be an integer >= 1, got {value!r}")
+    if job.gpus > job.cluster.num_devices:
+        raise SpecError("gpus", f"the cluster {job.cluster.name!r} has {job.cluster.num_devices} GPUs, "
+                                f"asked for {job.gpus}")
+    if "recompute" in pins and pins["recompute"] not in RECOMPUTE_MODES:
+        raise SpecError("recompute", f"must be one of {', '.join(RECOMPUTE_MODES)}, got {pins['recompute']!r}")
+    if "tp" in pins and tensor_parallel_limit(job.model, pins["tp"]):
+        raise SpecError("tp", f"{pins['tp']} cannot split the model: {tensor_parallel_limit(job.model, pins['tp'])}")
+    experts = _num_experts(job.model)
+    if pins.get("ep", 1) > 1 and (not experts or experts % pins["ep"]):
+        raise SpecError("ep", f"must divide the number of experts ({experts}), got {pins['ep']}")
+    if "pp" in pins and pins["pp"] > _blocks(job.model):
+        raise SpecError("pp", f"{job.model.name} has {_blocks(job.model)} blocks, fewer than pp {pins['pp']}")
+
+
+def candidates(job: Job, pins: dict) -> list[tuple[ParallelConfig, int]]:
+    """Every (configuration, chunks) the job allows under ``pins``."""
+    model, gpus = job.model, job.gpus
+    domain = job.cluster.domain_size
+    experts = _num_experts(model)
+    found = []
+    tps = [pins["tp"]] if "tp" in pins else [tp for tp in _powers_of_two(domain)
+                                            if not tensor_parallel_limit(model, tp)]
+    cps = [pins["cp"]] if "cp" in pins else [cp for cp in _powers_of_two(16) if cp == 1 or (job.seq_len % (2 * cp) == 0
+                                            and job.seq_len // cp >= 1024)]
+    for tp in tps:
+        for cp in cps:
+            if gpus % (tp * cp):
+                continue
+            rest = gpus // (tp * cp)
+            pps = [pins["pp"]] if "pp" in pins else [pp for pp in _divisors(rest) if pp <= _blocks(model)]
+            for pp in pps:
+                if rest % pp:
+                    continue
+                dp = rest // pp
+                if "dp" in pins and pins["dp"] != dp:
+                    continue
+                eps = [pins["ep"]] if "ep" in pins else (
+                    [ep for ep in _divisors(dp * cp) if experts % ep == 0] if experts else [1])
+                for ep in eps:
+                    if (dp * cp) % ep:
+                        continue
+                    sizes = [pins["microbatch_size"]] if "microbatch_size" in pins else MICROBATCH_SIZES
+                    for size in sizes:
+                        if job.global_batch % (size * dp):
+                            continue
+                        microbatches = job.global_batch // (size * dp)
+                        modes = [pins["recompute"]] if "recompute" in pins else SEARCHED_RECOMPUTE
+                        for mode in modes:
+                            config = ParallelConfig(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, microbatch_size=size,
+                                                    num_microbatches=microbatches, recompute=mode,
+                                                    distributed_optimizer=pins.get("distributed_optimizer", True))
+                            for chunks in _chunk_choices(pp, _blocks(model), microbatches, pins):
+                                found.append((config, chunks))
+    return found
+
+
+def _chunk_choices(pp: int, blocks: int, microbatches: int, pins: dict) -> list[int]:
+    if "chunks" in pins:
+        return [pins["chunks"]]
+    choices = [1]
+    if pp > 1 and microbatches >= pp:
+        choices += [chunks for chunks in range(2, MAX_CHUNKS + 1) if blocks >= pp * chunks]
+    return choices
+
+
+# ---- the search ---------------------------------------------------------------------------------------
+
+def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, global_batch: int,
+           pins: dict | None = None, *, options: CostOptions = CostOptions(), runners_up: int = 4,
+           time_budget_s: float = DEFAULT_TIME_BUDGET_S, refine: bool = True,
+           progress: Progress | None = None) -> HybridResult:
+    """The best hybrid-parallel plan for ``model`` on ``gpus`` GPUs of ``cluster``.
+
+    ``pins`` fixes any of ``tp``, ``cp``, ``pp``, ``dp``, ``ep``, ``microbatch_size``, ``recompute``,
+    ``distributed_optimizer`` and ``chunks`` (model chunks per pipeline rank: 1 for 1F1B, 2+ interleaved).
+    Raises ``SpecError`` naming the field when the input is invalid or no configuration fits in memory.
+    """
+    started = time.monotonic()
+    pins = dict(pins or {})
+    job = Job(model=model, cluster=cluster, gpus=gpus, seq_len=seq_len, global_batch=global_batch, options=options)
+    check_job(job, pins)
+    report = progress or (lambda fraction, message: None)
+    space = candidates(job, pins)
+    if not space:
+        raise SpecError("gpus", f"no (tp, cp, pp, dp, ep, micro-batch size) splits {gpus} GPUs and a global batch "
+                                f"of {global_batch} for {model.name} under the pins {pins or 'none'}")
+    report(0.05, f"scoring {len(space)} configurations")
+    scores = [estimate(job, config, chunks) for config, chunks in space]
+    fitting = sorted((score for score in scores if score.fits), key=lambda score: score.iteration_ms)
+    if not fitting:
+        closest = min(scores, key=lambda score: score.peak_memory_bytes)
+        raise SpecError("memory", f"no configuration fits {cluster.device.name}'s "
+                                  f"{cluster.device.memory_bytes:,} bytes: the closest "
+                                  f"({closest.config.short()}) needs {round(closest.peak_memory_bytes):,}")
+    pruned = len(scores) - len(fitting)
+    report(0.2, f"{len(fitting)} of {len(scores)} fit in memory; simulating the best {SIMULATED}")
+    fitting = sorted(fitting + _partial_recompute(job, fitting, pins), key=lambda score: score.iteration_ms)
+    simulated = []
+    for score in _distinct(fitting, SIMULATED):
+        simulated.append(_simulate_schedule(job, score))
+    simulated = sorted((score for score in simulated if score.fits), key=lambda score: score.iteration_ms) or simulated
+    refined = 0
+    if refine:
+        deadline = started + time_budget_s
+        chosen, configs = [], set()
+        for score in simulated:   # the best few distinct configurations the AdaPtis search can afford
+            if (score.config not in configs and score.config.pp > 1 and isinstance(score.config.recompute, str)
+                    and score.config.pp * score.chunks * score.config.num_microbatches <= MAX_REFINED_ACTIONS):
+                configs.add(score.config)
+                chosen.append(score)
+        chosen = chosen[:REFINED]
+        for index, score in enumerate(chosen):
+            remaining = deadline - time.monotonic()
+            if remaining <= 1:
+                break
+            report(0.4 + 0.5 * index / REFINED, f"AdaPtis search inside {score.config.short()}")
+            better = _adaptis(job, score, remaining / (len(chosen) - index))
+            refined += 1
+            if better is not None and better.fits and better.iteration_ms < score.iteration_ms:
+                simulated.append(better)
+    ranked = sorted(simulated, key=lambda score: (not score.fits, score.iteration_ms))
+    best = ranked[0]
+    simulated_keys = {(score.config, score.chunks) for score in simulated}
+    others = _distinct(ranked[1:] + [score for score in fitting[SIMULATED:]
+                                     if (score.config, score.chunks) not in simulated_keys], runners_up,
+                       exclude=_key(best))
+    report(1.0, f"done: {best.config.short()} {best.iteration_ms:.0f} ms")
+    return HybridResult(best=best, runners_up=others, considered=len(scores),
+                        pruned_by_memory=pruned, seconds=time.monotonic() - started,
+                        stats={"simulated": len(simulated), "refined_by_adaptis": refined})
+
+
+def _key(score: Score) -> tuple:
+    """What tells two scored plans apart: the configuration and the schedule (chunks only for Megatron's)."""
+    return (score.config, score.schedule, 0 if score.schedule == "adaptis" else score.chunks)
+
+
+def _partial_recompute(job: Job, fitting: list[Score], pins: dict) -> list[Score]:
+    """Full recomputation only where memory needs it: 1F1B keeps ``p - r`` micro-batches on pipeline rank r,
+    so the first ranks need recomputation long before the last. For the fastest fully recomputed
+    configurations, recompute on the first k ranks only, for the smallest k that fits."""
+    if "recompute" in pins:
+        return []
+    found = []
+    recomputed = [score for score in fitting if score.config.recompute == "full" and score.config.pp > 1]
+    for score in recomputed[:PARTIAL_RECOMPUTE_TRIES]:
+        config, stages = score.config, score.config.pp * score.chunks
+        for ranks in range(1, config.pp):
+            modes = tuple("full" if stage % config.pp < ranks else "none" for stage in range(stages))
+            partial = estimate(job, replace(config, recompute=modes), score.chunks)
+            if partial.fits:
+                found.append(partial)
+                break
+    return found
+
+
+def _distinct(scores: list[Score], count: int, exclude: tuple | None = None) -> list[Score]:
+    chosen, seen = [], {exclude}
+    for score in scores:
+        key = _key(score)
+        if key not in seen:
+            seen.add(key)
+            chosen.append(score)
+        if len(chosen) == count:
+            break
+    return chosen
+
+
+def _simulate_schedule(job: Job, score: Score) -> Score:
+    """The closed form's schedule built as a plan on the pipeline ranks and simulated; 1F1B when the
+    micro-batch count does not suit the interleaved schedule's rounds."""
+    config = score.config
+    profile, pipeline_cluster = shard_profile(job, config, score.chunks)
+    if score.chunks > 1:
+        try:
+            plan = build_baseline("interleaved-1f1b", profile, config.pp, config.num_microbatches,
+                                  cluster=pipeline_cluster, chunks=score.chunks)
+            return _finish(job, score, plan, "interleaved-1f1b")
+        except SpecError:
+            if not isinstance(config.recompute, str):
+                return score
+            score = estimate(job, config, 1)
+    plan = build_baseline("1f1b", profile, config.pp, config.num_microbatches, cluster=pipeline_cluster)
+    return _finish(job, score, plan, "1f1b")
+
+
+def _adaptis(job: Job, score: Score, budget_s: float) -> Score | None:
+    from planner.search import search_plan  # the search pulls in more than the closed form needs
+
+    config = score.config
+    profile, pipeline_cluster = shard_profile(job, config)
+    headroom = job.cluster.device.memory_bytes - max(m.total - m.activations for m in score.memory)
+    try:
+        result = search_plan(profile, config.pp, config.num_microbatches, cluster=pipeline_cluster,
+                             memory_limit_bytes=1 << 60, activation_limit_bytes=max(0, int(headroom)),
+                             time_budget_s=budget_s)
+    except SpecError:
+        return None
+    return _finish(job, score, result.plan, "adaptis")
+
+
+def _finish(job: Job, score: Score, plan, schedule: str) -> Score:
+    config = score.config
+    plan.parallel = config
+    plan.meta = dict(plan.meta)
+    scored = score_plan(job, config, plan, schedule, score.chunks)
+    plan.meta.update({"layout": plan_layout_string(plan, layer_codes_from_spec(job.model)),
+                      "model": job.model.name, "cluster": job.cluster.name, "gpus": job.gpus,
+                      "seq_len": job.seq_len, "global_batch": job.global_batch,
+                      "rank_mapping": RankMapping(config, job.cluster).to_dict(0)})
+    return scored

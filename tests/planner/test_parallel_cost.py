@@ -1,0 +1,132 @@
+"""The hybrid cost model: compute split over TP x CP, TP/SP, EP and DP communication on the links the rank
+mapping puts them on, recomputation, and the published Megatron-LM runs it must reproduce."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner.cluster import load_cluster_preset
+from planner.parallel.config import ParallelConfig
+from planner.parallel.cost import CostOptions, all_to_all_ms, layer_comm_ms, layer_times, layer_work
+from planner.parallel.mapping import RankMapping
+from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, ModelSpec
+from planner.spec.presets import load_model_preset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import published_runs  # noqa: E402
+
+H100 = load_cluster_preset("h100-sxm-16x8")
+
+
+def gpt(hidden=4096, heads=32, layers=4):
+    block = LayerSpec("decoder", AttentionMixer(heads, heads, hidden // heads), DenseMLP(4 * hidden, gated=False))
+    return ModelSpec("gpt", hidden, 51200, 2048, (LayerSpec("embedding"),) + (block,) * layers + (LayerSpec("head"),))
+
+
+def times_of(model, config, mode="none", options=CostOptions()):
+    return layer_times(model, H100, config, RankMapping(config, H100), 2048, [mode] * model.num_layers, options)
+
+
+def test_compute_splits_over_tp_and_cp_and_the_kernel_overhead_does_not():
+    model = gpt()
+    alone = times_of(model, ParallelConfig())[1]
+    work = layer_work(model, H100, 1, 2048)[1]
+    config = ParallelConfig(tp=4, cp=2)
+    split = times_of(model, config)[1]
+    comm_forward, _ = layer_comm_ms(model.layers[1], work, model, config, RankMapping(config, H100), 2048)
+    overhead = work.forward.kernels * H100.device.kernel_overhead_us * 1e-3
+    assert split.forward - comm_forward == pytest.approx((alone.forward - overhead) / 8 + overhead)
+
+
+def test_tensor_parallel_layers_pay_two_all_gathers_and_two_reduce_scatters_per_pass_on_nvlink():
+    model = gpt()
+    config = ParallelConfig(tp=8)
+    work = layer_work(model, H100, 1, 2048)[1]
+    forward, backward = layer_comm_ms(model.layers[1], work, model, config, RankMapping(config, H100), 2048)
+    buffer = 2048 * 4096 * 2                                   # s·b·h bf16
+    one = 7 / 8 * buffer / 450e9 * 1e3 + 7 * 3e-3              # ring over NVLink at 450 GB/s, 3 us a hop
+    assert forward == pytest.approx(4 * one) and backward == pytest.approx(4 * one)
+
+
+def test_full_recomputation_adds_the_forward_to_the_backward_and_its_flops():
+    model = gpt()
+    plain, recomputed = times_of(model, ParallelConfig(tp=2))[1], times_of(model, ParallelConfig(tp=2), "full")[1]
+    assert recomputed.backward_input == pytest.approx(plain.backward_input + plain.forward)
+    work = layer_work(model, H100, 1, 2048)[1]
+    assert recomputed.executed_flops - plain.executed_flops == pytest.approx(work.forward_flops / 2)
+
+
+def test_expert_all_to_all_goes_over_nvlink_inside_a_node_and_the_nic_outside():
+    mapping_inside = RankMapping(ParallelConfig(dp=8, ep=8), H100)
+    mapping_across = RankMapping(ParallelConfig(dp=64, ep=64), H100)
+    nbytes = 1e9
+    inside = all_to_all_ms(nbytes, mapping_inside.span("ep"))
+    across = all_to_all_ms(nbytes, mapping_across.span("ep"))
+    assert inside == pytest.approx(7 / 8 * nbytes / 450e9 * 1e3 + 3e-3)
+    # 56 of 64 shares leave the node on the GPU's own 50 GB/s NIC (the 7 in-node shares overlap on NVLink)
+    assert across == pytest.approx(56 / 64 * nbytes / 50e9 * 1e3 + 8e-3)
+
+
+def test_moe_layers_charge_dispatch_and_combine_for_top_k_copies_of_the_local_tokens():
+    model = load_model_preset("mixtral-8x7b")
+    config = ParallelConfig(tp=2, dp=8, ep=8)
+    mapping = RankMapping(config, H100)
+    layer = model.layers[1]
+    work = layer_work(model, H100, 1, 4096)[1]
+    with_ep = layer_comm_ms(layer, work, model, config, mapping, 4096)[0]
+    plain = ParallelConfig(tp=2, dp=8)
+    without_ep = layer_comm_ms(layer, work, model, plain, RankMapping(plain, H100), 4096)[0]
+    routed_bytes = 4096 / 2 * 2 * 4096 * 2              # tokens per GPU x top-2 x hidden x bf16
+    assert with_ep - without_ep == pytest.approx(2 * all_to_all_ms(routed_bytes, mapping.span("ep")))
+
+
+@pytest.mark.parametrize("run", published_runs.MEGATRON_TABLE_1, ids=lambda run: run.name)
+def test_megatron_sc21_table_1_is_predicted_within_15_percent_as_published(run):
+    result = published_runs.plan_published(run)
+    best = result.best
+    assert (best.config.tp, best.config.pp, best.config.num_gpus) == (run.tp, run.pp, run.gpus)
+    assert best.config.microbatch_size * best.config.num_microbatches * best.config.dp == run.batch
+    assert not best.estimated and best.fits
+    predicted = published_runs.predicted_tflops_per_gpu(run, best.iteration_ms)
+    assert predicted == pytest.approx(run.tflops_per_gpu, rel=0.15)
+
+
+@pytest.mark.parametrize("run", published_runs.MEGATRON_TABLE_1, ids=lambda run: run.name)
+def test_the_benchmarks_gpt_models_have_the_published_parameter_counts(run):
+    from planner.cost.analytic import count_parameters
+
+    l, h, vocab, s = run.layers, run.hidden, 51200, 2048
+    paper = 12 * l * h * h * (1 + 13 / (12 * h) + (vocab + s) / (12 * l * h))   # Narayanan et al. 2021, eq. 2
+    # the paper counts biases, LayerNorm's shift and learned positions (under 0.5 %); our GPT has none
+    assert count_parameters(published_runs.gpt_model(run)) == pytest.approx(paper, rel=0.005)
+
+
+def test_data_parallel_reduce_scatter_and_gather_cross_the_nics_and_hide_behind_compute_when_overlapped():
+    from planner.parallel.cost import data_parallel_ms, exposed_data_parallel_ms
+
+    config = ParallelConfig(tp=8, dp=16)
+    mapping = RankMapping(config, H100)
+    grad_ms, param_ms = data_parallel_ms(1e9, 0.0, config, mapping, CostOptions())
+    # one GPU per node in each DP group: the ring runs at the NIC's 50 GB/s, 8 us a hop
+    assert grad_ms == pytest.approx(15 / 16 * 4e9 / 50e9 * 1e3 + 15 * 8e-3)
+    assert param_ms == pytest.approx(15 / 16 * 2e9 / 50e9 * 1e3 + 15 * 8e-3)
+    without_zero = data_parallel_ms(1e9, 0.0, ParallelConfig(tp=8, dp=16, distributed_optimizer=False), mapping,
+                                    CostOptions())
+    assert without_zero == (pytest.approx(2 * grad_ms), 0.0)   # all-reduce, nothing to gather
+    assert exposed_data_parallel_ms(grad_ms, param_ms, 50.0, 20.0, CostOptions()) == pytest.approx(
+        (grad_ms - 50.0) + (param_ms - 20.0))
+    assert exposed_data_parallel_ms(grad_ms, param_ms, 500.0, 500.0, CostOptions()) == 0.0
+    assert exposed_data_parallel_ms(grad_ms, param_ms, 500.0, 500.0, CostOptions(overlap_dp=False)) == \
+        pytest.approx(grad_ms + param_ms)
+
+
+def test_context_parallel_ring_is_charged_only_where_it_outlasts_the_attention_kernel():
+    model = gpt()
+    config = ParallelConfig(cp=8, dp=2)
+    mapping = RankMapping(config, H100)
+    work = layer_work(model, H100, 1, 2048)[1]
+    forward, _ = layer_comm_ms(model.layers[1], work, model, config, mapping, 2048)
+    chunk = 2048 / 8 * 32 * (128 + 128) * 2                   # local K and V, bf16
+    ring = 7 * (chunk / 450e9 * 1e3 + 3e-3)
+    assert forward == pytest.approx(max(0.0, ring - work.attention_core_ms / 8))

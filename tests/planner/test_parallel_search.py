@@ -1,0 +1,142 @@
+"""The hybrid search: what it enumerates, pins, memory pruning, the plan it returns, and the showcase jobs."""
+
+import json
+
+import pytest
+
+from planner.cli import main
+from planner.cluster import load_cluster_preset
+from planner.errors import SpecError
+from planner.hybrid import search
+from planner.parallel.evaluate import Job
+from planner.parallel.search import candidates
+from planner.plan import load_plan
+from planner.spec.presets import load_model_preset
+
+
+def test_every_candidate_uses_exactly_the_gpus_and_the_global_batch():
+    model = load_model_preset("mixtral-8x7b")
+    job = Job(model, load_cluster_preset("h100-sxm-8x8"), 64, 4096, 256)
+    space = candidates(job, {})
+    assert space
+    for config, chunks in space:
+        assert config.num_gpus == 64
+        assert config.global_batch == 256
+        assert 8 % config.ep == 0 and (config.dp * config.cp) % config.ep == 0
+        assert 32 % config.tp == 0 and 8 % config.tp == 0      # heads and key-value heads split evenly
+        assert config.tp <= 8                                  # TP stays in the NVLink domain
+
+
+def test_pins_are_kept_and_the_rest_is_chosen():
+    result = search("llama-3-8b", "h100-sxm-4x8", 32, 4096, 64, {"tp": 4, "recompute": "full"}, refine=False)
+    for score in [result.best] + result.runners_up:
+        assert score.config.tp == 4 and score.config.recompute == "full"
+    assert result.best.config.num_gpus == 32
+
+
+def test_the_best_plan_is_a_v2_plan_of_the_pipeline_ranks_that_loads_back():
+    result = search("llama-3-8b", "h100-sxm-4x8", 32, 4096, 128, {"pp": 4}, time_budget_s=10)
+    doc = json.loads(json.dumps(result.to_dict()))
+    plan_doc = doc["best"]["plan"]
+    plan = load_plan(plan_doc)
+    assert plan_doc["format"] == "adaptis.plan/v2"
+    assert set(plan_doc["parallel"]) == {"tp", "cp", "pp", "dp", "ep", "microbatch_size", "num_microbatches",
+                                         "recompute", "distributed_optimizer"}
+    assert plan.num_devices == plan.parallel.pp == 4
+    for key in ("iteration_ms", "tokens_per_s", "mfu", "hardware_tflops_per_gpu", "peak_memory_bytes"):
+        assert plan_doc["predicted"][key] > 0
+    assert len(doc["best"]["rank_mapping"]["ranks"]) == 32
+    assert len(doc["best"]["memory"]) == 4
+    # tokens per second is the global batch's tokens over the predicted step
+    step_s = plan_doc["predicted"]["iteration_ms"] / 1e3
+    assert plan_doc["predicted"]["tokens_per_s"] == pytest.approx(128 * 4096 / step_s)
+
+
+def test_a_search_never_returns_a_configuration_that_does_not_fit():
+    result = search("mixtral-8x7b", "h100-sxm-2x8", 16, 4096, 64, refine=False)
+    assert result.pruned_by_memory > 0
+    for score in [result.best] + result.runners_up:
+        assert score.fits and score.peak_memory_bytes <= 80 * 2**30
+
+
+def test_a_model_that_cannot_fit_is_refused_with_the_memory_named():
+    with pytest.raises(SpecError) as error:
+        search("deepseek-v3", "h100-sxm-1x8", 8, 4096, 64, refine=False)
+    assert error.value.field == "memory"
+
+
+@pytest.mark.parametrize("pins, field", [
+    ({"tp": 3}, "tp"), ({"ep": 3}, "ep"), ({"recompute": "most"}, "recompute"), ({"zero": 2}, "zero"),
+    ({"pp": 1000}, "pp"),
+])
+def test_bad_pins_name_the_field(pins, field):
+    with pytest.raises(SpecError) as error:
+        search("mixtral-8x7b", "h100-sxm-2x8", 16, 4096, 64, pins, refine=False)
+    assert error.value.field == field
+
+
+def test_more_gpus_than_the_cluster_has_is_refused():
+    with pytest.raises(SpecError) as error:
+        search("llama-3-8b", "h100-sxm-1x8", 16, 4096, 64)
+    assert error.value.field == "gpus"
+
+
+def test_the_cli_runs_the_hybrid_search_and_writes_a_v2_plan(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    code = main(["search", "--model", "llama-3-8b", "--cluster", "h100-sxm-2x8", "--gpus", "16", "--seq-len", "4096",
+                 "--global-batch", "32", "--tp", "2", "--recompute", "selective", "--time-budget", "5",
+                 "--out", str(out)])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "adaptis.plan/v2" and doc["parallel"]["tp"] == 2
+    assert doc["parallel"]["recompute"] == "selective"
+    assert summary["parallel"] == doc["parallel"]
+
+
+def test_the_cli_says_what_the_hybrid_search_is_missing(capsys):
+    assert main(["search", "--model", "llama-3-8b", "--gpus", "16"]) == 2
+    assert "--cluster" in capsys.readouterr().err
+
+
+def test_the_cli_names_a_bad_pin(capsys):
+    code = main(["search", "--model", "llama-3-8b", "--cluster", "h100-sxm-2x8", "--gpus", "16", "--seq-len", "4096",
+                 "--global-batch", "32", "--ep", "2"])
+    assert code == 3
+    assert json.loads(capsys.readouterr().err)["error"]["field"] == "ep"
+
+
+def test_recomputation_is_kept_to_the_first_pipeline_ranks_when_that_is_enough():
+    job = ("gemma-3-27b", "h100-sxm-2x8", 16, 8192, 64)
+    pins = {"tp": 2, "pp": 8, "microbatch_size": 1}
+    with pytest.raises(SpecError) as error:
+        search(*job, {**pins, "recompute": "none"}, refine=False)
+    assert error.value.field == "memory"
+    everywhere = search(*job, {**pins, "recompute": "full"}, refine=False).best
+    best = search(*job, pins, refine=False).best
+    modes = best.config.recompute
+    assert not isinstance(modes, str) and modes[0] == "full" and modes[-1] == "none"
+    assert len(modes) == len(best.plan.stages)
+    assert best.fits and best.iteration_ms < everywhere.iteration_ms
+    assert load_plan(json.loads(json.dumps(best.plan.to_dict()))).parallel.recompute == modes
+
+
+def test_a_v2_plan_is_re_predicted_inside_its_job_from_the_cli(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["search", "--model", "mixtral-8x7b", "--cluster", "h100-sxm-4x8", "--gpus", "32", "--seq-len", "4096",
+                 "--global-batch", "128", "--time-budget", "5", "--out", str(out)]) == 0
+    searched = json.loads(capsys.readouterr().out)
+    assert main(["simulate", str(out), "--model", "mixtral-8x7b", "--cluster", "h100-sxm-4x8"]) == 0
+    predicted = json.loads(capsys.readouterr().out)
+    assert predicted["parallel"] == searched["parallel"]
+    assert predicted["predicted"]["iteration_ms"] == pytest.approx(searched["predicted"]["iteration_ms"])
+    assert predicted["predicted"]["peak_memory_bytes"] == searched["predicted"]["peak_memory_bytes"]
+
+
+def test_a_v2_plan_is_refused_on_a_model_it_cannot_split(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["search", "--model", "mixtral-8x7b", "--cluster", "h100-sxm-4x8", "--gpus", "32", "--seq-len", "4096",
+                 "--global-batch", "128", "--ep", "8", "--time-budget", "5", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", str(out), "--model", "llama-3-8b", "--cluster", "h100-sxm-4x8"]) == 3
+    assert json.loads(capsys.readouterr().err)["error"]["field"] == "ep"
