@@ -6,9 +6,11 @@ Production sets DEBUG=false, which makes SECRET_KEY and ALLOWED_HOSTS mandatory.
 Variables: DEBUG, SECRET_KEY, ALLOWED_HOSTS, CSRF_TRUSTED_ORIGINS, SECURE_COOKIES, SECURE_SSL_REDIRECT,
 SECURE_HSTS_SECONDS, DATABASE_URL,
 DB_CONN_MAX_AGE, REDIS_URL, CELERY_QUEUE, CELERY_RUNS_QUEUE, LIVE_EVENTS_PREFIX, CPU_RUN_MAX_RANKS, CPU_RUN_MAX_PARAMS,
-RUN_TIMEOUT_S, WORK_HEARTBEAT_S, WORK_STALE_AFTER_S, LOG_LEVEL.
+RUN_TIMEOUT_S, WORK_HEARTBEAT_S, WORK_STALE_AFTER_S, LOG_LEVEL, API_TOKEN_MAX_DAYS, LOGIN_FAILURE_LIMIT,
+LOGIN_COOLOFF_MINUTES, THROTTLE_TOKEN_FAILURES, THROTTLE_TOKEN_CREATE.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -35,8 +37,10 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
+    "django_filters",
     "drf_spectacular",
+    "axes",
     "adaptis_web.studio",
 ]
 
@@ -49,7 +53,15 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes requires: it answers a locked-out login with 429
 ]
+
+# django-axes counts failed logins by username and address and locks that pair out for a while.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
 
 ROOT_URLCONF = "adaptis_web.urls"
 WSGI_APPLICATION = "adaptis_web.wsgi.application"
@@ -64,6 +76,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "adaptis_web.studio.context_processors.teams",
             ],
         },
     },
@@ -146,12 +159,26 @@ CPU_RUN_MAX_RANKS = env_int("CPU_RUN_MAX_RANKS", 4, minimum=1)
 CPU_RUN_MAX_PARAMS = env_int("CPU_RUN_MAX_PARAMS", 50_000_000, minimum=1)
 RUN_TIMEOUT_S = env_int("RUN_TIMEOUT_S", 600, minimum=10)
 
+# Throttling counts in this cache: Redis, so every web process shares the counts.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                      "KEY_PREFIX": f"{LIVE_EVENTS_PREFIX}-cache"}}
+
+# API tokens: django-rest-knox keeps a digest and an expiry; our model adds a name and the last use.
+KNOX_TOKEN_MODEL = "studio.ApiToken"
+API_TOKEN_MAX_DAYS = env_int("API_TOKEN_MAX_DAYS", 365, minimum=1)
+REST_KNOX = {"TOKEN_MODEL": KNOX_TOKEN_MODEL, "TOKEN_TTL": timedelta(days=30), "AUTH_HEADER_PREFIX": "Token"}
+
 REST_FRAMEWORK = {
     # Token first: an unauthenticated API call then gets 401 with a WWW-Authenticate challenge, not 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "adaptis_web.studio.api.auth.NamedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_THROTTLE_RATES": {
+        "token_failures": env_str("THROTTLE_TOKEN_FAILURES", "20/hour"),
+        "token_create": env_str("THROTTLE_TOKEN_CREATE", "20/hour"),
+    },
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",

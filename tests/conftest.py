@@ -72,6 +72,24 @@ def isolated_redis():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def private_cache():
+    """Throttling counts in a cache of this process (production shares them in Redis), emptied per test below,
+    so that one test's failed attempts never throttle another's, nor another session's."""
+    from django.test.utils import override_settings
+
+    with override_settings(CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                               "LOCATION": SESSION_TAG}}):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def empty_cache(private_cache):
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def fast_password_hashing():
     """The production hasher spends ~0.5 s per password by design; tests create many users."""
     from django.conf import settings

@@ -6,6 +6,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from adaptis_web.studio.models import ModelSpecRecord, Team
 from adaptis_web.studio.selectors import user_is_member
+from adaptis_web.studio.services.roles import Role, role_require
 from planner.errors import SpecError
 from planner.spec.files import parse_model_text
 from planner.spec.model import ModelSpec
@@ -37,16 +38,19 @@ def spec_parse_upload(*, content: bytes, filename: str, field: str = "file") -> 
         raise prefixed_error(error, field) from None
 
 
-def spec_check_team(*, team: Team | None, user: AbstractBaseUser) -> Team:
+def spec_check_team(*, team: Team | None, user: AbstractBaseUser, doing: str) -> Team:
+    """``team`` when ``user`` may create in it (a member or above): a SpecError on ``team`` for a team they
+    are not in, a RoleRefusal for a viewer."""
     if team is None:
         raise SpecError("team", "is required: you belong to no team yet; ask a team owner to add you")
     if not user_is_member(user=user, team=team):
         raise SpecError("team", f"you are not a member of team {team.name!r}")
+    role_require(user=user, team=team, at_least=Role.MEMBER, doing=doing)
     return team
 
 
 def spec_create(*, team: Team, owner: AbstractBaseUser, spec: ModelSpec, source_filename: str = "",
                 name: str = "") -> ModelSpecRecord:
-    spec_check_team(team=team, user=owner)
+    spec_check_team(team=team, user=owner, doing="uploading a spec")
     return ModelSpecRecord.objects.create(team=team, owner=owner, name=name or spec.name, doc=spec.to_dict(),
                                           source_filename=source_filename[:255], num_layers=spec.num_layers)
