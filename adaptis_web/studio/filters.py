@@ -9,6 +9,7 @@ Every list filters by ``team``, ``user`` (who created it), ``created_after`` / `
 from __future__ import annotations
 
 import django_filters
+from django import forms
 from django.db.models import Q
 from rest_framework.pagination import CursorPagination
 
@@ -24,6 +25,10 @@ class HistoryCursorPagination(CursorPagination):
     max_page_size = 200
 
 
+DATE_INPUT = forms.DateInput(attrs={"type": "date"})
+ARCHIVED_SELECT = forms.Select(choices=[("", "left out"), ("true", "only archived")])
+
+
 class HistoryFilter(django_filters.FilterSet):
     """The filters every kind has; subclasses say where a kind keeps its team, creator and name."""
 
@@ -34,11 +39,11 @@ class HistoryFilter(django_filters.FilterSet):
     q = django_filters.CharFilter(method="filter_name", label="name contains")
     team = django_filters.NumberFilter(method="filter_team", label="team id")
     user = django_filters.CharFilter(method="filter_user", label="created by (username)")
-    created_after = django_filters.DateFilter(field_name="created_at", lookup_expr="date__gte",
+    created_after = django_filters.DateFilter(field_name="created_at", lookup_expr="date__gte", widget=DATE_INPUT,
                                               label="created on or after (YYYY-MM-DD)")
-    created_before = django_filters.DateFilter(field_name="created_at", lookup_expr="date__lte",
+    created_before = django_filters.DateFilter(field_name="created_at", lookup_expr="date__lte", widget=DATE_INPUT,
                                                label="created on or before (YYYY-MM-DD)")
-    archived = django_filters.BooleanFilter(method="filter_archived",
+    archived = django_filters.BooleanFilter(method="filter_archived", widget=ARCHIVED_SELECT,
                                             label="only archived (true) or leave them out (default)")
 
     def filter_name(self, queryset, name, value):
