@@ -110,3 +110,12 @@ class TestThrottling:
         assert locked.status_code == 429, "even the right password is refused while locked out"
         other = client.post(reverse("login"), {"username": "alice", "password": "alice-pass-2026"})
         assert other.status_code == 302, "another username from the same address is not locked"
+
+
+def test_the_admin_site_lists_tokens_without_their_secret(client, people, django_user_model):
+    root = django_user_model.objects.create_superuser("root", password="root-pass-2026")
+    token, key = token_create(user=people.member, name="ci", expires_in_days=7)
+    client.force_login(root)
+    assert client.get(reverse("admin:index")).status_code == 200
+    page = client.get(reverse("admin:studio_apitoken_changelist"))
+    assert page.status_code == 200 and "ci" in page.content.decode() and key not in page.content.decode()
