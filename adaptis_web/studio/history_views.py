@@ -14,39 +14,28 @@ from adaptis_web.studio import selectors
 from adaptis_web.studio.account_views import current_team
 from adaptis_web.studio.filters import HISTORY_FILTERS, HistoryCursorPagination
 from adaptis_web.studio.services import curation
-from adaptis_web.studio.services.roles import role_permissions
+from adaptis_web.studio.services.roles import Role, role_permissions, role_require
 from planner.errors import SpecError
-
-HISTORY_LISTS = {
-    "specs": lambda user, deleted: selectors.spec_list_for_user(user=user, deleted=deleted).defer("doc"),
-    "jobs": lambda user, deleted: selectors.job_list_with_plan_metrics(user=user, deleted=deleted).defer(
-        "spec__doc", "cluster_doc", "profile_doc", "result", "calibration"),
-    "plans": lambda user, deleted: selectors.plan_list_for_user(user=user, deleted=deleted).defer(
-        "plan_doc", "simulation", "profile_doc", "job__spec__doc", "job__cluster_doc", "job__profile_doc",
-        "job__result", "job__calibration"),
-    "runs": lambda user, deleted: selectors.run_list_for_user(user=user, deleted=deleted).defer(
-        "executed_spec", "summary", "plan__plan_doc", "plan__simulation", "plan__profile_doc", "plan__job__spec__doc",
-        "plan__job__cluster_doc", "plan__job__profile_doc", "plan__job__result", "plan__job__calibration"),
-}
-
 
 @login_required
 def history(request: HttpRequest) -> HttpResponse:
     """``?kind=jobs&status=failed&q=…``: the current team's objects of one kind, filtered; the filters and the
     cursor stay in the URL. ``deleted=1`` lists the deleted ones, for an admin to restore."""
     kind = request.GET.get("kind", "jobs")
-    if kind not in HISTORY_LISTS:
+    if kind not in selectors.CURATED_KINDS:
         raise Http404(f"no history of {kind!r}")
     team = current_team(request)
     deleted = request.GET.get("deleted") == "1"
-    rows = HISTORY_LISTS[kind](request.user, deleted)
+    if deleted and team is not None:
+        role_require(user=request.user, team=team, at_least=Role.ADMIN, doing="listing deleted work")
+    rows = selectors.history_for_user(user=request.user, kind=kind, deleted=deleted)
     if team is not None:
         rows = rows.filter(**{HISTORY_FILTERS[kind].team_path: team})
     filters = HISTORY_FILTERS[kind](request.GET, queryset=rows)
     paginator = HistoryCursorPagination()
     page = paginator.paginate_queryset(filters.qs, Request(request)) if filters.is_valid() else []
     return render(request, "studio/history.html", {
-        "kind": kind, "kinds": list(HISTORY_LISTS), "filters": filters, "rows": page, "team": team,
+        "kind": kind, "kinds": selectors.CURATED_KINDS, "filters": filters, "rows": page, "team": team,
         "deleted": deleted, "next_link": paginator.get_next_link() if page else None,
         "previous_link": paginator.get_previous_link() if page else None,
         **(role_permissions(user=request.user, team=team) if team else {}),

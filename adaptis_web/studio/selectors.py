@@ -201,3 +201,19 @@ def curated_get_for_user(*, user: AbstractBaseUser, kind: str, object_id: int, d
         rows = {"specs": spec_list_for_user, "jobs": job_list_for_user, "plans": plan_list_for_user}[kind](
             user=user, deleted=deleted)
     return get_object_or_404(rows, pk=object_id)
+
+
+def history_for_user(*, user: AbstractBaseUser, kind: str, deleted: bool = False) -> QuerySet:
+    """The rows a history list shows of ``kind``, without the large documents (the lists never show them)."""
+    if kind == "specs":
+        return spec_list_for_user(user=user, deleted=deleted).defer("doc")
+    if kind == "jobs":
+        return job_list_with_plan_metrics(user=user, deleted=deleted).defer(
+            "spec__doc", "cluster_doc", "profile_doc", "result", "calibration")
+    if kind == "plans":
+        return plan_list_for_user(user=user, deleted=deleted).defer(
+            "plan_doc", "simulation", "profile_doc", "job__spec__doc", "job__cluster_doc", "job__profile_doc",
+            "job__result", "job__calibration")
+    return run_list_for_user(user=user, deleted=deleted).defer(
+        "plan__plan_doc", "plan__simulation", "plan__profile_doc", "plan__job__spec__doc", "plan__job__cluster_doc",
+        "plan__job__profile_doc", "plan__job__result", "plan__job__calibration")

@@ -190,3 +190,12 @@ class TestHistoryPage:
         response = client.post(reverse("studio:curate", args=["plans", crew.planned.plan.pk]), {"action": "delete"})
         assert response.status_code == 302 and Plan.objects.get().deleted_at is not None
         assert Run.objects.get(pk=crew.finished_run.pk).deleted_at is not None
+
+    def test_only_an_admin_lists_deleted_work_and_restores_it_from_the_page(self, client, crew):
+        client.force_login(crew.people.member)
+        assert client.get(reverse("studio:history"), {"kind": "runs", "deleted": "1"}).status_code == 403
+        client.force_login(crew.admin)
+        page = client.get(reverse("studio:history"), {"kind": "runs", "deleted": "1"}).content.decode()
+        assert re.findall(r'data-row="(\d+)"', page) == [str(crew.deleted_run.pk)]
+        response = client.post(reverse("studio:curate", args=["runs", crew.deleted_run.pk]), {"action": "restore"})
+        assert response.status_code == 302 and Run.objects.get(pk=crew.deleted_run.pk).deleted_at is None

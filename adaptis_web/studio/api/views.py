@@ -111,7 +111,7 @@ class SpecListCreateApi(HistoryListApi):
     parser_classes = [MultiPartParser, FormParser, JSONParser]
 
     def get_queryset(self):
-        return selectors.spec_list_for_user(user=self.request.user).defer("doc")  # the list omits documents
+        return selectors.history_for_user(user=self.request.user, kind="specs")
 
     @extend_schema(request=SpecCreateInput, responses={201: SpecDetailOutput})
     def post(self, request):
@@ -144,8 +144,7 @@ class JobListCreateApi(HistoryListApi):
     filterset_class = JobFilter
 
     def get_queryset(self):  # the list shows none of the documents: decoding them was most of its time
-        return selectors.job_list_with_plan_metrics(user=self.request.user).defer(
-            "spec__doc", "cluster_doc", "profile_doc", "result", "calibration")
+        return selectors.history_for_user(user=self.request.user, kind="jobs")
 
     @extend_schema(request=JobCreateInput, responses={201: JobDetailOutput})
     def post(self, request):
@@ -186,9 +185,7 @@ class PlanListApi(HistoryListApi):
     filterset_class = PlanFilter
 
     def get_queryset(self):
-        return selectors.plan_list_for_user(user=self.request.user).defer(
-            "plan_doc", "simulation", "profile_doc", "job__spec__doc", "job__cluster_doc", "job__profile_doc",
-            "job__result", "job__calibration")
+        return selectors.history_for_user(user=self.request.user, kind="plans")
 
 
 class PlanDetailApi(CuratedDetailMixin, APIView):
