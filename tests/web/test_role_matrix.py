@@ -72,6 +72,8 @@ API_CASES = [
          lambda c: {"spec": c.planned.spec.pk, "cluster_preset": "cpu-host", "num_devices": 2,
                     "num_microbatches": 4, "schedule": "1f1b"}),
     Case("cancel a job", "post", lambda c: reverse("api:job-cancel", args=[c.queued_job.pk]), CHANGE_ANYONES),
+    Case("rename a job", "patch", lambda c: reverse("api:job", args=[c.planned.job.pk]), CHANGE_ANYONES,
+         lambda c: {"name": "renamed"}),
     Case("archive a job", "post", lambda c: reverse("api:curated-action", args=["jobs", c.planned.job.pk, "archive"]),
          CHANGE_ANYONES),
     Case("dependents of a spec", "get", lambda c: reverse("api:dependents", args=["specs", c.planned.spec.pk]), READ),
@@ -79,6 +81,7 @@ API_CASES = [
     Case("plan detail", "get", lambda c: reverse("api:plan", args=[c.planned.plan.pk]), READ),
     Case("rename a plan", "patch", lambda c: reverse("api:plan", args=[c.planned.plan.pk]), CHANGE_ANYONES,
          lambda c: {"name": "the good one"}),
+    Case("delete a plan", "delete", lambda c: reverse("api:plan", args=[c.planned.plan.pk]), CHANGE_ANYONES),
     Case("runs list", "get", lambda c: reverse("api:runs"), LIST),
     Case("run detail", "get", lambda c: reverse("api:run", args=[c.finished_run.pk]), READ),
     Case("run events", "get", lambda c: reverse("api:run-events", args=[c.finished_run.pk]), READ),
@@ -86,6 +89,8 @@ API_CASES = [
     Case("re-plan from a run", "post", lambda c: reverse("api:run-replan", args=[c.finished_run.pk]),
          (201, 201, 201, 403, 404, 401)),
     Case("delete a run", "delete", lambda c: reverse("api:run", args=[c.finished_run.pk]), CHANGE_ANYONES),
+    Case("dependents of a run", "get", lambda c: reverse("api:dependents", args=["runs", c.finished_run.pk]), READ),
+    Case("api schema (public, as before)", "get", lambda c: reverse("api-schema"), (200,) * 6),
     Case("restore a deleted run", "post",
          lambda c: reverse("api:curated-action", args=["runs", c.deleted_run.pk, "restore"]), ADMIN_ONLY),
 ]
@@ -150,6 +155,18 @@ PAGE_CASES = [
          (302, 302, 403, 403, 404, 302), lambda c: {"action": "role", "user": c.extra.pk, "role": "viewer"}),
     Case("invite by link", "post", lambda c: reverse("studio:team", args=[c.people.team.pk]),
          (201, 201, 403, 403, 404, 302), lambda c: {"action": "invite", "role": "member"}),
+    Case("remove a member", "post", lambda c: reverse("studio:team", args=[c.people.team.pk]),
+         (302, 302, 403, 403, 404, 302), lambda c: {"action": "remove", "user": c.extra.pk}),
+    Case("transfer the ownership", "post", lambda c: reverse("studio:team", args=[c.people.team.pk]),
+         (302, 403, 403, 403, 404, 302), lambda c: {"action": "transfer", "user": c.admin.pk}),
+    Case("switch team", "post", lambda c: reverse("studio:team-switch"), (302, 302, 302, 302, 404, 302),
+         lambda c: {"team": c.people.team.pk}),
+    Case("create a team", "post", lambda c: reverse("studio:teams"), (302, 302, 302, 302, 302, 302),
+         lambda c: {"name": "new-team"}),
+    Case("list deleted work", "get", lambda c: reverse("studio:history") + "?kind=runs&deleted=1",
+         (200, 200, 403, 403, 200, 302)),  # the outsider's current team is their own, which they own
+    Case("restore a deleted run", "post", lambda c: reverse("studio:curate", args=["runs", c.deleted_run.pk]),
+         (302, 302, 403, 403, 404, 302), lambda c: {"action": "restore"}),
 ]
 
 
@@ -166,6 +183,6 @@ def test_page_access(client, crew, case, who):
     if who == "anonymous":
         assert response.url.startswith(reverse("login"))
     if expected == 403:
-        assert re.search(r'id="refusal">[^<]*needs the (member|admin) role', response.content.decode())
+        assert re.search(r'id="refusal">[^<]*needs the (member|admin|owner) role', response.content.decode())
     if expected >= 400 or who == "anonymous":
         assert _state() == before, "a refused request changed something"
