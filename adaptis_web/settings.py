@@ -191,9 +191,10 @@ REST_FRAMEWORK = {
 SWAGGER_UI_DIST_VERSION = "5.35.0"
 SPECTACULAR_SETTINGS = {
     "TITLE": "AdaPtis Studio API",
-    "DESCRIPTION": "Model specs, planning jobs, pipeline plans and executor runs. Errors are "
-                   '`{"errors": [{"field": ..., "reason": ...}]}` with HTTP 400; objects of teams you do '
-                   "not belong to answer 404.",
+    "DESCRIPTION": "Teams, model specs, planning jobs, pipeline plans and executor runs. Errors are "
+                   '`{"errors": [{"field": ..., "reason": ...}]}` with HTTP 400; what your role in the team may '
+                   'not do answers 403 in the same shape (field "role"); objects of teams you do not belong to '
+                   "answer 404. Authenticate with `Authorization: Token <token>` (API tokens page).",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": f"{STATIC_URL}vendor/swagger-ui-dist-{SWAGGER_UI_DIST_VERSION}",

@@ -199,3 +199,12 @@ class TestHistoryPage:
         assert re.findall(r'data-row="(\d+)"', page) == [str(crew.deleted_run.pk)]
         response = client.post(reverse("studio:curate", args=["runs", crew.deleted_run.pk]), {"action": "restore"})
         assert response.status_code == 302 and Run.objects.get(pk=crew.deleted_run.pk).deleted_at is None
+
+
+def test_the_api_schema_documents_the_filters_the_cursor_and_the_token_header(client):
+    schema = client.get(reverse("api-schema"), {"format": "json"}).json()
+    parameters = {parameter["name"] for parameter in schema["paths"]["/api/jobs/"]["get"]["parameters"]}
+    assert {"status", "strategy", "model", "user", "q", "created_after", "created_before", "archived", "team",
+            "cursor", "page_size"} <= parameters
+    token = schema["components"]["securitySchemes"]["knoxApiToken"]
+    assert (token["in"], token["name"]) == ("header", "Authorization") and '"Token"' in token["description"]

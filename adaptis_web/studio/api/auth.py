@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.utils import timezone
+from drf_spectacular.contrib.knox_auth_token import KnoxTokenScheme
 from knox.auth import TokenAuthentication
 from rest_framework import exceptions
 from rest_framework.throttling import SimpleRateThrottle
@@ -47,3 +48,9 @@ class NamedTokenAuthentication(TokenAuthentication):
             type(token).objects.filter(pk=token.pk).update(last_used_at=now)
             token.last_used_at = now
         return user, token
+
+
+class NamedTokenScheme(KnoxTokenScheme):
+    """Describes the ``Authorization: Token <token>`` header in the OpenAPI schema (drf-spectacular)."""
+
+    target_class = "adaptis_web.studio.api.auth.NamedTokenAuthentication"
