@@ -169,7 +169,7 @@ KNOX_TOKEN_MODEL = "studio.ApiToken"
 # (referencing auth_user) is one nothing clears or migrates, so knox runs without them.
 MIGRATION_MODULES = {"knox": None}
 API_TOKEN_MAX_DAYS = env_int("API_TOKEN_MAX_DAYS", 365, minimum=1)
-REST_KNOX = {"TOKEN_MODEL": KNOX_TOKEN_MODEL, "TOKEN_TTL": timedelta(days=30), "AUTH_HEADER_PREFIX": "Token"}
+REST_KNOX = {"TOKEN_MODEL": KNOX_TOKEN_MODEL}  # each token's expiry is chosen when it is created
 
 REST_FRAMEWORK = {
     # Token first: an unauthenticated API call then gets 401 with a WWW-Authenticate challenge, not 403.

@@ -59,11 +59,13 @@ class HistoryFilter(django_filters.FilterSet):
         return queryset.filter(**{f"{self.creator_path}__username": value})
 
     def filter_archived(self, queryset, name, value):
-        return queryset  # applied in filter_queryset, so that leaving it out also filters
+        return queryset.filter(archived_at__isnull=not value)
 
     def filter_queryset(self, queryset):
-        archived = self.form.cleaned_data.get("archived")
-        return super().filter_queryset(queryset).filter(archived_at__isnull=not archived)
+        queryset = super().filter_queryset(queryset)
+        if self.form.cleaned_data.get("archived") is None:  # django-filter skips a filter left empty
+            queryset = queryset.filter(archived_at__isnull=True)
+        return queryset
 
 
 STATUS_CHOICES = JobStatus.choices

@@ -238,6 +238,7 @@ class ApiToken(AbstractAuthToken):
 
     class Meta:
         ordering = ["-created"]
+        constraints = [models.UniqueConstraint(fields=["user", "name"], name="apitoken_unique_user_name")]
 
     def __str__(self) -> str:
         return f"token {self.name!r} of {self.user}"
