@@ -1,8 +1,8 @@
 """Reads, always scoped to the teams a user belongs to.
 
 A ``*_get_for_user`` raises ``Http404`` for an object of another team: to an outsider it does not exist.
-Deleted objects (``deleted_at``) are left out of every list and page; ``*_deleted_for_user`` finds them for
-an admin to restore.
+Deleted objects (``deleted_at``) are left out of every list and page; ``deleted=True`` lists only them, for an
+admin to restore.
 """
 
 from __future__ import annotations
@@ -65,10 +65,6 @@ def team_memberships(*, team: Team) -> QuerySet[Membership]:
 
 def team_open_invitations(*, team: Team) -> QuerySet[Invitation]:
     return team.invitations.filter(accepted_at__isnull=True, expires_at__gt=timezone.now()).order_by("-created_at")
-
-
-def membership_of(*, user: AbstractBaseUser, team: Team) -> Membership | None:
-    return Membership.objects.filter(team=team, user=user).first() if user.is_authenticated else None
 
 
 def team_current(*, user: AbstractBaseUser, team_id: int | None) -> Team | None:

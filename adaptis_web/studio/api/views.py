@@ -72,9 +72,13 @@ class CuratedDetailMixin:
 
     kind = ""
 
+    def curated_object(self):
+        object_id = self.kwargs[f"{self.kind.removesuffix('s')}_id"]  # the detail URL's spec_id, job_id, ...
+        return selectors.curated_get_for_user(user=self.request.user, kind=self.kind, object_id=object_id)
+
     @extend_schema(request=RenameInput, responses=CuratedOutput)
     def patch(self, request, **ids):
-        obj = selectors.curated_get_for_user(user=request.user, kind=self.kind, object_id=next(iter(ids.values())))
+        obj = self.curated_object()
         data = RenameInput(data=request.data)
         data.is_valid(raise_exception=True)
         return Response(curated_output(curation.object_rename(obj=obj, user=request.user,
@@ -83,8 +87,7 @@ class CuratedDetailMixin:
     @extend_schema(request=None, responses=CuratedOutput,
                    description="Delete softly, with what depends on it (see dependents/); an admin can restore it.")
     def delete(self, request, **ids):
-        obj = selectors.curated_get_for_user(user=request.user, kind=self.kind, object_id=next(iter(ids.values())))
-        return Response(curated_output(curation.object_delete(obj=obj, user=request.user)))
+        return Response(curated_output(curation.object_delete(obj=self.curated_object(), user=request.user)))
 
 
 def curated_output(obj) -> dict:
