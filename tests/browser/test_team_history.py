@@ -125,3 +125,30 @@ def test_two_members_share_and_filter_the_history_and_a_viewer_cannot_run(celery
     # A member may: Bob runs Alice's plan from the same page (the run itself is the other browser test's subject).
     bob.goto(f"{live_server.url}/jobs/{alice_job}/")
     expect(bob.locator("#run-on-cpu")).to_be_visible()
+
+
+def test_an_invitation_link_brings_a_new_user_into_the_team_and_they_switch_to_it(live_server, team, browser,
+                                                                                  django_user_model):
+    dana = django_user_model.objects.create_user("dana", password="dana-pass-2026")
+    team_create(name="dana-lab", owner=dana)
+    alice = logged_in(browser, live_server, "alice")
+    alice.click("text=Teams")
+    alice.click("#team-list >> text=pipeline-team")
+    alice.select_option("#invite-role", "viewer")
+    alice.click("#invite button[type=submit]")
+    link = alice.locator("[data-invitation-url]").inner_text()
+    alice.screenshot(path=str(SCREENS / "23-team-invitation.png"), full_page=True)
+
+    guest = logged_in(browser, live_server, "dana")
+    expect(guest.locator(".subtitle").first).to_contain_text("Team dana-lab (owner)")
+    guest.goto(link)
+    guest.click("#accept-invitation")
+    expect(guest.locator("[data-my-role]")).to_have_text("viewer")
+    expect(guest.locator("#members")).to_contain_text("alice")
+    guest.goto(f"{live_server.url}/")
+    expect(guest.locator(".subtitle").first).to_contain_text("Team pipeline-team (viewer)")  # joining switched
+    guest.select_option("#team-switch select", label="dana-lab")
+    expect(guest.locator(".subtitle").first).to_contain_text("Team dana-lab (owner)")
+
+    alice.goto(link)  # single use: the link is spent
+    expect(alice.locator("#invitation-error")).to_have_text("this invitation has already been used")
