@@ -5,6 +5,16 @@ from django.conf import settings
 from django.db import migrations, models
 
 
+def keep_one_owner_per_team(apps, schema_editor):
+    """Teams edited in Django admin may have several owners: the earliest stays owner, the others become admins."""
+    Membership = apps.get_model("studio", "Membership")
+    seen_teams = set()
+    for membership in Membership.objects.filter(role="owner").order_by("team_id", "created_at", "id"):
+        if membership.team_id in seen_teams:
+            Membership.objects.filter(pk=membership.pk).update(role="admin")
+        seen_teams.add(membership.team_id)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -98,6 +108,7 @@ class Migration(migrations.Migration):
             name='role',
             field=models.CharField(choices=[('owner', 'Owner'), ('admin', 'Admin'), ('member', 'Member'), ('viewer', 'Viewer')], default='member', max_length=10),
         ),
+        migrations.RunPython(keep_one_owner_per_team, migrations.RunPython.noop),
         migrations.AddConstraint(
             model_name='membership',
             constraint=models.UniqueConstraint(condition=models.Q(('role', 'owner')), fields=('team',), name='membership_one_owner'),
