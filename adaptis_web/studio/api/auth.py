@@ -8,6 +8,7 @@ from django.utils import timezone
 from drf_spectacular.contrib.knox_auth_token import KnoxTokenScheme
 from knox.auth import TokenAuthentication
 from rest_framework import exceptions
+from rest_framework.authentication import get_authorization_header
 from rest_framework.throttling import SimpleRateThrottle
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)  # a busy client would otherwise write the token row on every call
@@ -32,6 +33,8 @@ class FailedTokenThrottle(SimpleRateThrottle):
 
 class NamedTokenAuthentication(TokenAuthentication):
     def authenticate(self, request):
+        if not get_authorization_header(request):
+            return None  # a browser's session request: no token, nothing to count (and no cache read)
         guard = FailedTokenThrottle()
         if not guard.allow_request(request, None):
             raise exceptions.Throttled(guard.wait(), detail="too many failed token attempts from this address")
