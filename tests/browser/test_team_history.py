@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+from django.db import connections
+
 from adaptis_web.studio.models import Membership, Plan, Run
 from adaptis_web.studio.services.teams import membership_add, team_create
 
@@ -40,6 +42,7 @@ def browser(monkeypatch):
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+        connections.close_all()
 
 
 @pytest.fixture
