@@ -7,9 +7,11 @@ Variables: DEBUG, SECRET_KEY, ALLOWED_HOSTS, CSRF_TRUSTED_ORIGINS, SECURE_COOKIE
 SECURE_HSTS_SECONDS, DATABASE_URL,
 DB_CONN_MAX_AGE, REDIS_URL, CELERY_QUEUE, CELERY_RUNS_QUEUE, LIVE_EVENTS_PREFIX, CPU_RUN_MAX_RANKS, CPU_RUN_MAX_PARAMS,
 RUN_TIMEOUT_S, WORK_HEARTBEAT_S, WORK_STALE_AFTER_S, WORK_WATCH_INTERVAL_S, WORK_QUEUED_GRACE_S,
-WORK_TASK_TIME_LIMIT_S, LOG_LEVEL, ADAPTIS_SEED_DEMO.
+WORK_TASK_TIME_LIMIT_S, LOG_LEVEL, ADAPTIS_SEED_DEMO, API_TOKEN_MAX_DAYS, LOGIN_FAILURE_LIMIT,
+LOGIN_COOLOFF_MINUTES, THROTTLE_TOKEN_FAILURES, THROTTLE_TOKEN_CREATE.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -39,8 +41,10 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
+    "django_filters",
     "drf_spectacular",
+    "axes",
     "adaptis_web.studio",
 ]
 
@@ -54,7 +58,15 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes requires: it answers a locked-out login with 429
 ]
+
+# django-axes counts failed logins by username and address and locks that pair out for a while.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
 
 ROOT_URLCONF = "adaptis_web.urls"
 WSGI_APPLICATION = "adaptis_web.wsgi.application"
@@ -69,6 +81,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "adaptis_web.studio.context_processors.teams",
             ],
         },
     },
@@ -172,12 +185,29 @@ CELERY_TASK_TIME_LIMIT = WORK_TASK_TIME_LIMIT_S
 CELERY_TASK_SOFT_TIME_LIMIT = WORK_TASK_TIME_LIMIT_S - 30
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": WORK_TASK_TIME_LIMIT_S + 300}
 
+# Throttling counts in this cache: Redis, so every web process shares the counts.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                      "KEY_PREFIX": f"{LIVE_EVENTS_PREFIX}-cache"}}
+
+# API tokens: django-rest-knox keeps a digest and an expiry; our model adds a name and the last use.
+KNOX_TOKEN_MODEL = "studio.ApiToken"
+# knox's own migrations create its token table even when KNOX_TOKEN_MODEL replaces it; a table no model owns
+# (referencing auth_user) is one nothing clears or migrates, so knox runs without them.
+MIGRATION_MODULES = {"knox": None}
+API_TOKEN_MAX_DAYS = env_int("API_TOKEN_MAX_DAYS", 365, minimum=1)
+REST_KNOX = {"TOKEN_MODEL": KNOX_TOKEN_MODEL}  # each token's expiry is chosen when it is created
+
 REST_FRAMEWORK = {
     # Token first: an unauthenticated API call then gets 401 with a WWW-Authenticate challenge, not 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "adaptis_web.studio.api.auth.NamedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_THROTTLE_RATES": {
+        "token_failures": env_str("THROTTLE_TOKEN_FAILURES", "20/hour"),
+        "token_create": env_str("THROTTLE_TOKEN_CREATE", "20/hour"),
+    },
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
@@ -187,9 +217,10 @@ REST_FRAMEWORK = {
 SWAGGER_UI_DIST_VERSION = "5.35.0"
 SPECTACULAR_SETTINGS = {
     "TITLE": "AdaPtis Studio API",
-    "DESCRIPTION": "Model specs, planning jobs, pipeline plans and executor runs. Errors are "
-                   '`{"errors": [{"field": ..., "reason": ...}]}` with HTTP 400; objects of teams you do '
-                   "not belong to answer 404.",
+    "DESCRIPTION": "Teams, model specs, planning jobs, pipeline plans and executor runs. Errors are "
+                   '`{"errors": [{"field": ..., "reason": ...}]}` with HTTP 400; what your role in the team may '
+                   'not do answers 403 in the same shape (field "role"); objects of teams you do not belong to '
+                   "answer 404. Authenticate with `Authorization: Token <token>` (API tokens page).",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": f"{STATIC_URL}vendor/swagger-ui-dist-{SWAGGER_UI_DIST_VERSION}",

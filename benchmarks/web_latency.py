@@ -244,14 +244,14 @@ def seed(*, baseline_count: int, search_count: int, run_count: int) -> Seeded:
     from django.contrib.auth import get_user_model
 
     from adaptis_web.studio.models import Plan
-    from adaptis_web.studio.services.accounts import token_rotate
+    from adaptis_web.studio.services.accounts import token_create
     from adaptis_web.studio.services.specs import spec_create
     from adaptis_web.studio.services.teams import team_create
     from planner.spec.presets import load_model_preset, model_preset_names
 
     user = get_user_model().objects.create_user(username=TAG, password=secrets.token_urlsafe(16))
     team = team_create(name=TAG, owner=user)
-    token = token_rotate(user=user)
+    _, token = token_create(user=user, name="web latency benchmark", expires_in_days=1)
     specs = [spec_create(team=team, owner=user, spec=load_model_preset(name), source_filename=f"preset:{name}",
                          name=f"{name} (copy {copy})")
              for copy in (1, 2) for name in model_preset_names()]
@@ -263,7 +263,7 @@ def seed(*, baseline_count: int, search_count: int, run_count: int) -> Seeded:
     plans = list(Plan.objects.filter(job__in=jobs).select_related("job", "job__spec").order_by("id"))
     runnable = [plan for plan in plans if plan.plan_doc["num_devices"] <= 4]
     runs = [finished_run(runnable[index], user, steps=4) for index in range(run_count)]
-    return Seeded(token=token.key, spec_ids=[spec.pk for spec in specs], job_ids=[job.pk for job in jobs],
+    return Seeded(token=token, spec_ids=[spec.pk for spec in specs], job_ids=[job.pk for job in jobs],
                   plan_ids=[plan.pk for plan in plans], finished_run_ids=[run.pk for run in runs],
                   live_plan_id=runnable[-1].pk, user_id=user.pk)
 

@@ -71,6 +71,30 @@ def isolated_redis():
         (REPO_ROOT / "var" / f"{SESSION_TAG}.sqlite3{suffix}").unlink(missing_ok=True)
 
 
+TEST_CACHE_PREFIX = f"{TEST_QUEUE}-cache"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache():
+    """The cache (throttling counts) in the real Redis as in production, under this session's own prefix, which
+    is emptied for every test below: one test's failed attempts never throttle another's, nor another session's.
+    (``cache.clear()`` would flush the whole Redis database, which other sessions share.)"""
+    from django.test.utils import override_settings
+
+    with override_settings(CACHES={"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                               "LOCATION": TEST_REDIS_URL, "KEY_PREFIX": TEST_CACHE_PREFIX}}):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def empty_cache(private_cache):
+    client = redis.Redis.from_url(TEST_REDIS_URL)
+    keys = list(client.scan_iter(f"{TEST_CACHE_PREFIX}:*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def fast_password_hashing():
     """The production hasher spends ~0.5 s per password by design; tests create many users."""

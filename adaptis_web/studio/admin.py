@@ -1,6 +1,7 @@
 from django.contrib import admin
+from knox.models import AuthToken
 
-from adaptis_web.studio.models import Membership, ModelSpecRecord, Plan, PlanningJob, Run, Team
+from adaptis_web.studio.models import ApiToken, Membership, ModelSpecRecord, Plan, PlanningJob, Run, Team
 
 
 class MembershipInline(admin.TabularInline):
@@ -35,3 +36,23 @@ class PlanAdmin(admin.ModelAdmin):
 class RunAdmin(admin.ModelAdmin):
     list_display = ["id", "plan", "status", "world_size", "steps", "created_at"]
     list_filter = ["status"]
+
+
+# knox registers its own token model, which ours replaces (KNOX_TOKEN_MODEL): it has no table here.
+if admin.site.is_registered(AuthToken):
+    admin.site.unregister(AuthToken)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens are made by their users (shown once); here they can only be looked at and revoked."""
+
+    list_display = ["name", "user", "token_key", "created", "expiry", "last_used_at"]
+    search_fields = ["name", "user__username", "token_key"]
+    fields = readonly_fields = ["name", "user", "token_key", "created", "expiry", "last_used_at"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -133,3 +133,12 @@ class SpecPlanningForm(PlanningForm):
 class RunForm(SpecErrorFormMixin, forms.Form):
     steps = forms.IntegerField(min_value=1, initial=1, help_text="training steps (iterations) to run")
     scale_down = forms.BooleanField(required=False, label="Run a scaled-down copy (same layer pattern, hidden 64)")
+
+
+class TokenForm(SpecErrorFormMixin, forms.Form):
+    name = forms.CharField(max_length=100, help_text="what will use it, e.g. \"CI nightly\"")
+    expires_in_days = forms.IntegerField(label="Expires in (days)", min_value=1, initial=30)
+
+
+class TeamForm(SpecErrorFormMixin, forms.Form):
+    name = forms.CharField(max_length=100, label="Team name")

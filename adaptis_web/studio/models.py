@@ -1,13 +1,16 @@
 """Studio data: teams own model specs; a spec is planned by jobs, a job produces plans, a plan is run.
 
 Every object is reached through its team (spec → team), which is how access is decided: a user sees the
-objects of the teams they belong to. The JSON columns hold the planner's versioned documents verbatim
+objects of the teams they belong to, and their role in that team says what they may change (services.roles).
+Specs, jobs, plans and runs are archived and deleted softly (``Curated``): a deleted object disappears from
+every list and page until an admin restores it. The JSON columns hold the planner's versioned documents verbatim
 (``adaptis.model/v1``, ``adaptis.plan/v1``, ``adaptis.profile/v1``, simulator output) so what was
 planned and run can always be reproduced.
 """
 
 from django.conf import settings
 from django.db import models
+from knox.models import AbstractAuthToken
 
 
 class Team(models.Model):
@@ -21,8 +24,12 @@ class Team(models.Model):
 
 class Membership(models.Model):
     class Role(models.TextChoices):
+        """From most to least trusted; services.roles decides what each may do."""
+
         OWNER = "owner", "Owner"
+        ADMIN = "admin", "Admin"
         MEMBER = "member", "Member"
+        VIEWER = "viewer", "Viewer"
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
@@ -30,13 +37,50 @@ class Membership(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_unique_team_user")]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "user"], name="membership_unique_team_user"),
+            models.UniqueConstraint(fields=["team"], condition=models.Q(role="owner"), name="membership_one_owner"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.user} in {self.team} ({self.role})"
 
 
-class ModelSpecRecord(models.Model):
+class Invitation(models.Model):
+    """A single-use link that makes whoever opens it (logged in) a member of ``team`` with ``role``.
+
+    Only the SHA-256 of the link's key is stored: the link is shown once, to the admin who created it.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
+    role = models.CharField(max_length=10, choices=Membership.Role.choices, default=Membership.Role.MEMBER)
+    key_digest = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
+    accepted_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"invitation to {self.team} as {self.role}"
+
+
+class Curated(models.Model):
+    """Archived objects leave the default history; deleted ones leave every list and page until restored.
+
+    Archiving or deleting an object does the same to what depends on it, stamped with the same time, so a
+    restore brings back exactly what went with it (services.curation).
+    """
+
+    archived_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class ModelSpecRecord(Curated):
     """A validated ``adaptis.model/v1`` document (HF configs are stored after conversion)."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="specs")
@@ -62,9 +106,10 @@ class JobStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
-class TrackedWork(models.Model):
+class TrackedWork(Curated):
     """The lifecycle a Celery task records on its own row: queued, running, then succeeded, failed or cancelled."""
 
+    name = models.CharField(max_length=200, blank=True, help_text="given by a user; empty shows the id")
     status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
     error = models.TextField(blank=True)
     celery_task_id = models.CharField(max_length=50, blank=True)
@@ -120,8 +165,9 @@ class PlanningJob(TrackedWork):
         return f"job {self.pk} ({self.schedule}, {self.num_devices} devices)"
 
 
-class Plan(models.Model):
+class Plan(Curated):
     job = models.ForeignKey(PlanningJob, on_delete=models.CASCADE, related_name="plans")
+    name = models.CharField(max_length=200, blank=True, help_text="given by a user; empty shows the strategy")
     strategy = models.CharField(max_length=40)
     layout = models.TextField(help_text="human form of the partition and placement")
     schedule_summary = models.TextField(blank=True)
@@ -181,3 +227,18 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} on device {self.device} (run {self.run_id} #{self.seq})"
+
+
+class ApiToken(AbstractAuthToken):
+    """An API token as django-rest-knox keeps it (a SHA-512 digest, never the token; an expiry), with the name
+    its user gave it and when it last authenticated a request (stamped at most once a minute)."""
+
+    name = models.CharField(max_length=100)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+        constraints = [models.UniqueConstraint(fields=["user", "name"], name="apitoken_unique_user_name")]
+
+    def __str__(self) -> str:
+        return f"token {self.name!r} of {self.user}"

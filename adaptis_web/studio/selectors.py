@@ -1,18 +1,29 @@
 """Reads, always scoped to the teams a user belongs to.
 
 A ``*_get_for_user`` raises ``Http404`` for an object of another team: to an outsider it does not exist.
+Deleted objects (``deleted_at``) are left out of every list and page; ``deleted=True`` lists only them, for an
+admin to restore.
 """
 
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import Case, Count, OuterRef, Prefetch, QuerySet, Subquery, Value, When
 from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 
-from rest_framework.authtoken.models import Token
-
-from adaptis_web.studio.models import Membership, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent, Team
+from adaptis_web.studio.models import (
+    ApiToken,
+    Invitation,
+    Membership,
+    ModelSpecRecord,
+    Plan,
+    PlanningJob,
+    Run,
+    RunEvent,
+    Team,
+)
 from planner.errors import SpecError
 
 RUN_EVENTS_PAGE = 2000
@@ -38,39 +49,71 @@ def team_for_request(*, user: AbstractBaseUser, team_id: int | None) -> Team:
     raise SpecError("team", f"is required: you belong to {count} teams")
 
 
-def token_for_user(*, user: AbstractBaseUser) -> Token | None:
-    return Token.objects.filter(user=user).first()
+def membership_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Membership]:
+    return Membership.objects.filter(user=user).select_related("team").order_by("team__name")
+
+
+def team_get_for_user(*, user: AbstractBaseUser, team_id: int) -> Team:
+    return get_object_or_404(team_list_for_user(user=user), pk=team_id)
+
+
+def team_memberships(*, team: Team) -> QuerySet[Membership]:
+    """The team's members, the owner first, then by role and name."""
+    order = Case(*(When(role=role, then=Value(rank)) for rank, role in enumerate(Membership.Role.values)))
+    return team.memberships.select_related("user").order_by(order, "user__username")
+
+
+def team_open_invitations(*, team: Team) -> QuerySet[Invitation]:
+    return team.invitations.filter(accepted_at__isnull=True, expires_at__gt=timezone.now()).order_by("-created_at")
+
+
+def team_current(*, user: AbstractBaseUser, team_id: int | None) -> Team | None:
+    """The team a user works in: the one they switched to (``team_id``, kept in their session) while they still
+    belong to it, else their first team by name; None when they have none."""
+    teams = team_list_for_user(user=user)
+    return (teams.filter(pk=team_id).first() if team_id is not None else None) or teams.first()
+
+
+def token_list_for_user(*, user: AbstractBaseUser) -> QuerySet[ApiToken]:
+    return ApiToken.objects.filter(user=user)
+
+
+def token_get_for_user(*, user: AbstractBaseUser, token_key: str) -> ApiToken:
+    return get_object_or_404(token_list_for_user(user=user), token_key=token_key)
 
 
 def user_is_member(*, user: AbstractBaseUser, team: Team) -> bool:
     return Membership.objects.filter(team=team, user=user).exists()
 
 
-def spec_list_for_user(*, user: AbstractBaseUser) -> QuerySet[ModelSpecRecord]:
-    return ModelSpecRecord.objects.filter(team__memberships__user=user).select_related("team", "owner")
+def spec_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[ModelSpecRecord]:
+    return ModelSpecRecord.objects.filter(team__memberships__user=user, deleted_at__isnull=not deleted).select_related(
+        "team", "owner")
 
 
 def spec_get_for_user(*, user: AbstractBaseUser, spec_id: int) -> ModelSpecRecord:
     return get_object_or_404(spec_list_for_user(user=user), pk=spec_id)
 
 
-def job_list_for_user(*, user: AbstractBaseUser) -> QuerySet[PlanningJob]:
-    return PlanningJob.objects.filter(spec__team__memberships__user=user).select_related(
+def job_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[PlanningJob]:
+    return PlanningJob.objects.filter(spec__team__memberships__user=user, deleted_at__isnull=not deleted).select_related(
         "spec", "spec__team", "created_by")
 
 
-def job_list_with_plan_metrics(*, user: AbstractBaseUser) -> QuerySet[PlanningJob]:
+def job_list_with_plan_metrics(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[PlanningJob]:
     """Jobs with their plans' ids and headline metrics prefetched, without the large JSON columns."""
-    plans = Plan.objects.only("id", "job_id", "strategy", "iteration_ms", "bubble_ratio", "created_at")
-    return job_list_for_user(user=user).prefetch_related(Prefetch("plans", queryset=plans))
+    plans = Plan.objects.filter(deleted_at__isnull=True).only(
+        "id", "job_id", "name", "strategy", "iteration_ms", "bubble_ratio", "created_at")
+    return job_list_for_user(user=user, deleted=deleted).prefetch_related(Prefetch("plans", queryset=plans))
 
 
 def job_get_for_user(*, user: AbstractBaseUser, job_id: int) -> PlanningJob:
     return get_object_or_404(job_list_with_plan_metrics(user=user), pk=job_id)
 
 
-def plan_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Plan]:
-    return Plan.objects.filter(job__spec__team__memberships__user=user).select_related("job", "job__spec", "job__spec__team")
+def plan_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[Plan]:
+    return Plan.objects.filter(job__spec__team__memberships__user=user, deleted_at__isnull=not deleted).select_related(
+        "job", "job__spec", "job__spec__team", "job__created_by")
 
 
 def plan_get_for_user(*, user: AbstractBaseUser, plan_id: int) -> Plan:
@@ -78,28 +121,28 @@ def plan_get_for_user(*, user: AbstractBaseUser, plan_id: int) -> Plan:
 
 
 def job_latest_plan(*, job: PlanningJob) -> Plan | None:
-    return job.plans.order_by("-created_at", "-id").first()
+    return job.plans.filter(deleted_at__isnull=True).order_by("-created_at", "-id").first()
 
 
 def job_plan_from_query(*, job: PlanningJob, plan_id: str | None) -> Plan | None:
     """The job's plan a page's ``?plan=`` names; None (the page's default) when it names none of them."""
     if not plan_id or not plan_id.isdigit():
         return None
-    return job.plans.filter(pk=int(plan_id)).first()
+    return job.plans.filter(pk=int(plan_id), deleted_at__isnull=True).first()
 
 
-def _runs_visible_to(user: AbstractBaseUser) -> QuerySet[Run]:
+def _runs_visible_to(user: AbstractBaseUser, deleted: bool = False) -> QuerySet[Run]:
     """The runs of the teams ``user`` belongs to: the one access rule for runs."""
-    return Run.objects.filter(plan__job__spec__team__memberships__user=user)
+    return Run.objects.filter(plan__job__spec__team__memberships__user=user, deleted_at__isnull=not deleted)
 
 
-def run_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Run]:
+def run_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[Run]:
     # A correlated count rather than Count("events"): that joined every event row to the selected plan and spec
     # documents and sorted them to group, megabytes per run on each detail request and each live events poll.
     event_counts = RunEvent.objects.filter(run=OuterRef("pk")).order_by().values("run").annotate(
         count=Count("pk")).values("count")
-    return _runs_visible_to(user).select_related(
-        "plan", "plan__job", "plan__job__spec", "created_by").annotate(
+    return _runs_visible_to(user, deleted).select_related(
+        "plan", "plan__job", "plan__job__spec", "plan__job__spec__team", "created_by").annotate(
         event_count=Coalesce(Subquery(event_counts), 0))
 
 
@@ -115,7 +158,7 @@ def run_state_for_user(*, user: AbstractBaseUser, run_id: int) -> Run:
 
 def run_replans(*, run: Run) -> QuerySet[PlanningJob]:
     """The jobs that planned with a profile calibrated from ``run``, newest first."""
-    return run.replans.order_by("-created_at", "-id")
+    return run.replans.filter(deleted_at__isnull=True).order_by("-created_at", "-id")
 
 
 def run_events_after(*, run: Run, after_seq: int = 0, limit: int = RUN_EVENTS_PAGE) -> list[RunEvent]:
@@ -141,3 +184,32 @@ def spec_for_request(*, user: AbstractBaseUser, spec_id: int) -> ModelSpecRecord
 
 def plan_for_request(*, user: AbstractBaseUser, plan_id: int) -> Plan:
     return _referenced(plan_list_for_user(user=user), plan_id, "plan", "plan")
+
+
+CURATED_KINDS = ("specs", "jobs", "plans", "runs")
+
+
+def curated_get_for_user(*, user: AbstractBaseUser, kind: str, object_id: int, deleted: bool = False):
+    """A spec, job, plan or run (``kind``: their plural) of the user's teams; a deleted one when ``deleted``."""
+    if kind == "runs":
+        rows = _runs_visible_to(user, deleted).select_related("plan__job__spec__team")
+    else:
+        rows = {"specs": spec_list_for_user, "jobs": job_list_for_user, "plans": plan_list_for_user}[kind](
+            user=user, deleted=deleted)
+    return get_object_or_404(rows, pk=object_id)
+
+
+def history_for_user(*, user: AbstractBaseUser, kind: str, deleted: bool = False) -> QuerySet:
+    """The rows a history list shows of ``kind``, without the large documents (the lists never show them)."""
+    if kind == "specs":
+        return spec_list_for_user(user=user, deleted=deleted).defer("doc")
+    if kind == "jobs":
+        return job_list_with_plan_metrics(user=user, deleted=deleted).defer(
+            "spec__doc", "cluster_doc", "profile_doc", "result", "calibration")
+    if kind == "plans":
+        return plan_list_for_user(user=user, deleted=deleted).defer(
+            "plan_doc", "simulation", "profile_doc", "job__spec__doc", "job__cluster_doc", "job__profile_doc",
+            "job__result", "job__calibration")
+    return run_list_for_user(user=user, deleted=deleted).defer(
+        "plan__plan_doc", "plan__simulation", "plan__profile_doc", "plan__job__spec__doc", "plan__job__cluster_doc",
+        "plan__job__profile_doc", "plan__job__result", "plan__job__calibration")

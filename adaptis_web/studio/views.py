@@ -12,10 +12,11 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from adaptis_web.studio import selectors
+from adaptis_web.studio.account_views import current_team
+from adaptis_web.studio.services.roles import role_permissions
 from adaptis_web.studio.forms import RunForm, SpecPlanningForm, UploadForm
 from adaptis_web.studio.models import Plan, PlanningJob
 from adaptis_web.studio.api.serializers import RunEventOutput
-from adaptis_web.studio.services.accounts import token_rotate
 from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import job_cancel, job_create, spec_create_with_job
@@ -28,19 +29,25 @@ RECENT_ROWS = 20
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    user = request.user
+    """The current team's latest work (the History page has all of it, filtered)."""
+    user, team = request.user, current_team(request)
     return render(request, "studio/dashboard.html", {
-        "teams": selectors.team_list_for_user(user=user),
-        "jobs": selectors.job_list_with_plan_metrics(user=user)[:RECENT_ROWS],
-        "runs": selectors.run_list_for_user(user=user)[:RECENT_ROWS],
-        "specs": selectors.spec_list_for_user(user=user).defer("doc")[:RECENT_ROWS],
+        "teams": selectors.team_list_for_user(user=user), "team": team,
+        "jobs": selectors.job_list_with_plan_metrics(user=user).filter(spec__team=team, archived_at__isnull=True)[
+            :RECENT_ROWS],
+        "runs": selectors.run_list_for_user(user=user).filter(plan__job__spec__team=team, archived_at__isnull=True)[
+            :RECENT_ROWS],
+        "specs": selectors.spec_list_for_user(user=user).filter(team=team, archived_at__isnull=True).defer("doc")[
+            :RECENT_ROWS],
+        **(role_permissions(user=user, team=team) if team else {}),
     })
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def upload(request: HttpRequest) -> HttpResponse:
-    form = UploadForm(request.POST or None, request.FILES or None, user=request.user)
+    form = UploadForm(request.POST or None, request.FILES or None, user=request.user,
+                      initial={"team": current_team(request)})
     if request.method == "POST" and form.is_valid():
         job = spec_create_with_job(team=form.cleaned_data["team"], user=request.user, spec=form.spec,
                                    source_filename=form.cleaned_data["file"].name, request=form.job_request)
@@ -61,7 +68,8 @@ def spec_detail(request: HttpRequest, spec_id: int) -> HttpResponse:
         return redirect("studio:job", job_id=job.pk)
     return render(request, "studio/spec_detail.html", {
         "record": record, "spec": spec, "layers": list(zip(spec.layer_names(), spec.layers)), "form": form,
-        "jobs": record.jobs.all()[:RECENT_ROWS],
+        "jobs": record.jobs.filter(deleted_at__isnull=True)[:RECENT_ROWS],
+        **role_permissions(user=request.user, team=record.team, creator_id=record.owner_id),
     }, status=400 if form.is_bound else 200)
 
 
@@ -69,7 +77,8 @@ def _job_page(request: HttpRequest, job: PlanningJob, run_form: RunForm, plan: P
               status: int = 200) -> HttpResponse:
     """The job, its search comparison (if any), and one of its plans: ``plan``, else the job's latest."""
     plan = plan or selectors.job_latest_plan(job=job)
-    context = {"job": job, "plan": plan, "run_form": run_form, "comparison": search_comparison(job.result)}
+    context = {"job": job, "plan": plan, "run_form": run_form, "comparison": search_comparison(job.result),
+               **role_permissions(user=request.user, team=job.spec.team, creator_id=job.created_by_id)}
     if plan is not None:
         context.update(plan_context(plan))
     return render(request, "studio/job_detail.html", context, status=status)
@@ -101,7 +110,7 @@ def plan_context(plan: Plan) -> dict:
         "timeline_data": {"num_devices": plan.plan_doc["num_devices"], "predicted": simulation["timeline"],
                           "iteration_ms": simulation["iteration_ms"]},
         "cpu_refusal": cpu_run_refusal(spec),
-        "runs": plan.runs.all()[:RECENT_ROWS],
+        "runs": plan.runs.filter(deleted_at__isnull=True)[:RECENT_ROWS],
     }
 
 
@@ -166,6 +175,7 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
             "observed": RunEventOutput(events, many=True).data,
         },
         "device_comparison": device_comparison(simulation, run.summary),
+        **role_permissions(user=request.user, team=plan.job.spec.team, creator_id=run.created_by_id),
     }, status=status)
 
 
@@ -179,14 +189,3 @@ def device_comparison(simulation: dict, observed_summary: dict) -> list[dict]:
                      "observed_bubble_ratio": row["bubble_ratio"],
                      "predicted_bubble_ratio": expected["bubble_ms"] / simulation["iteration_ms"] if expected else None})
     return rows
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def api_token(request: HttpRequest) -> HttpResponse:
-    """Show the user's API token; POST replaces it (the old one stops working)."""
-    if request.method == "POST":
-        token_rotate(user=request.user)
-        return redirect("studio:api-token")
-    token = selectors.token_for_user(user=request.user)
-    return render(request, "studio/api_token.html", {"token": token})

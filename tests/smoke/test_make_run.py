@@ -251,7 +251,7 @@ def test_make_run_serves_a_search_and_a_cpu_run_and_stops_whole(product):
 
     client = Client(product.base_url)
     client.log_in("demo", "demo-pass-2026")
-    specs = client.json("GET", "/api/specs/?limit=200")["results"]
+    specs = client.json("GET", "/api/specs/?q=tiny-llama&page_size=200")["results"]
     spec = next(spec for spec in specs if spec["name"] == "tiny-llama")
     job = client.json("POST", "/api/jobs/", {
         "spec": spec["id"], "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": 4,

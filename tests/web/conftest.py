@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 
 import pytest
+from django.utils import timezone
 
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent
@@ -46,3 +47,46 @@ def finished_run(people, planned) -> Run:
                  start_ms=entry["start_ms"] + 100, end_ms=entry["end_ms"] + 100)
         for seq, entry in enumerate(plan_prediction(planned.plan)["timeline"], start=1)])
     return run
+
+
+@dataclass
+class Crew:
+    """The people's team with every role in it, and the objects the role matrix acts on.
+
+    owner alice, admin carol, member bob, viewer victor, another member erin (whom admins remove), and mallory
+    (outsider) in a team of her own. The owner created the planned spec, job and plan, the finished run, a
+    queued job and a deleted run.
+    """
+
+    people: object
+    admin: object
+    viewer: object
+    extra: object
+    planned: Planned
+    finished_run: Run
+    queued_job: PlanningJob
+    deleted_run: Run
+
+    def user(self, who: str):
+        return {"owner": self.people.owner, "admin": self.admin, "member": self.people.member, "viewer": self.viewer,
+                "outsider": self.people.outsider, "anonymous": None}[who]
+
+
+@pytest.fixture
+def crew(people, planned, finished_run, django_user_model) -> Crew:
+    from adaptis_web.studio.models import Membership
+    from adaptis_web.studio.services.teams import membership_add
+
+    admin = django_user_model.objects.create_user("carol", password="carol-pass-2026")
+    viewer = django_user_model.objects.create_user("victor", password="victor-pass-2026")
+    extra = django_user_model.objects.create_user("erin", password="erin-pass-2026")
+    membership_add(team=people.team, user=admin, role=Membership.Role.ADMIN)
+    membership_add(team=people.team, user=viewer, role=Membership.Role.VIEWER)
+    membership_add(team=people.team, user=extra, role=Membership.Role.MEMBER)
+    queued_job = PlanningJob.objects.create(
+        spec=planned.spec, created_by=people.owner, cluster_preset="cpu-host", cluster_doc=planned.job.cluster_doc,
+        num_devices=2, num_microbatches=4, schedule="1f1b")
+    deleted_run = Run.objects.create(plan=planned.plan, created_by=people.owner, status=JobStatus.FAILED,
+                                     world_size=2, deleted_at=timezone.now())
+    return Crew(people=people, admin=admin, viewer=viewer, extra=extra, planned=planned, finished_run=finished_run,
+                queued_job=queued_job, deleted_run=deleted_run)

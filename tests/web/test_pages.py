@@ -6,10 +6,10 @@ import re
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
-from rest_framework.authtoken.models import Token
 
 from adaptis_web.studio.services.predictions import plan_prediction
-from adaptis_web.studio.models import JobStatus, ModelSpecRecord, PlanningJob, Run
+from adaptis_web.studio.models import ApiToken, JobStatus, ModelSpecRecord, PlanningJob, Run
+from adaptis_web.studio.services.accounts import token_create
 from planner.spec.presets import load_model_preset
 
 
@@ -40,7 +40,7 @@ class TestAccess:
         assert Run.objects.count() == 1
 
     def test_anonymous_visitors_are_sent_to_log_in(self, client, planned, finished_run):
-        urls = [reverse("studio:dashboard"), reverse("studio:upload"), reverse("studio:api-token"),
+        urls = [reverse("studio:dashboard"), reverse("studio:upload"), reverse("studio:api-tokens"),
                 *_object_pages(planned, finished_run)]
         for url in urls:
             response = client.get(url)
@@ -224,11 +224,28 @@ class TestRunPage:
 
 
 class TestApiTokenPage:
-    def test_creates_and_replaces_the_users_token(self, client, people):
+    def test_a_new_token_is_shown_once_and_stored_as_a_digest(self, client, people):
         client = _client(client, people.member)
-        assert "You have no token yet" in client.get(reverse("studio:api-token")).content.decode()
-        client.post(reverse("studio:api-token"))
-        first = Token.objects.get(user=people.member).key
-        assert first in client.get(reverse("studio:api-token")).content.decode()
-        client.post(reverse("studio:api-token"))
-        assert Token.objects.get(user=people.member).key != first
+        assert "You have no token yet" in client.get(reverse("studio:api-tokens")).content.decode()
+        response = client.post(reverse("studio:api-tokens"), {"name": "laptop", "expires_in_days": 7})
+        assert response.status_code == 201
+        key = re.search(r"data-token>([^<]+)<", response.content.decode()).group(1)
+        token = ApiToken.objects.get(user=people.member)
+        assert token.name == "laptop" and key not in (token.digest, token.token_key) and key.startswith(token.token_key)
+        listing = client.get(reverse("studio:api-tokens")).content.decode()
+        assert "laptop" in listing and key not in listing
+
+    def test_a_token_without_a_name_is_refused_and_not_stored(self, client, people):
+        response = _client(client, people.member).post(reverse("studio:api-tokens"), {"name": "", "expires_in_days": 7})
+        assert response.status_code == 400 and "This field is required" in response.content.decode()
+        assert not ApiToken.objects.exists()
+
+    def test_revoking_deletes_the_token(self, client, people):
+        token, _ = token_create(user=people.member, name="ci", expires_in_days=1)
+        _client(client, people.member).post(reverse("studio:api-token-revoke", args=[token.token_key]))
+        assert not ApiToken.objects.exists()
+
+    def test_another_users_token_cannot_be_revoked(self, client, people):
+        token, _ = token_create(user=people.member, name="ci", expires_in_days=1)
+        response = _client(client, people.outsider).post(reverse("studio:api-token-revoke", args=[token.token_key]))
+        assert response.status_code == 404 and ApiToken.objects.count() == 1

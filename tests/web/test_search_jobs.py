@@ -37,7 +37,7 @@ def _search_job(people, **overrides) -> PlanningJob:
     record = spec_create(team=people.team, owner=people.owner, spec=HYBRID)
     request = _request(**overrides)
     return PlanningJob.objects.create(
-        spec=record, created_by=people.owner, cluster_preset=request.cluster_preset,
+        spec=record, created_by=people.member, cluster_preset=request.cluster_preset,
         cluster_doc=request.cluster.to_dict(), num_devices=request.num_devices,
         num_microbatches=request.num_microbatches, schedule=request.schedule, partition=request.partition,
         seed=request.seed, time_budget_s=request.time_budget_s, memory_limit_bytes=request.memory_limit_bytes)
@@ -257,7 +257,7 @@ class TestSearchApi:
         plan = job_run(job_id=job.pk)
         body = _api(people.member).get(reverse("api:job", args=[job.pk])).json()
         assert body["status"] == "succeeded" and body["progress"] == 1.0
-        assert body["plans"][0] == {"id": plan.pk, "strategy": "adaptis", "iteration_ms": plan.iteration_ms,
+        assert body["plans"][0] == {"id": plan.pk, "name": "", "strategy": "adaptis", "iteration_ms": plan.iteration_ms,
                                     "bubble_ratio": plan.bubble_ratio}
         assert {entry["strategy"] for entry in body["plans"][1:]} == set(body["result"]["baselines"])
         assert body["result"]["lower_bound_ms"] <= body["result"]["iteration_ms"]

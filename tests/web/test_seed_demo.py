@@ -4,6 +4,7 @@ from io import StringIO
 
 from django.contrib.auth import authenticate
 from django.core.management import call_command
+from django.test import RequestFactory
 
 from adaptis_web.studio.models import Membership, ModelSpecRecord, Team
 from planner.spec.presets import load_model_preset, model_preset_names
@@ -13,7 +14,8 @@ def test_seed_demo_creates_user_team_and_preset_specs_idempotently(db):
     output = StringIO()
     call_command("seed_demo", stdout=output)
     assert "demo / password demo-pass-2026" in output.getvalue()
-    user = authenticate(username="demo", password="demo-pass-2026")
+    # django-axes watches every login, so authenticating takes the request it comes with
+    user = authenticate(RequestFactory().post("/accounts/login/"), username="demo", password="demo-pass-2026")
     assert user is not None
     team = Team.objects.get(name="demo")
     assert Membership.objects.get(team=team, user=user).role == Membership.Role.OWNER

@@ -2,7 +2,8 @@
 
 Fields are dotted paths into the request (``file.layers[3].mixer.num_heads`` for a field inside an uploaded
 spec). DRF's own validation errors and the planner's SpecError/PlanError are all reshaped into it; other
-errors (401, 403, 404) keep DRF's ``{"detail": ...}``.
+errors (401, 404) keep DRF's ``{"detail": ...}``. A role's refusal (services.roles.RoleRefusal) is HTTP 403 in the
+same shape, naming ``role`` and the reason.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from adaptis_web.studio.services.roles import RoleRefusal
 from planner.errors import PlanError, SpecError
 
 NON_FIELD_KEYS = ("non_field_errors", "__all__")
@@ -39,4 +41,6 @@ def exception_handler(exc, context):
         return bad_input([{"field": exc.field, "reason": exc.reason}])
     if isinstance(exc, ValidationError):
         return bad_input(flatten_errors(exc.detail))
+    if isinstance(exc, RoleRefusal):
+        return Response({"errors": [{"field": exc.field, "reason": exc.reason}]}, status=status.HTTP_403_FORBIDDEN)
     return drf_exception_handler(exc, context)

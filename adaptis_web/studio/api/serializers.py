@@ -6,7 +6,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from adaptis_web.studio.models import ModelSpecRecord, Plan, PlanningJob, Run, RunEvent, Team
+from adaptis_web.studio.models import ApiToken, Invitation, Membership, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent, Team
 from adaptis_web.studio.selectors import RUN_EVENTS_PAGE
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE, JOB_SCHEDULES
@@ -26,12 +26,101 @@ class TeamOutput(serializers.ModelSerializer):
         return next(m.role for m in team.memberships.all() if m.user_id == user.pk)
 
 
+class TeamCreateInput(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+
+
+class MemberOutput(serializers.ModelSerializer):
+    user_id = serializers.IntegerField()
+    username = serializers.CharField(source="user.username")
+
+    class Meta:
+        model = Membership
+        fields = ["user_id", "username", "role", "created_at"]
+
+
+class TeamDetailOutput(serializers.ModelSerializer):
+    members = MemberOutput(many=True, source="member_rows")
+
+    class Meta:
+        model = Team
+        fields = ["id", "name", "created_at", "members"]
+
+
+class MemberAddInput(serializers.Serializer):
+    username = serializers.CharField()
+    role = serializers.CharField(default=Membership.Role.MEMBER, help_text="admin, member or viewer")
+
+
+class MemberRoleInput(serializers.Serializer):
+    role = serializers.CharField(help_text="admin, member or viewer")
+
+
+class TransferInput(serializers.Serializer):
+    user_id = serializers.IntegerField(help_text="the member who becomes the owner; you stay on as an admin")
+
+
+class InvitationCreateInput(serializers.Serializer):
+    role = serializers.CharField(default=Membership.Role.MEMBER, help_text="admin, member or viewer")
+
+
+class InvitationOutput(serializers.ModelSerializer):
+    url = serializers.CharField(help_text="the single-use link; shown only in this response")
+
+    class Meta:
+        model = Invitation
+        fields = ["id", "team", "role", "expires_at", "url"]
+
+
+class TokenCreateInput(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    expires_in_days = serializers.IntegerField(default=30)
+
+
+class TokenOutput(serializers.ModelSerializer):
+    id = serializers.CharField(source="token_key", help_text="the token's first characters: how it is named in URLs")
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "created", "expiry", "last_used_at"]
+
+
+class TokenCreatedOutput(TokenOutput):
+    token = serializers.CharField(help_text="the token itself: shown only in this response, stored hashed")
+
+    class Meta(TokenOutput.Meta):
+        fields = TokenOutput.Meta.fields + ["token"]
+
+
+class RenameInput(serializers.Serializer):
+    name = serializers.CharField(max_length=200, allow_blank=True)
+
+
+class CuratedOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    archived_at = serializers.DateTimeField(allow_null=True)
+    deleted_at = serializers.DateTimeField(allow_null=True)
+
+
+class DependentOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    created_by = serializers.CharField()
+
+
+class DependentsOutput(serializers.Serializer):
+    jobs = DependentOutput(many=True, required=False)
+    plans = DependentOutput(many=True, required=False)
+    runs = DependentOutput(many=True, required=False)
+
+
 class SpecOutput(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
 
     class Meta:
         model = ModelSpecRecord
-        fields = ["id", "team", "owner", "name", "source_filename", "num_layers", "created_at"]
+        fields = ["id", "team", "owner", "name", "source_filename", "num_layers", "created_at", "archived_at"]
 
 
 class SpecDetailOutput(SpecOutput):
@@ -72,18 +161,30 @@ class JobCreateInput(serializers.Serializer):
 class JobPlanOutput(serializers.ModelSerializer):
     class Meta:
         model = Plan
-        fields = ["id", "strategy", "iteration_ms", "bubble_ratio"]
+        fields = ["id", "name", "strategy", "iteration_ms", "bubble_ratio"]
 
 
 class JobOutput(serializers.ModelSerializer):
     spec_name = serializers.CharField(source="spec.name")
+    created_by = serializers.CharField(source="created_by.username")
     plans = JobPlanOutput(many=True, read_only=True, help_text="newest first: a search's own plan comes first")
 
     class Meta:
         model = PlanningJob
-        fields = ["id", "spec", "spec_name", "cluster_preset", "num_devices", "num_microbatches", "schedule",
-                  "partition", "seed", "time_budget_s", "memory_limit_bytes", "status", "progress",
-                  "progress_message", "cancel_requested", "error", "plans", "created_at", "started_at", "finished_at"]
+        fields = ["id", "name", "spec", "spec_name", "created_by", "cluster_preset", "num_devices",
+                  "num_microbatches", "schedule", "partition", "seed", "time_budget_s", "memory_limit_bytes",
+                  "status", "progress", "progress_message", "cancel_requested", "error", "plans", "created_at",
+                  "started_at", "finished_at", "archived_at"]
+
+
+class PlanListOutput(serializers.ModelSerializer):
+    spec_name = serializers.CharField(source="job.spec.name")
+    created_by = serializers.CharField(source="job.created_by.username")
+
+    class Meta:
+        model = Plan
+        fields = ["id", "name", "job", "spec_name", "created_by", "strategy", "layout", "iteration_ms",
+                  "bubble_ratio", "created_at", "archived_at"]
 
 
 class JobDetailOutput(JobOutput):
@@ -113,8 +214,8 @@ class PlanOutput(serializers.ModelSerializer):
 
     class Meta:
         model = Plan
-        fields = ["id", "job", "strategy", "layout", "schedule_summary", "iteration_ms", "bubble_ratio", "plan",
-                  "simulation", "profile", "created_at"]
+        fields = ["id", "name", "job", "strategy", "layout", "schedule_summary", "iteration_ms", "bubble_ratio",
+                  "plan", "simulation", "profile", "created_at", "archived_at"]
 
 
 class RunCreateInput(serializers.Serializer):
@@ -126,11 +227,13 @@ class RunCreateInput(serializers.Serializer):
 
 class RunOutput(serializers.ModelSerializer):
     event_count = serializers.SerializerMethodField()
+    created_by = serializers.CharField(source="created_by.username")
 
     class Meta:
         model = Run
-        fields = ["id", "plan", "status", "backend", "world_size", "steps", "scaled_down", "error", "summary",
-                  "loss", "balancing_loss", "event_count", "executed_spec", "created_at", "started_at", "finished_at"]
+        fields = ["id", "name", "plan", "created_by", "status", "backend", "world_size", "steps", "scaled_down",
+                  "error", "summary", "loss", "balancing_loss", "event_count", "executed_spec", "created_at",
+                  "started_at", "finished_at", "archived_at"]
 
     def get_event_count(self, run: Run) -> int:
         annotated = getattr(run, "event_count", None)  # run_list_for_user annotates it: no query per row

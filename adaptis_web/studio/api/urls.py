@@ -1,20 +1,34 @@
 from django.urls import path
 
-from adaptis_web.studio.api import views
+from adaptis_web.studio import url_converters  # noqa: F401  (registers curated_kind, curated_action)
+from adaptis_web.studio.api import account_views, views
 
 app_name = "api"
 
 urlpatterns = [
-    path("teams/", views.TeamListApi.as_view(), name="teams"),
+    path("teams/", account_views.TeamListCreateApi.as_view(), name="teams"),
+    path("teams/<int:team_id>/", account_views.TeamDetailApi.as_view(), name="team"),
+    path("teams/<int:team_id>/members/", account_views.TeamMembersApi.as_view(), name="team-members"),
+    path("teams/<int:team_id>/members/<int:user_id>/", account_views.TeamMemberApi.as_view(), name="team-member"),
+    path("teams/<int:team_id>/leave/", account_views.TeamLeaveApi.as_view(), name="team-leave"),
+    path("teams/<int:team_id>/transfer/", account_views.TeamTransferApi.as_view(), name="team-transfer"),
+    path("teams/<int:team_id>/invitations/", account_views.TeamInvitationsApi.as_view(), name="team-invitations"),
+    path("invitations/<str:key>/accept/", account_views.InvitationAcceptApi.as_view(), name="invitation-accept"),
+    path("tokens/", account_views.TokenListCreateApi.as_view(), name="tokens"),
+    path("tokens/<str:token_key>/", account_views.TokenDetailApi.as_view(), name="token"),
     path("presets/", views.PresetsApi.as_view(), name="presets"),
     path("specs/", views.SpecListCreateApi.as_view(), name="specs"),
     path("specs/<int:spec_id>/", views.SpecDetailApi.as_view(), name="spec"),
     path("jobs/", views.JobListCreateApi.as_view(), name="jobs"),
     path("jobs/<int:job_id>/", views.JobDetailApi.as_view(), name="job"),
     path("jobs/<int:job_id>/cancel/", views.JobCancelApi.as_view(), name="job-cancel"),
+    path("plans/", views.PlanListApi.as_view(), name="plans"),
     path("plans/<int:plan_id>/", views.PlanDetailApi.as_view(), name="plan"),
     path("runs/", views.RunListCreateApi.as_view(), name="runs"),
     path("runs/<int:run_id>/", views.RunDetailApi.as_view(), name="run"),
     path("runs/<int:run_id>/events/", views.RunEventsApi.as_view(), name="run-events"),
     path("runs/<int:run_id>/replan/", views.RunReplanApi.as_view(), name="run-replan"),
+    path("<curated_kind:kind>/<int:object_id>/dependents/", views.DependentsApi.as_view(), name="dependents"),
+    path("<curated_kind:kind>/<int:object_id>/<curated_action:action>/", views.CuratedActionApi.as_view(),
+         name="curated-action"),
 ]

@@ -1,4 +1,6 @@
-"""REST endpoints: validate the input, call a selector or a service, serialise. Objects of other teams are 404."""
+"""REST endpoints: validate the input, call a selector or a service, serialise. Objects of other teams are 404;
+what a role may not do is 403 (services.roles). The lists are the team's history: django-filter filters
+(adaptis_web.studio.filters) and cursor pagination."""
 
 from __future__ import annotations
 
@@ -25,8 +27,13 @@ from adaptis_web.studio.api.serializers import (
     SpecCreateInput,
     SpecDetailOutput,
     SpecOutput,
-    TeamOutput,
+    CuratedOutput,
+    DependentsOutput,
+    PlanListOutput,
+    RenameInput,
 )
+from adaptis_web.studio.filters import HistoryCursorPagination, JobFilter, PlanFilter, RunFilter, SpecFilter
+from adaptis_web.studio.services import curation
 from adaptis_web.studio.services.jobs import JOB_SCHEDULES, job_cancel, job_create, job_request_check
 from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.runs import run_create
@@ -35,13 +42,6 @@ from planner.baselines import PARTITIONS
 from planner.cluster import preset_names
 from planner.spec.model import load_model_spec
 from planner.spec.presets import model_preset_names
-
-
-class TeamListApi(ListAPIView):
-    serializer_class = TeamOutput
-
-    def get_queryset(self):
-        return selectors.team_list_for_user(user=self.request.user).prefetch_related("memberships")
 
 
 class PresetsApi(APIView):
@@ -55,12 +55,72 @@ class PresetsApi(APIView):
                          "schedules": list(JOB_SCHEDULES), "partitions": list(PARTITIONS)})
 
 
-class SpecListCreateApi(ListAPIView):
-    serializer_class = SpecOutput
-    parser_classes = [MultiPartParser, FormParser, JSONParser]
+class HistoryListApi(ListAPIView):
+    """A kind's history: django-filter's filters (``filterset_class``), newest first in cursor pages."""
+
+    pagination_class = HistoryCursorPagination
+    kind = ""
 
     def get_queryset(self):
-        return selectors.spec_list_for_user(user=self.request.user).defer("doc")  # the list omits documents
+        if getattr(self, "swagger_fake_view", False):  # the schema generator, which has no user, reads the filters
+            return self.filterset_class.Meta.model.objects.none()
+        return selectors.history_for_user(user=self.request.user, kind=self.kind)
+
+
+class CuratedDetailMixin:
+    """PATCH renames (``name``), DELETE deletes softly (taking its dependents along)."""
+
+    kind = ""
+
+    def curated_object(self):
+        object_id = self.kwargs[f"{self.kind.removesuffix('s')}_id"]  # the detail URL's spec_id, job_id, ...
+        return selectors.curated_get_for_user(user=self.request.user, kind=self.kind, object_id=object_id)
+
+    @extend_schema(request=RenameInput, responses=CuratedOutput)
+    def patch(self, request, **ids):
+        obj = self.curated_object()
+        data = RenameInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        return Response(curated_output(curation.object_rename(obj=obj, user=request.user,
+                                                              name=data.validated_data["name"])))
+
+    @extend_schema(request=None, responses=CuratedOutput,
+                   description="Delete softly, with what depends on it (see dependents/); an admin can restore it.")
+    def delete(self, request, **ids):
+        return Response(curated_output(curation.object_delete(obj=self.curated_object(), user=request.user)))
+
+
+def curated_output(obj) -> dict:
+    return CuratedOutput({"id": obj.pk, "name": obj.name, "archived_at": obj.archived_at,
+                          "deleted_at": obj.deleted_at}).data
+
+
+class CuratedActionApi(APIView):
+    """``/api/<kind>/<id>/<action>/``: archive, unarchive, restore (admins, a deleted object), dependents."""
+
+    ACTIONS = {"archive": curation.object_archive, "unarchive": curation.object_unarchive,
+               "restore": curation.object_restore}
+
+    @extend_schema(request=None, responses=CuratedOutput)
+    def post(self, request, kind: str, object_id: int, action: str):
+        obj = selectors.curated_get_for_user(user=request.user, kind=kind, object_id=object_id,
+                                             deleted=action == "restore")
+        return Response(curated_output(self.ACTIONS[action](obj=obj, user=request.user)))
+
+
+class DependentsApi(APIView):
+    @extend_schema(responses=DependentsOutput,
+                   description="What archiving or deleting this object takes along with it.")
+    def get(self, request, kind: str, object_id: int):
+        obj = selectors.curated_get_for_user(user=request.user, kind=kind, object_id=object_id)
+        return Response(DependentsOutput(curation.dependents_summary(obj)).data)
+
+
+class SpecListCreateApi(HistoryListApi):
+    serializer_class = SpecOutput
+    filterset_class = SpecFilter
+    kind = "specs"
+    parser_classes = [MultiPartParser, FormParser, JSONParser]
 
     @extend_schema(request=SpecCreateInput, responses={201: SpecDetailOutput})
     def post(self, request):
@@ -80,18 +140,18 @@ class SpecListCreateApi(ListAPIView):
         return Response(SpecDetailOutput(record).data, status=status.HTTP_201_CREATED)
 
 
-class SpecDetailApi(APIView):
+class SpecDetailApi(CuratedDetailMixin, APIView):
+    kind = "specs"
+
     @extend_schema(responses=SpecDetailOutput)
     def get(self, request, spec_id: int):
         return Response(SpecDetailOutput(selectors.spec_get_for_user(user=request.user, spec_id=spec_id)).data)
 
 
-class JobListCreateApi(ListAPIView):
+class JobListCreateApi(HistoryListApi):
     serializer_class = JobOutput
-
-    def get_queryset(self):  # the list shows none of the documents: decoding them was most of its time
-        return selectors.job_list_with_plan_metrics(user=self.request.user).defer(
-            "spec__doc", "cluster_doc", "profile_doc", "result", "calibration")
+    filterset_class = JobFilter
+    kind = "jobs"
 
     @extend_schema(request=JobCreateInput, responses={201: JobDetailOutput})
     def post(self, request):
@@ -110,7 +170,9 @@ class JobListCreateApi(ListAPIView):
         return Response(JobDetailOutput(job).data, status=status.HTTP_201_CREATED)
 
 
-class JobDetailApi(APIView):
+class JobDetailApi(CuratedDetailMixin, APIView):
+    kind = "jobs"
+
     @extend_schema(responses=JobDetailOutput)
     def get(self, request, job_id: int):
         return Response(JobDetailOutput(selectors.job_get_for_user(user=request.user, job_id=job_id)).data)
@@ -125,17 +187,24 @@ class JobCancelApi(APIView):
         return Response(JobDetailOutput(job).data)
 
 
-class PlanDetailApi(APIView):
+class PlanListApi(HistoryListApi):
+    serializer_class = PlanListOutput
+    filterset_class = PlanFilter
+    kind = "plans"
+
+
+class PlanDetailApi(CuratedDetailMixin, APIView):
+    kind = "plans"
+
     @extend_schema(responses=PlanOutput)
     def get(self, request, plan_id: int):
         return Response(PlanOutput(selectors.plan_get_for_user(user=request.user, plan_id=plan_id)).data)
 
 
-class RunListCreateApi(ListAPIView):
+class RunListCreateApi(HistoryListApi):
     serializer_class = RunOutput
-
-    def get_queryset(self):
-        return selectors.run_list_for_user(user=self.request.user)
+    filterset_class = RunFilter
+    kind = "runs"
 
     @extend_schema(request=RunCreateInput, responses={201: RunOutput})
     def post(self, request):
@@ -148,7 +217,9 @@ class RunListCreateApi(ListAPIView):
         return Response(RunOutput(run).data, status=status.HTTP_201_CREATED)
 
 
-class RunDetailApi(APIView):
+class RunDetailApi(CuratedDetailMixin, APIView):
+    kind = "runs"
+
     @extend_schema(responses=RunOutput)
     def get(self, request, run_id: int):
         return Response(RunOutput(selectors.run_get_for_user(user=request.user, run_id=run_id)).data)

@@ -60,7 +60,7 @@ def job_replan_from_run(*, run: Run, user: AbstractBaseUser) -> PlanningJob:
     """A queued job planning with the profile calibrated from ``run``; SpecError on ``run`` when the run has
     not succeeded or observed nothing."""
     source = run.plan.job
-    spec_check_team(team=source.spec.team, user=user)
+    spec_check_team(team=source.spec.team, user=user, doing="re-planning from a run")
     if run.status != JobStatus.SUCCEEDED:
         raise SpecError("run", f"is {run.status}; only a succeeded run's timings can calibrate a profile")
     events = run_observed_events(run)

@@ -27,6 +27,7 @@ from adaptis_web.studio.services.search import (
     job_search,
     search_settings_check,
 )
+from adaptis_web.studio.services.roles import role_require_own_or_admin
 from adaptis_web.studio.services.specs import prefixed_error, spec_check_team, spec_create
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
 from planner.cluster import ClusterSpec, load_cluster, load_cluster_preset, preset_names
@@ -120,7 +121,7 @@ def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request:
     ``profile`` replaces the analytic profile (a calibrated one: ``services.calibration``)."""
     from adaptis_web.studio.tasks import plan_job_run  # tasks import services: resolve the cycle at call time
 
-    spec_check_team(team=spec_record.team, user=user)
+    spec_check_team(team=spec_record.team, user=user, doing="planning a spec")
     job = PlanningJob.objects.create(
         spec=spec_record, created_by=user, cluster_preset=request.cluster_preset,
         cluster_doc=request.cluster.to_dict(), num_devices=request.num_devices,
@@ -144,7 +145,7 @@ def job_cancel(*, job: PlanningJob, user: AbstractBaseUser) -> PlanningJob:
     """Cancel a job: a queued one ends CANCELLED at once (the worker then skips it, as it only claims queued
     jobs); a running one is asked to stop and ends CANCELLED when its worker notices. SpecError on ``status``
     for a job that has already finished."""
-    spec_check_team(team=job.spec.team, user=user)
+    role_require_own_or_admin(user=user, team=job.spec.team, creator_id=job.created_by_id, doing="cancelling a job")
     rows = PlanningJob.objects.filter(pk=job.pk)
     stopped = rows.filter(status=JobStatus.QUEUED).update(
         status=JobStatus.CANCELLED, cancel_requested=True, finished_at=timezone.now(),

@@ -41,7 +41,7 @@ def cpu_run_refusal(spec: ModelSpec) -> str | None:
 
 
 def run_create(*, plan: Plan, user: AbstractBaseUser, steps: int = 1, scale_down: bool = False) -> Run:
-    spec_check_team(team=plan.job.spec.team, user=user)
+    spec_check_team(team=plan.job.spec.team, user=user, doing="starting a run")
     from adaptis_web.studio.tasks import run_execute  # tasks import services: resolve the cycle at call time
 
     world_size = plan.plan_doc["num_devices"]

@@ -6,6 +6,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from adaptis_web.studio.models import ModelSpecRecord, Team
 from adaptis_web.studio.selectors import user_is_member
+from adaptis_web.studio.services.roles import Role, role_require
 from planner.errors import SpecError
 from planner.spec.files import parse_model_text
 from planner.spec.model import ModelSpec
@@ -37,11 +38,14 @@ def spec_parse_upload(*, content: bytes, filename: str, field: str = "file") -> 
         raise prefixed_error(error, field) from None
 
 
-def spec_check_team(*, team: Team | None, user: AbstractBaseUser) -> Team:
+def spec_check_team(*, team: Team | None, user: AbstractBaseUser, doing: str) -> Team:
+    """``team`` when ``user`` may create in it (a member or above): a SpecError on ``team`` for a team they
+    are not in, a RoleRefusal for a viewer."""
     if team is None:
         raise SpecError("team", "is required: you belong to no team yet; ask a team owner to add you")
     if not user_is_member(user=user, team=team):
         raise SpecError("team", f"you are not a member of team {team.name!r}")
+    role_require(user=user, team=team, at_least=Role.MEMBER, doing=doing)
     return team
 
 
@@ -49,10 +53,10 @@ def spec_create(*, team: Team, owner: AbstractBaseUser, spec: ModelSpec, source_
                 name: str = "") -> ModelSpecRecord:
     """The team's spec of this name and document: the one already stored when the same model is uploaded again
     (the same preset twice is one spec), else a new one."""
-    spec_check_team(team=team, user=owner)
+    spec_check_team(team=team, user=owner, doing="uploading a spec")
     name, doc = name or spec.name, spec.to_dict()
     # Compared in Python: JSON equality in the database depends on the backend's key order (SQLite's text).
-    for record in ModelSpecRecord.objects.filter(team=team, name=name).order_by("id"):
+    for record in ModelSpecRecord.objects.filter(team=team, name=name, deleted_at__isnull=True).order_by("id"):
         if record.doc == doc:
             return record
     return ModelSpecRecord.objects.create(team=team, owner=owner, name=name, doc=doc,
