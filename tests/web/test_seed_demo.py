@@ -34,7 +34,7 @@ def test_seed_demo_creates_nothing_where_the_settings_forbid_it(db, settings):
     output = StringIO()
     call_command("seed_demo", stdout=output)
     assert "not seeded" in output.getvalue()
-    assert authenticate(username="demo", password="demo-pass-2026") is None
+    assert authenticate(RequestFactory().post("/accounts/login/"), username="demo", password="demo-pass-2026") is None
     assert not Team.objects.exists() and not ModelSpecRecord.objects.exists()
 
 
