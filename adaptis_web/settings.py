@@ -4,7 +4,7 @@ Development needs no variables at all (DEBUG defaults to on, SQLite file in var/
 Production sets DEBUG=false, which makes SECRET_KEY and ALLOWED_HOSTS mandatory.
 
 Variables: DEBUG, SECRET_KEY, ALLOWED_HOSTS, CSRF_TRUSTED_ORIGINS, SECURE_COOKIES, SECURE_SSL_REDIRECT,
-SECURE_HSTS_SECONDS, DATABASE_URL,
+SECURE_HSTS_SECONDS, SECURE_HSTS_INCLUDE_SUBDOMAINS, SECURE_HSTS_PRELOAD, TRUST_X_FORWARDED_PROTO, DATABASE_URL,
 DB_CONN_MAX_AGE, REDIS_URL, CELERY_QUEUE, CELERY_RUNS_QUEUE, LIVE_EVENTS_PREFIX, CPU_RUN_MAX_RANKS, CPU_RUN_MAX_PARAMS,
 RUN_TIMEOUT_S, WORK_HEARTBEAT_S, WORK_STALE_AFTER_S, WORK_WATCH_INTERVAL_S, WORK_QUEUED_GRACE_S,
 WORK_TASK_TIME_LIMIT_S, LOG_LEVEL, ADAPTIS_SEED_DEMO, API_TOKEN_MAX_DAYS, LOGIN_FAILURE_LIMIT,
@@ -25,10 +25,21 @@ SECRET_KEY = env_str("SECRET_KEY", "dev-only-insecure-key-adaptis-studio") if DE
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"]) if DEBUG else env_list(
     "ALLOWED_HOSTS", [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
-# HTTPS hardening is opt-in: studios often sit on plain HTTP inside a cluster, behind the cluster's own gateway.
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
-SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
-SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+# HTTPS hardening is the default in production (DEBUG off): cookies only over HTTPS, plain HTTP redirected, HSTS for
+# a year (`manage.py check --deploy` finds nothing). An instance served on plain HTTP on purpose (a trial on
+# localhost, a cluster-internal port) turns each off by name. Behind a proxy that terminates TLS, set
+# TRUST_X_FORWARDED_PROTO=true so Django sees the request was HTTPS (and does not redirect it forever); only
+# where that proxy is the only way in, since a client could otherwise claim HTTPS itself.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", not DEBUG)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # the load balancer's and compose's health checks speak plain HTTP
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 365 * 24 * 3600, minimum=0)
+# Whether HSTS covers every subdomain, or the domain asks for the browsers' preload list, is the domain owner's
+# decision, not this app's: off unless set (`check --deploy` reminds of both).
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+if env_bool("TRUST_X_FORWARDED_PROTO", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 # `manage.py seed_demo` creates a well-known login (demo / demo-pass-2026): only on a development instance, or
 # where ADAPTIS_SEED_DEMO=1 asks for it; never on a production one by default.
 SEED_DEMO = DEBUG or env_bool("ADAPTIS_SEED_DEMO", False)

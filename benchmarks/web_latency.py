@@ -117,6 +117,7 @@ def configure(world: World) -> None:
     os.environ.update({
         "DJANGO_SETTINGS_MODULE": "adaptis_web.settings", "DATABASE_URL": url, "REDIS_URL": REDIS_URL,
         "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(40), "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
+        "SECURE_SSL_REDIRECT": "false", "SECURE_COOKIES": "false",  # the load generator speaks plain HTTP
         "CELERY_QUEUE": TAG, "LIVE_EVENTS_PREFIX": TAG, "LOG_LEVEL": "WARNING"})
     import django
     from django.core.management import call_command

@@ -1,6 +1,7 @@
 """The typed environment readers fail loudly, naming the variable and the bad value."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,36 @@ def test_settings_refuse_production_without_a_secret_key():
                             text=True, cwd=Path(__file__).resolve().parents[2])
     assert result.returncode != 0
     assert "environment variable SECRET_KEY is required" in result.stderr
+
+
+def _deploy_check(**env: str) -> subprocess.CompletedProcess:
+    base = {key: value for key, value in os.environ.items()
+            if not key.startswith("SECURE_") and key not in ("DEBUG", "TRUST_X_FORWARDED_PROTO")}
+    base.update(DEBUG="false", SECRET_KEY="k" * 20 + "-production-secret-of-fifty-chars!", ALLOWED_HOSTS="studio.example",
+                **env)
+    return subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], env=base,
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_production_defaults_pass_django_s_deployment_checks():
+    """DEBUG off: secure cookies, HTTPS redirect and HSTS by default. What `check --deploy` still names is only the
+    domain owner's choice (HSTS for every subdomain, the preload list); with both chosen it finds nothing."""
+    result = _deploy_check()
+    findings = set(re.findall(r"security\.W\d+", result.stdout + result.stderr))
+    assert findings == {"security.W005", "security.W021"}, result.stdout + result.stderr
+    result = _deploy_check(SECURE_HSTS_INCLUDE_SUBDOMAINS="true", SECURE_HSTS_PRELOAD="true")
+    assert result.returncode == 0 and "no issues" in result.stdout, result.stdout + result.stderr
+
+
+def test_each_https_default_can_be_turned_off_by_name_and_the_deploy_check_then_says_so():
+    result = _deploy_check(SECURE_COOKIES="false", SECURE_SSL_REDIRECT="false", SECURE_HSTS_SECONDS="0")
+    assert result.returncode != 0
+    for check in ("security.W004", "security.W008", "security.W012", "security.W016"):
+        assert check in result.stdout + result.stderr, check
+
+
+def test_production_redirects_plain_http_but_not_the_health_check(client, settings):
+    settings.SECURE_SSL_REDIRECT = True
+    response = client.get("/api/presets/")
+    assert response.status_code == 301 and response["Location"].startswith("https://")
+    assert client.get("/healthz").status_code in (200, 503)
