@@ -8,7 +8,7 @@ SECURE_HSTS_SECONDS, SECURE_HSTS_INCLUDE_SUBDOMAINS, SECURE_HSTS_PRELOAD, TRUST_
 DB_CONN_MAX_AGE, REDIS_URL, CELERY_QUEUE, CELERY_RUNS_QUEUE, LIVE_EVENTS_PREFIX, CPU_RUN_MAX_RANKS, CPU_RUN_MAX_PARAMS,
 RUN_TIMEOUT_S, WORK_HEARTBEAT_S, WORK_STALE_AFTER_S, WORK_WATCH_INTERVAL_S, WORK_QUEUED_GRACE_S,
 WORK_TASK_TIME_LIMIT_S, LOG_LEVEL, ADAPTIS_SEED_DEMO, API_TOKEN_MAX_DAYS, LOGIN_FAILURE_LIMIT,
-LOGIN_COOLOFF_MINUTES, THROTTLE_TOKEN_FAILURES, THROTTLE_TOKEN_CREATE.
+LOGIN_COOLOFF_MINUTES, THROTTLE_TOKEN_FAILURES, THROTTLE_TOKEN_CREATE, THROTTLE_SPECS, THROTTLE_JOBS, THROTTLE_RUNS.
 """
 
 from datetime import timedelta
@@ -218,6 +218,11 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "token_failures": env_str("THROTTLE_TOKEN_FAILURES", "20/hour"),
         "token_create": env_str("THROTTLE_TOKEN_CREATE", "20/hour"),
+        # Creating work, per user (api.throttles): each spec is parsed and validated, each job searches for up
+        # to its budget on a planning worker, each run holds the runner's cores for minutes.
+        "specs": env_str("THROTTLE_SPECS", "300/hour"),
+        "jobs": env_str("THROTTLE_JOBS", "120/hour"),
+        "runs": env_str("THROTTLE_RUNS", "30/hour"),
     },
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -3,13 +3,16 @@
 Fields are dotted paths into the request (``file.layers[3].mixer.num_heads`` for a field inside an uploaded
 spec). DRF's own validation errors and the planner's SpecError/PlanError are all reshaped into it; other
 errors (401, 404) keep DRF's ``{"detail": ...}``. A role's refusal (services.roles.RoleRefusal) is HTTP 403 in the
-same shape, naming ``role`` and the reason.
+same shape, naming ``role`` and the reason; a throttled request is HTTP 429 in it too (with ``Retry-After``), and a
+body that does not parse is a 400 naming ``body``.
 """
 
 from __future__ import annotations
 
+import math
+
 from rest_framework import status
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import ParseError, Throttled, UnsupportedMediaType, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -43,4 +46,15 @@ def exception_handler(exc, context):
         return bad_input(flatten_errors(exc.detail))
     if isinstance(exc, RoleRefusal):
         return Response({"errors": [{"field": exc.field, "reason": exc.reason}]}, status=status.HTTP_403_FORBIDDEN)
+    if isinstance(exc, Throttled):
+        wait = math.ceil(exc.wait) if exc.wait is not None else None
+        reason = "too many requests of this kind" + (f": try again in {wait} s" if wait is not None else "")
+        response = Response({"errors": [{"field": "", "reason": reason}], "retry_after_s": wait},
+                            status=status.HTTP_429_TOO_MANY_REQUESTS)
+        if wait is not None:
+            response["Retry-After"] = str(wait)
+        return response
+    if isinstance(exc, (ParseError, UnsupportedMediaType)):
+        # A body that is not JSON (or not the media type the endpoint takes) is bad input like any other.
+        return Response({"errors": [{"field": "body", "reason": str(exc.detail)}]}, status=exc.status_code)
     return drf_exception_handler(exc, context)

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from adaptis_web.studio import selectors
+from adaptis_web.studio.api.throttles import ThrottledCreate
 from adaptis_web.studio.api.serializers import (
     JobCreateInput,
     JobDetailOutput,
@@ -116,7 +117,8 @@ class DependentsApi(APIView):
         return Response(DependentsOutput(curation.dependents_summary(obj)).data)
 
 
-class SpecListCreateApi(HistoryListApi):
+class SpecListCreateApi(ThrottledCreate, HistoryListApi):
+    throttle_scope = "specs"
     serializer_class = SpecOutput
     filterset_class = SpecFilter
     kind = "specs"
@@ -148,7 +150,8 @@ class SpecDetailApi(CuratedDetailMixin, APIView):
         return Response(SpecDetailOutput(selectors.spec_get_for_user(user=request.user, spec_id=spec_id)).data)
 
 
-class JobListCreateApi(HistoryListApi):
+class JobListCreateApi(ThrottledCreate, HistoryListApi):
+    throttle_scope = "jobs"
     serializer_class = JobOutput
     filterset_class = JobFilter
     kind = "jobs"
@@ -201,7 +204,8 @@ class PlanDetailApi(CuratedDetailMixin, APIView):
         return Response(PlanOutput(selectors.plan_get_for_user(user=request.user, plan_id=plan_id)).data)
 
 
-class RunListCreateApi(HistoryListApi):
+class RunListCreateApi(ThrottledCreate, HistoryListApi):
+    throttle_scope = "runs"
     serializer_class = RunOutput
     filterset_class = RunFilter
     kind = "runs"
@@ -225,7 +229,8 @@ class RunDetailApi(CuratedDetailMixin, APIView):
         return Response(RunOutput(selectors.run_get_for_user(user=request.user, run_id=run_id)).data)
 
 
-class RunReplanApi(APIView):
+class RunReplanApi(ThrottledCreate, APIView):
+    throttle_scope = "jobs"
     @extend_schema(request=None, responses={201: JobDetailOutput},
                    description="Recalibrate the run's plan profile from its observed action timings and queue a "
                                "planning job with the same settings on that profile. A run that has not succeeded "
