@@ -12,6 +12,8 @@ import logging
 import re
 import uuid
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 
@@ -57,5 +59,23 @@ def server_error(request: HttpRequest) -> HttpResponse:
     else:
         response = TemplateResponse(request, "500.html", {"request_id": request_id}, status=500)
         response.render()
+    response[REQUEST_ID_HEADER] = request_id
+    return response
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """``handler400``: what Django itself refuses before a view runs (a body past DATA_UPLOAD_MAX_MEMORY_SIZE, too
+    many fields, a disallowed host): the API's error shape on /api/, a plain page elsewhere."""
+    field, reason = "", str(exception) or "bad request"
+    if isinstance(exception, RequestDataTooBig):
+        field, reason = "body", f"the body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE // (1 << 20)} MiB"
+    elif isinstance(exception, TooManyFieldsSent):
+        field = "body"
+    request_id = getattr(request, "id", None) or current_request_id()
+    if request.path.startswith("/api/"):
+        response = JsonResponse({"errors": [{"field": field, "reason": reason}], "request_id": request_id},
+                                status=400)
+    else:
+        response = HttpResponse(f"Bad request: {reason}", status=400, content_type="text/plain; charset=utf-8")
     response[REQUEST_ID_HEADER] = request_id
     return response

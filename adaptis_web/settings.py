@@ -117,6 +117,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Request bodies (JSON, form fields) are refused past 8 MiB before they are read (README, "Bounds on input"); an
+# uploaded file is refused by its size (studio.services.specs.read_upload).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -229,6 +232,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "adaptis_web.studio.api.errors.exception_handler",
+    "DEFAULT_PARSER_CLASSES": [
+        "adaptis_web.studio.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 SWAGGER_UI_DIST_VERSION = "5.35.0"
 SPECTACULAR_SETTINGS = {

@@ -16,4 +16,5 @@ urlpatterns = [
     path("", include("adaptis_web.studio.urls")),
 ]
 
+handler400 = "adaptis_web.request_errors.bad_request"
 handler500 = "adaptis_web.request_errors.server_error"

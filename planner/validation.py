@@ -1,10 +1,39 @@
-"""Small typed readers over untrusted JSON documents; each failure names the field."""
+"""Small typed readers over untrusted JSON documents; each failure names the field.
+
+Numbers are also held to the physical range of their field (``planner.limits.RANGES``), and a value shown in an
+error is shortened (``shown``): an error message must not grow with a hostile document.
+"""
 
 from __future__ import annotations
 
+import math
+import reprlib
 from typing import Any
 
 from planner.errors import SpecError
+from planner.limits import bounds
+
+_SHORT = reprlib.Repr()  # keyword arguments only from Python 3.12
+_SHORT.maxstring = _SHORT.maxother = 60
+_SHORT.maxlist = _SHORT.maxdict = 4
+_SHORT.maxlevel = 2
+_SHORT.maxlong = 40
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to a readable length, in time independent of the value's size."""
+    try:
+        return _SHORT.repr(value)
+    except ValueError:  # an integer past Python's 4,300-digit conversion limit
+        return f"<an integer of {value.bit_length()} bits>"
+
+
+def _in_range(field: str, key: str, value: float, minimum: float | None) -> None:
+    low, high = bounds(key)
+    if low is not None and (minimum is None or low > minimum) and value < low:
+        raise SpecError(field, f"must be >= {low:g}, got {shown(value)}")
+    if high is not None and value > high:
+        raise SpecError(field, f"must be <= {high:g}, got {shown(value)}")
 
 
 def join(path: str, key: str | int) -> str:
@@ -37,7 +66,7 @@ def get_str(doc: dict, key: str, path: str, *, default: Any = ..., choices: tupl
     if not isinstance(value, str) or not value:
         raise SpecError(field, "must be a non-empty string")
     if choices is not None and value not in choices:
-        raise SpecError(field, f"must be one of {', '.join(choices)}; got {value!r}")
+        raise SpecError(field, f"must be one of {', '.join(choices)}; got {shown(value)}")
     return value
 
 
@@ -50,9 +79,10 @@ def get_int(doc: dict, key: str, path: str, *, default: Any = ..., minimum: int 
         return None if key in doc else default
     value = doc[key]
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(field, f"must be an integer, got {value!r}")
+        raise SpecError(field, f"must be an integer, got {shown(value)}")
     if minimum is not None and value < minimum:
-        raise SpecError(field, f"must be >= {minimum}, got {value}")
+        raise SpecError(field, f"must be >= {minimum}, got {shown(value)}")
+    _in_range(field, key, value, minimum)
     return value
 
 
@@ -65,12 +95,15 @@ def get_number(doc: dict, key: str, path: str, *, default: Any = ..., minimum: f
         return default
     value = doc[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(field, f"must be a number, got {value!r}")
-    if value != value or value in (float("inf"), float("-inf")):
+        raise SpecError(field, f"must be a number, got {shown(value)}")
+    if isinstance(value, int) and abs(value) > 1e300:
+        raise SpecError(field, f"is out of range: {shown(value)}")
+    if not math.isfinite(value):
         raise SpecError(field, "must be finite")
     if minimum is not None and (value < minimum or (exclusive_minimum and value == minimum)):
         relation = ">" if exclusive_minimum else ">="
-        raise SpecError(field, f"must be {relation} {minimum}, got {value}")
+        raise SpecError(field, f"must be {relation} {minimum}, got {shown(value)}")
+    _in_range(field, key, value, minimum)
     return float(value)
 
 
@@ -79,17 +112,17 @@ def get_bool(doc: dict, key: str, path: str, *, default: bool) -> bool:
         return default
     value = doc[key]
     if not isinstance(value, bool):
-        raise SpecError(join(path, key), f"must be true or false, got {value!r}")
+        raise SpecError(join(path, key), f"must be true or false, got {shown(value)}")
     return value
 
 
 def check_format(doc: dict, expected: str) -> None:
     fmt = doc.get("format")
     if fmt != expected:
-        raise SpecError("format", f"must be {expected!r}, got {fmt!r}")
+        raise SpecError("format", f"must be {expected!r}, got {shown(fmt)}")
 
 
 def reject_unknown(doc: dict, allowed: set[str], path: str) -> None:
-    unknown = sorted(set(doc) - allowed)
+    unknown = sorted(str(key) for key in set(doc) - allowed)
     if unknown:
-        raise SpecError(join(path, unknown[0]), f"unknown field (allowed: {', '.join(sorted(allowed))})")
+        raise SpecError(join(path, shown(unknown[0])[1:-1]), f"unknown field (allowed: {', '.join(sorted(allowed))})")

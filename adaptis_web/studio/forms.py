@@ -3,15 +3,15 @@ each SpecError on the form field it names, so a bad file shows its field path an
 
 from __future__ import annotations
 
-import yaml
 from django import forms
 
 from adaptis_web.studio.selectors import team_list_for_user
 from adaptis_web.studio.services.jobs import ADAPTIS_SCHEDULE, DEFAULT_PARTITION, JobRequest, job_request_check
 from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S
-from adaptis_web.studio.services.specs import spec_parse_upload
+from adaptis_web.studio.services.specs import read_upload, spec_parse_upload
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS
 from planner.cluster import preset_names
+from planner.documents import parse_document
 from planner.errors import SpecError
 from planner.spec.model import ModelSpec
 
@@ -73,9 +73,10 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
         if upload.size > MAX_CLUSTER_FILE_BYTES:
             raise SpecError("cluster_file", f"is {upload.size} bytes; the limit is {MAX_CLUSTER_FILE_BYTES}")
         try:
-            doc = yaml.safe_load(upload.read().decode("utf-8"))  # YAML is a superset of JSON
-        except (UnicodeDecodeError, yaml.YAMLError) as error:
-            raise SpecError("cluster_file", f"is neither JSON nor YAML: {error}") from None
+            text = upload.read().decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise SpecError("cluster_file", f"is not UTF-8 text (invalid byte at offset {error.start})") from None
+        doc = parse_document(text, upload.name, field="cluster_file")
         if not isinstance(doc, dict):
             raise SpecError("cluster_file", "must hold an adaptis.cluster/v1 object")
         return doc
@@ -116,7 +117,7 @@ class UploadForm(PlanningForm):
     def clean_file(self):
         upload = self.cleaned_data["file"]
         try:
-            self.spec = spec_parse_upload(content=upload.read(), filename=upload.name)
+            self.spec = spec_parse_upload(content=read_upload(upload, field="file"), filename=upload.name)
         except SpecError as error:
             raise forms.ValidationError(self.spec_error_message(error)[1]) from None
         return upload

@@ -33,46 +33,12 @@ with ``model_type`` or ``architectures`` is a HuggingFace ``config.json`` and go
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import yaml
-
+from planner.documents import parse_document
 from planner.errors import SpecError
 from planner.spec.hf import hf_model_name, import_hf_config
 from planner.spec.model import ModelSpec, load_model_spec
-
-YAML_SUFFIXES = (".yaml", ".yml")
-
-
-def _parse_json(text: str) -> object:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SpecError("file", f"invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}") from None
-
-
-def _parse_yaml(text: str) -> object:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error)
-        raise SpecError("file", f"invalid YAML{where}: {problem}") from None
-
-
-def _parse_document(text: str, filename: str) -> object:
-    """JSON or YAML by the file's suffix; without a telling suffix, JSON when it looks like JSON."""
-    if not text.strip():
-        raise SpecError("file", "is empty")
-    suffix = Path(filename).suffix.lower()
-    if suffix in YAML_SUFFIXES:
-        return _parse_yaml(text)
-    if suffix == ".json" or text.lstrip().startswith(("{", "[")):
-        return _parse_json(text)
-    return _parse_yaml(text)
-
 
 def is_hf_config(doc: dict) -> bool:
     return "format" not in doc and ("model_type" in doc or "architectures" in doc)
@@ -80,7 +46,7 @@ def is_hf_config(doc: dict) -> bool:
 
 def parse_model_text(text: str, filename: str = "") -> ModelSpec:
     """The ModelSpec a file's text describes, in our format or as a HuggingFace ``config.json``."""
-    doc = _parse_document(text, filename)
+    doc = parse_document(text, filename)
     if not isinstance(doc, dict):
         raise SpecError("file", f"must hold an object (a mapping of fields), got {type(doc).__name__}")
     if is_hf_config(doc):

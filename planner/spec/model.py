@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from planner.errors import SpecError
+from planner.limits import MAX_LAYERS
 from planner.validation import (
     check_format,
     get_bool,
@@ -405,6 +406,8 @@ def load_model_spec(doc: object) -> ModelSpec:
     layers: list[LayerSpec] = []
     for index, layer_doc in enumerate(require_list(doc.get("layers"), "layers", min_length=1)):
         layer, repeat = _load_layer(layer_doc, f"layers[{index}]")
+        if len(layers) + repeat > MAX_LAYERS:  # checked before the layers are built: repeat may be huge
+            raise SpecError(f"layers[{index}].repeat", f"makes the model more than {MAX_LAYERS} layers long")
         layers.extend([layer] * repeat)
     for index, layer in enumerate(layers):
         if layer.kind == "embedding" and index != 0:

@@ -10,11 +10,12 @@ from django.db import transaction
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from adaptis_web.studio import selectors
+from adaptis_web.studio.api.parsers import BoundedJSONParser
 from adaptis_web.studio.api.throttles import ThrottledCreate
 from adaptis_web.studio.api.serializers import (
     JobCreateInput,
@@ -38,7 +39,7 @@ from adaptis_web.studio.services import curation
 from adaptis_web.studio.services.jobs import JOB_SCHEDULES, job_cancel, job_create, job_request_check
 from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.runs import run_create
-from adaptis_web.studio.services.specs import spec_create, spec_parse_upload
+from adaptis_web.studio.services.specs import read_upload, spec_create, spec_parse_upload
 from planner.baselines import PARTITIONS
 from planner.cluster import preset_names
 from planner.spec.model import load_model_spec
@@ -122,7 +123,7 @@ class SpecListCreateApi(ThrottledCreate, HistoryListApi):
     serializer_class = SpecOutput
     filterset_class = SpecFilter
     kind = "specs"
-    parser_classes = [MultiPartParser, FormParser, JSONParser]
+    parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
 
     @extend_schema(request=SpecCreateInput, responses={201: SpecDetailOutput})
     def post(self, request):
@@ -132,7 +133,7 @@ class SpecListCreateApi(ThrottledCreate, HistoryListApi):
         team = selectors.team_for_request(user=request.user, team_id=values.get("team"))
         if "file" in values:
             upload = values["file"]
-            spec = spec_parse_upload(content=upload.read(), filename=upload.name)
+            spec = spec_parse_upload(content=read_upload(upload, field="file"), filename=upload.name)
             filename = upload.name
         else:
             spec = spec_parse_upload(content=json.dumps(values["doc"]).encode(), filename="doc.json", field="doc")

@@ -34,6 +34,7 @@ from planner.cluster import ClusterSpec, load_cluster, load_cluster_preset, pres
 from planner.cost import analytic_profile
 from planner.errors import PlanError, SpecError
 from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
+from planner.limits import MAX_PIPELINE_DEVICES, pipeline_slots_reason
 from planner.plan import Plan as PlannerPlan
 from planner.profile import Profile, load_profile
 from planner.scheduling import chunks_per_device
@@ -99,12 +100,18 @@ def job_request_check(*, spec: ModelSpec, num_devices: int, num_microbatches: in
     if not 1 <= num_devices <= cluster.num_devices:
         raise SpecError("num_devices", f"must be between 1 and the cluster's {cluster.num_devices} devices "
                                        f"({cluster.name}); got {num_devices}")
+    if num_devices > MAX_PIPELINE_DEVICES:
+        raise SpecError("num_devices", f"a pipeline of more than {MAX_PIPELINE_DEVICES} devices is not planned; "
+                                       f"got {num_devices} (plan the pipeline inside data and tensor parallelism)")
+    if not 1 <= num_microbatches <= MAX_MICROBATCHES:
+        raise SpecError("num_microbatches", f"must be between 1 and {MAX_MICROBATCHES}; got {num_microbatches}")
+    too_big = pipeline_slots_reason(num_devices, num_microbatches)
+    if too_big:
+        raise SpecError("num_microbatches", too_big)
     stages = num_devices if searched else num_devices * chunks_per_device(schedule, CHUNKS)
     if stages > spec.num_layers:
         raise SpecError("num_devices", f"{schedule} on {num_devices} devices needs {stages} stages but "
                                        f"{spec.name!r} has only {spec.num_layers} layers")
-    if not 1 <= num_microbatches <= MAX_MICROBATCHES:
-        raise SpecError("num_microbatches", f"must be between 1 and {MAX_MICROBATCHES}; got {num_microbatches}")
     search_settings_check(seed=seed, time_budget_s=time_budget_s, memory_limit_bytes=memory_limit_bytes,
                           cluster=cluster)
     return JobRequest(cluster_preset=cluster_preset if cluster_doc is None else "", cluster=cluster,

@@ -21,6 +21,13 @@ def prefixed_error(error: SpecError, prefix: str) -> SpecError:
     return SpecError(f"{prefix}.{error.field}", error.reason)
 
 
+def read_upload(upload, *, field: str, limit: int = MAX_SPEC_FILE_BYTES) -> bytes:
+    """An uploaded file's bytes, refused by its size before anything is read."""
+    if upload.size > limit:
+        raise SpecError(field, f"is {upload.size} bytes; the limit is {limit} bytes")
+    return upload.read()
+
+
 def spec_parse_upload(*, content: bytes, filename: str, field: str = "file") -> ModelSpec:
     """The ModelSpec in an uploaded file (ours in JSON/YAML, or a HF config.json).
 

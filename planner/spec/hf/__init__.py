@@ -67,7 +67,7 @@ from planner.spec.hf import hybrid_families as hybrid
 from planner.spec.hf.defaults import TRANSFORMERS_ALIASES, TRANSFORMERS_DEFAULTS
 from planner.spec.hf.reader import EMBEDDING, HEAD, Config
 from planner.spec.model import LayerSpec, ModelSpec, load_model_spec
-from planner.validation import require_mapping
+from planner.validation import require_mapping, shown
 
 DEFAULT_SEQ_LEN = 4096
 
@@ -136,9 +136,13 @@ def family_of(config: dict) -> str:
     """The family a config is read as: its ``model_type`` when we know it, else the first class in its
     ``architectures`` that we know (Kimi-K2's ``kimi_k2`` is DeepSeek-V3's ``DeepseekV3ForCausalLM``)."""
     model_type = config.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise SpecError("model_type", f"must be a string, got {shown(model_type)}")
     if model_type in FAMILIES:
         return model_type
     architectures = config.get("architectures") or []
+    if not isinstance(architectures, list):
+        raise SpecError("architectures", f"must be a list of class names, got {shown(architectures)}")
     known = [ARCHITECTURE_MODEL_TYPES[arch] for arch in architectures
              if isinstance(arch, str) and arch in ARCHITECTURE_MODEL_TYPES]
     if known:
@@ -146,7 +150,7 @@ def family_of(config: dict) -> str:
     if model_type is None:
         raise SpecError("model_type", "is required (no known entry in architectures); supported: "
                         + ", ".join(supported_model_types()))
-    raise SpecError("model_type", f"unsupported {model_type!r} (and no supported class in architectures); "
+    raise SpecError("model_type", f"unsupported {shown(model_type)} (and no supported class in architectures); "
                                   f"supported: {', '.join(supported_model_types())}")
 
 
