@@ -99,6 +99,11 @@ def command_run(args) -> int:
     if any(loss is not None for loss in result["balancing_losses"]):
         printed["balancing_losses"] = result["balancing_losses"]
     print(json.dumps(printed, indent=1))
+    undelivered = result["summary"].get("events_undelivered", 0)
+    if undelivered:
+        print(f"warning: the event sink did not take {undelivered} events (it failed for longer than the ranks "
+              f"waited); every event is in the result{' written to ' + args.out if args.out else ' (use --out)'}",
+              file=sys.stderr)
     return 0
 
 

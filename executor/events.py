@@ -7,6 +7,12 @@ never sits on the compute path and they reach the sink within tens of millisecon
 produced them. The thread wakes on a timer, not per event: a wake-up per action (a condition-variable
 hand-off plus a GIL switch) cost measurable time per action on a host whose cores the ranks share.
 
+A sink that fails (Redis restarting, a network blip) costs nothing but latency: what could not be written is kept
+and sent again every ``RETRY_INTERVAL_S`` in order, and at the end of the run for up to ``CLOSE_DELIVERY_S``.
+Every event also stays in the rank's memory and goes into the run's result, so what a longer outage held back
+is still delivered with the result (``EventEmitter.undelivered`` counts it). A batch that failed halfway may
+be written twice: readers de-duplicate by (rank, step, action).
+
 Schema (times in ms, relative to the run's aligned start; see ``executor.timing``):
 
 - ``{"type": "run_started", "world_size", "backend", "steps", "num_microbatches", "strategy", "model",
@@ -21,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections import deque
 from pathlib import Path
 from typing import Callable
@@ -30,6 +37,9 @@ from planner.errors import SpecError
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 FLUSH_INTERVAL_S = 0.02
+RETRY_INTERVAL_S = 0.5
+CLOSE_DELIVERY_S = 30.0
+REDIS_TIMEOUT_S = 2.0  # a stopped or unreachable Redis must fail a write, not hang the rank's event thread
 
 
 class JsonlSink:
@@ -53,7 +63,8 @@ class RedisStreamSink:
         import redis  # Only runs that stream to Redis need the client.
 
         self.stream = stream
-        self._client = redis.Redis.from_url(url)
+        self._client = redis.Redis.from_url(url, socket_timeout=REDIS_TIMEOUT_S,
+                                            socket_connect_timeout=REDIS_TIMEOUT_S)
 
     def write(self, events: list[dict]) -> None:
         pipeline = self._client.pipeline(transaction=False)
@@ -99,12 +110,17 @@ class EventEmitter:
     resolving that must not stall the rank's compute stream. ``emit`` is a lock-free deque append.
     """
 
-    def __init__(self, sink=None):
+    def __init__(self, sink=None, *, close_delivery_s: float = CLOSE_DELIVERY_S):
         self._sink = sink
         self._pending: deque = deque()
+        self._backlog: list[dict] = []  # resolved, not yet written to the sink (in order)
+        self._retry_at = 0.0
+        self._close_delivery_s = close_delivery_s
         self._stop = threading.Event()
         self.events: list[dict] = []
-        self.error: BaseException | None = None
+        self.error: BaseException | None = None  # the sink's last failure, if any
+        self.failed_writes = 0
+        self.undelivered = 0  # events the sink never took (they are in ``events``, and so in the result)
         self._thread = threading.Thread(target=self._run, name="adaptis-events", daemon=True)
         self._thread.start()
 
@@ -121,20 +137,35 @@ class EventEmitter:
         while self._pending:   # popleft is atomic against the producer's append
             item = self._pending.popleft()
             batch.append(item() if callable(item) else item)
-        if not batch:
-            return
         self.events.extend(batch)
-        if self._sink is not None and self.error is None:
-            try:
-                self._sink.write(batch)
-            except Exception as error:  # noqa: BLE001 - reported by close(), the run itself goes on
-                self.error = error
+        if self._sink is None:
+            return
+        self._backlog.extend(batch)
+        if self._backlog and time.monotonic() >= self._retry_at:
+            self._deliver()
+
+    def _deliver(self) -> bool:
+        try:
+            self._sink.write(self._backlog)
+        except Exception as error:  # noqa: BLE001 - kept and sent again; the run itself goes on
+            self.error, self.failed_writes = error, self.failed_writes + 1
+            self._retry_at = time.monotonic() + RETRY_INTERVAL_S
+            return False
+        self._backlog = []
+        return True
 
     def close(self) -> None:
-        """Flush everything emitted; raise if the sink failed (a run must not silently lose its events)."""
+        """Flush everything emitted, retrying a failing sink for up to ``close_delivery_s``; what it still would
+        not take is counted in ``undelivered`` (and is in ``events``)."""
         self._stop.set()
         self._thread.join()
-        if self._sink is not None:
+        if self._sink is None:
+            return
+        deadline = time.monotonic() + self._close_delivery_s
+        while self._backlog and not self._deliver() and time.monotonic() < deadline:
+            time.sleep(RETRY_INTERVAL_S)
+        self.undelivered = len(self._backlog)
+        try:
             self._sink.close()
-        if self.error is not None:
-            raise RuntimeError(f"writing events to the sink failed: {self.error!r}") from self.error
+        except Exception:  # noqa: BLE001 - closing a connection to a sink that is gone
+            pass

@@ -132,10 +132,13 @@ def _first_failure(job_dir: Path, failed_ranks: list[int], codes: list[int | Non
 
 
 def _report(config: RunConfig, event: dict) -> None:
+    """Best effort: the error is raised to the caller whether or not the sink takes it."""
     if config.event_sink:
         sink = open_sink(config.event_sink)
         try:
             sink.write([event])
+        except Exception:  # noqa: BLE001 - a sink that is down must not hide the run's own failure
+            logger.warning("could not report %s to the event sink", event.get("type"), exc_info=True)
         finally:
             sink.close()
 

@@ -187,7 +187,8 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
             _save_layers(config.checkpoint_dir, plan, rank, runners)
         gathered = [None] * world_size if rank == 0 else None
         own_actions = [event for event in emitter.events if event["type"] == "action"]
-        dist.gather_object({"events": own_actions, "losses": losses, "balancing_losses": runtime.balancing_losses,
+        dist.gather_object({"events": own_actions, "undelivered": emitter.undelivered,
+                            "losses": losses, "balancing_losses": runtime.balancing_losses,
                             "step_wall_ms": runtime.step_wall_ms,
                             "threads": threads,
                             "cores": None if cores is None else sorted(os.sched_getaffinity(0))},
@@ -212,12 +213,14 @@ def _finish(config: RunConfig, plan: Plan, gathered: list[dict], job_dir: Path |
     summary = summarize(events, plan.num_devices, config.steps)
     summary["threads_per_rank"] = [part["threads"] for part in gathered]
     summary["cores_per_rank"] = [part["cores"] for part in gathered]   # None: left to the OS scheduler
+    # Events the sink never took during an outage: the result below still carries every one of them.
+    summary["events_undelivered"] = sum(part["undelivered"] for part in gathered)
     finished = {"type": "run_finished", "summary": summary, "loss": step_losses[-1], "losses": step_losses,
                 "balancing_losses": balancing_losses}
     if config.event_sink:
-        sink = open_sink(config.event_sink)
-        sink.write([finished])
-        sink.close()
+        emitter = EventEmitter(open_sink(config.event_sink))
+        emitter.emit(finished)
+        emitter.close()  # retried through an outage like every event; the result file is the copy that counts
     result = {"events": events, "summary": summary, "loss": step_losses[-1], "losses": step_losses,
               "balancing_losses": balancing_losses, "step_wall_ms": gathered[0]["step_wall_ms"]}
     if job_dir is not None:

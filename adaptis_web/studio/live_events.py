@@ -3,6 +3,11 @@ worker reads them (XREAD, blocking) and stores each action as a RunEvent as it a
 which polls the database through the API, shows a bar within a second of the rank recording it.
 
 The database is the copy that lasts: once the run is over, the stream only expires.
+
+Redis may go away for a while (a restart, a failover): the relay keeps trying every ``RETRY_S`` and goes on
+from where it was; the ranks keep what they could not send and send it when Redis is back; a batch they sent
+twice is stored once (an action runs once per rank and step); and what a restarted, empty Redis lost is stored
+from the run's result when it ends (``run_events_backfill``). Stored = measured.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ logger = logging.getLogger(__name__)
 READ_BLOCK_MS = 200
 READ_COUNT = 500
 STREAM_TTL_S = 3600
+RETRY_S = 0.5
+REDIS_TIMEOUT_S = 5.0
 
 
 def run_stream_key(run_id: int) -> str:
@@ -35,7 +42,9 @@ def run_event_sink(run_id: int) -> str:
 
 
 def redis_client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL)
+    # The read timeout must outlast XREAD's block; both bound how long a vanished Redis can hold a call.
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=REDIS_TIMEOUT_S,
+                                socket_connect_timeout=REDIS_TIMEOUT_S)
 
 
 def next_seq(run_id: int) -> int:
@@ -69,7 +78,10 @@ class RunEventRelay:
         """Start relaying; call it before the ranks start so no event is missed."""
         # Run ids restart with a fresh database while Redis keeps streams for an hour: a stream left under
         # this key belongs to another run.
-        self._client.delete(self.key)
+        try:
+            self._client.delete(self.key)
+        except redis.RedisError:
+            logger.warning("run %s: Redis did not answer; relaying starts when it does", self.run_id)
         self._thread.start()
         return self
 
@@ -79,14 +91,25 @@ class RunEventRelay:
         self._thread.join(timeout_s)
         try:
             self._client.expire(self.key, STREAM_TTL_S)
+        except redis.RedisError:
+            logger.warning("run %s: could not set the expiry of its event stream", self.run_id)
         finally:
             self._client.close()
 
     def _relay(self) -> None:
         last_id, seq = "0-0", next_seq(self.run_id)
+        seen = {event_identity(rank, step, action) for rank, step, action in
+                RunEvent.objects.filter(run_id=self.run_id).values_list("rank", "step", "action")}
         try:
             while True:
-                batches = self._client.xread({self.key: last_id}, count=READ_COUNT, block=READ_BLOCK_MS)
+                try:
+                    batches = self._client.xread({self.key: last_id}, count=READ_COUNT, block=READ_BLOCK_MS)
+                except (redis.ConnectionError, redis.TimeoutError) as error:
+                    if self._stop.is_set():
+                        return  # the ranks are done; the run's result holds what Redis did not deliver
+                    logger.warning("run %s: Redis unavailable (%s); retrying", self.run_id, error)
+                    self._stop.wait(RETRY_S)
+                    continue
                 if not batches:
                     if self._stop.is_set():
                         return  # stopped after the ranks exited, and nothing is left to read
@@ -96,9 +119,14 @@ class RunEventRelay:
                     for message_id, fields in messages:
                         last_id = message_id
                         event = json.loads(fields[b"event"])
-                        if event.get("type") == "action":
-                            rows.append(event_row(self.run_id, seq, event))
-                            seq += 1
+                        if event.get("type") != "action":
+                            continue
+                        identity = event_identity(event["rank"], event.get("step", 0), event["action"])
+                        if identity in seen:  # sent twice by a rank retrying through an outage
+                            continue
+                        seen.add(identity)
+                        rows.append(event_row(self.run_id, seq, event))
+                        seq += 1
                 RunEvent.objects.bulk_create(rows)
                 self.stored += len(rows)
         except BaseException as error:  # recorded for the task; the run's own result is the fallback copy
