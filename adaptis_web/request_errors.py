@@ -79,3 +79,12 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
         response = HttpResponse(f"Bad request: {reason}", status=400, content_type="text/plain; charset=utf-8")
     response[REQUEST_ID_HEADER] = request_id
     return response
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """``handler404``: a URL that matches nothing (or an id past the largest) is DRF's ``{"detail"}`` on /api/."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)

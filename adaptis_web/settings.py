@@ -229,7 +229,7 @@ REST_FRAMEWORK = {
     },
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "adaptis_web.studio.filters.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "adaptis_web.studio.api.errors.exception_handler",
     "DEFAULT_PARSER_CLASSES": [
@@ -250,6 +250,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": f"{STATIC_URL}vendor/swagger-ui-dist-{SWAGGER_UI_DIST_VERSION}",
     "SWAGGER_UI_FAVICON_HREF": f"{STATIC_URL}vendor/swagger-ui-dist-{SWAGGER_UI_DIST_VERSION}/favicon-32x32.png",
     "COMPONENT_SPLIT_REQUEST": True,
+    "COMPONENT_SPLIT_PATCH": False,
+    "ENUM_NAME_OVERRIDES": {"GrantableRoleEnum": ["admin", "member", "viewer"],
+                            "MembershipRoleEnum": "adaptis_web.studio.models.Membership.Role"},  # a PATCH body requires what its serializer requires (a rename needs a name)
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "adaptis_web.studio.api.schema.document_errors"],
 }
 
 # Unhandled exceptions reach the logger django.request with their traceback; Django's default configuration

@@ -17,4 +17,5 @@ urlpatterns = [
 ]
 
 handler400 = "adaptis_web.request_errors.bad_request"
+handler404 = "adaptis_web.request_errors.not_found"
 handler500 = "adaptis_web.request_errors.server_error"

@@ -9,20 +9,83 @@ Every list filters by ``team``, ``user`` (who created it), ``created_after`` / `
 from __future__ import annotations
 
 import django_filters
+from drf_spectacular.utils import extend_schema_field
 from django import forms
 from django.db.models import Q
-from rest_framework.pagination import CursorPagination
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import CursorPagination, LimitOffsetPagination
 
+from adaptis_web.studio.url_converters import MAX_ID
 from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run
 
 
 class HistoryCursorPagination(CursorPagination):
-    """Newest first; a cursor stays right while new work arrives, which an offset would not."""
+    """Newest first; a cursor stays right while new work arrives, which an offset would not. A ``page_size`` that
+    is not a whole number from 1 to ``max_page_size`` is a 400 (DRF would silently use the default)."""
 
     ordering = ("-created_at", "-id")
     page_size = 25
     page_size_query_param = "page_size"
     max_page_size = 200
+
+    def get_page_size(self, request):
+        return checked_query_int(request, self.page_size_query_param, 1, self.max_page_size, self.page_size)
+
+    def get_schema_operation_parameters(self, view):
+        return bounded_schema(super().get_schema_operation_parameters(view),
+                              {self.page_size_query_param: (1, self.max_page_size)})
+
+
+class StrictLimitOffsetPagination(LimitOffsetPagination):
+    """DRF's limit/offset pages (the small lists: teams, tokens), with ``limit`` and ``offset`` checked: a value
+    that is not a whole number in range is a 400, not a silent default (an offset past 2^63 was a 500)."""
+
+    max_limit = 200
+
+    def get_limit(self, request):
+        return checked_query_int(request, self.limit_query_param, 1, self.max_limit, self.default_limit)
+
+    def get_offset(self, request):
+        return checked_query_int(request, self.offset_query_param, 0, MAX_ID, 0)
+
+    def get_schema_operation_parameters(self, view):
+        return bounded_schema(super().get_schema_operation_parameters(view),
+                              {self.limit_query_param: (1, self.max_limit), self.offset_query_param: (0, MAX_ID)})
+
+
+def checked_query_int(request, name: str, low: int, high: int, default: int | None) -> int | None:
+    raw = request.query_params.getlist(name)
+    if not raw:
+        return default
+    if len(raw) > 1 or not raw[0].isdigit() or not low <= int(raw[0]) <= high:
+        raise ValidationError({name: [f"must be a whole number from {low} to {high}, given once"]})
+    return int(raw[0])
+
+
+def bounded_schema(parameters: list[dict], ranges: dict[str, tuple[int, int]]) -> list[dict]:
+    for parameter in parameters:
+        if parameter["name"] in ranges:
+            low, high = ranges[parameter["name"]]
+            parameter["schema"] = {**parameter.get("schema", {}), "type": "integer", "minimum": low, "maximum": high}
+    return parameters
+
+
+@extend_schema_field({"type": "string", "pattern": "^[^\\u0000]*$"})
+class TextFilter(django_filters.CharFilter):
+    """A text filter; the schema says what Django's form field refuses (a NUL character)."""
+
+
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": MAX_ID})
+class IdFilter(django_filters.NumberFilter):
+    """A row id: a positive 64-bit integer (django-filter's NumberFilter takes any decimal, and an id past 2^63
+    fails in the database driver)."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("max_value", MAX_ID)
+        super().__init__(*args, **kwargs)
 
 
 DATE_INPUT = forms.DateInput(attrs={"type": "date"})
@@ -36,15 +99,17 @@ class HistoryFilter(django_filters.FilterSet):
     creator_path = "owner"
     name_paths: tuple[str, ...] = ("name",)
 
-    q = django_filters.CharFilter(method="filter_name", label="name contains")
-    team = django_filters.NumberFilter(method="filter_team", label="team id")
-    user = django_filters.CharFilter(method="filter_user", label="created by (username)")
+    q = TextFilter(method="filter_name", label="name contains")
+    team = IdFilter(method="filter_team", label="team id")
+    user = TextFilter(method="filter_user", label="created by (username)")
     created_after = django_filters.DateFilter(field_name="created_at", lookup_expr="date__gte", widget=DATE_INPUT,
                                               label="created on or after (YYYY-MM-DD)")
     created_before = django_filters.DateFilter(field_name="created_at", lookup_expr="date__lte", widget=DATE_INPUT,
                                                label="created on or before (YYYY-MM-DD)")
-    archived = django_filters.BooleanFilter(method="filter_archived", widget=ARCHIVED_SELECT,
-                                            label="only archived (true) or leave them out (default)")
+    archived = django_filters.TypedChoiceFilter(method="filter_archived", widget=ARCHIVED_SELECT,
+                                                choices=[("true", "true"), ("false", "false")],
+                                                coerce=lambda value: value == "true", empty_value=None,
+                                                label="only archived (true) or leave them out (default)")
 
     def filter_name(self, queryset, name, value):
         match = Q()
@@ -72,7 +137,7 @@ STATUS_CHOICES = JobStatus.choices
 
 
 class SpecFilter(HistoryFilter):
-    model = django_filters.CharFilter(field_name="name", lookup_expr="icontains", label="model name contains")
+    model = TextFilter(field_name="name", lookup_expr="icontains", label="model name contains")
 
     class Meta:
         model = ModelSpecRecord
@@ -84,10 +149,10 @@ class JobFilter(HistoryFilter):
     creator_path = "created_by"
     name_paths = ("name", "spec__name")
 
-    model = django_filters.CharFilter(field_name="spec__name", lookup_expr="icontains", label="model name contains")
-    strategy = django_filters.CharFilter(field_name="schedule", label="schedule (adaptis, 1f1b, ...)")
+    model = TextFilter(field_name="spec__name", lookup_expr="icontains", label="model name contains")
+    strategy = TextFilter(field_name="schedule", label="schedule (adaptis, 1f1b, ...)")
     status = django_filters.ChoiceFilter(choices=STATUS_CHOICES)
-    cluster = django_filters.CharFilter(field_name="cluster_preset", label="cluster preset")
+    cluster = TextFilter(field_name="cluster_preset", label="cluster preset")
 
     class Meta:
         model = PlanningJob
@@ -99,9 +164,9 @@ class PlanFilter(HistoryFilter):
     creator_path = "job__created_by"
     name_paths = ("name", "job__spec__name")
 
-    model = django_filters.CharFilter(field_name="job__spec__name", lookup_expr="icontains",
+    model = TextFilter(field_name="job__spec__name", lookup_expr="icontains",
                                       label="model name contains")
-    strategy = django_filters.CharFilter(field_name="strategy")
+    strategy = TextFilter(field_name="strategy")
     status = django_filters.ChoiceFilter(field_name="job__status", choices=STATUS_CHOICES, label="the job's status")
 
     class Meta:
@@ -114,9 +179,9 @@ class RunFilter(HistoryFilter):
     creator_path = "created_by"
     name_paths = ("name", "plan__job__spec__name")
 
-    model = django_filters.CharFilter(field_name="plan__job__spec__name", lookup_expr="icontains",
+    model = TextFilter(field_name="plan__job__spec__name", lookup_expr="icontains",
                                       label="model name contains")
-    strategy = django_filters.CharFilter(field_name="plan__strategy", label="the plan's strategy")
+    strategy = TextFilter(field_name="plan__strategy", label="the plan's strategy")
     status = django_filters.ChoiceFilter(choices=STATUS_CHOICES)
 
     class Meta:

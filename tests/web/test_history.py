@@ -138,7 +138,7 @@ class TestCuration:
 
     def test_work_still_going_cannot_be_deleted(self, crew):
         response = api_as(crew.people.owner).delete(reverse("api:spec", args=[crew.planned.spec.pk]))
-        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "status"
+        assert response.status_code == 409 and response.json()["errors"][0]["field"] == "status"
         assert not ModelSpecRecord.objects.filter(deleted_at__isnull=False).exists()
 
     def test_a_member_changes_their_own_work_but_not_what_others_built_on_it(self, crew):

@@ -30,12 +30,13 @@ class TestTeamApi:
         teams = api_as(people.member).get(reverse("api:teams")).json()["results"]
         assert {(team["name"], team["role"]) for team in teams} == {("inference", "owner"), ("pipeline-team", "member")}
 
-    @pytest.mark.parametrize("name, reason", [("", "This field may not be blank."),
-                                              ("Pipeline-Team", "a team named 'Pipeline-Team' already exists"),
-                                              ("x" * 101, "Ensure this field has no more than 100 characters.")])
-    def test_a_bad_team_name_is_refused_and_nothing_is_stored(self, people, name, reason):
+    @pytest.mark.parametrize("name, status, reason", [
+        ("", 400, "This field may not be blank."),
+        ("Pipeline-Team", 409, "a team named 'Pipeline-Team' already exists"),  # valid, but the name is taken
+        ("x" * 101, 400, "Ensure this field has no more than 100 characters.")])
+    def test_a_bad_team_name_is_refused_and_nothing_is_stored(self, people, name, status, reason):
         response = api_as(people.member).post(reverse("api:teams"), {"name": name}, format="json")
-        assert response.status_code == 400
+        assert response.status_code == status
         assert response.json() == {"errors": [{"field": "name", "reason": reason}]}
         assert Team.objects.count() == 2 and Membership.objects.count() == 3
 
@@ -45,17 +46,17 @@ class TestTeamApi:
         assert response.status_code == 201 and response.json()["role"] == "viewer"
         assert roles(crew.people.team)["mallory"] == "viewer"
 
-    @pytest.mark.parametrize("data, field, reason", [
-        ({"username": "nobody", "role": "member"}, "username", "no user named 'nobody'"),
-        ({"username": "bob", "role": "member"}, "username", "'bob' is already a member of team 'pipeline-team'"),
-        ({"username": "mallory", "role": "owner"}, "role", "must be one of admin, member, viewer; got 'owner'"),
-        ({"role": "member"}, "username", "This field is required."),
+    @pytest.mark.parametrize("data, status, field, reason", [
+        ({"username": "nobody", "role": "member"}, 404, "username", "no user named 'nobody'"),
+        ({"username": "bob", "role": "member"}, 409, "username", "'bob' is already a member of team 'pipeline-team'"),
+        ({"username": "mallory", "role": "owner"}, 400, "role", '"owner" is not a valid choice.'),
+        ({"role": "member"}, 400, "username", "This field is required."),
     ])
-    def test_adding_a_member_with_bad_input_is_a_400_naming_the_field(self, crew, data, field, reason):
+    def test_adding_a_member_with_bad_input_is_refused_naming_the_field(self, crew, data, status, field, reason):
         before = roles(crew.people.team)
         response = api_as(crew.people.owner).post(reverse("api:team-members", args=[crew.people.team.pk]), data,
                                                   format="json")
-        assert response.status_code == 400
+        assert response.status_code == status
         (error,) = response.json()["errors"]
         assert error["field"] == field and error["reason"].startswith(reason)
         assert roles(crew.people.team) == before
@@ -88,10 +89,10 @@ class TestTeamApi:
         assert api_as(crew.people.owner).post(reverse("api:team-leave", args=[team.pk])).status_code == 204
         assert api_as(crew.people.member).post(reverse("api:team-leave", args=[team.pk])).status_code == 403
 
-    def test_transferring_to_someone_outside_the_team_is_a_400(self, crew):
+    def test_transferring_to_someone_outside_the_team_is_a_404_naming_the_user(self, crew):
         response = api_as(crew.people.owner).post(reverse("api:team-transfer", args=[crew.people.team.pk]),
                                                   {"user_id": crew.people.outsider.pk}, format="json")
-        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "user"
+        assert response.status_code == 404 and response.json()["errors"][0]["field"] == "user"
         assert roles(crew.people.team)["alice"] == "owner"
 
     def test_a_member_who_leaves_no_longer_sees_the_team(self, crew):
@@ -116,7 +117,7 @@ class TestInvitations:
         assert response.status_code == 201 and roles(crew.people.team)["mallory"] == "viewer"
         stranger = type(crew.people.owner).objects.create_user("sam", password="sam-pass-2026")
         again = api_as(stranger).post(reverse("api:invitation-accept", args=[key]))
-        assert again.status_code == 400
+        assert again.status_code == 409
         assert again.json() == {"errors": [{"field": "key", "reason": "this invitation has already been used"}]}
         assert "sam" not in roles(crew.people.team)
 
@@ -124,8 +125,9 @@ class TestInvitations:
         key = self._invite(crew).rstrip("/").rsplit("/", 1)[1]
         Invitation.objects.update(expires_at="2020-01-01T00:00:00Z")
         response = api_as(crew.people.outsider).post(reverse("api:invitation-accept", args=[key]))
-        assert response.status_code == 400 and "expired" in response.json()["errors"][0]["reason"]
+        assert response.status_code == 409 and "expired" in response.json()["errors"][0]["reason"]
         unknown = api_as(crew.people.outsider).post(reverse("api:invitation-accept", args=["not-a-key"]))
+        assert unknown.status_code == 404
         assert unknown.json() == {"errors": [{"field": "key", "reason": "no such invitation"}]}
         assert "mallory" not in roles(crew.people.team)
 

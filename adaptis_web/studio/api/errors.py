@@ -4,7 +4,8 @@ Fields are dotted paths into the request (``file.layers[3].mixer.num_heads`` for
 spec). DRF's own validation errors and the planner's SpecError/PlanError are all reshaped into it; other
 errors (401, 404) keep DRF's ``{"detail": ...}``. A role's refusal (services.roles.RoleRefusal) is HTTP 403 in the
 same shape, naming ``role`` and the reason; a throttled request is HTTP 429 in it too (with ``Retry-After``), and a
-body that does not parse is a 400 naming ``body``.
+body that does not parse is a 400 naming ``body``; a request naming something that does not exist is a 404, one the
+current state refuses (a name taken, already archived) a 409, both in the same shape (``services.refusals``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rest_framework.exceptions import ParseError, Throttled, UnsupportedMediaTyp
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from adaptis_web.studio.services.refusals import Conflict, Missing
 from adaptis_web.studio.services.roles import RoleRefusal
 from planner.errors import PlanError, SpecError
 
@@ -40,6 +42,8 @@ def bad_input(errors: list[dict]) -> Response:
 
 
 def exception_handler(exc, context):
+    if isinstance(exc, (Missing, Conflict)):
+        return Response({"errors": [{"field": exc.field, "reason": exc.reason}]}, status=exc.status)
     if isinstance(exc, (SpecError, PlanError)):
         return bad_input([{"field": exc.field, "reason": exc.reason}])
     if isinstance(exc, ValidationError):

@@ -6,13 +6,45 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from django.conf import settings
+from django.core.validators import RegexValidator
+
+from adaptis_web.studio.url_converters import MAX_ID
 from adaptis_web.studio.models import ApiToken, Invitation, Membership, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent, Team
 from adaptis_web.studio.selectors import RUN_EVENTS_PAGE
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE, JOB_SCHEDULES
 from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, MAX_TIME_BUDGET_S, MIN_TIME_BUDGET_S
+from adaptis_web.studio.services.jobs import MAX_MICROBATCHES
+from adaptis_web.studio.services.teams import GRANTABLE_ROLES
+from adaptis_web.studio.services.runs import MAX_RUN_STEPS
 from planner.baselines import PARTITIONS
+from planner.limits import MAX_PIPELINE_DEVICES, RANGES
 
+
+
+
+
+NO_NUL = RegexValidator(r"^[^\x00]*$", "must not contain a NUL character")
+
+
+class StrictCharField(serializers.CharField):
+    """Text in a request must be sent as text: DRF's CharField turns 867 into "867", which the schema (a string)
+    says is invalid."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if not any(isinstance(validator, RegexValidator) for validator in self.validators):
+            self.validators.append(NO_NUL)  # refused anyway by DRF; the pattern puts it in the schema
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+def IdField(**kwargs) -> serializers.IntegerField:  # noqa: N802 — a field, named like one
+    """A row id in a request: a positive 64-bit integer (past 2^63 the database driver fails)."""
+    return serializers.IntegerField(min_value=1, max_value=MAX_ID, **kwargs)
 
 class TeamOutput(serializers.ModelSerializer):
     role = serializers.SerializerMethodField()
@@ -26,8 +58,11 @@ class TeamOutput(serializers.ModelSerializer):
         return next(m.role for m in team.memberships.all() if m.user_id == user.pk)
 
 
+NOT_BLANK = RegexValidator(r"^[^\x00]*\S[^\x00]*$", "must contain a character other than white space, and no NUL")
+
+
 class TeamCreateInput(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
+    name = StrictCharField(max_length=100, validators=[NOT_BLANK])
 
 
 class MemberOutput(serializers.ModelSerializer):
@@ -48,20 +83,22 @@ class TeamDetailOutput(serializers.ModelSerializer):
 
 
 class MemberAddInput(serializers.Serializer):
-    username = serializers.CharField()
-    role = serializers.CharField(default=Membership.Role.MEMBER, help_text="admin, member or viewer")
+    username = StrictCharField(validators=[NOT_BLANK])
+    role = serializers.ChoiceField(choices=GRANTABLE_ROLES, default=Membership.Role.MEMBER,
+                                   help_text="the owner's role moves only by a transfer")
 
 
 class MemberRoleInput(serializers.Serializer):
-    role = serializers.CharField(help_text="admin, member or viewer")
+    role = serializers.ChoiceField(choices=GRANTABLE_ROLES, help_text="the owner's role moves only by a transfer")
 
 
 class TransferInput(serializers.Serializer):
-    user_id = serializers.IntegerField(help_text="the member who becomes the owner; you stay on as an admin")
+    user_id = IdField(help_text="the member who becomes the owner; you stay on as an admin")
 
 
 class InvitationCreateInput(serializers.Serializer):
-    role = serializers.CharField(default=Membership.Role.MEMBER, help_text="admin, member or viewer")
+    role = serializers.ChoiceField(choices=GRANTABLE_ROLES, default=Membership.Role.MEMBER,
+                                   help_text="the owner's role moves only by a transfer")
 
 
 class InvitationOutput(serializers.ModelSerializer):
@@ -73,8 +110,8 @@ class InvitationOutput(serializers.ModelSerializer):
 
 
 class TokenCreateInput(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
-    expires_in_days = serializers.IntegerField(default=30)
+    name = StrictCharField(max_length=100, validators=[NOT_BLANK])
+    expires_in_days = serializers.IntegerField(default=30, min_value=1, max_value=settings.API_TOKEN_MAX_DAYS)
 
 
 class TokenOutput(serializers.ModelSerializer):
@@ -93,7 +130,7 @@ class TokenCreatedOutput(TokenOutput):
 
 
 class RenameInput(serializers.Serializer):
-    name = serializers.CharField(max_length=200, allow_blank=True)
+    name = StrictCharField(max_length=200, allow_blank=True)
 
 
 class CuratedOutput(serializers.Serializer):
@@ -129,10 +166,10 @@ class SpecDetailOutput(SpecOutput):
 
 
 class SpecCreateInput(serializers.Serializer):
-    team = serializers.IntegerField(required=False, help_text="defaults to your only team")
+    team = IdField(required=False, help_text="defaults to your only team")
     file = serializers.FileField(required=False, help_text="adaptis.model/v1 JSON/YAML or a HF config.json")
     doc = serializers.JSONField(required=False, help_text="the same document inline, instead of a file")
-    name = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    name = StrictCharField(required=False, allow_blank=True, max_length=200)
 
     def validate(self, attrs):
         if ("file" in attrs) == ("doc" in attrs):
@@ -141,20 +178,22 @@ class SpecCreateInput(serializers.Serializer):
 
 
 class JobCreateInput(serializers.Serializer):
-    spec = serializers.IntegerField(help_text="id of a spec of one of your teams")
-    cluster_preset = serializers.CharField(required=False, allow_blank=True, default="")
+    spec = IdField(help_text="id of a spec of one of your teams")
+    cluster_preset = StrictCharField(required=False, allow_blank=True, default="")
     cluster = serializers.JSONField(required=False, help_text="a custom adaptis.cluster/v1 document")
-    num_devices = serializers.IntegerField()
-    num_microbatches = serializers.IntegerField()
+    num_devices = serializers.IntegerField(min_value=1, max_value=MAX_PIPELINE_DEVICES,
+                                           help_text="pipeline devices; at most the cluster's devices")
+    num_microbatches = serializers.IntegerField(min_value=1, max_value=MAX_MICROBATCHES)
     schedule = serializers.ChoiceField(choices=JOB_SCHEDULES, default=DEFAULT_SCHEDULE,
                                        help_text='"adaptis" searches partition, placement and schedule and compares '
                                                  "the result with every baseline; the others build that baseline")
     partition = serializers.ChoiceField(choices=PARTITIONS, default=DEFAULT_PARTITION,
                                         help_text="baselines only: the search chooses its own")
-    seed = serializers.IntegerField(default=0, help_text=f"search only: 0 .. {MAX_SEED}")
-    time_budget_s = serializers.FloatField(default=DEFAULT_TIME_BUDGET_S,
-                                           help_text=f"search only: {MIN_TIME_BUDGET_S:g} .. {MAX_TIME_BUDGET_S:g}")
-    memory_limit_bytes = serializers.IntegerField(allow_null=True, default=None,
+    seed = serializers.IntegerField(default=0, min_value=0, max_value=MAX_SEED, help_text="search only")
+    time_budget_s = serializers.FloatField(default=DEFAULT_TIME_BUDGET_S, min_value=MIN_TIME_BUDGET_S,
+                                           max_value=MAX_TIME_BUDGET_S, help_text="search only")
+    memory_limit_bytes = serializers.IntegerField(allow_null=True, default=None, min_value=1,
+                                                  max_value=int(RANGES["memory_bytes"][1]),
                                                   help_text="search only: per device; default the device memory")
 
 
@@ -219,8 +258,8 @@ class PlanOutput(serializers.ModelSerializer):
 
 
 class RunCreateInput(serializers.Serializer):
-    plan = serializers.IntegerField(help_text="id of a plan of one of your teams")
-    steps = serializers.IntegerField(default=1)
+    plan = IdField(help_text="id of a plan of one of your teams")
+    steps = serializers.IntegerField(default=1, min_value=1, max_value=MAX_RUN_STEPS)
     scale_down = serializers.BooleanField(default=False,
                                           help_text="run a CPU-sized copy with the same layer pattern")
 
@@ -255,5 +294,5 @@ class RunEventsOutput(serializers.Serializer):
 
 
 class RunEventsQuery(serializers.Serializer):
-    after = serializers.IntegerField(min_value=0, default=0)
+    after = serializers.IntegerField(min_value=0, max_value=MAX_ID, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=RUN_EVENTS_PAGE, default=RUN_EVENTS_PAGE)

@@ -86,7 +86,7 @@ class CuratedDetailMixin:
         return Response(curated_output(curation.object_rename(obj=obj, user=request.user,
                                                               name=data.validated_data["name"])))
 
-    @extend_schema(request=None, responses=CuratedOutput,
+    @extend_schema(request=None, responses={200: CuratedOutput},
                    description="Delete softly, with what depends on it (see dependents/); an admin can restore it.")
     def delete(self, request, **ids):
         return Response(curated_output(curation.object_delete(obj=self.curated_object(), user=request.user)))

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, Team
 from adaptis_web.studio.services.roles import Role, RoleRefusal, role_require, role_require_own_or_admin
+from adaptis_web.studio.services.refusals import Conflict
 from planner.errors import SpecError
 
 MAX_NAME = 200
@@ -119,7 +120,7 @@ def _stamp(obj: Model, field: str, value) -> None:
 def object_archive(*, obj: Model, user: AbstractBaseUser) -> Model:
     _require_may_change(obj, user, f"archiving a {KINDS[type(obj)].noun}")
     if obj.archived_at is not None:
-        raise SpecError("archived", f"this {KINDS[type(obj)].noun} is already archived")
+        raise Conflict("archived", f"this {KINDS[type(obj)].noun} is already archived")
     _stamp(obj, "archived_at", timezone.now())
     return obj
 
@@ -128,7 +129,7 @@ def object_archive(*, obj: Model, user: AbstractBaseUser) -> Model:
 def object_unarchive(*, obj: Model, user: AbstractBaseUser) -> Model:
     _require_may_change(obj, user, f"unarchiving a {KINDS[type(obj)].noun}")
     if obj.archived_at is None:
-        raise SpecError("archived", f"this {KINDS[type(obj)].noun} is not archived")
+        raise Conflict("archived", f"this {KINDS[type(obj)].noun} is not archived")
     _stamp(obj, "archived_at", None)
     return obj
 
@@ -137,11 +138,11 @@ def object_unarchive(*, obj: Model, user: AbstractBaseUser) -> Model:
 def object_delete(*, obj: Model, user: AbstractBaseUser) -> Model:
     _require_may_change(obj, user, f"deleting a {KINDS[type(obj)].noun}")
     if isinstance(obj, (PlanningJob, Run)) and not obj.is_finished:
-        raise SpecError("status", f"the {KINDS[type(obj)].noun} is {obj.status}; cancel it or let it finish first")
+        raise Conflict("status", f"the {KINDS[type(obj)].noun} is {obj.status}; cancel it or let it finish first")
     running = [rows.model for rows in dependents(obj).values()
                if rows.model in (PlanningJob, Run) and rows.exclude(status__in=FINISHED_STATUSES).exists()]
     if running:
-        raise SpecError("status", f"a {KINDS[running[0]].noun} that depends on it is still going; cancel it or let "
+        raise Conflict("status", f"a {KINDS[running[0]].noun} that depends on it is still going; cancel it or let "
                                   "it finish first")
     _stamp(obj, "deleted_at", timezone.now())
     return obj
@@ -152,7 +153,7 @@ def object_restore(*, obj: Model, user: AbstractBaseUser) -> Model:
     noun = KINDS[type(obj)].noun
     role_require(user=user, team=object_team(obj), at_least=Role.ADMIN, doing=f"restoring a deleted {noun}")
     if obj.deleted_at is None:
-        raise SpecError("deleted", f"this {noun} is not deleted")
+        raise Conflict("deleted", f"this {noun} is not deleted")
     for rows in _descendants(obj).values():  # those deleted with it carry its stamp
         rows.filter(deleted_at=obj.deleted_at).update(deleted_at=None)
     type(obj).objects.filter(pk=obj.pk).update(deleted_at=None)

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from adaptis_web.studio.models import Invitation, Membership, Team
 from adaptis_web.studio.services.roles import Role, RoleRefusal, role_require
+from adaptis_web.studio.services.refusals import Conflict, Missing
 from planner.errors import SpecError
 
 MAX_TEAM_NAME = 100
@@ -28,7 +29,7 @@ def _checked_team_name(name: str, *, team: Team | None = None) -> str:
     if len(name) > MAX_TEAM_NAME:
         raise SpecError("name", f"is {len(name)} characters; the limit is {MAX_TEAM_NAME}")
     if Team.objects.filter(name__iexact=name).exclude(pk=getattr(team, "pk", None)).exists():
-        raise SpecError("name", f"a team named {name!r} already exists")
+        raise Conflict("name", f"a team named {name!r} already exists")
     return name
 
 
@@ -65,16 +66,16 @@ def member_add_by_username(*, team: Team, by: AbstractBaseUser, username: str, r
     _checked_role(role)
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
-        raise SpecError("username", f"no user named {username!r}")
+        raise Missing("username", f"no user named {username!r}")
     if Membership.objects.filter(team=team, user=user).exists():
-        raise SpecError("username", f"{username!r} is already a member of team {team.name!r}")
+        raise Conflict("username", f"{username!r} is already a member of team {team.name!r}")
     return Membership.objects.create(team=team, user=user, role=role)
 
 
 def _membership(team: Team, user_id: int) -> Membership:
     membership = Membership.objects.select_related("user").filter(team=team, user_id=user_id).first()
     if membership is None:
-        raise SpecError("user", f"no member with id {user_id} in team {team.name!r}")
+        raise Missing("user", f"no member with id {user_id} in team {team.name!r}")
     return membership
 
 
@@ -114,7 +115,7 @@ def team_transfer(*, team: Team, by: AbstractBaseUser, user_id: int) -> Membersh
     role_require(user=by, team=team, at_least=Role.OWNER, doing="transferring the ownership")
     successor = _membership(team, user_id)
     if successor.user_id == by.pk:
-        raise SpecError("user", "you already own the team")
+        raise Conflict("user", "you already own the team")
     Membership.objects.filter(team=team, role=Role.OWNER).update(role=Role.ADMIN)
     successor.role = Role.OWNER
     successor.save(update_fields=["role"])
@@ -139,11 +140,11 @@ def invitation_for_key(*, key: str) -> Invitation:
     """The open invitation ``key`` opens; SpecError on ``key`` for an unknown, used or expired one."""
     invitation = Invitation.objects.select_related("team").filter(key_digest=_digest(key)).first()
     if invitation is None:
-        raise SpecError("key", "no such invitation")
+        raise Missing("key", "no such invitation")
     if invitation.accepted_at is not None:
-        raise SpecError("key", "this invitation has already been used")
+        raise Conflict("key", "this invitation has already been used")
     if invitation.expires_at < timezone.now():
-        raise SpecError("key", "this invitation has expired; ask a team admin for a new one")
+        raise Conflict("key", "this invitation has expired; ask a team admin for a new one")
     return invitation
 
 
@@ -151,9 +152,9 @@ def invitation_for_key(*, key: str) -> Invitation:
 def invitation_accept(*, key: str, user: AbstractBaseUser) -> Membership:
     invitation = invitation_for_key(key=key)
     if Membership.objects.filter(team=invitation.team, user=user).exists():
-        raise SpecError("key", f"you are already a member of team {invitation.team.name!r}")
+        raise Conflict("key", f"you are already a member of team {invitation.team.name!r}")
     # Claim it with a conditional update: of two people opening the link at once, one gets in.
     if not Invitation.objects.filter(pk=invitation.pk, accepted_at__isnull=True).update(
             accepted_at=timezone.now(), accepted_by=user):
-        raise SpecError("key", "this invitation has already been used")
+        raise Conflict("key", "this invitation has already been used")
     return Membership.objects.create(team=invitation.team, user=user, role=invitation.role)

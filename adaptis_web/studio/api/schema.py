@@ -1,0 +1,79 @@
+"""The OpenAPI document tells the truth about errors: every operation lists each error status it can answer with,
+and its body (drf-spectacular's postprocessing hook ``document_errors``).
+
+- 400 ``Errors``: an operation that takes a body, query parameters or an object in its path (bad input, a body
+  that does not parse, an object whose state refuses the operation);
+- 401 ``Detail``: every operation (no or bad credentials);
+- 403 ``Errors`` or ``Detail``: every operation (a role's refusal names ``role``; a CSRF failure of a session);
+- 404 ``Detail`` or ``Errors``: an operation with a path parameter (another team's object, no such object), a
+  cursor, or a body naming something (a member, a user);
+- 409 ``Errors``: an operation that changes state (a name taken, already archived, still running);
+- 415 ``Errors``: an operation that takes a body, sent in a media type it does not read;
+- 429 ``Errors``: every operation (guessing tokens is throttled wherever a token is sent; creating work is
+  throttled per user);
+- 500 ``Errors``: every operation, with the request id the failure is logged under.
+
+And a history filter given empty (``?status=``, as the History page's form sends an unused one) filters nothing: its
+schema says so.
+"""
+
+from __future__ import annotations
+
+ERROR_ITEM = {"type": "object", "properties": {"field": {"type": "string"}, "reason": {"type": "string"}},
+              "required": ["field", "reason"]}
+SCHEMAS = {
+    "Errors": {"type": "object", "required": ["errors"], "properties": {
+        "errors": {"type": "array", "items": ERROR_ITEM, "minItems": 1},
+        "request_id": {"type": "string", "description": "500 only: the id the failure is logged under"},
+        "retry_after_s": {"type": ["integer", "null"], "description": "429 only: seconds until a retry may pass"},
+    }},
+    "Detail": {"type": "object", "required": ["detail"], "properties": {"detail": {"type": "string"}}},
+}
+
+
+def _response(description: str, *schemas: str) -> dict:
+    refs = [{"$ref": f"#/components/schemas/{name}"} for name in schemas]
+    schema = refs[0] if len(refs) == 1 else {"oneOf": refs}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+PAGING_PARAMETERS = {"cursor", "page_size", "limit", "offset", "after"}
+
+
+def _empty_means_unfiltered(parameters: list[dict]) -> None:
+    for parameter in parameters:
+        if parameter.get("in") == "query" and parameter["name"] not in PAGING_PARAMETERS and "schema" in parameter:
+            parameter["schema"] = {"anyOf": [parameter["schema"], {"type": "string", "maxLength": 0}]}
+
+
+def document_errors(result: dict, generator, request, public) -> dict:
+    result.setdefault("components", {}).setdefault("schemas", {}).update(SCHEMAS)
+    for path, operations in result.get("paths", {}).items():
+        for method, operation in operations.items():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            parameters = operation.get("parameters", [])
+            if method == "get":
+                _empty_means_unfiltered(parameters)
+            query = any(parameter.get("in") == "query" for parameter in parameters)
+            in_path = "{" in path
+            body = "requestBody" in operation
+            errors = {
+                "401": _response("Not authenticated: no credentials, or a token that is wrong or expired", "Detail"),
+                "403": _response("Refused: the role is not enough (field 'role'), or a session's CSRF check failed",
+                                 "Errors", "Detail"),
+                "429": _response("Throttled: try again after Retry-After seconds", "Errors"),
+                "500": _response("Internal error, logged under request_id", "Errors"),
+            }
+            if body or query or in_path:
+                errors["400"] = _response("Bad input: each error names the field and the reason", "Errors")
+            if in_path or body or any(parameter.get("name") == "cursor" for parameter in parameters):
+                errors["404"] = _response("No such object in your teams (or an invalid cursor)", "Detail", "Errors")
+            if method != "get" and (in_path or body):
+                errors["409"] = _response("Refused by the current state: each error names the field and the reason",
+                                          "Errors")
+            if body:
+                errors["415"] = _response("The body's media type is not one this operation reads", "Errors")
+            for status, response in errors.items():
+                operation["responses"].setdefault(status, response)
+    return result
