@@ -88,6 +88,11 @@ class IdFilter(django_filters.NumberFilter):
         super().__init__(*args, **kwargs)
 
 
+@extend_schema_field({"type": "string", "enum": ["true", "false"]})
+class ArchivedFilter(django_filters.TypedChoiceFilter):
+    """``true``: only archived; ``false`` or left out: archived work is left out; anything else is a 400."""
+
+
 DATE_INPUT = forms.DateInput(attrs={"type": "date"})
 ARCHIVED_SELECT = forms.Select(choices=[("", "left out"), ("true", "only archived")])
 
@@ -106,10 +111,10 @@ class HistoryFilter(django_filters.FilterSet):
                                               label="created on or after (YYYY-MM-DD)")
     created_before = django_filters.DateFilter(field_name="created_at", lookup_expr="date__lte", widget=DATE_INPUT,
                                                label="created on or before (YYYY-MM-DD)")
-    archived = django_filters.TypedChoiceFilter(method="filter_archived", widget=ARCHIVED_SELECT,
-                                                choices=[("true", "true"), ("false", "false")],
-                                                coerce=lambda value: value == "true", empty_value=None,
-                                                label="only archived (true) or leave them out (default)")
+    archived = ArchivedFilter(method="filter_archived", widget=ARCHIVED_SELECT,
+                              choices=[("true", "true"), ("false", "false")],
+                              coerce=lambda value: value == "true", empty_value=None,
+                              label="only archived (true) or leave them out (default)")
 
     def filter_name(self, queryset, name, value):
         match = Q()

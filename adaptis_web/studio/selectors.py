@@ -24,6 +24,7 @@ from adaptis_web.studio.models import (
     RunEvent,
     Team,
 )
+from adaptis_web.studio.services.refusals import Missing
 from planner.errors import SpecError
 
 RUN_EVENTS_PAGE = 2000
@@ -39,7 +40,7 @@ def team_for_request(*, user: AbstractBaseUser, team_id: int | None) -> Team:
     if team_id is not None:
         team = teams.filter(pk=team_id).first()
         if team is None:
-            raise SpecError("team", f"no team with id {team_id} among your teams")
+            raise Missing("team", f"no team with id {team_id} among your teams")
         return team
     count = teams.count()
     if count == 1:
@@ -174,7 +175,7 @@ def _referenced(queryset: QuerySet, pk: int, field: str, noun: str):
     """An object a request body refers to; unknown and foreign ids read the same (no existence leak)."""
     found = queryset.filter(pk=pk).first()
     if found is None:
-        raise SpecError(field, f"no {noun} with id {pk} among your teams' {noun}s")
+        raise Missing(field, f"no {noun} with id {pk} among your teams' {noun}s")
     return found
 
 

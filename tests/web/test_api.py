@@ -96,7 +96,7 @@ class TestSpecs:
     def test_another_teams_id_is_refused(self, people):
         response = api_as(people.member).post(reverse("api:specs"), {
             "doc": load_model_preset("tiny-llama").to_dict(), "team": people.outsider_team.pk}, format="json")
-        assert response.status_code == 400
+        assert response.status_code == 404  # as every object of a team you are not in
         assert response.json()["errors"] == [{"field": "team",
                                               "reason": f"no team with id {people.outsider_team.pk} among your teams"}]
         assert ModelSpecRecord.objects.count() == 0
@@ -152,7 +152,7 @@ class TestJobs:
         response = api_as(people.outsider).post(reverse("api:jobs"), {
             "spec": planned.spec.pk, "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": 4},
             format="json")
-        assert response.status_code == 400
+        assert response.status_code == 404
         assert response.json()["errors"][0]["field"] == "spec"
         assert PlanningJob.objects.count() == 1
 
@@ -184,12 +184,12 @@ class TestRuns:
         assert (body["status"], body["world_size"], body["steps"], body["event_count"]) == ("queued", 2, 2, 0)
         assert len(callbacks) == 1
 
-    def test_refusals_are_400s_naming_the_field(self, people, planned):
+    def test_refusals_name_the_field(self, people, planned):
         client = api_as(people.member)
         response = client.post(reverse("api:runs"), {"plan": planned.plan.pk, "steps": 500}, format="json")
         assert response.status_code == 400 and response.json()["errors"][0]["field"] == "steps"
         response = api_as(people.outsider).post(reverse("api:runs"), {"plan": planned.plan.pk}, format="json")
-        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "plan"
+        assert response.status_code == 404 and response.json()["errors"][0]["field"] == "plan"
         assert Run.objects.count() == 0
 
     def test_events_page_by_seq(self, people, finished_run):

@@ -22,7 +22,7 @@ from planner.spec.presets import load_model_preset
 WHO = ("owner", "admin", "member", "viewer", "outsider", "anonymous")
 READ = (200, 200, 200, 200, 404, 401)  # an object of the team
 LIST = (200, 200, 200, 200, 200, 401)  # a list: the outsider sees their own team's rows
-CREATE = (201, 201, 201, 403, 400, 401)  # the outsider names a spec, plan or team they cannot see: 400 on it
+CREATE = (201, 201, 201, 403, 404, 401)  # the outsider names a spec, plan or team they cannot see: 404 on it
 CHANGE_ANYONES = (200, 200, 403, 403, 404, 401)  # the owner's object: a member may change only their own
 ADMIN_ONLY = (200, 200, 403, 403, 404, 401)
 

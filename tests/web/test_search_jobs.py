@@ -270,11 +270,11 @@ class TestSearchApi:
         assert response.status_code == 200
         assert (response.json()["status"], response.json()["cancel_requested"]) == ("cancelled", True)
 
-    def test_cancel_of_a_finished_job_is_a_400_naming_status(self, people):
+    def test_cancel_of_a_finished_job_is_a_409_naming_status(self, people):
         job = _search_job(people)
         job_run(job_id=job.pk)
         response = _api(people.member).post(reverse("api:job-cancel", args=[job.pk]))
-        assert response.status_code == 400
+        assert response.status_code == 409
         assert response.json() == {"errors": [{
             "field": "status", "reason": "the job has already succeeded; only a queued or running job can be "
                                          "cancelled"}]}

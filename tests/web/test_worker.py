@@ -147,7 +147,7 @@ def test_a_running_search_is_cancelled_over_the_api_within_seconds(celery_worker
     assert job.result["stats"]["evaluations"] < job.result["stats"]["max_evaluations"]
     assert Plan.objects.filter(job=job, strategy="adaptis").exists(), "the best plan so far is kept"
     response = _api(people.member).post(reverse("api:job-cancel", args=[job_id]))
-    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "status"
+    assert response.status_code == 409 and response.json()["errors"][0]["field"] == "status"
 
 
 def test_a_cpu_run_streams_events_into_redis_and_the_database_while_it_runs(celery_worker, people, planned,

@@ -42,6 +42,18 @@ class StrictCharField(serializers.CharField):
             self.fail("invalid")
         return super().to_internal_value(data)
 
+
+class StrictBooleanField(serializers.BooleanField):
+    """true or false (as JSON, or as the words in a form): DRF's BooleanField also takes 0, 1, "yes", "on"...,
+    which the schema (a boolean) says are invalid."""
+
+    def to_internal_value(self, data):
+        if data in (True, False):
+            return data
+        if isinstance(data, str) and data in ("true", "false"):
+            return data == "true"
+        self.fail("invalid", input=data)
+
 def IdField(**kwargs) -> serializers.IntegerField:  # noqa: N802 — a field, named like one
     """A row id in a request: a positive 64-bit integer (past 2^63 the database driver fails)."""
     return serializers.IntegerField(min_value=1, max_value=MAX_ID, **kwargs)
@@ -165,6 +177,19 @@ class SpecDetailOutput(SpecOutput):
         fields = SpecOutput.Meta.fields + ["doc"]
 
 
+SPEC_CREATE_SCHEMAS = {
+    # Exactly one of the document's two ways in, said in the schema: a file in a form, or the document in JSON.
+    "application/json": {"type": "object", "required": ["doc"], "properties": {
+        "team": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1, "description": "defaults to your only team"},
+        "doc": {"type": "object", "description": "an adaptis.model/v1 document or a HF config.json, inline"},
+        "name": {"type": "string", "maxLength": 200, "pattern": "^[^\\x00]*$"}}},
+    "multipart/form-data": {"type": "object", "required": ["file"], "properties": {
+        "team": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1, "description": "defaults to your only team"},
+        "file": {"type": "string", "format": "binary", "description": "adaptis.model/v1 JSON/YAML or a HF config.json"},
+        "name": {"type": "string", "maxLength": 200, "pattern": "^[^\\x00]*$"}}},
+}
+
+
 class SpecCreateInput(serializers.Serializer):
     team = IdField(required=False, help_text="defaults to your only team")
     file = serializers.FileField(required=False, help_text="adaptis.model/v1 JSON/YAML or a HF config.json")
@@ -260,7 +285,7 @@ class PlanOutput(serializers.ModelSerializer):
 class RunCreateInput(serializers.Serializer):
     plan = IdField(help_text="id of a plan of one of your teams")
     steps = serializers.IntegerField(default=1, min_value=1, max_value=MAX_RUN_STEPS)
-    scale_down = serializers.BooleanField(default=False,
+    scale_down = StrictBooleanField(default=False,
                                           help_text="run a CPU-sized copy with the same layer pattern")
 
 
@@ -294,5 +319,6 @@ class RunEventsOutput(serializers.Serializer):
 
 
 class RunEventsQuery(serializers.Serializer):
-    after = serializers.IntegerField(min_value=0, max_value=MAX_ID, default=0)
-    limit = serializers.IntegerField(min_value=1, max_value=RUN_EVENTS_PAGE, default=RUN_EVENTS_PAGE)
+    after = serializers.IntegerField(min_value=0, max_value=MAX_ID, default=0, help_text="only events with a larger seq")
+    limit = serializers.IntegerField(min_value=1, max_value=RUN_EVENTS_PAGE, default=RUN_EVENTS_PAGE,
+                                     help_text="at most this many")

@@ -18,6 +18,7 @@ from adaptis_web.studio import selectors
 from adaptis_web.studio.api.parsers import BoundedJSONParser
 from adaptis_web.studio.api.throttles import ThrottledCreate
 from adaptis_web.studio.api.serializers import (
+    SPEC_CREATE_SCHEMAS,
     JobCreateInput,
     JobDetailOutput,
     JobOutput,
@@ -125,7 +126,7 @@ class SpecListCreateApi(ThrottledCreate, HistoryListApi):
     kind = "specs"
     parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
 
-    @extend_schema(request=SpecCreateInput, responses={201: SpecDetailOutput})
+    @extend_schema(request=SPEC_CREATE_SCHEMAS, responses={201: SpecDetailOutput})
     def post(self, request):
         data = SpecCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
@@ -243,9 +244,7 @@ class RunReplanApi(ThrottledCreate, APIView):
 
 
 class RunEventsApi(APIView):
-    @extend_schema(parameters=[OpenApiParameter("after", int, description="only events with a larger seq"),
-                               OpenApiParameter("limit", int, description="at most this many (default 2000)")],
-                   responses=RunEventsOutput)
+    @extend_schema(parameters=[RunEventsQuery], responses=RunEventsOutput)
     def get(self, request, run_id: int):
         run = selectors.run_state_for_user(user=request.user, run_id=run_id)
         query = RunEventsQuery(data=request.query_params)

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
 from adaptis_web.studio.models import ApiToken
+from adaptis_web.studio.services.refusals import Conflict
 from planner.errors import SpecError
 
 MAX_TOKEN_NAME = 100
@@ -22,7 +23,7 @@ def token_create(*, user: AbstractBaseUser, name: str, expires_in_days: int) -> 
     if len(name) > MAX_TOKEN_NAME:
         raise SpecError("name", f"is {len(name)} characters; the limit is {MAX_TOKEN_NAME}")
     if ApiToken.objects.filter(user=user, name=name).exists():
-        raise SpecError("name", f"you already have a token named {name!r}")
+        raise Conflict("name", f"you already have a token named {name!r}")
     if not 1 <= expires_in_days <= settings.API_TOKEN_MAX_DAYS:
         raise SpecError("expires_in_days", f"must be between 1 and {settings.API_TOKEN_MAX_DAYS}; "
                                            f"got {expires_in_days}")

@@ -27,6 +27,7 @@ from adaptis_web.studio.services.search import (
     job_search,
     search_settings_check,
 )
+from adaptis_web.studio.services.refusals import Conflict
 from adaptis_web.studio.services.roles import role_require_own_or_admin
 from adaptis_web.studio.services.specs import prefixed_error, spec_check_team, spec_create
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
@@ -159,7 +160,7 @@ def job_cancel(*, job: PlanningJob, user: AbstractBaseUser) -> PlanningJob:
         progress_message="Cancelled before a worker started it")
     if not stopped and not rows.filter(status=JobStatus.RUNNING).update(cancel_requested=True):
         job.refresh_from_db(fields=["status"])
-        raise SpecError("status", f"the job has already {job.status}; only a queued or running job can be "
+        raise Conflict("status", f"the job has already {job.status}; only a queued or running job can be "
                                   "cancelled")
     job.refresh_from_db()
     return job
