@@ -60,8 +60,9 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
     file from the list, or instead a named cluster typed in, a saved cluster of the team, or a file."""
 
     mode = forms.ChoiceField(label="What to plan", choices=[
-        (JobMode.PIPELINE, "Pipeline only: partition, placement and schedule on N devices"),
-        (JobMode.HYBRID, "Whole training job: TP × CP × PP × DP × EP on N GPUs")], initial=JobMode.PIPELINE)
+        (JobMode.PIPELINE, "The pipeline (N devices)"), (JobMode.HYBRID, "The whole job (TP × CP × PP × DP × EP)")],
+        initial=JobMode.PIPELINE, required=False,
+        help_text="the pipeline: partition, placement and schedule; the whole job: every parallel degree too")
     cluster_preset = forms.ChoiceField(label="Cluster", required=False)
     cluster_name = forms.CharField(label="…or a named cluster", required=False, max_length=100,
                                    widget=forms.TextInput(attrs={"placeholder": "h100-sxm-1024x8"}),
@@ -92,8 +93,8 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
     microbatch_size = _pin_field("Micro-batch size")
     recompute = forms.ChoiceField(label="Recomputation", required=False,
                                   choices=[("", "search"), *((mode, mode) for mode in RECOMPUTE_MODES)])
-    distributed_optimizer = forms.ChoiceField(label="Distributed optimizer", initial="on",
-                                              choices=[("on", "on (ZeRO-1 over DP)"), ("off", "off")])
+    distributed_optimizer = forms.ChoiceField(label="Distributed optimizer", initial="on", required=False,
+                                              choices=[("on", "ZeRO-1"), ("off", "off")])
     field_aliases = {"memory_limit_bytes": "memory_limit_gib"}
     PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "recompute")
 
