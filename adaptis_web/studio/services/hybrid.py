@@ -23,6 +23,7 @@ from planner.parallel.config import RECOMPUTE_MODES
 from planner.parallel.evaluate import shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.parallel.search import HybridResult, SearchCancelled
+from planner.plan import load_plan
 from planner.simulator import simulate
 from planner.spec.model import ModelSpec, load_model_spec
 from planner.validate import validate_plan
@@ -97,6 +98,7 @@ def hybrid_plan_store(job: PlanningJob, result: HybridResult) -> Plan:
     profile, pipeline_cluster = shard_profile(best.job, best.config, best.chunks)
     simulation = simulate(plan, profile, pipeline_cluster).to_dict(include_timeline=False)
     doc = result.plan_document()
+    load_plan(doc)  # what a plan page will load: within the planner's bounds (planner.limits)
     return Plan.objects.create(
         job=job, strategy=doc["strategy"], layout=doc["meta"].get("layout", ""),
         schedule_summary=schedule_description(plan), plan_doc=doc, simulation=simulation,
