@@ -2,11 +2,10 @@
 
 Every object is reached through its team (spec → team), which is how access is decided: a user sees the
 objects of the teams they belong to, and their role in that team says what they may change (services.roles).
-Specs, clusters, jobs, plans and runs are archived and deleted softly (``Curated``): a deleted object disappears from
-every list and page until an admin restores it. The JSON columns hold the planner's versioned documents verbatim
-(``adaptis.model/v1``, ``adaptis.cluster/v1``, ``adaptis.plan/v1`` and ``/v2``, ``adaptis.profile/v1``, simulator
-output) so what was
-planned and run can always be reproduced.
+Specs, clusters, jobs, plans and runs are archived and deleted softly (``Curated``): a deleted object disappears
+from every list and page until an admin restores it. The JSON columns hold the planner's versioned documents
+verbatim (``adaptis.model/v1``, ``adaptis.cluster/v1``, ``adaptis.plan/v1`` and ``/v2``, ``adaptis.profile/v1``,
+simulator output) so what was planned and run can always be reproduced.
 """
 
 from django.conf import settings

@@ -11,7 +11,8 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from adaptis_web.studio.hybrid_pages import PICTURE_FIRST_NODES, cluster_picture, memory_bars
-from adaptis_web.studio.models import JobStatus, Plan, PlanningJob
+from adaptis_web.studio.models import JobStatus, Plan, PlanningJob, Run
+from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.clusters import cluster_create
 from adaptis_web.studio.services.jobs import job_create, job_request_check, job_run
 from adaptis_web.studio.services.specs import spec_create
@@ -153,6 +154,14 @@ class TestPlanned:
         assert all(total <= 80.0 for total in totals)
         assert "Memory per GPU, by pipeline rank (GiB)" in page
         assert 'id="timeline"' not in page, "a hybrid job shows no pure-PP plan section"
+
+    def test_a_run_of_its_plan_does_not_recalibrate_it(self, people, hybrid_job):
+        run = Run.objects.create(plan=Plan.objects.get(job=hybrid_job), created_by=people.member,
+                                 status=JobStatus.SUCCEEDED, world_size=1)
+        with pytest.raises(SpecError) as caught:
+            job_replan_from_run(run=run, user=people.member)
+        assert caught.value.field == "run" and "hybrid-parallel job" in caught.value.reason
+        assert PlanningJob.objects.count() == 1
 
     def test_a_model_that_fits_nowhere_is_a_400_from_the_api(self, people):
         record = spec_create(team=people.team, owner=people.owner, spec=load_model_preset("qwen3-next-80b-a3b"))

@@ -3,8 +3,8 @@
 Archiving or deleting takes what depends on the object along (a spec's jobs, their plans, their runs),
 stamped with the same time, so that undoing it brings back exactly those; a saved cluster takes nothing along
 (the jobs planned on it keep a copy of its document). ``dependents`` is what a page or the API shows before
-either. A member may do this to what they created only when nothing in it is
-someone else's; an admin to anything of the team (services.roles).
+either. A member may do this to what they created only when nothing in it is someone else's; an admin to
+anything of the team (services.roles).
 """
 
 from __future__ import annotations
