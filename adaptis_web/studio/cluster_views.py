@@ -3,6 +3,8 @@ cluster) and the page of one. Renaming, archiving and deleting go through the cu
 
 from __future__ import annotations
 
+import json
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -38,8 +40,10 @@ def cluster_new(request: HttpRequest) -> HttpResponse:
 @login_required
 def cluster_detail(request: HttpRequest, cluster_id: int) -> HttpResponse:
     record = selectors.cluster_get_for_user(user=request.user, cluster_id=cluster_id)
+    cluster = load_cluster(record.doc)
     return render(request, "studio/cluster_detail.html", {
-        "record": record, "cluster": load_cluster(record.doc),
+        "record": record, "cluster": cluster, "doc_json": json.dumps(record.doc, indent=2),
+        "memory_gib": cluster.device.memory_bytes / 2**30,
         "jobs": record.jobs.filter(deleted_at__isnull=True).select_related("spec")[:RECENT_JOBS],
         **role_permissions(user=request.user, team=record.team, creator_id=record.owner_id),
     })

@@ -1,8 +1,8 @@
 """A hybrid-parallel job in a real browser: a member saves the team's H100 pod as a cluster, uploads
-Qwen3-Next-80B-A3B and plans it as a whole training job on 64 H100s (the named cluster h100-sxm-8x8, sequence 4096,
-global batch 512); the real Celery worker searches TP x CP x PP x DP x EP; the page shows the chosen
-configuration, the runners-up, all 64 GPUs with their coordinates and every pipeline rank's memory under the
-H100's 80 GiB.
+Qwen3-Next-80B-A3B, is told it fits in no configuration of 16 H100s, and plans it as a whole training job on 64
+H100s (the named cluster h100-sxm-8x8, sequence 4096, global batch 512); the real Celery worker searches
+TP x CP x PP x DP x EP; the page shows the chosen configuration, the runners-up, all 64 GPUs with their
+coordinates and every pipeline rank's memory under the H100's 80 GiB.
 
 Debian's Chromium driven by Playwright against pytest-django's live server. Screenshots in /tmp/team/screens/.
 """
@@ -50,6 +50,7 @@ def test_qwen3_next_on_64_h100s_as_a_whole_training_job(celery_worker, live_serv
     page.click("#cluster-form button[type=submit]")
     expect(page.locator("h1")).to_have_text("our H100 pod")
     expect(page.locator("[data-metric=gpus]")).to_have_text("64")
+    page.screenshot(path=str(SCREENS / "hybrid-00-saved-cluster.png"), full_page=True)
     saved = ClusterRecord.objects.get()
 
     page.click("text=New plan >> nth=0")
@@ -59,11 +60,23 @@ def test_qwen3_next_on_64_h100s_as_a_whole_training_job(celery_worker, live_serv
     expect(page.locator("#id_num_devices")).to_be_hidden()
     expect(page.locator(f"#id_saved_cluster option[value='{saved.pk}']")).to_have_text(
         "our H100 pod (64 × H100-SXM-80GB, team pipeline-team)")
-    page.fill("#id_cluster_name", "h100-sxm-8x8")
-    page.fill("#id_gpus", "64")
+    # First on 16 GPUs, as a new user might: 80 B parameters fit in no configuration of 16 H100s, and the form
+    # says so before anything is stored or queued.
+    page.fill("#id_cluster_name", "h100-sxm-2x8")
+    page.fill("#id_gpus", "16")
     page.fill("#id_seq_len", "4096")
     page.fill("#id_global_batch", "512")
     page.fill("#id_time_budget_s", "5")
+    page.click("#upload-form button[type=submit]")
+    expect(page.locator("#form-errors")).to_contain_text("memory: no configuration fits H100-SXM-80GB's "
+                                                         "85,899,345,920 bytes: the closest")
+    assert PlanningJob.objects.count() == 0
+    page.screenshot(path=str(SCREENS / "hybrid-01-refused-on-16-gpus.png"), full_page=True)
+
+    page.set_input_files("#id_file", str(MODEL_PRESET_DIR / "qwen3-next-80b-a3b.json"))
+    expect(page.locator("#id_gpus")).to_be_visible()  # the form came back in the hybrid mode
+    page.fill("#id_cluster_name", "h100-sxm-8x8")
+    page.fill("#id_gpus", "64")
     page.screenshot(path=str(SCREENS / "hybrid-01-form.png"), full_page=True)
     page.click("#upload-form button[type=submit]")
 
