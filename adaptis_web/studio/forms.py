@@ -203,7 +203,7 @@ class ClusterForm(SpecErrorFormMixin, forms.Form):
     name = forms.CharField(max_length=200, required=False, help_text="empty: the document's name")
     file = forms.FileField(label="Cluster file", required=False, help_text="adaptis.cluster/v1 as JSON or YAML")
     text = forms.CharField(label="…or paste the document", required=False,
-                           widget=forms.Textarea(attrs={"rows": 8, "class": "mono"}))
+                           widget=forms.Textarea(attrs={"rows": 8, "class": "mono", "style": "width: 100%"}))
     from_preset = forms.CharField(label="…or copy a preset or named cluster", required=False, max_length=100,
                                   widget=forms.TextInput(attrs={"placeholder": "h100-sxm-16x8"}))
 
