@@ -124,6 +124,7 @@ class HistoryFilter(django_filters.FilterSet):
     def filter_user(self, queryset, name, value):
         return queryset.filter(**{f"{self.creator_path}__username": value})
 
+    @extend_schema_field({"type": "string", "enum": ["true", "false"]})  # no model field to read the type from
     def filter_archived(self, queryset, name, value):
         return queryset.filter(archived_at__isnull=not value)
 
