@@ -107,8 +107,11 @@ class HistoryFilter(django_filters.FilterSet):
                                               label="created on or after (YYYY-MM-DD)")
     created_before = django_filters.DateFilter(field_name="created_at", lookup_expr="date__lte", widget=DATE_INPUT,
                                                label="created on or before (YYYY-MM-DD)")
+    # The form field's choices replace the widget's: the empty one must be among them, or the page's select
+    # opens on "true" and every filtered history shows only archived rows.
     archived = django_filters.TypedChoiceFilter(method="filter_archived", widget=ARCHIVED_SELECT,
-                                                choices=[("true", "true"), ("false", "false")],
+                                                choices=[("", "left out"), ("true", "only archived"),
+                                                         ("false", "left out")],
                                                 coerce=lambda value: value == "true", empty_value=None,
                                                 label="only archived (true) or leave them out (default)")
 
