@@ -21,6 +21,10 @@ and a ``ClusterSpec`` or a cluster preset name (``h100-sxm-1024x8``), and return
 Every GPU of a pipeline rank holds the same memory, so ``memory`` has one entry per pipeline rank; a GPU's
 entry is ``memory[ranks[gpu]["pp"]]``. Bad input raises ``planner.errors.SpecError`` naming the field.
 
+``check(model, cluster, gpus, seq_len, global_batch, pins)`` raises the ``SpecError`` the search would raise for
+bad input or a model that fits nowhere, in a fraction of a second (what a web request checks before queueing
+the search); ``search(..., cancel=callable)`` stops when the callable answers True.
+
 ``predict(plan, model, cluster, seq_len)`` re-predicts an ``adaptis.plan/v2`` plan (after an edit, say) and
 returns the same ``{"parallel", "short", "predicted", "memory"}`` block as a search result's entries.
 """
@@ -31,7 +35,7 @@ from planner.cluster import ClusterSpec, load_cluster_preset
 from planner.errors import SpecError
 from planner.parallel.cost import CostOptions
 from planner.parallel.evaluate import Job, score_plan
-from planner.parallel.search import PIN_KEYS, HybridResult, check_job
+from planner.parallel.search import PIN_KEYS, HybridResult, SearchCancelled, check_job, check_memory
 from planner.parallel.search import search as search_configuration
 from planner.plan import Plan
 from planner.spec.model import ModelSpec
@@ -42,6 +46,17 @@ def search(model: ModelSpec | str, cluster: ClusterSpec | str, gpus: int, seq_le
            pins: dict | None = None, **options) -> HybridResult:
     """The best hybrid-parallel plan; ``options`` go to ``planner.parallel.search.search``."""
     return search_configuration(_model(model), _cluster(cluster), gpus, seq_len, global_batch, pins, **options)
+
+
+def check(model: ModelSpec | str, cluster: ClusterSpec | str, gpus: int, seq_len: int, global_batch: int,
+          pins: dict | None = None, options: CostOptions = CostOptions()) -> None:
+    """Raise the SpecError ``search`` would for this input (a pin that cannot split the GPUs or the batch, no
+    configuration that fits in memory), without searching."""
+    job = Job(model=_model(model), cluster=_cluster(cluster), gpus=gpus, seq_len=seq_len, global_batch=global_batch,
+              options=options)
+    pins = dict(pins or {})
+    check_job(job, pins)
+    check_memory(job, pins)
 
 
 def predict(plan: Plan, model: ModelSpec | str, cluster: ClusterSpec | str, seq_len: int,
@@ -71,4 +86,4 @@ def _cluster(cluster: ClusterSpec | str) -> ClusterSpec:
     return load_cluster_preset(cluster) if isinstance(cluster, str) else cluster
 
 
-__all__ = ["PIN_KEYS", "HybridResult", "predict", "search"]
+__all__ = ["PIN_KEYS", "HybridResult", "SearchCancelled", "check", "predict", "search"]

@@ -3,7 +3,8 @@
 Every list filters by ``team``, ``user`` (who created it), ``created_after`` / ``created_before`` (dates),
 ``q`` (name contains), ``archived`` (default: left out; ``true``: only archived) and, where it applies, by
 ``model`` (the spec's name contains), ``strategy`` (a job's schedule, a plan's or run's plan strategy) and
-``status``. An unknown value is a 400 naming the filter.
+``status``; clusters by ``device`` (its name contains) and jobs by ``mode`` (``pipeline`` or ``hybrid``). An
+unknown value is a 400 naming the filter.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination, LimitOffsetPagination
 
 from adaptis_web.studio.url_converters import MAX_ID
-from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run
+from adaptis_web.studio.models import ClusterRecord, JobMode, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run
 
 
 class HistoryCursorPagination(CursorPagination):
@@ -111,8 +112,10 @@ class HistoryFilter(django_filters.FilterSet):
                                               label="created on or after (YYYY-MM-DD)")
     created_before = django_filters.DateFilter(field_name="created_at", lookup_expr="date__lte", widget=DATE_INPUT,
                                                label="created on or before (YYYY-MM-DD)")
+    # The form field's choices replace the widget's: the empty one must be among them, or the page's select
+    # opens on "true" and every filtered history shows only archived rows.
     archived = ArchivedFilter(method="filter_archived", widget=ARCHIVED_SELECT,
-                              choices=[("true", "true"), ("false", "false")],
+                              choices=[("", "left out"), ("true", "only archived"), ("false", "not archived")],
                               coerce=lambda value: value == "true", empty_value=None,
                               label="only archived (true) or leave them out (default)")
 
@@ -149,6 +152,14 @@ class SpecFilter(HistoryFilter):
         fields: list[str] = []
 
 
+class ClusterFilter(HistoryFilter):
+    device = TextFilter(field_name="device_name", lookup_expr="icontains", label="device name contains")
+
+    class Meta:
+        model = ClusterRecord
+        fields: list[str] = []
+
+
 class JobFilter(HistoryFilter):
     team_path = "spec__team"
     creator_path = "created_by"
@@ -158,6 +169,7 @@ class JobFilter(HistoryFilter):
     strategy = TextFilter(field_name="schedule", label="schedule (adaptis, 1f1b, ...)")
     status = django_filters.ChoiceFilter(choices=STATUS_CHOICES)
     cluster = TextFilter(field_name="cluster_preset", label="cluster preset")
+    mode = django_filters.ChoiceFilter(choices=JobMode.choices, label="pipeline only or hybrid parallel")
 
     class Meta:
         model = PlanningJob
@@ -194,4 +206,5 @@ class RunFilter(HistoryFilter):
         fields: list[str] = []
 
 
-HISTORY_FILTERS = {"specs": SpecFilter, "jobs": JobFilter, "plans": PlanFilter, "runs": RunFilter}
+HISTORY_FILTERS = {"specs": SpecFilter, "clusters": ClusterFilter, "jobs": JobFilter, "plans": PlanFilter,
+                   "runs": RunFilter}

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 from django import forms
 
-from adaptis_web.studio.selectors import team_list_for_user
+from adaptis_web.studio.models import ClusterRecord, JobMode
+from adaptis_web.studio.selectors import cluster_choices_for_team, cluster_choices_for_user, team_list_for_user
+from adaptis_web.studio.services.clusters import (MAX_CLUSTER_FILE_BYTES, cluster_parse_upload,
+                                                  cluster_preset_load)
 from adaptis_web.studio.services.jobs import ADAPTIS_SCHEDULE, DEFAULT_PARTITION, JobRequest, job_request_check
 from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S
 from adaptis_web.studio.services.specs import read_upload, spec_parse_upload
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS
-from planner.cluster import preset_names
-from planner.documents import parse_document
+from planner.cluster import ClusterSpec, preset_names
 from planner.errors import SpecError
+from planner.parallel.config import RECOMPUTE_MODES
 from planner.spec.model import ModelSpec
 
 DEFAULT_CLUSTER_PRESET = "cpu-host"
-MAX_CLUSTER_FILE_BYTES = 256 * 1024
 GIB = 2**30
 SCHEDULE_CHOICES = [(ADAPTIS_SCHEDULE, "AdaPtis search"), *((name, name) for name in BASELINE_SCHEDULES)]
 
@@ -40,14 +42,37 @@ class SpecErrorFormMixin:
         self.add_error(*self.spec_error_message(error))
 
 
-class PlanningForm(SpecErrorFormMixin, forms.Form):
-    """Cluster and pipeline shape of a planning job; ``job_request`` holds the checked result."""
+def _pin_field(label: str) -> forms.IntegerField:
+    return forms.IntegerField(label=label, min_value=1, required=False,
+                              widget=forms.NumberInput(attrs={"placeholder": "search"}))
 
+
+class SavedClusterChoice(forms.ModelChoiceField):
+    def label_from_instance(self, obj: ClusterRecord) -> str:
+        return f"{obj.name} ({obj.num_devices:,} × {obj.device_name}, team {obj.team.name})"
+
+
+class PlanningForm(SpecErrorFormMixin, forms.Form):
+    """Cluster and job shape of a planning job; ``job_request`` holds the checked result.
+
+    ``mode`` "pipeline" plans the pipeline of ``num_devices`` devices (pure PP); "hybrid" chooses TP, CP, PP,
+    DP, EP, micro-batch size and recomputation for ``gpus`` GPUs, any of them pinned. The cluster is a preset
+    file from the list, or instead a named cluster typed in, a saved cluster of the team, or a file."""
+
+    mode = forms.ChoiceField(label="What to plan", choices=[
+        (JobMode.PIPELINE, "The pipeline (N devices)"), (JobMode.HYBRID, "The whole job (TP × CP × PP × DP × EP)")],
+        initial=JobMode.PIPELINE, required=False,
+        help_text="the pipeline: partition, placement and schedule; the whole job: every parallel degree too")
     cluster_preset = forms.ChoiceField(label="Cluster", required=False)
+    cluster_name = forms.CharField(label="…or a named cluster", required=False, max_length=100,
+                                   widget=forms.TextInput(attrs={"placeholder": "h100-sxm-1024x8"}),
+                                   help_text="<device>-<nodes>x<GPUs per node>; overrides the preset")
+    saved_cluster = SavedClusterChoice(label="…or a saved cluster", queryset=ClusterRecord.objects.none(),
+                                       required=False, empty_label="—")
     cluster_file = forms.FileField(label="…or a custom cluster file", required=False,
                                    help_text="adaptis.cluster/v1 as JSON or YAML; overrides the preset")
-    num_devices = forms.IntegerField(label="Pipeline devices", min_value=1, initial=2)
-    num_microbatches = forms.IntegerField(label="Micro-batches", min_value=1, initial=8)
+    num_devices = forms.IntegerField(label="Pipeline devices", min_value=1, initial=2, required=False)
+    num_microbatches = forms.IntegerField(label="Micro-batches", min_value=1, initial=8, required=False)
     schedule = forms.ChoiceField(choices=SCHEDULE_CHOICES, initial=ADAPTIS_SCHEDULE,
                                  help_text="the search co-optimises partition, placement and schedule and compares "
                                            "its plan with every baseline")
@@ -57,45 +82,65 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
     time_budget_s = forms.FloatField(label="Search time budget (s)", initial=DEFAULT_TIME_BUDGET_S, required=False)
     memory_limit_gib = forms.FloatField(label="Memory limit per device (GiB)", required=False,
                                         help_text="empty: all of the cluster's device memory")
+    gpus = forms.IntegerField(label="GPUs", min_value=1, initial=8, required=False)
+    seq_len = forms.IntegerField(label="Sequence length", min_value=1, initial=4096, required=False)
+    global_batch = forms.IntegerField(label="Global batch (sequences)", min_value=1, initial=256, required=False)
+    tp = _pin_field("TP")
+    cp = _pin_field("CP")
+    pp = _pin_field("PP")
+    dp = _pin_field("DP")
+    ep = _pin_field("EP")
+    microbatch_size = _pin_field("Micro-batch size")
+    recompute = forms.ChoiceField(label="Recomputation", required=False,
+                                  choices=[("", "search"), *((mode, mode) for mode in RECOMPUTE_MODES)])
+    distributed_optimizer = forms.ChoiceField(label="Distributed optimizer", initial="on", required=False,
+                                              choices=[("on", "ZeRO-1"), ("off", "off")])
     field_aliases = {"memory_limit_bytes": "memory_limit_gib"}
+    PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "recompute")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, clusters=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["cluster_preset"].choices = [(name, name) for name in preset_names()]
         self.fields["cluster_preset"].initial = DEFAULT_CLUSTER_PRESET
+        if clusters is not None:
+            self.fields["saved_cluster"].queryset = clusters.select_related("team")
         self.job_request: JobRequest | None = None
         self.spec: ModelSpec | None = None  # set by the subclass before clean(): the spec to plan
+        self.team = None  # the spec's team (a saved cluster must be of it), set by the subclass
 
-    def _cluster_doc(self) -> dict | None:
+    def _cluster_upload(self) -> ClusterSpec | None:
         upload = self.cleaned_data.get("cluster_file")
         if upload is None:
             return None
-        if upload.size > MAX_CLUSTER_FILE_BYTES:
-            raise SpecError("cluster_file", f"is {upload.size} bytes; the limit is {MAX_CLUSTER_FILE_BYTES}")
-        try:
-            text = upload.read().decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise SpecError("cluster_file", f"is not UTF-8 text (invalid byte at offset {error.start})") from None
-        doc = parse_document(text, upload.name, field="cluster_file")
-        if not isinstance(doc, dict):
-            raise SpecError("cluster_file", "must hold an adaptis.cluster/v1 object")
-        return doc
+        content = read_upload(upload, field="cluster_file", limit=MAX_CLUSTER_FILE_BYTES)
+        return cluster_parse_upload(content=content, filename=upload.name, field="cluster_file")
 
     def clean(self):
         cleaned = super().clean()
         if self.spec is None or self.errors:
             return cleaned
         try:
-            cluster_doc = self._cluster_doc()
+            uploaded = self._cluster_upload()
+            saved, name = cleaned.get("saved_cluster"), cleaned.get("cluster_name", "").strip()
+            if name:  # what the planner says of the preset is said of the name typed
+                self.field_aliases = {**self.field_aliases, "cluster_preset": "cluster_name"}
+            preset = name or ("" if uploaded is not None or saved is not None else cleaned.get("cluster_preset", ""))
             seed, time_budget_s, memory_limit_gib = (cleaned.get(name) for name in
                                                      ("seed", "time_budget_s", "memory_limit_gib"))
+            pins = {key: cleaned.get(key) for key in self.PINS}
+            if cleaned.get("distributed_optimizer") == "off":  # on is the search's default: not a pin
+                pins["distributed_optimizer"] = False
             self.job_request = job_request_check(
-                spec=self.spec, num_devices=cleaned["num_devices"], num_microbatches=cleaned["num_microbatches"],
-                cluster_preset="" if cluster_doc is not None else cleaned.get("cluster_preset", ""),
-                cluster_doc=cluster_doc, schedule=cleaned["schedule"], partition=cleaned.get("partition") or DEFAULT_PARTITION,
-                cluster_field="cluster_file", seed=0 if seed is None else seed,
+                spec=self.spec, num_devices=cleaned.get("num_devices"),
+                num_microbatches=cleaned.get("num_microbatches"), cluster_preset=preset,
+                cluster_doc=None if uploaded is None else uploaded.to_dict(), schedule=cleaned["schedule"],
+                partition=cleaned.get("partition") or DEFAULT_PARTITION, cluster_field="cluster_file",
+                seed=0 if seed is None else seed,
                 time_budget_s=DEFAULT_TIME_BUDGET_S if time_budget_s is None else time_budget_s,
-                memory_limit_bytes=None if memory_limit_gib is None else round(memory_limit_gib * GIB))
+                memory_limit_bytes=None if memory_limit_gib is None else round(memory_limit_gib * GIB),
+                mode=cleaned.get("mode") or JobMode.PIPELINE, saved_cluster=saved, team=self.team,
+                gpus=cleaned.get("gpus"), seq_len=cleaned.get("seq_len"), global_batch=cleaned.get("global_batch"),
+                pins=pins)
         except SpecError as error:
             self.add_spec_error(error)
         return cleaned
@@ -107,12 +152,17 @@ class UploadForm(PlanningForm):
     team = forms.ModelChoiceField(queryset=None, empty_label=None)
     file = forms.FileField(label="Model spec", help_text="adaptis.model/v1 (JSON or YAML) or a HuggingFace "
                                                           "config.json")
-    field_order = ["team", "file", "cluster_preset", "cluster_file", "num_devices", "num_microbatches", "schedule",
-                   "partition", "seed", "time_budget_s", "memory_limit_gib"]
+    field_order = ["team", "file", "mode", "cluster_preset", "cluster_name", "saved_cluster", "cluster_file",
+                   "num_devices", "num_microbatches", "schedule", "partition", "seed", "time_budget_s",
+                   "memory_limit_gib"]
 
     def __init__(self, *args, user, **kwargs):
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, clusters=cluster_choices_for_user(user=user), **kwargs)
         self.fields["team"].queryset = team_list_for_user(user=user)
+
+    def clean_team(self):
+        self.team = self.cleaned_data["team"]
+        return self.team
 
     def clean_file(self):
         upload = self.cleaned_data["file"]
@@ -126,9 +176,10 @@ class UploadForm(PlanningForm):
 class SpecPlanningForm(PlanningForm):
     """Plan a spec that is already stored."""
 
-    def __init__(self, *args, spec: ModelSpec, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args, spec: ModelSpec, team, **kwargs):
+        super().__init__(*args, clusters=cluster_choices_for_team(team=team), **kwargs)
         self.spec = spec
+        self.team = team
 
 
 class RunForm(SpecErrorFormMixin, forms.Form):
@@ -143,3 +194,42 @@ class TokenForm(SpecErrorFormMixin, forms.Form):
 
 class TeamForm(SpecErrorFormMixin, forms.Form):
     name = forms.CharField(max_length=100, label="Team name")
+
+
+class ClusterForm(SpecErrorFormMixin, forms.Form):
+    """Save a cluster for a team: an uploaded file, a pasted document, or a copy of a preset or named cluster."""
+
+    team = forms.ModelChoiceField(queryset=None, empty_label=None)
+    name = forms.CharField(max_length=200, required=False, help_text="empty: the document's name")
+    file = forms.FileField(label="Cluster file", required=False, help_text="adaptis.cluster/v1 as JSON or YAML")
+    text = forms.CharField(label="…or paste the document", required=False,
+                           widget=forms.Textarea(attrs={"rows": 8, "class": "mono", "style": "width: 100%"}))
+    from_preset = forms.CharField(label="…or copy a preset or named cluster", required=False, max_length=100,
+                                  widget=forms.TextInput(attrs={"placeholder": "h100-sxm-16x8"}))
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = team_list_for_user(user=user)
+        self.cluster: ClusterSpec | None = None
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        sources = [name for name in ("file", "text", "from_preset") if cleaned.get(name)]
+        if len(sources) != 1:
+            self.add_error("file", "give one of a file, a pasted document or a preset name")
+            return cleaned
+        try:
+            if sources == ["file"]:
+                upload = cleaned["file"]
+                self.cluster = cluster_parse_upload(content=read_upload(upload, field="file",
+                                                                        limit=MAX_CLUSTER_FILE_BYTES),
+                                                    filename=upload.name, field="file")
+            elif sources == ["text"]:
+                self.cluster = cluster_parse_upload(content=cleaned["text"].encode(), field="text")
+            else:
+                self.cluster = cluster_preset_load(cleaned["from_preset"].strip(), field="from_preset")
+        except SpecError as error:
+            self.add_spec_error(error)
+        return cleaned

@@ -1,11 +1,11 @@
-"""Studio data: teams own model specs; a spec is planned by jobs, a job produces plans, a plan is run.
+"""Studio data: teams own model specs and clusters; a spec is planned by jobs, a job produces plans, a plan is run.
 
 Every object is reached through its team (spec → team), which is how access is decided: a user sees the
 objects of the teams they belong to, and their role in that team says what they may change (services.roles).
-Specs, jobs, plans and runs are archived and deleted softly (``Curated``): a deleted object disappears from
-every list and page until an admin restores it. The JSON columns hold the planner's versioned documents verbatim
-(``adaptis.model/v1``, ``adaptis.plan/v1``, ``adaptis.profile/v1``, simulator output) so what was
-planned and run can always be reproduced.
+Specs, clusters, jobs, plans and runs are archived and deleted softly (``Curated``): a deleted object disappears
+from every list and page until an admin restores it. The JSON columns hold the planner's versioned documents
+verbatim (``adaptis.model/v1``, ``adaptis.cluster/v1``, ``adaptis.plan/v1`` and ``/v2``, ``adaptis.profile/v1``,
+simulator output) so what was planned and run can always be reproduced.
 """
 
 from django.conf import settings
@@ -98,12 +98,37 @@ class ModelSpecRecord(Curated):
         return self.name
 
 
+class ClusterRecord(Curated):
+    """A team's saved ``adaptis.cluster/v1`` document, validated by ``planner.cluster.load_cluster``. A job planned
+    on it copies the document (``PlanningJob.cluster_doc``), so nothing depends on the saved cluster."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="clusters")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="clusters")
+    name = models.CharField(max_length=200)
+    doc = models.JSONField()
+    source_filename = models.CharField(max_length=255, blank=True)
+    num_devices = models.PositiveIntegerField()
+    device_name = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class JobStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
+
+
+class JobMode(models.TextChoices):
+    PIPELINE = "pipeline", "Pipeline only"
+    HYBRID = "hybrid", "Hybrid parallel"
 
 
 class TrackedWork(Curated):
@@ -160,6 +185,21 @@ class PlanningJob(TrackedWork):
                                    help_text="adaptis.profile/v1 to plan with; empty means the analytic profile")
     calibration = models.JSONField(default=dict, blank=True,
                                    help_text="how the calibrated profile predicts the run it came from")
+    # A hybrid job (mode "hybrid", schedule "hybrid") chooses TP, CP, PP, DP, EP, micro-batch size and
+    # recomputation for the whole training job; num_devices is then its GPU count, num_microbatches 0.
+    mode = models.CharField(max_length=10, choices=JobMode.choices, default=JobMode.PIPELINE)
+    gpus = models.PositiveIntegerField(null=True, blank=True, help_text="hybrid: GPUs of the training job")
+    seq_len = models.PositiveIntegerField(null=True, blank=True, help_text="hybrid: tokens per sequence")
+    global_batch = models.PositiveIntegerField(null=True, blank=True, help_text="hybrid: sequences per step")
+    pins = models.JSONField(default=dict, blank=True,
+                            help_text="hybrid: the degrees and settings the user fixed (tp, cp, pp, dp, ep, "
+                                      "microbatch_size, recompute, distributed_optimizer)")
+    cluster_record = models.ForeignKey(ClusterRecord, null=True, blank=True, on_delete=models.SET_NULL,
+                                       related_name="jobs", help_text="the saved cluster it was planned on")
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.mode == JobMode.HYBRID
 
     def __str__(self) -> str:
         return f"job {self.pk} ({self.schedule}, {self.num_devices} devices)"

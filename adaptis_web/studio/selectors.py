@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from adaptis_web.studio.models import (
     ApiToken,
+    ClusterRecord,
     Invitation,
     Membership,
     ModelSpecRecord,
@@ -94,6 +95,25 @@ def spec_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> Quer
 
 def spec_get_for_user(*, user: AbstractBaseUser, spec_id: int) -> ModelSpecRecord:
     return get_object_or_404(spec_list_for_user(user=user), pk=spec_id)
+
+
+def cluster_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[ClusterRecord]:
+    return ClusterRecord.objects.filter(team__memberships__user=user, deleted_at__isnull=not deleted).select_related(
+        "team", "owner")
+
+
+def cluster_get_for_user(*, user: AbstractBaseUser, cluster_id: int) -> ClusterRecord:
+    return get_object_or_404(cluster_list_for_user(user=user), pk=cluster_id)
+
+
+def cluster_choices_for_team(*, team: Team) -> QuerySet[ClusterRecord]:
+    """The saved clusters a job form offers: the team's, not archived, newest first, without their documents."""
+    return ClusterRecord.objects.filter(team=team, deleted_at__isnull=True, archived_at__isnull=True).defer("doc")
+
+
+def cluster_choices_for_user(*, user: AbstractBaseUser) -> QuerySet[ClusterRecord]:
+    """The saved clusters of every team of ``user`` (the upload form, which picks the team too)."""
+    return cluster_list_for_user(user=user).filter(archived_at__isnull=True).defer("doc")
 
 
 def job_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[PlanningJob]:
@@ -183,20 +203,25 @@ def spec_for_request(*, user: AbstractBaseUser, spec_id: int) -> ModelSpecRecord
     return _referenced(spec_list_for_user(user=user), spec_id, "spec", "spec")
 
 
+def cluster_for_request(*, user: AbstractBaseUser, cluster_id: int) -> ClusterRecord:
+    return _referenced(cluster_list_for_user(user=user), cluster_id, "saved_cluster", "cluster")
+
+
 def plan_for_request(*, user: AbstractBaseUser, plan_id: int) -> Plan:
     return _referenced(plan_list_for_user(user=user), plan_id, "plan", "plan")
 
 
-CURATED_KINDS = ("specs", "jobs", "plans", "runs")
+CURATED_KINDS = ("specs", "clusters", "jobs", "plans", "runs")
 
 
 def curated_get_for_user(*, user: AbstractBaseUser, kind: str, object_id: int, deleted: bool = False):
-    """A spec, job, plan or run (``kind``: their plural) of the user's teams; a deleted one when ``deleted``."""
+    """A spec, cluster, job, plan or run (``kind``: their plural) of the user's teams; a deleted one when
+    ``deleted``."""
     if kind == "runs":
         rows = _runs_visible_to(user, deleted).select_related("plan__job__spec__team")
     else:
-        rows = {"specs": spec_list_for_user, "jobs": job_list_for_user, "plans": plan_list_for_user}[kind](
-            user=user, deleted=deleted)
+        rows = {"specs": spec_list_for_user, "clusters": cluster_list_for_user, "jobs": job_list_for_user,
+                "plans": plan_list_for_user}[kind](user=user, deleted=deleted)
     return get_object_or_404(rows, pk=object_id)
 
 
@@ -204,6 +229,8 @@ def history_for_user(*, user: AbstractBaseUser, kind: str, deleted: bool = False
     """The rows a history list shows of ``kind``, without the large documents (the lists never show them)."""
     if kind == "specs":
         return spec_list_for_user(user=user, deleted=deleted).defer("doc")
+    if kind == "clusters":
+        return cluster_list_for_user(user=user, deleted=deleted).defer("doc")
     if kind == "jobs":
         return job_list_with_plan_metrics(user=user, deleted=deleted).defer(
             "spec__doc", "cluster_doc", "profile_doc", "result", "calibration")

@@ -1,4 +1,4 @@
-"""URL parts: a row's id, a kind of curated object (specs, jobs, plans, runs) and what is done to one."""
+"""URL parts: a row's id, a kind of curated object (specs, clusters, jobs, plans, runs) and what is done to one."""
 
 from django.urls import register_converter
 
@@ -23,7 +23,7 @@ class RowId:
 
 
 class CuratedKind:
-    regex = "specs|jobs|plans|runs"
+    regex = "specs|clusters|jobs|plans|runs"
 
     def to_python(self, value: str) -> str:
         return value

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from adaptis_web.studio import account_views, history_views, url_converters, views  # noqa: F401 (converters)
+from adaptis_web.studio import account_views, cluster_views, history_views, url_converters, views  # noqa: F401
 
 app_name = "studio"
 
@@ -8,6 +8,8 @@ urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("upload/", views.upload, name="upload"),
     path("specs/<id:spec_id>/", views.spec_detail, name="spec"),
+    path("clusters/new/", cluster_views.cluster_new, name="cluster-new"),
+    path("clusters/<id:cluster_id>/", cluster_views.cluster_detail, name="cluster"),
     path("jobs/<id:job_id>/", views.job_detail, name="job"),
     path("jobs/<id:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
     path("plans/<id:plan_id>/run/", views.plan_run, name="plan-run"),

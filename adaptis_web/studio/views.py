@@ -13,6 +13,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from adaptis_web.studio import selectors
 from adaptis_web.studio.account_views import current_team
+from adaptis_web.studio.hybrid_pages import hybrid_page_context
 from adaptis_web.studio.services.roles import role_permissions
 from adaptis_web.studio.forms import RunForm, SpecPlanningForm, UploadForm
 from adaptis_web.studio.models import Plan, PlanningJob
@@ -61,7 +62,7 @@ def upload(request: HttpRequest) -> HttpResponse:
 def spec_detail(request: HttpRequest, spec_id: int) -> HttpResponse:
     record = selectors.spec_get_for_user(user=request.user, spec_id=spec_id)
     spec = load_model_spec(record.doc)
-    form = SpecPlanningForm(request.POST or None, request.FILES or None, spec=spec)
+    form = SpecPlanningForm(request.POST or None, request.FILES or None, spec=spec, team=record.team)
     if request.method == "POST" and form.is_valid():
         with transaction.atomic():
             job = job_create(spec_record=record, user=request.user, request=form.job_request)
@@ -75,11 +76,15 @@ def spec_detail(request: HttpRequest, spec_id: int) -> HttpResponse:
 
 def _job_page(request: HttpRequest, job: PlanningJob, run_form: RunForm, plan: Plan | None = None,
               status: int = 200) -> HttpResponse:
-    """The job, its search comparison (if any), and one of its plans: ``plan``, else the job's latest."""
+    """The job, its search comparison (if any), and one of its plans: ``plan``, else the job's latest. A hybrid
+    job shows its configurations, cluster and memory instead (``hybrid_pages``)."""
     plan = plan or selectors.job_latest_plan(job=job)
-    context = {"job": job, "plan": plan, "run_form": run_form, "comparison": search_comparison(job.result),
+    context = {"job": job, "plan": plan, "run_form": run_form,
+               "comparison": None if job.is_hybrid else search_comparison(job.result),
                **role_permissions(user=request.user, team=job.spec.team, creator_id=job.created_by_id)}
-    if plan is not None:
+    if job.is_hybrid:
+        context.update(hybrid_page_context(job), plan=None, hybrid_plan=plan)
+    elif plan is not None:
         context.update(plan_context(plan))
     return render(request, "studio/job_detail.html", context, status=status)
 

@@ -40,7 +40,14 @@ REFINED = 2                             # of which the AdaPtis search refines th
 MAX_REFINED_ACTIONS = 20_000            # pipelines larger than this (stages x micro-batches) keep their schedule
 DEFAULT_TIME_BUDGET_S = 40.0
 
+CANCEL_CHECK_EVERY = 256               # configurations scored between two looks at ``cancel`` (~0.1 s)
+
 Progress = Callable[[float, str], None]
+Cancel = Callable[[], bool]
+
+
+class SearchCancelled(Exception):
+    """The search was cancelled before it had simulated any plan to return."""
 
 
 @dataclass
@@ -118,6 +125,11 @@ def check_job(job: Job, pins: dict) -> None:
     for key in pins:
         if key not in PIN_KEYS:
             raise SpecError(key, f"cannot be pinned (pins: {', '.join(PIN_KEYS)})")
+    for key in DEGREES + ("microbatch_size", "chunks"):
+        if key in pins and (isinstance(pins[key], bool) or not isinstance(pins[key], int) or pins[key] < 1):
+            raise SpecError(key, f"must be an integer >= 1, got {pins[key]!r}")
+    if "distributed_optimizer" in pins and not isinstance(pins["distributed_optimizer"], bool):
+        raise SpecError("distributed_optimizer", f"must be true or false, got {pins['distributed_optimizer']!r}")
     for key, value in (("gpus", job.gpus), ("seq_len", job.seq_len), ("global_batch", job.global_batch)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(key, f"must be an integer >= 1, got {value!r}")
@@ -133,6 +145,62 @@ def check_job(job: Job, pins: dict) -> None:
         raise SpecError("ep", f"must divide the number of experts ({experts}), got {pins['ep']}")
     if "pp" in pins and pins["pp"] > _blocks(job.model):
         raise SpecError("pp", f"{job.model.name} has {_blocks(job.model)} blocks, fewer than pp {pins['pp']}")
+    _check_pins_split(job, pins)
+
+
+def _check_pins_split(job: Job, pins: dict) -> None:
+    """The pinned degrees must split the GPUs, and the pinned data parallelism and micro-batch size the global
+    batch: named here, where the candidate space would otherwise just come out empty."""
+    pinned, product = [], 1
+    for key in ("tp", "cp", "pp", "dp"):
+        if key in pins:
+            pinned.append(key)
+            product *= pins[key]
+            if job.gpus % product:
+                named = " x ".join(f"{name} {pins[name]}" for name in pinned)
+                raise SpecError(key, f"must divide gpus ({job.gpus}) together with the other pinned degrees; "
+                                     f"{named} = {product} does not")
+    if len(pinned) == 4 and product != job.gpus:
+        raise SpecError("dp", f"tp x cp x pp x dp = {product} must equal gpus ({job.gpus})")
+    if "dp" in pins and "cp" in pins and "ep" in pins and (pins["dp"] * pins["cp"]) % pins["ep"]:
+        raise SpecError("ep", f"expert parallelism is carved out of dp x cp ({pins['dp']} x {pins['cp']}) and must "
+                              f"divide it, got {pins['ep']}")
+    per_step = pins.get("dp", 1) * pins.get("microbatch_size", 1)
+    if job.global_batch % per_step:
+        named = " x ".join(f"{name} {pins[name]}" for name in ("dp", "microbatch_size") if name in pins)
+        raise SpecError("global_batch", f"{job.global_batch} sequences cannot be split into micro-batches by "
+                                        f"{named} = {per_step}: it must be a multiple of it")
+
+
+def check_memory(job: Job, pins: dict) -> None:
+    """SpecError on ``memory`` when no configuration the job allows can fit, found without the search: only the
+    most frugal configurations are scored (full recomputation unless pinned otherwise, the smallest micro-batch
+    each split allows, one chunk: more of any holds more activations), which takes a fraction of a second where
+    the search scores thousands."""
+    frugal: dict[tuple, ParallelConfig] = {}
+    for config, chunks in candidates(job, {**pins, "chunks": 1}):
+        if "recompute" not in pins and config.recompute != "full":
+            continue
+        key = (config.tp, config.cp, config.pp, config.dp, config.ep)
+        if key not in frugal or config.microbatch_size < frugal[key].microbatch_size:
+            frugal[key] = config
+    if not frugal:
+        raise _no_split(job, pins)
+    scores = [estimate(job, config, 1) for config in frugal.values()]
+    if not any(score.fits for score in scores):
+        raise _no_fit(job, scores)
+
+
+def _no_split(job: Job, pins: dict) -> SpecError:
+    return SpecError("gpus", f"no (tp, cp, pp, dp, ep, micro-batch size) splits {job.gpus} GPUs and a global batch "
+                             f"of {job.global_batch} for {job.model.name} under the pins {pins or 'none'}")
+
+
+def _no_fit(job: Job, scores: list[Score]) -> SpecError:
+    closest = min(scores, key=lambda score: score.peak_memory_bytes)
+    device = job.cluster.device
+    return SpecError("memory", f"no configuration fits {device.name}'s {device.memory_bytes:,} bytes: the closest "
+                               f"({closest.config.short()}) needs {round(closest.peak_memory_bytes):,}")
 
 
 def candidates(job: Job, pins: dict) -> list[tuple[ParallelConfig, int]]:
@@ -191,39 +259,46 @@ def _chunk_choices(pp: int, blocks: int, microbatches: int, pins: dict) -> list[
 def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, global_batch: int,
            pins: dict | None = None, *, options: CostOptions = CostOptions(), runners_up: int = 4,
            time_budget_s: float = DEFAULT_TIME_BUDGET_S, refine: bool = True,
-           progress: Progress | None = None) -> HybridResult:
+           progress: Progress | None = None, cancel: Cancel | None = None) -> HybridResult:
     """The best hybrid-parallel plan for ``model`` on ``gpus`` GPUs of ``cluster``.
 
     ``pins`` fixes any of ``tp``, ``cp``, ``pp``, ``dp``, ``ep``, ``microbatch_size``, ``recompute``,
     ``distributed_optimizer`` and ``chunks`` (model chunks per pipeline rank: 1 for 1F1B, 2+ interleaved).
     Raises ``SpecError`` naming the field when the input is invalid or no configuration fits in memory.
+    ``cancel`` is asked between configurations: once it answers True the search stops and returns the best
+    plan simulated so far (``stats["cancelled"]``), or raises ``SearchCancelled`` when none was yet.
     """
     started = time.monotonic()
     pins = dict(pins or {})
     job = Job(model=model, cluster=cluster, gpus=gpus, seq_len=seq_len, global_batch=global_batch, options=options)
     check_job(job, pins)
     report = progress or (lambda fraction, message: None)
+    stop = cancel or (lambda: False)
     space = candidates(job, pins)
     if not space:
-        raise SpecError("gpus", f"no (tp, cp, pp, dp, ep, micro-batch size) splits {gpus} GPUs and a global batch "
-                                f"of {global_batch} for {model.name} under the pins {pins or 'none'}")
+        raise _no_split(job, pins)
     report(0.05, f"scoring {len(space)} configurations")
-    scores = [estimate(job, config, chunks) for config, chunks in space]
+    scores = []
+    for index, (config, chunks) in enumerate(space):
+        if index % CANCEL_CHECK_EVERY == 0 and index:
+            if stop():
+                raise SearchCancelled(f"cancelled after scoring {index} of {len(space)} configurations")
+            report(0.05 + 0.15 * index / len(space), f"scored {index} of {len(space)} configurations")
+        scores.append(estimate(job, config, chunks))
     fitting = sorted((score for score in scores if score.fits), key=lambda score: score.iteration_ms)
     if not fitting:
-        closest = min(scores, key=lambda score: score.peak_memory_bytes)
-        raise SpecError("memory", f"no configuration fits {cluster.device.name}'s "
-                                  f"{cluster.device.memory_bytes:,} bytes: the closest "
-                                  f"({closest.config.short()}) needs {round(closest.peak_memory_bytes):,}")
+        raise _no_fit(job, scores)
     pruned = len(scores) - len(fitting)
     report(0.2, f"{len(fitting)} of {len(scores)} fit in memory; simulating the best {SIMULATED}")
     fitting = sorted(fitting + _partial_recompute(job, fitting, pins), key=lambda score: score.iteration_ms)
     simulated = []
     for score in _distinct(fitting, SIMULATED):
+        if simulated and stop():
+            break
         simulated.append(_simulate_schedule(job, score))
     simulated = sorted((score for score in simulated if score.fits), key=lambda score: score.iteration_ms) or simulated
     refined = 0
-    if refine:
+    if refine and not stop():
         deadline = started + time_budget_s
         chosen, configs = [], set()
         for score in simulated:   # the best few distinct configurations the AdaPtis search can afford
@@ -234,10 +309,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, glob
         chosen = chosen[:REFINED]
         for index, score in enumerate(chosen):
             remaining = deadline - time.monotonic()
-            if remaining <= 1:
+            if remaining <= 1 or stop():
                 break
             report(0.4 + 0.5 * index / REFINED, f"AdaPtis search inside {score.config.short()}")
-            better = _adaptis(job, score, remaining / (len(chosen) - index))
+            better = _adaptis(job, score, remaining / (len(chosen) - index), stop)
             refined += 1
             if better is not None and better.fits and better.iteration_ms < score.iteration_ms:
                 simulated.append(better)
@@ -247,10 +322,11 @@ def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, glob
     others = _distinct(ranked[1:] + [score for score in fitting[SIMULATED:]
                                      if (score.config, score.chunks) not in simulated_keys], runners_up,
                        exclude=_key(best))
-    report(1.0, f"done: {best.config.short()} {best.iteration_ms:.0f} ms")
+    cancelled = stop()
+    report(1.0, f"{'cancelled' if cancelled else 'done'}: {best.config.short()} {best.iteration_ms:.0f} ms")
     return HybridResult(best=best, runners_up=others, considered=len(scores),
                         pruned_by_memory=pruned, seconds=time.monotonic() - started,
-                        stats={"simulated": len(simulated), "refined_by_adaptis": refined})
+                        stats={"simulated": len(simulated), "refined_by_adaptis": refined, "cancelled": cancelled})
 
 
 def _key(score: Score) -> tuple:
@@ -307,7 +383,7 @@ def _simulate_schedule(job: Job, score: Score) -> Score:
     return _finish(job, score, plan, "1f1b")
 
 
-def _adaptis(job: Job, score: Score, budget_s: float) -> Score | None:
+def _adaptis(job: Job, score: Score, budget_s: float, cancel: Cancel) -> Score | None:
     from planner.search import search_plan  # the search pulls in more than the closed form needs
 
     config = score.config
@@ -316,7 +392,7 @@ def _adaptis(job: Job, score: Score, budget_s: float) -> Score | None:
     try:
         result = search_plan(profile, config.pp, config.num_microbatches, cluster=pipeline_cluster,
                              memory_limit_bytes=1 << 60, activation_limit_bytes=max(0, int(headroom)),
-                             time_budget_s=budget_s)
+                             time_budget_s=budget_s, cancel=cancel)
     except SpecError:
         return None
     return _finish(job, score, result.plan, "adaptis")

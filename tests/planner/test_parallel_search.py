@@ -140,3 +140,41 @@ def test_a_v2_plan_is_refused_on_a_model_it_cannot_split(tmp_path, capsys):
     capsys.readouterr()
     assert main(["simulate", str(out), "--model", "llama-3-8b", "--cluster", "h100-sxm-4x8"]) == 3
     assert json.loads(capsys.readouterr().err)["error"]["field"] == "ep"
+
+
+def test_check_refuses_what_the_search_would_without_searching():
+    from planner.hybrid import check
+
+    with pytest.raises(SpecError) as error:
+        check("qwen3-next-80b-a3b", "h100-sxm-2x8", 16, 4096, 512)
+    assert error.value.field == "memory" and "no configuration fits" in error.value.reason
+    assert check("qwen3-next-80b-a3b", "h100-sxm-8x8", 64, 4096, 512) is None
+
+
+@pytest.mark.parametrize("gpus, batch, pins, field, reason", [
+    (16, 64, {"tp": 2, "pp": 3}, "pp", "tp 2 x pp 3 = 6 does not"),
+    (16, 64, {"tp": 2, "cp": 2, "pp": 2, "dp": 1}, "dp", "must equal gpus (16)"),
+    (16, 24, {"dp": 16}, "global_batch", "24 sequences cannot be split"),
+    (16, 64, {"tp": 0}, "tp", "must be an integer >= 1"),
+    (16, 64, {"distributed_optimizer": "yes"}, "distributed_optimizer", "must be true or false"),
+])
+def test_pins_that_cannot_split_the_gpus_or_the_batch_name_the_pin(gpus, batch, pins, field, reason):
+    with pytest.raises(SpecError) as error:
+        search("llama-3-8b", "h100-sxm-2x8", gpus, 4096, batch, pins, refine=False)
+    assert error.value.field == field and reason in error.value.reason
+
+
+def test_a_search_cancelled_while_scoring_raises_and_one_cancelled_later_keeps_its_best():
+    from planner.hybrid import SearchCancelled
+
+    with pytest.raises(SearchCancelled):
+        search("llama-3-8b", "h100-sxm-2x8", 16, 4096, 64, cancel=lambda: True)
+    reached = []
+
+    def progress(fraction, message):
+        reached.append(fraction)
+
+    result = search("llama-3-8b", "h100-sxm-2x8", 16, 4096, 64, progress=progress,
+                    cancel=lambda: max(reached, default=0) >= 0.2)
+    assert result.stats["cancelled"] and result.stats["simulated"] == 1 and result.stats["refined_by_adaptis"] == 0
+    assert result.best.fits and not result.best.estimated

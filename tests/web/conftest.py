@@ -6,9 +6,10 @@ import pytest
 from django.utils import timezone
 
 from adaptis_web.studio.services.predictions import plan_prediction
-from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent
+from adaptis_web.studio.models import ClusterRecord, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent
 from adaptis_web.studio.services.jobs import job_request_check, job_run
 from adaptis_web.studio.services.specs import spec_create
+from planner.cluster import load_cluster_preset
 from planner.spec.presets import load_model_preset
 
 
@@ -55,7 +56,7 @@ class Crew:
 
     owner alice, admin carol, member bob, viewer victor, another member erin (whom admins remove), and mallory
     (outsider) in a team of her own. The owner created the planned spec, job and plan, the finished run, a
-    queued job and a deleted run.
+    queued job, a deleted run, a saved cluster and a deleted one.
     """
 
     people: object
@@ -66,6 +67,8 @@ class Crew:
     finished_run: Run
     queued_job: PlanningJob
     deleted_run: Run
+    cluster: ClusterRecord | None = None
+    deleted_cluster: ClusterRecord | None = None
 
     def user(self, who: str):
         return {"owner": self.people.owner, "admin": self.admin, "member": self.people.member, "viewer": self.viewer,
@@ -88,5 +91,11 @@ def crew(people, planned, finished_run, django_user_model) -> Crew:
         num_devices=2, num_microbatches=4, schedule="1f1b")
     deleted_run = Run.objects.create(plan=planned.plan, created_by=people.owner, status=JobStatus.FAILED,
                                      world_size=2, deleted_at=timezone.now())
+    cluster_doc = load_cluster_preset("h100-sxm-2x8").to_dict()
+    cluster = ClusterRecord.objects.create(team=people.team, owner=people.owner, name="team pod", doc=cluster_doc,
+                                           num_devices=16, device_name="H100-SXM-80GB")
+    deleted_cluster = ClusterRecord.objects.create(team=people.team, owner=people.owner, name="old pod",
+                                                   doc=cluster_doc, num_devices=16, device_name="H100-SXM-80GB",
+                                                   deleted_at=timezone.now())
     return Crew(people=people, admin=admin, viewer=viewer, extra=extra, planned=planned, finished_run=finished_run,
-                queued_job=queued_job, deleted_run=deleted_run)
+                queued_job=queued_job, deleted_run=deleted_run, cluster=cluster, deleted_cluster=deleted_cluster)

@@ -16,7 +16,7 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from adaptis_web.studio.models import Invitation, Membership, ModelSpecRecord, PlanningJob, Run
+from adaptis_web.studio.models import ClusterRecord, Invitation, Membership, ModelSpecRecord, PlanningJob, Run
 from planner.spec.presets import load_model_preset
 
 WHO = ("owner", "admin", "member", "viewer", "outsider", "anonymous")
@@ -93,6 +93,22 @@ API_CASES = [
     Case("api schema (public, as before)", "get", lambda c: reverse("api-schema"), (200,) * 6),
     Case("restore a deleted run", "post",
          lambda c: reverse("api:curated-action", args=["runs", c.deleted_run.pk, "restore"]), ADMIN_ONLY),
+    Case("clusters list", "get", lambda c: reverse("api:clusters"), LIST),
+    Case("cluster detail", "get", lambda c: reverse("api:cluster", args=[c.cluster.pk]), READ),
+    Case("save a cluster", "post", lambda c: reverse("api:clusters"), CREATE,
+         lambda c: {"doc": c.cluster.doc, "team": c.people.team.pk, "name": "new pod"}),
+    Case("rename a cluster", "patch", lambda c: reverse("api:cluster", args=[c.cluster.pk]), CHANGE_ANYONES,
+         lambda c: {"name": "renamed"}),
+    Case("archive a cluster", "post",
+         lambda c: reverse("api:curated-action", args=["clusters", c.cluster.pk, "archive"]), CHANGE_ANYONES),
+    Case("delete a cluster", "delete", lambda c: reverse("api:cluster", args=[c.cluster.pk]), CHANGE_ANYONES),
+    Case("dependents of a cluster", "get", lambda c: reverse("api:dependents", args=["clusters", c.cluster.pk]),
+         READ),
+    Case("restore a deleted cluster", "post",
+         lambda c: reverse("api:curated-action", args=["clusters", c.deleted_cluster.pk, "restore"]), ADMIN_ONLY),
+    Case("create a hybrid job on a saved cluster", "post", lambda c: reverse("api:jobs"), CREATE,
+         lambda c: {"spec": c.planned.spec.pk, "mode": "hybrid", "saved_cluster": c.cluster.pk, "gpus": 4,
+                    "seq_len": 256, "global_batch": 8}),
 ]
 
 
@@ -101,7 +117,8 @@ def _state():
     return (ModelSpecRecord.objects.filter(deleted_at__isnull=True, archived_at__isnull=True).count(),
             PlanningJob.objects.filter(archived_at__isnull=True, cancel_requested=False).count(),
             Run.objects.filter(deleted_at__isnull=True).count(), sorted(Membership.objects.values_list("user_id", "role")),
-            Invitation.objects.count(), sorted(ModelSpecRecord.objects.values_list("name", flat=True)))
+            Invitation.objects.count(), sorted(ModelSpecRecord.objects.values_list("name", flat=True)),
+            sorted(ClusterRecord.objects.values_list("name", "archived_at", "deleted_at")))
 
 
 @pytest.mark.parametrize("who", WHO)
@@ -167,6 +184,17 @@ PAGE_CASES = [
          (200, 200, 403, 403, 200, 302)),  # the outsider's current team is their own, which they own
     Case("restore a deleted run", "post", lambda c: reverse("studio:curate", args=["runs", c.deleted_run.pk]),
          (302, 302, 403, 403, 404, 302), lambda c: {"action": "restore"}),
+    Case("clusters page", "get", lambda c: reverse("studio:cluster-new"), PAGE_OPEN),
+    Case("cluster page", "get", lambda c: reverse("studio:cluster", args=[c.cluster.pk]), PAGE_READ),
+    Case("save a cluster", "post", lambda c: reverse("studio:cluster-new"),
+         (302, 302, 302, 403, 400, 302),  # the outsider picks a team that is not theirs: the form refuses it
+         lambda c: {"team": c.people.team.pk, "name": "copied pod", "from_preset": "h100-sxm-4x8"}),
+    Case("archive a cluster", "post", lambda c: reverse("studio:curate", args=["clusters", c.cluster.pk]),
+         PAGE_CHANGE_ANYONES, lambda c: {"action": "archive"}),
+    Case("plan a spec, hybrid, on a saved cluster", "post", lambda c: reverse("studio:spec", args=[c.planned.spec.pk]),
+         (302, 302, 302, 403, 404, 302),
+         lambda c: {"mode": "hybrid", "cluster_preset": "cpu-host", "saved_cluster": c.cluster.pk, "gpus": 4,
+                    "seq_len": 256, "global_batch": 8, "schedule": "adaptis", "distributed_optimizer": "on"}),
 ]
 
 

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
 from django.conf import settings
 from django.core.validators import RegexValidator
 
 from adaptis_web.studio.url_converters import MAX_ID
-from adaptis_web.studio.models import ApiToken, Invitation, Membership, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent, Team
+from adaptis_web.studio.models import (ApiToken, ClusterRecord, Invitation, JobMode, Membership, ModelSpecRecord, Plan,
+                                       PlanningJob, Run, RunEvent, Team)
 from adaptis_web.studio.selectors import RUN_EVENTS_PAGE
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE, JOB_SCHEDULES
 from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, MAX_TIME_BUDGET_S, MIN_TIME_BUDGET_S
 from adaptis_web.studio.services.jobs import MAX_MICROBATCHES
+from adaptis_web.studio.services.hybrid import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN
 from adaptis_web.studio.services.teams import GRANTABLE_ROLES
 from adaptis_web.studio.services.runs import MAX_RUN_STEPS
 from planner.baselines import PARTITIONS
 from planner.limits import MAX_PIPELINE_DEVICES, RANGES
+from planner.parallel.config import RECOMPUTE_MODES
 
 
 
@@ -202,13 +205,58 @@ class SpecCreateInput(serializers.Serializer):
         return attrs
 
 
+class ClusterOutput(serializers.ModelSerializer):
+    owner = serializers.CharField(source="owner.username")
+
+    class Meta:
+        model = ClusterRecord
+        fields = ["id", "team", "owner", "name", "source_filename", "num_devices", "device_name", "created_at",
+                  "archived_at"]
+
+
+class ClusterDetailOutput(ClusterOutput):
+    doc = serializers.JSONField(help_text="the adaptis.cluster/v1 document")
+
+    class Meta(ClusterOutput.Meta):
+        fields = ClusterOutput.Meta.fields + ["doc"]
+
+
+class ClusterCreateInput(serializers.Serializer):
+    team = IdField(required=False, help_text="defaults to your only team")
+    file = serializers.FileField(required=False, help_text="adaptis.cluster/v1 as JSON or YAML")
+    doc = serializers.JSONField(required=False, help_text="the same document inline, instead of a file")
+    name = StrictCharField(required=False, allow_blank=True, max_length=200,
+                           help_text="defaults to the document's name")
+
+    def validate(self, attrs):
+        if ("file" in attrs) == ("doc" in attrs):
+            raise serializers.ValidationError({"file": "give exactly one of 'file' (upload) or 'doc' (inline)"})
+        return attrs
+
+
+def _pin(help_text: str, limit: int = MAX_GPUS) -> serializers.IntegerField:
+    return serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1, max_value=limit,
+                                    help_text=f"hybrid only, optional: {help_text}; empty lets the search choose")
+
+
 class JobCreateInput(serializers.Serializer):
     spec = IdField(help_text="id of a spec of one of your teams")
-    cluster_preset = StrictCharField(required=False, allow_blank=True, default="")
+    mode = serializers.ChoiceField(choices=JobMode.choices, default=JobMode.PIPELINE,
+                                   help_text='"pipeline": plan the pipeline of num_devices devices (the fields below '
+                                             'up to memory_limit_bytes); "hybrid": choose TP, CP, PP, DP, EP, '
+                                             "micro-batch size and recomputation for gpus GPUs (gpus, seq_len, "
+                                             "global_batch and the optional pins)")
+    cluster_preset = StrictCharField(required=False, allow_blank=True, default="",
+                                     help_text="a preset file (see /api/presets/) or a named cluster "
+                                               "'<device>-<nodes>x<gpus per node>', e.g. h100-sxm-1024x8")
     cluster = serializers.JSONField(required=False, help_text="a custom adaptis.cluster/v1 document")
-    num_devices = serializers.IntegerField(min_value=1, max_value=MAX_PIPELINE_DEVICES,
-                                           help_text="pipeline devices; at most the cluster's devices")
-    num_microbatches = serializers.IntegerField(min_value=1, max_value=MAX_MICROBATCHES)
+    saved_cluster = IdField(required=False, allow_null=True, default=None,
+                            help_text="id of a saved cluster of the spec's team (/api/clusters/)")
+    num_devices = serializers.IntegerField(required=False, min_value=1, max_value=MAX_PIPELINE_DEVICES,
+                                           help_text="pipeline only (required there): devices, at most the "
+                                                     "cluster's")
+    num_microbatches = serializers.IntegerField(required=False, min_value=1, max_value=MAX_MICROBATCHES,
+                                                help_text="pipeline only (required there)")
     schedule = serializers.ChoiceField(choices=JOB_SCHEDULES, default=DEFAULT_SCHEDULE,
                                        help_text='"adaptis" searches partition, placement and schedule and compares '
                                                  "the result with every baseline; the others build that baseline")
@@ -216,10 +264,35 @@ class JobCreateInput(serializers.Serializer):
                                         help_text="baselines only: the search chooses its own")
     seed = serializers.IntegerField(default=0, min_value=0, max_value=MAX_SEED, help_text="search only")
     time_budget_s = serializers.FloatField(default=DEFAULT_TIME_BUDGET_S, min_value=MIN_TIME_BUDGET_S,
-                                           max_value=MAX_TIME_BUDGET_S, help_text="search only")
+                                           max_value=MAX_TIME_BUDGET_S,
+                                           help_text="search and hybrid (a hybrid job's bounds the AdaPtis search "
+                                                     "inside its best configurations)")
     memory_limit_bytes = serializers.IntegerField(allow_null=True, default=None, min_value=1,
                                                   max_value=int(RANGES["memory_bytes"][1]),
                                                   help_text="search only: per device; default the device memory")
+    gpus = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1, max_value=MAX_GPUS,
+                                    help_text="hybrid only (required there): GPUs of the training job")
+    seq_len = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                       max_value=MAX_SEQ_LEN, help_text="hybrid only (required there): tokens per "
+                                                                        "sequence")
+    global_batch = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                            max_value=MAX_GLOBAL_BATCH,
+                                            help_text="hybrid only (required there): sequences per step")
+    tp = _pin("tensor-parallel degree (with sequence parallelism)")
+    cp = _pin("context-parallel degree")
+    pp = _pin("pipeline ranks")
+    dp = _pin("data-parallel degree")
+    ep = _pin("expert-parallel degree (carved out of dp x cp)")
+    microbatch_size = _pin("sequences per micro-batch", MAX_GLOBAL_BATCH)
+    recompute = serializers.ChoiceField(choices=RECOMPUTE_MODES, required=False, allow_null=True, default=None,
+                                        help_text="hybrid only, optional: activation recomputation on every stage")
+    distributed_optimizer = serializers.BooleanField(required=False, allow_null=True, default=None,
+                                                     help_text="hybrid only: ZeRO-1 over DP (default true)")
+
+    PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "recompute", "distributed_optimizer")
+
+    def pins(self) -> dict:
+        return {key: self.validated_data[key] for key in self.PINS if self.validated_data[key] is not None}
 
 
 class JobPlanOutput(serializers.ModelSerializer):
@@ -232,13 +305,20 @@ class JobOutput(serializers.ModelSerializer):
     spec_name = serializers.CharField(source="spec.name")
     created_by = serializers.CharField(source="created_by.username")
     plans = JobPlanOutput(many=True, read_only=True, help_text="newest first: a search's own plan comes first")
+    saved_cluster = serializers.IntegerField(source="cluster_record_id", allow_null=True,
+                                             help_text="the saved cluster it was planned on, if any")
+    num_devices = serializers.IntegerField(help_text="pipeline devices; a hybrid job's GPUs")
+    num_microbatches = serializers.IntegerField(help_text="0 for a hybrid job: the search chooses them")
+    pins = serializers.JSONField(help_text="hybrid: the pinned tp, cp, pp, dp, ep, microbatch_size, recompute, "
+                                           "distributed_optimizer")
 
     class Meta:
         model = PlanningJob
-        fields = ["id", "name", "spec", "spec_name", "created_by", "cluster_preset", "num_devices",
-                  "num_microbatches", "schedule", "partition", "seed", "time_budget_s", "memory_limit_bytes",
-                  "status", "progress", "progress_message", "cancel_requested", "error", "plans", "created_at",
-                  "started_at", "finished_at", "archived_at"]
+        fields = ["id", "name", "spec", "spec_name", "created_by", "mode", "cluster_preset", "saved_cluster",
+                  "num_devices", "num_microbatches", "schedule", "partition", "seed", "time_budget_s",
+                  "memory_limit_bytes", "gpus", "seq_len", "global_batch", "pins", "status", "progress",
+                  "progress_message", "cancel_requested", "error", "plans", "created_at", "started_at",
+                  "finished_at", "archived_at"]
 
 
 class PlanListOutput(serializers.ModelSerializer):
@@ -251,11 +331,102 @@ class PlanListOutput(serializers.ModelSerializer):
                   "bubble_ratio", "created_at", "archived_at"]
 
 
+class HybridPredictedOutput(serializers.Serializer):
+    iteration_ms = serializers.FloatField(help_text="one training step: pipeline + exposed DP + optimizer")
+    pipeline_ms = serializers.FloatField()
+    data_parallel_exposed_ms = serializers.FloatField()
+    optimizer_ms = serializers.FloatField()
+    tokens_per_s = serializers.FloatField()
+    mfu = serializers.FloatField(help_text="model FLOPs (no recomputation) over the GPUs' dense BF16 peak")
+    hardware_tflops_per_gpu = serializers.FloatField(help_text="every executed FLOP, recomputation included")
+    peak_memory_bytes = serializers.IntegerField(help_text="the fullest GPU")
+    fits = serializers.BooleanField()
+    schedule = serializers.CharField(help_text="1f1b, interleaved-1f1b or adaptis")
+    chunks = serializers.IntegerField()
+    estimated = serializers.BooleanField(help_text="true: the closed form's estimate, not a simulated pipeline")
+
+
+class HybridMemoryOutput(serializers.Serializer):
+    pipeline_rank = serializers.IntegerField()
+    params_bytes = serializers.IntegerField()
+    gradients_bytes = serializers.IntegerField()
+    optimizer_bytes = serializers.IntegerField()
+    activations_bytes = serializers.IntegerField()
+    buffers_bytes = serializers.IntegerField()
+    overhead_bytes = serializers.IntegerField()
+    total_bytes = serializers.IntegerField()
+    capacity_bytes = serializers.IntegerField()
+    fits = serializers.BooleanField()
+
+
+class HybridScoreOutput(serializers.Serializer):
+    parallel = serializers.JSONField(help_text="tp, cp, pp, dp, ep, microbatch_size, num_microbatches, recompute "
+                                               "(a mode, or one per stage), distributed_optimizer")
+    short = serializers.CharField(help_text='e.g. "TP2 CP4 PP4 DP2 EP4 mbs8 m32 none ZeRO-1"')
+    predicted = HybridPredictedOutput()
+    memory = HybridMemoryOutput(many=True, help_text="one GPU of each pipeline rank (all its GPUs hold the same)")
+
+
+class RankOutput(serializers.Serializer):
+    gpu = serializers.IntegerField()
+    node = serializers.IntegerField()
+    tp = serializers.IntegerField()
+    cp = serializers.IntegerField()
+    dp = serializers.IntegerField()
+    pp = serializers.IntegerField()
+    ep = serializers.IntegerField()
+
+
+class RankMappingOutput(serializers.Serializer):
+    order = serializers.CharField(help_text="tp-cp-dp-pp: Megatron's, tp fastest")
+    gpus_per_node = serializers.IntegerField()
+    nvlink_domain = serializers.IntegerField()
+    groups = serializers.JSONField(help_text="tp, cp, dp, ep, edp, pp: size, per_domain, crosses_domains, "
+                                             "ring_bandwidth_gb_s")
+    ranks = RankOutput(many=True, help_text="the first 1,024 GPUs' coordinates (every GPU of a smaller job); GPU "
+                                            "r = tp + TP·(cp + CP·(dp + DP·pp))")
+
+
+class HybridBestOutput(HybridScoreOutput):
+    rank_mapping = RankMappingOutput()
+    plan_id = serializers.IntegerField(help_text="the stored adaptis.plan/v2 plan (/api/plans/ID/)")
+    layout = serializers.CharField()
+
+
+class HybridResultOutput(serializers.Serializer):
+    best = HybridBestOutput()
+    runners_up = HybridScoreOutput(many=True)
+    considered = serializers.IntegerField(help_text="configurations scored")
+    pruned_by_memory = serializers.IntegerField()
+    seconds = serializers.FloatField()
+    stats = serializers.JSONField()
+    cancelled = serializers.BooleanField(help_text="cancelled while searching: best is the best simulated so far")
+
+
+class SearchResultOutput(serializers.Serializer):
+    iteration_ms = serializers.FloatField()
+    bubble_ratio = serializers.FloatField()
+    peak_memory_bytes = serializers.IntegerField()
+    lower_bound_ms = serializers.FloatField()
+    lower_bound = serializers.JSONField()
+    gap = serializers.FloatField()
+    stats = serializers.JSONField()
+    candidates = serializers.JSONField()
+    baselines = serializers.JSONField(help_text="per baseline: its metrics, adaptis_speedup and plan_id")
+    plan_id = serializers.IntegerField()
+    cancelled = serializers.BooleanField()
+
+
 class JobDetailOutput(JobOutput):
     cluster = serializers.JSONField(source="cluster_doc")
-    result = serializers.JSONField(help_text="a search's summary: iteration_ms, lower_bound_ms, lower_bound, gap, "
-                                             "stats, candidates, baselines (with adaptis_speedup and plan_id); "
-                                             "empty for a baseline job")
+    result = serializers.SerializerMethodField(
+        help_text="a pipeline search's summary (SearchResult), a hybrid job's (HybridResult); empty for a baseline "
+                  "job and until the job succeeds")
+
+    @extend_schema_field(PolymorphicProxySerializer(component_name="JobResult", resource_type_field_name=None,
+                                                    serializers=[SearchResultOutput, HybridResultOutput]))
+    def get_result(self, job: PlanningJob) -> dict:
+        return job.result
     calibration = serializers.JSONField(help_text="for a job planned with a profile calibrated from a run: run_id, "
                                                   "plan_id, observed_iteration_ms, predicted_before_ms, "
                                                   "predicted_compute_calibrated_ms, predicted_after_ms, "

@@ -19,6 +19,9 @@ from adaptis_web.studio.api.parsers import BoundedJSONParser
 from adaptis_web.studio.api.throttles import ThrottledCreate
 from adaptis_web.studio.api.serializers import (
     SPEC_CREATE_SCHEMAS,
+    ClusterCreateInput,
+    ClusterDetailOutput,
+    ClusterOutput,
     JobCreateInput,
     JobDetailOutput,
     JobOutput,
@@ -35,14 +38,18 @@ from adaptis_web.studio.api.serializers import (
     PlanListOutput,
     RenameInput,
 )
-from adaptis_web.studio.filters import HistoryCursorPagination, JobFilter, PlanFilter, RunFilter, SpecFilter
+from adaptis_web.studio.filters import (ClusterFilter, HistoryCursorPagination, JobFilter, PlanFilter, RunFilter,
+                                        SpecFilter)
 from adaptis_web.studio.services import curation
 from adaptis_web.studio.services.jobs import JOB_SCHEDULES, job_cancel, job_create, job_request_check
 from adaptis_web.studio.services.calibration import job_replan_from_run
+from adaptis_web.studio.services.clusters import (MAX_CLUSTER_FILE_BYTES, cluster_create, cluster_parse_doc,
+                                                  cluster_parse_upload)
 from adaptis_web.studio.services.runs import run_create
 from adaptis_web.studio.services.specs import read_upload, spec_create, spec_parse_upload
 from planner.baselines import PARTITIONS
 from planner.cluster import preset_names
+from planner.hardware import ACCELERATORS
 from planner.spec.model import load_model_spec
 from planner.spec.presets import model_preset_names
 
@@ -52,10 +59,14 @@ class PresetsApi(APIView):
         "clusters": serializers.ListField(child=serializers.CharField()),
         "models": serializers.ListField(child=serializers.CharField()),
         "schedules": serializers.ListField(child=serializers.CharField()),
-        "partitions": serializers.ListField(child=serializers.CharField())}))
+        "partitions": serializers.ListField(child=serializers.CharField()),
+        "cluster_devices": serializers.ListField(
+            child=serializers.CharField(),
+            help_text="devices of named clusters '<device>-<nodes>x<gpus per node>', e.g. h100-sxm-1024x8")}))
     def get(self, request):
         return Response({"clusters": preset_names(), "models": model_preset_names(),
-                         "schedules": list(JOB_SCHEDULES), "partitions": list(PARTITIONS)})
+                         "schedules": list(JOB_SCHEDULES), "partitions": list(PARTITIONS),
+                         "cluster_devices": list(ACCELERATORS)})
 
 
 class HistoryListApi(ListAPIView):
@@ -152,6 +163,42 @@ class SpecDetailApi(CuratedDetailMixin, APIView):
         return Response(SpecDetailOutput(selectors.spec_get_for_user(user=request.user, spec_id=spec_id)).data)
 
 
+class ClusterListCreateApi(ThrottledCreate, HistoryListApi):
+    throttle_scope = "specs"  # a parsed document, as a spec is
+    serializer_class = ClusterOutput
+    filterset_class = ClusterFilter
+    kind = "clusters"
+    parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
+
+    @extend_schema(request=ClusterCreateInput, responses={201: ClusterDetailOutput},
+                   description="Save an adaptis.cluster/v1 document (JSON or YAML file, or inline) for a team; "
+                               "its jobs offer it as a cluster. A bad document is a 400 naming the field inside it.")
+    def post(self, request):
+        data = ClusterCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        team = selectors.team_for_request(user=request.user, team_id=values.get("team"))
+        if "file" in values:
+            upload = values["file"]
+            cluster = cluster_parse_upload(content=read_upload(upload, field="file", limit=MAX_CLUSTER_FILE_BYTES),
+                                           filename=upload.name)
+            filename = upload.name
+        else:
+            cluster, filename = cluster_parse_doc(doc=values["doc"], field="doc"), ""
+        record = cluster_create(team=team, owner=request.user, cluster=cluster, name=values.get("name", ""),
+                                source_filename=filename)
+        return Response(ClusterDetailOutput(record).data, status=status.HTTP_201_CREATED)
+
+
+class ClusterDetailApi(CuratedDetailMixin, APIView):
+    kind = "clusters"
+
+    @extend_schema(responses=ClusterDetailOutput)
+    def get(self, request, cluster_id: int):
+        return Response(ClusterDetailOutput(selectors.cluster_get_for_user(user=request.user,
+                                                                           cluster_id=cluster_id)).data)
+
+
 class JobListCreateApi(ThrottledCreate, HistoryListApi):
     throttle_scope = "jobs"
     serializer_class = JobOutput
@@ -164,12 +211,16 @@ class JobListCreateApi(ThrottledCreate, HistoryListApi):
         data.is_valid(raise_exception=True)
         values = data.validated_data
         spec_record = selectors.spec_for_request(user=request.user, spec_id=values["spec"])
+        saved = values["saved_cluster"]
         job_request = job_request_check(
-            spec=load_model_spec(spec_record.doc), num_devices=values["num_devices"],
-            num_microbatches=values["num_microbatches"], cluster_preset=values["cluster_preset"],
+            spec=load_model_spec(spec_record.doc), num_devices=values.get("num_devices"),
+            num_microbatches=values.get("num_microbatches"), cluster_preset=values["cluster_preset"],
             cluster_doc=values.get("cluster"), schedule=values["schedule"], partition=values["partition"],
             seed=values["seed"], time_budget_s=values["time_budget_s"],
-            memory_limit_bytes=values["memory_limit_bytes"])
+            memory_limit_bytes=values["memory_limit_bytes"], mode=values["mode"], team=spec_record.team,
+            saved_cluster=None if saved is None else selectors.cluster_for_request(user=request.user,
+                                                                                   cluster_id=saved),
+            gpus=values["gpus"], seq_len=values["seq_len"], global_batch=values["global_batch"], pins=data.pins())
         with transaction.atomic():
             job = job_create(spec_record=spec_record, user=request.user, request=job_request)
         return Response(JobDetailOutput(job).data, status=status.HTTP_201_CREATED)

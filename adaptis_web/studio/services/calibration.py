@@ -63,6 +63,9 @@ def job_replan_from_run(*, run: Run, user: AbstractBaseUser) -> PlanningJob:
     spec_check_team(team=source.spec.team, user=user, doing="re-planning from a run")
     if run.status != JobStatus.SUCCEEDED:
         raise SpecError("run", f"is {run.status}; only a succeeded run's timings can calibrate a profile")
+    if source.is_hybrid:
+        raise SpecError("run", "ran a plan of a hybrid-parallel job, whose search re-plans from the analytic "
+                               "cost model only: plan the job again")
     events = run_observed_events(run)
     if not events:
         raise SpecError("run", "has no observed actions to calibrate from")

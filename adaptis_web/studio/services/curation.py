@@ -1,9 +1,10 @@
-"""Rename, archive and delete (softly) a spec, job, plan or run; an admin restores what was deleted.
+"""Rename, archive and delete (softly) a spec, cluster, job, plan or run; an admin restores what was deleted.
 
 Archiving or deleting takes what depends on the object along (a spec's jobs, their plans, their runs),
-stamped with the same time, so that undoing it brings back exactly those. ``dependents`` is what a page or
-the API shows before either. A member may do this to what they created only when nothing in it is
-someone else's; an admin to anything of the team (services.roles).
+stamped with the same time, so that undoing it brings back exactly those; a saved cluster takes nothing along
+(the jobs planned on it keep a copy of its document). ``dependents`` is what a page or the API shows before
+either. A member may do this to what they created only when nothing in it is someone else's; an admin to
+anything of the team (services.roles).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from django.db import transaction
 from django.db.models import Model, QuerySet
 from django.utils import timezone
 
-from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, Team
+from adaptis_web.studio.models import ClusterRecord, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, Team
 from adaptis_web.studio.services.roles import Role, RoleRefusal, role_require, role_require_own_or_admin
 from adaptis_web.studio.services.refusals import Conflict
 from planner.errors import SpecError
@@ -35,6 +36,7 @@ class Kind:
 
 KINDS = {
     ModelSpecRecord: Kind("spec", "team", "owner_id"),
+    ClusterRecord: Kind("cluster", "team", "owner_id"),
     PlanningJob: Kind("job", "spec__team", "created_by_id"),
     Plan: Kind("plan", "job__spec__team", "job__created_by_id"),
     Run: Kind("run", "plan__job__spec__team", "created_by_id"),
@@ -98,8 +100,8 @@ def object_rename(*, obj: Model, user: AbstractBaseUser, name: str) -> Model:
     role_require_own_or_admin(user=user, team=object_team(obj), creator_id=object_creator_id(obj),
                               doing=f"renaming a {KINDS[type(obj)].noun}")
     name = name.strip()
-    if isinstance(obj, ModelSpecRecord) and not name:
-        raise SpecError("name", "is required for a spec")
+    if isinstance(obj, (ModelSpecRecord, ClusterRecord)) and not name:
+        raise SpecError("name", f"is required for a {KINDS[type(obj)].noun}")
     if len(name) > MAX_NAME:
         raise SpecError("name", f"is {len(name)} characters; the limit is {MAX_NAME}")
     obj.name = name

@@ -3,8 +3,9 @@
 ``job_run`` is what the Celery task ``plan_job_run`` calls: analytic profile of the spec on the job's
 cluster, then either one baseline plan (``schedule`` is a baseline) or the AdaPtis search
 (``schedule="adaptis"``, ``services.search``), which yields its best plan and every baseline it was
-compared with; each plan is validated, simulated with its timeline and stored. Progress, the final error
-and the outcome are written to the job row as it goes; the web pages only read them.
+compared with; each plan is validated, simulated with its timeline and stored. A hybrid job
+(``mode="hybrid"``, ``services.hybrid``) searches the whole training job's parallel configuration instead.
+Progress, the final error and the outcome are written to the job row as it goes; the web pages only read them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from django.db import transaction
 from django.db.models import Case, Value, When
 from django.utils import timezone
 
-from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, Team
+from adaptis_web.studio.models import ClusterRecord, JobMode, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, Team
+from adaptis_web.studio.services import hybrid
+from adaptis_web.studio.services.clusters import cluster_resolve
 from adaptis_web.studio.services.liveness import heartbeat
 from adaptis_web.studio.services.queueing import enqueue_on_commit
 from adaptis_web.studio.services.search import (
@@ -31,7 +34,7 @@ from adaptis_web.studio.services.refusals import Conflict
 from adaptis_web.studio.services.roles import role_require_own_or_admin
 from adaptis_web.studio.services.specs import prefixed_error, spec_check_team, spec_create
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
-from planner.cluster import ClusterSpec, load_cluster, load_cluster_preset, preset_names
+from planner.cluster import ClusterSpec, load_cluster
 from planner.cost import analytic_profile
 from planner.errors import PlanError, SpecError
 from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
@@ -56,8 +59,9 @@ SEARCH_PROGRESS_SPAN = (0.2, 0.85)  # the share of the job's progress bar the se
 
 @dataclass(frozen=True)
 class JobRequest:
-    """Checked planning parameters; ``cluster_preset`` is empty for a custom cluster. ``partition`` is empty
-    for the search (it chooses its own); ``memory_limit_bytes`` None means the cluster's device memory."""
+    """Checked planning parameters; ``cluster_preset`` is empty for a custom or saved cluster. ``partition`` is
+    empty for the search (it chooses its own); ``memory_limit_bytes`` None means the cluster's device memory.
+    A hybrid job (``mode`` "hybrid") has ``hybrid`` settings, ``num_devices`` = its GPUs and no micro-batches."""
 
     cluster_preset: str
     cluster: ClusterSpec
@@ -68,36 +72,43 @@ class JobRequest:
     seed: int = 0
     time_budget_s: float = DEFAULT_TIME_BUDGET_S
     memory_limit_bytes: int | None = None
+    mode: str = JobMode.PIPELINE
+    hybrid: hybrid.HybridSettings | None = None
+    cluster_record: ClusterRecord | None = None
 
 
-def _resolve_cluster(cluster_preset: str, cluster_doc: dict | None, cluster_field: str) -> ClusterSpec:
-    if cluster_preset and cluster_doc is not None:
-        raise SpecError(cluster_field, "give either a cluster preset or a custom cluster, not both")
-    if cluster_doc is not None:
-        try:
-            return load_cluster(cluster_doc)
-        except SpecError as error:
-            raise prefixed_error(error, cluster_field) from None
-    if not cluster_preset:
-        raise SpecError("cluster_preset", f"is required (one of {', '.join(preset_names())}) "
-                                          "unless a custom cluster is given")
-    if cluster_preset not in preset_names():
-        raise SpecError("cluster_preset", f"unknown preset {cluster_preset!r}; known: {', '.join(preset_names())}")
-    return load_cluster_preset(cluster_preset)
-
-
-def job_request_check(*, spec: ModelSpec, num_devices: int, num_microbatches: int, cluster_preset: str = "",
-                      cluster_doc: dict | None = None, schedule: str = DEFAULT_SCHEDULE,
+def job_request_check(*, spec: ModelSpec, num_devices: int | None = None, num_microbatches: int | None = None,
+                      cluster_preset: str = "", cluster_doc: dict | None = None, schedule: str = DEFAULT_SCHEDULE,
                       partition: str = DEFAULT_PARTITION, cluster_field: str = "cluster", seed: int = 0,
-                      time_budget_s: float = DEFAULT_TIME_BUDGET_S,
-                      memory_limit_bytes: int | None = None) -> JobRequest:
-    """Everything about a planning request that can be checked before queueing it; SpecError otherwise."""
+                      time_budget_s: float = DEFAULT_TIME_BUDGET_S, memory_limit_bytes: int | None = None,
+                      mode: str = JobMode.PIPELINE, saved_cluster: ClusterRecord | None = None,
+                      team: Team | None = None, gpus: int | None = None, seq_len: int | None = None,
+                      global_batch: int | None = None, pins: dict | None = None) -> JobRequest:
+    """Everything about a planning request that can be checked before queueing it; SpecError otherwise.
+
+    The cluster is a preset (a file or a name like ``h100-sxm-1024x8``), ``cluster_doc``, or ``saved_cluster``
+    of ``team`` (the spec's). ``mode="hybrid"`` takes ``gpus``, ``seq_len``, ``global_batch`` and ``pins``
+    instead of the pipeline's devices, micro-batches, schedule and partition."""
+    if mode not in JobMode.values:
+        raise SpecError("mode", f"must be one of {', '.join(JobMode.values)}; got {mode!r}")
+    cluster = cluster_resolve(cluster_preset=cluster_preset, cluster_doc=cluster_doc, saved=saved_cluster,
+                              team=team, cluster_field=cluster_field)
+    preset = cluster_preset if cluster_doc is None and saved_cluster is None else ""
+    if mode == JobMode.HYBRID:
+        search_settings_check(seed=0, time_budget_s=time_budget_s, memory_limit_bytes=None, cluster=cluster)
+        settings = hybrid.hybrid_settings_check(spec=spec, cluster=cluster, gpus=gpus, seq_len=seq_len,
+                                                global_batch=global_batch, pins=pins)
+        return JobRequest(cluster_preset=preset, cluster=cluster, num_devices=settings.gpus, num_microbatches=0,
+                          schedule=hybrid.HYBRID_SCHEDULE, partition="", time_budget_s=float(time_budget_s),
+                          mode=JobMode.HYBRID, hybrid=settings, cluster_record=saved_cluster)
+    for field, value in (("num_devices", num_devices), ("num_microbatches", num_microbatches)):
+        if value is None:
+            raise SpecError(field, "is required for a pipeline-only job")
     if schedule not in JOB_SCHEDULES:
         raise SpecError("schedule", f"must be one of {', '.join(JOB_SCHEDULES)}; got {schedule!r}")
     searched = schedule == ADAPTIS_SCHEDULE
     if not searched and partition not in PARTITIONS:
         raise SpecError("partition", f"must be one of {', '.join(PARTITIONS)}; got {partition!r}")
-    cluster = _resolve_cluster(cluster_preset, cluster_doc, cluster_field)
     if not 1 <= num_devices <= cluster.num_devices:
         raise SpecError("num_devices", f"must be between 1 and the cluster's {cluster.num_devices} devices "
                                        f"({cluster.name}); got {num_devices}")
@@ -115,10 +126,10 @@ def job_request_check(*, spec: ModelSpec, num_devices: int, num_microbatches: in
                                        f"{spec.name!r} has only {spec.num_layers} layers")
     search_settings_check(seed=seed, time_budget_s=time_budget_s, memory_limit_bytes=memory_limit_bytes,
                           cluster=cluster)
-    return JobRequest(cluster_preset=cluster_preset if cluster_doc is None else "", cluster=cluster,
+    return JobRequest(cluster_preset=preset, cluster=cluster,
                       num_devices=num_devices, num_microbatches=num_microbatches, schedule=schedule,
                       partition="" if searched else partition, seed=seed, time_budget_s=float(time_budget_s),
-                      memory_limit_bytes=memory_limit_bytes)
+                      memory_limit_bytes=memory_limit_bytes, cluster_record=saved_cluster)
 
 
 def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request: JobRequest,
@@ -136,7 +147,9 @@ def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request:
         num_microbatches=request.num_microbatches, schedule=request.schedule, partition=request.partition,
         seed=request.seed, time_budget_s=request.time_budget_s, memory_limit_bytes=request.memory_limit_bytes,
         profile_doc=None if profile is None else profile.to_dict(), calibrated_from=calibrated_from,
-        calibration=calibration or {}, progress_message="Waiting for a worker", celery_task_id=str(uuid.uuid4()))
+        calibration=calibration or {}, progress_message="Waiting for a worker", celery_task_id=str(uuid.uuid4()),
+        mode=request.mode, cluster_record=request.cluster_record,
+        **(vars(request.hybrid) if request.hybrid else {}))
     enqueue_on_commit(plan_job_run, row=job)
     return job
 
@@ -195,7 +208,26 @@ def _job_finish(job_id: int, *, done: str, cancelled: str, result: dict) -> None
         progress=1.0, result=result, finished_at=timezone.now())
 
 
-def _plan_job(job: PlanningJob) -> Plan:
+def _hybrid_job(job: PlanningJob) -> Plan | None:
+    cluster = load_cluster(job.cluster_doc)
+    _job_progress(job.pk, 0.1, f"Searching TP, CP, PP, DP, EP, micro-batch size and recomputation for "
+                               f"{job.gpus:,} {cluster.device.name} GPUs (AdaPtis inside the best configurations "
+                               f"for up to {job.time_budget_s:g} s)")
+    result = hybrid.hybrid_search(job)
+    if result is None:
+        _job_finish(job.pk, done="", cancelled="Cancelled before any configuration was simulated", result={})
+        return None
+    _job_progress(job.pk, 0.9, f"Storing the plan of {result.best.config.short()}")
+    done, cancelled = hybrid.hybrid_messages(result)
+    with transaction.atomic():
+        plan = hybrid.hybrid_plan_store(job, result)
+        _job_finish(job.pk, done=done, cancelled=cancelled, result=hybrid.hybrid_summary(result, plan))
+    return plan
+
+
+def _plan_job(job: PlanningJob) -> Plan | None:
+    if job.is_hybrid:
+        return _hybrid_job(job)
     spec = load_model_spec(job.spec.doc)
     cluster = load_cluster(job.cluster_doc)
     if job.profile_doc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from adaptis_web.studio.models import Plan
 from planner.cluster import load_cluster
+from planner.parallel.mapping import RankMapping
 from planner.plan import load_plan
 from planner.profile import load_profile
 from planner.simulator import simulate
@@ -19,5 +20,8 @@ def plan_prediction(plan: Plan) -> dict:
     """The simulator's full output for ``plan``: the stored metrics plus ``timeline`` and ``transfers``."""
     if "timeline" in plan.simulation:
         return plan.simulation
-    simulation = simulate(load_plan(plan.plan_doc), load_profile(plan.profile_doc), load_cluster(plan.job.cluster_doc))
+    planner_plan, cluster = load_plan(plan.plan_doc), load_cluster(plan.job.cluster_doc)
+    if planner_plan.parallel is not None:  # a hybrid plan's devices are pipeline ranks, on the links between them
+        cluster = RankMapping(planner_plan.parallel, cluster).pipeline_cluster()
+    simulation = simulate(planner_plan, load_profile(plan.profile_doc), cluster)
     return simulation.to_dict()

@@ -2,8 +2,8 @@
 
 | role   | may |
 |--------|-----|
-| viewer | read and export the team's specs, jobs, plans and runs |
-| member | also create specs, jobs and runs (which create plans); cancel, rename, archive and delete their own |
+| viewer | read and export the team's specs, clusters, jobs, plans and runs |
+| member | also create specs, clusters, jobs and runs (which create plans); cancel, rename, archive and delete their own |
 | admin  | also do that to anyone's, manage members and invitations, restore deleted objects |
 | owner  | an admin who also transfers the ownership; each team has exactly one |
 

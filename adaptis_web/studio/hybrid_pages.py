@@ -1,0 +1,97 @@
+"""What a hybrid job's page shows of its result: the configurations table, the picture of the cluster and the
+memory of each pipeline rank. Pure functions of the stored job; the template only lays them out.
+
+The picture draws every GPU (a cell labelled with its (tp, cp, dp, pp, ep) coordinate, coloured by pipeline
+rank) for jobs of up to ``PICTURE_ALL_UP_TO`` GPUs; a larger job shows its first ``PICTURE_FIRST_NODES`` nodes
+in full, the count of the rest, and which nodes each pipeline rank spans, so the page stays a few hundred
+elements at 16,384 GPUs.
+"""
+
+from __future__ import annotations
+
+from planner.cluster import ClusterSpec, load_cluster
+from planner.parallel.config import load_parallel
+from planner.parallel.mapping import RankMapping
+
+GIB = 2**30
+PICTURE_ALL_UP_TO = 256
+PICTURE_FIRST_NODES = 8
+MEMORY_PARTS = (("params_bytes", "parameters"), ("gradients_bytes", "gradients"), ("optimizer_bytes", "optimizer"),
+                ("activations_bytes", "activations"), ("buffers_overhead_bytes", "buffers & overhead"))
+
+
+def stage_colour(pp_rank: int, pp: int) -> str:
+    """Pipeline ranks evenly round the colour wheel, light enough for dark text."""
+    return f"hsl({round(360 * pp_rank / max(pp, 1)) % 360}, 70%, 80%)"
+
+
+def configuration_rows(result: dict) -> list[dict]:
+    """The chosen configuration, then the runners-up: throughput, MFU, step time, peak memory, fits."""
+    best_ms = result["best"]["predicted"]["iteration_ms"]
+    rows = []
+    for index, score in enumerate([result["best"], *result["runners_up"]]):
+        predicted = score["predicted"]
+        rows.append({"chosen": index == 0, "short": score["short"], "parallel": score["parallel"],
+                     "schedule": predicted["schedule"], "chunks": predicted["chunks"],
+                     "estimated": predicted["estimated"], "iteration_s": predicted["iteration_ms"] / 1e3,
+                     "tokens_per_s": predicted["tokens_per_s"], "mfu_percent": 100 * predicted["mfu"],
+                     "hardware_tflops_per_gpu": predicted["hardware_tflops_per_gpu"],
+                     "peak_memory_gib": predicted["peak_memory_bytes"] / GIB, "fits": predicted["fits"],
+                     "slower_percent": 100 * (predicted["iteration_ms"] / best_ms - 1)})
+    return rows
+
+
+def memory_bars(memory: list[dict]) -> dict:
+    """One stacked bar per pipeline rank, widths in percent of the largest of capacity and use."""
+    scale = max(max(rank["capacity_bytes"], rank["total_bytes"]) for rank in memory)
+    bars = []
+    for rank in memory:
+        amounts = {**rank, "buffers_overhead_bytes": rank["buffers_bytes"] + rank["overhead_bytes"]}
+        bars.append({
+            "pipeline_rank": rank["pipeline_rank"], "fits": rank["fits"], "total_gib": rank["total_bytes"] / GIB,
+            "capacity_gib": rank["capacity_bytes"] / GIB,
+            "capacity_percent": 100 * rank["capacity_bytes"] / scale,
+            "parts": [{"key": key.removesuffix("_bytes"), "label": label, "gib": amounts[key] / GIB,
+                       "percent": 100 * amounts[key] / scale} for key, label in MEMORY_PARTS]})
+    return {"bars": bars, "parts": [{"key": key.removesuffix("_bytes"), "label": label} for key, label in MEMORY_PARTS]}
+
+
+def cluster_picture(parallel: dict, cluster: ClusterSpec) -> dict:
+    """Nodes as boxes of GPU cells (the first nodes only for a large job) and each pipeline rank's span."""
+    config = load_parallel(parallel)
+    mapping = RankMapping(config, cluster)
+    gpus, per_node = config.num_gpus, cluster.devices_per_node
+    nodes_used = -(-gpus // per_node)
+    shown = nodes_used if gpus <= PICTURE_ALL_UP_TO else min(PICTURE_FIRST_NODES, nodes_used)
+    nodes = []
+    for node in range(shown):
+        cells = []
+        for gpu in range(node * per_node, min((node + 1) * per_node, gpus)):
+            coordinate = mapping.coordinate(gpu)
+            cells.append({**coordinate, "colour": stage_colour(coordinate["pp"], config.pp)})
+        nodes.append({"index": node, "gpus": cells})
+    per_rank = gpus // config.pp
+    stages = [{"pp": rank, "colour": stage_colour(rank, config.pp), "first_gpu": rank * per_rank,
+               "last_gpu": (rank + 1) * per_rank - 1, "first_node": rank * per_rank // per_node,
+               "last_node": ((rank + 1) * per_rank - 1) // per_node} for rank in range(config.pp)]
+    return {"nodes": nodes, "shown_gpus": sum(len(node["gpus"]) for node in nodes), "gpus": gpus,
+            "nodes_used": nodes_used, "hidden_nodes": nodes_used - shown,
+            "hidden_gpus": gpus - sum(len(node["gpus"]) for node in nodes), "per_node": per_node,
+            "idle_gpus": cluster.num_devices - gpus, "cluster_nodes": cluster.nodes, "stages": stages,
+            "gpus_per_stage": per_rank}
+
+
+def hybrid_page_context(job) -> dict:
+    """The hybrid sections of the job page; empty until the job has a result."""
+    result = job.result or {}
+    if "best" not in result:
+        return {"hybrid": None}
+    best = result["best"]
+    cluster = load_cluster(job.cluster_doc)
+    return {"hybrid": {
+        "result": result, "best": best, "predicted": best["predicted"], "rows": configuration_rows(result),
+        "picture": cluster_picture(best["parallel"], cluster), "memory": memory_bars(best["memory"]),
+        "recompute": load_parallel(best["parallel"]).recompute_text(), "device": cluster.device.name,
+        "peak_memory_gib": best["predicted"]["peak_memory_bytes"] / GIB,
+        "capacity_gib": cluster.device.memory_bytes / GIB,
+    }}

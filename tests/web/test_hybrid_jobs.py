@@ -1,0 +1,303 @@
+"""Hybrid-parallel jobs (TP x CP x PP x DP x EP): the request's checks and their 400s, the job planned in-process
+and through a real Celery worker, what its result and its stored v2 plan hold, the job page (configurations,
+cluster picture, memory bars), cancellation, and the pure-PP jobs beside them."""
+
+import json
+import re
+import time
+
+import pytest
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from adaptis_web.studio.hybrid_pages import PICTURE_FIRST_NODES, cluster_picture, memory_bars
+from adaptis_web.studio.models import JobStatus, Plan, PlanningJob, Run
+from adaptis_web.studio.services.calibration import job_replan_from_run
+from adaptis_web.studio.services.clusters import cluster_create
+from adaptis_web.studio.services.jobs import job_create, job_request_check, job_run
+from adaptis_web.studio.services.specs import spec_create
+from planner.cluster import load_cluster_preset
+from planner.errors import SpecError
+from planner.plan import load_plan
+from planner.spec.presets import load_model_preset
+
+LLAMA = load_model_preset("llama-3-8b")
+HYBRID_JOB = {"mode": "hybrid", "cluster_preset": "h100-sxm-2x8", "gpus": 16, "seq_len": 4096, "global_batch": 64,
+              "time_budget_s": 3}
+
+
+def _api(user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+@pytest.fixture
+def llama(people):
+    return spec_create(team=people.team, owner=people.owner, spec=LLAMA)
+
+
+def _hybrid_request(**overrides):
+    values = dict(spec=LLAMA, mode="hybrid", cluster_preset="h100-sxm-2x8", gpus=16, seq_len=4096, global_batch=64,
+                  time_budget_s=3.0)
+    values.update(overrides)
+    return job_request_check(**values)
+
+
+@pytest.fixture
+def hybrid_job(people, llama, django_capture_on_commit_callbacks) -> PlanningJob:
+    """llama-3-8b on 16 H100s of h100-sxm-2x8 (TP pinned to 2), planned in-process."""
+    with django_capture_on_commit_callbacks(execute=False):
+        job = job_create(spec_record=llama, user=people.member, request=_hybrid_request(pins={"tp": 2}))
+    job_run(job_id=job.pk)
+    job.refresh_from_db()
+    return job
+
+
+class TestRequestCheck:
+    def test_a_hybrid_request_names_its_gpus_batch_and_pins(self):
+        request = _hybrid_request(pins={"tp": 2, "recompute": "full", "pp": None})
+        assert (request.mode, request.schedule, request.num_devices, request.num_microbatches) == ("hybrid", "hybrid",
+                                                                                                   16, 0)
+        assert request.hybrid.pins == {"tp": 2, "recompute": "full"}, "an empty pin is no pin"
+        assert (request.hybrid.gpus, request.hybrid.seq_len, request.hybrid.global_batch) == (16, 4096, 64)
+
+    def test_a_named_cluster_of_any_size_is_a_preset(self):
+        request = _hybrid_request(cluster_preset="h100-sxm-1024x8", gpus=8192, global_batch=1024)
+        assert request.cluster.num_devices == 8192 and request.cluster_preset == "h100-sxm-1024x8"
+
+    def test_the_pipeline_mode_takes_a_named_cluster_too(self):
+        request = job_request_check(spec=LLAMA, cluster_preset="h200-sxm-2x8", num_devices=4, num_microbatches=8)
+        assert request.mode == "pipeline" and request.cluster.device.name == "H200-SXM-141GB"
+
+    @pytest.mark.parametrize("overrides, field, reason", [
+        ({"pins": {"tp": 8}, "gpus": 12}, "tp", "must divide gpus (12)"),
+        ({"pins": {"tp": 2, "pp": 3}}, "pp", "tp 2 x pp 3 = 6 does not"),
+        ({"pins": {"dp": 16}, "global_batch": 24}, "global_batch", "24 sequences cannot be split"),
+        ({"pins": {"dp": 4, "microbatch_size": 4}, "global_batch": 24}, "global_batch", "dp 4 x microbatch_size 4"),
+        ({"pins": {"recompute": "most"}}, "recompute", "must be one of none, selective, full"),
+        ({"pins": {"zero": 3}}, "zero", "cannot be pinned"),
+        ({"pins": {"ep": 2}}, "ep", "must divide the number of experts (0)"),
+        ({"gpus": 32}, "gpus", "has 16 GPUs; asked for 32"),
+        ({"gpus": None}, "gpus", "is required for a hybrid-parallel job"),
+        ({"seq_len": 0}, "seq_len", "between 1 and"),
+        ({"time_budget_s": 0.1}, "time_budget_s", "between 1 and 600"),
+        ({"cluster_preset": "tpu-v5-4x4"}, "cluster_preset", "or a named cluster '<device>-<nodes>x<gpus per node>'"),
+        ({"cluster_preset": "h100-sxm-0x8"}, "cluster_preset", "must be >= 1"),
+        ({"spec": load_model_preset("qwen3-next-80b-a3b"), "global_batch": 512}, "memory",
+         "no configuration fits H100-SXM-80GB's 85,899,345,920 bytes: the closest"),
+    ])
+    def test_bad_input_names_the_field(self, overrides, field, reason):
+        with pytest.raises(SpecError) as caught:
+            _hybrid_request(**overrides)
+        assert caught.value.field == field
+        assert reason in caught.value.reason
+
+    def test_a_saved_cluster_must_be_of_the_specs_team(self, people):
+        theirs = cluster_create(team=people.outsider_team, owner=people.outsider,
+                                cluster=load_cluster_preset("h100-sxm-2x8"))
+        with pytest.raises(SpecError) as caught:
+            _hybrid_request(cluster_preset="", saved_cluster=theirs, team=people.team)
+        assert caught.value.field == "saved_cluster" and "belongs to team 'other-team'" in caught.value.reason
+
+
+class TestPlanned:
+    def test_the_job_stores_its_best_plan_as_a_v2_plan_and_its_result(self, hybrid_job):
+        assert hybrid_job.status == JobStatus.SUCCEEDED, hybrid_job.error
+        assert hybrid_job.progress_message.startswith("Hybrid plan ready: TP2 ")
+        result = hybrid_job.result
+        best = result["best"]
+        assert best["parallel"]["tp"] == 2 and best["predicted"]["fits"]
+        assert best["parallel"]["tp"] * best["parallel"]["cp"] * best["parallel"]["pp"] * best["parallel"]["dp"] == 16
+        assert len(best["memory"]) == best["parallel"]["pp"]
+        assert all(rank["total_bytes"] <= rank["capacity_bytes"] == 80 * 2**30 for rank in best["memory"])
+        assert [rank["gpu"] for rank in best["rank_mapping"]["ranks"]] == list(range(16))
+        assert result["runners_up"] and all(row["parallel"]["tp"] == 2 for row in result["runners_up"])
+        assert "plan" not in best, "the plan document lives on its Plan row"
+        plan = Plan.objects.get(job=hybrid_job)
+        assert best["plan_id"] == plan.pk and plan.layout == best["layout"]
+        assert plan.plan_doc["format"] == "adaptis.plan/v2"
+        assert load_plan(plan.plan_doc).parallel.to_dict() == best["parallel"]
+        assert plan.iteration_ms == pytest.approx(best["predicted"]["iteration_ms"])
+        assert plan.plan_doc["predicted"]["mfu"] == pytest.approx(best["predicted"]["mfu"])
+
+    def test_the_stored_plan_is_simulated_on_its_pipeline_ranks(self, people, hybrid_job):
+        plan = Plan.objects.get(job=hybrid_job)
+        body = _api(people.owner).get(reverse("api:plan", args=[plan.pk])).json()
+        assert body["plan"]["format"] == "adaptis.plan/v2"
+        simulation = body["simulation"]
+        assert len(simulation["per_device"]) == hybrid_job.result["best"]["parallel"]["pp"]
+        # the pipeline part of the job's step is this simulation's makespan
+        assert simulation["iteration_ms"] == pytest.approx(hybrid_job.result["best"]["predicted"]["pipeline_ms"],
+                                                           rel=1e-6)
+
+    def test_the_api_returns_what_it_took(self, people, hybrid_job):
+        body = _api(people.owner).get(reverse("api:job", args=[hybrid_job.pk])).json()
+        assert (body["mode"], body["gpus"], body["seq_len"], body["global_batch"]) == ("hybrid", 16, 4096, 64)
+        assert body["pins"] == {"tp": 2} and body["schedule"] == "hybrid" and body["num_devices"] == 16
+        assert body["result"]["best"]["short"].startswith("TP2 ")
+        assert body["plans"][0]["id"] == body["result"]["best"]["plan_id"]
+        listed = _api(people.owner).get(reverse("api:jobs") + "?mode=hybrid").json()["results"]
+        assert [row["id"] for row in listed] == [hybrid_job.pk]
+
+    def test_the_job_page_shows_configurations_cluster_and_memory(self, client, people, hybrid_job):
+        client.force_login(people.member)
+        page = client.get(reverse("studio:job", args=[hybrid_job.pk])).content.decode()
+        best = hybrid_job.result["best"]
+        assert best["short"] in page
+        assert page.count("data-configuration-row") == 1 + len(hybrid_job.result["runners_up"])
+        assert page.count('class="gpu-cell"') == 16
+        assert re.search(r'data-gpu="15"[^>]*><span class="gpu-index">#15</span> \(\d,\d,\d,\d,\d\)', page)
+        totals = [float(value) for value in re.findall(r'data-total-gib="([0-9.]+)"', page)]
+        capacities = {float(value) for value in re.findall(r'data-capacity-gib="([0-9.]+)"', page)}
+        assert len(totals) == best["parallel"]["pp"] and capacities == {80.0}
+        assert all(total <= 80.0 for total in totals)
+        assert "Memory per GPU, by pipeline rank (GiB)" in page
+        assert 'id="timeline"' not in page, "a hybrid job shows no pure-PP plan section"
+
+    def test_a_run_of_its_plan_does_not_recalibrate_it(self, people, hybrid_job):
+        run = Run.objects.create(plan=Plan.objects.get(job=hybrid_job), created_by=people.member,
+                                 status=JobStatus.SUCCEEDED, world_size=1)
+        with pytest.raises(SpecError) as caught:
+            job_replan_from_run(run=run, user=people.member)
+        assert caught.value.field == "run" and "hybrid-parallel job" in caught.value.reason
+        assert PlanningJob.objects.count() == 1
+
+    def test_a_model_that_fits_nowhere_is_a_400_from_the_api(self, people):
+        record = spec_create(team=people.team, owner=people.owner, spec=load_model_preset("qwen3-next-80b-a3b"))
+        response = _api(people.member).post(reverse("api:jobs"), {"spec": record.pk, **HYBRID_JOB,
+                                                                  "global_batch": 512}, format="json")
+        assert response.status_code == 400
+        [error] = response.json()["errors"]
+        assert error["field"] == "memory" and "no configuration fits" in error["reason"]
+        assert not PlanningJob.objects.exists()
+
+
+class TestApiValidation:
+    @pytest.mark.parametrize("changes, field, reason", [
+        ({"tp": 3}, "tp", "3 cannot split the model"),
+        ({"gpus": 12, "tp": 8}, "tp", "must divide gpus (12)"),
+        ({"dp": 16, "global_batch": 24}, "global_batch", "cannot be split into micro-batches"),
+        ({"recompute": "most"}, "recompute", '"most" is not a valid choice.'),
+        ({"tp": "two"}, "tp", "A valid integer is required."),
+        ({"gpus": None}, "gpus", "is required for a hybrid-parallel job"),
+        ({"seq_len": 2**21}, "seq_len", "less than or equal to 1048576"),
+        ({"gpus": 0}, "gpus", "greater than or equal to 1"),
+        ({"mode": "both"}, "mode", '"both" is not a valid choice.'),
+        ({"cluster_preset": "b300-1x8"}, "cluster_preset", "unknown preset 'b300-1x8'"),
+        ({"saved_cluster": 999999}, "saved_cluster", "no cluster with id 999999 among your teams' clusters"),
+    ])
+    def test_bad_input_is_a_400_naming_the_field(self, people, llama, changes, field, reason):
+        response = _api(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB, **changes},
+                                            format="json")
+        assert response.status_code == 400, response.content
+        [error] = response.json()["errors"]
+        assert error["field"] == field and reason in error["reason"], error
+        assert not PlanningJob.objects.exists()
+
+    def test_a_pipeline_job_still_needs_its_devices(self, people, llama):
+        response = _api(people.member).post(reverse("api:jobs"), {"spec": llama.pk, "cluster_preset": "cpu-host",
+                                                                  "num_microbatches": 4}, format="json")
+        assert response.status_code == 400
+        assert response.json()["errors"] == [{"field": "num_devices", "reason": "is required for a pipeline-only job"}]
+
+    def test_create_queues_a_hybrid_job_on_a_saved_cluster(self, people, llama, django_capture_on_commit_callbacks):
+        saved = cluster_create(team=people.team, owner=people.member, cluster=load_cluster_preset("h100-sxm-2x8"),
+                               name="our pod")
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            response = _api(people.member).post(reverse("api:jobs"), {
+                "spec": llama.pk, **{**HYBRID_JOB, "cluster_preset": ""}, "saved_cluster": saved.pk, "tp": 2,
+                "distributed_optimizer": False}, format="json")
+        assert response.status_code == 201, response.content
+        body = response.json()
+        assert (body["status"], body["mode"], body["saved_cluster"], body["cluster_preset"]) == ("queued", "hybrid",
+                                                                                               saved.pk, "")
+        assert body["pins"] == {"tp": 2, "distributed_optimizer": False}
+        assert body["cluster"] == saved.doc and len(callbacks) == 1
+
+    def test_the_schema_documents_the_hybrid_fields(self, client):
+        schema = client.get(reverse("api-schema"), HTTP_ACCEPT="application/json").json()
+        job_input = schema["components"]["schemas"]["JobCreateInputRequest"]["properties"]
+        for field in ("mode", "gpus", "seq_len", "global_batch", "tp", "cp", "pp", "dp", "ep", "microbatch_size",
+                      "recompute", "distributed_optimizer", "saved_cluster"):
+            assert field in job_input, field
+        hybrid = schema["components"]["schemas"]["HybridResultOutput"]["properties"]
+        assert {"best", "runners_up", "considered", "pruned_by_memory"} <= set(hybrid)
+        memory = schema["components"]["schemas"]["HybridMemoryOutput"]["properties"]
+        assert {"params_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes",
+                "overhead_bytes", "capacity_bytes"} <= set(memory)
+
+
+class TestPicture:
+    def test_a_large_job_draws_its_first_nodes_and_counts_the_rest(self):
+        parallel = {"tp": 4, "cp": 2, "pp": 32, "dp": 8, "ep": 1, "microbatch_size": 2, "num_microbatches": 960}
+        picture = cluster_picture(parallel, load_cluster_preset("h800-sxm-256x8"))
+        assert len(picture["nodes"]) == PICTURE_FIRST_NODES and picture["shown_gpus"] == 64
+        assert (picture["hidden_nodes"], picture["hidden_gpus"]) == (248, 1984)
+        assert len(picture["stages"]) == 32
+        assert picture["stages"][1] == {**picture["stages"][1], "first_gpu": 64, "last_gpu": 127, "first_node": 8,
+                                        "last_node": 15}
+
+    def test_every_gpu_of_a_small_job_is_drawn_with_its_coordinate(self):
+        parallel = {"tp": 2, "cp": 1, "pp": 2, "dp": 4, "ep": 4}
+        picture = cluster_picture(parallel, load_cluster_preset("h100-sxm-4x8"))
+        cells = [cell for node in picture["nodes"] for cell in node["gpus"]]
+        assert len(cells) == 16 and picture["idle_gpus"] == 16
+        assert cells[9] == {**cells[9], "gpu": 9, "tp": 1, "dp": 0, "pp": 1, "ep": 0, "node": 1}
+        assert cells[0]["colour"] != cells[8]["colour"], "pipeline ranks are told apart by colour"
+
+    def test_memory_bars_are_in_percent_of_the_capacity(self):
+        rank = {"pipeline_rank": 0, "params_bytes": 10 * 2**30, "gradients_bytes": 20 * 2**30,
+                "optimizer_bytes": 5 * 2**30, "activations_bytes": 25 * 2**30, "buffers_bytes": 2**30,
+                "overhead_bytes": 2**30, "total_bytes": 62 * 2**30, "capacity_bytes": 80 * 2**30, "fits": True}
+        [bar] = memory_bars([rank])["bars"]
+        assert [part["percent"] for part in bar["parts"]] == [12.5, 25.0, 6.25, 31.25, 2.5]
+        assert bar["capacity_percent"] == 100.0 and bar["total_gib"] == 62
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+class TestThroughTheWorker:
+    def test_a_hybrid_job_is_searched_by_the_worker_and_served_by_the_api(self, celery_worker, people, llama,
+                                                                          wait_for):
+        client = _api(people.member)
+        response = client.post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB}, format="json")
+        assert response.status_code == 201, response.content
+        url = reverse("api:job", args=[response.json()["id"]])
+        body = wait_for(lambda: (lambda job: job if job["status"] in ("succeeded", "failed") else None)(
+            client.get(url).json()), timeout_s=120, message="the hybrid job to finish")
+        assert body["status"] == "succeeded", (body["error"], celery_worker.log_tail())
+        best = body["result"]["best"]
+        assert best["predicted"]["fits"] and best["predicted"]["tokens_per_s"] > 0 and 0 < best["predicted"]["mfu"] < 1
+        assert len(best["rank_mapping"]["ranks"]) == 16 and body["progress"] == 1.0
+        plan = client.get(reverse("api:plan", args=[best["plan_id"]])).json()
+        assert plan["plan"]["format"] == "adaptis.plan/v2" and plan["plan"]["parallel"] == best["parallel"]
+
+    def test_a_running_hybrid_search_is_cancelled_within_seconds(self, celery_worker, people, wait_for):
+        record = spec_create(team=people.team, owner=people.owner, spec=load_model_preset("deepseek-v3"))
+        client = _api(people.member)
+        response = client.post(reverse("api:jobs"), {
+            "spec": record.pk, "mode": "hybrid", "cluster_preset": "h800-sxm-256x8", "gpus": 2048, "seq_len": 4096,
+            "global_batch": 15360, "time_budget_s": 60}, format="json")
+        assert response.status_code == 201, response.content
+        job_id = response.json()["id"]
+        wait_for(lambda: PlanningJob.objects.get(pk=job_id).status == JobStatus.RUNNING, timeout_s=60,
+                 message="the worker to start the search")
+        time.sleep(1.0)
+        assert client.post(reverse("api:job-cancel", args=[job_id])).status_code == 200
+        asked = time.monotonic()
+        job = wait_for(lambda: (lambda row: row if row.is_finished else None)(PlanningJob.objects.get(pk=job_id)),
+                       timeout_s=30, message="the search to stop")
+        assert time.monotonic() - asked < 5, "a cancel is noticed within the search, not after it"
+        assert job.status == JobStatus.CANCELLED, (job.error, celery_worker.log_tail())
+        if job.result:  # cancelled after a plan was simulated: that plan is kept
+            assert job.result["cancelled"] and Plan.objects.filter(job=job).count() == 1
+        else:
+            assert job.progress_message == "Cancelled before any configuration was simulated"
+
+
+def test_the_pipeline_jobs_page_is_unchanged_beside_hybrid_ones(client, people, planned):
+    client.force_login(people.owner)
+    page = client.get(reverse("studio:job", args=[planned.job.pk])).content.decode()
+    assert 'id="timeline"' in page and 'id="hybrid-configuration"' not in page
+    assert json.loads(re.search(r'id="timeline-data" type="application/json">(.*?)</script>', page).group(1))
