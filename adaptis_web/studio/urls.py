@@ -1,6 +1,6 @@
 from django.urls import path
 
-from adaptis_web.studio import account_views, history_views, url_converters, views  # noqa: F401 (converters)
+from adaptis_web.studio import account_views, history_views, plan_views, url_converters, views  # noqa: F401 (converters)
 
 app_name = "studio"
 
@@ -10,7 +10,9 @@ urlpatterns = [
     path("specs/<int:spec_id>/", views.spec_detail, name="spec"),
     path("jobs/<int:job_id>/", views.job_detail, name="job"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
+    path("plans/<int:plan_id>/", plan_views.plan_detail, name="plan"),
     path("plans/<int:plan_id>/run/", views.plan_run, name="plan-run"),
+    path("compare/", plan_views.plan_compare, name="compare"),
     path("runs/<int:run_id>/", views.run_detail, name="run"),
     path("runs/<int:run_id>/replan/", views.run_replan, name="run-replan"),
     path("history/", history_views.history, name="history"),

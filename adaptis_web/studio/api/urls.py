@@ -1,7 +1,7 @@
 from django.urls import path
 
 from adaptis_web.studio import url_converters  # noqa: F401  (registers curated_kind, curated_action)
-from adaptis_web.studio.api import account_views, views
+from adaptis_web.studio.api import account_views, plan_views, views
 
 app_name = "api"
 
@@ -24,6 +24,9 @@ urlpatterns = [
     path("jobs/<int:job_id>/cancel/", views.JobCancelApi.as_view(), name="job-cancel"),
     path("plans/", views.PlanListApi.as_view(), name="plans"),
     path("plans/<int:plan_id>/", views.PlanDetailApi.as_view(), name="plan"),
+    path("plans/<int:plan_id>/simulate/", plan_views.PlanSimulateApi.as_view(), name="plan-simulate"),
+    path("plans/<int:plan_id>/derive/", plan_views.PlanDeriveApi.as_view(), name="plan-derive"),
+    path("plans/<int:plan_id>/export/<str:fmt>/", plan_views.PlanExportApi.as_view(), name="plan-export"),
     path("runs/", views.RunListCreateApi.as_view(), name="runs"),
     path("runs/<int:run_id>/", views.RunDetailApi.as_view(), name="run"),
     path("runs/<int:run_id>/events/", views.RunEventsApi.as_view(), name="run-events"),
