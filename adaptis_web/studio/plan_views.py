@@ -87,8 +87,10 @@ def plan_compare(request: HttpRequest) -> HttpResponse:
     """``/compare/?plan=1&plan=2&run=3``: the named plans and runs, stacked on one time axis."""
     items, errors = compare_items(user=request.user, plan_ids=request.GET.getlist("plan"),
                                   run_ids=request.GET.getlist("run"))
+    counts = [(sum(item["kind"] == kind for item in items), kind) for kind in ("plan", "run")]
+    heading = " and ".join(f"{count} {kind}{'s' if count != 1 else ''}" for count, kind in counts if count) or "plans and runs"
     return render(request, "studio/plan_compare.html", {
-        "items": items, "errors": errors,
+        "items": items, "errors": errors, "heading": heading,
         "chart_data": {"items": [{"key": item["key"], "num_devices": item["num_devices"], "predicted": item["timeline"]}
                                  for item in items],
                        "x_max": max((item["span_ms"] for item in items), default=0.0)},

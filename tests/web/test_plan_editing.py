@@ -332,3 +332,40 @@ def test_editing_a_v2_plans_degrees_re_predicts_the_job_as_planner_hybrid_does(p
     saved = _derive(client, hybrid_plan, {**hybrid_plan.plan_doc, "meta": {**hybrid_plan.plan_doc["meta"],
                                                                            "edits": ["nothing"]}})
     assert saved.status_code == 201 and Plan.objects.get(pk=saved.json()["id"]).plan_doc["format"] == "adaptis.plan/v2"
+
+
+# ---- compare -------------------------------------------------------------------------------------------------
+
+def test_compare_puts_a_plan_and_a_run_on_one_axis_with_the_runs_step_aligned_to_zero(client, people, planned,
+                                                                                        finished_run):
+    client.force_login(people.member)
+    response = client.get(reverse("studio:compare"), {"plan": planned.plan.pk, "run": finished_run.pk})
+    assert response.status_code == 200
+    plan_item, run_item = response.context["items"]
+    chart = response.context["chart_data"]
+    assert chart["x_max"] == max(plan_item["span_ms"], run_item["span_ms"])
+    # The run's events are the predicted timeline shifted by 100 ms: aligned, they start at 0 and span as much.
+    first = min(entry["start_ms"] for entry in plan_item["timeline"])
+    assert min(entry["start_ms"] for entry in run_item["timeline"]) == 0.0
+    assert run_item["span_ms"] == pytest.approx(plan_item["span_ms"] - first)
+    assert run_item["differences"]["iteration_ms"]["delta"] == pytest.approx(-first, abs=1e-9)
+    busy = sum(e["end_ms"] - e["start_ms"] for e in run_item["timeline"])
+    assert run_item["metrics"]["bubble_ratio"] == pytest.approx(1 - busy / (2 * run_item["span_ms"]))
+    page = response.content.decode()
+    assert f'data-compare-row="plan-{planned.plan.pk}"' in page and f'data-compare-row="run-{finished_run.pk}"' in page
+    assert "Compare 1 plan and 1 run" in page
+
+
+def test_compare_refuses_ids_that_are_not_numbers_and_hides_other_teams(client, people, planned):
+    client.force_login(people.member)
+    response = client.get(reverse("studio:compare"), {"plan": "abc"})
+    assert response.status_code == 400 and "plan id &#x27;abc&#x27; is not a number" in response.content.decode()
+    client.force_login(people.outsider)
+    assert client.get(reverse("studio:compare"), {"plan": planned.plan.pk}).status_code == 404
+
+
+def test_history_of_plans_offers_compare_checkboxes_and_links_the_plan_page(client, people, planned):
+    client.force_login(people.member)
+    page = client.get(reverse("studio:history"), {"kind": "plans"}).content.decode()
+    assert f'name="plan" value="{planned.plan.pk}"' in page and 'id="compare-form"' in page
+    assert f'href="{reverse("studio:plan", args=[planned.plan.pk])}"' in page

@@ -121,9 +121,20 @@ def plan_simulate_edit(*, plan: Plan, user: AbstractBaseUser, doc: object) -> di
     context = edit_context(plan)
     prediction = _predict_edit(context, plan, doc)
     answer = prediction_output(prediction, context)
-    answer["difference"] = plan_difference(prediction_output(plan_predict_stored(plan), context), answer)
+    answer["difference"] = plan_difference(_stored_summary(plan, context), answer)
     answer["server_ms"] = (time.perf_counter() - started) * 1e3
     return answer
+
+
+def _stored_summary(plan: Plan, context: EditContext) -> dict:
+    """The stored plan's metrics and memory per device, as ``plan_difference`` reads them: from the row's stored
+    simulation summary where it has one (a v1 plan), else predicted again."""
+    stored = plan.simulation
+    if plan.plan_doc.get("format") == PLAN_FORMAT_V2 or "per_device" not in stored:
+        return prediction_output(plan_predict_stored(plan), context)
+    capacity = context.cluster.device.memory_bytes
+    return {"metrics": stored, "per_device": [{**row, "memory_bytes": row["peak_memory_bytes"],
+                                               "capacity_bytes": capacity} for row in stored["per_device"]]}
 
 
 @transaction.atomic
