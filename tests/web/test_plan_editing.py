@@ -369,3 +369,27 @@ def test_history_of_plans_offers_compare_checkboxes_and_links_the_plan_page(clie
     page = client.get(reverse("studio:history"), {"kind": "plans"}).content.decode()
     assert f'name="plan" value="{planned.plan.pk}"' in page and 'id="compare-form"' in page
     assert f'href="{reverse("studio:plan", args=[planned.plan.pk])}"' in page
+
+
+def test_changing_a_v2_plans_pipeline_degree_re_lays_its_stages_over_the_new_ranks(people, hybrid_plan):
+    doc = json.loads(json.dumps(hybrid_plan.plan_doc))
+    doc["parallel"].update(pp=4, dp=1)
+    doc["num_devices"] = 4
+    response = _simulate(_client(people.member), hybrid_plan, doc)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["plan"]["num_devices"] == 4 and body["plan"]["parallel"]["pp"] == 4
+    assert {stage["device"] for stage in body["plan"]["stages"]} == {0, 1, 2, 3}
+    assert body["rescheduled"] and len(body["per_device"]) == 4
+    expected = hybrid.predict(load_plan(body["plan"]), "llama-3-8b", "h100-sxm-1x8", SEQ_LEN)
+    assert body["metrics"]["iteration_ms"] == pytest.approx(expected["predicted"]["iteration_ms"])
+
+
+def test_a_v2_plans_perfetto_trace_is_its_pipeline_on_the_ranks_links(people, hybrid_plan):
+    response = _export(_client(people.member), hybrid_plan, "perfetto")
+    assert response.status_code == 200
+    trace = json.loads(response.content)
+    plan = load_plan(hybrid_plan.plan_doc)
+    profile, cluster = hybrid.pipeline(plan, "llama-3-8b", "h100-sxm-1x8", SEQ_LEN)
+    assert trace["otherData"]["iteration_ms"] == pytest.approx(simulate(plan, profile, cluster).iteration_ms)
+    assert _export(_client(people.member), hybrid_plan, "torch-csv").status_code == 200

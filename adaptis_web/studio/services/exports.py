@@ -58,7 +58,7 @@ def plan_export(*, plan: Plan, user: AbstractBaseUser, fmt: str) -> Export:
         content = torch_csv(planner_plan)
     else:
         context = edit_context(plan)
-        profile, cluster, _ = predict(context, planner_plan)
+        profile, cluster, _ = predict(context, planner_plan, job_level=False)
         if fmt == "perfetto":
             content = json.dumps(perfetto_trace(simulate(planner_plan, profile, cluster))) + "\n"
         else:

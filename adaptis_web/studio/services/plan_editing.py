@@ -95,14 +95,16 @@ def edit_context(plan: Plan) -> EditContext:
                        profile=None if seq_len else load_profile(plan.profile_doc), seq_len=seq_len)
 
 
-def predict(context: EditContext, plan: PlannerPlan) -> tuple[Profile, ClusterSpec, dict | None]:
-    """The profile and cluster ``plan``'s pipeline runs on, and the job-level block of a v2 plan."""
+def predict(context: EditContext, plan: PlannerPlan, *, job_level: bool = True) -> tuple[Profile, ClusterSpec,
+                                                                                        dict | None]:
+    """The profile and cluster ``plan``'s pipeline runs on, and (``job_level``) the job-level block of a v2 plan."""
     if plan.parallel is None:
         return context.profile, context.cluster, None
     if not context.seq_len:
         raise SpecError("parallel", "this v2 plan does not say its sequence length (meta.seq_len)")
     profile, cluster = hybrid.pipeline(plan, context.spec, context.cluster, context.seq_len)
-    return profile, cluster, hybrid.predict(plan, context.spec, context.cluster, context.seq_len)
+    block = hybrid.predict(plan, context.spec, context.cluster, context.seq_len) if job_level else None
+    return profile, cluster, block
 
 
 def plan_predict_stored(plan: Plan) -> Prediction:
@@ -232,7 +234,7 @@ def _relaid_stages(context: EditContext, plan: PlannerPlan) -> list[Stage]:
 
 
 def _scheduling_profile(context: EditContext, plan: PlannerPlan) -> Profile:
-    return predict(context, plan)[0] if plan.parallel is not None else context.profile
+    return predict(context, plan, job_level=False)[0]
 
 
 def _baseline_plan(context: EditContext, doc: dict, family: str, partition: str) -> PlannerPlan:
@@ -242,8 +244,7 @@ def _baseline_plan(context: EditContext, doc: dict, family: str, partition: str)
         raise SpecError("meta.partition", f"must be one of {', '.join(PARTITIONS)}; got {partition!r}")
     doc["actions"] = [[] for _ in range(doc["num_devices"])]
     shape = load_plan(doc)
-    profile, cluster, _ = predict(context, shape) if shape.parallel is not None else (context.profile,
-                                                                                      context.cluster, None)
+    profile, cluster, _ = predict(context, shape, job_level=False)
     try:
         plan = build_baseline(family, profile, shape.num_devices, shape.num_microbatches, cluster=cluster,
                               partition=partition)
@@ -259,7 +260,7 @@ def _baseline_plan(context: EditContext, doc: dict, family: str, partition: str)
 def _rescheduled(context: EditContext, plan: PlannerPlan, policy: SchedulePolicy) -> PlannerPlan:
     """``plan``'s stages ordered by the list scheduler (the search's), without memory caps: memory is checked on
     the result, where the answer can say which device is over."""
-    profile, cluster, _ = predict(context, plan)
+    profile, cluster, _ = predict(context, plan, job_level=False)
     scorer = CandidateScorer(profile, plan.num_devices, plan.num_microbatches, cluster=cluster,
                              memory_limit_bytes=float("inf"), activation_limit_bytes=float("inf"), deadline=None,
                              max_evaluations=1, max_scheduled_actions=10 ** 12, cancel=None)
