@@ -88,9 +88,9 @@ def plan_compare(request: HttpRequest) -> HttpResponse:
     items, errors = compare_items(user=request.user, plan_ids=request.GET.getlist("plan"),
                                   run_ids=request.GET.getlist("run"))
     counts = [(sum(item["kind"] == kind for item in items), kind) for kind in ("plan", "run")]
-    heading = " and ".join(f"{count} {kind}{'s' if count != 1 else ''}" for count, kind in counts if count) or "plans and runs"
+    heading = " and ".join(f"{count} {kind}{'s' if count != 1 else ''}" for count, kind in counts if count)
     return render(request, "studio/plan_compare.html", {
-        "items": items, "errors": errors, "heading": heading,
+        "items": items, "errors": errors, "heading": heading or "plans and runs",
         "chart_data": {"items": [{"key": item["key"], "num_devices": item["num_devices"], "predicted": item["timeline"]}
                                  for item in items],
                        "x_max": max((item["span_ms"] for item in items), default=0.0)},

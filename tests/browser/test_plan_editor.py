@@ -126,13 +126,17 @@ def test_edit_a_searched_plan_save_it_compare_it_and_download_every_export(live_
     target = (device + 3) % 8
     stage_two.select_option(str(target))
     _edits_done(page, 2)
-    expect(page.locator("#edit-log li").nth(1)).to_contain_text(f"moved stage 2 from device {device} to device {target}")
+    expect(page.locator("#edit-log li").nth(1)).to_contain_text(
+        f"moved stage 2 from device {device} to device {target}")
     expect(page.locator("[data-layout]")).to_contain_text(f"@{target}")
     moved_iteration = page.locator("[data-metric=iteration]").inner_text()
     busy_after = page.locator("#per-device tbody tr td:nth-child(2)").all_inner_texts()
-    assert float(busy_after[target]) > float(busy_before[target]) and float(busy_after[device]) < float(busy_before[device])
-    devices_of_stage_two = page.evaluate("""() => { const chart = Chart.getChart(document.getElementById("timeline"));
-      return [...new Set(chart.data.datasets.flatMap((d) => d.data).filter((b) => b.info.stage === 2).map((b) => b.y))]; }""")
+    assert float(busy_after[target]) > float(busy_before[target])
+    assert float(busy_after[device]) < float(busy_before[device])
+    devices_of_stage_two = page.evaluate("""() => {
+      const chart = Chart.getChart(document.getElementById("timeline"));
+      const bars = chart.data.datasets.flatMap((d) => d.data).filter((b) => b.info.stage === 2);
+      return [...new Set(bars.map((b) => b.y))]; }""")
     assert devices_of_stage_two == [f"device {target}"], "the chart draws stage 2's actions on its new device"
     page.screenshot(path=str(SCREENS / "21-plan-edited.png"), full_page=True)
 
@@ -211,7 +215,8 @@ def test_edit_a_searched_plan_save_it_compare_it_and_download_every_export(live_
         assert response.headers["content-disposition"] == f'attachment; filename="{download.suggested_filename}"'
     assert json.loads(files["plan-json"])["num_devices"] == 8
     trace = json.loads(files["perfetto"])
-    assert sum(1 for e in trace["traceEvents"] if e["ph"] == "X" and e["name"] != "bubble" and e["tid"] < 8) == 8 * 32 * 2
+    compute = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"] != "bubble" and e["tid"] < 8]
+    assert len(compute) == 8 * 32 * 2
     rows = list(csv.reader(io.StringIO(files["torch-csv"])))
     assert len(rows) == 8 and all(len(row) == 64 for row in rows)
     layout = files["megatron-layout"].strip()

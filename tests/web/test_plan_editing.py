@@ -88,7 +88,8 @@ def test_each_export_is_a_download_with_its_content_type_and_file_name(people, p
 def test_an_unknown_export_format_is_a_400_naming_the_format(people, planned):
     response = _export(_client(people.member), planned.plan, "onnx")
     assert response.status_code == 400
-    assert response.json()["errors"][0]["field"] == "format" and "megatron-layout" in response.json()["errors"][0]["reason"]
+    (error,) = response.json()["errors"]
+    assert error["field"] == "format" and "megatron-layout" in error["reason"]
 
 
 def test_megatron_layout_of_a_v_shaped_placement_is_a_400_with_the_reason(people):
@@ -249,11 +250,13 @@ def test_saving_an_edit_stores_a_plan_linked_to_its_parent_with_its_edits(people
     response = _derive(_client(people.member), planned.plan, doc, name="earlier boundary")
     assert response.status_code == 201, response.content
     child = Plan.objects.get(pk=response.json()["id"])
-    assert child.parent_id == planned.plan.pk and child.job_id == planned.job.pk and response.json()["parent"] == planned.plan.pk
+    assert child.parent_id == planned.plan.pk and response.json()["parent"] == planned.plan.pk
+    assert child.job_id == planned.job.pk
     assert child.name == "earlier boundary" and child.strategy == "edited"
     assert child.plan_doc["meta"]["edits"] == doc["meta"]["edits"] and child.plan_doc["meta"]["derived_by"] == "bob"
     assert child.layout == "E,t|t*3,L" and child.plan_doc["actions"] == planned.plan.plan_doc["actions"]
-    assert child.iteration_ms == pytest.approx(simulate(load_plan(doc), *_profile_and_cluster(planned.plan)).iteration_ms)
+    expected = simulate(load_plan(doc), *_profile_and_cluster(planned.plan))
+    assert child.iteration_ms == pytest.approx(expected.iteration_ms)
     client.force_login(people.member)
     page = client.get(reverse("studio:plan", args=[child.pk])).content.decode()
     assert f'id="parent-link">plan #{planned.plan.pk}' in page and 'id="parent-difference"' in page
@@ -291,9 +294,10 @@ def hybrid_plan(people) -> Plan:
     plan = load_plan(best["plan"])
     record = spec_create(team=people.team, owner=people.owner, spec=spec, source_filename="llama-3-8b.json")
     job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset="h100-sxm-1x8",
-                                     cluster_doc=cluster.to_dict(), num_devices=2, num_microbatches=plan.num_microbatches,
-                                     schedule=plan.strategy, status="succeeded")
-    profile, _ = shard_profile(Job(model=spec, cluster=cluster, gpus=8, seq_len=SEQ_LEN, global_batch=32), plan.parallel)
+                                     cluster_doc=cluster.to_dict(), num_devices=2,
+                                     num_microbatches=plan.num_microbatches, schedule=plan.strategy, status="succeeded")
+    job_shape = Job(model=spec, cluster=cluster, gpus=8, seq_len=SEQ_LEN, global_batch=32)
+    profile, _ = shard_profile(job_shape, plan.parallel)
     return Plan.objects.create(job=job, strategy=plan.strategy, plan_doc=plan.to_dict(), profile_doc=profile.to_dict(),
                                layout=plan_layout_string(plan, layer_codes_from_spec(spec)),
                                schedule_summary=schedule_description(plan),

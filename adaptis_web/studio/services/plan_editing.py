@@ -217,7 +217,8 @@ def _check_sizes(doc: dict, context: EditContext) -> None:
         raise SpecError("num_devices", f"the cluster ({context.cluster.name}) has {context.cluster.num_devices} "
                                        f"devices, the plan asks for {devices}")
     if isinstance(microbatches, bool) or not isinstance(microbatches, int) or not 1 <= microbatches <= MAX_MICROBATCHES:
-        raise SpecError("num_microbatches", f"must be an integer between 1 and {MAX_MICROBATCHES}, got {microbatches!r}")
+        raise SpecError("num_microbatches",
+                        f"must be an integer between 1 and {MAX_MICROBATCHES}, got {microbatches!r}")
     if len(doc["stages"]) > context.spec.num_layers:
         raise SpecError("stages", f"{len(doc['stages'])} stages need as many layers; the model has "
                                   f"{context.spec.num_layers}")
