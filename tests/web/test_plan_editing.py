@@ -397,3 +397,12 @@ def test_a_v2_plans_perfetto_trace_is_its_pipeline_on_the_ranks_links(people, hy
     profile, cluster = hybrid.pipeline(plan, "llama-3-8b", "h100-sxm-1x8", SEQ_LEN)
     assert trace["otherData"]["iteration_ms"] == pytest.approx(simulate(plan, profile, cluster).iteration_ms)
     assert _export(_client(people.member), hybrid_plan, "torch-csv").status_code == 200
+
+
+def test_a_viewer_gets_the_editor_to_try_edits_but_no_save(client, people, planned, django_user_model):
+    client.force_login(_viewer(people, django_user_model))
+    page = client.get(reverse("studio:plan", args=[planned.plan.pk])).content.decode()
+    assert 'id="layer-strip"' in page and reverse("api:plan-simulate", args=[planned.plan.pk]) in page
+    assert 'id="save-plan"' not in page and 'id="save-not-allowed"' in page
+    client.force_login(people.member)
+    assert 'id="save-plan"' in client.get(reverse("studio:plan", args=[planned.plan.pk])).content.decode()
