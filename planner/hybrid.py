@@ -26,7 +26,8 @@ bad input or a model that fits nowhere, in a fraction of a second (what a web re
 the search); ``search(..., cancel=callable)`` stops when the callable answers True.
 
 ``predict(plan, model, cluster, seq_len)`` re-predicts an ``adaptis.plan/v2`` plan (after an edit, say) and
-returns the same ``{"parallel", "short", "predicted", "memory"}`` block as a search result's entries.
+returns the same ``{"parallel", "short", "predicted", "memory"}`` block as a search result's entries;
+``pipeline(plan, model, cluster, seq_len)`` the profile and cluster its pipeline is simulated on (for a timeline).
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from __future__ import annotations
 from planner.cluster import ClusterSpec, load_cluster_preset
 from planner.errors import SpecError
 from planner.parallel.cost import CostOptions
-from planner.parallel.evaluate import Job, score_plan
+from planner.parallel.evaluate import Job, plan_pipeline, score_plan
 from planner.parallel.search import PIN_KEYS, HybridResult, SearchCancelled, check_job, check_memory
 from planner.parallel.search import search as search_configuration
 from planner.plan import Plan
+from planner.profile import Profile
 from planner.spec.model import ModelSpec
 from planner.spec.presets import load_model_preset
 
@@ -63,6 +65,20 @@ def predict(plan: Plan, model: ModelSpec | str, cluster: ClusterSpec | str, seq_
             options: CostOptions = CostOptions()) -> dict:
     """The job-level prediction of a v2 plan: its pipeline simulated on the ranks' links, plus DP, optimizer and
     every GPU's memory. The GPU count and global batch follow from ``plan.parallel``."""
+    job = _plan_job(plan, model, cluster, seq_len, options)
+    chunks = max(len(plan.stages_on(device)) for device in range(plan.num_devices))
+    return score_plan(job, plan.parallel, plan, plan.strategy, chunks).to_dict()
+
+
+def pipeline(plan: Plan, model: ModelSpec | str, cluster: ClusterSpec | str, seq_len: int,
+             options: CostOptions = CostOptions()) -> tuple[Profile, ClusterSpec]:
+    """The profile and pipeline-rank cluster ``predict`` simulates a v2 plan's pipeline on: simulate the plan on
+    them for its timeline (``planner.simulator.simulate``)."""
+    return plan_pipeline(_plan_job(plan, model, cluster, seq_len, options), plan.parallel, plan)
+
+
+def _plan_job(plan: Plan, model: ModelSpec | str, cluster: ClusterSpec | str, seq_len: int,
+              options: CostOptions) -> Job:
     if plan.parallel is None:
         raise SpecError("parallel", "the plan has no parallel configuration (an adaptis.plan/v1 plan): simulate it "
                                     "on a profile instead")
@@ -74,8 +90,7 @@ def predict(plan: Plan, model: ModelSpec | str, cluster: ClusterSpec | str, seq_
     job = Job(model=model, cluster=cluster, gpus=config.num_gpus, seq_len=seq_len, global_batch=config.global_batch,
               options=options)
     check_job(job, {"tp": config.tp, "pp": config.pp, "ep": config.ep})
-    chunks = max(len(plan.stages_on(device)) for device in range(plan.num_devices))
-    return score_plan(job, config, plan, plan.strategy, chunks).to_dict()
+    return job
 
 
 def _model(model: ModelSpec | str) -> ModelSpec:
@@ -86,4 +101,4 @@ def _cluster(cluster: ClusterSpec | str) -> ClusterSpec:
     return load_cluster_preset(cluster) if isinstance(cluster, str) else cluster
 
 
-__all__ = ["PIN_KEYS", "HybridResult", "SearchCancelled", "check", "predict", "search"]
+__all__ = ["PIN_KEYS", "HybridResult", "SearchCancelled", "check", "pipeline", "predict", "search"]

@@ -37,6 +37,7 @@ def history(request: HttpRequest) -> HttpResponse:
     return render(request, "studio/history.html", {
         "kind": kind, "kinds": selectors.CURATED_KINDS, "filters": filters, "rows": page, "team": team,
         "deleted": deleted, "next_link": paginator.get_next_link() if page else None,
+        "compare_kind": {"plans": "plan", "runs": "run"}.get(kind) if not deleted else None,
         "previous_link": paginator.get_previous_link() if page else None,
         **(role_permissions(user=request.user, team=team) if team else {}),
     }, status=200 if filters.is_valid() else 400)

@@ -217,6 +217,8 @@ class Plan(Curated):
     iteration_ms = models.FloatField()
     bubble_ratio = models.FloatField()
     created_at = models.DateTimeField(auto_now_add=True)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="derived",
+                               help_text="the plan this one was edited from in the plan editor (services.plan_editing)")
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from adaptis_web.studio import account_views, cluster_views, history_views, url_converters, views  # noqa: F401
+from adaptis_web.studio import account_views, cluster_views, history_views, plan_views, url_converters, views  # noqa: F401
 
 app_name = "studio"
 
@@ -12,7 +12,9 @@ urlpatterns = [
     path("clusters/<id:cluster_id>/", cluster_views.cluster_detail, name="cluster"),
     path("jobs/<id:job_id>/", views.job_detail, name="job"),
     path("jobs/<id:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
+    path("plans/<id:plan_id>/", plan_views.plan_detail, name="plan"),
     path("plans/<id:plan_id>/run/", views.plan_run, name="plan-run"),
+    path("compare/", plan_views.plan_compare, name="compare"),
     path("runs/<id:run_id>/", views.run_detail, name="run"),
     path("runs/<id:run_id>/replan/", views.run_replan, name="run-replan"),
     path("history/", history_views.history, name="history"),

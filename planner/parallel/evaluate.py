@@ -239,10 +239,7 @@ def score_plan(job: Job, config: ParallelConfig, plan: Plan, schedule: str, chun
     from planner.simulator import simulate
 
     mapping = RankMapping(config, job.cluster)
-    stage_layers = [stage.layers for stage in plan.stages]
-    modes = recompute_per_layer(config, stage_layers, job.model.num_layers)
-    times = layer_times(job.model, job.cluster, config, mapping, job.seq_len, modes, job.options)
-    profile = pipeline_profile(job, times, _layer_params(job), config)
+    modes, times, profile = _plan_layer_times(job, config, plan, mapping)
     simulation = simulate(plan, profile, mapping.pipeline_cluster())
     rank_layers = [[index for stage in plan.stages_on(rank) for index in plan.stages[stage].layers]
                    for rank in range(config.pp)]
@@ -257,6 +254,20 @@ def score_plan(job: Job, config: ParallelConfig, plan: Plan, schedule: str, chun
                  data_parallel_ms=exposed, optimizer_ms=optimizer, memory=memory, model_flops=model_flops,
                  executed_flops=executed, job=job, plan=plan, estimated=False,
                  extra={"bubble_ratio": simulation.bubble_ratio})
+
+
+def _plan_layer_times(job: Job, config: ParallelConfig, plan: Plan, mapping: RankMapping):
+    stage_layers = [stage.layers for stage in plan.stages]
+    modes = recompute_per_layer(config, stage_layers, job.model.num_layers)
+    times = layer_times(job.model, job.cluster, config, mapping, job.seq_len, modes, job.options)
+    return modes, times, pipeline_profile(job, times, _layer_params(job), config)
+
+
+def plan_pipeline(job: Job, config: ParallelConfig, plan: Plan) -> tuple[Profile, ClusterSpec]:
+    """The profile (one TP x CP group's share of every layer, with the plan's recomputation) and the pipeline
+    ranks' cluster that ``score_plan`` simulates ``plan`` on: what a timeline of a v2 plan is drawn from."""
+    mapping = RankMapping(config, job.cluster)
+    return _plan_layer_times(job, config, plan, mapping)[2], mapping.pipeline_cluster()
 
 
 def shard_profile(job: Job, config: ParallelConfig, chunks: int = 1) -> tuple[Profile, ClusterSpec]:

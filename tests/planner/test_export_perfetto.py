@@ -67,7 +67,11 @@ def test_transfers_appear_on_the_senders_comm_track_with_flow_arrows(traced):
     assert transfers, "a 4-device plan sends activations and gradients"
     comm_slices = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["tid"] >= plan.num_devices]
     assert len(comm_slices) == len(transfers)
-    assert {e["tid"] - plan.num_devices for e in comm_slices} == {t["src_device"] for t in transfers}
+    senders = {(e["tid"] - plan.num_devices) % plan.num_devices for e in comm_slices}
+    assert senders == {t["src_device"] for t in transfers}
+    names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    for event in comm_slices:
+        assert names[event["tid"]].startswith(f"device {(event['tid'] - plan.num_devices) % plan.num_devices} send")
     starts = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "s"}
     finishes = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "f"}
     assert starts.keys() == finishes.keys() and len(starts) == len(transfers)

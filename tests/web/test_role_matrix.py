@@ -16,7 +16,7 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from adaptis_web.studio.models import ClusterRecord, Invitation, Membership, ModelSpecRecord, PlanningJob, Run
+from adaptis_web.studio.models import ClusterRecord, Invitation, Membership, ModelSpecRecord, Plan, PlanningJob, Run
 from planner.spec.presets import load_model_preset
 
 WHO = ("owner", "admin", "member", "viewer", "outsider", "anonymous")
@@ -82,6 +82,11 @@ API_CASES = [
     Case("rename a plan", "patch", lambda c: reverse("api:plan", args=[c.planned.plan.pk]), CHANGE_ANYONES,
          lambda c: {"name": "the good one"}),
     Case("delete a plan", "delete", lambda c: reverse("api:plan", args=[c.planned.plan.pk]), CHANGE_ANYONES),
+    Case("simulate an edited plan", "post", lambda c: reverse("api:plan-simulate", args=[c.planned.plan.pk]), READ,
+         lambda c: c.planned.plan.plan_doc),
+    Case("save an edited plan", "post", lambda c: reverse("api:plan-derive", args=[c.planned.plan.pk]),
+         (201, 201, 201, 403, 404, 401), lambda c: {"plan": c.planned.plan.plan_doc}),
+    Case("export a plan", "get", lambda c: reverse("api:plan-export", args=[c.planned.plan.pk, "torch-csv"]), READ),
     Case("runs list", "get", lambda c: reverse("api:runs"), LIST),
     Case("run detail", "get", lambda c: reverse("api:run", args=[c.finished_run.pk]), READ),
     Case("run events", "get", lambda c: reverse("api:run-events", args=[c.finished_run.pk]), READ),
@@ -118,7 +123,8 @@ def _state():
             PlanningJob.objects.filter(archived_at__isnull=True, cancel_requested=False).count(),
             Run.objects.filter(deleted_at__isnull=True).count(), sorted(Membership.objects.values_list("user_id", "role")),
             Invitation.objects.count(), sorted(ModelSpecRecord.objects.values_list("name", flat=True)),
-            sorted(ClusterRecord.objects.values_list("name", "archived_at", "deleted_at")))
+            sorted(ClusterRecord.objects.values_list("name", "archived_at", "deleted_at")),
+            Plan.objects.count())
 
 
 @pytest.mark.parametrize("who", WHO)
@@ -152,6 +158,9 @@ PAGE_CASES = [
     Case("spec page", "get", lambda c: reverse("studio:spec", args=[c.planned.spec.pk]), PAGE_READ),
     Case("job page", "get", lambda c: reverse("studio:job", args=[c.planned.job.pk]), PAGE_READ),
     Case("run page", "get", lambda c: reverse("studio:run", args=[c.finished_run.pk]), PAGE_READ),
+    Case("plan page", "get", lambda c: reverse("studio:plan", args=[c.planned.plan.pk]), PAGE_READ),
+    Case("compare page", "get",
+         lambda c: f"{reverse('studio:compare')}?plan={c.planned.plan.pk}&run={c.finished_run.pk}", PAGE_READ),
     Case("manage page", "get", lambda c: reverse("studio:curate", args=["jobs", c.planned.job.pk]), PAGE_READ),
     Case("plan a spec", "post", lambda c: reverse("studio:spec", args=[c.planned.spec.pk]),
          (302, 302, 302, 403, 404, 302),

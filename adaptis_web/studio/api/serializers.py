@@ -450,7 +450,7 @@ class PlanOutput(serializers.ModelSerializer):
     class Meta:
         model = Plan
         fields = ["id", "name", "job", "strategy", "layout", "schedule_summary", "iteration_ms", "bubble_ratio",
-                  "plan", "simulation", "profile", "created_at", "archived_at"]
+                  "plan", "simulation", "profile", "created_at", "archived_at", "parent"]
 
 
 class RunCreateInput(serializers.Serializer):

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from adaptis_web.studio import url_converters  # noqa: F401  (registers curated_kind, curated_action)
-from adaptis_web.studio.api import account_views, views
+from adaptis_web.studio.api import account_views, plan_views, views
 
 app_name = "api"
 
@@ -26,6 +26,9 @@ urlpatterns = [
     path("jobs/<id:job_id>/cancel/", views.JobCancelApi.as_view(), name="job-cancel"),
     path("plans/", views.PlanListApi.as_view(), name="plans"),
     path("plans/<id:plan_id>/", views.PlanDetailApi.as_view(), name="plan"),
+    path("plans/<id:plan_id>/simulate/", plan_views.PlanSimulateApi.as_view(), name="plan-simulate"),
+    path("plans/<id:plan_id>/derive/", plan_views.PlanDeriveApi.as_view(), name="plan-derive"),
+    path("plans/<id:plan_id>/export/<str:fmt>/", plan_views.PlanExportApi.as_view(), name="plan-export"),
     path("runs/", views.RunListCreateApi.as_view(), name="runs"),
     path("runs/<id:run_id>/", views.RunDetailApi.as_view(), name="run"),
     path("runs/<id:run_id>/events/", views.RunEventsApi.as_view(), name="run-events"),

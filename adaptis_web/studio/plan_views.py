@@ -1,0 +1,97 @@
+"""The plan page (timeline, per-device table, memory, configuration, lineage, downloads, the editor) and the
+compare page (plans and runs on one shared time axis). The editor itself runs in the browser
+(static/studio/plan_editor.js) over the simulate/derive API."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+
+from adaptis_web.studio import selectors
+from adaptis_web.studio.services.comparison import compare_items
+from adaptis_web.studio.services.exports import FORMATS, plan_export
+from adaptis_web.studio.services.plan_editing import (
+    LIST_POLICIES,
+    SCHEDULE_POLICIES,
+    edit_context,
+    plan_difference,
+    plan_predict_stored,
+    prediction_output,
+)
+from adaptis_web.studio.services.roles import role_permissions
+from planner.baselines import BASELINE_SCHEDULES, PARTITIONS
+from planner.errors import PlanError, SpecError
+from planner.parallel.config import RECOMPUTE_MODES
+
+EXPORT_LABELS = {"plan-json": "Plan JSON", "perfetto": "Perfetto trace", "torch-csv": "torch CSV",
+                 "megatron-layout": "Megatron layout"}
+POLICY_LABELS = {"auto": "keep the orders where they fit, else reschedule", "keep": "keep the plan's own orders",
+                 **{name: label for name, (label, _) in LIST_POLICIES.items()}}
+
+
+@login_required
+def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
+    plan = selectors.plan_get_for_user(user=request.user, plan_id=plan_id)
+    team = plan.job.spec.team
+    context = edit_context(plan)
+    output = prediction_output(plan_predict_stored(plan), context)
+    parent = plan.parent if plan.parent_id and plan.parent.deleted_at is None else None
+    difference = None
+    if parent is not None:
+        difference = plan_difference(prediction_output(plan_predict_stored(parent), edit_context(parent)), output)
+    permissions = role_permissions(user=request.user, team=team, creator_id=plan.job.created_by_id)
+    editor = {
+        "plan_id": plan.pk, "output": output, "max_devices": context.cluster.num_devices,
+        "simulate_url": reverse("api:plan-simulate", args=[plan.pk]),
+        "derive_url": reverse("api:plan-derive", args=[plan.pk]), "can_save": permissions["can_create"],
+        "policies": [{"name": name, "label": POLICY_LABELS[name]} for name in SCHEDULE_POLICIES],
+        "baselines": list(BASELINE_SCHEDULES), "partitions": list(PARTITIONS), "recompute_modes": list(RECOMPUTE_MODES),
+        "plan_url_template": reverse("studio:plan", args=[0]).replace("/0/", "/{id}/"),
+    }
+    return render(request, "studio/plan_detail.html", {
+        "plan": plan, "job": plan.job, "output": output, "editor": editor, "parent": parent,
+        "difference": difference, "parallel": output["plan"].get("parallel"),
+        "edits": (plan.plan_doc.get("meta") or {}).get("edits") or [],
+        "derived_by": (plan.plan_doc.get("meta") or {}).get("derived_by"),
+        "children": plan.derived.filter(deleted_at__isnull=True).order_by("-created_at", "-id"),
+        "downloads": _downloads(request, plan), "capacity_bytes": context.cluster.device.memory_bytes,
+        "memory_rows": _memory_rows(output["per_device"]), "degrees": ("tp", "cp", "pp", "dp", "ep"), **permissions,
+    })
+
+
+def _downloads(request: HttpRequest, plan) -> list[dict]:
+    """Each format's button, or the reason the format cannot express the plan (shown instead of a button)."""
+    rows = []
+    for fmt in FORMATS:
+        reason = ""
+        if fmt == "megatron-layout":
+            try:
+                plan_export(plan=plan, user=request.user, fmt=fmt)
+            except (SpecError, PlanError) as error:
+                reason = error.reason
+        rows.append({"format": fmt, "label": EXPORT_LABELS[fmt], "reason": reason,
+                     "url": reverse("api:plan-export", args=[plan.pk, fmt])})
+    return rows
+
+
+def _memory_rows(per_device: list[dict]) -> list[dict]:
+    return [{**row, "percent": min(100.0, 100.0 * row["memory_bytes"] / row["capacity_bytes"]),
+             "gib": row["memory_bytes"] / 1024 ** 3, "capacity_gib": row["capacity_bytes"] / 1024 ** 3}
+            for row in per_device]
+
+
+@login_required
+def plan_compare(request: HttpRequest) -> HttpResponse:
+    """``/compare/?plan=1&plan=2&run=3``: the named plans and runs, stacked on one time axis."""
+    items, errors = compare_items(user=request.user, plan_ids=request.GET.getlist("plan"),
+                                  run_ids=request.GET.getlist("run"))
+    counts = [(sum(item["kind"] == kind for item in items), kind) for kind in ("plan", "run")]
+    heading = " and ".join(f"{count} {kind}{'s' if count != 1 else ''}" for count, kind in counts if count)
+    return render(request, "studio/plan_compare.html", {
+        "items": items, "errors": errors, "heading": heading or "plans and runs",
+        "chart_data": {"items": [{"key": item["key"], "num_devices": item["num_devices"], "predicted": item["timeline"]}
+                                 for item in items],
+                       "x_max": max((item["span_ms"] for item in items), default=0.0)},
+    }, status=400 if errors and not items else 200)

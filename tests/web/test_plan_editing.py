@@ -1,0 +1,408 @@
+"""The plan page's API: exports (each format, and the reasons a format cannot express a plan), simulate (an edited
+document re-predicted, and the 400s it names), derive (a saved edit linked to its parent; roles), v2 plans."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+
+import pytest
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from adaptis_web.studio.models import Membership, Plan, PlanningJob
+from adaptis_web.studio.services.jobs import job_request_check, job_run
+from adaptis_web.studio.services.specs import spec_create
+from adaptis_web.studio.services.teams import membership_add
+from planner import hybrid
+from planner.cluster import load_cluster_preset
+from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
+from planner.parallel.evaluate import Job, shard_profile
+from planner.plan import load_plan
+from planner.simulator import simulate
+from planner.spec.presets import load_model_preset
+
+pytestmark = pytest.mark.django_db
+SEQ_LEN = 2048
+
+
+def _plan_of(people, preset: str, schedule: str, devices: int, microbatches: int, cluster="cpu-host") -> Plan:
+    spec = load_model_preset(preset)
+    record = spec_create(team=people.team, owner=people.owner, spec=spec, source_filename=f"{preset}.json")
+    request = job_request_check(spec=spec, num_devices=devices, num_microbatches=microbatches, cluster_preset=cluster,
+                                schedule=schedule, time_budget_s=5)
+    job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset=cluster,
+                                     cluster_doc=request.cluster.to_dict(), num_devices=devices,
+                                     num_microbatches=microbatches, schedule=schedule, partition=request.partition,
+                                     time_budget_s=5)
+    return job_run(job_id=job.pk)
+
+
+def _client(user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def _viewer(people, django_user_model):
+    viewer = django_user_model.objects.create_user("victor", password="victor-pass-2026")
+    membership_add(team=people.team, user=viewer, role=Membership.Role.VIEWER)
+    return viewer
+
+
+def _simulate(client, plan, doc):
+    return client.post(reverse("api:plan-simulate", args=[plan.pk]), doc, format="json")
+
+
+# ---- exports ---------------------------------------------------------------------------------------------------
+
+def _export(client, plan, fmt):
+    return client.get(reverse("api:plan-export", args=[plan.pk, fmt]))
+
+
+def test_each_export_is_a_download_with_its_content_type_and_file_name(people, planned, django_user_model):
+    client = _client(_viewer(people, django_user_model))  # a viewer may export
+    plan = planned.plan
+    expected = {"plan-json": ("application/json", f"plan-{plan.pk}-1f1b.json"),
+                "perfetto": ("application/json", f"plan-{plan.pk}-1f1b.perfetto.json"),
+                "torch-csv": ("text/csv", f"plan-{plan.pk}-1f1b.csv"),
+                "megatron-layout": ("text/plain", f"plan-{plan.pk}-1f1b.megatron.txt")}
+    bodies = {}
+    for fmt, (content_type, filename) in expected.items():
+        response = _export(client, plan, fmt)
+        assert response.status_code == 200, response.content
+        assert response["Content-Type"].split(";")[0] == content_type
+        assert response["Content-Disposition"] == f'attachment; filename="{filename}"'
+        bodies[fmt] = response.content.decode()
+    assert json.loads(bodies["plan-json"]) == load_plan(plan.plan_doc).to_dict()
+    trace = json.loads(bodies["perfetto"])
+    compute = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["tid"] < 2 and e["name"] != "bubble"]
+    assert len(compute) == 2 * 4 * 2 and trace["otherData"]["iteration_ms"] == pytest.approx(plan.iteration_ms)
+    rows = list(csv.reader(io.StringIO(bodies["torch-csv"])))
+    assert rows == [[str(a) for a in actions] for actions in load_plan(plan.plan_doc).actions]
+    assert bodies["megatron-layout"] == "E,t*2|t*2,L\n"  # tiny-llama: embedding, 4 decoder layers, head
+
+
+def test_an_unknown_export_format_is_a_400_naming_the_format(people, planned):
+    response = _export(_client(people.member), planned.plan, "onnx")
+    assert response.status_code == 400
+    (error,) = response.json()["errors"]
+    assert error["field"] == "format" and "megatron-layout" in error["reason"]
+
+
+def test_megatron_layout_of_a_v_shaped_placement_is_a_400_with_the_reason(people):
+    plan = _plan_of(people, "tiny-llama", "zb-v", 2, 4)
+    response = _export(_client(people.member), plan, "megatron-layout")
+    assert response.status_code == 400
+    (error,) = response.json()["errors"]
+    assert error["field"] == "format" and "virtual stage k on rank k mod p" in error["reason"]
+
+
+def test_megatron_layout_of_a_hybrid_mamba_model_says_megatron_ignores_it_without_virtual_stages(people):
+    plan = _plan_of(people, "tiny-hybrid", "1f1b", 2, 4)
+    response = _export(_client(people.member), plan, "megatron-layout")
+    assert response.status_code == 200
+    text = response.content.decode()
+    notes = [line for line in text.splitlines() if line.startswith("#")]
+    layout = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert "hybrid (Mamba) models ignore --pipeline-model-parallel-layout" in " ".join(notes)
+    assert len(layout) == 1 and layout[0].startswith("E") and layout[0].endswith("L") and layout[0].count("|") == 1
+
+
+def test_megatron_layout_of_a_hybrid_mamba_model_with_virtual_stages_is_refused(people):
+    plan = _plan_of(people, "tiny-hybrid", "interleaved-1f1b", 2, 4)
+    response = _export(_client(people.member), plan, "megatron-layout")
+    assert response.status_code == 400
+    reason = response.json()["errors"][0]["reason"]
+    assert "refuse a --pipeline-model-parallel-layout with virtual stages" in reason and "4 stages on 2" in reason
+
+
+def test_plan_page_offers_the_four_downloads_and_the_megatron_reason_where_it_cannot(client, people):
+    plan = _plan_of(people, "tiny-llama", "zb-v", 2, 4)
+    client.force_login(people.member)
+    page = client.get(reverse("studio:plan", args=[plan.pk])).content.decode()
+    for fmt in ("plan-json", "perfetto", "torch-csv"):
+        assert f'data-export="{fmt}" href="{reverse("api:plan-export", args=[plan.pk, fmt])}"' in page
+    assert 'data-export="megatron-layout" aria-disabled="true"' in page
+    assert re.search(r'data-export-reason="megatron-layout">.*virtual stage k on rank k mod p', page)
+
+
+# ---- simulate ------------------------------------------------------------------------------------------------
+
+def _searched(people):
+    return _plan_of(people, "llama-3-8b", "adaptis", 4, 8, cluster="h100-sxm-1x8")
+
+
+def test_simulating_the_unchanged_plan_predicts_what_is_stored(people, planned):
+    response = _simulate(_client(people.member), planned.plan, planned.plan.plan_doc)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["metrics"]["iteration_ms"] == pytest.approx(planned.plan.iteration_ms)
+    assert body["difference"]["iteration_ms"] == pytest.approx(0.0, abs=1e-9)
+    assert body["rescheduled"] == "" and body["layout"] == planned.plan.layout
+    assert len(body["timeline"]) == 2 * 4 * 2 and {row["device"] for row in body["per_device"]} == {0, 1}
+    assert all(row["capacity_bytes"] == 16 * 1024 ** 3 for row in body["per_device"])
+
+
+def test_moving_a_boundary_keeps_the_orders_and_changes_the_prediction_as_the_simulator_says(people):
+    plan = _searched(people)
+    doc = json.loads(json.dumps(plan.plan_doc))
+    first, second = doc["stages"][0], doc["stages"][1]
+    second["layers"].insert(0, first["layers"].pop())  # the boundary one layer earlier
+    response = _simulate(_client(people.member), plan, doc)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["rescheduled"] == "" and body["plan"]["actions"] == plan.plan_doc["actions"]
+    # An independent re-simulation of the edited document on the plan's profile and cluster.
+    from planner.cluster import load_cluster
+    from planner.profile import load_profile
+    expected = simulate(load_plan(doc), load_profile(plan.profile_doc), load_cluster(plan.job.cluster_doc))
+    assert body["metrics"]["iteration_ms"] == pytest.approx(expected.iteration_ms)
+    assert body["metrics"]["iteration_ms"] != pytest.approx(plan.iteration_ms)
+    assert body["difference"]["iteration_ms"] == pytest.approx(expected.iteration_ms - plan.iteration_ms)
+    assert body["layout"] != plan.layout
+
+
+def test_moving_a_stage_to_another_device_reschedules_its_actions_onto_that_device(people):
+    plan = _searched(people)
+    doc = json.loads(json.dumps(plan.plan_doc))
+    target = (doc["stages"][1]["device"] + 1) % doc["num_devices"]
+    doc["stages"][1]["device"] = target
+    body = _simulate(_client(people.member), plan, doc).json()
+    assert body["rescheduled"] in ("one-f-one-b", "zero-bubble")
+    assert body["plan"]["stages"][1]["device"] == target
+    assert any(action.startswith("1F") for action in body["plan"]["actions"][target])
+    assert {entry["device"] for entry in body["timeline"] if entry["stage"] == 1} == {target}
+    assert f"@{target}" in body["layout"]
+
+
+def test_split_merge_microbatches_policy_and_baseline_edits_are_predicted(people, planned):
+    client, plan = _client(people.member), planned.plan
+    split = json.loads(json.dumps(plan.plan_doc))
+    layers = split["stages"][0]["layers"]
+    split["stages"][0:1] = [{"layers": layers[:1], "device": 0}, {"layers": layers[1:], "device": 0}]
+    body = _simulate(client, plan, split).json()
+    assert len(body["plan"]["stages"]) == 3 and body["rescheduled"]
+    merged = json.loads(json.dumps(plan.plan_doc))
+    merged["stages"] = [{"layers": merged["stages"][0]["layers"] + merged["stages"][1]["layers"], "device": 0}]
+    assert len(_simulate(client, plan, merged).json()["plan"]["stages"]) == 1
+    more = {**plan.plan_doc, "num_microbatches": 8}
+    body = _simulate(client, plan, more).json()
+    assert len(body["timeline"]) == 2 * 8 * 2 and body["metrics"]["iteration_ms"] > plan.iteration_ms
+    zero_bubble = {**plan.plan_doc, "meta": {"schedule_policy": "zero-bubble"}}
+    body = _simulate(client, plan, zero_bubble).json()
+    assert {entry["type"] for entry in body["timeline"]} == {"F", "I", "W"}
+    baseline = {**plan.plan_doc, "meta": {"baseline": "zb-v", "partition": "uniform"}}
+    body = _simulate(client, plan, baseline).json()
+    assert [stage["device"] for stage in body["plan"]["stages"]] == [0, 1, 1, 0]
+
+
+@pytest.mark.parametrize("edit, field, reason", [
+    (lambda doc: doc["stages"][1].update(layers=[]), "stages[1].layers", "stage 1 would be empty"),
+    (lambda doc: doc.update(num_microbatches=0), "num_microbatches", "between 1 and 1024"),
+    (lambda doc: doc.update(num_devices=9), "num_devices", "has 4 devices"),
+    (lambda doc: doc.update(meta={"schedule_policy": "fastest"}), "meta.schedule_policy", "must be one of"),
+    (lambda doc: doc.update(meta={"baseline": "pipedream"}), "meta.baseline", "must be one of"),
+    (lambda doc: doc["stages"][1]["layers"].append(99), "stages[1].layers[3]", "consecutive"),
+    (lambda doc: doc.update(meta={"schedule_policy": "keep"}, num_microbatches=8), "actions", "missing"),
+])
+def test_a_bad_edit_is_a_400_naming_the_field_and_the_reason(people, planned, edit, field, reason):
+    doc = json.loads(json.dumps(planned.plan.plan_doc))
+    edit(doc)
+    response = _simulate(_client(people.member), planned.plan, doc)
+    assert response.status_code == 400, response.content
+    (error,) = response.json()["errors"]
+    assert error["field"] == field and reason in error["reason"], error
+
+
+def test_an_edit_that_overflows_a_devices_memory_is_a_400_naming_the_device_in_gib(people):
+    plan = _plan_of(people, "llama-3-8b", "1f1b", 4, 8, cluster="h100-sxm-1x8")
+    doc = json.loads(json.dumps(plan.plan_doc))
+    for stage in doc["stages"][1:3]:
+        stage["device"] = 0  # three quarters of Llama 3 8B's weights, gradients and Adam state on one 80 GB GPU
+    response = _simulate(_client(people.member), plan, doc)
+    assert response.status_code == 400, response.content
+    (error,) = response.json()["errors"]
+    assert error["field"] == "memory"
+    match = re.fullmatch(r"device 0 needs (\d+\.\d) GiB of 80\.0 GiB", error["reason"])
+    assert match and float(match.group(1)) > 80, error
+
+
+def test_a_viewer_may_simulate_and_an_outsider_gets_404(people, planned, django_user_model):
+    viewer = _viewer(people, django_user_model)
+    assert _simulate(_client(viewer), planned.plan, planned.plan.plan_doc).status_code == 200
+    assert _simulate(_client(people.outsider), planned.plan, planned.plan.plan_doc).status_code == 404
+    assert Plan.objects.count() == 1
+
+
+# ---- derive --------------------------------------------------------------------------------------------------
+
+def _derive(client, plan, doc, name=""):
+    return client.post(reverse("api:plan-derive", args=[plan.pk]), {"plan": doc, "name": name}, format="json")
+
+
+def test_saving_an_edit_stores_a_plan_linked_to_its_parent_with_its_edits(people, planned, client):
+    doc = json.loads(json.dumps(planned.plan.plan_doc))
+    doc["stages"][1]["layers"].insert(0, doc["stages"][0]["layers"].pop())
+    doc["meta"] = {"edits": ["moved the boundary of stages 0/1 from layer 3 to layer 2"], "schedule_policy": "keep"}
+    response = _derive(_client(people.member), planned.plan, doc, name="earlier boundary")
+    assert response.status_code == 201, response.content
+    child = Plan.objects.get(pk=response.json()["id"])
+    assert child.parent_id == planned.plan.pk and response.json()["parent"] == planned.plan.pk
+    assert child.job_id == planned.job.pk
+    assert child.name == "earlier boundary" and child.strategy == "edited"
+    assert child.plan_doc["meta"]["edits"] == doc["meta"]["edits"] and child.plan_doc["meta"]["derived_by"] == "bob"
+    assert child.layout == "E,t|t*3,L" and child.plan_doc["actions"] == planned.plan.plan_doc["actions"]
+    expected = simulate(load_plan(doc), *_profile_and_cluster(planned.plan))
+    assert child.iteration_ms == pytest.approx(expected.iteration_ms)
+    client.force_login(people.member)
+    page = client.get(reverse("studio:plan", args=[child.pk])).content.decode()
+    assert f'id="parent-link">plan #{planned.plan.pk}' in page and 'id="parent-difference"' in page
+    assert "moved the boundary of stages 0/1" in page
+    parent_page = client.get(reverse("studio:plan", args=[planned.plan.pk])).content.decode()
+    assert f'href="{reverse("studio:plan", args=[child.pk])}">plan #{child.pk}</a>' in parent_page
+
+
+def _profile_and_cluster(plan):
+    from planner.cluster import load_cluster
+    from planner.profile import load_profile
+    return load_profile(plan.profile_doc), load_cluster(plan.job.cluster_doc)
+
+
+def test_saving_needs_the_member_role_and_a_refusal_stores_nothing(people, planned, django_user_model):
+    viewer = _viewer(people, django_user_model)
+    response = _derive(_client(viewer), planned.plan, planned.plan.plan_doc)
+    assert response.status_code == 403
+    (error,) = response.json()["errors"]
+    assert error["field"] == "role" and "saving an edited plan needs the member role" in error["reason"]
+    assert _derive(_client(people.outsider), planned.plan, planned.plan.plan_doc).status_code == 404
+    bad = json.loads(json.dumps(planned.plan.plan_doc))
+    bad["stages"][0]["layers"] = []
+    assert _derive(_client(people.member), planned.plan, bad).status_code == 400
+    assert Plan.objects.count() == 1
+
+
+# ---- v2 (hybrid-parallel) plans ------------------------------------------------------------------------------
+
+@pytest.fixture
+def hybrid_plan(people) -> Plan:
+    """A Llama 3 8B adaptis.plan/v2 plan (TP2 PP2 DP2 on one H100 node), stored as a job's plan."""
+    spec, cluster = load_model_preset("llama-3-8b"), load_cluster_preset("h100-sxm-1x8")
+    best = hybrid.search(spec, cluster, 8, SEQ_LEN, 32, pins={"tp": 2, "pp": 2}).to_dict()["best"]
+    plan = load_plan(best["plan"])
+    record = spec_create(team=people.team, owner=people.owner, spec=spec, source_filename="llama-3-8b.json")
+    job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset="h100-sxm-1x8",
+                                     cluster_doc=cluster.to_dict(), num_devices=2,
+                                     num_microbatches=plan.num_microbatches, schedule=plan.strategy, status="succeeded")
+    job_shape = Job(model=spec, cluster=cluster, gpus=8, seq_len=SEQ_LEN, global_batch=32)
+    profile, _ = shard_profile(job_shape, plan.parallel)
+    return Plan.objects.create(job=job, strategy=plan.strategy, plan_doc=plan.to_dict(), profile_doc=profile.to_dict(),
+                               layout=plan_layout_string(plan, layer_codes_from_spec(spec)),
+                               schedule_summary=schedule_description(plan),
+                               simulation={"iteration_ms": best["predicted"]["iteration_ms"], "bubble_ratio": 0.0},
+                               iteration_ms=best["predicted"]["iteration_ms"], bubble_ratio=0.0)
+
+
+def test_a_v2_plan_page_shows_its_parallel_configuration(client, people, hybrid_plan):
+    client.force_login(people.member)
+    page = client.get(reverse("studio:plan", args=[hybrid_plan.pk])).content.decode()
+    parallel = hybrid_plan.plan_doc["parallel"]
+    assert (f'data-config="parallel">TP{parallel["tp"]} CP{parallel["cp"]} PP{parallel["pp"]} DP{parallel["dp"]} '
+            f'EP{parallel["ep"]}<') in page
+    assert "Distributed optimizer" in page and "GiB of 80.0 GiB" in page
+
+
+def test_editing_a_v2_plans_degrees_re_predicts_the_job_as_planner_hybrid_does(people, hybrid_plan):
+    client = _client(people.member)
+    body = _simulate(client, hybrid_plan, hybrid_plan.plan_doc).json()
+    expected = hybrid.predict(load_plan(hybrid_plan.plan_doc), "llama-3-8b", "h100-sxm-1x8", SEQ_LEN)
+    assert body["metrics"]["iteration_ms"] == pytest.approx(expected["predicted"]["iteration_ms"])
+    assert [row["memory_bytes"] for row in body["per_device"]] == [row["total_bytes"] for row in expected["memory"]]
+    doc = json.loads(json.dumps(hybrid_plan.plan_doc))
+    doc["parallel"].update(tp=1, dp=4)
+    body = _simulate(client, hybrid_plan, doc).json()
+    edited = hybrid.predict(load_plan(doc), "llama-3-8b", "h100-sxm-1x8", SEQ_LEN)
+    assert body["metrics"]["iteration_ms"] == pytest.approx(edited["predicted"]["iteration_ms"])
+    assert body["hybrid"]["parallel"]["tp"] == 1
+    doc["parallel"]["tp"] = 3
+    response = _simulate(client, hybrid_plan, doc)
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "gpus", response.content
+    assert "has 8 GPUs, asked for 24" in response.json()["errors"][0]["reason"]
+    doc["parallel"].update(tp=3, dp=1)
+    response = _simulate(client, hybrid_plan, doc)
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "tp", response.content
+    saved = _derive(client, hybrid_plan, {**hybrid_plan.plan_doc, "meta": {**hybrid_plan.plan_doc["meta"],
+                                                                           "edits": ["nothing"]}})
+    assert saved.status_code == 201 and Plan.objects.get(pk=saved.json()["id"]).plan_doc["format"] == "adaptis.plan/v2"
+
+
+# ---- compare -------------------------------------------------------------------------------------------------
+
+def test_compare_puts_a_plan_and_a_run_on_one_axis_with_the_runs_step_aligned_to_zero(client, people, planned,
+                                                                                        finished_run):
+    client.force_login(people.member)
+    response = client.get(reverse("studio:compare"), {"plan": planned.plan.pk, "run": finished_run.pk})
+    assert response.status_code == 200
+    plan_item, run_item = response.context["items"]
+    chart = response.context["chart_data"]
+    assert chart["x_max"] == max(plan_item["span_ms"], run_item["span_ms"])
+    # The run's events are the predicted timeline shifted by 100 ms: aligned, they start at 0 and span as much.
+    first = min(entry["start_ms"] for entry in plan_item["timeline"])
+    assert min(entry["start_ms"] for entry in run_item["timeline"]) == 0.0
+    assert run_item["span_ms"] == pytest.approx(plan_item["span_ms"] - first)
+    assert run_item["differences"]["iteration_ms"]["delta"] == pytest.approx(-first, abs=1e-9)
+    busy = sum(e["end_ms"] - e["start_ms"] for e in run_item["timeline"])
+    assert run_item["metrics"]["bubble_ratio"] == pytest.approx(1 - busy / (2 * run_item["span_ms"]))
+    page = response.content.decode()
+    assert f'data-compare-row="plan-{planned.plan.pk}"' in page and f'data-compare-row="run-{finished_run.pk}"' in page
+    assert "Compare 1 plan and 1 run" in page
+
+
+def test_compare_refuses_ids_that_are_not_numbers_and_hides_other_teams(client, people, planned):
+    client.force_login(people.member)
+    response = client.get(reverse("studio:compare"), {"plan": "abc"})
+    assert response.status_code == 400 and "plan id &#x27;abc&#x27; is not a number" in response.content.decode()
+    client.force_login(people.outsider)
+    assert client.get(reverse("studio:compare"), {"plan": planned.plan.pk}).status_code == 404
+
+
+def test_history_of_plans_offers_compare_checkboxes_and_links_the_plan_page(client, people, planned):
+    client.force_login(people.member)
+    page = client.get(reverse("studio:history"), {"kind": "plans"}).content.decode()
+    assert f'name="plan" value="{planned.plan.pk}"' in page and 'id="compare-form"' in page
+    assert f'href="{reverse("studio:plan", args=[planned.plan.pk])}"' in page
+
+
+def test_changing_a_v2_plans_pipeline_degree_re_lays_its_stages_over_the_new_ranks(people, hybrid_plan):
+    doc = json.loads(json.dumps(hybrid_plan.plan_doc))
+    doc["parallel"].update(pp=4, dp=1)
+    doc["num_devices"] = 4
+    response = _simulate(_client(people.member), hybrid_plan, doc)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["plan"]["num_devices"] == 4 and body["plan"]["parallel"]["pp"] == 4
+    assert {stage["device"] for stage in body["plan"]["stages"]} == {0, 1, 2, 3}
+    assert body["rescheduled"] and len(body["per_device"]) == 4
+    expected = hybrid.predict(load_plan(body["plan"]), "llama-3-8b", "h100-sxm-1x8", SEQ_LEN)
+    assert body["metrics"]["iteration_ms"] == pytest.approx(expected["predicted"]["iteration_ms"])
+
+
+def test_a_v2_plans_perfetto_trace_is_its_pipeline_on_the_ranks_links(people, hybrid_plan):
+    response = _export(_client(people.member), hybrid_plan, "perfetto")
+    assert response.status_code == 200
+    trace = json.loads(response.content)
+    plan = load_plan(hybrid_plan.plan_doc)
+    profile, cluster = hybrid.pipeline(plan, "llama-3-8b", "h100-sxm-1x8", SEQ_LEN)
+    assert trace["otherData"]["iteration_ms"] == pytest.approx(simulate(plan, profile, cluster).iteration_ms)
+    assert _export(_client(people.member), hybrid_plan, "torch-csv").status_code == 200
+
+
+def test_a_viewer_gets_the_editor_to_try_edits_but_no_save(client, people, planned, django_user_model):
+    client.force_login(_viewer(people, django_user_model))
+    page = client.get(reverse("studio:plan", args=[planned.plan.pk])).content.decode()
+    assert 'id="layer-strip"' in page and reverse("api:plan-simulate", args=[planned.plan.pk]) in page
+    assert 'id="save-plan"' not in page and 'id="save-not-allowed"' in page
+    client.force_login(people.member)
+    assert 'id="save-plan"' in client.get(reverse("studio:plan", args=[planned.plan.pk])).content.decode()
