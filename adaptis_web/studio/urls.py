@@ -13,6 +13,7 @@ urlpatterns = [
     path("plans/<int:plan_id>/run/", views.plan_run, name="plan-run"),
     path("runs/<int:run_id>/", views.run_detail, name="run"),
     path("runs/<int:run_id>/replan/", views.run_replan, name="run-replan"),
+    path("runs/<int:run_id>/cancel/", views.run_cancel_view, name="run-cancel"),
     path("history/", history_views.history, name="history"),
     path("<curated_kind:kind>/<int:object_id>/manage/", history_views.curate, name="curate"),
     path("teams/", account_views.team_list, name="teams"),

@@ -21,6 +21,7 @@ from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import job_cancel, job_create, spec_create_with_job
 from adaptis_web.studio.services.runs import cpu_run_refusal, run_create
+from adaptis_web.studio.services.run_control import observed_statistic, run_cancel, run_phase
 from planner.errors import SpecError
 from planner.spec.model import load_model_spec
 
@@ -162,6 +163,15 @@ def run_replan(request: HttpRequest, run_id: int) -> HttpResponse:
     return redirect("studio:job", job_id=job.pk)
 
 
+@login_required
+@require_POST
+def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = selectors.run_get_for_user(user=request.user, run_id=run_id)
+    with suppress(SpecError):  # it finished meanwhile: the page it returns to shows how
+        run_cancel(run=run, user=request.user)
+    return redirect("studio:run", run_id=run.pk)
+
+
 def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int = 200) -> HttpResponse:
     plan = run.plan
     simulation = plan_prediction(plan)
@@ -169,9 +179,12 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
     return render(request, "studio/run_detail.html", {
         "run": run, "plan": plan, "job": plan.job, "replan_error": replan_error,
         "replans": selectors.run_replans(run=run),
+        "phase": run_phase(run=run, event_count=len(events)),
+        "observed_statistic": observed_statistic(run.summary),
         "timeline_data": {
             "num_devices": plan.plan_doc["num_devices"], "predicted": simulation["timeline"],
             "iteration_ms": simulation["iteration_ms"],
+            "stage_devices": [stage["device"] for stage in plan.plan_doc["stages"]],
             "observed": RunEventOutput(events, many=True).data,
         },
         "device_comparison": device_comparison(simulation, run.summary),

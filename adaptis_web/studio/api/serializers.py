@@ -231,8 +231,8 @@ class RunOutput(serializers.ModelSerializer):
 
     class Meta:
         model = Run
-        fields = ["id", "name", "plan", "created_by", "status", "backend", "world_size", "steps", "scaled_down",
-                  "error", "summary", "loss", "balancing_loss", "event_count", "executed_spec", "created_at",
+        fields = ["id", "name", "plan", "created_by", "status", "cancel_requested", "backend", "world_size", "steps",
+                  "scaled_down", "error", "summary", "loss", "balancing_loss", "event_count", "executed_spec", "created_at",
                   "started_at", "finished_at", "archived_at"]
 
     def get_event_count(self, run: Run) -> int:

@@ -28,6 +28,7 @@ urlpatterns = [
     path("runs/<int:run_id>/", views.RunDetailApi.as_view(), name="run"),
     path("runs/<int:run_id>/events/", views.RunEventsApi.as_view(), name="run-events"),
     path("runs/<int:run_id>/replan/", views.RunReplanApi.as_view(), name="run-replan"),
+    path("runs/<int:run_id>/cancel/", views.RunCancelApi.as_view(), name="run-cancel"),
     path("<curated_kind:kind>/<int:object_id>/dependents/", views.DependentsApi.as_view(), name="dependents"),
     path("<curated_kind:kind>/<int:object_id>/<curated_action:action>/", views.CuratedActionApi.as_view(),
          name="curated-action"),

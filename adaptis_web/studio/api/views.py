@@ -37,6 +37,7 @@ from adaptis_web.studio.services import curation
 from adaptis_web.studio.services.jobs import JOB_SCHEDULES, job_cancel, job_create, job_request_check
 from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.runs import run_create
+from adaptis_web.studio.services.run_control import run_cancel
 from adaptis_web.studio.services.specs import spec_create, spec_parse_upload
 from planner.baselines import PARTITIONS
 from planner.cluster import preset_names
@@ -234,6 +235,16 @@ class RunReplanApi(APIView):
         job = job_replan_from_run(run=selectors.run_get_for_user(user=request.user, run_id=run_id),
                                   user=request.user)
         return Response(JobDetailOutput(job).data, status=status.HTTP_201_CREATED)
+
+
+class RunCancelApi(APIView):
+    @extend_schema(request=None, responses={200: RunOutput},
+                   description="A queued run is cancelled at once; a running one within a few seconds, when its "
+                               "worker ends the ranks (the events they sent are kept); a finished one is a 400 "
+                               "naming 'status'. Its creator (a member) or an admin of the team may cancel it.")
+    def post(self, request, run_id: int):
+        run = run_cancel(run=selectors.run_get_for_user(user=request.user, run_id=run_id), user=request.user)
+        return Response(RunOutput(selectors.run_get_for_user(user=request.user, run_id=run.pk)).data)
 
 
 class RunEventsApi(APIView):

@@ -2,7 +2,8 @@
 
 ``run_create`` refuses what a CPU host should not attempt (too many ranks, a realistic model without the
 scaled-down variant); ``run_execute`` (the Celery task's body) launches the executor with a Redis event
-sink, relays the live events into the database while the ranks run, and records the outcome.
+sink, relays the live events into the database while the ranks run, and records the outcome; a cancel
+(``services.run_control``) stops the ranks and records the run as cancelled with the events it sent so far.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from adaptis_web.studio.live_events import RunEventRelay, run_event_sink, run_ev
 from adaptis_web.studio.models import JobStatus, Plan, Run
 from adaptis_web.studio.services.liveness import heartbeat
 from adaptis_web.studio.services.queueing import enqueue_on_commit
+from adaptis_web.studio.services.run_control import run_stop_reader
 from adaptis_web.studio.services.specs import spec_check_team
 from planner.cost.analytic import count_parameters
 from planner.errors import PlanError, SpecError
@@ -73,7 +75,7 @@ def _run_fail(run_id: int, error: str) -> None:
 
 
 def _execute(run: Run) -> None:
-    from executor.errors import ExecutorError
+    from executor.errors import ExecutorError, RunCancelled
     from executor.launch import run_plan
 
     spec = _executed_spec(run)
@@ -81,7 +83,10 @@ def _execute(run: Run) -> None:
     relay = RunEventRelay(run.pk).start()
     try:
         result = run_plan(load_plan(run.plan.plan_doc), spec, backend=run.backend, seed=0,
-                          event_sink=run_event_sink(run.pk), steps=run.steps, timeout_s=settings.RUN_TIMEOUT_S)
+                          event_sink=run_event_sink(run.pk), steps=run.steps, timeout_s=settings.RUN_TIMEOUT_S,
+                          should_stop=run_stop_reader(run.pk))
+    except RunCancelled:
+        result = None  # recorded once the relay has stored every event the ranks sent before they were stopped
     except ExecutorError as error:
         _run_fail(run.pk, "\n\n".join(filter(None, [str(error), error.traceback_text])))
         return
@@ -90,6 +95,10 @@ def _execute(run: Run) -> None:
         return
     finally:
         relay.stop()
+    if result is None:
+        Run.objects.filter(pk=run.pk).update(status=JobStatus.CANCELLED, finished_at=timezone.now(),
+                                             error="cancelled while running: the ranks were stopped")
+        return
     missed = run_events_backfill(run.pk, result.events)
     if missed:
         logger.warning("run %s: %d events did not arrive through Redis and were stored from the result",
