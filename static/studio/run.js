@@ -13,7 +13,6 @@
     queued: "Waiting for a worker on the runs queue…",
     starting: "Starting ranks: each one imports torch, builds its stages and joins the process group. " +
               "The first bars appear when the first action ends.",
-    running: "Running: observed bars appear as the ranks record them.",
     cancelling: "Cancelling: the worker is stopping the ranks.",
   };
 

@@ -89,6 +89,7 @@ API_CASES = [
     Case("re-plan from a run", "post", lambda c: reverse("api:run-replan", args=[c.finished_run.pk]),
          (201, 201, 201, 403, 404, 401)),
     Case("delete a run", "delete", lambda c: reverse("api:run", args=[c.finished_run.pk]), CHANGE_ANYONES),
+    Case("cancel a run", "post", lambda c: reverse("api:run-cancel", args=[c.queued_run.pk]), CHANGE_ANYONES),
     Case("dependents of a run", "get", lambda c: reverse("api:dependents", args=["runs", c.finished_run.pk]), READ),
     Case("api schema (public, as before)", "get", lambda c: reverse("api-schema"), (200,) * 6),
     Case("restore a deleted run", "post",
@@ -100,7 +101,7 @@ def _state():
     """What a refused request must leave alone."""
     return (ModelSpecRecord.objects.filter(deleted_at__isnull=True, archived_at__isnull=True).count(),
             PlanningJob.objects.filter(archived_at__isnull=True, cancel_requested=False).count(),
-            Run.objects.filter(deleted_at__isnull=True).count(), sorted(Membership.objects.values_list("user_id", "role")),
+            Run.objects.filter(deleted_at__isnull=True, cancel_requested=False).count(), sorted(Membership.objects.values_list("user_id", "role")),
             Invitation.objects.count(), sorted(ModelSpecRecord.objects.values_list("name", flat=True)))
 
 
@@ -145,6 +146,7 @@ PAGE_CASES = [
     Case("cancel a job", "post", lambda c: reverse("studio:job-cancel", args=[c.queued_job.pk]), PAGE_CHANGE_ANYONES),
     Case("re-plan from a run", "post", lambda c: reverse("studio:run-replan", args=[c.finished_run.pk]),
          (302, 302, 302, 403, 404, 302)),
+    Case("cancel a run", "post", lambda c: reverse("studio:run-cancel", args=[c.queued_run.pk]), PAGE_CHANGE_ANYONES),
     Case("archive a job", "post", lambda c: reverse("studio:curate", args=["jobs", c.planned.job.pk]),
          PAGE_CHANGE_ANYONES, lambda c: {"action": "archive"}),
     Case("rename a spec", "post", lambda c: reverse("studio:curate", args=["specs", c.planned.spec.pk]),
