@@ -20,7 +20,7 @@ from adaptis_web.studio.api.serializers import RunEventOutput
 from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import job_cancel, job_create, spec_create_with_job
-from adaptis_web.studio.services.runs import cpu_run_refusal, run_create
+from adaptis_web.studio.services.runs import cpu_run_refusal, plan_run_refusal, run_create
 from adaptis_web.studio.services.run_control import observed_statistic, run_cancel, run_phase
 from planner.errors import SpecError
 from planner.spec.model import load_model_spec
@@ -105,12 +105,14 @@ def plan_context(plan: Plan) -> dict:
     """What the plan section of a page shows: metrics, per-device rows, the timeline data for the chart."""
     spec = load_model_spec(plan.job.spec.doc)
     simulation = plan_prediction(plan)
+    run_refusal = plan_run_refusal(plan)  # shown instead of the Run on CPU button, before anyone clicks it
     return {
         "simulation": simulation,
         "per_device": simulation["per_device"],
         "timeline_data": {"num_devices": plan.plan_doc["num_devices"], "predicted": simulation["timeline"],
                           "iteration_ms": simulation["iteration_ms"]},
         "cpu_refusal": cpu_run_refusal(spec),
+        "run_refusal": run_refusal and f"This plan {run_refusal.reason}.",
         "runs": plan.runs.filter(deleted_at__isnull=True)[:RECENT_ROWS],
     }
 

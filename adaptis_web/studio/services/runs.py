@@ -42,14 +42,24 @@ def cpu_run_refusal(spec: ModelSpec) -> str | None:
             f"layer pattern at hidden size 64 (executor.model.scale_spec)")
 
 
+def plan_run_refusal(plan: Plan) -> SpecError | None:
+    """Why ``plan`` cannot run on this host's CPU at all (any steps, scaled down or not), or None: what a page
+    says instead of offering "Run on CPU", and what ``run_create`` refuses."""
+    world_size = plan.plan_doc["num_devices"]
+    if world_size > settings.CPU_RUN_MAX_RANKS:
+        return SpecError("plan", f"uses {world_size} devices; a CPU run starts at most "
+                                 f"{settings.CPU_RUN_MAX_RANKS} ranks (CPU_RUN_MAX_RANKS)")
+    return None
+
+
 def run_create(*, plan: Plan, user: AbstractBaseUser, steps: int = 1, scale_down: bool = False) -> Run:
     spec_check_team(team=plan.job.spec.team, user=user, doing="starting a run")
     from adaptis_web.studio.tasks import run_execute  # tasks import services: resolve the cycle at call time
 
     world_size = plan.plan_doc["num_devices"]
-    if world_size > settings.CPU_RUN_MAX_RANKS:
-        raise SpecError("plan", f"uses {world_size} devices; a CPU run starts at most "
-                                f"{settings.CPU_RUN_MAX_RANKS} ranks (CPU_RUN_MAX_RANKS)")
+    refusal = plan_run_refusal(plan)
+    if refusal is not None:
+        raise refusal
     if not 1 <= steps <= MAX_RUN_STEPS:
         raise SpecError("steps", f"must be between 1 and {MAX_RUN_STEPS}; got {steps}")
     refusal = None if scale_down else cpu_run_refusal(load_model_spec(plan.job.spec.doc))
