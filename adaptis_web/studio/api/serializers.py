@@ -6,7 +6,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from adaptis_web.studio.models import ApiToken, Invitation, Membership, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent, Team
+from adaptis_web.studio.models import (ApiToken, Invitation, MeasuredProfile, Membership, ModelSpecRecord, Plan,
+                                       PlanningJob, Run, RunEvent, Team)
 from adaptis_web.studio.selectors import RUN_EVENTS_PAGE
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE, JOB_SCHEDULES
@@ -199,7 +200,7 @@ class JobDetailOutput(JobOutput):
                                                   "saying why not), observed_actions, scaled_down; else empty")
 
     class Meta(JobOutput.Meta):
-        fields = JobOutput.Meta.fields + ["cluster", "result", "calibrated_from", "calibration"]
+        fields = JobOutput.Meta.fields + ["cluster", "result", "calibrated_from", "calibration", "measured_profile"]
 
 
 class PlanOutput(serializers.ModelSerializer):
@@ -257,3 +258,20 @@ class RunEventsOutput(serializers.Serializer):
 class RunEventsQuery(serializers.Serializer):
     after = serializers.IntegerField(min_value=0, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=RUN_EVENTS_PAGE, default=RUN_EVENTS_PAGE)
+
+
+class MeasuredProfileCreateInput(serializers.Serializer):
+    num_ranks = serializers.IntegerField(default=2, help_text="profilers at once, one per rank of the runs to predict")
+    split_backward = serializers.BooleanField(default=False, help_text="time I and W apart (zero-bubble ranks)")
+    plan = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                    help_text="a plan of this spec: also time its stages as its ranks run them "
+                                              "(num_ranks is then its devices)")
+
+
+class MeasuredProfileOutput(serializers.ModelSerializer):
+    profile = serializers.JSONField(source="profile_doc", help_text="adaptis.profile/v1 once measured, else null")
+
+    class Meta:
+        model = MeasuredProfile
+        fields = ["id", "spec", "plan", "num_ranks", "split_backward", "status", "host", "error", "profile",
+                  "created_at", "started_at", "finished_at"]

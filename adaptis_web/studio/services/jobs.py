@@ -20,6 +20,12 @@ from django.utils import timezone
 
 from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, Team
 from adaptis_web.studio.services.liveness import heartbeat
+from adaptis_web.studio.services.profiling import (
+    LOCAL_CLUSTER_PRESET,
+    job_profile,
+    profile_for_cpu_job,
+    profile_waiting,
+)
 from adaptis_web.studio.services.queueing import enqueue_on_commit
 from adaptis_web.studio.services.search import (
     ADAPTIS_STRATEGY,
@@ -118,17 +124,24 @@ def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request:
                calibration: dict | None = None) -> PlanningJob:
     """Create a queued job for a stored spec; the planning task is enqueued when the transaction commits.
 
-    ``profile`` replaces the analytic profile (a calibrated one: ``services.calibration``)."""
+    ``profile`` replaces the analytic profile (a calibrated one: ``services.calibration``). Without one, a job on
+    the local CPU cluster plans on the spec's profile measured on the runs' host (``services.profiling``)."""
     from adaptis_web.studio.tasks import plan_job_run  # tasks import services: resolve the cycle at call time
 
     spec_check_team(team=spec_record.team, user=user, doing="planning a spec")
+    measured = None
+    if profile is None and request.cluster_preset == LOCAL_CLUSTER_PRESET:
+        measured = profile_for_cpu_job(spec_record=spec_record, user=user, num_devices=request.num_devices,
+                                       schedule=request.schedule)
     job = PlanningJob.objects.create(
         spec=spec_record, created_by=user, cluster_preset=request.cluster_preset,
         cluster_doc=request.cluster.to_dict(), num_devices=request.num_devices,
         num_microbatches=request.num_microbatches, schedule=request.schedule, partition=request.partition,
         seed=request.seed, time_budget_s=request.time_budget_s, memory_limit_bytes=request.memory_limit_bytes,
         profile_doc=None if profile is None else profile.to_dict(), calibrated_from=calibrated_from,
-        calibration=calibration or {}, progress_message="Waiting for a worker", celery_task_id=str(uuid.uuid4()))
+        calibration=calibration or {}, measured_profile=measured, celery_task_id=str(uuid.uuid4()),
+        progress_message="Waiting for a worker" if measured is None or measured.is_finished else
+        f"Waiting for profile {measured.pk}, measured on the runs' host")
     enqueue_on_commit(plan_job_run, row=job)
     return job
 
@@ -194,8 +207,13 @@ def _plan_job(job: PlanningJob) -> Plan:
         _job_progress(job.pk, 0.15, f"Loading the profile calibrated from run {job.calibrated_from_id}")
         profile = load_profile(job.profile_doc)
     else:
-        _job_progress(job.pk, 0.15, f"Profiling {spec.num_layers} layers analytically on {cluster.device.name}")
-        profile = analytic_profile(spec, cluster)
+        profile, note = job_profile(job)
+        if profile is not None:
+            _job_progress(job.pk, 0.15, note)
+        else:
+            _job_progress(job.pk, 0.15, f"Profiling {spec.num_layers} layers analytically on {cluster.device.name}"
+                                        + (f" ({note})" if note else ""))
+            profile = analytic_profile(spec, cluster)
     if job.schedule == ADAPTIS_SCHEDULE:
         _job_progress(job.pk, SEARCH_PROGRESS_SPAN[0], f"Searching partition, placement and schedule for "
                                                        f"{job.num_devices} devices and {job.num_microbatches} "
@@ -226,15 +244,20 @@ def _plan_job(job: PlanningJob) -> Plan:
 def job_run(*, job_id: int) -> Plan | None:
     """Plan a queued job (the Celery task's body). Failures end on the job row, never as a lost exception.
 
-    Returns the job's own plan (the AdaPtis plan of a search), or None when the job was not run or failed.
+    Returns the job's own plan (the AdaPtis plan of a search), or None when the job was not run or failed. A job
+    waiting for its measured profile stays queued: the profile's task sends it again when it is done.
     """
+    waiting = PlanningJob.objects.select_related("measured_profile").filter(pk=job_id).first()
+    if waiting is not None and profile_waiting(waiting):
+        logger.info("planning job %s waits for measured profile %s", job_id, waiting.measured_profile_id)
+        return None
     claimed = PlanningJob.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
         status=JobStatus.RUNNING, started_at=timezone.now(), progress=0.05,
         progress_message="Loading the model spec and cluster")
     if not claimed:  # cancelled, deleted, or already taken by a redelivered message
         logger.warning("planning job %s is not queued; skipping", job_id)
         return None
-    job = PlanningJob.objects.select_related("spec").get(pk=job_id)
+    job = PlanningJob.objects.select_related("spec", "measured_profile").get(pk=job_id)
     try:
         with heartbeat(PlanningJob, job_id):
             return _plan_job(job)

@@ -1,0 +1,155 @@
+"""Profiles measured where the runs happen: a task on the runs queue times a spec's layers on the worker's host.
+
+``measured_profile_create`` queues one (a member of the spec's team); ``profile_measure`` is the task's body: one
+profiler process per rank at once, each with the ranks' share of the cores and their weight-gradient setting
+(``executor.profiler.measure_profile_alongside``), and, given a plan, its stages timed as its ranks run them with
+the layers scaled to those times (``executor.stage_timing``, as ``executor profile --plan``).
+
+Planning on the local CPU cluster (``cpu-host``) uses such a profile by default (``profile_for_cpu_job``): the
+newest one of the spec for that many ranks and that backward split, measured once and reused; a job that needs
+one not measured yet waits for it (it stays queued and the profile's task sends it on when done). The analytic
+CPU profile predicted tiny-hybrid at 60.8 ms where an idle 2-core host ran it at 547 ms.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import uuid
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
+
+from adaptis_web.studio.models import JobStatus, MeasuredProfile, ModelSpecRecord, Plan, PlanningJob
+from adaptis_web.studio.services.liveness import heartbeat
+from adaptis_web.studio.services.queueing import enqueue_on_commit
+from adaptis_web.studio.services.runs import cpu_run_refusal
+from adaptis_web.studio.services.specs import spec_check_team
+from planner.errors import PlanError, SpecError
+from planner.plan import load_plan
+from planner.profile import Profile, load_profile
+from planner.spec.model import load_model_spec
+from planner.validate import check_plan_structure
+
+logger = logging.getLogger(__name__)
+
+LOCAL_CLUSTER_PRESET = "cpu-host"
+MAX_PROFILE_RANKS = 16
+REPEATS, WARMUP = 15, 5           # per layer and kind, as benchmarks/prediction_fidelity.py measures
+SPLIT_BACKWARD_SCHEDULES = ("zb-h1", "zb-v", "adaptis")   # their ranks run I and W apart (the search's own
+# plans interleave I and W to fill bubbles); GPipe, 1F1B and interleaved 1F1B run one full B
+
+
+def measured_profile_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, num_ranks: int,
+                            split_backward: bool, plan: Plan | None = None) -> MeasuredProfile:
+    """Queue a profile of ``spec_record`` measured on the runs' host; SpecError naming the field when it cannot
+    be measured there (too many ranks, a model a CPU run would not take as it is, a plan of another spec)."""
+    spec_check_team(team=spec_record.team, user=user, doing="measuring a profile")
+    spec = load_model_spec(spec_record.doc)
+    if plan is not None:
+        if plan.job.spec_id != spec_record.pk:
+            raise SpecError("plan", f"plan {plan.pk} is a plan of another spec")
+        check_plan_structure(load_plan(plan.plan_doc), spec.num_layers)
+        num_ranks = plan.plan_doc["num_devices"]
+    if not 1 <= num_ranks <= MAX_PROFILE_RANKS:
+        raise SpecError("num_ranks", f"must be between 1 and {MAX_PROFILE_RANKS}; got {num_ranks}")
+    refusal = cpu_run_refusal(spec)
+    if refusal:
+        raise SpecError("spec", refusal.replace("choose the scaled-down variant", "a run would use the scaled-down "
+                                                                              "variant"))
+    from adaptis_web.studio.tasks import profile_measure  # tasks import services: resolve the cycle at call time
+
+    profile = MeasuredProfile.objects.create(spec=spec_record, created_by=user, num_ranks=num_ranks,
+                                             split_backward=split_backward, plan=plan,
+                                             celery_task_id=str(uuid.uuid4()))
+    enqueue_on_commit(profile_measure, row=profile)
+    return profile
+
+
+def profile_for_cpu_job(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, num_devices: int,
+                        schedule: str) -> MeasuredProfile | None:
+    """The measured profile a job planning ``spec_record`` on ``cpu-host`` uses: the newest one measured (or being
+    measured) for ``num_devices`` ranks and the schedule's backward split, else a new one queued now; None for a
+    model a CPU run would not take as it is (the job then plans on the analytic profile)."""
+    if cpu_run_refusal(load_model_spec(spec_record.doc)):
+        return None
+    split_backward = schedule in SPLIT_BACKWARD_SCHEDULES
+    reusable = MeasuredProfile.objects.filter(
+        spec=spec_record, num_ranks=num_devices, split_backward=split_backward, plan__isnull=True,
+        status__in=(JobStatus.SUCCEEDED, JobStatus.RUNNING, JobStatus.QUEUED), deleted_at__isnull=True).first()
+    return reusable or measured_profile_create(spec_record=spec_record, user=user, num_ranks=num_devices,
+                                               split_backward=split_backward)
+
+
+def job_profile(job: PlanningJob) -> tuple[Profile | None, str]:
+    """The measured profile ``job`` plans with and the sentence saying so; (None, why) when it plans on the
+    analytic profile although it asked for a measured one."""
+    measured = job.measured_profile
+    if measured is None:
+        return None, ""
+    if measured.status != JobStatus.SUCCEEDED:
+        return None, f"measuring profile {measured.pk} on the runs' host {measured.status}: {measured.error}"
+    return load_profile(measured.profile_doc), (f"Planning on profile {measured.pk}, measured on {measured.host} "
+                                                f"({measured.num_ranks} ranks at once)")
+
+
+def profile_waiting(job: PlanningJob) -> bool:
+    """Whether ``job`` waits for its measured profile (its task then leaves it queued)."""
+    return job.measured_profile is not None and not job.measured_profile.is_finished
+
+
+def _measure(record: MeasuredProfile) -> Profile:
+    from executor.host import fair_share_threads
+    from executor.profiler import measure_profile_alongside
+
+    spec = load_model_spec(record.spec.doc)
+    threads = fair_share_threads(record.num_ranks)  # what each of the run's ranks gets (RunConfig.rank_threads)
+    profile = measure_profile_alongside(spec, processes=record.num_ranks, threads=threads,
+                                        split_backward=record.split_backward, repeats=REPEATS, warmup=WARMUP)
+    if record.plan is None:
+        return profile
+    from executor.stage_timing import measure_stage_timings
+    from planner.calibrate import recalibrate_durations, stage_durations
+
+    plan = load_plan(record.plan.plan_doc)
+    timings = measure_stage_timings(plan, spec, threads=threads, repeats=REPEATS, warmup=WARMUP)
+    return recalibrate_durations(profile, plan, stage_durations(plan, timings))
+
+
+def _host() -> str:
+    from executor.host import usable_cores
+
+    return f"{socket.gethostname()} ({usable_cores()} cores)"
+
+
+def _release_waiting_jobs(profile_id: int) -> None:
+    """Send the planning task of every job that waited for this profile (its outcome decides what they use)."""
+    from adaptis_web.studio.tasks import plan_job_run
+
+    for job_id, task_id in PlanningJob.objects.filter(measured_profile_id=profile_id, status=JobStatus.QUEUED) \
+            .values_list("pk", "celery_task_id"):
+        plan_job_run.apply_async(args=[job_id], task_id=task_id or None)
+
+
+def profile_measure(*, profile_id: int) -> None:
+    """Measure a queued MeasuredProfile (the Celery task's body); failures end on its row. Then the jobs waiting
+    for it plan."""
+    claimed = MeasuredProfile.objects.filter(pk=profile_id, status=JobStatus.QUEUED).update(
+        status=JobStatus.RUNNING, started_at=timezone.now(), host=_host())
+    if not claimed:
+        logger.warning("measured profile %s is not queued; skipping", profile_id)
+        return
+    record = MeasuredProfile.objects.select_related("spec", "plan").get(pk=profile_id)
+    outcome = {"status": JobStatus.FAILED}
+    try:
+        with heartbeat(MeasuredProfile, profile_id):
+            profile = _measure(record)
+        outcome = {"status": JobStatus.SUCCEEDED, "profile_doc": profile.to_dict()}
+    except (SpecError, PlanError) as error:
+        outcome["error"] = str(error)
+    except Exception as error:
+        logger.exception("measuring profile %s failed", profile_id)
+        outcome["error"] = f"internal error: {type(error).__name__}: {error}"
+    finally:
+        MeasuredProfile.objects.filter(pk=profile_id).update(finished_at=timezone.now(), **outcome)
+        _release_waiting_jobs(profile_id)
