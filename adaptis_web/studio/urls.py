@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("upload/", views.upload, name="upload"),
     path("specs/<int:spec_id>/", views.spec_detail, name="spec"),
+    path("specs/<int:spec_id>/profile/", views.spec_profile, name="spec-profile"),
     path("jobs/<int:job_id>/", views.job_detail, name="job"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
     path("plans/<int:plan_id>/run/", views.plan_run, name="plan-run"),

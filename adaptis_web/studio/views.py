@@ -22,6 +22,8 @@ from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import job_cancel, job_create, spec_create_with_job
 from adaptis_web.studio.services.runs import cpu_run_refusal, plan_run_refusal, run_create
 from adaptis_web.studio.services.run_control import observed_statistic, run_cancel, run_phase
+from adaptis_web.studio.services.profiling import layer_cost_chart, measured_profile_create
+from planner.cluster import preset_names
 from planner.errors import SpecError
 from planner.spec.model import load_model_spec
 
@@ -67,11 +69,36 @@ def spec_detail(request: HttpRequest, spec_id: int) -> HttpResponse:
         with transaction.atomic():
             job = job_create(spec_record=record, user=request.user, request=form.job_request)
         return redirect("studio:job", job_id=job.pk)
+    return _spec_page(request, record, spec, form, status=400 if form.is_bound else 200)
+
+
+def _spec_page(request: HttpRequest, record, spec, form, *, profile_error: str = "", status: int = 200):
+    cost_cluster = request.GET.get("cluster") if request.GET.get("cluster") in preset_names() else "cpu-host"
+    measured = selectors.spec_measured_profile(spec=record)
     return render(request, "studio/spec_detail.html", {
         "record": record, "spec": spec, "layers": list(zip(spec.layer_names(), spec.layers)), "form": form,
         "jobs": record.jobs.filter(deleted_at__isnull=True)[:RECENT_ROWS],
+        "layer_costs": layer_cost_chart(spec=spec, cluster_preset=cost_cluster, measured=measured),
+        "cost_cluster": cost_cluster, "cluster_presets": preset_names(), "measured": measured,
+        "profiles": record.measured_profiles.filter(deleted_at__isnull=True)[:5], "profile_error": profile_error,
         **role_permissions(user=request.user, team=record.team, creator_id=record.owner_id),
-    }, status=400 if form.is_bound else 200)
+    }, status=status)
+
+
+@login_required
+@require_POST
+def spec_profile(request: HttpRequest, spec_id: int) -> HttpResponse:
+    """Measure the spec on the runs' host (``services.profiling``), then back to the spec page."""
+    record = selectors.spec_get_for_user(user=request.user, spec_id=spec_id)
+    try:
+        with transaction.atomic():
+            measured_profile_create(spec_record=record, user=request.user,
+                                    num_ranks=int(request.POST.get("num_ranks") or 2),
+                                    split_backward=request.POST.get("split_backward") == "on")
+    except (SpecError, ValueError) as error:
+        spec = load_model_spec(record.doc)
+        return _spec_page(request, record, spec, SpecPlanningForm(spec=spec), profile_error=str(error), status=400)
+    return redirect("studio:spec", spec_id=record.pk)
 
 
 def _job_page(request: HttpRequest, job: PlanningJob, run_form: RunForm, plan: Plan | None = None,

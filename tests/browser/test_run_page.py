@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 from django.db import connections
+from django.utils import timezone
 from playwright.sync_api import expect, sync_playwright
 
-from adaptis_web.studio.models import JobStatus, PlanningJob, Run, RunEvent
+from adaptis_web.studio.models import JobStatus, MeasuredProfile, PlanningJob, Run, RunEvent
 from adaptis_web.studio.services.jobs import job_request_check, job_run
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.specs import spec_create
@@ -156,3 +157,55 @@ def test_cancel_a_running_run_from_its_page(celery_worker, browser, live_server,
     assert kept > 0 and page.locator("[data-event-count]").inner_text() == str(kept)
     expect(page.locator("#cancel-run")).to_have_count(0)
     page.screenshot(path=str(SCREENS / "23-run-cancelled.png"), full_page=True)
+
+
+def test_the_spec_page_charts_cost_and_memory_per_layer_analytic_beside_measured(browser, live_server, people):
+    from executor.profiler import measure_profile
+
+    spec = load_model_preset("tiny-hybrid")
+    record = spec_create(team=people.team, owner=people.owner, spec=spec)
+    measured = measure_profile(spec, repeats=2, warmup=1)
+    MeasuredProfile.objects.create(spec=record, created_by=people.owner, num_ranks=1, split_backward=True,
+                                   status=JobStatus.SUCCEEDED, host="this-host (2 cores)",
+                                   profile_doc=measured.to_dict(), finished_at=timezone.now())
+    page = _page(browser, live_server)
+    page.goto(f"{live_server.url}/specs/{record.pk}/")
+    charts = page.evaluate("""() => Object.fromEntries(Object.entries(window.adaptisLayerCharts).map(([name, chart]) =>
+      [name, {labels: chart.data.labels, sets: chart.data.datasets.map((d) => ({label: d.label, data: d.data}))}]))""")
+    assert charts["time"]["labels"] == [f"{index} {layer.kind}" for index, layer in enumerate(spec.layers)]
+    analytic, observed = charts["time"]["sets"]
+    assert analytic["label"].startswith("analytic") and observed["label"].startswith("measured on this-host")
+    assert observed["data"] == pytest.approx([layer.forward + layer.backward_input + layer.backward_weight
+                                              for layer in measured.layers])
+    memory = {dataset["label"].split(" on ")[0]: dataset["data"] for dataset in charts["memory"]["sets"]}
+    mib = 2**20
+    assert memory["parameters · measured"] == pytest.approx([layer.param_bytes / mib for layer in measured.layers])
+    assert memory["activations · measured"] == pytest.approx([layer.activation_bytes / mib for layer in measured.layers])
+    expect(page.locator("#layer-costs")).to_contain_text("measured on the runs' host this-host (2 cores)")
+    page.screenshot(path=str(SCREENS / "24-spec-layer-costs.png"), full_page=True)
+
+
+def test_the_baseline_table_keeps_long_layouts_inside_its_card(browser, live_server, people):
+    spec = load_model_preset("gemma-2-9b")
+    record = spec_create(team=people.team, owner=people.owner, spec=spec)
+    request = job_request_check(spec=spec, num_devices=8, num_microbatches=16, cluster_preset="h100-sxm-1x8",
+                                schedule="adaptis", time_budget_s=2)
+    job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset="h100-sxm-1x8",
+                                     cluster_doc=request.cluster.to_dict(), num_devices=8, num_microbatches=16,
+                                     schedule="adaptis", partition="", time_budget_s=2)
+    job_run(job_id=job.pk)
+    page = _page(browser, live_server)
+    page.goto(f"{live_server.url}/jobs/{job.pk}/")
+    expect(page.locator("#comparison")).to_be_visible()
+    overflow = page.evaluate("""() => {
+      const card = document.getElementById("comparison").getBoundingClientRect();
+      return Array.from(document.querySelectorAll("#comparison table")).map((table) =>
+        table.getBoundingClientRect().right - card.right);
+    }""")
+    assert overflow and all(excess <= 0 for excess in overflow), overflow
+    longest = max(len(text) for text in page.locator("#comparison td.layout-cell").all_inner_texts())
+    assert longest > 40, "long layouts, wrapped"
+    expect(page.locator("#candidates tbody tr").first).to_have_attribute("data-kept", "")
+    expect(page.locator("#run-refusal")).to_contain_text("uses 8 devices")
+    expect(page.locator("#run-on-cpu")).to_have_count(0)
+    page.screenshot(path=str(SCREENS / "25-job-long-layouts.png"), full_page=True)

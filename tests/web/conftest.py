@@ -66,7 +66,6 @@ class Crew:
     finished_run: Run
     queued_job: PlanningJob
     deleted_run: Run
-    queued_run: Run
 
     def user(self, who: str):
         return {"owner": self.people.owner, "admin": self.admin, "member": self.people.member, "viewer": self.viewer,
@@ -89,6 +88,5 @@ def crew(people, planned, finished_run, django_user_model) -> Crew:
         num_devices=2, num_microbatches=4, schedule="1f1b")
     deleted_run = Run.objects.create(plan=planned.plan, created_by=people.owner, status=JobStatus.FAILED,
                                      world_size=2, deleted_at=timezone.now())
-    queued_run = Run.objects.create(plan=planned.plan, created_by=people.owner, world_size=2)
     return Crew(people=people, admin=admin, viewer=viewer, extra=extra, planned=planned, finished_run=finished_run,
-                queued_job=queued_job, deleted_run=deleted_run, queued_run=queued_run)
+                queued_job=queued_job, deleted_run=deleted_run)

@@ -70,8 +70,8 @@ def test_the_job_page_says_gib_and_puts_units_on_the_bubble_columns(client, peop
     client.force_login(people.member)
     page = client.get(reverse("studio:job", args=[job.pk])).content.decode()
     assert "memory limit 48.0 GiB per device" in page and " GB" not in page
-    for column in ("Warm-up bubble ms", "Steady bubble ms", "Cool-down bubble ms"):
-        assert f'<th class="num">{column}</th>' in page
+    for phase, column in (("before", "Warm-up ms"), ("in", "Steady ms"), ("after", "Cool-down ms")):
+        assert f'<th class="num" title="bubble {phase} the steady phase">{column}</th>' in page
 
 
 def test_a_kept_plan_missing_from_the_candidates_is_listed_first():

@@ -25,17 +25,23 @@ def _api(user) -> APIClient:
     return client
 
 
+@pytest.fixture
+def queued_run(crew) -> Run:
+    """A run of the owner's, queued (no worker takes it here)."""
+    return Run.objects.create(plan=crew.planned.plan, created_by=crew.people.owner, world_size=2)
+
+
 def _cancel(user, run_id):
     return _api(user).post(reverse("api:run-cancel", args=[run_id]))
 
 
 @pytest.mark.django_db
-def test_a_queued_run_is_cancelled_at_once_and_a_second_cancel_is_a_400_naming_status(crew):
-    response = _cancel(crew.people.owner, crew.queued_run.pk)
+def test_a_queued_run_is_cancelled_at_once_and_a_second_cancel_is_a_400_naming_status(crew, queued_run):
+    response = _cancel(crew.people.owner, queued_run.pk)
     assert response.status_code == 200
     body = response.json()
     assert (body["status"], body["cancel_requested"]) == ("cancelled", True)
-    run = Run.objects.get(pk=crew.queued_run.pk)
+    run = Run.objects.get(pk=queued_run.pk)
     assert run.finished_at is not None and run.started_at is None
     again = _cancel(crew.people.owner, run.pk)
     assert again.status_code == 400
@@ -51,16 +57,16 @@ def test_a_finished_run_cannot_be_cancelled(crew):
 
 
 @pytest.mark.django_db
-def test_who_may_cancel_a_running_run(crew):
-    Run.objects.filter(pk=crew.queued_run.pk).update(status=JobStatus.RUNNING)
+def test_who_may_cancel_a_running_run(crew, queued_run):
+    Run.objects.filter(pk=queued_run.pk).update(status=JobStatus.RUNNING)
     for who, status in ((crew.viewer, 403), (crew.people.member, 403), (crew.people.outsider, 404)):
-        response = _cancel(who, crew.queued_run.pk)
+        response = _cancel(who, queued_run.pk)
         assert response.status_code == status, (who, response.content)
         if status == 403:
             assert response.json()["errors"][0]["field"] == "role"
-    assert not Run.objects.get(pk=crew.queued_run.pk).cancel_requested
+    assert not Run.objects.get(pk=queued_run.pk).cancel_requested
     assert _cancel(crew.people.owner, 999_999).status_code == 404
-    response = _cancel(crew.admin, crew.queued_run.pk)  # an admin cancels anyone's run
+    response = _cancel(crew.admin, queued_run.pk)  # an admin cancels anyone's run
     assert response.status_code == 200
     # running: the worker has to stop the ranks, so it stays running until it has
     assert (response.json()["status"], response.json()["cancel_requested"]) == ("running", True)
@@ -74,8 +80,8 @@ def test_a_member_cancels_their_own_run(crew):
 
 
 @pytest.mark.django_db
-def test_the_run_phase_before_and_after_the_first_event(crew):
-    run = crew.queued_run
+def test_the_run_phase_before_and_after_the_first_event(crew, queued_run):
+    run = queued_run
     assert run_phase(run=run, event_count=0) == "queued"
     run.status = JobStatus.RUNNING
     assert run_phase(run=run, event_count=0) == "starting"

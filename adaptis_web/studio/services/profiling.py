@@ -28,7 +28,7 @@ from adaptis_web.studio.services.specs import spec_check_team
 from planner.errors import PlanError, SpecError
 from planner.plan import load_plan
 from planner.profile import Profile, load_profile
-from planner.spec.model import load_model_spec
+from planner.spec.model import ModelSpec, load_model_spec
 from planner.validate import check_plan_structure
 
 logger = logging.getLogger(__name__)
@@ -153,3 +153,28 @@ def profile_measure(*, profile_id: int) -> None:
     finally:
         MeasuredProfile.objects.filter(pk=profile_id).update(finished_at=timezone.now(), **outcome)
         _release_waiting_jobs(profile_id)
+
+
+def _layer_series(profile: Profile) -> dict:
+    mib = 2**20
+    return {"time_ms": [layer.forward + layer.backward_input + layer.backward_weight for layer in profile.layers],
+            "forward_ms": [layer.forward for layer in profile.layers],
+            "activation_mib": [layer.activation_bytes / mib for layer in profile.layers],
+            "param_mib": [layer.param_bytes / mib for layer in profile.layers]}
+
+
+def layer_cost_chart(*, spec: ModelSpec, cluster_preset: str, measured: MeasuredProfile | None) -> dict:
+    """What the spec page charts per layer: compute (F + B + W per micro-batch) and memory (activations held per
+    micro-batch in flight, parameters), on the analytic profile of ``cluster_preset``'s device and, beside it, the
+    spec's newest profile measured on the runs' host."""
+    from planner.cluster import load_cluster_preset
+    from planner.cost import analytic_profile
+
+    cluster = load_cluster_preset(cluster_preset)
+    chart = {"layers": [f"{index} {layer.kind}" for index, layer in enumerate(spec.layers)],
+             "analytic": {"label": f"analytic, {cluster.device.name}", **_layer_series(analytic_profile(spec, cluster))},
+             "measured": None}
+    if measured is not None:
+        chart["measured"] = {"label": f"measured on {measured.host} ({measured.num_ranks} ranks at once)",
+                             **_layer_series(load_profile(measured.profile_doc))}
+    return chart
