@@ -99,21 +99,12 @@ def profile_waiting(job: PlanningJob) -> bool:
 
 
 def _measure(record: MeasuredProfile) -> Profile:
-    from executor.host import fair_share_threads
-    from executor.profiler import measure_profile_alongside
+    from executor.profiler import measure_for_local_runs
 
-    spec = load_model_spec(record.spec.doc)
-    threads = fair_share_threads(record.num_ranks)  # what each of the run's ranks gets (RunConfig.rank_threads)
-    profile = measure_profile_alongside(spec, processes=record.num_ranks, threads=threads,
-                                        split_backward=record.split_backward, repeats=REPEATS, warmup=WARMUP)
-    if record.plan is None:
-        return profile
-    from executor.stage_timing import measure_stage_timings
-    from planner.calibrate import recalibrate_durations, stage_durations
-
-    plan = load_plan(record.plan.plan_doc)
-    timings = measure_stage_timings(plan, spec, threads=threads, repeats=REPEATS, warmup=WARMUP)
-    return recalibrate_durations(profile, plan, stage_durations(plan, timings))
+    return measure_for_local_runs(load_model_spec(record.spec.doc), ranks=record.num_ranks,
+                                  split_backward=record.split_backward,
+                                  plan=None if record.plan is None else load_plan(record.plan.plan_doc),
+                                  repeats=REPEATS, warmup=WARMUP)
 
 
 def _host() -> str:
