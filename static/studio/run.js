@@ -51,8 +51,9 @@
     }
 
     function showLastStep() {
-      // One steady-state iteration next to the predicted one.
-      const steps = timeline.observedSteps();
+      // One steady-state iteration next to the predicted one: the last step every action of was observed in.
+      const complete = timeline.completeSteps();
+      const steps = complete.length ? complete : timeline.observedSteps();
       if (steps.length > 1) {
         stepSelect.value = String(steps[steps.length - 1]);
         timeline.showStep(steps[steps.length - 1]);

@@ -132,10 +132,17 @@
       return Object.keys(stepStarts).map(Number).sort(function (a, b) { return a - b; });
     }
 
+    /** The steps every predicted action was observed in (a cancelled run's last step may be partial). */
+    function completeSteps() {
+      const counts = {};
+      observedEvents.forEach(function (event) { counts[event.step] = (counts[event.step] || 0) + 1; });
+      return observedSteps().filter(function (step) { return counts[step] >= data.predicted.length; });
+    }
+
     redraw();
     addObserved(data.observed || []);
     return {chart: chart, addObserved: addObserved, showStep: showStep, setRows: setRows,
-            observedSteps: observedSteps, stepStarts: stepStarts};
+            observedSteps: observedSteps, completeSteps: completeSteps, stepStarts: stepStarts};
   }
 
   window.AdaptisRunTimeline = {create: create};

@@ -156,6 +156,12 @@ def test_cancel_a_running_run_from_its_page(celery_worker, browser, live_server,
     kept = RunEvent.objects.filter(run=run).count()
     assert kept > 0 and page.locator("[data-event-count]").inner_text() == str(kept)
     expect(page.locator("#cancel-run")).to_have_count(0)
+    # It opens on the last step every action was observed in, not on the one the cancel cut short.
+    expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1)
+    datasets = page.evaluate(CHART_DATASETS)["datasets"]
+    shown = [bar for d in datasets if d["source"] == "observed" for bar in d["bars"]]
+    assert len(shown) == len([bar for d in datasets if d["source"] == "predicted" for bar in d["bars"]])
+    assert {bar["step"] for bar in shown} == {int(page.locator("#observed-step").input_value())}
     page.screenshot(path=str(SCREENS / "23-run-cancelled.png"), full_page=True)
 
 

@@ -169,7 +169,7 @@ def test_a_running_run_cancelled_mid_step_ends_its_ranks_within_5_s_and_keeps_it
     run = wait_for(lambda: (row := Run.objects.get(pk=run.pk)).is_finished and row, timeout_s=30,
                    message=f"the run to be recorded\n{worker.log_tail()}")
     assert run.status == JobStatus.CANCELLED, run.error
-    assert run.error == "cancelled while running: the ranks were stopped"
+    assert run.error == "cancelled while running: its ranks were stopped"
     kept = RunEvent.objects.filter(run=run)
     steps_seen = set(kept.values_list("step", flat=True))
     assert {0, 1} <= steps_seen and max(steps_seen) < 49, "the events so far are kept, the rest never ran"

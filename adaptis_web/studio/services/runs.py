@@ -107,7 +107,7 @@ def _execute(run: Run) -> None:
         relay.stop()
     if result is None:
         Run.objects.filter(pk=run.pk).update(status=JobStatus.CANCELLED, finished_at=timezone.now(),
-                                             error="cancelled while running: the ranks were stopped")
+                                             error="cancelled while running: its ranks were stopped")
         return
     missed = run_events_backfill(run.pk, result.events)
     if missed:
