@@ -22,7 +22,7 @@ from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import job_cancel, job_create, spec_create_with_job
 from adaptis_web.studio.services.runs import cpu_run_refusal, plan_run_refusal, run_create
 from adaptis_web.studio.services.run_control import observed_statistic, run_cancel, run_phase
-from adaptis_web.studio.services.profiling import layer_cost_chart, measured_profile_create
+from adaptis_web.studio.services.profiling import layer_cost_chart, measured_profile_create, plan_local_prediction
 from planner.cluster import preset_names
 from planner.errors import SpecError
 from planner.spec.model import load_model_spec
@@ -140,6 +140,7 @@ def plan_context(plan: Plan) -> dict:
                           "iteration_ms": simulation["iteration_ms"]},
         "cpu_refusal": cpu_run_refusal(spec),
         "run_refusal": run_refusal and f"This plan {run_refusal.reason}.",
+        "local_prediction": plan_local_prediction(plan),
         "runs": plan.runs.filter(deleted_at__isnull=True)[:RECENT_ROWS],
     }
 
@@ -203,12 +204,13 @@ def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
 
 def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int = 200) -> HttpResponse:
     plan = run.plan
-    simulation = plan_prediction(plan)
+    local = plan_local_prediction(plan)  # the plan's stages timed on the runs' host, once measured
+    simulation = local or plan_prediction(plan)
     events = selectors.run_events_after(run=run)  # the first page; the page polls for the rest
     return render(request, "studio/run_detail.html", {
         "run": run, "plan": plan, "job": plan.job, "replan_error": replan_error,
         "replans": selectors.run_replans(run=run),
-        "phase": run_phase(run=run, event_count=len(events)),
+        "phase": run_phase(run=run, event_count=len(events)), "local_prediction": local, "simulation": simulation,
         "observed_statistic": observed_statistic(run.summary),
         "timeline_data": {
             "num_devices": plan.plan_doc["num_devices"], "predicted": simulation["timeline"],

@@ -11,8 +11,11 @@ from celery import current_app
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from adaptis_web.studio.models import JobStatus, MeasuredProfile, Plan, PlanningJob
+from adaptis_web.studio.models import JobStatus, MeasuredProfile, Plan, PlanningJob, Run
+from planner.cluster import load_cluster_preset
+from planner.plan import load_plan
 from planner.profile import load_profile
+from planner.simulator import simulate
 from planner.spec.presets import load_model_preset
 
 
@@ -57,8 +60,20 @@ def test_a_cpu_host_job_waits_for_the_profile_measured_on_the_runs_worker_and_pl
     assert plan.profile_doc == measured.profile_doc, "the plan was built on the measured profile"
     # Measured once per spec, ranks and backward split, then reused.
     again = _api(people.member).post(reverse("api:jobs"), job_body, format="json").json()
-    assert again["measured_profile"] == profile_id and MeasuredProfile.objects.count() == 1
+    assert again["measured_profile"] == profile_id
+    assert MeasuredProfile.objects.filter(plan__isnull=True).count() == 1
+    # The job's plan then has its stages timed on the runs' host, and its local-run prediction is made on that.
+    staged = wait_for(lambda: _finished(MeasuredProfile, MeasuredProfile.objects.get(plan=plan).pk), timeout_s=240,
+                      message=f"the plan's stage timing\n{celery_worker.log_tail()}")
+    assert staged.status == JobStatus.SUCCEEDED and not staged.split_backward, staged.error
+    expected = simulate(load_plan(plan.plan_doc), load_profile(staged.profile_doc), load_cluster_preset("cpu-host"))
+    run = Run.objects.create(plan=plan, created_by=people.member, world_size=2)  # queued, never sent
     client.force_login(people.member)
+    run_page = " ".join(client.get(reverse("studio:run", args=[run.pk])).content.decode().split())
+    assert f"Predicted on profile #{staged.pk}: this plan's stages timed as its ranks run them" in run_page
+    chart = run_page.split('<script id="timeline-data" type="application/json">')[1].split("</script>")[0]
+    assert json.loads(chart)["iteration_ms"] == \
+        pytest.approx(expected.iteration_ms)
     page = " ".join(client.get(reverse("studio:job", args=[job_id])).content.decode().split())
     assert f"measured on the runs' host <span class=\"mono\">{measured.host}</span>" in page
     assert f"(profile #{profile_id}, 2 ranks at once, one full backward" in page

@@ -23,6 +23,7 @@ from adaptis_web.studio.services.liveness import heartbeat
 from adaptis_web.studio.services.profiling import (
     LOCAL_CLUSTER_PRESET,
     job_profile,
+    plan_stage_timing,
     profile_for_cpu_job,
     profile_waiting,
 )
@@ -238,6 +239,8 @@ def _plan_job(job: PlanningJob) -> Plan:
             for name, metrics in result["baselines"].items():
                 metrics.update(plan_id=stored[name].pk, layout=stored[name].layout)
         _job_finish(job.pk, done=done, cancelled=cancelled, result=result)
+        if profile.source == "measured":  # its own plan's stages timed on the runs' host too, for its run page
+            plan_stage_timing(job=job, plan=stored[job.schedule])
     return stored[job.schedule]
 
 
@@ -257,7 +260,7 @@ def job_run(*, job_id: int) -> Plan | None:
     if not claimed:  # cancelled, deleted, or already taken by a redelivered message
         logger.warning("planning job %s is not queued; skipping", job_id)
         return None
-    job = PlanningJob.objects.select_related("spec", "measured_profile").get(pk=job_id)
+    job = PlanningJob.objects.select_related("spec", "spec__team", "created_by", "measured_profile").get(pk=job_id)
     try:
         with heartbeat(PlanningJob, job_id):
             return _plan_job(job)

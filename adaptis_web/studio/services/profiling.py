@@ -8,7 +8,10 @@ the layers scaled to those times (``executor.stage_timing``, as ``executor profi
 Planning on the local CPU cluster (``cpu-host``) uses such a profile by default (``profile_for_cpu_job``): the
 newest one of the spec for that many ranks and that backward split, measured once and reused; a job that needs
 one not measured yet waits for it (it stays queued and the profile's task sends it on when done). The analytic
-CPU profile predicted tiny-hybrid at 60.8 ms where an idle 2-core host ran it at 547 ms.
+CPU profile predicted tiny-hybrid at 60.8 ms where an idle 2-core host ran it at 547 ms. Once the job has its
+plan, the plan's stages are timed on the runs' host too (``plan_stage_timing``): layers timed one by one miss
+what an action pays to start after other work, and the plan's local-run prediction (``plan_local_prediction``,
+what its run page shows) is made on that stage-timed profile.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import socket
 import uuid
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
 from adaptis_web.studio.models import JobStatus, MeasuredProfile, ModelSpecRecord, Plan, PlanningJob
@@ -49,8 +53,11 @@ def measured_profile_create(*, spec_record: ModelSpecRecord, user: AbstractBaseU
     if plan is not None:
         if plan.job.spec_id != spec_record.pk:
             raise SpecError("plan", f"plan {plan.pk} is a plan of another spec")
-        check_plan_structure(load_plan(plan.plan_doc), spec.num_layers)
-        num_ranks = plan.plan_doc["num_devices"]
+        planned = load_plan(plan.plan_doc)
+        check_plan_structure(planned, spec.num_layers)
+        num_ranks = planned.num_devices
+        # as its ranks will run: I and W apart where the plan has them (executor.worker)
+        split_backward = any(action.type in ("I", "W") for actions in planned.actions for action in actions)
     if not 1 <= num_ranks <= MAX_PROFILE_RANKS:
         raise SpecError("num_ranks", f"must be between 1 and {MAX_PROFILE_RANKS}; got {num_ranks}")
     refusal = cpu_run_refusal(spec)
@@ -79,6 +86,33 @@ def profile_for_cpu_job(*, spec_record: ModelSpecRecord, user: AbstractBaseUser,
         status__in=(JobStatus.SUCCEEDED, JobStatus.RUNNING, JobStatus.QUEUED), deleted_at__isnull=True).first()
     return reusable or measured_profile_create(spec_record=spec_record, user=user, num_ranks=num_devices,
                                                split_backward=split_backward)
+
+
+def plan_stage_timing(*, job: PlanningJob, plan: Plan) -> MeasuredProfile | None:
+    """For a job that planned on a measured profile: queue the timing of its own plan's stages on the runs' host
+    (None, and a log line, where that cannot be done; the job's outcome does not depend on it)."""
+    if job.measured_profile is None:
+        return None
+    try:
+        return measured_profile_create(spec_record=job.spec, user=job.created_by, num_ranks=job.num_devices,
+                                       split_backward=job.measured_profile.split_backward, plan=plan)
+    except (SpecError, PermissionDenied) as error:  # e.g. its creator has left the team meanwhile
+        logger.warning("not timing the stages of plan %s: %s", plan.pk, error)
+        return None
+
+
+def plan_local_prediction(plan: Plan) -> dict | None:
+    """The simulator's output for ``plan`` on its newest profile scaled to its stages timed on the runs' host, with
+    ``profile_id`` and ``host``; None until one is measured."""
+    from planner.cluster import load_cluster
+    from planner.simulator import simulate
+
+    measured = plan.measured_profiles.filter(status=JobStatus.SUCCEEDED, deleted_at__isnull=True).first()
+    if measured is None:
+        return None
+    simulation = simulate(load_plan(plan.plan_doc), load_profile(measured.profile_doc),
+                          load_cluster(plan.job.cluster_doc)).to_dict(include_timeline=True)
+    return {**simulation, "profile_id": measured.pk, "host": measured.host}
 
 
 def job_profile(job: PlanningJob) -> tuple[Profile | None, str]:
