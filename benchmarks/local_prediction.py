@@ -5,11 +5,13 @@ on the runs' host (``executor.profiler.measure_for_local_runs``: one profiler pe
 ranks' share of the cores and their weight-gradient setting, 15 timings per layer and kind after 5 warm-up
 passes, as ``services.profiling`` measures it), builds the baseline plan on the ``cpu-host`` preset (uniform
 partition, 2 chunks where the schedule has them, as ``services.jobs`` does) and shows the simulator's iteration
-time: **predicted**. "Run on CPU" then runs it (``executor.launch.run_plan`` with its defaults, as
+time on the job page (**measured-profile ms**); then the plan's stages are timed as its ranks will run them and the
+profile scaled to those times (``measure_for_local_runs(plan=...)``, the profiling task given the plan), and the
+run page predicts on that (**stage-timed ms**, the prediction shown beside the observed run). "Run on CPU" then
+runs it (``executor.launch.run_plan`` with its defaults, as
 ``services.runs`` calls it); the run page's **observed** iteration is the median over steps 1..N-1 (step 0 is
 warm-up) of each step's span from its first action's start to its last action's end (``executor.summary``).
-Beside it, for comparison, the analytic ``cpu-host`` profile's prediction (what the job showed before) and the
-prediction from the profile scaled to the plan's stage timings (``--plan``, a profiling job given the plan).
+Beside them, for comparison, the analytic ``cpu-host`` profile's prediction (what a job showed before).
 
 Each measurement starts once the CPUs are idle and is repeated while other programs used more than 10 % of the
 host's CPU meanwhile (``executor.host.measure_quietly``, the least disturbed kept); the table shows that share.
@@ -52,8 +54,8 @@ def main() -> None:
     cluster = load_cluster_preset("cpu-host")
     print(f"{usable_cores()} CPU cores, {args.devices} ranks; load average {load_average()} at start; observed = "
           f"median over {args.runs} runs of each run's median over steps 1-{args.steps - 1}\n")
-    print("| model | schedule | micro-batches | analytic cpu-host ms | measured-profile ms (shown) | observed ms "
-          "| error (shown) | analytic error | stage-timed ms | stage-timed error | run-to-run spread "
+    print("| model | schedule | micro-batches | analytic cpu-host ms | measured-profile ms | observed ms "
+          "| measured-profile error | analytic error | stage-timed ms (run page) | stage-timed error | run-to-run spread "
           "| other programs' CPU, worst |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     profiles: dict = {}
@@ -87,8 +89,8 @@ def main() -> None:
               f"{error:+.1%} | {(analytic - observed) / observed:+.1%} | {staged:.2f} | {staged_error:+.1%} | "
               f"{(max(medians) - min(medians)) / observed:.0%} | {max(run.other_load for run in runs):.0%} |",
               flush=True)
-    print(f"\nmedian |error| of the shown prediction {statistics.median(errors):.1%}, worst {max(errors):.1%} over "
-          f"{len(errors)} plans; from stage timings {statistics.median(stage_errors):.1%}, worst "
+    print(f"\nmedian |error| from the measured profile {statistics.median(errors):.1%}, worst {max(errors):.1%} over "
+          f"{len(errors)} plans; from stage timings (the run page) {statistics.median(stage_errors):.1%}, worst "
           f"{max(stage_errors):.1%}; load average {load_average()} at end")
 
 
