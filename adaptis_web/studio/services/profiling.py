@@ -62,8 +62,7 @@ def measured_profile_create(*, spec_record: ModelSpecRecord, user: AbstractBaseU
         raise SpecError("num_ranks", f"must be between 1 and {MAX_PROFILE_RANKS}; got {num_ranks}")
     refusal = cpu_run_refusal(spec)
     if refusal:
-        raise SpecError("spec", refusal.replace("choose the scaled-down variant", "a run would use the scaled-down "
-                                                                              "variant"))
+        raise SpecError("spec", f"is not measured on the runs' host as it is: {refusal}")
     from adaptis_web.studio.tasks import profile_measure  # tasks import services: resolve the cycle at call time
 
     profile = MeasuredProfile.objects.create(spec=spec_record, created_by=user, num_ranks=num_ranks,
