@@ -119,7 +119,7 @@ def test_predicted_and_observed_share_one_time_axis_each_step_from_its_start(bro
     rows = {bar["row"] for d in page.evaluate(CHART_DATASETS)["datasets"] for bar in d["bars"]}
     assert rows == {f"stage {stage} (device {stage}) · {source}" for stage in (0, 1)
                     for source in ("predicted", "observed")}
-    page.screenshot(path=str(SCREENS / "20-run-one-axis-per-stage.png"), full_page=True)
+    page.screenshot(path=str(SCREENS / "run-01-one-axis-per-stage.png"), full_page=True)
 
 
 def test_a_run_whose_ranks_are_starting_says_so_until_its_first_event(browser, live_server, people, plan):
@@ -130,7 +130,7 @@ def test_a_run_whose_ranks_are_starting_says_so_until_its_first_event(browser, l
     expect(phase).to_be_visible()
     expect(phase).to_contain_text("Starting ranks")
     expect(page.locator("#cancel-run")).to_be_visible()
-    page.screenshot(path=str(SCREENS / "21-run-starting-ranks.png"), full_page=True)
+    page.screenshot(path=str(SCREENS / "run-02-starting-ranks.png"), full_page=True)
     RunEvent.objects.bulk_create(_observed_rows(run, plan, [5_000.0], stretch=1.0)[:1])
     expect(phase).to_be_hidden()
     expect(page.locator("[data-event-count]")).to_have_text("1")
@@ -147,7 +147,7 @@ def test_cancel_a_running_run_from_its_page(celery_worker, browser, live_server,
       const chart = Chart.getChart(document.getElementById("timeline"));
       return chart.data.datasets.some((d) => d.source === "observed" && d.data.some((p) => p.info.step >= 1));
     }""", timeout=120_000)
-    page.screenshot(path=str(SCREENS / "22-run-live-one-axis.png"), full_page=True)
+    page.screenshot(path=str(SCREENS / "run-03-live-one-axis.png"), full_page=True)
     page.click("#cancel-run")
     expect(page.locator("[data-run-status]")).to_have_text("cancelled", timeout=30_000)
     expect(page.locator("#cancelled-note")).to_contain_text("are kept below")
@@ -162,7 +162,7 @@ def test_cancel_a_running_run_from_its_page(celery_worker, browser, live_server,
     shown = [bar for d in datasets if d["source"] == "observed" for bar in d["bars"]]
     assert len(shown) == len([bar for d in datasets if d["source"] == "predicted" for bar in d["bars"]])
     assert {bar["step"] for bar in shown} == {int(page.locator("#observed-step").input_value())}
-    page.screenshot(path=str(SCREENS / "23-run-cancelled.png"), full_page=True)
+    page.screenshot(path=str(SCREENS / "run-04-cancelled.png"), full_page=True)
 
 
 def test_the_spec_page_charts_cost_and_memory_per_layer_analytic_beside_measured(browser, live_server, people):
@@ -188,7 +188,7 @@ def test_the_spec_page_charts_cost_and_memory_per_layer_analytic_beside_measured
     assert memory["parameters · measured"] == pytest.approx([layer.param_bytes / mib for layer in measured.layers])
     assert memory["activations · measured"] == pytest.approx([layer.activation_bytes / mib for layer in measured.layers])
     expect(page.locator("#layer-costs")).to_contain_text("measured on the runs' host this-host (2 cores)")
-    page.screenshot(path=str(SCREENS / "24-spec-layer-costs.png"), full_page=True)
+    page.screenshot(path=str(SCREENS / "spec-01-layer-costs.png"), full_page=True)
 
 
 def test_the_baseline_table_keeps_long_layouts_inside_its_card(browser, live_server, people):
@@ -214,4 +214,4 @@ def test_the_baseline_table_keeps_long_layouts_inside_its_card(browser, live_ser
     expect(page.locator("#candidates tbody tr").first).to_have_attribute("data-kept", "")
     expect(page.locator("#run-refusal")).to_contain_text("uses 8 devices")
     expect(page.locator("#run-on-cpu")).to_have_count(0)
-    page.screenshot(path=str(SCREENS / "25-job-long-layouts.png"), full_page=True)
+    page.screenshot(path=str(SCREENS / "job-01-long-layouts-and-refusal.png"), full_page=True)
