@@ -156,7 +156,9 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "adaptis")
 # Runs (torch ranks on the worker's host, minutes of CPU) get their own queue, so planning jobs never wait
 # behind them: `make run` starts one worker per queue, Docker a `worker` and a `runner` service.
 CELERY_RUNS_QUEUE = env_str("CELERY_RUNS_QUEUE", f"{CELERY_TASK_DEFAULT_QUEUE}-runs")
-CELERY_TASK_ROUTES = {"studio.run_execute": {"queue": CELERY_RUNS_QUEUE}}
+# Profiles are measured where the runs happen (services.profiling): on the runs queue too.
+CELERY_TASK_ROUTES = {"studio.run_execute": {"queue": CELERY_RUNS_QUEUE},
+                      "studio.profile_measure": {"queue": CELERY_RUNS_QUEUE}}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_EXPIRES = 24 * 3600

@@ -14,3 +14,7 @@ class ExecutorError(RuntimeError):
 
     def to_dict(self) -> dict:
         return {"rank": self.rank, "error": self.message, "traceback": self.traceback_text}
+
+
+class RunCancelled(ExecutorError):
+    """The caller asked the run to stop (``run_plan``'s ``should_stop``); its ranks were ended."""

@@ -20,6 +20,7 @@ Schema (times in ms, relative to the run's aligned start; see ``executor.timing`
 - ``{"type": "action", "rank", "device", "action", "stage", "kind", "microbatch", "step", "start_ms", "end_ms"}``
 - ``{"type": "run_finished", "summary": {...}, "loss": float | None}``
 - ``{"type": "run_failed", "rank", "error"}``
+- ``{"type": "run_cancelled"}`` (the launcher stopped the ranks because its caller asked it to)
 """
 
 from __future__ import annotations

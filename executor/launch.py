@@ -4,7 +4,10 @@ Each rank is a fresh ``python -m executor.worker`` subprocess with torchrun's en
 multiprocessing child: that works the same from a shell, a test, or a (daemonic) Celery worker, and it is
 exactly the process a multi-host torchrun launch starts. The launcher watches the ranks; the first one to
 fail decides the error (the others typically fail after it, on a dead connection), and every child is
-killed and reaped on failure, timeout or interruption, so nothing outlives the call.
+killed and reaped on failure, timeout or interruption, so nothing outlives the call. A caller can also stop
+a run it no longer wants: ``should_stop`` is asked a few times a second while the ranks run, and once it
+answers true the ranks are ended (SIGTERM to each rank's session, SIGKILL after ``CANCEL_KILL_GRACE_SECONDS``)
+and ``RunCancelled`` is raised; the events the ranks sent before that stay where they went.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import tempfile
 import shutil
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -27,7 +31,7 @@ from torch.distributed import TCPStore
 
 from executor.capacity import check_capacity
 from executor.config import RunConfig
-from executor.errors import ExecutorError
+from executor.errors import ExecutorError, RunCancelled
 from executor.events import open_sink, resolved_sink
 from executor.host import LAUNCHER_PID_ENV
 from executor.lowering import CAUSAL, lower_plan
@@ -41,6 +45,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 FAILURE_GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
 KILL_GRACE_SECONDS = 5.0
+CANCEL_POLL_SECONDS = 0.2        # how often a running launcher asks ``should_stop``
+CANCEL_KILL_GRACE_SECONDS = 1.5  # a cancelled rank gets this long after SIGTERM before SIGKILL
 STDERR_TAIL = 4000
 
 
@@ -78,15 +84,15 @@ def _rank_env(rank: int, world_size: int, port: int, threads: int) -> dict:
     return env
 
 
-def _stop(processes: list[subprocess.Popen]) -> None:
-    """Terminate every rank's process group, then kill what is left, and reap them all."""
+def _stop(processes: list[subprocess.Popen], grace_s: float = KILL_GRACE_SECONDS) -> None:
+    """Terminate every rank's process group, then kill what is left after ``grace_s``, and reap them all."""
     for process in processes:
         if process.poll() is None:
             try:
                 os.killpg(process.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-    deadline = time.monotonic() + KILL_GRACE_SECONDS
+    deadline = time.monotonic() + grace_s
     for process in processes:
         try:
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -156,7 +162,7 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
              steps: int = 1, timeout_s: float = 300, optimizer: str = "sgd", lr: float = 1e-3,
              dtype: str | None = None, checkpoint_dir: str | None = None, lookahead: int | str = CAUSAL,
              step_barriers: bool = False, threads_per_rank: int | None = None,
-             bind_cores: bool = True) -> RunResult:
+             bind_cores: bool = True, should_stop: Callable[[], bool] | None = None) -> RunResult:
     """Train ``spec`` for ``steps`` steps with ``plan`` on local ranks; see the module docstring.
 
     Raises ``PlanError`` (plan cannot be lowered or deadlocks), ``SpecError`` (bad settings, or a model too
@@ -166,7 +172,8 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
     ``threads_per_rank`` (default: this host's cores / ranks) is each rank's torch intra-op thread count;
     ``bind_cores``: on CPU, bind each local rank to cores of its own (``executor.host.bind_to_cores``) where
     they fit; the summary records what every rank used (``threads_per_rank``, ``cores_per_rank``).
-    ``lookahead``: when ranks post their receives (``executor.lowering``).
+    ``lookahead``: when ranks post their receives (``executor.lowering``). ``should_stop``: asked every
+    ``CANCEL_POLL_SECONDS`` while the ranks run; true ends them and raises ``RunCancelled``.
     """
     # The ranks run in the repository, not in the caller's directory: relative paths are the caller's.
     event_sink = resolved_sink(event_sink) if event_sink else event_sink
@@ -195,7 +202,14 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
                     env=_rank_env(rank, plan.num_devices, port, threads), stdout=subprocess.DEVNULL,
                     stderr=stderr, start_new_session=True))
         deadline = time.monotonic() + timeout_s
+        next_stop_check = time.monotonic()
         while True:
+            if should_stop is not None and time.monotonic() >= next_stop_check:
+                next_stop_check = time.monotonic() + CANCEL_POLL_SECONDS
+                if should_stop():
+                    _stop(processes, CANCEL_KILL_GRACE_SECONDS)
+                    _report(config, {"type": "run_cancelled"})
+                    raise RunCancelled("cancelled: the ranks were stopped")
             codes = [process.poll() for process in processes]
             failed_ranks = _failed_ranks(job_dir, codes)
             if failed_ranks:

@@ -260,3 +260,21 @@ def fastest_of(profiles: list[Profile]) -> Profile:
     return Profile(model=base.model, device=f"{base.device}, {len(profiles)} processes at once", layers=layers,
                    microbatch_size=base.microbatch_size, seq_len=base.seq_len, source="measured",
                    flops_per_microbatch=base.flops_per_microbatch)
+
+
+def measure_for_local_runs(spec: ModelSpec, *, ranks: int, split_backward: bool, plan=None, repeats: int = 15,
+                           warmup: int = 5) -> Profile:
+    """The profile a local run of ``ranks`` ranks is predicted from, measured as those ranks will run: one profiler
+    per rank at once with each rank's share of the cores (``fair_share_threads``, what ``run_plan`` gives them)
+    and their weight-gradient setting; with ``plan``, its stages are also timed as its ranks run them and the
+    layers scaled to those times (``executor.stage_timing``, as ``executor profile --plan`` does)."""
+    threads = fair_share_threads(ranks)
+    profile = measure_profile_alongside(spec, processes=ranks, threads=threads, split_backward=split_backward,
+                                        repeats=repeats, warmup=warmup)
+    if plan is None:
+        return profile
+    from executor.stage_timing import measure_stage_timings
+    from planner.calibrate import recalibrate_durations, stage_durations
+
+    timings = measure_stage_timings(plan, spec, threads=threads, repeats=repeats, warmup=warmup)
+    return recalibrate_durations(profile, plan, stage_durations(plan, timings))

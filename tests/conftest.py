@@ -60,7 +60,8 @@ def isolated_redis():
     settings.REDIS_URL = TEST_REDIS_URL
     settings.LIVE_EVENTS_PREFIX = TEST_EVENTS_PREFIX
     app.conf.update(broker_url=TEST_REDIS_URL, result_backend=TEST_REDIS_URL, task_default_queue=TEST_QUEUE,
-                    task_routes={"studio.run_execute": {"queue": runs_queue(TEST_QUEUE)}})
+                    task_routes={task: {"queue": runs_queue(TEST_QUEUE)}
+                                 for task in ("studio.run_execute", "studio.profile_measure")})
     yield
     client = redis.Redis.from_url(TEST_REDIS_URL)
     leftovers = [*client.scan_iter(f"*{TEST_QUEUE}*"), *client.scan_iter(f"{TEST_EVENTS_PREFIX}:*")]

@@ -200,6 +200,10 @@ class PlanningJob(TrackedWork):
     @property
     def is_hybrid(self) -> bool:
         return self.mode == JobMode.HYBRID
+    measured_profile = models.ForeignKey("MeasuredProfile", null=True, blank=True, on_delete=models.SET_NULL,
+                                         related_name="jobs",
+                                         help_text="the profile measured on the runs' host this job plans with "
+                                                   "(services.profiling); the job waits for it while it is measured")
 
     def __str__(self) -> str:
         return f"job {self.pk} ({self.schedule}, {self.num_devices} devices)"
@@ -243,6 +247,9 @@ class Run(TrackedWork):
     balancing_loss = models.FloatField(null=True, blank=True,
                                        help_text="the last step's MoE load-balancing loss, apart from the loss "
                                                  "(null: the model has none)")
+    cancel_requested = models.BooleanField(default=False,
+                                           help_text="set by a cancel; the worker's launcher stops the ranks when "
+                                                     "it sees it (services.run_control)")
 
     def __str__(self) -> str:
         return f"run {self.pk} of plan {self.plan_id}"
@@ -269,6 +276,25 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} on device {self.device} (run {self.run_id} #{self.seq})"
+
+
+class MeasuredProfile(TrackedWork):
+    """A spec's profile measured on the host that runs the team's CPU runs (a task on the runs queue):
+    ``num_ranks`` profilers at once, one per rank, with the ranks' threads and weight-gradient setting; with a
+    ``plan``, its stages are also timed as its ranks run them and the layers scaled to those times
+    (``executor profile --plan``). Planning on ``cpu-host`` uses the newest one that fits (services.profiling)."""
+
+    spec = models.ForeignKey(ModelSpecRecord, on_delete=models.CASCADE, related_name="measured_profiles")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    num_ranks = models.PositiveIntegerField()
+    split_backward = models.BooleanField(help_text="I and W timed apart (zero-bubble ranks); off: one full B")
+    plan = models.ForeignKey(Plan, null=True, blank=True, on_delete=models.SET_NULL, related_name="measured_profiles",
+                             help_text="the plan whose stages were timed as actions")
+    host = models.CharField(max_length=200, blank=True, help_text="where it was measured (set by the worker)")
+    profile_doc = models.JSONField(null=True, blank=True, help_text="adaptis.profile/v1, once measured")
+
+    def __str__(self) -> str:
+        return f"measured profile {self.pk} of {self.spec_id} ({self.num_ranks} ranks)"
 
 
 class ApiToken(AbstractAuthToken):

@@ -17,6 +17,7 @@ from adaptis_web.studio.models import (
     ApiToken,
     ClusterRecord,
     Invitation,
+    MeasuredProfile,
     Membership,
     ModelSpecRecord,
     Plan,
@@ -189,6 +190,17 @@ def run_events_after(*, run: Run, after_seq: int = 0, limit: int = RUN_EVENTS_PA
 
 def run_event_count(*, run: Run) -> int:
     return RunEvent.objects.filter(run=run).count()
+
+
+def measured_profile_get_for_user(*, user: AbstractBaseUser, profile_id: int) -> MeasuredProfile:
+    return get_object_or_404(MeasuredProfile.objects.filter(
+        spec__team__memberships__user=user, spec__deleted_at__isnull=True).select_related("spec", "spec__team"),
+        pk=profile_id)
+
+
+def spec_measured_profile(*, spec: ModelSpecRecord) -> MeasuredProfile | None:
+    """The spec's newest profile measured on the runs' host."""
+    return spec.measured_profiles.filter(status="succeeded", deleted_at__isnull=True).first()
 
 
 def _referenced(queryset: QuerySet, pk: int, field: str, noun: str):

@@ -4,7 +4,7 @@ commit (``services.queueing``)."""
 
 from celery import shared_task
 
-from adaptis_web.studio.services import jobs, runs
+from adaptis_web.studio.services import jobs, profiling, runs
 
 
 @shared_task(name="studio.plan_job_run")
@@ -15,3 +15,8 @@ def plan_job_run(job_id: int) -> None:
 @shared_task(name="studio.run_execute")
 def run_execute(run_id: int) -> None:
     runs.run_execute(run_id=run_id)
+
+
+@shared_task(name="studio.profile_measure")
+def profile_measure(profile_id: int) -> None:
+    profiling.profile_measure(profile_id=profile_id)

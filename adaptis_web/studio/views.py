@@ -21,7 +21,10 @@ from adaptis_web.studio.api.serializers import RunEventOutput
 from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import job_cancel, job_create, spec_create_with_job
-from adaptis_web.studio.services.runs import cpu_run_refusal, run_create
+from adaptis_web.studio.services.runs import cpu_run_refusal, plan_run_refusal, run_create
+from adaptis_web.studio.services.run_control import observed_statistic, run_cancel, run_phase
+from adaptis_web.studio.services.profiling import layer_cost_chart, measured_profile_create, plan_local_prediction
+from planner.cluster import preset_names
 from planner.errors import SpecError
 from planner.spec.model import load_model_spec
 
@@ -67,11 +70,36 @@ def spec_detail(request: HttpRequest, spec_id: int) -> HttpResponse:
         with transaction.atomic():
             job = job_create(spec_record=record, user=request.user, request=form.job_request)
         return redirect("studio:job", job_id=job.pk)
+    return _spec_page(request, record, spec, form, status=400 if form.is_bound else 200)
+
+
+def _spec_page(request: HttpRequest, record, spec, form, *, profile_error: str = "", status: int = 200):
+    cost_cluster = request.GET.get("cluster") if request.GET.get("cluster") in preset_names() else "cpu-host"
+    measured = selectors.spec_measured_profile(spec=record)
     return render(request, "studio/spec_detail.html", {
         "record": record, "spec": spec, "layers": list(zip(spec.layer_names(), spec.layers)), "form": form,
         "jobs": record.jobs.filter(deleted_at__isnull=True)[:RECENT_ROWS],
+        "layer_costs": layer_cost_chart(spec=spec, cluster_preset=cost_cluster, measured=measured),
+        "cost_cluster": cost_cluster, "cluster_presets": preset_names(), "measured": measured,
+        "profiles": record.measured_profiles.filter(deleted_at__isnull=True)[:5], "profile_error": profile_error,
         **role_permissions(user=request.user, team=record.team, creator_id=record.owner_id),
-    }, status=400 if form.is_bound else 200)
+    }, status=status)
+
+
+@login_required
+@require_POST
+def spec_profile(request: HttpRequest, spec_id: int) -> HttpResponse:
+    """Measure the spec on the runs' host (``services.profiling``), then back to the spec page."""
+    record = selectors.spec_get_for_user(user=request.user, spec_id=spec_id)
+    try:
+        with transaction.atomic():
+            measured_profile_create(spec_record=record, user=request.user,
+                                    num_ranks=int(request.POST.get("num_ranks") or 2),
+                                    split_backward=request.POST.get("split_backward") == "on")
+    except (SpecError, ValueError) as error:
+        spec = load_model_spec(record.doc)
+        return _spec_page(request, record, spec, SpecPlanningForm(spec=spec), profile_error=str(error), status=400)
+    return redirect("studio:spec", spec_id=record.pk)
 
 
 def _job_page(request: HttpRequest, job: PlanningJob, run_form: RunForm, plan: Plan | None = None,
@@ -109,12 +137,15 @@ def plan_context(plan: Plan) -> dict:
     """What the plan section of a page shows: metrics, per-device rows, the timeline data for the chart."""
     spec = load_model_spec(plan.job.spec.doc)
     simulation = plan_prediction(plan)
+    run_refusal = plan_run_refusal(plan)  # shown instead of the Run on CPU button, before anyone clicks it
     return {
         "simulation": simulation,
         "per_device": simulation["per_device"],
         "timeline_data": {"num_devices": plan.plan_doc["num_devices"], "predicted": simulation["timeline"],
                           "iteration_ms": simulation["iteration_ms"]},
         "cpu_refusal": cpu_run_refusal(spec),
+        "run_refusal": run_refusal and f"This plan {run_refusal.reason}.",
+        "local_prediction": plan_local_prediction(plan),
         "runs": plan.runs.filter(deleted_at__isnull=True)[:RECENT_ROWS],
     }
 
@@ -167,16 +198,29 @@ def run_replan(request: HttpRequest, run_id: int) -> HttpResponse:
     return redirect("studio:job", job_id=job.pk)
 
 
+@login_required
+@require_POST
+def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = selectors.run_get_for_user(user=request.user, run_id=run_id)
+    with suppress(SpecError):  # it finished meanwhile: the page it returns to shows how
+        run_cancel(run=run, user=request.user)
+    return redirect("studio:run", run_id=run.pk)
+
+
 def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int = 200) -> HttpResponse:
     plan = run.plan
-    simulation = plan_prediction(plan)
+    local = plan_local_prediction(plan)  # the plan's stages timed on the runs' host, once measured
+    simulation = local or plan_prediction(plan)
     events = selectors.run_events_after(run=run)  # the first page; the page polls for the rest
     return render(request, "studio/run_detail.html", {
         "run": run, "plan": plan, "job": plan.job, "replan_error": replan_error,
         "replans": selectors.run_replans(run=run),
+        "phase": run_phase(run=run, event_count=len(events)), "local_prediction": local, "simulation": simulation,
+        "observed_statistic": observed_statistic(run.summary),
         "timeline_data": {
             "num_devices": plan.plan_doc["num_devices"], "predicted": simulation["timeline"],
             "iteration_ms": simulation["iteration_ms"],
+            "stage_devices": [stage["device"] for stage in plan.plan_doc["stages"]],
             "observed": RunEventOutput(events, many=True).data,
         },
         "device_comparison": device_comparison(simulation, run.summary),

@@ -1,38 +1,59 @@
 /*
- * Run page: draw predicted and observed rows, then page through the run's events API (`after` = the last
- * seq seen) and append observed bars as the ranks report them. A page rendered while the run was going
- * reloads once the run has finished and every event is in, so the server renders the observed summary;
- * a page rendered after the run loads the remaining events and then shows the last step.
+ * Run page: draw the predicted iteration and the observed steps on one time axis (run_timeline.js), then page
+ * through the run's events API (`after` = the last seq seen) and add observed bars as the ranks report them.
+ * Until the first action ends the page says where the run is (waiting for a worker, starting its ranks). A page
+ * rendered while the run was going reloads once the run has finished and every event is in, so the server
+ * renders the outcome; a page rendered after the run loads the remaining events and then shows the last step.
  */
 (function () {
   "use strict";
 
   const POLL_MS = 400;
+  const PHASE_TEXT = {
+    queued: "Waiting for a worker on the runs queue…",
+    starting: "Starting ranks: each one imports torch, builds its stages and joins the process group. " +
+              "The first bars appear when the first action ends.",
+    cancelling: "Cancelling: the worker is stopping the ranks.",
+  };
 
   document.addEventListener("DOMContentLoaded", function () {
     const root = document.querySelector("[data-run]");
     const renderedFinished = root.dataset.finished === "true";
     const chartData = JSON.parse(document.getElementById("timeline-data").textContent);
-    const timeline = window.AdaptisTimeline.create(document.getElementById("timeline"), chartData, {observed: true});
+    const timeline = window.AdaptisRunTimeline.create(document.getElementById("timeline"), chartData);
     window.adaptisChart = timeline;
     const stepSelect = document.getElementById("observed-step");
+    const rowsSelect = document.getElementById("chart-rows");
     const counter = document.querySelector("[data-event-count]");
     const badge = document.querySelector("[data-run-status]");
+    const phase = document.querySelector("[data-run-phase]");
     let lastSeq = chartData.observed.length ? chartData.observed[chartData.observed.length - 1].seq : 0;
     let count = chartData.observed.length;
 
+    function showPhase(status, finished) {
+      if (!phase) return;
+      let name = status;
+      if (!finished && phase.dataset.phase === "cancelling") name = "cancelling";
+      else if (!finished && status === "running") name = count ? "running" : "starting";
+      phase.dataset.phase = name;
+      phase.hidden = !PHASE_TEXT[name];
+      if (PHASE_TEXT[name]) phase.querySelector("[data-phase-text]").textContent = PHASE_TEXT[name];
+    }
+
     function refreshStepOptions() {
       const current = stepSelect.value;
-      const options = ['<option value="all">all steps</option>'].concat(timeline.observedSteps().map(function (step) {
-        return '<option value="' + step + '">step ' + step + '</option>';
-      }));
+      const options = ['<option value="all">every step, each from its start</option>'].concat(
+        timeline.observedSteps().map(function (step) {
+          return '<option value="' + step + '">step ' + step + '</option>';
+        }));
       stepSelect.innerHTML = options.join("");
       stepSelect.value = current && stepSelect.querySelector('option[value="' + current + '"]') ? current : "all";
     }
 
     function showLastStep() {
-      // One steady-state iteration next to the predicted one.
-      const steps = timeline.observedSteps();
+      // One steady-state iteration next to the predicted one: the last step every action of was observed in.
+      const complete = timeline.completeSteps();
+      const steps = complete.length ? complete : timeline.observedSteps();
       if (steps.length > 1) {
         stepSelect.value = String(steps[steps.length - 1]);
         timeline.showStep(steps[steps.length - 1]);
@@ -43,6 +64,7 @@
     stepSelect.addEventListener("change", function () {
       timeline.showStep(stepSelect.value === "all" ? null : Number(stepSelect.value));
     });
+    rowsSelect.addEventListener("change", function () { timeline.setRows(rowsSelect.value); });
     refreshStepOptions();
 
     function poll() {
@@ -60,6 +82,7 @@
           counter.textContent = count;
           badge.textContent = page.status;
           badge.className = "badge " + page.status;
+          showPhase(page.status, page.finished);
           if (page.finished && page.events.length === 0) {
             if (renderedFinished) showLastStep(); else window.location.reload();
           } else {

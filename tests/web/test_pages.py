@@ -88,7 +88,7 @@ class TestUpload:
         assert response.status_code == 302 and response.url == reverse("studio:job", args=[job.pk])
         assert (job.spec.team, job.spec.owner, job.spec.source_filename) == (people.team, people.member, "tiny.json")
         assert (job.num_devices, job.num_microbatches, job.status) == (2, 8, JobStatus.QUEUED)
-        assert len(callbacks) == 1
+        assert len(callbacks) == 2, "the planning task and, on cpu-host, the profile it waits for (services.profiling)"
         page = client.get(response.url).content.decode()
         assert "data-job-progress" in page, "a queued job shows the polling progress bar"
 

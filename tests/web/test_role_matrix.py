@@ -16,7 +16,8 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from adaptis_web.studio.models import ClusterRecord, Invitation, Membership, ModelSpecRecord, Plan, PlanningJob, Run
+from adaptis_web.studio.models import (ClusterRecord, Invitation, MeasuredProfile, Membership, ModelSpecRecord, Plan,
+                                       PlanningJob, Run)
 from planner.spec.presets import load_model_preset
 
 WHO = ("owner", "admin", "member", "viewer", "outsider", "anonymous")
@@ -66,6 +67,9 @@ API_CASES = [
          lambda c: {"doc": load_model_preset("tiny-llama").to_dict(), "team": c.people.team.pk}),
     Case("rename a spec", "patch", lambda c: reverse("api:spec", args=[c.planned.spec.pk]), CHANGE_ANYONES,
          lambda c: {"name": "renamed"}),
+    Case("measure a profile", "post", lambda c: reverse("api:spec-profiles", args=[c.planned.spec.pk]),
+         (201, 201, 201, 403, 404, 401), lambda c: {"num_ranks": 2}),
+    Case("measured profile", "get", lambda c: reverse("api:profile", args=[c.measured_profile.pk]), READ),
     Case("jobs list", "get", lambda c: reverse("api:jobs"), LIST),
     Case("job detail", "get", lambda c: reverse("api:job", args=[c.planned.job.pk]), READ),
     Case("create a job", "post", lambda c: reverse("api:jobs"), CREATE,
@@ -94,6 +98,7 @@ API_CASES = [
     Case("re-plan from a run", "post", lambda c: reverse("api:run-replan", args=[c.finished_run.pk]),
          (201, 201, 201, 403, 404, 401)),
     Case("delete a run", "delete", lambda c: reverse("api:run", args=[c.finished_run.pk]), CHANGE_ANYONES),
+    Case("cancel a run", "post", lambda c: reverse("api:run-cancel", args=[c.queued_run.pk]), CHANGE_ANYONES),
     Case("dependents of a run", "get", lambda c: reverse("api:dependents", args=["runs", c.finished_run.pk]), READ),
     Case("api schema (public, as before)", "get", lambda c: reverse("api-schema"), (200,) * 6),
     Case("restore a deleted run", "post",
@@ -117,12 +122,26 @@ API_CASES = [
 ]
 
 
+@pytest.fixture
+def crew(crew):
+    """The crew, and a queued run of the owner's on a plan of its own (cancelling it must not touch the rest)."""
+    plan = Plan.objects.get(pk=crew.planned.plan.pk)
+    plan.pk = None
+    plan.save()
+    crew.queued_run = Run.objects.create(plan=plan, created_by=crew.people.owner, world_size=2)
+    crew.measured_profile = MeasuredProfile.objects.create(spec=crew.planned.spec, created_by=crew.people.owner,
+                                                           num_ranks=2, split_backward=False)
+    return crew
+
+
 def _state():
     """What a refused request must leave alone."""
     return (ModelSpecRecord.objects.filter(deleted_at__isnull=True, archived_at__isnull=True).count(),
             PlanningJob.objects.filter(archived_at__isnull=True, cancel_requested=False).count(),
-            Run.objects.filter(deleted_at__isnull=True).count(), sorted(Membership.objects.values_list("user_id", "role")),
-            Invitation.objects.count(), sorted(ModelSpecRecord.objects.values_list("name", flat=True)),
+            Run.objects.filter(deleted_at__isnull=True, cancel_requested=False).count(),
+            sorted(Membership.objects.values_list("user_id", "role")),
+            Invitation.objects.count(), MeasuredProfile.objects.count(),
+            sorted(ModelSpecRecord.objects.values_list("name", flat=True)),
             sorted(ClusterRecord.objects.values_list("name", "archived_at", "deleted_at")),
             Plan.objects.count())
 
@@ -166,11 +185,14 @@ PAGE_CASES = [
          (302, 302, 302, 403, 404, 302),
          lambda c: {"cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": 4, "schedule": "1f1b",
                     "partition": "uniform"}),
+    Case("measure a profile", "post", lambda c: reverse("studio:spec-profile", args=[c.planned.spec.pk]),
+         (302, 302, 302, 403, 404, 302), lambda c: {"num_ranks": 2}),
     Case("run a plan", "post", lambda c: reverse("studio:plan-run", args=[c.planned.plan.pk]),
          (302, 302, 302, 403, 404, 302), lambda c: {"steps": 1}),
     Case("cancel a job", "post", lambda c: reverse("studio:job-cancel", args=[c.queued_job.pk]), PAGE_CHANGE_ANYONES),
     Case("re-plan from a run", "post", lambda c: reverse("studio:run-replan", args=[c.finished_run.pk]),
          (302, 302, 302, 403, 404, 302)),
+    Case("cancel a run", "post", lambda c: reverse("studio:run-cancel", args=[c.queued_run.pk]), PAGE_CHANGE_ANYONES),
     Case("archive a job", "post", lambda c: reverse("studio:curate", args=["jobs", c.planned.job.pk]),
          PAGE_CHANGE_ANYONES, lambda c: {"action": "archive"}),
     Case("rename a spec", "post", lambda c: reverse("studio:curate", args=["specs", c.planned.spec.pk]),

@@ -149,8 +149,9 @@ class TestSpecCreateWithJob:
                                        request=_request())
         assert job.status == JobStatus.QUEUED and job.spec.source_filename == "t.json"
         assert job.cluster_doc == load_cluster_preset("cpu-host").to_dict()
-        assert len(callbacks) == 1, "the planning task is sent once, after commit"
-        assert job.celery_task_id
+        # on cpu-host: the planning task and the profile it waits for, measured on the runs' host (services.profiling)
+        assert len(callbacks) == 2, "the planning task and the profile's are each sent once, after commit"
+        assert job.celery_task_id and job.measured_profile.status == JobStatus.QUEUED
 
     def test_stores_nothing_when_the_user_is_not_in_the_team(self, people):
         with pytest.raises(SpecError):

@@ -18,7 +18,6 @@ from adaptis_web.studio.models import JobStatus, Plan, PlanningJob, Run, RunEven
 from adaptis_web.studio.services.jobs import job_cancel, job_create, job_request_check
 from adaptis_web.studio.services.specs import spec_create
 from planner.cluster import load_cluster_preset
-from planner.cost import analytic_profile
 from planner.simulator import simulate
 from planner.spec.presets import load_model_preset
 
@@ -48,11 +47,14 @@ def test_the_worker_plans_an_uploaded_spec(celery_worker, people, spec_text, wai
     assert (job.progress, job.progress_message) == (1.0, "Plan ready")
     assert job.started_at <= job.finished_at
     plan = Plan.objects.get(job=job)
-    # The worker's numbers agree with the simulator run here on the stored plan and profile.
+    # The worker's numbers agree with the simulator run here on the stored plan and the profile the job planned
+    # on: on cpu-host, the one measured on the runs' host (services.profiling).
     cluster = load_cluster_preset("cpu-host")
     from planner.plan import load_plan
+    from planner.profile import load_profile
 
-    expected = simulate(load_plan(plan.plan_doc), analytic_profile(load_model_preset("tiny-llama"), cluster), cluster)
+    assert job.measured_profile.status == JobStatus.SUCCEEDED
+    expected = simulate(load_plan(plan.plan_doc), load_profile(job.measured_profile.profile_doc), cluster)
     assert plan.iteration_ms == pytest.approx(expected.iteration_ms)
     assert {entry["device"] for entry in plan_prediction(plan)["timeline"]} == {0, 1}
     body = _api(people.owner).get(reverse("api:job", args=[job.pk])).json()

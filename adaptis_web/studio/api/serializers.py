@@ -10,7 +10,8 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 
 from adaptis_web.studio.url_converters import MAX_ID
-from adaptis_web.studio.models import (ApiToken, ClusterRecord, Invitation, JobMode, Membership, ModelSpecRecord, Plan,
+from adaptis_web.studio.models import (ApiToken, ClusterRecord, Invitation, JobMode, MeasuredProfile, Membership,
+                                       ModelSpecRecord, Plan,
                                        PlanningJob, Run, RunEvent, Team)
 from adaptis_web.studio.selectors import RUN_EVENTS_PAGE
 from adaptis_web.studio.services.predictions import plan_prediction
@@ -434,7 +435,7 @@ class JobDetailOutput(JobOutput):
                                                   "saying why not), observed_actions, scaled_down; else empty")
 
     class Meta(JobOutput.Meta):
-        fields = JobOutput.Meta.fields + ["cluster", "result", "calibrated_from", "calibration"]
+        fields = JobOutput.Meta.fields + ["cluster", "result", "calibrated_from", "calibration", "measured_profile"]
 
 
 class PlanOutput(serializers.ModelSerializer):
@@ -466,8 +467,8 @@ class RunOutput(serializers.ModelSerializer):
 
     class Meta:
         model = Run
-        fields = ["id", "name", "plan", "created_by", "status", "backend", "world_size", "steps", "scaled_down",
-                  "error", "summary", "loss", "balancing_loss", "event_count", "executed_spec", "created_at",
+        fields = ["id", "name", "plan", "created_by", "status", "cancel_requested", "backend", "world_size", "steps",
+                  "scaled_down", "error", "summary", "loss", "balancing_loss", "event_count", "executed_spec", "created_at",
                   "started_at", "finished_at", "archived_at"]
 
     def get_event_count(self, run: Run) -> int:
@@ -493,3 +494,20 @@ class RunEventsQuery(serializers.Serializer):
     after = serializers.IntegerField(min_value=0, max_value=MAX_ID, default=0, help_text="only events with a larger seq")
     limit = serializers.IntegerField(min_value=1, max_value=RUN_EVENTS_PAGE, default=RUN_EVENTS_PAGE,
                                      help_text="at most this many")
+
+
+class MeasuredProfileCreateInput(serializers.Serializer):
+    num_ranks = serializers.IntegerField(default=2, min_value=1, max_value=64, help_text="profilers at once, one per rank of the runs to predict")
+    split_backward = StrictBooleanField(default=False, help_text="time I and W apart (zero-bubble ranks)")
+    plan = IdField(required=False, allow_null=True, default=None,
+                                    help_text="a plan of this spec: also time its stages as its ranks run them "
+                                              "(num_ranks is then its devices)")
+
+
+class MeasuredProfileOutput(serializers.ModelSerializer):
+    profile = serializers.JSONField(source="profile_doc", help_text="adaptis.profile/v1 once measured, else null")
+
+    class Meta:
+        model = MeasuredProfile
+        fields = ["id", "spec", "plan", "num_ranks", "split_backward", "status", "host", "error", "profile",
+                  "created_at", "started_at", "finished_at"]

@@ -25,6 +25,8 @@ from adaptis_web.studio.api.serializers import (
     JobCreateInput,
     JobDetailOutput,
     JobOutput,
+    MeasuredProfileCreateInput,
+    MeasuredProfileOutput,
     PlanOutput,
     RunCreateInput,
     RunEventsOutput,
@@ -46,6 +48,8 @@ from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.clusters import (MAX_CLUSTER_FILE_BYTES, cluster_create, cluster_parse_doc,
                                                   cluster_parse_upload)
 from adaptis_web.studio.services.runs import run_create
+from adaptis_web.studio.services.profiling import measured_profile_create
+from adaptis_web.studio.services.run_control import run_cancel
 from adaptis_web.studio.services.specs import read_upload, spec_create, spec_parse_upload
 from planner.baselines import PARTITIONS
 from planner.cluster import preset_names
@@ -294,6 +298,16 @@ class RunReplanApi(ThrottledCreate, APIView):
         return Response(JobDetailOutput(job).data, status=status.HTTP_201_CREATED)
 
 
+class RunCancelApi(APIView):
+    @extend_schema(request=None, responses={200: RunOutput},
+                   description="A queued run is cancelled at once; a running one within a few seconds, when its "
+                               "worker ends the ranks (the events they sent are kept); a finished one is a 400 "
+                               "naming 'status'. Its creator (a member) or an admin of the team may cancel it.")
+    def post(self, request, run_id: int):
+        run = run_cancel(run=selectors.run_get_for_user(user=request.user, run_id=run_id), user=request.user)
+        return Response(RunOutput(selectors.run_get_for_user(user=request.user, run_id=run.pk)).data)
+
+
 class RunEventsApi(APIView):
     @extend_schema(parameters=[RunEventsQuery], responses=RunEventsOutput)
     def get(self, request, run_id: int):
@@ -306,3 +320,27 @@ class RunEventsApi(APIView):
             "run": run.pk, "status": run.status, "finished": run.is_finished,
             "last_seq": events[-1].seq if events else after, "events": events}).data)
 
+
+
+class SpecProfilesApi(APIView):
+    @extend_schema(request=MeasuredProfileCreateInput, responses={201: MeasuredProfileOutput},
+                   description="Measure the spec's layers on the host that runs CPU runs (a task on the runs queue), "
+                               "one profiler per rank at once; with a plan, its stages are timed as its ranks run "
+                               "them too. Poll GET /api/profiles/ID/. Jobs on cpu-host plan on such a profile.")
+    def post(self, request, spec_id: int):
+        data = MeasuredProfileCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        spec = selectors.spec_get_for_user(user=request.user, spec_id=spec_id)
+        plan = None if values["plan"] is None else selectors.plan_for_request(user=request.user, plan_id=values["plan"])
+        with transaction.atomic():
+            profile = measured_profile_create(spec_record=spec, user=request.user, num_ranks=values["num_ranks"],
+                                              split_backward=values["split_backward"], plan=plan)
+        return Response(MeasuredProfileOutput(profile).data, status=status.HTTP_201_CREATED)
+
+
+class MeasuredProfileApi(APIView):
+    @extend_schema(responses=MeasuredProfileOutput)
+    def get(self, request, profile_id: int):
+        return Response(MeasuredProfileOutput(
+            selectors.measured_profile_get_for_user(user=request.user, profile_id=profile_id)).data)

@@ -23,6 +23,13 @@ from adaptis_web.studio.models import ClusterRecord, JobMode, JobStatus, ModelSp
 from adaptis_web.studio.services import hybrid
 from adaptis_web.studio.services.clusters import cluster_resolve
 from adaptis_web.studio.services.liveness import heartbeat
+from adaptis_web.studio.services.profiling import (
+    LOCAL_CLUSTER_PRESET,
+    job_profile,
+    plan_stage_timing,
+    profile_for_cpu_job,
+    profile_waiting,
+)
 from adaptis_web.studio.services.queueing import enqueue_on_commit
 from adaptis_web.studio.services.search import (
     ADAPTIS_STRATEGY,
@@ -137,17 +144,24 @@ def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request:
                calibration: dict | None = None) -> PlanningJob:
     """Create a queued job for a stored spec; the planning task is enqueued when the transaction commits.
 
-    ``profile`` replaces the analytic profile (a calibrated one: ``services.calibration``)."""
+    ``profile`` replaces the analytic profile (a calibrated one: ``services.calibration``). Without one, a job on
+    the local CPU cluster plans on the spec's profile measured on the runs' host (``services.profiling``)."""
     from adaptis_web.studio.tasks import plan_job_run  # tasks import services: resolve the cycle at call time
 
     spec_check_team(team=spec_record.team, user=user, doing="planning a spec")
+    measured = None
+    if profile is None and request.cluster_preset == LOCAL_CLUSTER_PRESET:
+        measured = profile_for_cpu_job(spec_record=spec_record, user=user, num_devices=request.num_devices,
+                                       schedule=request.schedule)
     job = PlanningJob.objects.create(
         spec=spec_record, created_by=user, cluster_preset=request.cluster_preset,
         cluster_doc=request.cluster.to_dict(), num_devices=request.num_devices,
         num_microbatches=request.num_microbatches, schedule=request.schedule, partition=request.partition,
         seed=request.seed, time_budget_s=request.time_budget_s, memory_limit_bytes=request.memory_limit_bytes,
         profile_doc=None if profile is None else profile.to_dict(), calibrated_from=calibrated_from,
-        calibration=calibration or {}, progress_message="Waiting for a worker", celery_task_id=str(uuid.uuid4()),
+        calibration=calibration or {}, measured_profile=measured, celery_task_id=str(uuid.uuid4()),
+        progress_message="Waiting for a worker" if measured is None or measured.is_finished else
+        f"Waiting for profile {measured.pk}, measured on the runs' host",
         mode=request.mode, cluster_record=request.cluster_record,
         **(vars(request.hybrid) if request.hybrid else {}))
     enqueue_on_commit(plan_job_run, row=job)
@@ -234,8 +248,13 @@ def _plan_job(job: PlanningJob) -> Plan | None:
         _job_progress(job.pk, 0.15, f"Loading the profile calibrated from run {job.calibrated_from_id}")
         profile = load_profile(job.profile_doc)
     else:
-        _job_progress(job.pk, 0.15, f"Profiling {spec.num_layers} layers analytically on {cluster.device.name}")
-        profile = analytic_profile(spec, cluster)
+        profile, note = job_profile(job)
+        if profile is not None:
+            _job_progress(job.pk, 0.15, note)
+        else:
+            _job_progress(job.pk, 0.15, f"Profiling {spec.num_layers} layers analytically on {cluster.device.name}"
+                                        + (f" ({note})" if note else ""))
+            profile = analytic_profile(spec, cluster)
     if job.schedule == ADAPTIS_SCHEDULE:
         _job_progress(job.pk, SEARCH_PROGRESS_SPAN[0], f"Searching partition, placement and schedule for "
                                                        f"{job.num_devices} devices and {job.num_microbatches} "
@@ -260,21 +279,28 @@ def _plan_job(job: PlanningJob) -> Plan | None:
             for name, metrics in result["baselines"].items():
                 metrics.update(plan_id=stored[name].pk, layout=stored[name].layout)
         _job_finish(job.pk, done=done, cancelled=cancelled, result=result)
+        if profile.source == "measured":  # its own plan's stages timed on the runs' host too, for its run page
+            plan_stage_timing(job=job, plan=stored[job.schedule])
     return stored[job.schedule]
 
 
 def job_run(*, job_id: int) -> Plan | None:
     """Plan a queued job (the Celery task's body). Failures end on the job row, never as a lost exception.
 
-    Returns the job's own plan (the AdaPtis plan of a search), or None when the job was not run or failed.
+    Returns the job's own plan (the AdaPtis plan of a search), or None when the job was not run or failed. A job
+    waiting for its measured profile stays queued: the profile's task sends it again when it is done.
     """
+    waiting = PlanningJob.objects.select_related("measured_profile").filter(pk=job_id).first()
+    if waiting is not None and profile_waiting(waiting):
+        logger.info("planning job %s waits for measured profile %s", job_id, waiting.measured_profile_id)
+        return None
     claimed = PlanningJob.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
         status=JobStatus.RUNNING, started_at=timezone.now(), progress=0.05,
         progress_message="Loading the model spec and cluster")
     if not claimed:  # cancelled, deleted, or already taken by a redelivered message
         logger.warning("planning job %s is not queued; skipping", job_id)
         return None
-    job = PlanningJob.objects.select_related("spec").get(pk=job_id)
+    job = PlanningJob.objects.select_related("spec", "spec__team", "created_by", "measured_profile").get(pk=job_id)
     try:
         with heartbeat(PlanningJob, job_id):
             return _plan_job(job)

@@ -26,13 +26,15 @@ from django.utils import timezone
 
 from celery import current_app
 
-from adaptis_web.studio.models import JobStatus, PlanningJob, Run
+from adaptis_web.studio.models import JobStatus, MeasuredProfile, PlanningJob, Run
 from adaptis_web.studio.services.broker import pending_task_ids
 
 logger = logging.getLogger(__name__)
 
-TRACKED = (PlanningJob, Run)
-TASK_OF = {PlanningJob: "studio.plan_job_run", Run: "studio.run_execute"}
+TRACKED = (PlanningJob, Run, MeasuredProfile)
+TASK_OF = {PlanningJob: "studio.plan_job_run", Run: "studio.run_execute", MeasuredProfile: "studio.profile_measure"}
+# Queued rows that hold no message on purpose: a job waiting for its measured profile is sent when that is done.
+WAITING = {PlanningJob: Q(measured_profile__status__in=(JobStatus.QUEUED, JobStatus.RUNNING))}
 
 
 def _stamp(model, pk: int) -> None:
@@ -102,6 +104,7 @@ def requeue_lost_work(*, grace_s: float | None = None) -> dict[str, list[int]]:
     grace = settings.WORK_QUEUED_GRACE_S if grace_s is None else grace_s
     cutoff = timezone.now() - timedelta(seconds=grace)
     waiting = {model: list(model.objects.filter(status=JobStatus.QUEUED, created_at__lt=cutoff)
+                           .exclude(WAITING.get(model, Q(pk__in=[])))
                            .values_list("pk", "celery_task_id")) for model in TRACKED}
     if not any(waiting.values()):
         return {}

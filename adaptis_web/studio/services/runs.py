@@ -2,7 +2,8 @@
 
 ``run_create`` refuses what a CPU host should not attempt (too many ranks, a realistic model without the
 scaled-down variant); ``run_execute`` (the Celery task's body) launches the executor with a Redis event
-sink, relays the live events into the database while the ranks run, and records the outcome.
+sink, relays the live events into the database while the ranks run, and records the outcome; a cancel
+(``services.run_control``) stops the ranks and records the run as cancelled with the events it sent so far.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from adaptis_web.studio.live_events import RunEventRelay, run_event_sink, run_ev
 from adaptis_web.studio.models import JobStatus, Plan, Run
 from adaptis_web.studio.services.liveness import heartbeat
 from adaptis_web.studio.services.queueing import enqueue_on_commit
+from adaptis_web.studio.services.run_control import run_stop_reader
 from adaptis_web.studio.services.specs import spec_check_team
 from planner.cost.analytic import count_parameters
 from planner.errors import PlanError, SpecError
@@ -40,14 +42,24 @@ def cpu_run_refusal(spec: ModelSpec) -> str | None:
             f"layer pattern at hidden size 64 (executor.model.scale_spec)")
 
 
+def plan_run_refusal(plan: Plan) -> SpecError | None:
+    """Why ``plan`` cannot run on this host's CPU at all (any steps, scaled down or not), or None: what a page
+    says instead of offering "Run on CPU", and what ``run_create`` refuses."""
+    world_size = plan.plan_doc["num_devices"]
+    if world_size > settings.CPU_RUN_MAX_RANKS:
+        return SpecError("plan", f"uses {world_size} devices; a CPU run starts at most "
+                                 f"{settings.CPU_RUN_MAX_RANKS} ranks (CPU_RUN_MAX_RANKS)")
+    return None
+
+
 def run_create(*, plan: Plan, user: AbstractBaseUser, steps: int = 1, scale_down: bool = False) -> Run:
     spec_check_team(team=plan.job.spec.team, user=user, doing="starting a run")
     from adaptis_web.studio.tasks import run_execute  # tasks import services: resolve the cycle at call time
 
     world_size = plan.plan_doc["num_devices"]
-    if world_size > settings.CPU_RUN_MAX_RANKS:
-        raise SpecError("plan", f"uses {world_size} devices; a CPU run starts at most "
-                                f"{settings.CPU_RUN_MAX_RANKS} ranks (CPU_RUN_MAX_RANKS)")
+    refusal = plan_run_refusal(plan)
+    if refusal is not None:
+        raise refusal
     if not 1 <= steps <= MAX_RUN_STEPS:
         raise SpecError("steps", f"must be between 1 and {MAX_RUN_STEPS}; got {steps}")
     refusal = None if scale_down else cpu_run_refusal(load_model_spec(plan.job.spec.doc))
@@ -73,7 +85,7 @@ def _run_fail(run_id: int, error: str) -> None:
 
 
 def _execute(run: Run) -> None:
-    from executor.errors import ExecutorError
+    from executor.errors import ExecutorError, RunCancelled
     from executor.launch import run_plan
 
     spec = _executed_spec(run)
@@ -81,7 +93,10 @@ def _execute(run: Run) -> None:
     relay = RunEventRelay(run.pk).start()
     try:
         result = run_plan(load_plan(run.plan.plan_doc), spec, backend=run.backend, seed=0,
-                          event_sink=run_event_sink(run.pk), steps=run.steps, timeout_s=settings.RUN_TIMEOUT_S)
+                          event_sink=run_event_sink(run.pk), steps=run.steps, timeout_s=settings.RUN_TIMEOUT_S,
+                          should_stop=run_stop_reader(run.pk))
+    except RunCancelled:
+        result = None  # recorded once the relay has stored every event the ranks sent before they were stopped
     except ExecutorError as error:
         _run_fail(run.pk, "\n\n".join(filter(None, [str(error), error.traceback_text])))
         return
@@ -90,6 +105,10 @@ def _execute(run: Run) -> None:
         return
     finally:
         relay.stop()
+    if result is None:
+        Run.objects.filter(pk=run.pk).update(status=JobStatus.CANCELLED, finished_at=timezone.now(),
+                                             error="cancelled while running: its ranks were stopped")
+        return
     missed = run_events_backfill(run.pk, result.events)
     if missed:
         logger.warning("run %s: %d events did not arrive through Redis and were stored from the result",

@@ -114,7 +114,19 @@ def job_search(*, job: PlanningJob, profile: Profile, cluster: ClusterSpec,
         "lower_bound_ms": result.lower_bound_ms, "lower_bound": result.lower_bound, "gap": result.gap,
         "memory_limit_bytes": result.plan.meta.get("memory_limit_bytes"), "origin": result.plan.meta.get("origin"),
         "layout": result.plan.meta.get("layout"), "schedule": result.plan.meta.get("schedule"),
-        "stats": result.stats, "candidates": result.candidates, "baselines": result.baselines,
-        "cancelled": result.cancelled,
+        "stats": result.stats, "candidates": kept_plan_first(result.candidates, result.plan),
+        "baselines": result.baselines, "cancelled": result.cancelled,
     }
     return SearchOutcome(plans=plans, summary=summary)
+
+
+def kept_plan_first(candidates: list[dict], plan: PlannerPlan) -> list[dict]:
+    """The search's candidates with the plan the job keeps as the first row. A search stopped early (cancelled, or
+    out of time) may keep a baseline that beat every candidate it had scored, which the candidates do not list."""
+    layout, iteration_ms = plan.meta.get("layout"), plan.predicted["iteration_ms"]
+    others = [row for row in candidates
+              if not (row["layout"] == layout and math.isclose(row["iteration_ms"], iteration_ms, rel_tol=1e-9))]
+    kept = next((row for row in candidates if row not in others), None) or {
+        "iteration_ms": iteration_ms, "num_stages": len(plan.stages), "layout": layout,
+        "schedule": plan.meta.get("schedule", ""), "origin": plan.meta.get("origin", "")}
+    return [{**row, "rank": rank} for rank, row in enumerate([{**kept, "kept": True}, *others], start=1)]

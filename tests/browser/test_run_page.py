@@ -1,0 +1,217 @@
+"""The run page in a real browser: predicted and observed on one time axis (each observed step drawn from its own
+start), per device and per stage; the "starting ranks" state before the first event; cancelling a running run
+from the page, with a real Celery worker ending real ranks.
+
+Debian's Chromium driven by Playwright against pytest-django's live server. Screenshots in /tmp/team/screens/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+from playwright.sync_api import expect, sync_playwright
+
+from adaptis_web.studio.models import JobStatus, MeasuredProfile, PlanningJob, Run, RunEvent
+from adaptis_web.studio.services.jobs import job_request_check, job_run
+from adaptis_web.studio.services.predictions import plan_prediction
+from adaptis_web.studio.services.specs import spec_create
+from executor.summary import summarize
+from planner.spec.presets import load_model_preset
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+SCREENS = Path("/tmp/team/screens")
+
+# Every dataset of the run chart with its source, axis, and its bars as [start, end].
+CHART_DATASETS = """() => {
+  const chart = Chart.getChart(document.getElementById("timeline"));
+  return {scales: Object.keys(chart.scales).sort(),
+          datasets: chart.data.datasets.map((d) => ({source: d.source, axis: d.xAxisID,
+                                                     bars: d.data.map((p) => ({row: p.y, x: p.x, step: p.info.step,
+                                                                               action: p.info.action}))}))};
+}"""
+
+
+@pytest.fixture
+def browser(monkeypatch):
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # the test's ORM calls beside Playwright's loop
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+        connections.close_all()
+
+
+@pytest.fixture
+def plan(people):
+    """tiny-llama planned with 1F1B on 2 cpu-host devices and 4 micro-batches, in-process."""
+    spec = load_model_preset("tiny-llama")
+    record = spec_create(team=people.team, owner=people.owner, spec=spec, source_filename="tiny.json")
+    request = job_request_check(spec=spec, num_devices=2, num_microbatches=4, cluster_preset="cpu-host")
+    job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset="cpu-host",
+                                     cluster_doc=request.cluster.to_dict(), num_devices=2, num_microbatches=4,
+                                     schedule="1f1b")
+    return job_run(job_id=job.pk)
+
+
+def _page(browser, live_server, username="bob"):
+    page = browser.new_context(viewport={"width": 1360, "height": 900}).new_page()
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", f"{username}-pass-2026")
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Dashboard")
+    return page
+
+
+def _observed_rows(run: Run, plan, step_offsets_ms: list[float], stretch: float) -> list[RunEvent]:
+    """Each step's actions as predicted, ``stretch`` times longer, starting ``step_offsets_ms[step]`` after the
+    ranks' aligned start (as a CPU run's steps do: thousands of ms in)."""
+    timeline = plan_prediction(plan)["timeline"]
+    rows, seq = [], 0
+    for step, offset in enumerate(step_offsets_ms):
+        for entry in timeline:
+            seq += 1
+            rows.append(RunEvent(run=run, seq=seq, rank=entry["device"], device=entry["device"],
+                                 action=entry["action"], stage=entry["stage"], kind=entry["type"],
+                                 microbatch=entry["microbatch"], step=step,
+                                 start_ms=offset + stretch * entry["start_ms"], end_ms=offset + stretch * entry["end_ms"]))
+    return rows
+
+
+def test_predicted_and_observed_share_one_time_axis_each_step_from_its_start(browser, live_server, people, plan):
+    run = Run.objects.create(plan=plan, created_by=people.member, status=JobStatus.SUCCEEDED, world_size=2, steps=3)
+    offsets = [12_600.0, 13_950.5, 15_420.25]
+    rows = RunEvent.objects.bulk_create(_observed_rows(run, plan, offsets, stretch=3.0))
+    Run.objects.filter(pk=run.pk).update(summary=summarize(
+        [{"device": r.device, "kind": r.kind, "step": r.step, "start_ms": r.start_ms, "end_ms": r.end_ms} for r in rows],
+        num_devices=2, steps=3))
+    page = _page(browser, live_server)
+    page.goto(f"{live_server.url}/runs/{run.pk}/")
+    expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1)
+    chart = page.evaluate(CHART_DATASETS)
+    assert chart["scales"] == ["x", "y"], "one time axis (and the rows)"
+    assert {dataset["axis"] for dataset in chart["datasets"]} == {"x"}
+    predicted = [bar for d in chart["datasets"] if d["source"] == "predicted" for bar in d["bars"]]
+    observed = [bar for d in chart["datasets"] if d["source"] == "observed" for bar in d["bars"]]
+    timeline = {entry["action"]: entry for entry in plan_prediction(plan)["timeline"]}
+    assert len(predicted) == len(timeline) and min(bar["x"][0] for bar in predicted) == 0
+    # A finished run opens on its last step; every observed bar is its event less that step's first start.
+    assert {bar["step"] for bar in observed} == {2} and len(observed) == len(timeline)
+    assert min(bar["x"][0] for bar in observed) == pytest.approx(0.0, abs=1e-9)
+    for bar in observed:
+        assert bar["x"][0] == pytest.approx(3.0 * timeline[bar["action"]]["start_ms"], abs=1e-6)
+        assert bar["x"][1] == pytest.approx(3.0 * timeline[bar["action"]]["end_ms"], abs=1e-6)
+    page.select_option("#observed-step", "all")
+    observed = [bar for d in page.evaluate(CHART_DATASETS)["datasets"] if d["source"] == "observed"
+                for bar in d["bars"]]
+    for step in range(3):
+        starts = [bar["x"][0] for bar in observed if bar["step"] == step]
+        assert len(starts) == len(timeline) and min(starts) == pytest.approx(0.0, abs=1e-9), step
+    page.select_option("#chart-rows", "stage")
+    rows = {bar["row"] for d in page.evaluate(CHART_DATASETS)["datasets"] for bar in d["bars"]}
+    assert rows == {f"stage {stage} (device {stage}) · {source}" for stage in (0, 1)
+                    for source in ("predicted", "observed")}
+    page.screenshot(path=str(SCREENS / "run-01-one-axis-per-stage.png"), full_page=True)
+
+
+def test_a_run_whose_ranks_are_starting_says_so_until_its_first_event(browser, live_server, people, plan):
+    run = Run.objects.create(plan=plan, created_by=people.member, status=JobStatus.RUNNING, world_size=2, steps=1)
+    page = _page(browser, live_server)
+    page.goto(f"{live_server.url}/runs/{run.pk}/")
+    phase = page.locator("[data-run-phase]")
+    expect(phase).to_be_visible()
+    expect(phase).to_contain_text("Starting ranks")
+    expect(page.locator("#cancel-run")).to_be_visible()
+    page.screenshot(path=str(SCREENS / "run-02-starting-ranks.png"), full_page=True)
+    RunEvent.objects.bulk_create(_observed_rows(run, plan, [5_000.0], stretch=1.0)[:1])
+    expect(phase).to_be_hidden()
+    expect(page.locator("[data-event-count]")).to_have_text("1")
+
+
+@pytest.mark.worker
+def test_cancel_a_running_run_from_its_page(celery_worker, browser, live_server, people, plan, wait_for):
+    page = _page(browser, live_server)
+    page.goto(f"{live_server.url}/jobs/{plan.job_id}/?plan={plan.pk}")
+    page.fill("#id_steps", "50")
+    page.click("#run-on-cpu")
+    expect(page.locator("h1")).to_contain_text("Run #")
+    page.wait_for_function("""() => {
+      const chart = Chart.getChart(document.getElementById("timeline"));
+      return chart.data.datasets.some((d) => d.source === "observed" && d.data.some((p) => p.info.step >= 1));
+    }""", timeout=120_000)
+    page.screenshot(path=str(SCREENS / "run-03-live-one-axis.png"), full_page=True)
+    page.click("#cancel-run")
+    expect(page.locator("[data-run-status]")).to_have_text("cancelled", timeout=30_000)
+    expect(page.locator("#cancelled-note")).to_contain_text("are kept below")
+    run = Run.objects.get(pk=int(page.url.rstrip("/").rsplit("/", 1)[1]))
+    assert run.status == JobStatus.CANCELLED and run.cancel_requested
+    kept = RunEvent.objects.filter(run=run).count()
+    assert kept > 0 and page.locator("[data-event-count]").inner_text() == str(kept)
+    expect(page.locator("#cancel-run")).to_have_count(0)
+    # It opens on the last step every action was observed in, not on the one the cancel cut short.
+    expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1)
+    datasets = page.evaluate(CHART_DATASETS)["datasets"]
+    shown = [bar for d in datasets if d["source"] == "observed" for bar in d["bars"]]
+    assert len(shown) == len([bar for d in datasets if d["source"] == "predicted" for bar in d["bars"]])
+    assert {bar["step"] for bar in shown} == {int(page.locator("#observed-step").input_value())}
+    page.screenshot(path=str(SCREENS / "run-04-cancelled.png"), full_page=True)
+
+
+def test_the_spec_page_charts_cost_and_memory_per_layer_analytic_beside_measured(browser, live_server, people):
+    from executor.profiler import measure_profile
+
+    spec = load_model_preset("tiny-hybrid")
+    record = spec_create(team=people.team, owner=people.owner, spec=spec)
+    measured = measure_profile(spec, repeats=2, warmup=1)
+    MeasuredProfile.objects.create(spec=record, created_by=people.owner, num_ranks=1, split_backward=True,
+                                   status=JobStatus.SUCCEEDED, host="this-host (2 cores)",
+                                   profile_doc=measured.to_dict(), finished_at=timezone.now())
+    page = _page(browser, live_server)
+    page.goto(f"{live_server.url}/specs/{record.pk}/")
+    charts = page.evaluate("""() => Object.fromEntries(Object.entries(window.adaptisLayerCharts).map(([name, chart]) =>
+      [name, {labels: chart.data.labels, sets: chart.data.datasets.map((d) => ({label: d.label, data: d.data}))}]))""")
+    assert charts["time"]["labels"] == [f"{index} {layer.kind}" for index, layer in enumerate(spec.layers)]
+    analytic, observed = charts["time"]["sets"]
+    assert analytic["label"].startswith("analytic") and observed["label"].startswith("measured on this-host")
+    assert observed["data"] == pytest.approx([layer.forward + layer.backward_input + layer.backward_weight
+                                              for layer in measured.layers])
+    memory = {dataset["label"].split(" on ")[0]: dataset["data"] for dataset in charts["memory"]["sets"]}
+    mib = 2**20
+    assert memory["parameters · measured"] == pytest.approx([layer.param_bytes / mib for layer in measured.layers])
+    assert memory["activations · measured"] == pytest.approx([layer.activation_bytes / mib for layer in measured.layers])
+    expect(page.locator("#layer-costs")).to_contain_text("measured on the runs' host this-host (2 cores)")
+    page.screenshot(path=str(SCREENS / "spec-01-layer-costs.png"), full_page=True)
+
+
+def test_the_baseline_table_keeps_long_layouts_inside_its_card(browser, live_server, people):
+    spec = load_model_preset("gemma-2-9b")
+    record = spec_create(team=people.team, owner=people.owner, spec=spec)
+    request = job_request_check(spec=spec, num_devices=8, num_microbatches=16, cluster_preset="h100-sxm-1x8",
+                                schedule="adaptis", time_budget_s=2)
+    job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset="h100-sxm-1x8",
+                                     cluster_doc=request.cluster.to_dict(), num_devices=8, num_microbatches=16,
+                                     schedule="adaptis", partition="", time_budget_s=2)
+    job_run(job_id=job.pk)
+    page = _page(browser, live_server)
+    page.goto(f"{live_server.url}/jobs/{job.pk}/")
+    expect(page.locator("#comparison")).to_be_visible()
+    overflow = page.evaluate("""() => {
+      const card = document.getElementById("comparison").getBoundingClientRect();
+      return Array.from(document.querySelectorAll("#comparison table")).map((table) =>
+        table.getBoundingClientRect().right - card.right);
+    }""")
+    assert overflow and all(excess <= 0 for excess in overflow), overflow
+    longest = max(len(text) for text in page.locator("#comparison td.layout-cell").all_inner_texts())
+    assert longest > 40, "long layouts, wrapped"
+    expect(page.locator("#candidates tbody tr").first).to_have_attribute("data-kept", "")
+    expect(page.locator("#run-refusal")).to_contain_text("uses 8 devices")
+    expect(page.locator("#run-on-cpu")).to_have_count(0)
+    page.screenshot(path=str(SCREENS / "job-01-long-layouts-and-refusal.png"), full_page=True)
