@@ -10,7 +10,7 @@ class RowId:
     """A positive 64-bit id. Django's ``int`` takes any run of digits, and a lookup of an id past 2^63 fails in the
     database driver (a 500); past this bound the URL does not match at all (a 404)."""
 
-    regex = "[1-9][0-9]{0,18}"
+    regex = "[0-9]{1,19}"
 
     def to_python(self, value: str) -> int:
         number = int(value)

@@ -185,7 +185,6 @@ class TestApiValidation:
         ({"gpus": 0}, "gpus", "greater than or equal to 1"),
         ({"mode": "both"}, "mode", '"both" is not a valid choice.'),
         ({"cluster_preset": "b300-1x8"}, "cluster_preset", "unknown preset 'b300-1x8'"),
-        ({"saved_cluster": 999999}, "saved_cluster", "no cluster with id 999999 among your teams' clusters"),
     ])
     def test_bad_input_is_a_400_naming_the_field(self, people, llama, changes, field, reason):
         response = _api(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB, **changes},
@@ -193,6 +192,14 @@ class TestApiValidation:
         assert response.status_code == 400, response.content
         [error] = response.json()["errors"]
         assert error["field"] == field and reason in error["reason"], error
+        assert not PlanningJob.objects.exists()
+
+    def test_a_saved_cluster_of_no_team_of_yours_is_a_404_naming_it(self, people, llama):
+        response = _api(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
+                                                                  "saved_cluster": 999999}, format="json")
+        assert response.status_code == 404, response.content
+        assert response.json()["errors"] == [{"field": "saved_cluster",
+                                              "reason": "no cluster with id 999999 among your teams' clusters"}]
         assert not PlanningJob.objects.exists()
 
     def test_a_pipeline_job_still_needs_its_devices(self, people, llama):
