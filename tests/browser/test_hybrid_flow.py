@@ -8,32 +8,21 @@ Debian's Chromium driven by Playwright against pytest-django's live server. Scre
 """
 
 import re
-from pathlib import Path
 
 import pytest
-from django.db import connections
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from adaptis_web.studio.models import ClusterRecord, PlanningJob
 from planner.spec.presets import MODEL_PRESET_DIR
+from tests.browser.conftest import SCREENS, VIEWPORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
-SCREENS = Path("/tmp/team/screens")
 
 
 @pytest.fixture
-def page(monkeypatch):
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # the test's ORM calls beside Playwright's loop
-    SCREENS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser.new_page(viewport={"width": 1360, "height": 900})
-        browser.close()
-        connections.close_all()
+def page(browser):
+    return browser.new_page(viewport=VIEWPORT)
 
 
 def test_qwen3_next_on_64_h100s_as_a_whole_training_job(celery_worker, live_server, people, page):

@@ -19,20 +19,16 @@ import statistics
 from pathlib import Path
 
 import pytest
-from django.db import connections
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from adaptis_web.studio.models import Plan, PlanningJob
 from adaptis_web.studio.services.jobs import job_request_check, job_run
 from adaptis_web.studio.services.specs import spec_create
 from planner.spec.presets import load_model_preset
+from tests.browser.conftest import SCREENS, VIEWPORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
-SCREENS = Path("/tmp/team/screens")
 BUDGET_MS = 300
 
 X_AXES = """() => Object.fromEntries(Object.entries(window.adaptisCompareCharts).map(
@@ -42,15 +38,8 @@ BARS = """() => { const chart = Chart.getChart(document.getElementById("timeline
 
 
 @pytest.fixture
-def page(monkeypatch, people):
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # the test's ORM calls beside Playwright's loop
-    SCREENS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1360, "height": 900}, accept_downloads=True)
-        yield context.new_page()
-        browser.close()
-        connections.close_all()
+def page(browser, people):
+    return browser.new_context(viewport=VIEWPORT, accept_downloads=True).new_page()
 
 
 @pytest.fixture

@@ -7,12 +7,10 @@ Debian's Chromium driven by Playwright against pytest-django's live server. Scre
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
-from django.db import connections
 from django.utils import timezone
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from adaptis_web.studio.models import JobStatus, MeasuredProfile, PlanningJob, Run, RunEvent
 from adaptis_web.studio.services.jobs import job_request_check, job_run
@@ -20,13 +18,10 @@ from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.specs import spec_create
 from executor.summary import summarize
 from planner.spec.presets import load_model_preset
+from tests.browser.conftest import SCREENS, VIEWPORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
-SCREENS = Path("/tmp/team/screens")
 
 # Every dataset of the run chart with its source, axis, and its bars as [start, end].
 CHART_DATASETS = """() => {
@@ -38,15 +33,7 @@ CHART_DATASETS = """() => {
 }"""
 
 
-@pytest.fixture
-def browser(monkeypatch):
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # the test's ORM calls beside Playwright's loop
-    SCREENS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-        connections.close_all()
+
 
 
 @pytest.fixture
@@ -62,7 +49,7 @@ def plan(people):
 
 
 def _page(browser, live_server, username="bob"):
-    page = browser.new_context(viewport={"width": 1360, "height": 900}).new_page()
+    page = browser.new_context(viewport=VIEWPORT).new_page()
     page.goto(f"{live_server.url}/accounts/login/")
     page.fill("#id_username", username)
     page.fill("#id_password", f"{username}-pass-2026")

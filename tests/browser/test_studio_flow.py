@@ -7,17 +7,13 @@ and Redis behind it. Screenshots land in /tmp/team/screens/ for a human to look 
 
 import json
 import re
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
+from tests.browser.conftest import SCREENS, VIEWPORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
-SCREENS = Path("/tmp/team/screens")
 
 # Rows of the chart that hold at least one bar, by source ("predicted" or "observed").
 BARS_BY_ROW = """(source) => {
@@ -35,16 +31,8 @@ BARS_BY_ROW = """(source) => {
 
 
 @pytest.fixture
-def browser_page(monkeypatch):
-    # Playwright's sync API keeps an event loop on this thread; the test's own ORM calls are still
-    # synchronous code, which Django would otherwise refuse next to a running loop.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    SCREENS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1360, "height": 900})
-        yield page
-        browser.close()
+def browser_page(browser):
+    return browser.new_page(viewport=VIEWPORT)
 
 
 def _log_in(page, live_server):

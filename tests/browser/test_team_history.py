@@ -8,22 +8,17 @@ Debian's Chromium driven by Playwright against pytest-django's live server. Scre
 
 import json
 import re
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from django.db import connections
 
 from adaptis_web.studio.models import Membership, Plan, Run
 from adaptis_web.studio.services.teams import membership_add, team_create
+from tests.browser.conftest import SCREENS, VIEWPORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
-SCREENS = Path("/tmp/team/screens")
 
 POST_AS_PAGE = """async ([url, body, json]) => {
   const csrf = document.cookie.split("; ").find((c) => c.startsWith("csrftoken=")).split("=")[1];
@@ -34,15 +29,7 @@ POST_AS_PAGE = """async ([url, body, json]) => {
 }"""
 
 
-@pytest.fixture
-def browser(monkeypatch):
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # the test's ORM calls beside Playwright's loop
-    SCREENS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-        connections.close_all()
+
 
 
 @pytest.fixture
@@ -56,7 +43,7 @@ def team(django_user_model):
 
 
 def logged_in(browser, live_server, username):
-    page = browser.new_context(viewport={"width": 1360, "height": 900}).new_page()
+    page = browser.new_context(viewport=VIEWPORT).new_page()
     page.goto(f"{live_server.url}/accounts/login/")
     page.fill("#id_username", username)
     page.fill("#id_password", f"{username}-pass-2026")
