@@ -1,4 +1,4 @@
-"""Cancelling a run (the API's 200/400/403/404 and a real worker ending real ranks), and what the run page says
+"""Cancelling a run (the API's 200/409/403/404 and a real worker ending real ranks), and what the run page says
 about a run: its phase before the first event, and the statistic behind "observed iteration"."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _cancel(user, run_id):
 
 
 @pytest.mark.django_db
-def test_a_queued_run_is_cancelled_at_once_and_a_second_cancel_is_a_400_naming_status(crew, queued_run):
+def test_a_queued_run_is_cancelled_at_once_and_a_second_cancel_is_a_409_naming_status(crew, queued_run):
     response = _cancel(crew.people.owner, queued_run.pk)
     assert response.status_code == 200
     body = response.json()
@@ -44,7 +44,7 @@ def test_a_queued_run_is_cancelled_at_once_and_a_second_cancel_is_a_400_naming_s
     run = Run.objects.get(pk=queued_run.pk)
     assert run.finished_at is not None and run.started_at is None
     again = _cancel(crew.people.owner, run.pk)
-    assert again.status_code == 400
+    assert again.status_code == 409
     assert again.json()["errors"] == [{"field": "status", "reason": "the run has already cancelled; only a queued "
                                                                     "or running run can be cancelled"}]
 
@@ -52,7 +52,7 @@ def test_a_queued_run_is_cancelled_at_once_and_a_second_cancel_is_a_400_naming_s
 @pytest.mark.django_db
 def test_a_finished_run_cannot_be_cancelled(crew):
     response = _cancel(crew.people.owner, crew.finished_run.pk)
-    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "status"
+    assert response.status_code == 409 and response.json()["errors"][0]["field"] == "status"
     assert Run.objects.get(pk=crew.finished_run.pk).status == JobStatus.SUCCEEDED
 
 

@@ -37,7 +37,7 @@ from adaptis_web.studio.services.search import (
     job_search,
     search_settings_check,
 )
-from adaptis_web.studio.services.refusals import Conflict
+from adaptis_web.studio.services.cancelling import request_cancel
 from adaptis_web.studio.services.roles import role_require_own_or_admin
 from adaptis_web.studio.services.specs import prefixed_error, spec_check_team, spec_create
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
@@ -178,17 +178,10 @@ def spec_create_with_job(*, team: Team, user: AbstractBaseUser, spec: ModelSpec,
 
 def job_cancel(*, job: PlanningJob, user: AbstractBaseUser) -> PlanningJob:
     """Cancel a job: a queued one ends CANCELLED at once (the worker then skips it, as it only claims queued
-    jobs); a running one is asked to stop and ends CANCELLED when its worker notices. SpecError on ``status``
-    for a job that has already finished."""
+    jobs); a running one is asked to stop and ends CANCELLED when its worker notices. A 409 (``Conflict``) on
+    ``status`` for a job that has already finished (``services.cancelling``)."""
     role_require_own_or_admin(user=user, team=job.spec.team, creator_id=job.created_by_id, doing="cancelling a job")
-    rows = PlanningJob.objects.filter(pk=job.pk)
-    stopped = rows.filter(status=JobStatus.QUEUED).update(
-        status=JobStatus.CANCELLED, cancel_requested=True, finished_at=timezone.now(),
-        progress_message="Cancelled before a worker started it")
-    if not stopped and not rows.filter(status=JobStatus.RUNNING).update(cancel_requested=True):
-        job.refresh_from_db(fields=["status"])
-        raise Conflict("status", f"the job has already {job.status}; only a queued or running job can be "
-                                  "cancelled")
+    request_cancel(job, noun="job", queued_note={"progress_message": "Cancelled before a worker started it"})
     job.refresh_from_db()
     return job
 

@@ -13,28 +13,20 @@ import time
 from typing import Callable
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.utils import timezone
 
 from adaptis_web.studio.models import JobStatus, Run
+from adaptis_web.studio.services.cancelling import request_cancel
 from adaptis_web.studio.services.roles import role_require_own_or_admin
-from planner.errors import SpecError
 
 CANCEL_READ_INTERVAL_S = 0.25
 
 
 def run_cancel(*, run: Run, user: AbstractBaseUser) -> Run:
     """Cancel ``run``: its creator (a member) or an admin of its team. A queued run ends cancelled now; a running
-    one within a few seconds, when its worker stops the ranks. SpecError on ``status`` for a finished run."""
+    one within a few seconds, when its worker stops the ranks. A 409 on ``status`` for a finished run."""
     role_require_own_or_admin(user=user, team=run.plan.job.spec.team, creator_id=run.created_by_id,
                               doing="cancelling a run")
-    rows = Run.objects.filter(pk=run.pk)
-    stopped = rows.filter(status=JobStatus.QUEUED).update(
-        status=JobStatus.CANCELLED, cancel_requested=True, finished_at=timezone.now(),
-        error="cancelled before a worker started it")
-    if not stopped and not rows.filter(status=JobStatus.RUNNING).update(cancel_requested=True):
-        run.refresh_from_db(fields=["status"])
-        raise SpecError("status", f"the run has already {run.status}; only a queued or running run can be "
-                                  "cancelled")
+    request_cancel(run, noun="run", queued_note={"error": "cancelled before a worker started it"})
     run.refresh_from_db(fields=["status", "cancel_requested", "finished_at", "error"])
     return run
 
