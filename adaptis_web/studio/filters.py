@@ -181,8 +181,7 @@ class PlanFilter(HistoryFilter):
     creator_path = "job__created_by"
     name_paths = ("name", "job__spec__name")
 
-    model = TextFilter(field_name="job__spec__name", lookup_expr="icontains",
-                                      label="model name contains")
+    model = TextFilter(field_name="job__spec__name", lookup_expr="icontains", label="model name contains")
     strategy = TextFilter(field_name="strategy")
     status = django_filters.ChoiceFilter(field_name="job__status", choices=STATUS_CHOICES, label="the job's status")
 
@@ -196,8 +195,7 @@ class RunFilter(HistoryFilter):
     creator_path = "created_by"
     name_paths = ("name", "plan__job__spec__name")
 
-    model = TextFilter(field_name="plan__job__spec__name", lookup_expr="icontains",
-                                      label="model name contains")
+    model = TextFilter(field_name="plan__job__spec__name", lookup_expr="icontains", label="model name contains")
     strategy = TextFilter(field_name="plan__strategy", label="the plan's strategy")
     status = django_filters.ChoiceFilter(choices=STATUS_CHOICES)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser
 
 from adaptis_web.studio.models import ClusterRecord, Team
-from adaptis_web.studio.services.specs import prefixed_error, spec_check_team
+from adaptis_web.studio.services.specs import prefixed_error, spec_check_team, upload_text
 from planner.cluster import ClusterSpec, is_cluster_preset, load_cluster, load_cluster_preset, preset_names
 from planner.documents import parse_document
 from planner.errors import SpecError
@@ -21,12 +21,7 @@ NAMED_CLUSTER_HELP = ("or a named cluster '<device>-<nodes>x<gpus per node>' suc
 def cluster_parse_upload(*, content: bytes, filename: str = "", field: str = "file") -> ClusterSpec:
     """The cluster in an uploaded JSON or YAML document (``planner.documents``' bounds); SpecError rooted at
     ``field`` otherwise."""
-    if len(content) > MAX_CLUSTER_FILE_BYTES:
-        raise SpecError(field, f"is {len(content)} bytes; the limit is {MAX_CLUSTER_FILE_BYTES}")
-    try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise SpecError(field, f"is not UTF-8 text (invalid byte at offset {error.start})") from None
+    text = upload_text(content, field=field, limit=MAX_CLUSTER_FILE_BYTES)
     return cluster_parse_doc(doc=parse_document(text, filename, field=field), field=field)
 
 

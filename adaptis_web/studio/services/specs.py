@@ -28,17 +28,22 @@ def read_upload(upload, *, field: str, limit: int = MAX_SPEC_FILE_BYTES) -> byte
     return upload.read()
 
 
+def upload_text(content: bytes, *, field: str, limit: int) -> str:
+    """An uploaded document's bytes as text: at most ``limit`` bytes of UTF-8, else a SpecError on ``field``."""
+    if len(content) > limit:
+        raise SpecError(field, f"is {len(content)} bytes; the limit is {limit} bytes")
+    try:
+        return content.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecError(field, f"is not UTF-8 text (invalid byte at offset {error.start})") from None
+
+
 def spec_parse_upload(*, content: bytes, filename: str, field: str = "file") -> ModelSpec:
     """The ModelSpec in an uploaded file (ours in JSON/YAML, or a HF config.json).
 
     Errors are rooted at ``field``, the request field that carried the document: ``file.layers[3].mlp``.
     """
-    if len(content) > MAX_SPEC_FILE_BYTES:
-        raise SpecError(field, f"is {len(content)} bytes; the limit is {MAX_SPEC_FILE_BYTES} bytes")
-    try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise SpecError(field, f"is not UTF-8 text (invalid byte at offset {error.start})") from None
+    text = upload_text(content, field=field, limit=MAX_SPEC_FILE_BYTES)
     try:
         return parse_model_text(text, filename)
     except SpecError as error:
