@@ -23,7 +23,9 @@ class RowId:
 
 
 class CuratedKind:
-    regex = "specs|clusters|jobs|plans|runs"
+    # A group of its own: drf-spectacular anchors a converter's regex as ^...$ in the schema, and ^a|b$ would
+    # mean "starts with a, or ends with b"
+    regex = "(?:specs|clusters|jobs|plans|runs)"
 
     def to_python(self, value: str) -> str:
         return value
@@ -33,7 +35,7 @@ class CuratedKind:
 
 
 class CuratedAction(CuratedKind):
-    regex = "archive|unarchive|restore"
+    regex = "(?:archive|unarchive|restore)"
 
 
 register_converter(RowId, "id")

@@ -194,7 +194,7 @@ def run_replan(request: HttpRequest, run_id: int) -> HttpResponse:
     try:
         job = job_replan_from_run(run=run, user=request.user)
     except SpecError as error:
-        return _run_page(request, run, replan_error=str(error), status=400)
+        return _run_page(request, run, replan_error=str(error), status=getattr(error, "status", 400))
     return redirect("studio:job", job_id=job.pk)
 
 

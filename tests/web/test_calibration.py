@@ -143,7 +143,7 @@ def test_the_api_replans_from_a_run_and_names_the_field_when_it_cannot(people, p
     queued = Run.objects.create(plan=planned.plan, created_by=people.owner, world_size=2)
     jobs_before = PlanningJob.objects.count()
     response = client.post(reverse("api:run-replan", args=[queued.pk]))
-    assert response.status_code == 400
+    assert response.status_code == 409  # the run's state refuses it, not the request
     [error] = response.json()["errors"]
     assert error["field"] == "run" and "queued" in error["reason"]
     assert PlanningJob.objects.count() == jobs_before
@@ -175,7 +175,7 @@ def test_the_run_page_shows_why_a_replan_is_refused(client, people, planned):
                                  status=JobStatus.RUNNING)
     client.force_login(people.owner)
     response = client.post(reverse("studio:run-replan", args=[running.pk]))
-    assert response.status_code == 400
+    assert response.status_code == 409
     assert "Cannot re-plan from this run." in response.content.decode()
     assert "only a succeeded run" in response.content.decode()
     assert not PlanningJob.objects.filter(calibrated_from=running).exists()

@@ -128,3 +128,32 @@ def test_a_pipeline_too_large_to_hold_as_a_plan_is_refused(owner, planned):
                                          "num_devices": 128, "num_microbatches": 1024, "schedule": "1f1b"},
                           format="json")
     assert "slots" in _refused(response, "num_microbatches", started)
+
+
+@pytest.mark.parametrize("value", [0, 1, "yes", "True", None])
+def test_a_boolean_is_true_or_false_and_nothing_else(owner, planned, value):
+    """0 and 1 are not booleans in JSON (Python's 0 == False made them pass once), nor are the words DRF's
+    BooleanField also takes."""
+    from adaptis_web.studio.models import Run
+
+    response = owner.post("/api/runs/", {"plan": planned.plan.pk, "scale_down": value}, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"][0]["field"] == "scale_down"
+    assert not Run.objects.exists()
+
+
+def test_a_form_sends_an_optional_id_as_null_or_nothing(owner, planned, people):
+    """In a form every value is text: an optional id given as "null" (as OpenAPI tools encode JSON's null in a
+    form) or empty means none; any other word is refused."""
+    from adaptis_web.studio.models import MeasuredProfile
+
+    url = f"/api/specs/{planned.spec.pk}/profiles/"
+    for value in ("null", ""):
+        response = owner.post(url, {"num_ranks": "2", "plan": value}, format="multipart")
+        assert response.status_code == 201, response.content
+        assert response.json()["plan"] is None
+    response = owner.post(url, {"num_ranks": "2", "plan": "none"}, format="multipart")
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "plan"
+    response = owner.post(url, {"num_ranks": 2, "plan": "null"}, format="json")  # in JSON, the text is not null
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "plan"
+    assert MeasuredProfile.objects.count() == 2

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -56,6 +56,7 @@ class PlanDeriveApi(APIView):
 class PlanExportApi(APIView):
     @extend_schema(responses={200: OpenApiResponse(description="the file, as an attachment"),
                               400: OpenApiResponse(description="the format cannot express this plan: the reason")},
+                   parameters=[OpenApiParameter("fmt", OpenApiTypes.STR, OpenApiParameter.PATH, enum=list(FORMATS))],
                    description=f"Download the plan as {', '.join(FORMATS)}.")
     def get(self, request, plan_id: int, fmt: str):
         plan = selectors.plan_get_for_user(user=request.user, plan_id=plan_id)

@@ -13,6 +13,9 @@ and its body (drf-spectacular's postprocessing hook ``document_errors``).
   throttled per user);
 - 500 ``Errors``: every operation, with the request id the failure is logged under.
 
+A job's ``result`` is empty (``{}``) for a baseline job and until a job succeeds: ``JobResult`` says so beside the
+search and hybrid summaries.
+
 And a history filter given empty (``?status=``, as the History page's form sends an unused one) filters nothing: its
 schema says so.
 """
@@ -46,8 +49,14 @@ def _empty_means_unfiltered(parameters: list[dict]) -> None:
             parameter["schema"] = {"anyOf": [parameter["schema"], {"type": "string", "maxLength": 0}]}
 
 
+EMPTY_RESULT = {"type": "object", "maxProperties": 0, "description": "no result: a baseline job, or not succeeded"}
+
+
 def document_errors(result: dict, generator, request, public) -> dict:
-    result.setdefault("components", {}).setdefault("schemas", {}).update(SCHEMAS)
+    components = result.setdefault("components", {}).setdefault("schemas", {})
+    components.update(SCHEMAS)
+    if "JobResult" in components and EMPTY_RESULT not in components["JobResult"]["oneOf"]:
+        components["JobResult"]["oneOf"].append(EMPTY_RESULT)
     for path, operations in result.get("paths", {}).items():
         for method, operation in operations.items():
             if not isinstance(operation, dict) or "responses" not in operation:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
+from rest_framework.utils import html
 
 from django.conf import settings
 from django.core.validators import RegexValidator
@@ -20,13 +21,11 @@ from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, 
 from adaptis_web.studio.services.jobs import MAX_MICROBATCHES
 from adaptis_web.studio.services.hybrid import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN
 from adaptis_web.studio.services.teams import GRANTABLE_ROLES
+from adaptis_web.studio.services.profiling import MAX_PROFILE_RANKS
 from adaptis_web.studio.services.runs import MAX_RUN_STEPS
 from planner.baselines import PARTITIONS
 from planner.limits import MAX_PIPELINE_DEVICES, RANGES
 from planner.parallel.config import RECOMPUTE_MODES
-
-
-
 
 
 NO_NUL = RegexValidator(r"^[^\x00]*$", "must not contain a NUL character")
@@ -52,15 +51,28 @@ class StrictBooleanField(serializers.BooleanField):
     which the schema (a boolean) says are invalid."""
 
     def to_internal_value(self, data):
-        if data in (True, False):
+        if isinstance(data, bool):  # not ``data in (True, False)``: 0 == False and 1 == True
             return data
         if isinstance(data, str) and data in ("true", "false"):
             return data == "true"
         self.fail("invalid", input=data)
 
+
+class OptionalIntegerField(serializers.IntegerField):
+    """An integer that may be null: JSON's null, or in a form (where every value is text) the word "null" or
+    nothing, as DRF already reads an empty one."""
+
+    def get_value(self, dictionary):
+        value = super().get_value(dictionary)
+        if self.allow_null and html.is_html_input(dictionary) and value == "null":
+            return None
+        return value
+
+
 def IdField(**kwargs) -> serializers.IntegerField:  # noqa: N802 — a field, named like one
     """A row id in a request: a positive 64-bit integer (past 2^63 the database driver fails)."""
-    return serializers.IntegerField(min_value=1, max_value=MAX_ID, **kwargs)
+    field = OptionalIntegerField if kwargs.get("allow_null") else serializers.IntegerField
+    return field(min_value=1, max_value=MAX_ID, **kwargs)
 
 class TeamOutput(serializers.ModelSerializer):
     role = serializers.SerializerMethodField()
@@ -236,7 +248,7 @@ class ClusterCreateInput(serializers.Serializer):
 
 
 def _pin(help_text: str, limit: int = MAX_GPUS) -> serializers.IntegerField:
-    return serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1, max_value=limit,
+    return OptionalIntegerField(required=False, allow_null=True, default=None, min_value=1, max_value=limit,
                                     help_text=f"hybrid only, optional: {help_text}; empty lets the search choose")
 
 
@@ -268,15 +280,15 @@ class JobCreateInput(serializers.Serializer):
                                            max_value=MAX_TIME_BUDGET_S,
                                            help_text="search and hybrid (a hybrid job's bounds the AdaPtis search "
                                                      "inside its best configurations)")
-    memory_limit_bytes = serializers.IntegerField(allow_null=True, default=None, min_value=1,
+    memory_limit_bytes = OptionalIntegerField(allow_null=True, default=None, min_value=1,
                                                   max_value=int(RANGES["memory_bytes"][1]),
                                                   help_text="search only: per device; default the device memory")
-    gpus = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1, max_value=MAX_GPUS,
+    gpus = OptionalIntegerField(required=False, allow_null=True, default=None, min_value=1, max_value=MAX_GPUS,
                                     help_text="hybrid only (required there): GPUs of the training job")
-    seq_len = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+    seq_len = OptionalIntegerField(required=False, allow_null=True, default=None, min_value=1,
                                        max_value=MAX_SEQ_LEN, help_text="hybrid only (required there): tokens per "
                                                                         "sequence")
-    global_batch = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+    global_batch = OptionalIntegerField(required=False, allow_null=True, default=None, min_value=1,
                                             max_value=MAX_GLOBAL_BATCH,
                                             help_text="hybrid only (required there): sequences per step")
     tp = _pin("tensor-parallel degree (with sequence parallelism)")
@@ -497,7 +509,7 @@ class RunEventsQuery(serializers.Serializer):
 
 
 class MeasuredProfileCreateInput(serializers.Serializer):
-    num_ranks = serializers.IntegerField(default=2, min_value=1, max_value=64, help_text="profilers at once, one per rank of the runs to predict")
+    num_ranks = serializers.IntegerField(default=2, min_value=1, max_value=MAX_PROFILE_RANKS, help_text="profilers at once, one per rank of the runs to predict")
     split_backward = StrictBooleanField(default=False, help_text="time I and W apart (zero-bubble ranks)")
     plan = IdField(required=False, allow_null=True, default=None,
                                     help_text="a plan of this spec: also time its stages as its ranks run them "

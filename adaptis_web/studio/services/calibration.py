@@ -24,6 +24,7 @@ from django.db import transaction
 
 from adaptis_web.studio.models import JobStatus, PlanningJob, Run
 from adaptis_web.studio.services.jobs import JobRequest, job_create
+from adaptis_web.studio.services.refusals import Conflict
 from adaptis_web.studio.services.specs import spec_check_team
 from planner.calibrate import after_warmup, measure_message_overhead, recalibrate, with_message_overhead
 from planner.cluster import ClusterSpec, load_cluster
@@ -57,18 +58,18 @@ def _measured_cluster(plan, cluster: ClusterSpec, events: list[dict]) -> tuple[C
 
 @transaction.atomic
 def job_replan_from_run(*, run: Run, user: AbstractBaseUser) -> PlanningJob:
-    """A queued job planning with the profile calibrated from ``run``; SpecError on ``run`` when the run has
-    not succeeded or observed nothing."""
+    """A queued job planning with the profile calibrated from ``run``; Conflict (409) on ``run`` when the run has
+    not succeeded, ran a hybrid plan, or observed nothing: the run's state refuses it, not the request."""
     source = run.plan.job
     spec_check_team(team=source.spec.team, user=user, doing="re-planning from a run")
     if run.status != JobStatus.SUCCEEDED:
-        raise SpecError("run", f"is {run.status}; only a succeeded run's timings can calibrate a profile")
+        raise Conflict("run", f"is {run.status}; only a succeeded run's timings can calibrate a profile")
     if source.is_hybrid:
-        raise SpecError("run", "ran a plan of a hybrid-parallel job, whose search re-plans from the analytic "
+        raise Conflict("run", "ran a plan of a hybrid-parallel job, whose search re-plans from the analytic "
                                "cost model only: plan the job again")
     events = run_observed_events(run)
     if not events:
-        raise SpecError("run", "has no observed actions to calibrate from")
+        raise Conflict("run", "has no observed actions to calibrate from")
     plan = load_plan(run.plan.plan_doc)
     # after the warm-up steps the run's summary left out; all of them when it had no other step
     events = after_warmup(plan, events, int((run.summary or {}).get("warmup_steps") or 0)) or events
