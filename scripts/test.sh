@@ -1,21 +1,64 @@
 #!/usr/bin/env bash
 # Installs what the tests need (Python packages, Debian's Chromium, a Redis) and runs the whole suite.
-# Uses PostgreSQL at 127.0.0.1:5432 when it answers (as in production), SQLite otherwise.
+#
+# With no arguments (as `make test` and CI run it) and PostgreSQL answering at 127.0.0.1:5432: the whole suite on
+# PostgreSQL (production's database) and, at the same time, every test that uses the database again on SQLite
+# (`make run`'s embedded default); both must pass. Without PostgreSQL: the whole suite on SQLite, and it says so.
+# With arguments (paths, -k ...): one pytest run with them, on DATABASE_URL when set, else PostgreSQL when it
+# answers, else SQLite; TEST_DATABASE=sqlite or TEST_DATABASE=postgres picks one.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 STARTED_REDIS_PID=""
-trap '[ -n "$STARTED_REDIS_PID" ] && kill "$STARTED_REDIS_PID" 2>/dev/null; true' EXIT
+SQLITE_PASS_PID=""
+cleanup() {
+    [ -n "$SQLITE_PASS_PID" ] && kill "$SQLITE_PASS_PID" 2>/dev/null
+    [ -n "$STARTED_REDIS_PID" ] && kill "$STARTED_REDIS_PID" 2>/dev/null
+    true
+}
+trap cleanup EXIT
 
 ensure_venv requirements/test.txt
 ensure_chromium
 ensure_redis
-if [ -z "${DATABASE_URL:-}" ]; then
-    if "$PY" -c "import psycopg; psycopg.connect('postgresql://postgres@127.0.0.1:5432/postgres', connect_timeout=2).close()" 2>/dev/null; then
-        export DATABASE_URL="postgres://postgres@127.0.0.1:5432/adaptis"
-        say "tests use PostgreSQL at 127.0.0.1:5432"
-    else
-        say "PostgreSQL not reachable at 127.0.0.1:5432: tests use SQLite"
-    fi
-fi
 export REDIS_URL
-"$PY" -m pytest "$@"
+
+POSTGRES_URL="postgres://postgres@127.0.0.1:5432/adaptis"
+SQLITE_URL="sqlite:///$ROOT/var/db.sqlite3"  # the tests' own database file is var/test-<pid>.sqlite3 (tests/conftest.py)
+postgres_answers() {
+    "$PY" -c "import psycopg; psycopg.connect('postgresql://postgres@127.0.0.1:5432/postgres', connect_timeout=2).close()" \
+        2>/dev/null
+}
+
+if [ $# -gt 0 ] || [ -n "${DATABASE_URL:-}" ] || [ -n "${TEST_DATABASE:-}" ]; then
+    case "${TEST_DATABASE:-}" in
+        sqlite) export DATABASE_URL="$SQLITE_URL" ;;
+        postgres) export DATABASE_URL="$POSTGRES_URL" ;;
+        "") if [ -z "${DATABASE_URL:-}" ] && postgres_answers; then export DATABASE_URL="$POSTGRES_URL"; fi ;;
+        *) die "TEST_DATABASE must be sqlite or postgres, not '$TEST_DATABASE'" ;;
+    esac
+    say "tests use ${DATABASE_URL:-$SQLITE_URL}"
+    "$PY" -m pytest "$@"
+    exit 0  # (a failure has already exited with pytest's status: set -e)
+fi
+
+if ! postgres_answers; then
+    say "PostgreSQL does not answer at 127.0.0.1:5432: the whole suite runs on SQLite only"
+    DATABASE_URL="$SQLITE_URL" "$PY" -m pytest
+    exit 0
+fi
+
+mkdir -p var
+SQLITE_LOG="var/test-sqlite.log"
+say "the whole suite on PostgreSQL; at the same time the tests that use the database on SQLite (log: $SQLITE_LOG)"
+DATABASE_URL="$SQLITE_URL" ADAPTIS_TESTS_OF_THE_DATABASE=1 "$PY" -m pytest -p no:cacheprovider >"$SQLITE_LOG" 2>&1 &
+SQLITE_PASS_PID=$!
+postgres_status=0
+DATABASE_URL="$POSTGRES_URL" "$PY" -m pytest || postgres_status=$?
+sqlite_status=0
+wait "$SQLITE_PASS_PID" || sqlite_status=$?
+SQLITE_PASS_PID=""
+say "the tests that use the database, on SQLite:"
+if [ "$sqlite_status" -eq 0 ]; then tail -n 3 "$SQLITE_LOG"; else cat "$SQLITE_LOG"; fi
+say "PostgreSQL: $([ "$postgres_status" -eq 0 ] && echo passed || echo "FAILED ($postgres_status)");" \
+    "SQLite: $([ "$sqlite_status" -eq 0 ] && echo passed || echo "FAILED ($sqlite_status)")"
+[ "$postgres_status" -eq 0 ] && [ "$sqlite_status" -eq 0 ]

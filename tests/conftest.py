@@ -31,6 +31,22 @@ TEST_EVENTS_PREFIX = f"adaptis-{SESSION_TAG}"
 WORKER_START_TIMEOUT_S = 90
 
 
+DATABASE_FIXTURES = {"db", "transactional_db", "django_db_setup", "live_server"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """``ADAPTIS_TESTS_OF_THE_DATABASE=1`` keeps only the tests that use the test database (scripts/test.sh runs
+    them again on SQLite while the whole suite runs on PostgreSQL); the others would run the same code twice."""
+    if os.environ.get("ADAPTIS_TESTS_OF_THE_DATABASE") != "1":
+        return
+    kept, dropped = [], []
+    for item in items:
+        uses = item.get_closest_marker("django_db") is not None or DATABASE_FIXTURES & set(item.fixturenames)
+        (kept if uses else dropped).append(item)
+    config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
+
+
 def runs_queue(queue: str) -> str:
     """The runs queue next to ``queue``, as settings.CELERY_RUNS_QUEUE derives it from CELERY_QUEUE."""
     return f"{queue}-runs"
