@@ -51,7 +51,7 @@ API_P95_TARGET_MS = 100.0
 LIVE_TARGET_MS = 1000.0
 QUIET_LOAD = 0.8
 QUIET_WAIT_S = 240
-GUNICORN_FLAGS = ["--workers", "2", "--threads", "4", "--graceful-timeout", "5"]  # as scripts/run.sh
+GUNICORN_FLAGS = ["--config", "gunicorn.conf.py"]  # as scripts/run.sh, the Dockerfile and docker-compose.yml
 REDIS_URL = "redis://127.0.0.1:6379/12"
 POSTGRES_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
 RUN_JS_POLL_MS = 400  # static/studio/run.js: POLL_MS; POLL_MS / 4 after a page that had events
