@@ -10,8 +10,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from adaptis_web.studio.api.auth import LAST_USED_RESOLUTION
-from adaptis_web.studio.models import ApiToken
+from adaptis_web.studio.models import ApiToken, Plan
+from adaptis_web.studio.services import predictions
 from adaptis_web.studio.services.accounts import token_create
+from adaptis_web.studio.services.predictions import PredictionCache, plan_prediction
 
 
 def with_token(key: str) -> APIClient:
@@ -73,3 +75,42 @@ def test_the_token_row_is_written_at_most_once_a_minute_and_expired_tokens_swept
     ApiToken.objects.filter(name="load").update(last_used_at=stamped - LAST_USED_RESOLUTION - timedelta(seconds=1))
     assert client.get(reverse("api:presets")).status_code == 200
     assert list(ApiToken.objects.values_list("name", flat=True)) == ["load"]
+
+
+class TestPredictionCache:
+    def test_a_plan_is_simulated_once_then_served_from_the_process(self, people, planned, monkeypatch):
+        predictions.PREDICTIONS.clear()
+        calls = []
+        real = predictions.simulate
+        monkeypatch.setattr(predictions, "simulate", lambda *args: calls.append(args) or real(*args))
+        client = APIClient()
+        client.force_authenticate(people.member)
+        first = client.get(reverse("api:plan", args=[planned.plan.pk])).json()
+        second = client.get(reverse("api:plan", args=[planned.plan.pk])).json()
+        assert len(calls) == 1 and first == second and first["simulation"]["timeline"]
+        assert first["simulation"] == real(*calls[0]).to_dict()
+
+    def test_another_plan_row_has_a_prediction_of_its_own(self, people, planned):
+        original = plan_prediction(planned.plan)
+        copy = Plan.objects.get(pk=planned.plan.pk)
+        copy.pk = None
+        copy.save()
+        # a plan's id and creation time name its prediction; another row never shares it, even with equal documents
+        assert plan_prediction(copy) is not original and plan_prediction(copy) == original
+        assert plan_prediction(Plan.objects.get(pk=planned.plan.pk)) is original
+
+    def test_who_may_see_the_plan_is_checked_on_every_request(self, people, planned):
+        plan_prediction(planned.plan)
+        outsider = APIClient()
+        outsider.force_authenticate(people.outsider)
+        assert outsider.get(reverse("api:plan", args=[planned.plan.pk])).status_code == 404
+
+    def test_the_least_recently_used_predictions_leave_first_within_the_bound(self):
+        cache = PredictionCache(max_entries=10)
+        cache.put(("a",), {"timeline": [0] * 4})
+        cache.put(("b",), {"timeline": [0] * 4})
+        assert cache.get(("a",)) is not None  # a is now the most recently used
+        cache.put(("c",), {"timeline": [0] * 4})  # 15 entries: b, the least recently used, leaves
+        assert cache.get(("b",)) is None and cache.get(("a",)) and cache.get(("c",))
+        cache.put(("huge",), {"timeline": [0] * 11})  # larger than the whole bound: not kept at all
+        assert cache.get(("huge",)) is None and cache.get(("a",)) and cache.get(("c",))

@@ -4,9 +4,18 @@ A search stores a dozen plans per job; their timelines and transfers (about 3 MB
 16 devices x 128 micro-batches) would dominate the database, while the simulator rebuilds them from the
 plan, its profile and the job's cluster in tens of milliseconds, deterministically. Rows stored before
 this change may still hold their timeline; they are used as they are.
+
+Each web process keeps the predictions it simulated last (``PREDICTIONS``): the plan detail endpoint and page
+asked the simulator again on every request, 28 of the 45 ms a plan detail took in-process
+(``benchmarks/web_profile.py``). A plan's documents are written once, when the row is created (an edited plan
+is a new, derived row; the admin site shows them read-only), so the plan's id and creation time name its
+prediction for good. Who may see a plan is decided before it is asked for, on every request.
 """
 
 from __future__ import annotations
+
+import threading
+from collections import OrderedDict
 
 from adaptis_web.studio.models import Plan
 from planner.cluster import load_cluster
@@ -15,13 +24,60 @@ from planner.plan import load_plan
 from planner.profile import load_profile
 from planner.simulator import simulate
 
+PREDICTION_CACHE_ENTRIES = 200_000  # timeline and transfer entries kept per process (a few dozen plans' worth)
+
+
+class PredictionCache:
+    """The latest predictions, least recently used dropped first, bounded by their timeline and transfer entries
+    (the bulk of their memory). Thread-safe: gunicorn's threads share it. Callers must not modify what it returns."""
+
+    def __init__(self, max_entries: int):
+        self.max_entries = max_entries
+        self._items: OrderedDict[tuple, tuple[dict, int]] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> dict | None:
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            return item[0]
+
+    def put(self, key: tuple, prediction: dict) -> None:
+        size = len(prediction.get("timeline", ())) + len(prediction.get("transfers", ())) + 1
+        if size > self.max_entries:
+            return  # one huge plan would push every other out: simulate it each time
+        with self._lock:
+            if key in self._items:
+                return
+            self._items[key] = (prediction, size)
+            self._held += size
+            while self._held > self.max_entries:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self._held -= dropped
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._held = 0
+
+
+PREDICTIONS = PredictionCache(PREDICTION_CACHE_ENTRIES)
+
 
 def plan_prediction(plan: Plan) -> dict:
     """The simulator's full output for ``plan``: the stored metrics plus ``timeline`` and ``transfers``."""
     if "timeline" in plan.simulation:
         return plan.simulation
+    key = (plan.pk, plan.created_at)
+    cached = PREDICTIONS.get(key)
+    if cached is not None:
+        return cached
     planner_plan, cluster = load_plan(plan.plan_doc), load_cluster(plan.job.cluster_doc)
     if planner_plan.parallel is not None:  # a hybrid plan's devices are pipeline ranks, on the links between them
         cluster = RankMapping(planner_plan.parallel, cluster).pipeline_cluster()
-    simulation = simulate(planner_plan, load_profile(plan.profile_doc), cluster)
-    return simulation.to_dict()
+    prediction = simulate(planner_plan, load_profile(plan.profile_doc), cluster).to_dict()
+    PREDICTIONS.put(key, prediction)
+    return prediction
