@@ -133,6 +133,12 @@ def job_get_for_user(*, user: AbstractBaseUser, job_id: int) -> PlanningJob:
     return get_object_or_404(job_list_with_plan_metrics(user=user), pk=job_id)
 
 
+def job_detail_for_user(*, user: AbstractBaseUser, job_id: int) -> PlanningJob:
+    """``job_get_for_user`` without the spec's document and the job's profile, which the job endpoint does not
+    show."""
+    return get_object_or_404(job_list_with_plan_metrics(user=user).defer("spec__doc", "profile_doc"), pk=job_id)
+
+
 def plan_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[Plan]:
     return Plan.objects.filter(job__spec__team__memberships__user=user, deleted_at__isnull=not deleted).select_related(
         "job", "job__spec", "job__spec__team", "job__created_by")
@@ -140,6 +146,13 @@ def plan_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> Quer
 
 def plan_get_for_user(*, user: AbstractBaseUser, plan_id: int) -> Plan:
     return get_object_or_404(plan_list_for_user(user=user), pk=plan_id)
+
+
+def plan_detail_for_user(*, user: AbstractBaseUser, plan_id: int) -> Plan:
+    """A plan with its own documents and its job's cluster (its prediction's), without the spec's and the job's
+    other documents, which the plan endpoint does not show."""
+    return get_object_or_404(plan_list_for_user(user=user).defer(
+        "job__spec__doc", "job__profile_doc", "job__result", "job__calibration"), pk=plan_id)
 
 
 def job_latest_plan(*, job: PlanningJob) -> Plan | None:
@@ -158,18 +171,27 @@ def _runs_visible_to(user: AbstractBaseUser, deleted: bool = False) -> QuerySet[
     return Run.objects.filter(plan__job__spec__team__memberships__user=user, deleted_at__isnull=not deleted)
 
 
-def run_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[Run]:
+def _with_event_count(runs: QuerySet[Run]) -> QuerySet[Run]:
     # A correlated count rather than Count("events"): that joined every event row to the selected plan and spec
     # documents and sorted them to group, megabytes per run on each detail request and each live events poll.
     event_counts = RunEvent.objects.filter(run=OuterRef("pk")).order_by().values("run").annotate(
         count=Count("pk")).values("count")
-    return _runs_visible_to(user, deleted).select_related(
-        "plan", "plan__job", "plan__job__spec", "plan__job__spec__team", "created_by").annotate(
-        event_count=Coalesce(Subquery(event_counts), 0))
+    return runs.annotate(event_count=Coalesce(Subquery(event_counts), 0))
+
+
+def run_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[Run]:
+    return _with_event_count(_runs_visible_to(user, deleted).select_related(
+        "plan", "plan__job", "plan__job__spec", "plan__job__spec__team", "created_by"))
 
 
 def run_get_for_user(*, user: AbstractBaseUser, run_id: int) -> Run:
     return get_object_or_404(run_list_for_user(user=user), pk=run_id)
+
+
+def run_detail_for_user(*, user: AbstractBaseUser, run_id: int) -> Run:
+    """A run with its creator and event count: what the run endpoint shows. Without its plan, job and spec, whose
+    documents ``run_get_for_user`` brings (and PostgreSQL sends, and the driver parses) for the pages."""
+    return get_object_or_404(_with_event_count(_runs_visible_to(user).select_related("created_by")), pk=run_id)
 
 
 def run_state_for_user(*, user: AbstractBaseUser, run_id: int) -> Run:

@@ -114,3 +114,14 @@ class TestPredictionCache:
         assert cache.get(("b",)) is None and cache.get(("a",)) and cache.get(("c",))
         cache.put(("huge",), {"timeline": [0] * 11})  # larger than the whole bound: not kept at all
         assert cache.get(("huge",)) is None and cache.get(("a",)) and cache.get(("c",))
+
+
+def test_the_detail_endpoints_leave_out_documents_they_do_not_show(people, planned, finished_run):
+    from adaptis_web.studio import selectors
+
+    run = selectors.run_detail_for_user(user=people.member, run_id=finished_run.pk)
+    assert "plan" not in run._state.fields_cache and run.event_count == finished_run.events.count()
+    plan = selectors.plan_detail_for_user(user=people.member, plan_id=planned.plan.pk)
+    assert {"doc"} <= plan.job.spec.get_deferred_fields() and "cluster_doc" not in plan.job.get_deferred_fields()
+    job = selectors.job_detail_for_user(user=people.member, job_id=planned.job.pk)
+    assert {"doc"} <= job.spec.get_deferred_fields() and {"profile_doc"} <= job.get_deferred_fields()

@@ -235,7 +235,7 @@ class JobDetailApi(CuratedDetailMixin, APIView):
 
     @extend_schema(responses=JobDetailOutput)
     def get(self, request, job_id: int):
-        return Response(JobDetailOutput(selectors.job_get_for_user(user=request.user, job_id=job_id)).data)
+        return Response(JobDetailOutput(selectors.job_detail_for_user(user=request.user, job_id=job_id)).data)
 
 
 class JobCancelApi(APIView):
@@ -258,7 +258,7 @@ class PlanDetailApi(CuratedDetailMixin, APIView):
 
     @extend_schema(responses=PlanOutput)
     def get(self, request, plan_id: int):
-        return Response(PlanOutput(selectors.plan_get_for_user(user=request.user, plan_id=plan_id)).data)
+        return Response(PlanOutput(selectors.plan_detail_for_user(user=request.user, plan_id=plan_id)).data)
 
 
 class RunListCreateApi(ThrottledCreate, HistoryListApi):
@@ -283,7 +283,7 @@ class RunDetailApi(CuratedDetailMixin, APIView):
 
     @extend_schema(responses=RunOutput)
     def get(self, request, run_id: int):
-        return Response(RunOutput(selectors.run_get_for_user(user=request.user, run_id=run_id)).data)
+        return Response(RunOutput(selectors.run_detail_for_user(user=request.user, run_id=run_id)).data)
 
 
 class RunReplanApi(ThrottledCreate, APIView):
@@ -305,7 +305,7 @@ class RunCancelApi(APIView):
                                "naming 'status'. Its creator (a member) or an admin of the team may cancel it.")
     def post(self, request, run_id: int):
         run = run_cancel(run=selectors.run_get_for_user(user=request.user, run_id=run_id), user=request.user)
-        return Response(RunOutput(selectors.run_get_for_user(user=request.user, run_id=run.pk)).data)
+        return Response(RunOutput(selectors.run_detail_for_user(user=request.user, run_id=run.pk)).data)
 
 
 class RunEventsApi(APIView):
