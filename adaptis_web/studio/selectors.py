@@ -30,6 +30,8 @@ from adaptis_web.studio.services.refusals import Missing
 from planner.errors import SpecError
 
 RUN_EVENTS_PAGE = 2000
+# What a client sees of an event (api.serializers.RunEventOutput, the run page's chart): plain numbers and words.
+RUN_EVENT_FIELDS = ("seq", "rank", "device", "action", "stage", "kind", "microbatch", "step", "start_ms", "end_ms")
 
 
 def team_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Team]:
@@ -205,9 +207,11 @@ def run_replans(*, run: Run) -> QuerySet[PlanningJob]:
     return run.replans.filter(deleted_at__isnull=True).order_by("-created_at", "-id")
 
 
-def run_events_after(*, run: Run, after_seq: int = 0, limit: int = RUN_EVENTS_PAGE) -> list[RunEvent]:
-    """The run's events with ``seq > after_seq`` in order; at most ``limit`` (clients page with ``after``)."""
-    return list(RunEvent.objects.filter(run=run, seq__gt=after_seq).order_by("seq")[:limit])
+def run_event_rows_after(*, run: Run, after_seq: int = 0, limit: int = RUN_EVENTS_PAGE) -> list[dict]:
+    """The run's events with ``seq > after_seq`` in order, at most ``limit`` (clients page with ``after``), as
+    plain rows of ``RUN_EVENT_FIELDS``: the events endpoint's and the run page's shape, with no model instance and
+    no serializer field per value."""
+    return list(RunEvent.objects.filter(run=run, seq__gt=after_seq).order_by("seq").values(*RUN_EVENT_FIELDS)[:limit])
 
 
 def run_event_count(*, run: Run) -> int:

@@ -10,7 +10,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from adaptis_web.studio.api.auth import LAST_USED_RESOLUTION
-from adaptis_web.studio.models import ApiToken, Plan
+from adaptis_web.studio.api.serializers import RunEventOutput
+from adaptis_web.studio.models import ApiToken, Plan, RunEvent
 from adaptis_web.studio.services import predictions
 from adaptis_web.studio.services.accounts import token_create
 from adaptis_web.studio.services.predictions import PredictionCache, plan_prediction
@@ -125,3 +126,12 @@ def test_the_detail_endpoints_leave_out_documents_they_do_not_show(people, plann
     assert {"doc"} <= plan.job.spec.get_deferred_fields() and "cluster_doc" not in plan.job.get_deferred_fields()
     job = selectors.job_detail_for_user(user=people.member, job_id=planned.job.pk)
     assert {"doc"} <= job.spec.get_deferred_fields() and {"profile_doc"} <= job.get_deferred_fields()
+
+
+def test_an_events_page_has_the_serializers_shape(people, finished_run):
+    client = APIClient()
+    client.force_authenticate(people.member)
+    body = client.get(reverse("api:run-events", args=[finished_run.pk]), {"after": 2}).json()
+    events = RunEvent.objects.filter(run=finished_run, seq__gt=2).order_by("seq")
+    assert body["events"] == RunEventOutput(events, many=True).data and len(body["events"]) == events.count()
+    assert body["last_seq"] == events.last().seq and body["status"] == "succeeded" and body["finished"] is True

@@ -13,7 +13,7 @@ from adaptis_web.studio.url_converters import MAX_ID
 from adaptis_web.studio.models import (ApiToken, ClusterRecord, Invitation, JobMode, MeasuredProfile, Membership,
                                        ModelSpecRecord, Plan,
                                        PlanningJob, Run, RunEvent, Team)
-from adaptis_web.studio.selectors import RUN_EVENTS_PAGE
+from adaptis_web.studio.selectors import RUN_EVENT_FIELDS, RUN_EVENTS_PAGE
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE, JOB_SCHEDULES
 from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, MAX_TIME_BUDGET_S, MIN_TIME_BUDGET_S
@@ -477,9 +477,11 @@ class RunOutput(serializers.ModelSerializer):
 
 
 class RunEventOutput(serializers.ModelSerializer):
+    """The shape of an event; the events endpoint sends ``selectors.run_event_rows_after``'s rows, which have it."""
+
     class Meta:
         model = RunEvent
-        fields = ["seq", "rank", "device", "action", "stage", "kind", "microbatch", "step", "start_ms", "end_ms"]
+        fields = list(RUN_EVENT_FIELDS)
 
 
 class RunEventsOutput(serializers.Serializer):

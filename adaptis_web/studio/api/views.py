@@ -315,10 +315,11 @@ class RunEventsApi(APIView):
         query = RunEventsQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         after = query.validated_data["after"]
-        events = selectors.run_events_after(run=run, after_seq=after, limit=query.validated_data["limit"])
-        return Response(RunEventsOutput({
-            "run": run.pk, "status": run.status, "finished": run.is_finished,
-            "last_seq": events[-1].seq if events else after, "events": events}).data)
+        events = selectors.run_event_rows_after(run=run, after_seq=after, limit=query.validated_data["limit"])
+        # RunEventsOutput's shape, built directly: the rows are already plain values (a page of events is polled
+        # several times a second per viewer).
+        return Response({"run": run.pk, "status": str(run.status), "finished": run.is_finished,
+                         "last_seq": events[-1]["seq"] if events else after, "events": events})
 
 
 
