@@ -2,9 +2,11 @@
 
 Seeds the same world as ``benchmarks/web_latency.py`` (its own PostgreSQL database, Redis db 12, DEBUG=false),
 then serves each endpoint with Django's test client and the benchmark's token, ``--repeats`` times, under
-cProfile. Prints per endpoint the mean wall time in the process (without and with the profiler), the database queries and their time, the
-response size, and the functions with the most cumulative time. Relative numbers for finding the cost; the
-latency under load is ``web_latency.py``'s. Run: ``.venv/bin/python benchmarks/web_profile.py``.
+cProfile. Prints per endpoint the mean wall time in the process (without and with the profiler), the Python
+function calls per request (which, unlike the times, do not depend on what else the host is doing), the
+database queries and their time, the response size, and the functions with the most cumulative time. Relative
+numbers for finding the cost; the latency under load is ``web_latency.py``'s.
+Run: ``.venv/bin/python benchmarks/web_profile.py``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import web_latency as bench  # noqa: E402  (the same world, seeded the same way)
 
 
-def profile_endpoint(client, name: str, seeded, repeats: int, top: int) -> str:
+def profile_endpoint(client, name: str, seeded, repeats: int, top: int, sort: str = "cumulative") -> str:
     from django.db import connection
 
     pick = random.Random(0)
@@ -57,9 +59,11 @@ def profile_endpoint(client, name: str, seeded, repeats: int, top: int) -> str:
     mean_ms = (time.perf_counter() - start) * 1e3 / repeats
     query_ms = sum(seconds for _, seconds in queries) * 1e3
     out = io.StringIO()
-    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(top)
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats(sort).print_stats(top)
     body = "\n".join(line for line in out.getvalue().splitlines() if line.strip())
-    return (f"## {name}: {plain_ms:.2f} ms per request ({mean_ms:.2f} profiled), {len(queries)} queries "
+    return (f"## {name}: {plain_ms:.2f} ms per request ({mean_ms:.2f} profiled), "
+            f"{stats.total_calls / repeats:.0f} Python function calls, {len(queries)} queries "
             f"({query_ms:.1f} ms in the driver, one request), {size / 1024:.1f} KB\n"
             + "\n".join(f"   SQL {seconds * 1e3:.2f} ms: {sql[:200]}" for sql, seconds in queries) + "\n" + body)
 
@@ -71,6 +75,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=47)
     parser.add_argument("--searches", type=int, default=3)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sort", default="cumulative", help="pstats order: cumulative, tottime, ncalls...")
     parser.add_argument("--endpoint", action="append", help="only these (names as in web_latency.ENDPOINTS)")
     args = parser.parse_args()
 
@@ -83,7 +88,7 @@ def main() -> None:
 
         client = Client(HTTP_AUTHORIZATION=f"Token {seeded.token}")
         for name in args.endpoint or bench.ENDPOINTS:
-            print(profile_endpoint(client, name, seeded, args.repeats, args.top), flush=True)
+            print(profile_endpoint(client, name, seeded, args.repeats, args.top, args.sort), flush=True)
     finally:
         bench.teardown(world)
 
