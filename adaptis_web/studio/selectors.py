@@ -264,18 +264,23 @@ def curated_get_for_user(*, user: AbstractBaseUser, kind: str, object_id: int, d
 
 
 def history_for_user(*, user: AbstractBaseUser, kind: str, deleted: bool = False) -> QuerySet:
-    """The rows a history list shows of ``kind``, without the large documents (the lists never show them)."""
+    """The rows a history list shows of ``kind``, without the large documents (the lists never show them) and
+    joined only to what the API lists and the History page show of a row (its team is neither: the filters join
+    it themselves)."""
     if kind == "specs":
-        return spec_list_for_user(user=user, deleted=deleted).defer("doc")
+        return spec_list_for_user(user=user, deleted=deleted).select_related(None).select_related("owner").defer("doc")
     if kind == "clusters":
-        return cluster_list_for_user(user=user, deleted=deleted).defer("doc")
+        return cluster_list_for_user(user=user, deleted=deleted).select_related(None).select_related(
+            "owner").defer("doc")
     if kind == "jobs":
-        return job_list_with_plan_metrics(user=user, deleted=deleted).defer(
-            "spec__doc", "cluster_doc", "profile_doc", "result", "calibration")
+        return job_list_with_plan_metrics(user=user, deleted=deleted).select_related(None).select_related(
+            "spec", "created_by").defer("spec__doc", "cluster_doc", "profile_doc", "result", "calibration")
     if kind == "plans":
-        return plan_list_for_user(user=user, deleted=deleted).defer(
+        return plan_list_for_user(user=user, deleted=deleted).select_related(None).select_related(
+            "job", "job__spec", "job__created_by").defer(
             "plan_doc", "simulation", "profile_doc", "job__spec__doc", "job__cluster_doc", "job__profile_doc",
             "job__result", "job__calibration")
-    return run_list_for_user(user=user, deleted=deleted).defer(
+    return run_list_for_user(user=user, deleted=deleted).select_related(None).select_related(
+        "plan", "plan__job", "plan__job__spec", "created_by").defer(
         "plan__plan_doc", "plan__simulation", "plan__profile_doc", "plan__job__spec__doc", "plan__job__cluster_doc",
         "plan__job__profile_doc", "plan__job__result", "plan__job__calibration")
