@@ -229,6 +229,9 @@ REST_FRAMEWORK = {
         "jobs": env_str("THROTTLE_JOBS", "120/hour"),
         "runs": env_str("THROTTLE_RUNS", "30/hour"),
     },
+    # DRF's JSON (and, for a browser, its browsable API), which also sends text already encoded: api.renderers.
+    "DEFAULT_RENDERER_CLASSES": ["adaptis_web.studio.api.renderers.JSONRenderer",
+                                 "rest_framework.renderers.BrowsableAPIRenderer"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "adaptis_web.studio.filters.StrictLimitOffsetPagination",

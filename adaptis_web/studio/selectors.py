@@ -151,10 +151,12 @@ def plan_get_for_user(*, user: AbstractBaseUser, plan_id: int) -> Plan:
 
 
 def plan_detail_for_user(*, user: AbstractBaseUser, plan_id: int) -> Plan:
-    """A plan with its own documents and its job's cluster (its prediction's), without the spec's and the job's
-    other documents, which the plan endpoint does not show."""
+    """A plan without its documents, which the plan endpoint sends as the text services.plan_json keeps (and reads
+    only for a plan not encoded yet), nor the spec's and the job's (the job's cluster is read with the plan's
+    documents, for its prediction)."""
     return get_object_or_404(plan_list_for_user(user=user).defer(
-        "job__spec__doc", "job__profile_doc", "job__result", "job__calibration"), pk=plan_id)
+        "plan_doc", "profile_doc", "simulation", "job__spec__doc", "job__cluster_doc", "job__profile_doc",
+        "job__result", "job__calibration"), pk=plan_id)
 
 
 def job_latest_plan(*, job: PlanningJob) -> Plan | None:

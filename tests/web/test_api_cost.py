@@ -2,6 +2,7 @@
 endpoints): a bounded number of queries, a plan's prediction simulated once per process, event pages as plain rows.
 Their latency under load is ``benchmarks/web_latency.py``'s (README, "Web latency")."""
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -10,11 +11,14 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from adaptis_web.studio.api.auth import LAST_USED_RESOLUTION
+from adaptis_web.studio.api.renderers import JSONRenderer, RawJSON
 from adaptis_web.studio.api.serializers import RunEventOutput
 from adaptis_web.studio.models import ApiToken, Plan, RunEvent
 from adaptis_web.studio.services import predictions
 from adaptis_web.studio.services.accounts import token_create
-from adaptis_web.studio.services.predictions import PredictionCache, plan_prediction
+from adaptis_web.studio.services import plan_json as plan_json_module
+from adaptis_web.studio.services.bounded_cache import BoundedCache
+from adaptis_web.studio.services.predictions import plan_prediction
 
 
 def with_token(key: str) -> APIClient:
@@ -81,6 +85,7 @@ def test_the_token_row_is_written_at_most_once_a_minute_and_expired_tokens_swept
 class TestPredictionCache:
     def test_a_plan_is_simulated_once_then_served_from_the_process(self, people, planned, monkeypatch):
         predictions.PREDICTIONS.clear()
+        plan_json_module.PLAN_JSON.clear()
         calls = []
         real = predictions.simulate
         monkeypatch.setattr(predictions, "simulate", lambda *args: calls.append(args) or real(*args))
@@ -106,15 +111,46 @@ class TestPredictionCache:
         outsider.force_authenticate(people.outsider)
         assert outsider.get(reverse("api:plan", args=[planned.plan.pk])).status_code == 404
 
-    def test_the_least_recently_used_predictions_leave_first_within_the_bound(self):
-        cache = PredictionCache(max_entries=10)
-        cache.put(("a",), {"timeline": [0] * 4})
-        cache.put(("b",), {"timeline": [0] * 4})
-        assert cache.get(("a",)) is not None  # a is now the most recently used
-        cache.put(("c",), {"timeline": [0] * 4})  # 15 entries: b, the least recently used, leaves
-        assert cache.get(("b",)) is None and cache.get(("a",)) and cache.get(("c",))
-        cache.put(("huge",), {"timeline": [0] * 11})  # larger than the whole bound: not kept at all
-        assert cache.get(("huge",)) is None and cache.get(("a",)) and cache.get(("c",))
+    def test_the_least_recently_used_leave_first_within_the_bound(self):
+        cache = BoundedCache(max_size=10, size_of=len)
+        cache.put("a", "x" * 3)  # size 3 + 1
+        cache.put("b", "x" * 3)
+        assert cache.get("a") is not None  # a is now the most recently used
+        cache.put("c", "x" * 3)  # 12 in all: b, the least recently used, leaves
+        assert cache.get("b") is None and cache.get("a") and cache.get("c")
+        cache.put("huge", "x" * 10)  # larger than the whole bound: not kept at all
+        assert cache.get("huge") is None and cache.get("a") and cache.get("c")
+
+
+class TestPlanJSON:
+    def test_the_plan_endpoint_sends_what_drf_would_encode_from_the_documents(self, people, planned):
+        plan_json_module.PLAN_JSON.clear()
+        client = APIClient()
+        client.force_authenticate(people.member)
+        for _ in range(2):  # encoded, then from the process
+            body = client.get(reverse("api:plan", args=[planned.plan.pk])).json()
+            plan = Plan.objects.get(pk=planned.plan.pk)
+            assert body["plan"] == plan.plan_doc and body["profile"] == plan.profile_doc
+            assert body["simulation"] == plan_prediction(plan) and body["id"] == plan.pk
+
+    def test_a_plan_encoded_once_is_sent_with_one_query_and_no_documents_read(self, people, planned,
+                                                                              django_assert_num_queries):
+        client = APIClient()
+        client.force_authenticate(people.member)
+        client.get(reverse("api:plan", args=[planned.plan.pk]))
+        with django_assert_num_queries(1):
+            assert client.get(reverse("api:plan", args=[planned.plan.pk])).status_code == 200
+
+    def test_the_renderer_puts_raw_json_in_place_and_leaves_lookalike_strings_alone(self):
+        data = {"doc": RawJSON('{"a":[1,2.5,"\u2028"]}'), "text": "raw-json-0", "list": [RawJSON("null"), 3]}
+        assert json.loads(JSONRenderer().render(data)) == {"doc": {"a": [1, 2.5, "\u2028"]}, "text": "raw-json-0",
+                                                           "list": [None, 3]}
+
+    def test_dumps_writes_what_the_renderer_writes(self):
+        value = {"name": "ümlaut \u2028", "x": [1.5, None, True]}
+        assert plan_json_module.dumps(value).encode() == JSONRenderer().render(value)
+        with pytest.raises(ValueError):
+            plan_json_module.dumps(float("nan"))  # as DRF's strict JSON refuses it
 
 
 def test_the_detail_endpoints_leave_out_documents_they_do_not_show(people, planned, finished_run):
@@ -123,7 +159,8 @@ def test_the_detail_endpoints_leave_out_documents_they_do_not_show(people, plann
     run = selectors.run_detail_for_user(user=people.member, run_id=finished_run.pk)
     assert "plan" not in run._state.fields_cache and run.event_count == finished_run.events.count()
     plan = selectors.plan_detail_for_user(user=people.member, plan_id=planned.plan.pk)
-    assert {"doc"} <= plan.job.spec.get_deferred_fields() and "cluster_doc" not in plan.job.get_deferred_fields()
+    assert {"plan_doc", "profile_doc", "simulation"} <= plan.get_deferred_fields()  # services.plan_json's
+    assert {"doc"} <= plan.job.spec.get_deferred_fields() and {"cluster_doc"} <= plan.job.get_deferred_fields()
     job = selectors.job_detail_for_user(user=people.member, job_id=planned.job.pk)
     assert {"doc"} <= job.spec.get_deferred_fields() and {"profile_doc"} <= job.get_deferred_fields()
 

@@ -9,12 +9,13 @@ from rest_framework import serializers
 from django.conf import settings
 from django.core.validators import RegexValidator
 
+from adaptis_web.studio.api.renderers import RawJSON
 from adaptis_web.studio.url_converters import MAX_ID
 from adaptis_web.studio.models import (ApiToken, ClusterRecord, Invitation, JobMode, MeasuredProfile, Membership,
                                        ModelSpecRecord, Plan,
                                        PlanningJob, Run, RunEvent, Team)
 from adaptis_web.studio.selectors import RUN_EVENT_FIELDS, RUN_EVENTS_PAGE
-from adaptis_web.studio.services.predictions import plan_prediction
+from adaptis_web.studio.services.plan_json import plan_json
 from adaptis_web.studio.services.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE, JOB_SCHEDULES
 from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, MAX_TIME_BUDGET_S, MIN_TIME_BUDGET_S
 from adaptis_web.studio.services.jobs import MAX_MICROBATCHES
@@ -438,15 +439,26 @@ class JobDetailOutput(JobOutput):
         fields = JobOutput.Meta.fields + ["cluster", "result", "calibrated_from", "calibration", "measured_profile"]
 
 
+class PlanDocumentField(serializers.JSONField):
+    """One of a plan's documents, sent as the JSON text services.plan_json keeps (api.renderers.RawJSON)."""
+
+    def __init__(self, document: str, **kwargs):
+        super().__init__(source="*", **kwargs)
+        self.document = document
+
+    def to_representation(self, plan: Plan) -> RawJSON:
+        return RawJSON(getattr(plan_json(plan), self.document))
+
+
 class PlanOutput(serializers.ModelSerializer):
-    plan = serializers.JSONField(source="plan_doc")
-    profile = serializers.JSONField(source="profile_doc")
+    plan = PlanDocumentField("plan")
+    profile = PlanDocumentField("profile")
     simulation = serializers.SerializerMethodField(
         help_text="the simulator's output: metrics, per_device, timeline and transfers (simulated on request)")
 
     @extend_schema_field(OpenApiTypes.OBJECT)
-    def get_simulation(self, plan: Plan) -> dict:
-        return plan_prediction(plan)
+    def get_simulation(self, plan: Plan) -> RawJSON:
+        return RawJSON(plan_json(plan).simulation)
 
     class Meta:
         model = Plan

@@ -14,10 +14,8 @@ prediction for good. Who may see a plan is decided before it is asked for, on ev
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
 from adaptis_web.studio.models import Plan
+from adaptis_web.studio.services.bounded_cache import BoundedCache
 from planner.cluster import load_cluster
 from planner.parallel.mapping import RankMapping
 from planner.plan import load_plan
@@ -25,53 +23,20 @@ from planner.profile import load_profile
 from planner.simulator import simulate
 
 PREDICTION_CACHE_ENTRIES = 200_000  # timeline and transfer entries kept per process (a few dozen plans' worth)
+PREDICTIONS: BoundedCache[dict] = BoundedCache(
+    PREDICTION_CACHE_ENTRIES, lambda found: len(found.get("timeline", ())) + len(found.get("transfers", ())))
 
 
-class PredictionCache:
-    """The latest predictions, least recently used dropped first, bounded by their timeline and transfer entries
-    (the bulk of their memory). Thread-safe: gunicorn's threads share it. Callers must not modify what it returns."""
-
-    def __init__(self, max_entries: int):
-        self.max_entries = max_entries
-        self._items: OrderedDict[tuple, tuple[dict, int]] = OrderedDict()
-        self._held = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple) -> dict | None:
-        with self._lock:
-            item = self._items.get(key)
-            if item is None:
-                return None
-            self._items.move_to_end(key)
-            return item[0]
-
-    def put(self, key: tuple, prediction: dict) -> None:
-        size = len(prediction.get("timeline", ())) + len(prediction.get("transfers", ())) + 1
-        if size > self.max_entries:
-            return  # one huge plan would push every other out: simulate it each time
-        with self._lock:
-            if key in self._items:
-                return
-            self._items[key] = (prediction, size)
-            self._held += size
-            while self._held > self.max_entries:
-                _, (_, dropped) = self._items.popitem(last=False)
-                self._held -= dropped
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self._held = 0
-
-
-PREDICTIONS = PredictionCache(PREDICTION_CACHE_ENTRIES)
+def plan_key(plan: Plan) -> tuple:
+    """What names a plan's documents for good: they are written once, with the row."""
+    return plan.pk, plan.created_at
 
 
 def plan_prediction(plan: Plan) -> dict:
     """The simulator's full output for ``plan``: the stored metrics plus ``timeline`` and ``transfers``."""
     if "timeline" in plan.simulation:
         return plan.simulation
-    key = (plan.pk, plan.created_at)
+    key = plan_key(plan)
     cached = PREDICTIONS.get(key)
     if cached is not None:
         return cached
