@@ -172,3 +172,23 @@ def test_an_events_page_has_the_serializers_shape(people, finished_run):
     events = RunEvent.objects.filter(run=finished_run, seq__gt=2).order_by("seq")
     assert body["events"] == RunEventOutput(events, many=True).data and len(body["events"]) == events.count()
     assert body["last_seq"] == events.last().seq and body["status"] == "succeeded" and body["finished"] is True
+
+
+def test_the_listed_rows_are_what_drf_itself_makes_of_them(people, planned, finished_run):
+    from rest_framework import serializers
+
+    from adaptis_web.studio import selectors
+    from adaptis_web.studio.api import serializers as outputs
+
+    member = people.member
+    rows = {outputs.SpecOutput: selectors.history_for_user(user=member, kind="specs"),
+            outputs.JobOutput: selectors.history_for_user(user=member, kind="jobs"),
+            outputs.JobDetailOutput: [selectors.job_detail_for_user(user=member, job_id=planned.job.pk)],
+            outputs.JobPlanOutput: planned.job.plans.all(),
+            outputs.PlanListOutput: selectors.history_for_user(user=member, kind="plans"),
+            outputs.RunOutput: selectors.history_for_user(user=member, kind="runs")}
+    for output, queryset in rows.items():
+        for row in queryset:
+            plain = output(row).data
+            drf = serializers.ModelSerializer.to_representation(output(row), row)
+            assert plain == drf and len(plain) == len(output().fields), output.__name__

@@ -9,6 +9,7 @@ from rest_framework import serializers
 from django.conf import settings
 from django.core.validators import RegexValidator
 
+from adaptis_web.studio.api.plain_output import PlainOutputMixin
 from adaptis_web.studio.api.renderers import RawJSON
 from adaptis_web.studio.url_converters import MAX_ID
 from adaptis_web.studio.models import (ApiToken, ClusterRecord, Invitation, JobMode, MeasuredProfile, Membership,
@@ -169,7 +170,7 @@ class DependentsOutput(serializers.Serializer):
     runs = DependentOutput(many=True, required=False)
 
 
-class SpecOutput(serializers.ModelSerializer):
+class SpecOutput(PlainOutputMixin, serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
 
     class Meta:
@@ -207,7 +208,7 @@ class SpecCreateInput(serializers.Serializer):
         return attrs
 
 
-class ClusterOutput(serializers.ModelSerializer):
+class ClusterOutput(PlainOutputMixin, serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
 
     class Meta:
@@ -297,13 +298,13 @@ class JobCreateInput(serializers.Serializer):
         return {key: self.validated_data[key] for key in self.PINS if self.validated_data[key] is not None}
 
 
-class JobPlanOutput(serializers.ModelSerializer):
+class JobPlanOutput(PlainOutputMixin, serializers.ModelSerializer):
     class Meta:
         model = Plan
         fields = ["id", "name", "strategy", "iteration_ms", "bubble_ratio"]
 
 
-class JobOutput(serializers.ModelSerializer):
+class JobOutput(PlainOutputMixin, serializers.ModelSerializer):
     spec_name = serializers.CharField(source="spec.name")
     created_by = serializers.CharField(source="created_by.username")
     plans = JobPlanOutput(many=True, read_only=True, help_text="newest first: a search's own plan comes first")
@@ -323,7 +324,7 @@ class JobOutput(serializers.ModelSerializer):
                   "finished_at", "archived_at"]
 
 
-class PlanListOutput(serializers.ModelSerializer):
+class PlanListOutput(PlainOutputMixin, serializers.ModelSerializer):
     spec_name = serializers.CharField(source="job.spec.name")
     created_by = serializers.CharField(source="job.created_by.username")
 
@@ -473,7 +474,7 @@ class RunCreateInput(serializers.Serializer):
                                           help_text="run a CPU-sized copy with the same layer pattern")
 
 
-class RunOutput(serializers.ModelSerializer):
+class RunOutput(PlainOutputMixin, serializers.ModelSerializer):
     event_count = serializers.SerializerMethodField()
     created_by = serializers.CharField(source="created_by.username")
 
