@@ -192,3 +192,23 @@ def test_the_listed_rows_are_what_drf_itself_makes_of_them(people, planned, fini
             plain = output(row).data
             drf = serializers.ModelSerializer.to_representation(output(row), row)
             assert plain == drf and len(plain) == len(output().fields), output.__name__
+
+
+@pytest.mark.parametrize("kind", ["specs", "clusters", "jobs", "plans", "runs"])
+def test_a_list_without_filters_has_the_rows_the_filter_set_gives(kind, people, planned, finished_run):
+    from adaptis_web.studio import selectors
+    from adaptis_web.studio.filters import HISTORY_FILTERS
+    from adaptis_web.studio.services.curation import object_archive
+
+    archived = {"specs": None, "clusters": None, "jobs": None, "plans": planned.plan, "runs": finished_run}[kind]
+    if archived is not None:
+        object_archive(obj=archived, user=people.owner)
+    client = APIClient()
+    client.force_authenticate(people.member)
+    listed = [row["id"] for row in client.get(reverse(f"api:{kind}")).json()["results"]]
+    rows = selectors.history_for_user(user=people.member, kind=kind)
+    expected = HISTORY_FILTERS[kind]({}, queryset=rows).qs.order_by("-created_at", "-id")
+    assert listed == [row.pk for row in expected]
+    assert archived is None or archived.pk not in listed
+    unknown = client.get(reverse(f"api:{kind}"), {"status": "no-such-status"})  # a filter named: still checked
+    assert kind in ("specs", "clusters") or unknown.status_code == 400

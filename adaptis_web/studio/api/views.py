@@ -40,8 +40,8 @@ from adaptis_web.studio.api.serializers import (
     PlanListOutput,
     RenameInput,
 )
-from adaptis_web.studio.filters import (ClusterFilter, HistoryCursorPagination, JobFilter, PlanFilter, RunFilter,
-                                        SpecFilter)
+from adaptis_web.studio.filters import (ClusterFilter, HistoryCursorPagination, HistoryFilterBackend, JobFilter,
+                                        PlanFilter, RunFilter, SpecFilter)
 from adaptis_web.studio.services import curation
 from adaptis_web.studio.services.jobs import JOB_SCHEDULES, job_cancel, job_create, job_request_check
 from adaptis_web.studio.services.calibration import job_replan_from_run
@@ -77,6 +77,7 @@ class HistoryListApi(ListAPIView):
     """A kind's history: django-filter's filters (``filterset_class``), newest first in cursor pages."""
 
     pagination_class = HistoryCursorPagination
+    filter_backends = [HistoryFilterBackend]
     kind = ""
 
     def get_queryset(self):
