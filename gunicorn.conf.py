@@ -6,7 +6,8 @@ docker-compose's ``web``) and ``benchmarks/web_latency.py`` all pass ``--config 
 - ``reuse_port``: each worker listens on a socket of its own (SO_REUSEPORT) and the kernel spreads new connections
   over them evenly. With the one shared socket, whichever worker woke first accepted; a keep-alive connection
   stays with the worker that accepted it, and one of two workers ended up holding 47 of 50 clients' connections
-  (README, "Web latency").
+  (README, "Web latency"). The price: connections still waiting in the accept queue of a worker that exits (a
+  reload, a crash) are reset rather than taken by another worker.
 """
 
 import os
