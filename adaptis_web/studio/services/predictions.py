@@ -22,7 +22,9 @@ from planner.plan import load_plan
 from planner.profile import load_profile
 from planner.simulator import simulate
 
-PREDICTION_CACHE_ENTRIES = 200_000  # timeline and transfer entries kept per process (a few dozen plans' worth)
+# Timeline and transfer entries kept per process: ~0.5 KB each as Python objects, so about 10 MB; the plan endpoint
+# sends services.plan_json's text and reads this only for a plan it has not encoded yet, the pages use it directly.
+PREDICTION_CACHE_ENTRIES = 20_000
 PREDICTIONS: BoundedCache[dict] = BoundedCache(
     PREDICTION_CACHE_ENTRIES, lambda found: len(found.get("timeline", ())) + len(found.get("transfers", ())))
 
