@@ -70,7 +70,7 @@ children+=($!)
 "$PY" manage.py watch_work >var/warden.log 2>&1 &
 children+=($!)
 # Workers, threads and how connections are spread over the workers: gunicorn.conf.py (WEB_CONCURRENCY overrides the
-# worker count, one per core by default).
+# worker count, two per core by default).
 "$VENV/bin/gunicorn" adaptis_web.wsgi:application --bind "$HOST:$PORT" --config gunicorn.conf.py \
     --access-logfile var/web-access.log --error-logfile var/web.log &
 children+=($!)
