@@ -4,7 +4,7 @@ docker-compose's ``web``) and ``benchmarks/web_latency.py`` all pass ``--config 
 - Two single-threaded worker processes per core (``WEB_CONCURRENCY`` sets the count, ``WEB_THREADS`` the threads):
   a process runs Python on one core at a time, and the second one per core runs while the first waits on
   PostgreSQL or Redis. Threads in one process share its interpreter lock and cost CPU in handing it over: on the
-  2-core benchmark host, 50 clients back to back got 85 requests/s from 2 workers x 4 threads (12.2 ms of server
+  2-core benchmark host, 50 clients back to back got 118 requests/s from 2 workers x 4 threads (11.0 ms of server
   CPU per request), 145 from 4 x 2 (9.9 ms), 154 from 4 x 1 (9.4 ms) and 134 from 6 x 1 (README, "Web latency").
   At most 16 by default: on a large host set ``WEB_CONCURRENCY`` to what its memory and database allow.
 - ``reuse_port``: each worker listens on a socket of its own (SO_REUSEPORT) and the kernel spreads new connections
