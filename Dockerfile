@@ -25,4 +25,5 @@ RUN SECRET_KEY=build-only python manage.py collectstatic --noinput
 RUN useradd --create-home adaptis && mkdir -p /app/var && chown -R adaptis /app/var
 USER adaptis
 EXPOSE 8000
-CMD ["gunicorn", "adaptis_web.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4"]
+# Workers (two per core, WEB_CONCURRENCY overrides), threads and the per-worker sockets: gunicorn.conf.py.
+CMD ["gunicorn", "adaptis_web.wsgi:application", "--bind", "0.0.0.0:8000", "--config", "gunicorn.conf.py"]

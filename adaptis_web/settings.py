@@ -5,8 +5,8 @@ Production sets DEBUG=false, which makes SECRET_KEY and ALLOWED_HOSTS mandatory.
 
 Variables: DEBUG, SECRET_KEY, ALLOWED_HOSTS, CSRF_TRUSTED_ORIGINS, SECURE_COOKIES, SECURE_SSL_REDIRECT,
 SECURE_HSTS_SECONDS, SECURE_HSTS_INCLUDE_SUBDOMAINS, SECURE_HSTS_PRELOAD, TRUST_X_FORWARDED_PROTO, DATABASE_URL,
-DB_CONN_MAX_AGE, REDIS_URL, CELERY_QUEUE, CELERY_RUNS_QUEUE, LIVE_EVENTS_PREFIX, CPU_RUN_MAX_RANKS, CPU_RUN_MAX_PARAMS,
-RUN_TIMEOUT_S, WORK_HEARTBEAT_S, WORK_STALE_AFTER_S, WORK_WATCH_INTERVAL_S, WORK_QUEUED_GRACE_S,
+DB_CONN_MAX_AGE, DB_PREPARED_STATEMENTS, REDIS_URL, CELERY_QUEUE, CELERY_RUNS_QUEUE, LIVE_EVENTS_PREFIX,
+CPU_RUN_MAX_RANKS, CPU_RUN_MAX_PARAMS, RUN_TIMEOUT_S, WORK_HEARTBEAT_S, WORK_STALE_AFTER_S, WORK_WATCH_INTERVAL_S, WORK_QUEUED_GRACE_S,
 WORK_TASK_TIME_LIMIT_S, LOG_LEVEL, ADAPTIS_SEED_DEMO, API_TOKEN_MAX_DAYS, LOGIN_FAILURE_LIMIT,
 LOGIN_COOLOFF_MINUTES, THROTTLE_TOKEN_FAILURES, THROTTLE_TOKEN_CREATE, THROTTLE_SPECS, THROTTLE_JOBS, THROTTLE_RUNS.
 """
@@ -106,6 +106,12 @@ DATABASES = {
         conn_health_checks=True,
     ),
 }
+# PostgreSQL: parameters bound by the server, and a query a connection has run 5 times prepared, so PostgreSQL
+# parses and plans the API's many-join queries once per connection instead of on every request (the web server
+# and PostgreSQL share the cores). Behind a pooler in transaction mode (PgBouncer), which cannot keep a prepared
+# statement with its connection, set DB_PREPARED_STATEMENTS=false.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool("DB_PREPARED_STATEMENTS", True):
+    DATABASES["default"]["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The web process, the Celery worker and its live-event relay thread write concurrently: WAL lets
     # readers proceed during a write, IMMEDIATE transactions and a busy timeout queue writers instead of
@@ -229,6 +235,9 @@ REST_FRAMEWORK = {
         "jobs": env_str("THROTTLE_JOBS", "120/hour"),
         "runs": env_str("THROTTLE_RUNS", "30/hour"),
     },
+    # DRF's JSON (and, for a browser, its browsable API), which also sends text already encoded: api.renderers.
+    "DEFAULT_RENDERER_CLASSES": ["adaptis_web.studio.api.renderers.JSONRenderer",
+                                 "rest_framework.renderers.BrowsableAPIRenderer"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "adaptis_web.studio.filters.StrictLimitOffsetPagination",

@@ -51,7 +51,7 @@ API_P95_TARGET_MS = 100.0
 LIVE_TARGET_MS = 1000.0
 QUIET_LOAD = 0.8
 QUIET_WAIT_S = 240
-GUNICORN_FLAGS = ["--workers", "2", "--threads", "4", "--graceful-timeout", "5"]  # as scripts/run.sh
+GUNICORN_FLAGS = ["--config", "gunicorn.conf.py"]  # as scripts/run.sh, the Dockerfile and docker-compose.yml
 REDIS_URL = "redis://127.0.0.1:6379/12"
 POSTGRES_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
 RUN_JS_POLL_MS = 400  # static/studio/run.js: POLL_MS; POLL_MS / 4 after a page that had events
@@ -328,6 +328,20 @@ def sample_sharing(master_pid: int, port: int, done, samples: list[list[int]]) -
         time.sleep(1)
 
 
+def worker_cpu_s(master_pid: int) -> float:
+    """CPU seconds (user + system) the gunicorn master and its workers have used so far (Linux /proc)."""
+    pids = [master_pid] + [int(entry.name) for entry in Path("/proc").iterdir()
+                           if entry.name.isdigit() and _parent_pid(entry) == master_pid]
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return total
+
+
 def _parent_pid(process: Path) -> int | None:
     try:
         return int((process / "stat").read_text().rsplit(")", 1)[1].split()[1])
@@ -365,12 +379,13 @@ def client_requests(seeded: Seeded, client: int, count: int) -> list[tuple[str, 
 
 
 def drive_clients(port: int, token: str, warmups: list[list[tuple[str, str]]], measured: list[list[tuple[str, str]]],
-                  think_s: float) -> tuple[list[tuple[str, float, str, int]], float, int]:
+                  think_s: float) -> tuple[list[tuple[str, float, str, int]], float, int, float]:
     """One thread per client with a keep-alive connection, pausing a random 0.5 to 1.5 x ``think_s`` after each
     answer (clients start staggered over one ``think_s``, so they do not arrive in lockstep). Returns (endpoint,
     ms, error or "", bytes) per measured request, the wall time of the measured part (from the moment every client
     finished its warm-up) and how many requests were retried on a new connection, as a browser does when the
-    server has just closed an idle keep-alive connection (the retry's time counts in the request's)."""
+    server has just closed an idle keep-alive connection (the retry's time counts in the request's), and the CPU
+    seconds this process (the load generator) used in the measured part."""
     samples: list[tuple[str, float, str, int]] = []
     retried = [0]
     lock = threading.Lock()
@@ -411,10 +426,10 @@ def drive_clients(port: int, token: str, warmups: list[list[tuple[str, str]]], m
     for thread in threads:
         thread.start()
     warmed.wait()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for thread in threads:
         thread.join()
-    return samples, time.perf_counter() - start, retried[0]
+    return samples, time.perf_counter() - start, retried[0], time.process_time() - cpu_start
 
 
 # --- per-endpoint evidence: queries and single-client time ---------------------------------------------------
@@ -620,13 +635,15 @@ def main() -> None:
         warmups = [client_requests(seeded, client + 1000, args.warmup) for client in range(args.clients)]
         measured = [client_requests(seeded, client, args.requests) for client in range(args.clients)]
         world.clients = get_context("spawn").Pool(1)
+        server_cpu_start, load_start = worker_cpu_s(world.gunicorn.pid), time.perf_counter()
         load = world.clients.apply_async(drive_clients, (port, seeded.token, warmups, measured, args.think_ms / 1e3))
         sharing: list[list[int]] = []
         threading.Thread(target=sample_sharing, args=(world.gunicorn.pid, port, load.ready, sharing),
                          daemon=True).start()
         busy = measure_live(port, seeded, lambda: not load.ready(), args.live_rate,
                             max_events=int(args.live_rate * 60))
-        samples, wall_s, retried = load.get()
+        samples, wall_s, retried, client_cpu_s = load.get()
+        server_cores = (worker_cpu_s(world.gunicorn.pid) - server_cpu_start) / (time.perf_counter() - load_start)
         after_load = os.getloadavg()
     finally:
         teardown(world)
@@ -640,6 +657,9 @@ def main() -> None:
           f"retried on a new connection after the server closed an idle keep-alive one: {retried}")
     middle = sharing[len(sharing) // 2] if sharing else []
     print(f"client connections held by each gunicorn worker half-way through: {' / '.join(map(str, middle))}")
+    print(f"CPU during the API load: gunicorn {server_cores:.2f} cores on average (warm-up included), "
+          f"{server_cores * 1e3 / (len(samples) / wall_s):.1f} ms per measured request; the load generator "
+          f"{client_cpu_s / wall_s:.2f} cores, {client_cpu_s * 1e3 / len(samples):.2f} ms per request")
     print(f"\n### Live timings: {LIVE_RANKS} ranks emitting {args.live_rate:g} events/s, one viewer polling as run.js "
           f"({RUN_JS_POLL_MS // 4} ms after events, {RUN_JS_POLL_MS} ms after none)\n")
     print("\n".join(live_table([("idle server", *idle), (f"during the {args.clients}-client API load", *busy)])))

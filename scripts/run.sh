@@ -69,7 +69,9 @@ children+=($!)
 # The warden, apart from the workers it watches: fails work whose worker died, re-sends lost messages.
 "$PY" manage.py watch_work >var/warden.log 2>&1 &
 children+=($!)
-"$VENV/bin/gunicorn" adaptis_web.wsgi:application --bind "$HOST:$PORT" --workers 2 --threads 4 --graceful-timeout 5 \
+# Workers, threads and how connections are spread over the workers: gunicorn.conf.py (WEB_CONCURRENCY overrides the
+# worker count, two per core by default).
+"$VENV/bin/gunicorn" adaptis_web.wsgi:application --bind "$HOST:$PORT" --config gunicorn.conf.py \
     --access-logfile var/web-access.log --error-logfile var/web.log &
 children+=($!)
 

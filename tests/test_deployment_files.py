@@ -87,3 +87,20 @@ def test_image_installs_exactly_the_runtime_lock():
     assert "pip install --require-hashes -r requirements/run.txt" in dockerfile
     assert "pip install --no-deps --no-build-isolation -e ." in dockerfile
     assert not re.search(r"pip install (-e )?\.\s*$", dockerfile, re.MULTILINE)
+
+
+def test_every_way_the_web_server_starts_uses_the_one_gunicorn_config():
+    """make run, the image, the compose stack and the load benchmark start gunicorn the same way (gunicorn.conf.py:
+    a worker per core, threads, a listening socket per worker), so the benchmark measures what is deployed."""
+    import json
+    import runpy
+
+    config = ["--config", "gunicorn.conf.py"]
+    dockerfile_cmd = next(line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("CMD"))
+    assert json.loads(dockerfile_cmd.removeprefix("CMD").strip())[-2:] == config
+    assert SERVICES["web"]["command"][-2:] == config
+    assert "--config gunicorn.conf.py" in (ROOT / "scripts" / "run.sh").read_text()
+    assert runpy.run_path(str(ROOT / "benchmarks" / "web_latency.py"))["GUNICORN_FLAGS"] == config
+    settings = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
+    assert settings["worker_class"] == "gthread" and settings["reuse_port"] is True
+    assert settings["workers"] >= 1 and settings["threads"] >= 1

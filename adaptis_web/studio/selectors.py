@@ -30,6 +30,8 @@ from adaptis_web.studio.services.refusals import Missing
 from planner.errors import SpecError
 
 RUN_EVENTS_PAGE = 2000
+# What a client sees of an event (api.serializers.RunEventOutput, the run page's chart): plain numbers and words.
+RUN_EVENT_FIELDS = ("seq", "rank", "device", "action", "stage", "kind", "microbatch", "step", "start_ms", "end_ms")
 
 
 def team_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Team]:
@@ -133,6 +135,12 @@ def job_get_for_user(*, user: AbstractBaseUser, job_id: int) -> PlanningJob:
     return get_object_or_404(job_list_with_plan_metrics(user=user), pk=job_id)
 
 
+def job_detail_for_user(*, user: AbstractBaseUser, job_id: int) -> PlanningJob:
+    """``job_get_for_user`` without the spec's document and the job's profile, which the job endpoint does not
+    show."""
+    return get_object_or_404(job_list_with_plan_metrics(user=user).defer("spec__doc", "profile_doc"), pk=job_id)
+
+
 def plan_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[Plan]:
     return Plan.objects.filter(job__spec__team__memberships__user=user, deleted_at__isnull=not deleted).select_related(
         "job", "job__spec", "job__spec__team", "job__created_by")
@@ -140,6 +148,15 @@ def plan_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> Quer
 
 def plan_get_for_user(*, user: AbstractBaseUser, plan_id: int) -> Plan:
     return get_object_or_404(plan_list_for_user(user=user), pk=plan_id)
+
+
+def plan_detail_for_user(*, user: AbstractBaseUser, plan_id: int) -> Plan:
+    """A plan without its documents, which the plan endpoint sends as the text services.plan_json keeps (and reads
+    only for a plan not encoded yet), nor the spec's and the job's (the job's cluster is read with the plan's
+    documents, for its prediction)."""
+    return get_object_or_404(plan_list_for_user(user=user).defer(
+        "plan_doc", "profile_doc", "simulation", "job__spec__doc", "job__cluster_doc", "job__profile_doc",
+        "job__result", "job__calibration"), pk=plan_id)
 
 
 def job_latest_plan(*, job: PlanningJob) -> Plan | None:
@@ -158,18 +175,27 @@ def _runs_visible_to(user: AbstractBaseUser, deleted: bool = False) -> QuerySet[
     return Run.objects.filter(plan__job__spec__team__memberships__user=user, deleted_at__isnull=not deleted)
 
 
-def run_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[Run]:
+def _with_event_count(runs: QuerySet[Run]) -> QuerySet[Run]:
     # A correlated count rather than Count("events"): that joined every event row to the selected plan and spec
     # documents and sorted them to group, megabytes per run on each detail request and each live events poll.
     event_counts = RunEvent.objects.filter(run=OuterRef("pk")).order_by().values("run").annotate(
         count=Count("pk")).values("count")
-    return _runs_visible_to(user, deleted).select_related(
-        "plan", "plan__job", "plan__job__spec", "plan__job__spec__team", "created_by").annotate(
-        event_count=Coalesce(Subquery(event_counts), 0))
+    return runs.annotate(event_count=Coalesce(Subquery(event_counts), 0))
+
+
+def run_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[Run]:
+    return _with_event_count(_runs_visible_to(user, deleted).select_related(
+        "plan", "plan__job", "plan__job__spec", "plan__job__spec__team", "created_by"))
 
 
 def run_get_for_user(*, user: AbstractBaseUser, run_id: int) -> Run:
     return get_object_or_404(run_list_for_user(user=user), pk=run_id)
+
+
+def run_detail_for_user(*, user: AbstractBaseUser, run_id: int) -> Run:
+    """A run with its creator and event count: what the run endpoint shows. Without its plan, job and spec, whose
+    documents ``run_get_for_user`` brings (and PostgreSQL sends, and the driver parses) for the pages."""
+    return get_object_or_404(_with_event_count(_runs_visible_to(user).select_related("created_by")), pk=run_id)
 
 
 def run_state_for_user(*, user: AbstractBaseUser, run_id: int) -> Run:
@@ -183,9 +209,11 @@ def run_replans(*, run: Run) -> QuerySet[PlanningJob]:
     return run.replans.filter(deleted_at__isnull=True).order_by("-created_at", "-id")
 
 
-def run_events_after(*, run: Run, after_seq: int = 0, limit: int = RUN_EVENTS_PAGE) -> list[RunEvent]:
-    """The run's events with ``seq > after_seq`` in order; at most ``limit`` (clients page with ``after``)."""
-    return list(RunEvent.objects.filter(run=run, seq__gt=after_seq).order_by("seq")[:limit])
+def run_event_rows_after(*, run: Run, after_seq: int = 0, limit: int = RUN_EVENTS_PAGE) -> list[dict]:
+    """The run's events with ``seq > after_seq`` in order, at most ``limit`` (clients page with ``after``), as
+    plain rows of ``RUN_EVENT_FIELDS``: the events endpoint's and the run page's shape, with no model instance and
+    no serializer field per value."""
+    return list(RunEvent.objects.filter(run=run, seq__gt=after_seq).order_by("seq").values(*RUN_EVENT_FIELDS)[:limit])
 
 
 def run_event_count(*, run: Run) -> int:
@@ -238,18 +266,23 @@ def curated_get_for_user(*, user: AbstractBaseUser, kind: str, object_id: int, d
 
 
 def history_for_user(*, user: AbstractBaseUser, kind: str, deleted: bool = False) -> QuerySet:
-    """The rows a history list shows of ``kind``, without the large documents (the lists never show them)."""
+    """The rows a history list shows of ``kind``, without the large documents (the lists never show them) and
+    joined only to what the API lists and the History page show of a row (its team is neither: the filters join
+    it themselves)."""
     if kind == "specs":
-        return spec_list_for_user(user=user, deleted=deleted).defer("doc")
+        return spec_list_for_user(user=user, deleted=deleted).select_related(None).select_related("owner").defer("doc")
     if kind == "clusters":
-        return cluster_list_for_user(user=user, deleted=deleted).defer("doc")
+        return cluster_list_for_user(user=user, deleted=deleted).select_related(None).select_related(
+            "owner").defer("doc")
     if kind == "jobs":
-        return job_list_with_plan_metrics(user=user, deleted=deleted).defer(
-            "spec__doc", "cluster_doc", "profile_doc", "result", "calibration")
+        return job_list_with_plan_metrics(user=user, deleted=deleted).select_related(None).select_related(
+            "spec", "created_by").defer("spec__doc", "cluster_doc", "profile_doc", "result", "calibration")
     if kind == "plans":
-        return plan_list_for_user(user=user, deleted=deleted).defer(
+        return plan_list_for_user(user=user, deleted=deleted).select_related(None).select_related(
+            "job", "job__spec", "job__created_by").defer(
             "plan_doc", "simulation", "profile_doc", "job__spec__doc", "job__cluster_doc", "job__profile_doc",
             "job__result", "job__calibration")
-    return run_list_for_user(user=user, deleted=deleted).defer(
+    return run_list_for_user(user=user, deleted=deleted).select_related(None).select_related(
+        "plan", "plan__job", "plan__job__spec", "created_by").defer(
         "plan__plan_doc", "plan__simulation", "plan__profile_doc", "plan__job__spec__doc", "plan__job__cluster_doc",
         "plan__job__profile_doc", "plan__job__result", "plan__job__calibration")

@@ -17,7 +17,6 @@ from adaptis_web.studio.hybrid_pages import hybrid_page_context
 from adaptis_web.studio.services.roles import role_permissions
 from adaptis_web.studio.forms import RunForm, SpecPlanningForm, UploadForm
 from adaptis_web.studio.models import Plan, PlanningJob
-from adaptis_web.studio.api.serializers import RunEventOutput
 from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import job_cancel, job_create, spec_create_with_job
@@ -211,7 +210,7 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
     plan = run.plan
     local = plan_local_prediction(plan)  # the plan's stages timed on the runs' host, once measured
     simulation = local or plan_prediction(plan)
-    events = selectors.run_events_after(run=run)  # the first page; the page polls for the rest
+    events = selectors.run_event_rows_after(run=run)  # the first page; the page polls for the rest
     return render(request, "studio/run_detail.html", {
         "run": run, "plan": plan, "job": plan.job, "replan_error": replan_error,
         "replans": selectors.run_replans(run=run),
@@ -221,7 +220,7 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
             "num_devices": plan.plan_doc["num_devices"], "predicted": simulation["timeline"],
             "iteration_ms": simulation["iteration_ms"],
             "stage_devices": [stage["device"] for stage in plan.plan_doc["stages"]],
-            "observed": RunEventOutput(events, many=True).data,
+            "observed": events,
         },
         "device_comparison": device_comparison(simulation, run.summary),
         **role_permissions(user=request.user, team=plan.job.spec.team, creator_id=run.created_by_id),

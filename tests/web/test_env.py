@@ -1,5 +1,6 @@
 """The typed environment readers fail loudly, naming the variable and the bad value."""
 
+import json
 import os
 import re
 import subprocess
@@ -100,3 +101,19 @@ def test_production_redirects_plain_http_but_not_the_health_check(client, settin
     response = client.get("/api/presets/")
     assert response.status_code == 301 and response["Location"].startswith("https://")
     assert client.get("/healthz").status_code in (200, 503)
+
+
+@pytest.mark.parametrize("setting, expected", [(None, {"server_side_binding": True, "prepare_threshold": 5}),
+                                               ("false", {})])
+def test_postgresql_prepares_repeated_queries_unless_told_not_to(setting, expected):
+    """DB_PREPARED_STATEMENTS (default on): PostgreSQL plans the API's queries once per connection; off behind a
+    transaction-mode pooler."""
+    env = {key: value for key, value in os.environ.items() if key != "DB_PREPARED_STATEMENTS"}
+    env["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/adaptis"
+    if setting is not None:
+        env["DB_PREPARED_STATEMENTS"] = setting
+    code = "import json, adaptis_web.settings as s; print(json.dumps(s.DATABASES['default'].get('OPTIONS', {})))"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == expected

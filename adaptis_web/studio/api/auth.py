@@ -1,4 +1,8 @@
-"""API token authentication: django-rest-knox's, which also stamps the token's last use and throttles guessing."""
+"""API token authentication: django-rest-knox's, which also stamps the token's last use and throttles guessing.
+
+knox deletes the user's other expired tokens while it authenticates: one query of all their tokens on every API
+request. Here that sweep runs when the last use is stamped (at most once a minute per token); each request still
+refuses, and deletes, its own token once expired."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from datetime import timedelta
 from django.utils import timezone
 from drf_spectacular.contrib.knox_auth_token import KnoxTokenScheme
 from knox.auth import TokenAuthentication
+from knox.signals import token_expired
 from rest_framework import exceptions
 from rest_framework.authentication import get_authorization_header
 from rest_framework.throttling import SimpleRateThrottle
@@ -44,13 +49,31 @@ class NamedTokenAuthentication(TokenAuthentication):
             guard.record_failure()
             raise
 
+    def _cleanup_token(self, auth_token) -> bool:
+        """True (and the token deleted) when ``auth_token`` has expired; knox also swept the user's other tokens
+        here, on every request (``sweep_expired_tokens`` does that once a minute)."""
+        if auth_token.expiry is not None and auth_token.expiry < timezone.now():
+            username = auth_token.user.get_username()
+            auth_token.delete()
+            token_expired.send(sender=type(self), username=username, source="auth_token")
+            return True
+        return False
+
     def validate_user(self, auth_token):
         user, token = super().validate_user(auth_token)
         now = timezone.now()
         if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
             type(token).objects.filter(pk=token.pk).update(last_used_at=now)
             token.last_used_at = now
+            sweep_expired_tokens(type(token).objects.filter(user=user), now=now, sender=type(self))
         return user, token
+
+
+def sweep_expired_tokens(tokens, *, now, sender) -> None:
+    """Delete the expired ones among ``tokens`` (a user's), as knox did, with its ``token_expired`` signal each."""
+    for expired in tokens.filter(expiry__lt=now).select_related("user"):
+        expired.delete()
+        token_expired.send(sender=sender, username=expired.user.get_username(), source="other_token")
 
 
 class NamedTokenScheme(KnoxTokenScheme):

@@ -10,12 +10,14 @@ from rest_framework.utils import html
 from django.conf import settings
 from django.core.validators import RegexValidator
 
+from adaptis_web.studio.api.plain_output import PlainOutputMixin
+from adaptis_web.studio.api.renderers import RawJSON
 from adaptis_web.studio.url_converters import MAX_ID
 from adaptis_web.studio.models import (ApiToken, ClusterRecord, Invitation, JobMode, MeasuredProfile, Membership,
                                        ModelSpecRecord, Plan,
                                        PlanningJob, Run, RunEvent, Team)
-from adaptis_web.studio.selectors import RUN_EVENTS_PAGE
-from adaptis_web.studio.services.predictions import plan_prediction
+from adaptis_web.studio.selectors import RUN_EVENT_FIELDS, RUN_EVENTS_PAGE
+from adaptis_web.studio.services.plan_json import plan_json
 from adaptis_web.studio.services.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE, JOB_SCHEDULES
 from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, MAX_TIME_BUDGET_S, MIN_TIME_BUDGET_S
 from adaptis_web.studio.services.jobs import MAX_MICROBATCHES
@@ -180,7 +182,7 @@ class DependentsOutput(serializers.Serializer):
     runs = DependentOutput(many=True, required=False)
 
 
-class SpecOutput(serializers.ModelSerializer):
+class SpecOutput(PlainOutputMixin, serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
 
     class Meta:
@@ -218,7 +220,7 @@ class SpecCreateInput(serializers.Serializer):
         return attrs
 
 
-class ClusterOutput(serializers.ModelSerializer):
+class ClusterOutput(PlainOutputMixin, serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
 
     class Meta:
@@ -308,13 +310,13 @@ class JobCreateInput(serializers.Serializer):
         return {key: self.validated_data[key] for key in self.PINS if self.validated_data[key] is not None}
 
 
-class JobPlanOutput(serializers.ModelSerializer):
+class JobPlanOutput(PlainOutputMixin, serializers.ModelSerializer):
     class Meta:
         model = Plan
         fields = ["id", "name", "strategy", "iteration_ms", "bubble_ratio"]
 
 
-class JobOutput(serializers.ModelSerializer):
+class JobOutput(PlainOutputMixin, serializers.ModelSerializer):
     spec_name = serializers.CharField(source="spec.name")
     created_by = serializers.CharField(source="created_by.username")
     plans = JobPlanOutput(many=True, read_only=True, help_text="newest first: a search's own plan comes first")
@@ -334,7 +336,7 @@ class JobOutput(serializers.ModelSerializer):
                   "finished_at", "archived_at"]
 
 
-class PlanListOutput(serializers.ModelSerializer):
+class PlanListOutput(PlainOutputMixin, serializers.ModelSerializer):
     spec_name = serializers.CharField(source="job.spec.name")
     created_by = serializers.CharField(source="job.created_by.username")
 
@@ -450,15 +452,26 @@ class JobDetailOutput(JobOutput):
         fields = JobOutput.Meta.fields + ["cluster", "result", "calibrated_from", "calibration", "measured_profile"]
 
 
+class PlanDocumentField(serializers.JSONField):
+    """One of a plan's documents, sent as the JSON text services.plan_json keeps (api.renderers.RawJSON)."""
+
+    def __init__(self, document: str, **kwargs):
+        super().__init__(source="*", **kwargs)
+        self.document = document
+
+    def to_representation(self, plan: Plan) -> RawJSON:
+        return RawJSON(getattr(plan_json(plan), self.document))
+
+
 class PlanOutput(serializers.ModelSerializer):
-    plan = serializers.JSONField(source="plan_doc")
-    profile = serializers.JSONField(source="profile_doc")
+    plan = PlanDocumentField("plan")
+    profile = PlanDocumentField("profile")
     simulation = serializers.SerializerMethodField(
         help_text="the simulator's output: metrics, per_device, timeline and transfers (simulated on request)")
 
     @extend_schema_field(OpenApiTypes.OBJECT)
-    def get_simulation(self, plan: Plan) -> dict:
-        return plan_prediction(plan)
+    def get_simulation(self, plan: Plan) -> RawJSON:
+        return RawJSON(plan_json(plan).simulation)
 
     class Meta:
         model = Plan
@@ -473,7 +486,7 @@ class RunCreateInput(serializers.Serializer):
                                           help_text="run a CPU-sized copy with the same layer pattern")
 
 
-class RunOutput(serializers.ModelSerializer):
+class RunOutput(PlainOutputMixin, serializers.ModelSerializer):
     event_count = serializers.SerializerMethodField()
     created_by = serializers.CharField(source="created_by.username")
 
@@ -489,9 +502,11 @@ class RunOutput(serializers.ModelSerializer):
 
 
 class RunEventOutput(serializers.ModelSerializer):
+    """The shape of an event; the events endpoint sends ``selectors.run_event_rows_after``'s rows, which have it."""
+
     class Meta:
         model = RunEvent
-        fields = ["seq", "rank", "device", "action", "stage", "kind", "microbatch", "step", "start_ms", "end_ms"]
+        fields = list(RUN_EVENT_FIELDS)
 
 
 class RunEventsOutput(serializers.Serializer):

@@ -40,8 +40,8 @@ from adaptis_web.studio.api.serializers import (
     PlanListOutput,
     RenameInput,
 )
-from adaptis_web.studio.filters import (ClusterFilter, HistoryCursorPagination, JobFilter, PlanFilter, RunFilter,
-                                        SpecFilter)
+from adaptis_web.studio.filters import (ClusterFilter, HistoryCursorPagination, HistoryFilterBackend, JobFilter,
+                                        PlanFilter, RunFilter, SpecFilter)
 from adaptis_web.studio.services import curation
 from adaptis_web.studio.services.jobs import JOB_SCHEDULES, job_cancel, job_create, job_request_check
 from adaptis_web.studio.services.calibration import job_replan_from_run
@@ -77,6 +77,7 @@ class HistoryListApi(ListAPIView):
     """A kind's history: django-filter's filters (``filterset_class``), newest first in cursor pages."""
 
     pagination_class = HistoryCursorPagination
+    filter_backends = [HistoryFilterBackend]
     kind = ""
 
     def get_queryset(self):
@@ -235,7 +236,7 @@ class JobDetailApi(CuratedDetailMixin, APIView):
 
     @extend_schema(responses=JobDetailOutput)
     def get(self, request, job_id: int):
-        return Response(JobDetailOutput(selectors.job_get_for_user(user=request.user, job_id=job_id)).data)
+        return Response(JobDetailOutput(selectors.job_detail_for_user(user=request.user, job_id=job_id)).data)
 
 
 class JobCancelApi(APIView):
@@ -258,7 +259,7 @@ class PlanDetailApi(CuratedDetailMixin, APIView):
 
     @extend_schema(responses=PlanOutput)
     def get(self, request, plan_id: int):
-        return Response(PlanOutput(selectors.plan_get_for_user(user=request.user, plan_id=plan_id)).data)
+        return Response(PlanOutput(selectors.plan_detail_for_user(user=request.user, plan_id=plan_id)).data)
 
 
 class RunListCreateApi(ThrottledCreate, HistoryListApi):
@@ -283,7 +284,7 @@ class RunDetailApi(CuratedDetailMixin, APIView):
 
     @extend_schema(responses=RunOutput)
     def get(self, request, run_id: int):
-        return Response(RunOutput(selectors.run_get_for_user(user=request.user, run_id=run_id)).data)
+        return Response(RunOutput(selectors.run_detail_for_user(user=request.user, run_id=run_id)).data)
 
 
 class RunReplanApi(ThrottledCreate, APIView):
@@ -305,7 +306,7 @@ class RunCancelApi(APIView):
                                "naming 'status'. Its creator (a member) or an admin of the team may cancel it.")
     def post(self, request, run_id: int):
         run = run_cancel(run=selectors.run_get_for_user(user=request.user, run_id=run_id), user=request.user)
-        return Response(RunOutput(selectors.run_get_for_user(user=request.user, run_id=run.pk)).data)
+        return Response(RunOutput(selectors.run_detail_for_user(user=request.user, run_id=run.pk)).data)
 
 
 class RunEventsApi(APIView):
@@ -315,10 +316,11 @@ class RunEventsApi(APIView):
         query = RunEventsQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         after = query.validated_data["after"]
-        events = selectors.run_events_after(run=run, after_seq=after, limit=query.validated_data["limit"])
-        return Response(RunEventsOutput({
-            "run": run.pk, "status": run.status, "finished": run.is_finished,
-            "last_seq": events[-1].seq if events else after, "events": events}).data)
+        events = selectors.run_event_rows_after(run=run, after_seq=after, limit=query.validated_data["limit"])
+        # RunEventsOutput's shape, built directly: the rows are already plain values (a page of events is polled
+        # several times a second per viewer).
+        return Response({"run": run.pk, "status": str(run.status), "finished": run.is_finished,
+                         "last_seq": events[-1]["seq"] if events else after, "events": events})
 
 
 

@@ -4,24 +4,47 @@ A search stores a dozen plans per job; their timelines and transfers (about 3 MB
 16 devices x 128 micro-batches) would dominate the database, while the simulator rebuilds them from the
 plan, its profile and the job's cluster in tens of milliseconds, deterministically. Rows stored before
 this change may still hold their timeline; they are used as they are.
+
+Each web process keeps the predictions it simulated last (``PREDICTIONS``): the plan detail endpoint and page
+asked the simulator again on every request, 28 of the 45 ms a plan detail took in-process
+(``benchmarks/web_profile.py``). A plan's documents are written once, when the row is created (an edited plan
+is a new, derived row; the admin site shows them read-only), so the plan's id and creation time name its
+prediction for good. Who may see a plan is decided before it is asked for, on every request.
 """
 
 from __future__ import annotations
 
 from adaptis_web.studio.models import Plan
+from adaptis_web.studio.services.bounded_cache import BoundedCache
 from planner.cluster import load_cluster
 from planner.parallel.mapping import RankMapping
 from planner.plan import load_plan
 from planner.profile import load_profile
 from planner.simulator import simulate
 
+# Timeline and transfer entries kept per process: ~0.5 KB each as Python objects, so about 10 MB; the plan endpoint
+# sends services.plan_json's text and reads this only for a plan it has not encoded yet, the pages use it directly.
+PREDICTION_CACHE_ENTRIES = 20_000
+PREDICTIONS: BoundedCache[dict] = BoundedCache(
+    PREDICTION_CACHE_ENTRIES, lambda found: len(found.get("timeline", ())) + len(found.get("transfers", ())))
+
+
+def plan_key(plan: Plan) -> tuple:
+    """What names a plan's documents for good: they are written once, with the row."""
+    return plan.pk, plan.created_at
+
 
 def plan_prediction(plan: Plan) -> dict:
     """The simulator's full output for ``plan``: the stored metrics plus ``timeline`` and ``transfers``."""
     if "timeline" in plan.simulation:
         return plan.simulation
+    key = plan_key(plan)
+    cached = PREDICTIONS.get(key)
+    if cached is not None:
+        return cached
     planner_plan, cluster = load_plan(plan.plan_doc), load_cluster(plan.job.cluster_doc)
     if planner_plan.parallel is not None:  # a hybrid plan's devices are pipeline ranks, on the links between them
         cluster = RankMapping(planner_plan.parallel, cluster).pipeline_cluster()
-    simulation = simulate(planner_plan, load_profile(plan.profile_doc), cluster)
-    return simulation.to_dict()
+    prediction = simulate(planner_plan, load_profile(plan.profile_doc), cluster).to_dict()
+    PREDICTIONS.put(key, prediction)
+    return prediction
