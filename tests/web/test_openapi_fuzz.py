@@ -47,7 +47,7 @@ def _free_port() -> int:
 
 
 def _production_server(log_path: Path) -> tuple[subprocess.Popen, str]:
-    """gunicorn as scripts/run.sh starts it, DEBUG off, with throttles that the generator cannot reach (the
+    """gunicorn as scripts/run.sh starts it (gunicorn.conf.py), DEBUG off, with throttles that the generator cannot reach (the
     throttles have tests of their own: here they would stop it after a few requests of each creating operation)."""
     port = _free_port()
     unthrottled = {f"THROTTLE_{scope}": "100000/minute"
@@ -58,7 +58,7 @@ def _production_server(log_path: Path) -> tuple[subprocess.Popen, str]:
     with open(log_path, "wb") as log:
         server = subprocess.Popen(
             [str(Path(sys.executable).parent / "gunicorn"), "adaptis_web.wsgi:application", "--bind",
-             f"127.0.0.1:{port}", "--workers", "2", "--threads", "4"],
+             f"127.0.0.1:{port}", "--config", "gunicorn.conf.py"],
             cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
