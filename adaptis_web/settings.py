@@ -208,7 +208,7 @@ CELERY_TASK_SOFT_TIME_LIMIT = WORK_TASK_TIME_LIMIT_S - 30
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": WORK_TASK_TIME_LIMIT_S + 300}
 
 # Throttling counts in this cache: Redis, so every web process shares the counts.
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+CACHES = {"default": {"BACKEND": "adaptis_web.cache.RedisCache", "LOCATION": REDIS_URL,
                       "KEY_PREFIX": f"{LIVE_EVENTS_PREFIX}-cache"}}
 
 # API tokens: django-rest-knox keeps a digest and an expiry; our model adds a name and the last use.

@@ -98,7 +98,7 @@ def private_cache():
     (``cache.clear()`` would flush the whole Redis database, which other sessions share.)"""
     from django.test.utils import override_settings
 
-    with override_settings(CACHES={"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+    with override_settings(CACHES={"default": {"BACKEND": "adaptis_web.cache.RedisCache",
                                                "LOCATION": TEST_REDIS_URL, "KEY_PREFIX": TEST_CACHE_PREFIX}}):
         yield
 

@@ -212,3 +212,39 @@ def test_a_list_without_filters_has_the_rows_the_filter_set_gives(kind, people, 
     assert archived is None or archived.pk not in listed
     unknown = client.get(reverse(f"api:{kind}"), {"status": "no-such-status"})  # a filter named: still checked
     assert kind in ("specs", "clusters") or unknown.status_code == 400
+
+
+def test_output_fields_are_built_once_per_class_and_each_instance_gets_its_own(planned):
+    from rest_framework import serializers
+
+    from adaptis_web.studio.api import serializers as outputs
+
+    for output in (outputs.SpecOutput, outputs.SpecDetailOutput, outputs.JobOutput, outputs.JobDetailOutput,
+                   outputs.PlanListOutput, outputs.RunOutput):
+        first, second = output(), output()
+        fresh = serializers.ModelSerializer.get_fields(output())  # DRF building them anew
+        assert list(first.fields) == list(fresh), output.__name__
+        for name, field in first.fields.items():
+            assert type(field) is type(fresh[name]) and field.source == (fresh[name].source or name), (output, name)
+            assert field is not second.fields[name] and field.parent is first, (output, name)
+
+
+def test_the_cache_backend_keeps_one_redis_client_and_serves_every_thread():
+    import threading
+
+    from django.core.cache import cache
+
+    client = cache._cache.get_client("a-key")
+    assert cache._cache.get_client("another-key") is client  # Django's own backend builds one per call
+    results = []
+
+    def use(number: int) -> None:
+        cache.set(f"shared-client-{number}", number, 30)
+        results.append(cache.get(f"shared-client-{number}"))
+
+    threads = [threading.Thread(target=use, args=(number,)) for number in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == list(range(8))
