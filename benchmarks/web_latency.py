@@ -597,6 +597,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--requests", type=int, default=40, help="measured requests per client")
     parser.add_argument("--warmup", type=int, default=4, help="unmeasured requests per client first")
+    parser.add_argument("--api-alone", action="store_true",
+                        help="no live run emitting and polled during the API load: the list and detail endpoints "
+                             "alone (the live timings are still measured on the idle server)")
     parser.add_argument("--think-ms", type=float, default=0.0,
                         help="mean pause of each client after each answer (0: back to back, the heaviest load)")
     parser.add_argument("--jobs", type=int, default=47, help="baseline planning jobs to seed")
@@ -630,7 +633,8 @@ def main() -> None:
         idle = measure_live(port, seeded, lambda: time.monotonic() < idle_deadline, args.live_rate,
                             max_events=int(args.live_rate * args.live_seconds) + LIVE_RANKS)
 
-        print(f"{args.clients} clients x {args.requests} requests, with a live run being watched...", file=sys.stderr)
+        print(f"{args.clients} clients x {args.requests} requests"
+          f"{'' if args.api_alone else ', with a live run being watched'}...", file=sys.stderr)
         api_load = wait_for_quiet()
         warmups = [client_requests(seeded, client + 1000, args.warmup) for client in range(args.clients)]
         measured = [client_requests(seeded, client, args.requests) for client in range(args.clients)]
@@ -640,8 +644,12 @@ def main() -> None:
         sharing: list[list[int]] = []
         threading.Thread(target=sample_sharing, args=(world.gunicorn.pid, port, load.ready, sharing),
                          daemon=True).start()
-        busy = measure_live(port, seeded, lambda: not load.ready(), args.live_rate,
-                            max_events=int(args.live_rate * 60))
+        if args.api_alone:
+            load.wait()
+            busy = None
+        else:
+            busy = measure_live(port, seeded, lambda: not load.ready(), args.live_rate,
+                                max_events=int(args.live_rate * 60))
         samples, wall_s, retried, client_cpu_s = load.get()
         server_cores = (worker_cpu_s(world.gunicorn.pid) - server_cpu_start) / (time.perf_counter() - load_start)
         after_load = os.getloadavg()
@@ -662,7 +670,10 @@ def main() -> None:
           f"{client_cpu_s / wall_s:.2f} cores, {client_cpu_s * 1e3 / len(samples):.2f} ms per request")
     print(f"\n### Live timings: {LIVE_RANKS} ranks emitting {args.live_rate:g} events/s, one viewer polling as run.js "
           f"({RUN_JS_POLL_MS // 4} ms after events, {RUN_JS_POLL_MS} ms after none)\n")
-    print("\n".join(live_table([("idle server", *idle), (f"during the {args.clients}-client API load", *busy)])))
+    rows = [("idle server", *idle)] + ([(f"during the {args.clients}-client API load", *busy)] if busy else [])
+    print("\n".join(live_table(rows)))
+    if busy is None:
+        print("\n(--api-alone: no live run during the API load)")
     print(f"\ncores: {os.cpu_count()}; load 1/5/15 min before: single-client {load_text(single_load)}, "
           f"live idle {load_text(live_idle_load)}, API load {load_text(api_load)} (after it {load_text(after_load)}); "
           f"DB: {world.engine}; gunicorn {args.gunicorn_flags}{run_sh}, DEBUG=false; "

@@ -95,6 +95,16 @@ class TestThrottling:
         statuses = [with_token(f"guess-{attempt}").get(reverse("api:jobs")).status_code for attempt in range(5)]
         assert statuses == [401, 401, 401, 429, 429]
         assert with_token(key).get(reverse("api:jobs"), REMOTE_ADDR="10.0.0.9").status_code == 200
+        # the guesser's address is not locked out of a valid token: a client sharing it keeps working
+        assert with_token(key).get(reverse("api:jobs")).status_code == 200
+        assert with_token("guess-again").get(reverse("api:jobs")).status_code == 429
+
+    def test_a_valid_token_works_while_the_cache_is_unreachable(self, people, settings):
+        """Only failed attempts read the failure count (in Redis): with Redis away, token clients go on."""
+        _, key = token_create(user=people.member, name="ci", expires_in_days=7)
+        nothing_listens = "redis://127.0.0.1:9/0"  # the discard port: connections are refused at once
+        settings.CACHES = {"default": {"BACKEND": "adaptis_web.cache.RedisCache", "LOCATION": nothing_listens}}
+        assert with_token(key).get(reverse("api:jobs")).status_code == 200
 
     def test_creating_tokens_is_throttled(self, people, rates):
         rates(token_create="2/hour")
