@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,6 +30,22 @@ TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 TEST_QUEUE = f"adaptis-{SESSION_TAG}"
 TEST_EVENTS_PREFIX = f"adaptis-{SESSION_TAG}"
 WORKER_START_TIMEOUT_S = 90
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def delete_test_keys(*patterns: str) -> None:
+    """Delete the keys of the tests' Redis database that match any of ``patterns`` (other sessions share it)."""
+    client = redis.Redis.from_url(TEST_REDIS_URL)
+    keys = [key for pattern in patterns for key in client.scan_iter(pattern)]
+    if keys:
+        client.delete(*keys)
+    client.close()
 
 
 DATABASE_FIXTURES = {"db", "transactional_db", "django_db_setup", "live_server"}
@@ -79,11 +96,7 @@ def isolated_redis():
                     task_routes={task: {"queue": runs_queue(TEST_QUEUE)}
                                  for task in ("studio.run_execute", "studio.profile_measure")})
     yield
-    client = redis.Redis.from_url(TEST_REDIS_URL)
-    leftovers = [*client.scan_iter(f"*{TEST_QUEUE}*"), *client.scan_iter(f"{TEST_EVENTS_PREFIX}:*")]
-    if leftovers:
-        client.delete(*leftovers)
-    client.close()
+    delete_test_keys(f"*{TEST_QUEUE}*", f"{TEST_EVENTS_PREFIX}:*")
     for suffix in ("-wal", "-shm"):  # SQLite's WAL companions of the destroyed test database
         (REPO_ROOT / "var" / f"{SESSION_TAG}.sqlite3{suffix}").unlink(missing_ok=True)
 
@@ -105,11 +118,7 @@ def private_cache():
 
 @pytest.fixture(autouse=True)
 def empty_cache(private_cache):
-    client = redis.Redis.from_url(TEST_REDIS_URL)
-    keys = list(client.scan_iter(f"{TEST_CACHE_PREFIX}:*"))
-    if keys:
-        client.delete(*keys)
-    client.close()
+    delete_test_keys(f"{TEST_CACHE_PREFIX}:*")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.conftest import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE_REDIS_URL = os.environ.get("SMOKE_REDIS_URL", "redis://127.0.0.1:6379/12")
 START_TIMEOUT_S = 600  # a cold pip cache installs torch and the rest first
@@ -36,12 +38,6 @@ LONG_RUN_STEPS, LONG_RUN_MICROBATCHES = 50, 64  # minutes of work: far longer th
 WORKERS = ("planner", "runner")
 
 pytestmark = [pytest.mark.smoke, pytest.mark.timeout(START_TIMEOUT_S + 600)]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _copy_tree(destination: Path) -> None:
@@ -218,7 +214,7 @@ def product(tmp_path):
     tree = tmp_path / "adaptis-studio"
     _copy_tree(tree)
     queue = f"smoke-{os.getpid()}"
-    started = Product(tree, _free_port(), queue)
+    started = Product(tree, free_port(), queue)
     yield started
     if started.make.poll() is None:
         os.killpg(started.make.pid, signal.SIGKILL)

@@ -23,12 +23,11 @@ import time
 from pathlib import Path
 
 import pytest
-import redis
 
 from adaptis_web.studio.models import MeasuredProfile
 from adaptis_web.studio.services.accounts import token_create
 from adaptis_web.studio.services.teams import invitation_create
-from tests.conftest import REPO_ROOT, TEST_QUEUE, TEST_REDIS_URL, service_env, stop_worker
+from tests.conftest import REPO_ROOT, TEST_QUEUE, delete_test_keys, free_port, service_env, stop_worker
 
 HERE = Path(__file__).resolve().parent
 SEED = 20261125
@@ -40,16 +39,10 @@ FUZZ_QUEUE = f"{TEST_QUEUE}-fuzz"  # no worker consumes it; emptied after the ru
 TEAM_ENDING = r"DELETE /api/teams/\{team_id\}/|POST /api/teams/\{team_id\}/(leave|transfer)/"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _production_server(log_path: Path) -> tuple[subprocess.Popen, str]:
     """gunicorn as scripts/run.sh starts it (gunicorn.conf.py), DEBUG off, with throttles that the generator cannot reach (the
     throttles have tests of their own: here they would stop it after a few requests of each creating operation)."""
-    port = _free_port()
+    port = free_port()
     unthrottled = {f"THROTTLE_{scope}": "100000/minute"
                    for scope in ("TOKEN_FAILURES", "TOKEN_CREATE", "SPECS", "JOBS", "RUNS")}
     env = service_env(FUZZ_QUEUE, DEBUG="false", SECRET_KEY=secrets.token_urlsafe(40),
@@ -122,11 +115,7 @@ def test_every_operation_answers_as_its_schema_says(crew, tmp_path):
         finished = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=280)
     finally:
         stop_worker(server)
-        client = redis.Redis.from_url(TEST_REDIS_URL)  # the jobs, runs and profiles it queued: nobody runs them
-        queued = list(client.scan_iter(f"{FUZZ_QUEUE}*"))
-        if queued:
-            client.delete(*queued)
-        client.close()
+        delete_test_keys(f"{FUZZ_QUEUE}*")  # the jobs, runs and profiles it queued: nobody runs them
     output = finished.stdout + finished.stderr
     print(output[-6000:])  # the summary, in the log of a run with -s or -rA
     assert finished.returncode == 0, output[-20000:]

@@ -2,7 +2,6 @@
 two-rank run and started again empty five seconds later. The run succeeds, and every action the ranks measured is
 stored exactly once (stored = measured), whether it came through Redis or was held back and delivered later."""
 
-import socket
 import subprocess
 import threading
 import time
@@ -13,6 +12,7 @@ import redis
 
 from adaptis_web.studio.models import JobStatus, Run, RunEvent
 from adaptis_web.studio.services.runs import run_execute
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,9 +24,7 @@ class PrivateRedis:
     """A redis-server of this test's own on a free port, keeping nothing on disk (as a restarted one loses all)."""
 
     def __init__(self, directory: Path):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self.directory = directory
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen | None = None
