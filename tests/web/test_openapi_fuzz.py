@@ -40,8 +40,9 @@ TEAM_ENDING = r"DELETE /api/teams/\{team_id\}/|POST /api/teams/\{team_id\}/(leav
 
 
 def _production_server(log_path: Path) -> tuple[subprocess.Popen, str]:
-    """gunicorn as scripts/run.sh starts it (gunicorn.conf.py), DEBUG off, with throttles that the generator cannot reach (the
-    throttles have tests of their own: here they would stop it after a few requests of each creating operation)."""
+    """gunicorn as scripts/run.sh starts it (gunicorn.conf.py), DEBUG off, with throttles that the generator cannot
+    reach (the throttles have tests of their own: here they would stop it after a few requests of each creating
+    operation)."""
     port = free_port()
     unthrottled = {f"THROTTLE_{scope}": "100000/minute"
                    for scope in ("TOKEN_FAILURES", "TOKEN_CREATE", "SPECS", "JOBS", "RUNS")}
@@ -89,11 +90,12 @@ def _config(crew, spare_token_key: str, invitation_key: str, profile_id: int) ->
     for name, values in ids.items():
         lines.append(f"dictionaries.{name}.values = {json.dumps([str(value) for value in values])}")
     lines += ["", (HERE / "schemathesis.toml").read_text()]
-    bindings = ", ".join(f'"path.{name}" = {{ dictionary = "{name}", probability = 0.5 }}' for name in ids)
-    team_safe = ", ".join(f'"path.{name}" = {{ dictionary = "{name}", probability = 0.5 }}'
-                          for name in ids if name != "team_id")
-    lines += ["", "[[operations]]", f"exclude-name-regex = '^({TEAM_ENDING})$'", f"parameters = {{ {bindings} }}",
-              "", "[[operations]]", f"include-name-regex = '^({TEAM_ENDING})$'", f"parameters = {{ {team_safe} }}"]
+    def bound(names) -> str:
+        return ", ".join(f'"path.{name}" = {{ dictionary = "{name}", probability = 0.5 }}' for name in names)
+
+    lines += ["", "[[operations]]", f"exclude-name-regex = '^({TEAM_ENDING})$'", f"parameters = {{ {bound(ids)} }}",
+              "", "[[operations]]", f"include-name-regex = '^({TEAM_ENDING})$'",
+              f"parameters = {{ {bound(name for name in ids if name != 'team_id')} }}"]
     return "\n".join(lines) + "\n"
 
 
