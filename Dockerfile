@@ -24,6 +24,8 @@ RUN SECRET_KEY=build-only python manage.py collectstatic --noinput
 
 RUN useradd --create-home adaptis && mkdir -p /app/var && chown -R adaptis /app/var
 USER adaptis
+ENV ADAPTIS_HOST=0.0.0.0 ADAPTIS_PORT=8000
 EXPOSE 8000
-# Workers (two per core, WEB_CONCURRENCY overrides), threads and the per-worker sockets: gunicorn.conf.py.
-CMD ["gunicorn", "adaptis_web.wsgi:application", "--bind", "0.0.0.0:8000", "--config", "gunicorn.conf.py"]
+# The web server as adaptis_web/processes.py defines it (gunicorn.conf.py: two workers per core, WEB_CONCURRENCY
+# overrides); `exec planner`, `exec runner` or `exec warden` makes the same image a worker or the warden.
+CMD ["python", "-m", "adaptis_web.processes", "exec", "web"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import dj_database_url
 
 from adaptis_web.env import env_bool, env_int, env_list, env_str
+from adaptis_web.processes import planning_queue, runs_queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -158,10 +159,10 @@ WHITENOISE_AUTOREFRESH = DEBUG  # development: pick up edited static files witho
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
-CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "adaptis")
+CELERY_TASK_DEFAULT_QUEUE = planning_queue()
 # Runs (torch ranks on the worker's host, minutes of CPU) get their own queue, so planning jobs never wait
-# behind them: `make run` starts one worker per queue, Docker a `worker` and a `runner` service.
-CELERY_RUNS_QUEUE = env_str("CELERY_RUNS_QUEUE", f"{CELERY_TASK_DEFAULT_QUEUE}-runs")
+# behind them: one worker per queue, `planner` and `runner` (adaptis_web/processes.py).
+CELERY_RUNS_QUEUE = runs_queue()
 # Profiles are measured where the runs happen (services.profiling): on the runs queue too.
 CELERY_TASK_ROUTES = {"studio.run_execute": {"queue": CELERY_RUNS_QUEUE},
                       "studio.profile_measure": {"queue": CELERY_RUNS_QUEUE}}

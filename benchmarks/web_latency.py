@@ -4,7 +4,7 @@ Sets up its own world and tears it down: a throwaway PostgreSQL database ``adapt
 file when PostgreSQL does not answer), Redis db 12 with a queue and stream prefix of its own, DEBUG=false.
 Seeds through the services: a team, a user with an API token, two specs per model preset, ~50 planning jobs
 (baselines planned in-process with ``job_run``, a few AdaPtis searches with a 1 s budget), a few finished runs
-of 1000 RunEvents each. Then starts gunicorn as ``scripts/run.sh`` does and measures:
+of 1000 RunEvents each. Then starts gunicorn as ``make run`` does (``adaptis_web/processes.py``) and measures:
 
 1. API: each endpoint's time with one client (service time, no queueing) and its database queries, then 50
    keep-alive clients (in a process of their own, so their GIL does not slow the server or the relay) sending a
@@ -47,11 +47,12 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from adaptis_web.processes import command  # noqa: E402
+
 API_P95_TARGET_MS = 100.0
 LIVE_TARGET_MS = 1000.0
 QUIET_LOAD = 0.8
 QUIET_WAIT_S = 240
-GUNICORN_FLAGS = ["--config", "gunicorn.conf.py"]  # as scripts/run.sh, the Dockerfile and docker-compose.yml
 REDIS_URL = "redis://127.0.0.1:6379/12"
 POSTGRES_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
 RUN_JS_POLL_MS = 400  # static/studio/run.js: POLL_MS; POLL_MS / 4 after a page that had events
@@ -281,10 +282,11 @@ def start_gunicorn(world: World, flags: list[str]) -> int:
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="adaptis-bench-gunicorn-", suffix=".log", delete=False)
     world.gunicorn_log = log.name
-    world.gunicorn = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "adaptis_web.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         *flags, "--error-logfile", log.name], cwd=REPO_ROOT, env=os.environ.copy(),
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    env = dict(os.environ, ADAPTIS_HOST="127.0.0.1", ADAPTIS_PORT=str(port))
+    # The web server as make run, the image and docker-compose start it (adaptis_web/processes.py); extra flags
+    # after it override gunicorn.conf.py's settings.
+    world.gunicorn = subprocess.Popen([*command("web", env).argv, *flags], cwd=REPO_ROOT, env=env, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if world.gunicorn.poll() is not None:
@@ -605,8 +607,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=47, help="baseline planning jobs to seed")
     parser.add_argument("--searches", type=int, default=3, help="AdaPtis search jobs to seed (1 s budget)")
     parser.add_argument("--runs", type=int, default=3, help=f"finished runs of {EVENTS_PER_RUN} events to seed")
-    parser.add_argument("--gunicorn-flags", default=" ".join(GUNICORN_FLAGS),
-                        help="worker flags (default: scripts/run.sh's), to try another configuration")
+    parser.add_argument("--gunicorn-flags", default="",
+                        help="gunicorn flags added to the product's web command, to try another configuration")
     parser.add_argument("--live-seconds", type=float, default=10.0)
     parser.add_argument("--live-rate", type=float, default=100.0, help="events per second, all ranks together")
     args = parser.parse_args()
@@ -656,7 +658,7 @@ def main() -> None:
     finally:
         teardown(world)
 
-    run_sh = " (scripts/run.sh)" if args.gunicorn_flags.split() == GUNICORN_FLAGS else " (NOT scripts/run.sh's)"
+    run_sh = " (make run's)" if not args.gunicorn_flags.split() else " (NOT make run's)"
     print(f"\n### API latency: {args.clients} clients x {args.requests} requests, {args.think_ms:g} ms mean think time "
           f"(+{args.warmup} warm-up each, not counted)\n")
     print("\n".join(api_table(samples, counts, single, wall_s)))

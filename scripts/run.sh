@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs everything, then starts Redis (if needed), the Celery workers, the warden and the web server on
-# http://127.0.0.1:8000 with the embedded defaults (SQLite, local Redis). Ctrl-C stops all of it.
+# Installs everything, then starts Redis (if needed) and, under supervisord, the Celery workers, the warden and the
+# web server on http://127.0.0.1:8000 with the embedded defaults (SQLite, local Redis). Ctrl-C stops all of it.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
@@ -58,26 +58,25 @@ mkdir -p var
 "$PY" manage.py collectstatic --noinput >/dev/null
 seeded="$("$PY" manage.py seed_demo)" && echo "$seeded"
 
-# Planning jobs and runs have their own queues (settings.CELERY_RUNS_QUEUE), so a run never delays a plan.
-queue="${CELERY_QUEUE:-adaptis}"
-"$VENV/bin/celery" -A adaptis_web worker -Q "$queue" -n "planner@%h" \
-    --loglevel=INFO --concurrency=1 >var/worker.log 2>&1 &
+# The planning and runs workers, the warden and the web server (adaptis_web/processes.py defines each) under
+# supervisord (supervisord.conf): a service that dies is started again, and the others go on serving meanwhile.
+PATH="$VENV/bin:$PATH" "$VENV/bin/supervisord" -c "$ROOT/supervisord.conf" &
 children+=($!)
-"$VENV/bin/celery" -A adaptis_web worker -Q "${CELERY_RUNS_QUEUE:-$queue-runs}" -n "runner@%h" \
-    --loglevel=INFO --concurrency=1 >var/runner.log 2>&1 &
-children+=($!)
-# The warden, apart from the workers it watches: fails work whose worker died, re-sends lost messages.
-"$PY" manage.py watch_work >var/warden.log 2>&1 &
-children+=($!)
-# Workers, threads and how connections are spread over the workers: gunicorn.conf.py (WEB_CONCURRENCY overrides the
-# worker count, two per core by default).
-"$VENV/bin/gunicorn" adaptis_web.wsgi:application --bind "$HOST:$PORT" --config gunicorn.conf.py \
-    --access-logfile var/web-access.log --error-logfile var/web.log &
-children+=($!)
+web_up() {
+    "$PY" - "http://$HOST:$PORT/healthz" <<'PY' >/dev/null 2>&1
+import sys, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=2)
+PY
+}
+until web_up; do
+    kill -0 "${children[-1]}" 2>/dev/null || die "the services did not start (see the lines above and var/*.log)"
+    sleep 0.5
+done
 
 say "AdaPtis Studio is up: http://$HOST:$PORT/"
 case "$seeded" in *password*) say "demo login: user 'demo', password 'demo-pass-2026'" ;; esac
-say "logs in var/; Ctrl-C (or a SIGTERM to make) stops everything"
+say "logs in var/ (planner.log, runner.log, warden.log, web.log); Ctrl-C (or a SIGTERM to make) stops everything"
 wait -n "${children[@]}" || true
-say "a process exited (see var/*.log): stopping the others"
+say "$([ -n "$STARTED_REDIS_PID" ] && ! kill -0 "$STARTED_REDIS_PID" 2>/dev/null && echo "redis-server" \
+    || echo "the supervisor") exited (see var/*.log): stopping the others"
 exit 1

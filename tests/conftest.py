@@ -65,8 +65,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def runs_queue(queue: str) -> str:
-    """The runs queue next to ``queue``, as settings.CELERY_RUNS_QUEUE derives it from CELERY_QUEUE."""
-    return f"{queue}-runs"
+    """The runs queue next to planning queue ``queue`` (adaptis_web.processes, which settings reads too)."""
+    from adaptis_web.processes import runs_queue as derived
+
+    return derived({"CELERY_QUEUE": queue})
 
 
 @pytest.fixture(scope="session")
@@ -158,17 +160,16 @@ def service_env(queue: str, **extra_env: str) -> dict[str, str]:
                 **extra_env)
 
 
-def spawn_worker(log_path: Path, *, queue: str, name: str, **extra_env: str) -> WorkerProcess:
-    """Start a real Celery worker (solo pool) on ``queue`` and its runs queue against the test database; wait
-    until it is ready."""
-    env = service_env(queue, **extra_env)
+def spawn_worker(log_path: Path, *, queue: str, service: str, **extra_env: str) -> WorkerProcess:
+    """Start ``service`` (``planner`` or ``runner``) as ``make run`` starts it (adaptis_web/processes.py: the prefork
+    pool, its concurrency, its queue: ``queue`` or its runs queue) against the test database; wait until it is
+    ready. ``ADAPTIS_NODE_PREFIX`` names it apart from other sessions' workers."""
+    from adaptis_web.processes import command
+
+    env = service_env(queue, ADAPTIS_NODE_PREFIX=f"{log_path.stem}-", **extra_env)
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "adaptis_web", "worker", "--pool=solo",
-             "-Q", f"{queue},{runs_queue(queue)}",
-             "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat",
-             "-l", "INFO"],
-            cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(command(service, env).argv, cwd=REPO_ROOT, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
     worker = WorkerProcess(process, log_path)
     deadline = time.monotonic() + WORKER_START_TIMEOUT_S
     while "ready." not in log_path.read_text(errors="replace"):
@@ -179,12 +180,27 @@ def spawn_worker(log_path: Path, *, queue: str, name: str, **extra_env: str) -> 
     return worker
 
 
+@dataclass
+class Workers:
+    """The test session's two workers, as ``make run`` has them: ``planner`` and ``runner``."""
+    planner: WorkerProcess
+    runner: WorkerProcess
+
+    def log_tail(self, characters: int = 4000) -> str:
+        return (f"--- planner ---\n{self.planner.log_tail(characters)}\n"
+                f"--- runner ---\n{self.runner.log_tail(characters)}")
+
+
 @pytest.fixture(scope="session")
-def celery_worker(django_db_setup, tmp_path_factory) -> WorkerProcess:
-    """A real Celery worker (solo pool) consuming this session's queue against the test database."""
-    worker = spawn_worker(tmp_path_factory.mktemp("worker") / "celery.log", queue=TEST_QUEUE, name=SESSION_TAG)
-    yield worker
-    stop_worker(worker.process)
+def celery_worker(django_db_setup, tmp_path_factory) -> Workers:
+    """The planning and the runs worker (``make run``'s, adaptis_web/processes.py) on this session's queues against
+    the test database."""
+    logs = tmp_path_factory.mktemp("workers")
+    planner = spawn_worker(logs / f"{SESSION_TAG}-planner.log", queue=TEST_QUEUE, service="planner")
+    runner = spawn_worker(logs / f"{SESSION_TAG}-runner.log", queue=TEST_QUEUE, service="runner")
+    yield Workers(planner, runner)
+    stop_worker(planner.process)
+    stop_worker(runner.process)
 
 
 def stop_worker(process: subprocess.Popen) -> None:
@@ -251,11 +267,13 @@ def spec_text():
 
 @pytest.fixture
 def spawn_private_worker(django_db_setup, tmp_path):
-    """``spawn_private_worker(queue, **env)``: a worker of this test's own (it may kill it); stopped after."""
+    """``spawn_private_worker(queue, service="planner", **env)``: a worker of this test's own (it may kill it);
+    stopped after."""
     started: list[WorkerProcess] = []
 
-    def spawn(queue: str, **extra_env: str) -> WorkerProcess:
-        worker = spawn_worker(tmp_path / f"{queue}.log", queue=queue, name=f"{queue}-{len(started)}", **extra_env)
+    def spawn(queue: str, service: str = "planner", **extra_env: str) -> WorkerProcess:
+        worker = spawn_worker(tmp_path / f"{queue}-{service}-{len(started)}.log", queue=queue, service=service,
+                              **extra_env)
         started.append(worker)
         return worker
 

@@ -1,9 +1,12 @@
 """The README's first command, as a new user runs it: ``make run`` in a fresh copy of the tree, with a clean
 virtual environment holding the runtime lock only, on a free port, against the machine's Redis.
 
-Then, as the user would: the page answers; both Celery workers answer ``celery inspect ping`` for a full
-minute; a logged-in client creates a search job through the API and sees it succeed; a CPU run of the plan
-finishes with observed events; and a SIGTERM sent to ``make`` alone stops every process it started.
+Then, as the user would: the page answers; each service's main process (the planning and runs workers, the warden,
+the web server) is killed with SIGKILL in turn, as the OOM killer or a crash would, while the page is requested
+over and over: every request is answered, and the service is back (a new process, a worker answering ``celery
+inspect ping``) within a minute; then both Celery workers answer ``celery inspect ping`` for a full minute; a
+logged-in client creates a search job through the API and sees it succeed; a CPU run of the plan finishes with
+observed events; and a SIGTERM sent to ``make`` alone stops every process it started.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ PING_WINDOW_S = 60
 PING_INTERVAL_S = 10
 WORKER_BOOT_S = 90
 STOP_TIMEOUT_S = 20
+BACK_WITHIN_S = 60
 LONG_RUN_STEPS, LONG_RUN_MICROBATCHES = 50, 64  # minutes of work: far longer than a stop may take
 WORKERS = ("planner", "runner")
 
@@ -138,7 +142,7 @@ class Product:
 
     def logs(self) -> str:
         parts = [f"--- make run ---\n{self.output()[-6000:]}"]
-        for name in ("worker.log", "runner.log", "web.log"):
+        for name in ("planner.log", "runner.log", "warden.log", "web.log"):
             path = self.tree / "var" / name
             if path.exists():
                 parts.append(f"--- var/{name} ---\n{path.read_text(errors='replace')[-3000:]}")
@@ -167,11 +171,82 @@ class Product:
             cwd=self.tree, env=self.env, capture_output=True, text=True, timeout=60)
         return result.stdout + result.stderr
 
+    def services(self) -> dict[str, int]:
+        """The main process of each service: supervisord's children, told apart by their command lines."""
+        found = _processes_of(self.tree, self.make.pid)
+        supervisor = next((pid for pid, command in found if "supervisord -c" in command), None)
+        assert supervisor is not None, f"no supervisord among {found}\n{self.logs()}"
+        kinds = {"planner": "-n planner@", "runner": "-n runner@", "warden": "manage.py watch_work",
+                 "web": "gunicorn adaptis_web.wsgi"}
+        services = {}
+        for pid, command in found:
+            if _parent_of(pid) == supervisor:
+                services.update({name: pid for name, mark in kinds.items() if mark in command})
+        return services
+
     def assert_nothing_left(self, after: str) -> None:
         deadline = time.monotonic() + STOP_TIMEOUT_S
         while (left := _processes_of(self.tree, self.make.pid)) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not left, f"processes left {STOP_TIMEOUT_S} s after {after}: {left}\n{self.logs()}"
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+class PageWatch(threading.Thread):
+    """Requests the login page every 0.2 s until stopped; every request that was not answered with 200."""
+
+    def __init__(self, base_url: str):
+        super().__init__(daemon=True)
+        self.url, self.misses, self.answered, self.halt = f"{base_url}/accounts/login/", [], 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                with urllib.request.urlopen(self.url, timeout=10) as response:
+                    self.answered += response.status == 200
+                    if response.status != 200:
+                        self.misses.append(f"HTTP {response.status}")
+            except OSError as error:
+                self.misses.append(f"{time.strftime('%X')}: {error}")
+            time.sleep(0.2)
+
+
+def _kill_each_service_in_turn(product: Product) -> None:
+    """SIGKILL each service's main process while the page is watched; each must come back within BACK_WITHIN_S."""
+    watch = PageWatch(product.base_url)
+    watch.start()
+    host = socket.gethostname()
+    try:
+        for name in ("planner", "runner", "warden", "web"):
+            before = product.services()
+            assert name in before, f"{name} is not running: {before}\n{product.logs()}"
+            os.kill(before[name], signal.SIGKILL)
+            deadline = time.monotonic() + BACK_WITHIN_S
+            while True:
+                now = product.services()
+                back = name in now and now[name] != before[name]
+                if back and name in WORKERS:
+                    back = f"{name}@{host}: OK" in product.ping_workers()
+                if back:
+                    break
+                assert time.monotonic() < deadline, \
+                    f"{name} was not back {BACK_WITHIN_S} s after its SIGKILL: {now}\n{product.logs()}"
+                time.sleep(0.5)
+            assert product.make.poll() is None, f"make run stopped after {name}'s SIGKILL:\n{product.logs()}"
+            assert f"{name} (pid {before[name]}) died unexpectedly; starting it again (its log: var/{name}.log)" \
+                in product.output(), product.logs()
+    finally:
+        watch.halt.set()
+        watch.join()
+    assert not watch.misses, f"the page did not answer while services were killed: {watch.misses}"
+    assert watch.answered > 0
 
 
 def _missing_workers(output: str) -> list[str]:
@@ -239,6 +314,10 @@ def test_make_run_serves_a_search_and_a_cpu_run_and_stops_whole(product):
 
     with urllib.request.urlopen(f"{product.base_url}/accounts/login/", timeout=10) as response:
         assert response.status == 200 and b"password" in response.read()
+
+    # One dead service never stops the others: it is started again and the page answers all along; the job and
+    # the run below then prove the services came back whole.
+    _kill_each_service_in_turn(product)
 
     failures: list[str] = []
     pinged = threading.Event()

@@ -129,17 +129,21 @@ def test_the_run_page_names_the_statistic_next_to_the_observed_iteration(client,
     assert "median over steps 1–2 (2 steps; warm-up step 0 left out)" in page
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid``, read from /proc."""
-    found = []
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (its children, theirs, ...), read from /proc."""
+    parents = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
     return found
 
 
@@ -148,7 +152,7 @@ def _children(pid: int) -> list[int]:
 def test_a_running_run_cancelled_mid_step_ends_its_ranks_within_5_s_and_keeps_its_events(
         spawn_private_worker, people, planned, wait_for):
     queue = f"cancel-{os.getpid()}"
-    worker = spawn_private_worker(queue)  # its own: every child of it is a rank of this run
+    worker = spawn_private_worker(queue, "runner")  # its own: every process below its pool process is a rank
     run = Run.objects.create(plan=planned.plan, created_by=people.member, world_size=2, steps=50,
                              celery_task_id=f"cancel-test-{time.monotonic_ns()}")
     run_execute.apply_async(args=[run.pk], task_id=run.celery_task_id, queue=runs_queue(queue))
@@ -158,7 +162,8 @@ def test_a_running_run_cancelled_mid_step_ends_its_ranks_within_5_s_and_keeps_it
         return row.status == JobStatus.RUNNING and RunEvent.objects.filter(run=row, step__gte=1).exists()
 
     wait_for(mid_run, timeout_s=120, interval_s=0.05, message=f"the run's second step\n{worker.log_tail()}")
-    ranks = _children(worker.process.pid)
+    ranks = [pid for pid in _descendants(worker.process.pid)  # below its prefork pool process
+             if b"executor.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert len(ranks) == 2, f"the worker runs the plan's 2 ranks: {ranks}"
     response = _cancel(people.member, run.pk)
     asked = time.monotonic()

@@ -14,6 +14,7 @@ import pytest
 from celery import current_app
 from django.utils import timezone
 
+from adaptis_web.processes import command
 from adaptis_web.studio.models import JobStatus, PlanningJob
 from adaptis_web.studio.services.broker import pending_task_ids
 from adaptis_web.studio.services.liveness import requeue_lost_work
@@ -39,8 +40,9 @@ def spawn_warden(tmp_path):
 
     def spawn(queue: str, **env: str) -> subprocess.Popen:
         log = open(tmp_path / f"warden-{len(started)}.log", "wb")
-        process = subprocess.Popen([sys.executable, "manage.py", "watch_work"], cwd=REPO_ROOT,
-                                   env=service_env(queue, **env), stdout=log, stderr=subprocess.STDOUT)
+        environment = service_env(queue, **env)
+        process = subprocess.Popen(command("warden", environment).argv, cwd=REPO_ROOT, env=environment, stdout=log,
+                                   stderr=subprocess.STDOUT)  # as make run starts it (adaptis_web/processes.py)
         started.append((process, log))
         return process
 
