@@ -111,6 +111,7 @@ def watch(stdin=sys.stdin, stdout=sys.stdout) -> None:
     The protocol (supervisor.childutils): wait for an event on stdin, answer OK on stdout; what we say goes to
     stderr, which supervisord.conf sends to its own."""
     import signal
+    import time
 
     from supervisor import childutils
 
@@ -126,6 +127,7 @@ def watch(stdin=sys.stdin, stdout=sys.stdout) -> None:
                 _say(line)
             if headers["eventname"] == "PROCESS_STATE_FATAL" and name == "web":
                 _say("nothing is served without the web server: stopping")
+                time.sleep(1)   # supervisord's loop passes on what we said before it takes the signal
                 os.kill(os.getppid(), signal.SIGTERM)
         except Exception as error:  # a listener that dies loses events: say it and go on
             _say(f"the supervisor's listener could not read an event ({type(error).__name__}: {error})")

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -178,6 +179,41 @@ def spawn_worker(log_path: Path, *, queue: str, service: str, **extra_env: str) 
             pytest.fail(f"the Celery worker did not start:\n{worker.log_tail()}")
         time.sleep(0.2)
     return worker
+
+
+@dataclass
+class WebServer:
+    """The product's web server (gunicorn, as ``make run`` starts it) on a free port of 127.0.0.1."""
+    process: subprocess.Popen
+    url: str
+    log_path: Path
+
+
+def start_web_server(log_path: Path, *, queue: str, **extra_env: str) -> WebServer:
+    """Start the web process as ``make run`` does (adaptis_web/processes.py: gunicorn, gunicorn.conf.py) against the
+    test database and Redis, its jobs sent to ``queue``; wait until ``/healthz`` answers."""
+    from adaptis_web.processes import command
+
+    port = free_port()
+    env = service_env(queue, ADAPTIS_HOST="127.0.0.1", ADAPTIS_PORT=str(port), **extra_env)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command("web", env).argv, cwd=REPO_ROOT, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    server = WebServer(process, f"http://127.0.0.1:{port}", log_path)
+    deadline = time.monotonic() + WORKER_START_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"the web server exited:\n{log_path.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/healthz", timeout=5) as response:
+                if response.status == 200:
+                    return server
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            stop_worker(process)
+            pytest.fail(f"the web server did not answer:\n{log_path.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.2)
 
 
 @dataclass

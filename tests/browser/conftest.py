@@ -1,11 +1,14 @@
-"""What every browser test shares: Debian's Chromium, launched by Playwright as this machine allows it, and the
-folder the screenshots go to (for a person to look at)."""
+"""What every browser test shares: the product's web server, Debian's Chromium, launched by Playwright as this
+machine allows it, and the folder the screenshots go to (for a person to look at)."""
 
 from pathlib import Path
 
 import pytest
 from django.db import connections
+from django.test.utils import override_settings
 from playwright.sync_api import sync_playwright
+
+from tests.conftest import TEST_QUEUE, start_web_server, stop_worker
 
 CHROMIUM = "/usr/bin/chromium"
 # As root, with no network but the package registries: no sandbox, no GPU, no background connections.
@@ -13,6 +16,24 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 SCREENS = Path("/tmp/team/screens")
 VIEWPORT = {"width": 1360, "height": 900}
+
+
+class ProductServer:
+    """What pytest-django's ``live_server`` offers the tests (``url``), served by the product's own web process."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self._live_server_modified_settings = override_settings()  # pytest-django's helper enables it: nothing
+
+
+@pytest.fixture(scope="session")
+def live_server(django_db_setup, tmp_path_factory):
+    """The pages as users get them: gunicorn started as ``make run`` starts it (adaptis_web/processes.py), not
+    Django's test server, against the test database and this session's queue. The name stays pytest-django's, so
+    each test that uses it gets a transactional database whose rows the server sees."""
+    server = start_web_server(tmp_path_factory.mktemp("web") / "web.log", queue=TEST_QUEUE)
+    yield ProductServer(server.url)
+    stop_worker(server.process)
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@ stops the whole product, since nothing would be served.
 supervisord runs here as ``scripts/run.sh`` runs it (the same file, the virtual environment first on PATH), from a
 copy of the file in a folder of the test's own so that its ``var/`` logs are the test's; the processes it starts
 run the definitions ``make run`` runs, against the test database and Redis. A service is made to crash at once by
-an invalid setting (``PLANNER_CONCURRENCY=0``, ``ADAPTIS_PORT=0``), which its definition refuses.
+an invalid setting (``PLANNER_CONCURRENCY=0``, ``WEB_CONCURRENCY=none``), which its definition or gunicorn's
+configuration refuses.
 (The kill of each running service's main process, and that it comes back, is in ``test_make_run.py``.)
 """
 
@@ -104,12 +105,11 @@ def test_a_service_that_keeps_crashing_is_given_up_naming_its_log_and_the_web_go
 
 @pytest.mark.django_db(transaction=True)
 def test_a_web_server_that_cannot_start_stops_the_product_naming_its_log(supervisors):
-    product = supervisors("web-crashes", ADAPTIS_PORT="0")
+    product = supervisors("web-crashes", WEB_CONCURRENCY="none")
     product.wait_for("web keeps crashing: given up after 4 failed starts; see var/web.log, then restart make run")
     product.wait_for("nothing is served without the web server: stopping")
     try:
         product.process.wait(timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail(f"supervisord did not stop after giving up the web server:\n{product.text()[-6000:]}")
-    assert "ADAPTIS_PORT must be a whole number of at least 1; got '0'" in \
-        (product.folder / "var" / "web.log").read_text()
+    assert "invalid literal for int() with base 10: 'none'" in (product.folder / "var" / "web.log").read_text()
