@@ -33,3 +33,12 @@ worker_class = "gthread"  # keep-alive connections wait in the worker's poller, 
 threads = int(os.environ.get("WEB_THREADS", "1"))
 reuse_port = True
 graceful_timeout = 5
+
+
+def post_worker_init(worker):
+    """Import every view and what it imports (the planner, the serializers) as a worker starts, not on its first
+    request: a user's first page after a start or a restart of the web server would otherwise wait seconds for it
+    on a busy host."""
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018 (the URLconf imports the views)

@@ -8,7 +8,7 @@ SECURE_HSTS_SECONDS, SECURE_HSTS_INCLUDE_SUBDOMAINS, SECURE_HSTS_PRELOAD, TRUST_
 DB_CONN_MAX_AGE, DB_PREPARED_STATEMENTS, REDIS_URL, CELERY_QUEUE, CELERY_RUNS_QUEUE, LIVE_EVENTS_PREFIX,
 CPU_RUN_MAX_RANKS, CPU_RUN_MAX_PARAMS, RUN_TIMEOUT_S, WORK_HEARTBEAT_S, WORK_STALE_AFTER_S, WORK_WATCH_INTERVAL_S, WORK_QUEUED_GRACE_S,
 WORK_TASK_TIME_LIMIT_S, LOG_LEVEL, ADAPTIS_SEED_DEMO, API_TOKEN_MAX_DAYS, LOGIN_FAILURE_LIMIT,
-LOGIN_COOLOFF_MINUTES, THROTTLE_TOKEN_FAILURES, THROTTLE_TOKEN_CREATE, THROTTLE_SPECS, THROTTLE_JOBS, THROTTLE_RUNS.
+LOGIN_COOLOFF_MINUTES, PASSWORD_HASHERS, THROTTLE_TOKEN_FAILURES, THROTTLE_TOKEN_CREATE, THROTTLE_SPECS, THROTTLE_JOBS, THROTTLE_RUNS.
 """
 
 from datetime import timedelta
@@ -75,6 +75,14 @@ MIDDLEWARE = [
 
 # django-axes counts failed logins by username and address and locks that pair out for a while.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# Django's hashers, strongest first (its default list). The first hashes new passwords; the others verify old ones. The
+# test suite puts a fast one first for the many users it creates, and passes the same list to the web server it
+# starts.
+PASSWORD_HASHERS = env_list("PASSWORD_HASHERS", ["django.contrib.auth.hashers.PBKDF2PasswordHasher",
+                                                 "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
+                                                 "django.contrib.auth.hashers.Argon2PasswordHasher",
+                                                 "django.contrib.auth.hashers.BCryptSHA256PasswordHasher",
+                                                 "django.contrib.auth.hashers.ScryptPasswordHasher"])
 AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MINUTES", 15, minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]

@@ -3,9 +3,10 @@ people every view test checks access with (a team owner, a team member, an outsi
 
 Isolation: several pytest sessions may run at once on this machine (helpers and the lead), so the test
 database, the Celery queue and the live-event stream prefix all carry this session's pid, and Redis uses
-its own database number. The worker is a real ``celery -A adaptis_web worker`` subprocess pointed at the
-same test database; tests that use it must be ``django_db(transaction=True)`` so their rows are committed
-where the worker can see them.
+its own database number. The workers (``planner`` and ``runner``) and the web server of the browser tests are
+the product's own processes, started from their one definition (adaptis_web/processes.py, which ``make run``'s
+supervisord and docker-compose run too) and pointed at the same test database; tests that use them must be
+``django_db(transaction=True)`` so their rows are committed where those processes can see them.
 """
 
 from __future__ import annotations
@@ -124,12 +125,15 @@ def empty_cache(private_cache):
     delete_test_keys(f"{TEST_CACHE_PREFIX}:*")
 
 
+FAST_PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def fast_password_hashing():
     """The production hasher spends ~0.5 s per password by design; tests create many users."""
     from django.conf import settings
 
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
 
 
 def _database_url(settings_dict: dict) -> str:
@@ -157,6 +161,7 @@ def service_env(queue: str, **extra_env: str) -> dict[str, str]:
 
     return dict(os.environ, DATABASE_URL=_database_url(connection.settings_dict), REDIS_URL=TEST_REDIS_URL,
                 CELERY_QUEUE=queue, LIVE_EVENTS_PREFIX=TEST_EVENTS_PREFIX, DB_CONN_MAX_AGE="0",
+                PASSWORD_HASHERS=",".join(FAST_PASSWORD_HASHERS),  # the test users' passwords are hashed so
                 PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
                 **extra_env)
 
