@@ -43,9 +43,9 @@ def die_with_launcher() -> None:
     The launcher stops and reaps its ranks on failure, timeout and interruption, but a launcher that is itself
     killed (SIGKILL, or a SIGTERM Python does not turn into an exception) runs no cleanup, and its ranks
     would go on computing, or wait forever on a peer, holding the cores. ``prctl(PR_SET_PDEATHSIG)`` is how
-    the kernel ties a child's life to its parent's on Linux. A rank not started by ``run_plan`` (the launcher
-    sets ``ADAPTIS_LAUNCHER_PID``; torchrun's agent watches its own ranks) is left alone, as is a host
-    without prctl.
+    the kernel ties a child's life to its parent's on Linux. A process not started by ``run_plan`` or
+    ``executor.alongside.run_alongside`` (they set ``ADAPTIS_LAUNCHER_PID``; torchrun's agent watches its own
+    ranks) is left alone, as is a host without prctl.
     """
     launcher = os.environ.get(LAUNCHER_PID_ENV)
     if launcher is None or not sys.platform.startswith("linux"):
@@ -178,47 +178,6 @@ def measure_quietly(measure: Callable[[], T], *, max_other_load: float = 0.1, at
         if other <= max_other_load:
             break
     return best
-
-
-def run_alongside(target: Callable, per_process_args: list[tuple], *, timeout_s: float = 600) -> list:
-    """What each of ``len(per_process_args)`` spawned processes puts on its queue, in the order they finish.
-
-    Process i runs ``target(*per_process_args[i], start, results)``: it sets itself up (binding, threads,
-    building), waits on the barrier ``start`` so that all of them measure at the same time, as a host's local
-    ranks run, and puts one picklable result on ``results``. A process that exits without its result ends
-    the wait at once with an ExecutorError naming it and its exit code (not at the timeout); every process
-    is gone when this returns."""
-    import multiprocessing
-    import queue
-
-    context = multiprocessing.get_context("spawn")
-    start, results = context.Barrier(len(per_process_args)), context.Queue()
-    workers = [context.Process(target=target, args=(*args, start, results), daemon=True) for args in per_process_args]
-    for worker in workers:
-        worker.start()
-    collected: list = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(collected) < len(workers):
-            try:
-                collected.append(results.get(timeout=0.2))
-            except queue.Empty:
-                for index, worker in enumerate(workers):
-                    if worker.exitcode not in (None, 0):
-                        raise ExecutorError(f"process {index} of {len(workers)} ({target.__name__}) exited with "
-                                            f"code {worker.exitcode} before its result; its error is above")
-                if time.monotonic() > deadline:
-                    raise ExecutorError(f"{target.__name__}: {len(workers) - len(collected)} of {len(workers)} "
-                                        f"processes gave no result within {timeout_s:.0f} s")
-    finally:
-        for worker in workers:
-            if len(collected) < len(workers):   # failed or timed out: what is left waits for nothing
-                worker.kill()
-            worker.join(timeout=5)
-            if worker.is_alive():
-                worker.kill()
-                worker.join()
-    return collected
 
 
 def retried_once(run: Callable[[], T]) -> T:

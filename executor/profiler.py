@@ -36,7 +36,8 @@ from dataclasses import replace
 import torch
 
 from executor.backward import backward_input, backward_weight
-from executor.host import bind_local_rank, fair_share_threads, run_alongside
+from executor.alongside import run_alongside
+from executor.host import bind_local_rank, fair_share_threads
 from executor.model.build import build_layers
 from executor.model.layers import Head
 from planner.cluster import load_cluster_preset

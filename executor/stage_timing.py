@@ -26,7 +26,8 @@ import time
 import torch
 
 from executor.data import synthetic_batch
-from executor.host import bind_local_rank, run_alongside
+from executor.alongside import run_alongside
+from executor.host import bind_local_rank
 from executor.model.linear import weight_grad_deferral
 from executor.worker import SPLIT_BACKWARD, build_runners
 from planner.plan import Plan, load_plan

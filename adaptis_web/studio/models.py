@@ -204,6 +204,9 @@ class PlanningJob(TrackedWork):
                                          related_name="jobs",
                                          help_text="the profile measured on the runs' host this job plans with "
                                                    "(services.profiling); the job waits for it while it is measured")
+    analytic_profile_reason = models.TextField(
+        blank=True, help_text="why a job on cpu-host planned on the analytic profile instead of one measured on the "
+                              "runs' host (the measuring failed, or the model is not measured there); else empty")
 
     def __str__(self) -> str:
         return f"job {self.pk} ({self.schedule}, {self.num_devices} devices)"

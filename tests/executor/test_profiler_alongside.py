@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import billiard
+
 from executor.profiler import fastest_of, measure_profile_alongside
 from planner.spec.presets import load_model_preset
 
@@ -41,3 +43,14 @@ def test_a_process_slowed_down_throughout_does_not_set_the_profile():
     assert [layer.forward for layer in combined.layers[1:]] == [layer.forward for layer in steady.layers[1:]]
     assert [layer.backward_weight for layer in combined.layers] == [layer.backward_weight for layer in steady.layers]
     assert combined.device.endswith("2 processes at once")
+
+
+def _profile_in_a_pool_process():
+    return measure_profile_alongside(load_model_preset("tiny-llama"), processes=2, threads=1, repeats=1, warmup=0,
+                                     timeout_s=240).to_dict()
+
+
+def test_a_celery_prefork_pool_process_measures_a_profile():
+    with billiard.Pool(1) as pool:   # its processes are daemonic, as the runs worker's are
+        profile = pool.apply(_profile_in_a_pool_process)
+    assert profile["source"] == "measured" and len(profile["layers"]) == load_model_preset("tiny-llama").num_layers

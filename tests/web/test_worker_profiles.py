@@ -56,6 +56,7 @@ def test_a_cpu_host_job_waits_for_the_profile_measured_on_the_runs_worker_and_pl
     assert (measured.num_ranks, measured.split_backward) == (2, False) and "cores)" in measured.host
     job = wait_for(lambda: _finished(PlanningJob, job_id), timeout_s=60, message=f"the job\n{celery_worker.log_tail()}")
     assert job.status == JobStatus.SUCCEEDED, job.error
+    assert job.analytic_profile_reason == "", "it planned on the measured profile: no reason to give"
     plan = Plan.objects.get(job=job)
     assert plan.profile_doc == measured.profile_doc, "the plan was built on the measured profile"
     # Measured once per spec, ranks and backward split, then reused.

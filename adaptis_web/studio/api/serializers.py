@@ -326,14 +326,17 @@ class JobOutput(PlainOutputMixin, serializers.ModelSerializer):
     num_microbatches = serializers.IntegerField(help_text="0 for a hybrid job: the search chooses them")
     pins = serializers.JSONField(help_text="hybrid: the pinned tp, cp, pp, dp, ep, microbatch_size, recompute, "
                                            "distributed_optimizer")
+    analytic_profile_reason = serializers.CharField(
+        help_text="why this job on cpu-host planned on the analytic profile instead of one measured on the runs' host "
+                  "(measuring it failed, or the runs' host does not measure this model); empty when it did not")
 
     class Meta:
         model = PlanningJob
         fields = ["id", "name", "spec", "spec_name", "created_by", "mode", "cluster_preset", "saved_cluster",
                   "num_devices", "num_microbatches", "schedule", "partition", "seed", "time_budget_s",
                   "memory_limit_bytes", "gpus", "seq_len", "global_batch", "pins", "status", "progress",
-                  "progress_message", "cancel_requested", "error", "plans", "created_at", "started_at",
-                  "finished_at", "archived_at"]
+                  "progress_message", "cancel_requested", "error", "analytic_profile_reason", "plans", "created_at",
+                  "started_at", "finished_at", "archived_at"]
 
 
 class PlanListOutput(PlainOutputMixin, serializers.ModelSerializer):

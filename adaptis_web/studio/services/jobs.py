@@ -149,17 +149,18 @@ def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request:
     from adaptis_web.studio.tasks import plan_job_run  # tasks import services: resolve the cycle at call time
 
     spec_check_team(team=spec_record.team, user=user, doing="planning a spec")
-    measured = None
-    if profile is None and request.cluster_preset == LOCAL_CLUSTER_PRESET:
-        measured = profile_for_cpu_job(spec_record=spec_record, user=user, num_devices=request.num_devices,
-                                       schedule=request.schedule)
+    measured, unmeasured_reason = None, ""
+    if profile is None and request.cluster_preset == LOCAL_CLUSTER_PRESET and request.hybrid is None:
+        measured, unmeasured_reason = profile_for_cpu_job(spec_record=spec_record, user=user,
+                                                          num_devices=request.num_devices, schedule=request.schedule)
     job = PlanningJob.objects.create(
         spec=spec_record, created_by=user, cluster_preset=request.cluster_preset,
         cluster_doc=request.cluster.to_dict(), num_devices=request.num_devices,
         num_microbatches=request.num_microbatches, schedule=request.schedule, partition=request.partition,
         seed=request.seed, time_budget_s=request.time_budget_s, memory_limit_bytes=request.memory_limit_bytes,
         profile_doc=None if profile is None else profile.to_dict(), calibrated_from=calibrated_from,
-        calibration=calibration or {}, measured_profile=measured, celery_task_id=str(uuid.uuid4()),
+        calibration=calibration or {}, measured_profile=measured, analytic_profile_reason=unmeasured_reason,
+        celery_task_id=str(uuid.uuid4()),
         progress_message="Waiting for a worker" if measured is None or measured.is_finished else
         f"Waiting for profile {measured.pk}, measured on the runs' host",
         mode=request.mode, cluster_record=request.cluster_record,
@@ -245,8 +246,9 @@ def _plan_job(job: PlanningJob) -> Plan | None:
         if profile is not None:
             _job_progress(job.pk, 0.15, note)
         else:
-            _job_progress(job.pk, 0.15, f"Profiling {spec.num_layers} layers analytically on {cluster.device.name}"
-                                        + (f" ({note})" if note else ""))
+            if note:  # no silent fallback: the job's page and API say why it planned on the analytic profile
+                PlanningJob.objects.filter(pk=job.pk).update(analytic_profile_reason=note)
+            _job_progress(job.pk, 0.15, f"Profiling {spec.num_layers} layers analytically on {cluster.device.name}")
             profile = analytic_profile(spec, cluster)
     if job.schedule == ADAPTIS_SCHEDULE:
         _job_progress(job.pk, SEARCH_PROGRESS_SPAN[0], f"Searching partition, placement and schedule for "

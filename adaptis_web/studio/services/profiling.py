@@ -73,18 +73,19 @@ def measured_profile_create(*, spec_record: ModelSpecRecord, user: AbstractBaseU
 
 
 def profile_for_cpu_job(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, num_devices: int,
-                        schedule: str) -> MeasuredProfile | None:
+                        schedule: str) -> tuple[MeasuredProfile | None, str]:
     """The measured profile a job planning ``spec_record`` on ``cpu-host`` uses: the newest one measured (or being
-    measured) for ``num_devices`` ranks and the schedule's backward split, else a new one queued now; None for a
-    model a CPU run would not take as it is (the job then plans on the analytic profile)."""
-    if cpu_run_refusal(load_model_spec(spec_record.doc)):
-        return None
+    measured) for ``num_devices`` ranks and the schedule's backward split, else a new one queued now; and "". For a
+    model a CPU run would not take as it is: (None, why), and the job plans on the analytic profile."""
+    refusal = cpu_run_refusal(load_model_spec(spec_record.doc))
+    if refusal:
+        return None, f"the runs' host does not measure this model as it is: {refusal}"
     split_backward = schedule in SPLIT_BACKWARD_SCHEDULES
     reusable = MeasuredProfile.objects.filter(
         spec=spec_record, num_ranks=num_devices, split_backward=split_backward, plan__isnull=True,
         status__in=(JobStatus.SUCCEEDED, JobStatus.RUNNING, JobStatus.QUEUED), deleted_at__isnull=True).first()
     return reusable or measured_profile_create(spec_record=spec_record, user=user, num_ranks=num_devices,
-                                               split_backward=split_backward)
+                                               split_backward=split_backward), ""
 
 
 def plan_stage_timing(*, job: PlanningJob, plan: Plan) -> MeasuredProfile | None:
@@ -116,12 +117,13 @@ def plan_local_prediction(plan: Plan) -> dict | None:
 
 def job_profile(job: PlanningJob) -> tuple[Profile | None, str]:
     """The measured profile ``job`` plans with and the sentence saying so; (None, why) when it plans on the
-    analytic profile although it asked for a measured one."""
+    analytic profile although it asked for a measured one (``services.jobs`` records why on the job)."""
     measured = job.measured_profile
     if measured is None:
         return None, ""
     if measured.status != JobStatus.SUCCEEDED:
-        return None, f"measuring profile {measured.pk} on the runs' host {measured.status}: {measured.error}"
+        return None, (f"measuring profile {measured.pk} on the runs' host {measured.status}"
+                      + (f": {measured.error}" if measured.error else ""))
     return load_profile(measured.profile_doc), (f"Planning on profile {measured.pk}, measured on {measured.host} "
                                                 f"({measured.num_ranks} ranks at once)")
 
