@@ -286,7 +286,8 @@ def job_run(*, job_id: int) -> Plan | None:
     waiting for its measured profile stays queued: the profile's task sends it again when it is done.
     """
     waiting = PlanningJob.objects.select_related("measured_profile").filter(pk=job_id).first()
-    if waiting is not None and profile_waiting(waiting):
+    if waiting is not None and waiting.status == JobStatus.QUEUED and profile_waiting(waiting):  # (a cancelled
+        # job is skipped below at once, whatever its profile does)
         logger.info("planning job %s waits for measured profile %s", job_id, waiting.measured_profile_id)
         return None
     claimed = PlanningJob.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
