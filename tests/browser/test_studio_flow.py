@@ -86,6 +86,7 @@ def test_upload_plan_and_run_on_cpu(celery_worker, live_server, people, spec_tex
     page.click("#run-on-cpu")
     expect(page.locator("h1")).to_contain_text("Run #")
     page.wait_for_function("""() => {
+      if (typeof Chart === "undefined") return false;  // the page's scripts, at its end, still loading
       const chart = Chart.getChart(document.getElementById("timeline"));
       return chart && chart.data.datasets.some((d) => d.source === "observed" && d.data.length > 0);
     }""", timeout=120_000)

@@ -222,6 +222,21 @@ class PageWatch(threading.Thread):
         return [outcome for label, outcome in self.outcomes if label == during and outcome != "ok"]
 
 
+def _orphaned_web_workers(product: Product, master: int) -> list[int]:
+    """gunicorn processes left of a killed master: neither ``master`` nor its workers."""
+    return [pid for pid, command in _processes_of(product.tree, product.make.pid)
+            if "gunicorn adaptis_web.wsgi" in command and pid != master and _parent_of(pid) != master]
+
+
+def _wait_until(condition, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _kill_each_service_in_turn(product: Product) -> None:
     """SIGKILL each service's main process while the page is watched; each must come back within BACK_WITHIN_S.
 
@@ -250,8 +265,12 @@ def _kill_each_service_in_turn(product: Product) -> None:
                 back = name in now and now[name] != before[name]
                 if back and name in WORKERS:
                     back = f"{name}@{host}: OK" in product.ping_workers()
-                if back and name == "web":
-                    back = bool(watch.outcomes) and watch.outcomes[-1] == ("web", "ok")
+                if back and name == "web":  # the old master's workers gone (they may answer a moment), the new
+                    # one's answering
+                    back = not _orphaned_web_workers(product, now["web"])
+                    answered = len(watch.outcomes)
+                    back = back and _wait_until(lambda: len(watch.outcomes) > answered + 1) and \
+                        watch.outcomes[-1] == ("web", "ok")
                 if back:
                     break
                 assert time.monotonic() < deadline, \
