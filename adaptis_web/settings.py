@@ -246,7 +246,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": [
         "adaptis_web.studio.api.parsers.BoundedJSONParser",
         "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
+        "adaptis_web.studio.api.parsers.StrictMultiPartParser",
     ],
 }
 SWAGGER_UI_DIST_VERSION = "5.35.0"

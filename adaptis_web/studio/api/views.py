@@ -10,12 +10,12 @@ from django.db import transaction
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
-from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.parsers import FormParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from adaptis_web.studio import selectors
-from adaptis_web.studio.api.parsers import BoundedJSONParser
+from adaptis_web.studio.api.parsers import BoundedJSONParser, StrictMultiPartParser
 from adaptis_web.studio.api.throttles import ThrottledCreate
 from adaptis_web.studio.api.serializers import (
     SPEC_CREATE_SCHEMAS,
@@ -140,7 +140,7 @@ class SpecListCreateApi(ThrottledCreate, HistoryListApi):
     serializer_class = SpecOutput
     filterset_class = SpecFilter
     kind = "specs"
-    parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
+    parser_classes = [StrictMultiPartParser, FormParser, BoundedJSONParser]
 
     @extend_schema(request=SPEC_CREATE_SCHEMAS, responses={201: SpecDetailOutput})
     def post(self, request):
@@ -173,7 +173,7 @@ class ClusterListCreateApi(ThrottledCreate, HistoryListApi):
     serializer_class = ClusterOutput
     filterset_class = ClusterFilter
     kind = "clusters"
-    parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
+    parser_classes = [StrictMultiPartParser, FormParser, BoundedJSONParser]
 
     @extend_schema(request=ClusterCreateInput, responses={201: ClusterDetailOutput},
                    description="Save an adaptis.cluster/v1 document (JSON or YAML file, or inline) for a team; "
