@@ -1,12 +1,45 @@
 """What the OpenAPI schema says of a request is what the API does with it: each case here is one the stateful
-schema fuzzing found (tests/web/test_openapi_fuzz.py)."""
+schema fuzzing found (tests/web/test_openapi_fuzz.py), checked both ways: the request's verdict by the schema (as
+JSON Schema) and the API's answer."""
 
 from __future__ import annotations
 
+import re
+
+import jsonschema_rs
+import pytest
+from django.core.management import call_command
 from django.urls import reverse
+from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
-from adaptis_web.studio.models import Invitation
+from adaptis_web.studio.api.serializers import WHITE_SPACE
+from adaptis_web.studio.models import ClusterRecord, Invitation, Plan
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict:
+    return SchemaGenerator().get_schema(request=None, public=True)
+
+
+def _json_schema(node):
+    """OpenAPI 3.0's ``nullable`` as JSON Schema's null type."""
+    if isinstance(node, list):
+        return [_json_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    converted = {key: _json_schema(value) for key, value in node.items() if key != "nullable"}
+    if node.get("nullable"):
+        converted = {"anyOf": [converted, {"type": "null"}]}
+    return converted
+
+
+def _valid(schema: dict, path: str, method: str, body, media_type: str = "application/json") -> bool:
+    request = schema["paths"][path][method]["requestBody"]["content"][media_type]["schema"]
+    document = {**_json_schema(request), "components": _json_schema(schema["components"])}
+    # Schemathesis' validator: its regular expressions are ECMA 262's, as JSON Schema says (Python's $ would also
+    # match before a final newline)
+    return jsonschema_rs.Draft4Validator(document).is_valid(body)
 
 
 def _api(user) -> APIClient:
@@ -18,6 +51,79 @@ def _api(user) -> APIClient:
 def _refused(response, field: str) -> None:
     assert response.status_code == 400, response.content[:500]
     assert response.json()["errors"][0]["field"] == field, response.json()
+
+
+def test_the_schema_is_valid_openapi_3_0(tmp_path):
+    """A null retry_after_s was written as 3.1's type list, which a 3.0 reader refuses."""
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yml"))
+
+
+def test_white_space_is_what_python_strips():
+    """DRF strips text with str.strip(); the schema's patterns spell those characters out."""
+    spelt = re.compile(f"[{WHITE_SPACE}]")
+    assert {chr(c) for c in range(0x110000) if chr(c).isspace()} == {
+        chr(c) for c in range(0x110000) if spelt.fullmatch(chr(c))}
+
+
+@pytest.mark.parametrize("name, accepted", [
+    ("\x00", False),  # \S took the NUL: the schema said valid, the API refused it
+    ("\x1d", False),  # white space to Python (stripped, then blank), not to the schema's \S
+    ("  ", False),
+    ("\ufeff", True),  # white space to the schema's \s, not to Python
+    (" ci ", True),
+    (" " * 60 + "x" * 41, False),  # 101 characters as sent: DRF counted them after stripping
+])
+def test_a_token_name_is_valid_by_the_schema_exactly_when_the_api_takes_it(schema, people, name, accepted):
+    assert _valid(schema, "/api/tokens/", "post", {"name": name}) is accepted
+    response = _api(people.owner).post("/api/tokens/", {"name": name}, format="json")
+    assert response.status_code == (201 if accepted else 400), response.content
+
+
+def test_a_blank_name_is_valid_where_the_api_takes_it(schema, people, planned):
+    """drf-spectacular wrote a blank-allowed text as oneOf(its pattern, empty), and an empty text matches both."""
+    owner = _api(people.owner)
+    assert _valid(schema, "/api/jobs/{job_id}/", "patch", {"name": ""})
+    assert owner.patch(reverse("api:job", args=[planned.job.pk]), {"name": ""}, format="json").status_code == 200
+    for name in ("", " "):  # a spec keeps a name
+        assert not _valid(schema, "/api/specs/{spec_id}/", "patch", {"name": name})
+        _refused(owner.patch(reverse("api:spec", args=[planned.spec.pk]), {"name": name}, format="json"), "name")
+
+
+class TestJobs:
+    def _body(self, planned, **fields) -> dict:
+        return {"spec": planned.spec.pk, "num_devices": 2, "num_microbatches": 4, **fields}
+
+    def test_a_form_sends_an_optional_choice_or_flag_as_null(self, people, planned):
+        owner = _api(people.owner)
+        form = {**self._body(planned, cluster_preset="cpu-host"), "recompute": "null",
+                "distributed_optimizer": "null"}
+        assert owner.post("/api/jobs/", form, format="multipart").status_code == 201
+        for flag in (0, 1, "yes"):  # JSON's 0 is no boolean
+            _refused(owner.post("/api/jobs/", self._body(planned, cluster_preset="cpu-host",
+                                                         distributed_optimizer=flag), format="json"),
+                     "distributed_optimizer")
+
+    def test_a_custom_cluster_is_a_document(self, schema, people, planned):
+        body = self._body(planned, cluster=[])
+        assert not _valid(schema, "/api/jobs/", "post", body)
+        _refused(_api(people.owner).post("/api/jobs/", body, format="json"), "cluster")
+
+
+def test_documents_are_objects(schema, people, planned):
+    owner = _api(people.owner)
+    derive = reverse("api:plan-derive", args=[planned.plan.pk])
+    for body, field in (({"plan": []}, "plan"), ({"plan": None}, "plan"), ({"plan": {}, "name": 5}, "name")):
+        assert not _valid(schema, "/api/plans/{plan_id}/derive/", "post", body)
+        _refused(owner.post(derive, body, format="json"), field)
+    assert not _valid(schema, "/api/clusters/", "post", {"doc": None})
+    _refused(owner.post("/api/clusters/", {"doc": None}, format="json"), "doc")
+    assert Plan.objects.count() == 1 and not ClusterRecord.objects.exists()
+
+
+def test_a_saved_cluster_is_sent_as_a_document_in_json_or_a_file_in_a_form(schema):
+    content = schema["paths"]["/api/clusters/"]["post"]["requestBody"]["content"]
+    assert content["application/json"]["schema"]["required"] == ["doc"]
+    assert content["multipart/form-data"]["schema"]["required"] == ["file"]
 
 
 def test_a_multipart_body_whose_parts_name_no_field_is_refused(people):

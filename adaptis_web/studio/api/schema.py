@@ -17,7 +17,7 @@ A job's ``result`` is empty (``{}``) for a baseline job and until a job succeeds
 search and hybrid summaries.
 
 And a history filter given empty (``?status=``, as the History page's form sends an unused one) filters nothing: its
-schema says so.
+schema says so. Another hook: a text that may be blank (``document_blank_texts``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ SCHEMAS = {
     "Errors": {"type": "object", "required": ["errors"], "properties": {
         "errors": {"type": "array", "items": ERROR_ITEM, "minItems": 1},
         "request_id": {"type": "string", "description": "500 only: the id the failure is logged under"},
-        "retry_after_s": {"type": ["integer", "null"], "description": "429 only: seconds until a retry may pass"},
+        "retry_after_s": {"type": "integer", "nullable": True,
+                          "description": "429 only: seconds until a retry may pass"},
     }},
     "Detail": {"type": "object", "required": ["detail"], "properties": {"detail": {"type": "string"}}},
 }
@@ -50,6 +51,29 @@ def _empty_means_unfiltered(parameters: list[dict]) -> None:
 
 
 EMPTY_RESULT = {"type": "object", "maxProperties": 0, "description": "no result: a baseline job, or not succeeded"}
+
+
+BLANK = {"type": "string", "maxLength": 0}
+
+
+def _blank_any_of(node) -> None:
+    if isinstance(node, dict):
+        alternatives = node.get("oneOf")
+        if isinstance(alternatives, list) and len(alternatives) == 2 and alternatives[1] == BLANK:
+            node["anyOf"] = node.pop("oneOf")
+        for value in node.values():
+            _blank_any_of(value)
+    elif isinstance(node, list):
+        for value in node:
+            _blank_any_of(value)
+
+
+def document_blank_texts(result: dict, generator, request, public) -> dict:
+    """A text that may be blank: drf-spectacular writes ``oneOf: [its pattern, an empty string]``, but the pattern
+    matches an empty string too, and an empty string that matches both alternatives of a oneOf is invalid:
+    ``anyOf`` says what the API takes."""
+    _blank_any_of(result)
+    return result
 
 
 def document_errors(result: dict, generator, request, public) -> dict:

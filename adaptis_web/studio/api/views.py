@@ -18,6 +18,7 @@ from adaptis_web.studio import selectors
 from adaptis_web.studio.api.parsers import BoundedJSONParser, StrictMultiPartParser
 from adaptis_web.studio.api.throttles import ThrottledCreate
 from adaptis_web.studio.api.serializers import (
+    CLUSTER_CREATE_SCHEMAS,
     SPEC_CREATE_SCHEMAS,
     ClusterCreateInput,
     ClusterDetailOutput,
@@ -39,6 +40,7 @@ from adaptis_web.studio.api.serializers import (
     DependentsOutput,
     PlanListOutput,
     RenameInput,
+    RequiredNameInput,
 )
 from adaptis_web.studio.filters import (ClusterFilter, HistoryCursorPagination, HistoryFilterBackend, JobFilter,
                                         PlanFilter, RunFilter, SpecFilter)
@@ -95,18 +97,29 @@ class CuratedDetailMixin:
         object_id = self.kwargs[f"{self.kind.removesuffix('s')}_id"]  # the detail URL's spec_id, job_id, ...
         return selectors.curated_get_for_user(user=self.request.user, kind=self.kind, object_id=object_id)
 
-    @extend_schema(request=RenameInput, responses=CuratedOutput)
-    def patch(self, request, **ids):
+    def rename(self, request, input_class) -> Response:
         obj = self.curated_object()
-        data = RenameInput(data=request.data)
+        data = input_class(data=request.data)
         data.is_valid(raise_exception=True)
         return Response(curated_output(curation.object_rename(obj=obj, user=request.user,
                                                               name=data.validated_data["name"])))
+
+    @extend_schema(request=RenameInput, responses=CuratedOutput)
+    def patch(self, request, **ids):
+        return self.rename(request, RenameInput)
 
     @extend_schema(request=None, responses={200: CuratedOutput},
                    description="Delete softly, with what depends on it (see dependents/); an admin can restore it.")
     def delete(self, request, **ids):
         return Response(curated_output(curation.object_delete(obj=self.curated_object(), user=request.user)))
+
+
+class NamedDetailMixin(CuratedDetailMixin):
+    """PATCH renames (``name``: a spec or a saved cluster keeps one), DELETE deletes softly (with its dependents)."""
+
+    @extend_schema(request=RequiredNameInput, responses=CuratedOutput)
+    def patch(self, request, **ids):
+        return self.rename(request, RequiredNameInput)
 
 
 def curated_output(obj) -> dict:
@@ -160,7 +173,7 @@ class SpecListCreateApi(ThrottledCreate, HistoryListApi):
         return Response(SpecDetailOutput(record).data, status=status.HTTP_201_CREATED)
 
 
-class SpecDetailApi(CuratedDetailMixin, APIView):
+class SpecDetailApi(NamedDetailMixin, APIView):
     kind = "specs"
 
     @extend_schema(responses=SpecDetailOutput)
@@ -175,7 +188,7 @@ class ClusterListCreateApi(ThrottledCreate, HistoryListApi):
     kind = "clusters"
     parser_classes = [StrictMultiPartParser, FormParser, BoundedJSONParser]
 
-    @extend_schema(request=ClusterCreateInput, responses={201: ClusterDetailOutput},
+    @extend_schema(request=CLUSTER_CREATE_SCHEMAS, responses={201: ClusterDetailOutput},
                    description="Save an adaptis.cluster/v1 document (JSON or YAML file, or inline) for a team; "
                                "its jobs offer it as a cluster. A bad document is a 400 naming the field inside it.")
     def post(self, request):
@@ -195,7 +208,7 @@ class ClusterListCreateApi(ThrottledCreate, HistoryListApi):
         return Response(ClusterDetailOutput(record).data, status=status.HTTP_201_CREATED)
 
 
-class ClusterDetailApi(CuratedDetailMixin, APIView):
+class ClusterDetailApi(NamedDetailMixin, APIView):
     kind = "clusters"
 
     @extend_schema(responses=ClusterDetailOutput)
