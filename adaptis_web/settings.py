@@ -266,7 +266,8 @@ SPECTACULAR_SETTINGS = {
                             "MembershipRoleEnum": "adaptis_web.studio.models.Membership.Role"},  # a PATCH body requires what its serializer requires (a rename needs a name)
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "adaptis_web.studio.api.schema.document_errors",
-                             "adaptis_web.studio.api.schema.document_blank_texts"],
+                             "adaptis_web.studio.api.schema.document_blank_texts",
+                             "adaptis_web.studio.api.schema.document_request_rules"],
 }
 
 # Unhandled exceptions reach the logger django.request with their traceback; Django's default configuration

@@ -14,7 +14,9 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from adaptis_web.studio.api.serializers import WHITE_SPACE
-from adaptis_web.studio.models import ClusterRecord, Invitation, Plan
+from adaptis_web.studio.models import ClusterRecord, Invitation, Plan, PlanningJob
+from adaptis_web.studio.services.clusters import cluster_create
+from planner.cluster import load_cluster_preset
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +94,44 @@ def test_a_blank_name_is_valid_where_the_api_takes_it(schema, people, planned):
 class TestJobs:
     def _body(self, planned, **fields) -> dict:
         return {"spec": planned.spec.pk, "num_devices": 2, "num_microbatches": 4, **fields}
+
+    def test_a_job_names_one_cluster(self, schema, people, planned):
+        owner = _api(people.owner)
+        saved = cluster_create(team=people.team, owner=people.owner, cluster=load_cluster_preset("cpu-host"))
+        body = self._body(planned, cluster_preset="cpu-host")
+        assert _valid(schema, "/api/jobs/", "post", body)
+        assert owner.post("/api/jobs/", body, format="json").status_code == 201
+        for body, field in ((self._body(planned), "cluster_preset"),
+                            (self._body(planned, cluster_preset="cpu-host", saved_cluster=saved.pk), "saved_cluster"),
+                            (self._body(planned, cluster_preset="cpu-host", cluster={}), "cluster")):
+            assert not _valid(schema, "/api/jobs/", "post", body)
+            _refused(owner.post("/api/jobs/", body, format="json"), field)
+        assert PlanningJob.objects.count() == 2  # the planned job and the one above
+
+    def test_a_pipeline_job_needs_its_devices_a_hybrid_job_its_gpus(self, schema, people, planned):
+        owner = _api(people.owner)
+        pipeline = {"spec": planned.spec.pk, "cluster_preset": "cpu-host", "num_devices": 2}
+        hybrid = {"spec": planned.spec.pk, "cluster_preset": "h100-sxm-1x8", "mode": "hybrid", "gpus": 8,
+                  "seq_len": 4096}
+        for body, field in ((pipeline, "num_microbatches"), (hybrid, "global_batch")):
+            assert not _valid(schema, "/api/jobs/", "post", body)
+            _refused(owner.post("/api/jobs/", body, format="json"), field)
+        assert _valid(schema, "/api/jobs/", "post", {**hybrid, "global_batch": 64})
+
+    @pytest.mark.parametrize("preset, accepted", [
+        ("cpu-host", True), ("b200-131072x1024", True), ("h100-sxm-007x8", True),
+        ("b200-131073x8", False), ("b200-1x1025", False), ("h100-sxm-0x8", False), ("tpu-pod", False),
+        ("h100-sxm-1x8\n", False),  # the name's pattern ended in $, which takes a final newline in Python
+    ])
+    def test_a_cluster_preset_is_valid_by_the_schema_exactly_when_the_api_knows_it(self, schema, people, planned,
+                                                                                     preset, accepted):
+        body = self._body(planned, cluster_preset=preset, num_devices=1)
+        assert _valid(schema, "/api/jobs/", "post", body) is accepted
+        response = _api(people.owner).post("/api/jobs/", body, format="json")
+        if accepted:
+            assert response.status_code == 201, response.content
+        else:
+            _refused(response, "cluster_preset")
 
     def test_a_form_sends_an_optional_choice_or_flag_as_null(self, people, planned):
         owner = _api(people.owner)

@@ -17,10 +17,13 @@ A job's ``result`` is empty (``{}``) for a baseline job and until a job succeeds
 search and hybrid summaries.
 
 And a history filter given empty (``?status=``, as the History page's form sends an unused one) filters nothing: its
-schema says so. Another hook: a text that may be blank (``document_blank_texts``).
+schema says so. Two more hooks: a text that may be blank (``document_blank_texts``), and the rules between a
+request's fields (``document_request_rules``).
 """
 
 from __future__ import annotations
+
+from adaptis_web.studio.api.serializers import JOB_CREATE_RULES
 
 ERROR_ITEM = {"type": "object", "properties": {"field": {"type": "string"}, "reason": {"type": "string"}},
               "required": ["field", "reason"]}
@@ -53,6 +56,7 @@ def _empty_means_unfiltered(parameters: list[dict]) -> None:
 EMPTY_RESULT = {"type": "object", "maxProperties": 0, "description": "no result: a baseline job, or not succeeded"}
 
 
+REQUEST_RULES = {"JobCreateInputRequest": JOB_CREATE_RULES}
 BLANK = {"type": "string", "maxLength": 0}
 
 
@@ -73,6 +77,15 @@ def document_blank_texts(result: dict, generator, request, public) -> dict:
     matches an empty string too, and an empty string that matches both alternatives of a oneOf is invalid:
     ``anyOf`` says what the API takes."""
     _blank_any_of(result)
+    return result
+
+
+def document_request_rules(result: dict, generator, request, public) -> dict:
+    """Rules between a request's fields that JSON Schema can state (a job's one cluster of three ways, its mode and
+    what that requires), added to the request's component."""
+    components = result.get("components", {}).get("schemas", {})
+    for name, rules in REQUEST_RULES.items():
+        components[name].update(rules)
     return result
 
 

@@ -26,6 +26,8 @@ from adaptis_web.studio.services.teams import GRANTABLE_ROLES
 from adaptis_web.studio.services.profiling import MAX_PROFILE_RANKS
 from adaptis_web.studio.services.runs import MAX_RUN_STEPS
 from planner.baselines import PARTITIONS
+from planner.cluster import preset_names
+from planner.hardware import ACCELERATORS
 from planner.limits import MAX_PIPELINE_DEVICES, RANGES
 from planner.parallel.config import RECOMPUTE_MODES
 
@@ -312,6 +314,36 @@ def _pin(help_text: str, limit: int = MAX_GPUS) -> serializers.IntegerField:
                                     help_text=f"hybrid only, optional: {help_text}; empty lets the search choose")
 
 
+# Exactly the names planner.cluster.is_cluster_preset accepts (planner.limits bounds a named cluster's nodes at
+# 2^17 and its GPUs per node at 2^10), or empty when another cluster is given.
+NODES = "0*(?:[1-9][0-9]{0,4}|1[0-2][0-9]{4}|130[0-9]{3}|1310[0-6][0-9]|13107[0-2])"
+GPUS_PER_NODE = "0*(?:[1-9][0-9]{0,2}|10[01][0-9]|102[0-4])"
+CLUSTER_PRESET_PATTERN = (f"^(?:{'|'.join(preset_names())}|(?:{'|'.join(ACCELERATORS)})-{NODES}x{GPUS_PER_NODE})?$")
+
+
+@extend_schema_field({"type": "string", "pattern": CLUSTER_PRESET_PATTERN})
+class ClusterPresetField(StrictCharField):
+    """A cluster preset's name, as sent: the schema states which (the planner's refusal names the known ones)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(trim_whitespace=False, **kwargs)
+
+
+# What JSON Schema can say of a job beyond its fields (api.schema.document_request_rules adds it to the schema)
+JOB_CREATE_RULES = {"allOf": [
+    {"description": "one cluster: a preset, a custom document or a saved cluster",
+     "oneOf": [{"required": ["cluster_preset"], "properties": {"cluster_preset": {"minLength": 1}}},
+               {"required": ["cluster"]},
+               {"required": ["saved_cluster"], "properties": {"saved_cluster": {"type": "integer"}}}]},
+    {"description": "a pipeline job takes num_devices and num_microbatches, a hybrid job gpus, seq_len and "
+                   "global_batch",
+     "oneOf": [{"required": ["num_devices", "num_microbatches"], "properties": {"mode": {"enum": ["pipeline"]}}},
+               {"required": ["mode", "gpus", "seq_len", "global_batch"],
+                "properties": {"mode": {"enum": ["hybrid"]}, "gpus": {"type": "integer"},
+                               "seq_len": {"type": "integer"}, "global_batch": {"type": "integer"}}}]},
+]}
+
+
 class JobCreateInput(serializers.Serializer):
     spec = IdField(help_text="id of a spec of one of your teams")
     mode = serializers.ChoiceField(choices=JobMode.choices, default=JobMode.PIPELINE,
@@ -319,9 +351,9 @@ class JobCreateInput(serializers.Serializer):
                                              'up to memory_limit_bytes); "hybrid": choose TP, CP, PP, DP, EP, '
                                              "micro-batch size and recomputation for gpus GPUs (gpus, seq_len, "
                                              "global_batch and the optional pins)")
-    cluster_preset = StrictCharField(required=False, allow_blank=True, default="",
-                                     help_text="a preset file (see /api/presets/) or a named cluster "
-                                               "'<device>-<nodes>x<gpus per node>', e.g. h100-sxm-1024x8")
+    cluster_preset = ClusterPresetField(required=False, allow_blank=True, default="",
+                                        help_text="a preset file (see /api/presets/) or a named cluster "
+                                                  "'<device>-<nodes>x<gpus per node>', e.g. h100-sxm-1024x8")
     cluster = DocumentField(required=False, help_text="a custom adaptis.cluster/v1 document")
     saved_cluster = IdField(required=False, allow_null=True, default=None,
                             help_text="id of a saved cluster of the spec's team (/api/clusters/)")
