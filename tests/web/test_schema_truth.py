@@ -182,3 +182,14 @@ def test_a_multipart_body_whose_parts_name_no_field_is_refused(people):
     empty = owner.post(url, data=f"--{boundary}--\r\n".encode(),
                        content_type=f"multipart/form-data; boundary={boundary}")
     assert empty.status_code == 201 and empty.json()["role"] == "member"
+
+
+def test_an_empty_or_repeated_events_cursor_is_refused(schema, people, finished_run):
+    """?after= is no integer, as the schema says: it was read as 0 (and the page was answered from the start)."""
+    parameters = {parameter["name"]: parameter["schema"]
+                  for parameter in schema["paths"]["/api/runs/{run_id}/events/"]["get"]["parameters"]}
+    assert parameters["after"]["type"] == parameters["limit"]["type"] == "integer"
+    url = reverse("api:run-events", args=[finished_run.pk])
+    for query, field in (("after=", "after"), ("limit=", "limit"), ("after=1&after=2", "after"), ("after=+1", "after")):
+        _refused(_api(people.owner).get(f"{url}?{query}"), field)
+    assert _api(people.owner).get(f"{url}?after=1&limit=2").json()["last_seq"] == 3

@@ -15,6 +15,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from adaptis_web.studio import selectors
+from adaptis_web.studio.selectors import RUN_EVENTS_PAGE
+from adaptis_web.studio.url_converters import MAX_ID
 from adaptis_web.studio.api.parsers import BoundedJSONParser, StrictMultiPartParser
 from adaptis_web.studio.api.throttles import ThrottledCreate
 from adaptis_web.studio.api.serializers import (
@@ -43,7 +45,7 @@ from adaptis_web.studio.api.serializers import (
     RequiredNameInput,
 )
 from adaptis_web.studio.filters import (ClusterFilter, HistoryCursorPagination, HistoryFilterBackend, JobFilter,
-                                        PlanFilter, RunFilter, SpecFilter)
+                                        PlanFilter, RunFilter, SpecFilter, checked_query_int)
 from adaptis_web.studio.services import curation
 from adaptis_web.studio.services.jobs import JOB_SCHEDULES, job_cancel, job_create, job_request_check
 from adaptis_web.studio.services.calibration import job_replan_from_run
@@ -326,10 +328,10 @@ class RunEventsApi(APIView):
     @extend_schema(parameters=[RunEventsQuery], responses=RunEventsOutput)
     def get(self, request, run_id: int):
         run = selectors.run_state_for_user(user=request.user, run_id=run_id)
-        query = RunEventsQuery(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        after = query.validated_data["after"]
-        events = selectors.run_event_rows_after(run=run, after_seq=after, limit=query.validated_data["limit"])
+        # As the paging parameters are read: an empty or repeated one is a 400 too (a serializer took ?after= as 0)
+        after = checked_query_int(request, "after", 0, MAX_ID, 0)
+        limit = checked_query_int(request, "limit", 1, RUN_EVENTS_PAGE, RUN_EVENTS_PAGE)
+        events = selectors.run_event_rows_after(run=run, after_seq=after, limit=limit)
         # RunEventsOutput's shape, built directly: the rows are already plain values (a page of events is polled
         # several times a second per viewer).
         return Response({"run": run.pk, "status": str(run.status), "finished": run.is_finished,
