@@ -267,7 +267,8 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "adaptis_web.studio.api.schema.document_errors",
                              "adaptis_web.studio.api.schema.document_blank_texts",
-                             "adaptis_web.studio.api.schema.document_request_rules"],
+                             "adaptis_web.studio.api.schema.document_request_rules",
+                             "adaptis_web.studio.api.schema_links.document_links"],
 }
 
 # Unhandled exceptions reach the logger django.request with their traceback; Django's default configuration

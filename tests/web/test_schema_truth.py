@@ -1,9 +1,11 @@
 """What the OpenAPI schema says of a request is what the API does with it: each case here is one the stateful
 schema fuzzing found (tests/web/test_openapi_fuzz.py), checked both ways: the request's verdict by the schema (as
-JSON Schema) and the API's answer."""
+JSON Schema) and the API's answer. And the schema's links lead from a response to operations that exist, through
+fields the response has."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import jsonschema_rs
@@ -13,6 +15,7 @@ from django.urls import reverse
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.api.schema_links import ENDS
 from adaptis_web.studio.api.serializers import WHITE_SPACE
 from adaptis_web.studio.models import ClusterRecord, Invitation, Plan, PlanningJob
 from adaptis_web.studio.services.clusters import cluster_create
@@ -193,3 +196,50 @@ def test_an_empty_or_repeated_events_cursor_is_refused(schema, people, finished_
     for query, field in (("after=", "after"), ("limit=", "limit"), ("after=1&after=2", "after"), ("after=+1", "after")):
         _refused(_api(people.owner).get(f"{url}?{query}"), field)
     assert _api(people.owner).get(f"{url}?after=1&limit=2").json()["last_seq"] == 3
+
+
+def _pointed(schema: dict, node: dict, pointer: str) -> bool:
+    """Whether a response of schema ``node`` can have a value at ``pointer`` (numbers index arrays)."""
+    for part in pointer.strip("/").split("/"):
+        while "$ref" in node:
+            node = schema["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]]
+        if part.isdigit():
+            node = node.get("items")
+        else:
+            node = (node.get("properties") or {}).get(part)
+        if node is None:
+            return False
+    return True
+
+
+def test_every_link_leads_through_a_field_of_its_response_to_an_operation_that_exists(schema):
+    operations = {operation["operationId"]: operation for item in schema["paths"].values()
+                  for operation in item.values()}
+    count = 0
+    for operation_id, operation in operations.items():
+        for status, response in operation["responses"].items():
+            body = (response.get("content") or {}).get("application/json", {}).get("schema", {})
+            for name, link in (response.get("links") or {}).items():
+                count += 1
+                target = operations[link["operationId"]]
+                names = {f"{parameter['in']}.{parameter['name']}" for parameter in target.get("parameters", [])}
+                for key, value in link.get("parameters", {}).items():
+                    assert key in names, (operation_id, name, key)
+                    if value.startswith("$response.body#"):
+                        assert _pointed(schema, body, value.split("#", 1)[1]), (operation_id, name, value)
+                for value in re.findall(r"\$response\.body#(/[\w/]*)", json.dumps(link.get("requestBody", ""))):
+                    assert _pointed(schema, body, value), (operation_id, name, value)
+    assert count > 250
+
+
+def test_what_ends_an_object_is_linked_only_from_the_response_that_created_or_cancelled_it(schema):
+    ending = {opens.operation_id for kind in ENDS.values() for opens in kind}
+    sources = set()
+    for item in schema["paths"].values():
+        for operation in item.values():
+            for status, response in operation["responses"].items():
+                for link in (response.get("links") or {}).values():
+                    if link["operationId"] in ending:
+                        sources.add(operation["operationId"])
+    assert sources == {"specs_create", "clusters_create", "jobs_create", "jobs_cancel_create", "runs_replan_create",
+                       "plans_derive_create", "runs_create", "runs_cancel_create", "teams_create", "tokens_create"}
