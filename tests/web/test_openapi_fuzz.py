@@ -45,7 +45,7 @@ MIN_REQUESTS = 1000
 # until the time is spent. A time limit on the whole run would cut the coverage phase short instead, to keep time
 # for the phases after it.
 STATEFUL_SECONDS = 20
-MIN_SCENARIOS = 20  # after the other phases, ~70 scenarios over ~45 of the 324 links on an idle 2-core host
+MIN_SCENARIOS = 20  # after the other phases: 60-100 scenarios over 45-65 of the 320 links on the 2-core host
 MIN_LINKS = 20
 FUZZ_QUEUE = f"{TEST_QUEUE}-fuzz"  # no worker consumes it; emptied after the run
 # Operations that end an object for the rest of the run: deleting a spec, cluster, job, plan or run (with what

@@ -15,7 +15,7 @@ from django.urls import reverse
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
-from adaptis_web.studio.api.schema_links import ENDS
+from adaptis_web.studio.api.schema_links import ENDS, MEMBER_ENDS
 from adaptis_web.studio.api.serializers import WHITE_SPACE
 from adaptis_web.studio.models import ClusterRecord, Invitation, Plan, PlanningJob
 from adaptis_web.studio.services.clusters import cluster_create
@@ -233,7 +233,8 @@ def test_every_link_leads_through_a_field_of_its_response_to_an_operation_that_e
 
 
 def test_what_ends_an_object_is_linked_only_from_the_response_that_created_or_cancelled_it(schema):
-    ending = {opens.operation_id for kind in ENDS.values() for opens in kind}
+    ending = {opens.operation_id for kind in ENDS.values() for opens in kind} | {
+        opens.operation_id for opens in MEMBER_ENDS}
     sources = set()
     for item in schema["paths"].values():
         for operation in item.values():
@@ -242,4 +243,5 @@ def test_what_ends_an_object_is_linked_only_from_the_response_that_created_or_ca
                     if link["operationId"] in ending:
                         sources.add(operation["operationId"])
     assert sources == {"specs_create", "clusters_create", "jobs_create", "jobs_cancel_create", "runs_replan_create",
-                       "plans_derive_create", "runs_create", "runs_cancel_create", "teams_create", "tokens_create"}
+                       "plans_derive_create", "runs_create", "runs_cancel_create", "teams_create", "tokens_create",
+                       "teams_members_create"}

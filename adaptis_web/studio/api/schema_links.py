@@ -9,7 +9,8 @@ postprocessing hook ``document_links``), from each response that names an object
   that document and a derived plan; a run its operations, its events, a re-plan and its plan; a re-plan answers
   a job.
 - A list opens its first row (``results/0``).
-- A team opens its page, rename, invitations and new members; a new member their role and removal.
+- A team opens its page, rename, invitations and new members, and its first member's role; a new member their
+  role and removal.
 - What ends an object (delete, leaving or handing over a team, a token's revocation) is linked only from the
   response that created it, or that cancelled it (a job or a run must be finished to be deleted): a client that
   follows links from what it reads never deletes, leaves or revokes anything. A deleted object links to its
@@ -103,9 +104,9 @@ PLAN_DOCUMENT = [Opens("SimulatePlan", "plans_simulate_create", "path.plan_id", 
 # A saved cluster's document, saved again.
 CLUSTER_DOCUMENT = [Opens("CopyCluster", "clusters_create", "", {"requestBody": {"doc": "$response.body#/doc"}},
                           "save its document again, as a new cluster")]
-# A member of a team: their role, their removal, the team's ownership.
-MEMBER = [Opens("ChangeRole", "teams_members_partial_update", "path.user_id"),
-          Opens("RemoveMember", "teams_members_destroy", "path.user_id")]
+# A member of a team: their role; their removal only from the response that made them one (MEMBERS).
+MEMBER = [Opens("ChangeRole", "teams_members_partial_update", "path.user_id")]
+MEMBER_ENDS = [Opens("RemoveMember", "teams_members_destroy", "path.user_id")]
 RESTORE = {"spec": "specs", "cluster": "clusters", "job": "jobs", "plan": "plans", "run": "runs"}
 
 
@@ -164,13 +165,14 @@ RESPONSES = [
     Names("teams_list", "200", {"team": "/results/0/id"}),
     Names("tokens_create", "201", {"token": "/id"}, created="token"),
 ]
-# A member's id and the team it is in, by the response that names them.
-MEMBERS = [("teams_create", "201", "/members/0/user_id", "$response.body#/id"),
-           ("teams_retrieve", "200", "/members/0/user_id", "$request.path.team_id"),
-           ("teams_partial_update", "200", "/members/0/user_id", "$request.path.team_id"),
-           ("teams_transfer_create", "200", "/members/0/user_id", "$request.path.team_id"),
-           ("teams_members_create", "201", "/user_id", "$request.path.team_id"),
-           ("teams_members_partial_update", "200", "/user_id", "$request.path.team_id")]
+# A member's id and the team it is in, by the response that names them, and whether it created the membership (a
+# new team's owner, who may leave it; a member added).
+MEMBERS = [("teams_create", "201", "/members/0/user_id", "$response.body#/id", True),
+           ("teams_retrieve", "200", "/members/0/user_id", "$request.path.team_id", False),
+           ("teams_partial_update", "200", "/members/0/user_id", "$request.path.team_id", False),
+           ("teams_transfer_create", "200", "/members/0/user_id", "$request.path.team_id", False),
+           ("teams_members_create", "201", "/user_id", "$request.path.team_id", True),
+           ("teams_members_partial_update", "200", "/user_id", "$request.path.team_id", False)]
 # A deleted object's restore.
 DELETED = [(f"{kind}s_destroy", kind) for kind in RESTORE]
 
@@ -224,9 +226,10 @@ def document_links(result: dict, generator, request, public) -> dict:
 
     for names in RESPONSES:
         add(names.operation_id, names.status, _links_of(names))
-    for operation_id, status, user_pointer, team in MEMBERS:
+    for operation_id, status, user_pointer, team, created in MEMBERS:
         add(operation_id, status, {opens.name: {"operationId": opens.operation_id, "parameters": {
-            "path.team_id": team, "path.user_id": f"$response.body#{user_pointer}"}} for opens in MEMBER})
+            "path.team_id": team, "path.user_id": f"$response.body#{user_pointer}"}}
+            for opens in MEMBER + (MEMBER_ENDS if created else [])})
     for operation_id, kind in DELETED:
         add(operation_id, "200", {f"Restore{kind.capitalize()}": {
             "operationId": "root_create", "description": f"restore this {kind} (an admin)",
