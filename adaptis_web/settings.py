@@ -255,7 +255,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": [
         "adaptis_web.studio.api.parsers.BoundedJSONParser",
         "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
+        "adaptis_web.studio.api.parsers.StrictMultiPartParser",
     ],
 }
 SWAGGER_UI_DIST_VERSION = "5.35.0"
@@ -274,7 +274,10 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {"GrantableRoleEnum": ["admin", "member", "viewer"],
                             "MembershipRoleEnum": "adaptis_web.studio.models.Membership.Role"},  # a PATCH body requires what its serializer requires (a rename needs a name)
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
-                             "adaptis_web.studio.api.schema.document_errors"],
+                             "adaptis_web.studio.api.schema.document_errors",
+                             "adaptis_web.studio.api.schema.document_blank_texts",
+                             "adaptis_web.studio.api.schema.document_request_rules",
+                             "adaptis_web.studio.api.schema_links.document_links"],
 }
 
 # Unhandled exceptions reach the logger django.request with their traceback; Django's default configuration

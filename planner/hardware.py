@@ -64,7 +64,7 @@ NAMED_CLUSTER = re.compile(r"^(?P<device>[a-z0-9-]+?)-(?P<nodes>\d+)x(?P<per_nod
 
 def parse_cluster_name(name: str) -> tuple[str, int, int] | None:
     """``(accelerator, nodes, gpus per node)`` for a name like ``h100-sxm-1024x8``; None if it is not one."""
-    match = NAMED_CLUSTER.match(name)
+    match = NAMED_CLUSTER.fullmatch(name)  # not match: its $ would also take a name ending in a newline
     if match is None or match.group("device") not in ACCELERATORS:
         return None
     nodes, per_node = int(match.group("nodes")), int(match.group("per_node"))

@@ -13,14 +13,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from adaptis_web.studio import selectors
-from adaptis_web.studio.api.serializers import PlanOutput
+from adaptis_web.studio.api.serializers import DocumentField, PlanOutput, StrictCharField
 from adaptis_web.studio.services.exports import FORMATS, plan_export
 from adaptis_web.studio.services.plan_editing import plan_derive, plan_simulate_edit
 
 
 class PlanDeriveInput(serializers.Serializer):
-    plan = serializers.JSONField(help_text="the edited adaptis.plan/v1 or /v2 document, as simulate/ takes it")
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    plan = DocumentField(help_text="the edited adaptis.plan/v1 or /v2 document, as simulate/ takes it")
+    name = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
 
 
 SIMULATE_DESCRIPTION = (

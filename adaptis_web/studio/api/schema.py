@@ -17,10 +17,13 @@ A job's ``result`` is empty (``{}``) for a baseline job and until a job succeeds
 search and hybrid summaries.
 
 And a history filter given empty (``?status=``, as the History page's form sends an unused one) filters nothing: its
-schema says so.
+schema says so. Two more hooks: a text that may be blank (``document_blank_texts``), and the rules between a
+request's fields (``document_request_rules``).
 """
 
 from __future__ import annotations
+
+from adaptis_web.studio.api.serializers import JOB_CREATE_RULES
 
 ERROR_ITEM = {"type": "object", "properties": {"field": {"type": "string"}, "reason": {"type": "string"}},
               "required": ["field", "reason"]}
@@ -28,7 +31,8 @@ SCHEMAS = {
     "Errors": {"type": "object", "required": ["errors"], "properties": {
         "errors": {"type": "array", "items": ERROR_ITEM, "minItems": 1},
         "request_id": {"type": "string", "description": "500 only: the id the failure is logged under"},
-        "retry_after_s": {"type": ["integer", "null"], "description": "429 only: seconds until a retry may pass"},
+        "retry_after_s": {"type": "integer", "nullable": True,
+                          "description": "429 only: seconds until a retry may pass"},
     }},
     "Detail": {"type": "object", "required": ["detail"], "properties": {"detail": {"type": "string"}}},
 }
@@ -50,6 +54,39 @@ def _empty_means_unfiltered(parameters: list[dict]) -> None:
 
 
 EMPTY_RESULT = {"type": "object", "maxProperties": 0, "description": "no result: a baseline job, or not succeeded"}
+
+
+REQUEST_RULES = {"JobCreateInputRequest": JOB_CREATE_RULES}
+BLANK = {"type": "string", "maxLength": 0}
+
+
+def _blank_any_of(node) -> None:
+    if isinstance(node, dict):
+        alternatives = node.get("oneOf")
+        if isinstance(alternatives, list) and len(alternatives) == 2 and alternatives[1] == BLANK:
+            node["anyOf"] = node.pop("oneOf")
+        for value in node.values():
+            _blank_any_of(value)
+    elif isinstance(node, list):
+        for value in node:
+            _blank_any_of(value)
+
+
+def document_blank_texts(result: dict, generator, request, public) -> dict:
+    """A text that may be blank: drf-spectacular writes ``oneOf: [its pattern, an empty string]``, but the pattern
+    matches an empty string too, and an empty string that matches both alternatives of a oneOf is invalid:
+    ``anyOf`` says what the API takes."""
+    _blank_any_of(result)
+    return result
+
+
+def document_request_rules(result: dict, generator, request, public) -> dict:
+    """Rules between a request's fields that JSON Schema can state (a job's one cluster of three ways, its mode and
+    what that requires), added to the request's component."""
+    components = result.get("components", {}).get("schemas", {})
+    for name, rules in REQUEST_RULES.items():
+        components[name].update(rules)
+    return result
 
 
 def document_errors(result: dict, generator, request, public) -> dict:

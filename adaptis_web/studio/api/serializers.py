@@ -26,6 +26,8 @@ from adaptis_web.studio.services.teams import GRANTABLE_ROLES
 from adaptis_web.studio.services.profiling import MAX_PROFILE_RANKS
 from adaptis_web.studio.services.runs import MAX_RUN_STEPS
 from planner.baselines import PARTITIONS
+from planner.cluster import preset_names
+from planner.hardware import ACCELERATORS
 from planner.limits import MAX_PIPELINE_DEVICES, RANGES
 from planner.parallel.config import RECOMPUTE_MODES
 
@@ -35,12 +37,18 @@ NO_NUL = RegexValidator(r"^[^\x00]*$", "must not contain a NUL character")
 
 class StrictCharField(serializers.CharField):
     """Text in a request must be sent as text: DRF's CharField turns 867 into "867", which the schema (a string)
-    says is invalid."""
+    says is invalid. And its length is the length sent, as the schema's maxLength counts it: DRF counts it after
+    taking the white space around it away."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         if not any(isinstance(validator, RegexValidator) for validator in self.validators):
             self.validators.append(NO_NUL)  # refused anyway by DRF; the pattern puts it in the schema
+
+    def run_validation(self, data=serializers.empty):
+        if isinstance(data, str) and self.max_length is not None and len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)  # before a text of white space is taken as blank
+        return super().run_validation(data)
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
@@ -60,8 +68,8 @@ class StrictBooleanField(serializers.BooleanField):
         self.fail("invalid", input=data)
 
 
-class OptionalIntegerField(serializers.IntegerField):
-    """An integer that may be null: JSON's null, or in a form (where every value is text) the word "null" or
+class FormNullMixin:
+    """A field that may be null: JSON's null, or in a form (where every value is text) the word "null" or
     nothing, as DRF already reads an empty one."""
 
     def get_value(self, dictionary):
@@ -69,6 +77,32 @@ class OptionalIntegerField(serializers.IntegerField):
         if self.allow_null and html.is_html_input(dictionary) and value == "null":
             return None
         return value
+
+
+class OptionalIntegerField(FormNullMixin, serializers.IntegerField):
+    pass
+
+
+class OptionalChoiceField(FormNullMixin, serializers.ChoiceField):
+    pass
+
+
+class OptionalBooleanField(FormNullMixin, StrictBooleanField):
+    pass
+
+
+@extend_schema_field(OpenApiTypes.OBJECT)
+class DocumentField(serializers.JSONField):
+    """A JSON document in a request (a model, a cluster, a plan): an object, as its schema says; DRF's JSONField
+    takes any JSON value. In a form, the document's JSON text."""
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if not isinstance(value, dict):
+            self.fail("not_a_document", type=type(value).__name__)
+        return value
+
+    default_error_messages = {"not_a_document": "must be a JSON object (a document), not {type}"}
 
 
 def IdField(**kwargs) -> serializers.IntegerField:  # noqa: N802 — a field, named like one
@@ -88,7 +122,12 @@ class TeamOutput(serializers.ModelSerializer):
         return next(m.role for m in team.memberships.all() if m.user_id == user.pk)
 
 
-NOT_BLANK = RegexValidator(r"^[^\x00]*\S[^\x00]*$", "must contain a character other than white space, and no NUL")
+# The characters Python's str.strip() takes away (str.isspace()), which DRF does to text before it checks it, spelt
+# out: \s means other characters in Python than in the schema's regular expressions (ECMA 262: not \x1c-\x1f or
+# \x85, but \ufeff), and takes NUL along with it.
+WHITE_SPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NOT_BLANK = RegexValidator(rf"^[^\x00]*[^\x00{WHITE_SPACE}][^\x00]*$",
+                           "must contain a character other than white space, and no NUL")
 
 
 class TeamCreateInput(serializers.Serializer):
@@ -160,7 +199,22 @@ class TokenCreatedOutput(TokenOutput):
 
 
 class RenameInput(serializers.Serializer):
-    name = StrictCharField(max_length=200, allow_blank=True)
+    name = StrictCharField(max_length=200, allow_blank=True, help_text="empty: the page shows the id")
+
+
+@extend_schema_field({"type": "string", "maxLength": 200, "pattern": NOT_BLANK.regex.pattern})
+class RequiredNameField(StrictCharField):
+    """The schema says what services.curation.object_rename refuses (white space alone), which says so naming the
+    kind; the text reaches it as sent."""
+
+    def __init__(self, **kwargs):
+        super().__init__(trim_whitespace=False, error_messages={"blank": "is required"}, **kwargs)
+
+
+class RequiredNameInput(serializers.Serializer):
+    """A spec's or a saved cluster's new name: one is required (jobs, plans and runs may have none)."""
+
+    name = RequiredNameField(max_length=200)
 
 
 class CuratedOutput(serializers.Serializer):
@@ -195,23 +249,29 @@ class SpecDetailOutput(SpecOutput):
         fields = SpecOutput.Meta.fields + ["doc"]
 
 
-SPEC_CREATE_SCHEMAS = {
-    # Exactly one of the document's two ways in, said in the schema: a file in a form, or the document in JSON.
-    "application/json": {"type": "object", "required": ["doc"], "properties": {
-        "team": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1, "description": "defaults to your only team"},
-        "doc": {"type": "object", "description": "an adaptis.model/v1 document or a HF config.json, inline"},
-        "name": {"type": "string", "maxLength": 200, "pattern": "^[^\\x00]*$"}}},
-    "multipart/form-data": {"type": "object", "required": ["file"], "properties": {
-        "team": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1, "description": "defaults to your only team"},
-        "file": {"type": "string", "format": "binary", "description": "adaptis.model/v1 JSON/YAML or a HF config.json"},
-        "name": {"type": "string", "maxLength": 200, "pattern": "^[^\\x00]*$"}}},
-}
+def document_create_schemas(*, doc: str, file: str) -> dict:
+    """The request schemas of an upload (a spec, a cluster): exactly one of the document's two ways in, said in the
+    schema per media type: a file in a form, or the document in JSON."""
+    common = {"team": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1,
+                       "description": "defaults to your only team"},
+              "name": {"type": "string", "maxLength": 200, "pattern": "^[^\\x00]*$",
+                       "description": "defaults to the document's name"}}
+    return {"application/json": {"type": "object", "required": ["doc"], "properties": {
+                **common, "doc": {"type": "object", "description": f"{doc}, inline"}}},
+            "multipart/form-data": {"type": "object", "required": ["file"], "properties": {
+                **common, "file": {"type": "string", "format": "binary", "description": file}}}}
+
+
+SPEC_CREATE_SCHEMAS = document_create_schemas(doc="an adaptis.model/v1 document or a HF config.json",
+                                              file="adaptis.model/v1 JSON/YAML or a HF config.json")
+CLUSTER_CREATE_SCHEMAS = document_create_schemas(doc="an adaptis.cluster/v1 document",
+                                                 file="adaptis.cluster/v1 as JSON or YAML")
 
 
 class SpecCreateInput(serializers.Serializer):
     team = IdField(required=False, help_text="defaults to your only team")
     file = serializers.FileField(required=False, help_text="adaptis.model/v1 JSON/YAML or a HF config.json")
-    doc = serializers.JSONField(required=False, help_text="the same document inline, instead of a file")
+    doc = DocumentField(required=False, help_text="the same document inline, instead of a file")
     name = StrictCharField(required=False, allow_blank=True, max_length=200)
 
     def validate(self, attrs):
@@ -239,7 +299,7 @@ class ClusterDetailOutput(ClusterOutput):
 class ClusterCreateInput(serializers.Serializer):
     team = IdField(required=False, help_text="defaults to your only team")
     file = serializers.FileField(required=False, help_text="adaptis.cluster/v1 as JSON or YAML")
-    doc = serializers.JSONField(required=False, help_text="the same document inline, instead of a file")
+    doc = DocumentField(required=False, help_text="the same document inline, instead of a file")
     name = StrictCharField(required=False, allow_blank=True, max_length=200,
                            help_text="defaults to the document's name")
 
@@ -254,6 +314,36 @@ def _pin(help_text: str, limit: int = MAX_GPUS) -> serializers.IntegerField:
                                     help_text=f"hybrid only, optional: {help_text}; empty lets the search choose")
 
 
+# Exactly the names planner.cluster.is_cluster_preset accepts (planner.limits bounds a named cluster's nodes at
+# 2^17 and its GPUs per node at 2^10), or empty when another cluster is given.
+NODES = "0*(?:[1-9][0-9]{0,4}|1[0-2][0-9]{4}|130[0-9]{3}|1310[0-6][0-9]|13107[0-2])"
+GPUS_PER_NODE = "0*(?:[1-9][0-9]{0,2}|10[01][0-9]|102[0-4])"
+CLUSTER_PRESET_PATTERN = (f"^(?:{'|'.join(preset_names())}|(?:{'|'.join(ACCELERATORS)})-{NODES}x{GPUS_PER_NODE})?$")
+
+
+@extend_schema_field({"type": "string", "pattern": CLUSTER_PRESET_PATTERN})
+class ClusterPresetField(StrictCharField):
+    """A cluster preset's name, as sent: the schema states which (the planner's refusal names the known ones)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(trim_whitespace=False, **kwargs)
+
+
+# What JSON Schema can say of a job beyond its fields (api.schema.document_request_rules adds it to the schema)
+JOB_CREATE_RULES = {"allOf": [
+    {"description": "one cluster: a preset, a custom document or a saved cluster",
+     "oneOf": [{"required": ["cluster_preset"], "properties": {"cluster_preset": {"minLength": 1}}},
+               {"required": ["cluster"]},
+               {"required": ["saved_cluster"], "properties": {"saved_cluster": {"type": "integer"}}}]},
+    {"description": "a pipeline job takes num_devices and num_microbatches, a hybrid job gpus, seq_len and "
+                   "global_batch",
+     "oneOf": [{"required": ["num_devices", "num_microbatches"], "properties": {"mode": {"enum": ["pipeline"]}}},
+               {"required": ["mode", "gpus", "seq_len", "global_batch"],
+                "properties": {"mode": {"enum": ["hybrid"]}, "gpus": {"type": "integer"},
+                               "seq_len": {"type": "integer"}, "global_batch": {"type": "integer"}}}]},
+]}
+
+
 class JobCreateInput(serializers.Serializer):
     spec = IdField(help_text="id of a spec of one of your teams")
     mode = serializers.ChoiceField(choices=JobMode.choices, default=JobMode.PIPELINE,
@@ -261,10 +351,10 @@ class JobCreateInput(serializers.Serializer):
                                              'up to memory_limit_bytes); "hybrid": choose TP, CP, PP, DP, EP, '
                                              "micro-batch size and recomputation for gpus GPUs (gpus, seq_len, "
                                              "global_batch and the optional pins)")
-    cluster_preset = StrictCharField(required=False, allow_blank=True, default="",
-                                     help_text="a preset file (see /api/presets/) or a named cluster "
-                                               "'<device>-<nodes>x<gpus per node>', e.g. h100-sxm-1024x8")
-    cluster = serializers.JSONField(required=False, help_text="a custom adaptis.cluster/v1 document")
+    cluster_preset = ClusterPresetField(required=False, allow_blank=True, default="",
+                                        help_text="a preset file (see /api/presets/) or a named cluster "
+                                                  "'<device>-<nodes>x<gpus per node>', e.g. h100-sxm-1024x8")
+    cluster = DocumentField(required=False, help_text="a custom adaptis.cluster/v1 document")
     saved_cluster = IdField(required=False, allow_null=True, default=None,
                             help_text="id of a saved cluster of the spec's team (/api/clusters/)")
     num_devices = serializers.IntegerField(required=False, min_value=1, max_value=MAX_PIPELINE_DEVICES,
@@ -299,10 +389,10 @@ class JobCreateInput(serializers.Serializer):
     dp = _pin("data-parallel degree")
     ep = _pin("expert-parallel degree (carved out of dp x cp)")
     microbatch_size = _pin("sequences per micro-batch", MAX_GLOBAL_BATCH)
-    recompute = serializers.ChoiceField(choices=RECOMPUTE_MODES, required=False, allow_null=True, default=None,
-                                        help_text="hybrid only, optional: activation recomputation on every stage")
-    distributed_optimizer = serializers.BooleanField(required=False, allow_null=True, default=None,
-                                                     help_text="hybrid only: ZeRO-1 over DP (default true)")
+    recompute = OptionalChoiceField(choices=RECOMPUTE_MODES, required=False, allow_null=True, default=None,
+                                    help_text="hybrid only, optional: activation recomputation on every stage")
+    distributed_optimizer = OptionalBooleanField(required=False, allow_null=True, default=None,
+                                                 help_text="hybrid only: ZeRO-1 over DP (default true)")
 
     PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "recompute", "distributed_optimizer")
 

@@ -10,14 +10,17 @@ from django.db import transaction
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
-from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.parsers import FormParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from adaptis_web.studio import selectors
-from adaptis_web.studio.api.parsers import BoundedJSONParser
+from adaptis_web.studio.selectors import RUN_EVENTS_PAGE
+from adaptis_web.studio.url_converters import MAX_ID
+from adaptis_web.studio.api.parsers import BoundedJSONParser, StrictMultiPartParser
 from adaptis_web.studio.api.throttles import ThrottledCreate
 from adaptis_web.studio.api.serializers import (
+    CLUSTER_CREATE_SCHEMAS,
     SPEC_CREATE_SCHEMAS,
     ClusterCreateInput,
     ClusterDetailOutput,
@@ -39,9 +42,10 @@ from adaptis_web.studio.api.serializers import (
     DependentsOutput,
     PlanListOutput,
     RenameInput,
+    RequiredNameInput,
 )
 from adaptis_web.studio.filters import (ClusterFilter, HistoryCursorPagination, HistoryFilterBackend, JobFilter,
-                                        PlanFilter, RunFilter, SpecFilter)
+                                        PlanFilter, RunFilter, SpecFilter, checked_query_int)
 from adaptis_web.studio.services import curation
 from adaptis_web.studio.services.jobs import JOB_SCHEDULES, job_cancel, job_create, job_request_check
 from adaptis_web.studio.services.calibration import job_replan_from_run
@@ -95,18 +99,29 @@ class CuratedDetailMixin:
         object_id = self.kwargs[f"{self.kind.removesuffix('s')}_id"]  # the detail URL's spec_id, job_id, ...
         return selectors.curated_get_for_user(user=self.request.user, kind=self.kind, object_id=object_id)
 
-    @extend_schema(request=RenameInput, responses=CuratedOutput)
-    def patch(self, request, **ids):
+    def rename(self, request, input_class) -> Response:
         obj = self.curated_object()
-        data = RenameInput(data=request.data)
+        data = input_class(data=request.data)
         data.is_valid(raise_exception=True)
         return Response(curated_output(curation.object_rename(obj=obj, user=request.user,
                                                               name=data.validated_data["name"])))
+
+    @extend_schema(request=RenameInput, responses=CuratedOutput)
+    def patch(self, request, **ids):
+        return self.rename(request, RenameInput)
 
     @extend_schema(request=None, responses={200: CuratedOutput},
                    description="Delete softly, with what depends on it (see dependents/); an admin can restore it.")
     def delete(self, request, **ids):
         return Response(curated_output(curation.object_delete(obj=self.curated_object(), user=request.user)))
+
+
+class NamedDetailMixin(CuratedDetailMixin):
+    """PATCH renames (``name``: a spec or a saved cluster keeps one), DELETE deletes softly (with its dependents)."""
+
+    @extend_schema(request=RequiredNameInput, responses=CuratedOutput)
+    def patch(self, request, **ids):
+        return self.rename(request, RequiredNameInput)
 
 
 def curated_output(obj) -> dict:
@@ -140,7 +155,7 @@ class SpecListCreateApi(ThrottledCreate, HistoryListApi):
     serializer_class = SpecOutput
     filterset_class = SpecFilter
     kind = "specs"
-    parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
+    parser_classes = [StrictMultiPartParser, FormParser, BoundedJSONParser]
 
     @extend_schema(request=SPEC_CREATE_SCHEMAS, responses={201: SpecDetailOutput})
     def post(self, request):
@@ -160,7 +175,7 @@ class SpecListCreateApi(ThrottledCreate, HistoryListApi):
         return Response(SpecDetailOutput(record).data, status=status.HTTP_201_CREATED)
 
 
-class SpecDetailApi(CuratedDetailMixin, APIView):
+class SpecDetailApi(NamedDetailMixin, APIView):
     kind = "specs"
 
     @extend_schema(responses=SpecDetailOutput)
@@ -173,9 +188,9 @@ class ClusterListCreateApi(ThrottledCreate, HistoryListApi):
     serializer_class = ClusterOutput
     filterset_class = ClusterFilter
     kind = "clusters"
-    parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
+    parser_classes = [StrictMultiPartParser, FormParser, BoundedJSONParser]
 
-    @extend_schema(request=ClusterCreateInput, responses={201: ClusterDetailOutput},
+    @extend_schema(request=CLUSTER_CREATE_SCHEMAS, responses={201: ClusterDetailOutput},
                    description="Save an adaptis.cluster/v1 document (JSON or YAML file, or inline) for a team; "
                                "its jobs offer it as a cluster. A bad document is a 400 naming the field inside it.")
     def post(self, request):
@@ -195,7 +210,7 @@ class ClusterListCreateApi(ThrottledCreate, HistoryListApi):
         return Response(ClusterDetailOutput(record).data, status=status.HTTP_201_CREATED)
 
 
-class ClusterDetailApi(CuratedDetailMixin, APIView):
+class ClusterDetailApi(NamedDetailMixin, APIView):
     kind = "clusters"
 
     @extend_schema(responses=ClusterDetailOutput)
@@ -313,10 +328,10 @@ class RunEventsApi(APIView):
     @extend_schema(parameters=[RunEventsQuery], responses=RunEventsOutput)
     def get(self, request, run_id: int):
         run = selectors.run_state_for_user(user=request.user, run_id=run_id)
-        query = RunEventsQuery(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        after = query.validated_data["after"]
-        events = selectors.run_event_rows_after(run=run, after_seq=after, limit=query.validated_data["limit"])
+        # As the paging parameters are read: an empty or repeated one is a 400 too (a serializer took ?after= as 0)
+        after = checked_query_int(request, "after", 0, MAX_ID, 0)
+        limit = checked_query_int(request, "limit", 1, RUN_EVENTS_PAGE, RUN_EVENTS_PAGE)
+        events = selectors.run_event_rows_after(run=run, after_seq=after, limit=limit)
         # RunEventsOutput's shape, built directly: the rows are already plain values (a page of events is polled
         # several times a second per viewer).
         return Response({"run": run.pk, "status": str(run.status), "finished": run.is_finished,
