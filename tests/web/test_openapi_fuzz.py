@@ -21,10 +21,8 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -33,7 +31,7 @@ from adaptis_web.studio.models import MeasuredProfile
 from adaptis_web.studio.services.accounts import token_create
 from adaptis_web.studio.services.teams import invitation_create
 from planner.cluster import preset_names
-from tests.conftest import REPO_ROOT, TEST_QUEUE, delete_test_keys, free_port, service_env, stop_worker
+from tests.conftest import TEST_QUEUE, delete_test_keys, start_web_server, stop_worker
 
 HERE = Path(__file__).resolve().parent
 SEED = 20261125
@@ -61,32 +59,15 @@ BODY_IDS = {"POST /api/jobs/": {"spec": "spec", "saved_cluster": "cluster", "clu
 
 
 def _production_server(log_path: Path) -> tuple[subprocess.Popen, str]:
-    """gunicorn as scripts/run.sh starts it (gunicorn.conf.py), DEBUG off, with throttles that the generator cannot
-    reach (the throttles have tests of their own: here they would stop it after a few requests of each creating
-    operation)."""
-    port = free_port()
+    """The web server as ``make run`` starts it (adaptis_web/processes.py, gunicorn.conf.py), DEBUG off, with
+    throttles that the generator cannot reach (the throttles have tests of their own: here they would stop it after
+    a few requests of each creating operation)."""
     unthrottled = {f"THROTTLE_{scope}": "100000/minute"
                    for scope in ("TOKEN_FAILURES", "TOKEN_CREATE", "SPECS", "JOBS", "RUNS")}
-    env = service_env(FUZZ_QUEUE, DEBUG="false", SECRET_KEY=secrets.token_urlsafe(40),
-                      ALLOWED_HOSTS="127.0.0.1,localhost", SECURE_SSL_REDIRECT="false", SECURE_COOKIES="false",
-                      **unthrottled)
-    with open(log_path, "wb") as log:
-        server = subprocess.Popen(
-            [str(Path(sys.executable).parent / "gunicorn"), "adaptis_web.wsgi:application", "--bind",
-             f"127.0.0.1:{port}", "--config", "gunicorn.conf.py"],
-            cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"gunicorn exited:\n{log_path.read_text()[-3000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return server, url
-        except OSError:
-            time.sleep(0.2)
-    stop_worker(server)
-    pytest.fail(f"gunicorn did not listen within 60 s:\n{log_path.read_text()[-3000:]}")
+    server = start_web_server(log_path, queue=FUZZ_QUEUE, DEBUG="false", SECRET_KEY=secrets.token_urlsafe(40),
+                              ALLOWED_HOSTS="127.0.0.1,localhost", SECURE_SSL_REDIRECT="false",
+                              SECURE_COOKIES="false", **unthrottled)
+    return server.process, server.url
 
 
 def _config(crew, spare_token_key: str, invitation_key: str, profile_id: int) -> str:

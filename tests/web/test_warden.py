@@ -5,7 +5,6 @@ a real worker then runs."""
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from datetime import timedelta
