@@ -259,7 +259,8 @@ def _kill_each_service_in_turn(product: Product) -> None:
             assert name in before, f"{name} is not running: {before}\n{product.logs()}"
             watch.during = name
             os.kill(before[name], signal.SIGKILL)
-            deadline = time.monotonic() + BACK_WITHIN_S
+            killed_at = time.monotonic()
+            deadline = killed_at + BACK_WITHIN_S
             while True:
                 now = product.services()
                 back = name in now and now[name] != before[name]
@@ -276,6 +277,7 @@ def _kill_each_service_in_turn(product: Product) -> None:
                 assert time.monotonic() < deadline, \
                     f"{name} was not back {BACK_WITHIN_S} s after its SIGKILL: {now}\n{product.logs()}"
                 time.sleep(0.5)
+            print(f"{name}: back {time.monotonic() - killed_at:.1f} s after its SIGKILL")  # for the log of a -s run
             watch.during = f"after {name}"
             assert product.make.poll() is None, f"make run stopped after {name}'s SIGKILL:\n{product.logs()}"
             assert f"{name} (pid {before[name]}) died unexpectedly; starting it again (its log: var/{name}.log)" \
