@@ -20,6 +20,10 @@ this host from that tree. A run during which others took more than ``--max-other
 ``--attempts`` tries, and the least disturbed one kept (as ``executor.host.measure_quietly`` does in process); a
 job's profile is measured once, as for any user.
 
+The product allows 30 runs an hour per user by default (``THROTTLE_RUNS``); the cases here take up to 72, so
+start it with a higher limit:
+
+    ADAPTIS_PORT=8123 THROTTLE_RUNS=1000/hour make run
     .venv/bin/python benchmarks/local_prediction.py --url http://127.0.0.1:8123 [--runs 3] [--steps 12]
 """
 
@@ -90,7 +94,9 @@ class Studio:
             with self.opener.open(request, timeout=60) as response:
                 return response.read()
         except urllib.error.HTTPError as error:
-            sys.exit(f"{method} {path}: HTTP {error.code} {error.read()[:2000]!r}")
+            hint = " (start the product with a higher THROTTLE_RUNS: see this script's docstring)" \
+                if error.code == 429 else ""
+            sys.exit(f"{method} {path}: HTTP {error.code} {error.read()[:2000]!r}{hint}")
 
     def json(self, method: str, path: str, body: dict | None = None) -> dict:
         return json.loads(self.call(method, path, body))
