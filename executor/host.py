@@ -110,7 +110,7 @@ def bind_to_cores(cores: set[int]) -> None:
             continue
 
 
-def _cpu_times() -> tuple[int, int]:
+def cpu_times() -> tuple[int, int]:
     """(idle, total) jiffies of all CPUs since boot, from /proc/stat."""
     with open("/proc/stat") as stat:
         fields = [int(value) for value in stat.readline().split()[1:]]
@@ -122,9 +122,9 @@ def idle_fraction(window_s: float = 0.5) -> float:
     """Share of all CPU time that was idle during the next ``window_s`` seconds (1.0 where /proc is absent)."""
     if not os.path.exists("/proc/stat"):
         return 1.0
-    idle_before, total_before = _cpu_times()
+    idle_before, total_before = cpu_times()
     time.sleep(window_s)
-    idle_after, total_after = _cpu_times()
+    idle_after, total_after = cpu_times()
     return (idle_after - idle_before) / max(1, total_after - total_before)
 
 
@@ -166,10 +166,10 @@ def measure_quietly(measure: Callable[[], T], *, max_other_load: float = 0.1, at
     best: Quiet | None = None
     for attempt in range(1, attempts + 1):
         wait_for_idle_cpus()
-        idle_before, total_before = _cpu_times()
+        idle_before, total_before = cpu_times()
         own_before = _own_cpu_s()
         value = measure()
-        idle_after, total_after = _cpu_times()
+        idle_after, total_after = cpu_times()
         total = max(1, total_after - total_before)
         busy_s = (total - (idle_after - idle_before)) / os.sysconf("SC_CLK_TCK")
         other = max(0.0, busy_s - (_own_cpu_s() - own_before)) / (total / os.sysconf("SC_CLK_TCK"))
