@@ -82,7 +82,7 @@ def test_predicted_and_observed_share_one_time_axis_each_step_from_its_start(bro
         num_devices=2, steps=3))
     page = _page(browser, live_server)
     page.goto(f"{live_server.url}/runs/{run.pk}/")
-    expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1)
+    expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1, timeout=30_000)  # after its reload, if any
     chart = page.evaluate(CHART_DATASETS)
     assert chart["scales"] == ["x", "y"], "one time axis (and the rows)"
     assert {dataset["axis"] for dataset in chart["datasets"]} == {"x"}
@@ -144,7 +144,7 @@ def test_cancel_a_running_run_from_its_page(celery_worker, browser, live_server,
     assert kept > 0 and page.locator("[data-event-count]").inner_text() == str(kept)
     expect(page.locator("#cancel-run")).to_have_count(0)
     # It opens on the last step every action was observed in, not on the one the cancel cut short.
-    expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1)
+    expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1, timeout=30_000)  # after its reload, if any
     datasets = page.evaluate(CHART_DATASETS)["datasets"]
     shown = [bar for d in datasets if d["source"] == "observed" for bar in d["bars"]]
     assert len(shown) == len([bar for d in datasets if d["source"] == "predicted" for bar in d["bars"]])

@@ -97,7 +97,7 @@ def test_upload_plan_and_run_on_cpu(celery_worker, live_server, people, spec_tex
     expect(page.locator("#observed-summary")).to_be_visible(timeout=180_000)
     expect(page.locator("[data-run-status]")).to_have_text("succeeded")
     # A finished run opens on its last step: one observed iteration under the predicted one.
-    expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1)
+    expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1, timeout=30_000)  # after its reload, if any
     expect(page.locator("#observed-step")).to_have_value("5")
     one_step = {"device 0 · observed": 16, "device 1 · observed": 16}
     assert page.evaluate(BARS_BY_ROW, "observed") == one_step
