@@ -39,12 +39,22 @@ CHART_DATASETS = """() => {
 @pytest.fixture
 def plan(people):
     """tiny-llama planned with 1F1B on 2 cpu-host devices and 4 micro-batches, in-process."""
+    return _planned(people, microbatches=4)
+
+
+@pytest.fixture
+def long_plan(people):
+    """The same with 64 micro-batches: 50 steps of it run for seconds, long enough to be cancelled mid-run."""
+    return _planned(people, microbatches=64)
+
+
+def _planned(people, *, microbatches: int):
     spec = load_model_preset("tiny-llama")
     record = spec_create(team=people.team, owner=people.owner, spec=spec, source_filename="tiny.json")
-    request = job_request_check(spec=spec, num_devices=2, num_microbatches=4, cluster_preset="cpu-host")
+    request = job_request_check(spec=spec, num_devices=2, num_microbatches=microbatches, cluster_preset="cpu-host")
     job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset="cpu-host",
-                                     cluster_doc=request.cluster.to_dict(), num_devices=2, num_microbatches=4,
-                                     schedule="1f1b")
+                                     cluster_doc=request.cluster.to_dict(), num_devices=2,
+                                     num_microbatches=microbatches, schedule="1f1b")
     return job_run(job_id=job.pk)
 
 
@@ -124,9 +134,9 @@ def test_a_run_whose_ranks_are_starting_says_so_until_its_first_event(browser, l
 
 
 @pytest.mark.worker
-def test_cancel_a_running_run_from_its_page(celery_worker, browser, live_server, people, plan, wait_for):
+def test_cancel_a_running_run_from_its_page(celery_worker, browser, live_server, people, long_plan, wait_for):
     page = _page(browser, live_server)
-    page.goto(f"{live_server.url}/jobs/{plan.job_id}/?plan={plan.pk}")
+    page.goto(f"{live_server.url}/jobs/{long_plan.job_id}/?plan={long_plan.pk}")
     page.fill("#id_steps", "50")
     page.click("#run-on-cpu")
     expect(page.locator("h1")).to_contain_text("Run #")
