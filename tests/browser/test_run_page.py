@@ -141,8 +141,9 @@ def test_cancel_a_running_run_from_its_page(celery_worker, browser, live_server,
     page.click("#run-on-cpu")
     expect(page.locator("h1")).to_contain_text("Run #")
     page.wait_for_function("""() => {
+      if (typeof Chart === "undefined") return false;  // the page's scripts, at its end, still loading
       const chart = Chart.getChart(document.getElementById("timeline"));
-      return chart.data.datasets.some((d) => d.source === "observed" && d.data.some((p) => p.info.step >= 1));
+      return chart && chart.data.datasets.some((d) => d.source === "observed" && d.data.some((p) => p.info.step >= 1));
     }""", timeout=120_000)
     page.screenshot(path=str(SCREENS / "run-03-live-one-axis.png"), full_page=True)
     page.click("#cancel-run")
