@@ -7,6 +7,7 @@ silently fall back to a default that behaves differently in production.
 from __future__ import annotations
 
 import os
+from typing import Mapping
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -15,13 +16,14 @@ FALSE_WORDS = ("0", "false", "no", "off")
 _REQUIRED = object()
 
 
-def _raw(name: str) -> str | None:
-    value = os.environ.get(name)
+def _raw(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    value = (os.environ if environ is None else environ).get(name)
     return None if value is None or value.strip() == "" else value.strip()
 
 
-def env_str(name: str, default: str | object = _REQUIRED) -> str:
-    value = _raw(name)
+def env_str(name: str, default: str | object = _REQUIRED, *, environ: Mapping[str, str] | None = None) -> str:
+    """``environ`` (``os.environ`` by default): another process's environment, as adaptis_web.processes reads it."""
+    value = _raw(name, environ)
     if value is not None:
         return value
     if default is _REQUIRED:
@@ -42,8 +44,9 @@ def env_bool(name: str, default: bool) -> bool:
         f"environment variable {name} must be one of {', '.join(TRUE_WORDS + FALSE_WORDS)}; got {value!r}")
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
-    value = _raw(name)
+def env_int(name: str, default: int, *, minimum: int | None = None,
+            environ: Mapping[str, str] | None = None) -> int:
+    value = _raw(name, environ)
     if value is None:
         return default
     try:

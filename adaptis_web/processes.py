@@ -35,6 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from django.core.exceptions import ImproperlyConfigured
+
+from adaptis_web.env import env_int, env_str
+
 ROOT = Path(__file__).resolve().parent.parent
 
 NAMES = ("planner", "runner", "warden", "web")
@@ -43,21 +47,12 @@ DEFAULT_QUEUE = "adaptis"
 
 def planning_queue(environ: Mapping[str, str] = os.environ) -> str:
     """The planning jobs' queue: ``CELERY_QUEUE``, ``adaptis`` by default (settings.CELERY_TASK_DEFAULT_QUEUE)."""
-    return environ.get("CELERY_QUEUE", "").strip() or DEFAULT_QUEUE
+    return env_str("CELERY_QUEUE", DEFAULT_QUEUE, environ=environ)
 
 
 def runs_queue(environ: Mapping[str, str] = os.environ) -> str:
     """The runs' and measured profiles' queue: ``CELERY_RUNS_QUEUE``, else the planning queue's name + ``-runs``."""
-    return environ.get("CELERY_RUNS_QUEUE", "").strip() or f"{planning_queue(environ)}-runs"
-
-
-def _positive(environ: Mapping[str, str], name: str, default: int) -> int:
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit() or int(raw) < 1:
-        raise SystemExit(f"{name} must be a whole number of at least 1; got {raw!r}")
-    return int(raw)
+    return env_str("CELERY_RUNS_QUEUE", f"{planning_queue(environ)}-runs", environ=environ)
 
 
 # Where make run keeps each one's output, relative to the checkout (supervisord.conf's stdout_logfile).
@@ -85,15 +80,15 @@ def _worker(name: str, queue: str, concurrency: int, environ: Mapping[str, str])
 def command(name: str, environ: Mapping[str, str] = os.environ) -> Process:
     """Process ``name`` (one of NAMES) as the environment ``environ`` configures it."""
     if name == "planner":
-        argv = _worker("planner", planning_queue(environ), _positive(environ, "PLANNER_CONCURRENCY", 1), environ)
-        return Process(name, argv)
+        concurrency = env_int("PLANNER_CONCURRENCY", 1, minimum=1, environ=environ)
+        return Process(name, _worker("planner", planning_queue(environ), concurrency, environ))
     if name == "runner":
         return Process(name, _worker("runner", runs_queue(environ), 1, environ))
     if name == "warden":
         return Process(name, [sys.executable, str(ROOT / "manage.py"), "watch_work"])
     if name == "web":
-        host = environ.get("ADAPTIS_HOST", "").strip() or "127.0.0.1"
-        port = _positive(environ, "ADAPTIS_PORT", 8000)
+        host = env_str("ADAPTIS_HOST", "127.0.0.1", environ=environ)
+        port = env_int("ADAPTIS_PORT", 8000, minimum=1, environ=environ)
         return Process(name, [sys.executable, "-m", "gunicorn", "adaptis_web.wsgi:application",
                               "--bind", f"{host}:{port}", "--config", str(ROOT / "gunicorn.conf.py"),
                               "--access-logfile", "-"])
@@ -153,6 +148,13 @@ def _event_line(event: str, name: str, fields: dict, restarted: set[str], tries:
 
 
 def main(argv: list[str]) -> None:
+    try:
+        _main(argv)
+    except ImproperlyConfigured as error:   # a misspelt setting: its name and value, not a traceback
+        raise SystemExit(str(error)) from None
+
+
+def _main(argv: list[str]) -> None:
     if len(argv) == 2 and argv[0] == "exec":
         process = command(argv[1])
         sys.stdout.flush()

@@ -49,6 +49,15 @@ def delete_test_keys(*patterns: str) -> None:
     client.close()
 
 
+def parent_of(pid: int) -> int | None:
+    """The parent of process ``pid``, read from /proc (None once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
 DATABASE_FIXTURES = {"db", "transactional_db", "django_db_setup", "live_server"}
 
 
@@ -253,14 +262,16 @@ def stop_worker(process: subprocess.Popen) -> None:
             process.wait()
 
 
-def _wait_for(condition, *, timeout_s: float = 60.0, interval_s: float = 0.1, message: str = "condition"):
+def _wait_for(condition, *, timeout_s: float = 60.0, interval_s: float = 0.1, message="condition"):
+    """``condition()``'s first true value within ``timeout_s``, else a failure naming ``message`` (a string, or a
+    function called then, for what a log says at the time of the failure)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(interval_s)
-    pytest.fail(f"timed out after {timeout_s:g} s waiting for {message}")
+    pytest.fail(f"timed out after {timeout_s:g} s waiting for {message() if callable(message) else message}")
 
 
 @pytest.fixture

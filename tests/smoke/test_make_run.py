@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import free_port
+from tests.conftest import _wait_for, free_port, parent_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE_REDIS_URL = os.environ.get("SMOKE_REDIS_URL", "redis://127.0.0.1:6379/12")
@@ -180,7 +180,7 @@ class Product:
                  "web": "gunicorn adaptis_web.wsgi"}
         services = {}
         for pid, command in found:
-            if _parent_of(pid) == supervisor:
+            if parent_of(pid) == supervisor:
                 services.update({name: pid for name, mark in kinds.items() if mark in command})
         return services
 
@@ -189,14 +189,6 @@ class Product:
         while (left := _processes_of(self.tree, self.make.pid)) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not left, f"processes left {STOP_TIMEOUT_S} s after {after}: {left}\n{self.logs()}"
-
-
-def _parent_of(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
 class PageWatch(threading.Thread):
@@ -225,16 +217,7 @@ class PageWatch(threading.Thread):
 def _orphaned_web_workers(product: Product, master: int) -> list[int]:
     """gunicorn processes left of a killed master: neither ``master`` nor its workers."""
     return [pid for pid, command in _processes_of(product.tree, product.make.pid)
-            if "gunicorn adaptis_web.wsgi" in command and pid != master and _parent_of(pid) != master]
-
-
-def _wait_until(condition, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+            if "gunicorn adaptis_web.wsgi" in command and pid != master and parent_of(pid) != master]
 
 
 def _kill_each_service_in_turn(product: Product) -> None:
@@ -251,10 +234,8 @@ def _kill_each_service_in_turn(product: Product) -> None:
         for name in ("planner", "runner", "warden", "web"):
             # A service that ran past its start (supervisord's startsecs), as one the OOM killer meets does; one that
             # dies while starting is retried with a backoff (test_supervision.py)
-            deadline = time.monotonic() + BACK_WITHIN_S
-            while f"success: {name} entered RUNNING state" not in product.output():
-                assert time.monotonic() < deadline, f"{name} never started:\n{product.logs()}"
-                time.sleep(0.5)
+            _wait_for(lambda: f"success: {name} entered RUNNING state" in product.output(), timeout_s=BACK_WITHIN_S,
+                      interval_s=0.5, message=lambda: f"{name} to start:\n{product.logs()}")
             before = product.services()
             assert name in before, f"{name} is not running: {before}\n{product.logs()}"
             watch.during = name
@@ -270,7 +251,8 @@ def _kill_each_service_in_turn(product: Product) -> None:
                     # one's answering
                     back = not _orphaned_web_workers(product, now["web"])
                     answered = len(watch.outcomes)
-                    back = back and _wait_until(lambda: len(watch.outcomes) > answered + 1) and \
+                    back = back and _wait_for(lambda: len(watch.outcomes) > answered + 1, timeout_s=10,
+                                              message="the page watch's next requests") and \
                         watch.outcomes[-1] == ("web", "ok")
                 if back:
                     break

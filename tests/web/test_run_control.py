@@ -16,7 +16,7 @@ from adaptis_web.studio.models import JobStatus, Run, RunEvent
 from adaptis_web.studio.services.run_control import observed_statistic, run_phase
 from adaptis_web.studio.tasks import run_execute
 from executor.summary import summarize
-from tests.conftest import runs_queue
+from tests.conftest import parent_of, runs_queue
 
 
 def _api(user) -> APIClient:
@@ -131,14 +131,7 @@ def test_the_run_page_names_the_statistic_next_to_the_observed_iteration(client,
 
 def _descendants(pid: int) -> list[int]:
     """The processes below ``pid`` (its children, theirs, ...), read from /proc."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    parents = {int(entry.name): parent_of(int(entry.name)) for entry in Path("/proc").iterdir() if entry.name.isdigit()}
     found, frontier = [], [pid]
     while frontier:
         children = [child for child, parent in parents.items() if parent in frontier]
