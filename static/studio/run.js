@@ -51,10 +51,11 @@
     }
 
     function showLastStep() {
-      // One steady-state iteration next to the predicted one: the last step every action of was observed in.
+      // One steady-state iteration next to the predicted one: the last step every action of was observed in,
+      // even when it is the only complete one (a run cancelled in its second step shows its first, not both).
       const complete = timeline.completeSteps();
       const steps = complete.length ? complete : timeline.observedSteps();
-      if (steps.length > 1) {
+      if (steps.length) {
         stepSelect.value = String(steps[steps.length - 1]);
         timeline.showStep(steps[steps.length - 1]);
       }

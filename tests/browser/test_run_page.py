@@ -119,6 +119,25 @@ def test_predicted_and_observed_share_one_time_axis_each_step_from_its_start(bro
     page.screenshot(path=str(SCREENS / "run-01-one-axis-per-stage.png"), full_page=True)
 
 
+def test_a_run_cancelled_in_its_second_step_opens_on_its_one_complete_step(browser, live_server, people, plan):
+    run = Run.objects.create(plan=plan, created_by=people.member, status=JobStatus.CANCELLED, world_size=2, steps=5,
+                             cancel_requested=True)
+    rows = _observed_rows(run, plan, [8_000.0, 9_200.0], stretch=2.0)
+    partial = len(rows) - 3  # the cancel cut step 1 short of its last three actions
+    RunEvent.objects.bulk_create(rows[:partial])
+    page = _page(browser, live_server)
+    page.goto(f"{live_server.url}/runs/{run.pk}/")
+    expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1, timeout=30_000)
+    expect(page.locator("#observed-step")).to_have_value("0")
+    datasets = page.evaluate(CHART_DATASETS)["datasets"]
+    shown = [bar for d in datasets if d["source"] == "observed" for bar in d["bars"]]
+    assert {bar["step"] for bar in shown} == {0}
+    assert len(shown) == len(plan_prediction(plan)["timeline"]) == len(rows) // 2
+    page.select_option("#observed-step", "all")
+    shown = [bar for d in page.evaluate(CHART_DATASETS)["datasets"] if d["source"] == "observed" for bar in d["bars"]]
+    assert len(shown) == partial
+
+
 def test_a_run_whose_ranks_are_starting_says_so_until_its_first_event(browser, live_server, people, plan):
     run = Run.objects.create(plan=plan, created_by=people.member, status=JobStatus.RUNNING, world_size=2, steps=1)
     page = _page(browser, live_server)
