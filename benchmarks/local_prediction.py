@@ -34,17 +34,13 @@ import json
 import os
 import statistics
 import sys
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
-from http.cookiejar import CookieJar
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from adaptis_client import ApiError, Client  # noqa: E402
 from executor.host import cpu_times, load_average, wait_for_idle_cpus  # noqa: E402
 
 CASES = [("tiny-llama", "1f1b", 8), ("tiny-llama", "zb-h1", 8), ("tiny-llama", "gpipe", 8),
@@ -52,64 +48,6 @@ CASES = [("tiny-llama", "1f1b", 8), ("tiny-llama", "zb-h1", 8), ("tiny-llama", "
          ("tiny-hybrid", "1f1b", 8), ("tiny-hybrid", "zb-h1", 8), ("tiny-hybrid", "gpipe", 4),
          ("tiny-hybrid", "adaptis", 8)]
 SEARCH_BUDGET_S = 10
-FINISHED = ("succeeded", "failed", "cancelled")
-
-
-class Studio:
-    """The product's REST API, authenticated by a token or by a logged-in session (with its CSRF token)."""
-
-    def __init__(self, base_url: str, *, token: str | None, username: str, password: str):
-        self.base_url = base_url.rstrip("/")
-        self.token = token
-        self.cookies = CookieJar()
-        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
-        if token is None:
-            self._log_in(username, password)
-
-    def _csrf(self) -> str:
-        return next(cookie.value for cookie in self.cookies if cookie.name == "csrftoken")
-
-    def _log_in(self, username: str, password: str) -> None:
-        self.opener.open(f"{self.base_url}/accounts/login/", timeout=30).read()
-        form = urllib.parse.urlencode({"username": username, "password": password,
-                                       "csrfmiddlewaretoken": self._csrf()}).encode()
-        request = urllib.request.Request(f"{self.base_url}/accounts/login/", data=form, method="POST",
-                                         headers={"Referer": f"{self.base_url}/accounts/login/"})
-        with self.opener.open(request, timeout=30) as response:
-            if "/accounts/login/" in response.url:
-                sys.exit(f"could not log in to {self.base_url} as {username!r}")
-
-    def call(self, method: str, path: str, body: dict | None = None, *, accept: str = "application/json") -> bytes:
-        headers = {"Accept": accept}
-        data = None
-        if self.token:
-            headers["Authorization"] = f"Token {self.token}"
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-            if not self.token:
-                headers.update({"X-CSRFToken": self._csrf(), "Referer": self.base_url + "/"})
-        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
-        try:
-            with self.opener.open(request, timeout=60) as response:
-                return response.read()
-        except urllib.error.HTTPError as error:
-            hint = " (start the product with a higher THROTTLE_RUNS: see this script's docstring)" \
-                if error.code == 429 else ""
-            sys.exit(f"{method} {path}: HTTP {error.code} {error.read()[:2000]!r}{hint}")
-
-    def json(self, method: str, path: str, body: dict | None = None) -> dict:
-        return json.loads(self.call(method, path, body))
-
-    def wait(self, path: str, timeout_s: float) -> dict:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            body = self.json("GET", path)
-            if body["status"] in FINISHED:
-                return body
-            if time.monotonic() > deadline:
-                sys.exit(f"{path} did not finish within {timeout_s:g} s: {body}")
-            time.sleep(1)
 
 
 class Load:
@@ -171,28 +109,28 @@ class Row:
                 f"{self.others_profiling:.0%} | {self.others_runs:.0%} |")
 
 
-def spec_id(studio: Studio, model: str) -> int:
+def spec_id(studio: Client, model: str) -> int:
     """The demo team's spec of preset ``model`` (``make run`` seeds one), else the preset uploaded now."""
-    found = studio.json("GET", f"/api/specs/?q={model}&page_size=200")["results"]
+    found = studio.get(f"/api/specs/?q={model}&page_size=200")["results"]
     named = [spec for spec in found if spec["name"] == model]
     if named:
         return min(spec["id"] for spec in named)
     doc = json.loads((REPO_ROOT / "planner" / "presets" / "models" / f"{model}.json").read_text())
-    return studio.json("POST", "/api/specs/", {"doc": doc})["id"]
+    return studio.post("/api/specs/", {"doc": doc})["id"]
 
 
-def run_page_prediction(studio: Studio, run_id: int) -> float | None:
+def run_page_prediction(studio: Client, run_id: int) -> float | None:
     """The iteration time the run page predicts (its chart's data); None with a token (the pages want a login)."""
     if studio.token:
         return None
-    page = studio.call("GET", f"/runs/{run_id}/", accept="text/html").decode()
+    page = studio.request("GET", f"/runs/{run_id}/", accept="text/html").decode()
     marker = '<script id="timeline-data" type="application/json">'
     if marker not in page:
         return None
     return json.loads(page.split(marker)[1].split("</script>")[0]).get("iteration_ms")
 
 
-def measure_case(studio: Studio, load: Load, model: str, schedule: str, microbatches: int, *, runs: int,
+def measure_case(studio: Client, load: Load, model: str, schedule: str, microbatches: int, *, runs: int,
                  steps: int, attempts: int, max_others: float) -> Row:
     body = {"spec": spec_id(studio, model), "cluster_preset": "cpu-host", "num_devices": 2,
             "num_microbatches": microbatches, "schedule": schedule}
@@ -200,7 +138,7 @@ def measure_case(studio: Studio, load: Load, model: str, schedule: str, microbat
         body.update(seed=0, time_budget_s=SEARCH_BUDGET_S)
     wait_for_idle_cpus()
     before = load.mark()
-    job = studio.wait(f"/api/jobs/{studio.json('POST', '/api/jobs/', body)['id']}/", timeout_s=1800)
+    job = studio.wait(f"/api/jobs/{studio.post('/api/jobs/', body)['id']}/", timeout_s=1800)
     job_others = load.others_share(before, load.mark())
     if job["status"] != "succeeded":
         sys.exit(f"job {job['id']} {job['status']}: {job['error']}")
@@ -208,7 +146,7 @@ def measure_case(studio: Studio, load: Load, model: str, schedule: str, microbat
         profile = f"analytic: {job['analytic_profile_reason']}"
     else:
         profile = f"measured #{job['measured_profile']}"
-    plan = studio.json("GET", f"/api/plans/{job['plans'][0]['id']}/")
+    plan = studio.get(f"/api/plans/{job['plans'][0]['id']}/")
     predicted = plan["plan"]["predicted"]["iteration_ms"]
     kept = [quiet_run(studio, load, plan["id"], steps=steps, attempts=attempts, max_others=max_others)
             for _ in range(runs)]
@@ -219,7 +157,7 @@ def measure_case(studio: Studio, load: Load, model: str, schedule: str, microbat
                max(others for _, others in kept))
 
 
-def quiet_run(studio: Studio, load: Load, plan_id: int, *, steps: int, attempts: int,
+def quiet_run(studio: Client, load: Load, plan_id: int, *, steps: int, attempts: int,
               max_others: float) -> tuple[dict, float]:
     """A CPU run of the plan, run again (up to ``attempts`` in all) while other programs took more than
     ``max_others`` of the host's CPU meanwhile; the least disturbed run and that share."""
@@ -227,7 +165,7 @@ def quiet_run(studio: Studio, load: Load, plan_id: int, *, steps: int, attempts:
     for _ in range(attempts):
         wait_for_idle_cpus()
         before = load.mark()
-        run = studio.wait(f"/api/runs/{studio.json('POST', '/api/runs/', {'plan': plan_id, 'steps': steps})['id']}/",
+        run = studio.wait(f"/api/runs/{studio.post('/api/runs/', {'plan': plan_id, 'steps': steps})['id']}/",
                           timeout_s=1800)
         others = load.others_share(before, load.mark())
         if run["status"] != "succeeded":
@@ -253,7 +191,7 @@ def main() -> None:
                         help="a run during which other programs took more of the host's CPU is run again")
     parser.add_argument("--only", help="only the cases whose 'model/schedule' contains this text")
     args = parser.parse_args()
-    studio = Studio(args.url, token=args.token, username=args.user, password=args.password)
+    studio = Client(args.url, token=args.token, username=args.user, password=args.password)
     load = Load(args.tree)
     print(f"{args.url}: 2 ranks on cpu-host; load average {load_average()} at start; observed = median over "
           f"{args.runs} runs of each run's median over steps 1-{args.steps - 1}\n")
@@ -273,4 +211,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ApiError as error:
+        sys.exit(str(error))

@@ -2,10 +2,12 @@ from django.urls import path
 
 from adaptis_web.studio import url_converters  # noqa: F401  (registers curated_kind, curated_action)
 from adaptis_web.studio.api import account_views, plan_views, views
+from adaptis_web.studio.api.root import ApiRootApi
 
 app_name = "api"
 
 urlpatterns = [
+    path("", ApiRootApi.as_view(), name="root"),
     path("teams/", account_views.TeamListCreateApi.as_view(), name="teams"),
     path("teams/<id:team_id>/", account_views.TeamDetailApi.as_view(), name="team"),
     path("teams/<id:team_id>/members/", account_views.TeamMembersApi.as_view(), name="team-members"),
