@@ -1,4 +1,7 @@
-"""Errors every loader raises: they name the offending field and the reason."""
+"""Errors every loader raises: they name the offending field and the reason; and the warnings a loader gives
+about input it accepts but that is probably not what was meant."""
+
+from dataclasses import asdict, dataclass
 
 
 class SpecError(ValueError):
@@ -11,6 +14,17 @@ class SpecError(ValueError):
 
     def to_dict(self) -> dict:
         return {"field": self.field, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class SpecWarning:
+    """Input accepted, probably not as meant: ``field`` names it in the document, ``reason`` says why."""
+
+    field: str
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 class PlanError(ValueError):

@@ -6,6 +6,7 @@ error is shortened (``shown``): an error message must not grow with a hostile do
 
 from __future__ import annotations
 
+import difflib
 import math
 import reprlib
 from typing import Any
@@ -122,7 +123,17 @@ def check_format(doc: dict, expected: str) -> None:
         raise SpecError("format", f"must be {expected!r}, got {shown(fmt)}")
 
 
+def closest_key(key: str, known) -> str | None:
+    """The known key ``key`` most likely misspells (``num_hiden_layers`` -> ``num_hidden_layers``), if any is
+    close enough to be one (difflib's ratio at least 0.8)."""
+    matches = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
+    return matches[0] if matches else None
+
+
 def reject_unknown(doc: dict, allowed: set[str], path: str) -> None:
     unknown = sorted(str(key) for key in set(doc) - allowed)
     if unknown:
-        raise SpecError(join(path, shown(unknown[0])[1:-1]), f"unknown field (allowed: {', '.join(sorted(allowed))})")
+        closest = closest_key(unknown[0], allowed)
+        guess = f"; did you mean {closest!r}?" if closest else ""
+        raise SpecError(join(path, shown(unknown[0])[1:-1]),
+                        f"unknown field{guess} (allowed: {', '.join(sorted(allowed))})")

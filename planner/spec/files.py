@@ -36,8 +36,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from planner.documents import parse_document
-from planner.errors import SpecError
-from planner.spec.hf import hf_model_name, import_hf_config
+from planner.errors import SpecError, SpecWarning
+from planner.spec.hf import hf_model_name, read_hf_config
 from planner.spec.model import ModelSpec, load_model_spec
 
 def is_hf_config(doc: dict) -> bool:
@@ -46,15 +46,21 @@ def is_hf_config(doc: dict) -> bool:
 
 def parse_model_text(text: str, filename: str = "") -> ModelSpec:
     """The ModelSpec a file's text describes, in our format or as a HuggingFace ``config.json``."""
+    return read_model_text(text, filename)[0]
+
+
+def read_model_text(text: str, filename: str = "") -> tuple[ModelSpec, list[SpecWarning]]:
+    """``parse_model_text``'s spec and the warnings about what it accepted but probably not as meant (a HF
+    config's misspelt keys: ``read_hf_config``; our format refuses unknown fields outright)."""
     doc = parse_document(text, filename)
     if not isinstance(doc, dict):
         raise SpecError("file", f"must hold an object (a mapping of fields), got {type(doc).__name__}")
     if is_hf_config(doc):
-        return import_hf_config(doc, name=hf_model_name(doc, filename))
+        return read_hf_config(doc, name=hf_model_name(doc, filename))
     if "format" not in doc:
         raise SpecError("format", "is required: 'adaptis.model/v1', or upload a HuggingFace config.json "
                                   "(recognised by its model_type)")
-    return load_model_spec(doc)
+    return load_model_spec(doc), []
 
 
 def load_model_file(path: str | Path) -> ModelSpec:

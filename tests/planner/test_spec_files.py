@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from planner.errors import SpecError
-from planner.spec.files import load_model_file, parse_model_text
+from planner.spec.files import load_model_file, parse_model_text, read_model_text
 from planner.spec.presets import load_model_preset
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
@@ -113,3 +113,29 @@ def test_binary_file_is_a_file_error(tmp_path):
     with pytest.raises(SpecError) as error:
         load_model_file(path)
     assert error.value.field == "file" and "UTF-8" in error.value.reason
+
+
+def test_a_misspelt_hf_key_is_reported_with_the_key_it_means_and_the_default_taken_instead():
+    from transformers import LlamaConfig
+
+    config = json.loads((FIXTURES / "llama-3-8b.json").read_text())
+    config.pop("num_hidden_layers", None)
+    config["num_hiden_layers"] = 80
+    spec, warnings = read_model_text(json.dumps(config), "config.json")
+    assert [(warning.field, "'num_hidden_layers'" in warning.reason) for warning in warnings] == \
+        [("num_hiden_layers", True)]
+    # What was built is what transformers builds from the same file: its default depth, not the 80 meant.
+    assert spec.num_layers == LlamaConfig(**config).num_hidden_layers + 2
+
+
+def test_the_real_hf_configs_give_no_warning():
+    for path in sorted(FIXTURES.glob("*.json")):
+        assert read_model_text(path.read_text(), path.name)[1] == [], path.name
+
+
+def test_an_unknown_field_of_our_format_is_refused_with_the_field_it_likely_means():
+    doc = tiny_doc()
+    doc["hiden_size"] = doc.pop("hidden_size")
+    with pytest.raises(SpecError) as refused:
+        parse_model_text(json.dumps(doc), "model.json")
+    assert refused.value.field == "hiden_size" and "did you mean 'hidden_size'?" in refused.value.reason

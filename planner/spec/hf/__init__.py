@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Callable
 
-from planner.errors import SpecError
+from planner.errors import SpecError, SpecWarning
 from planner.spec.hf import attention_families as softmax
 from planner.spec.hf import hybrid_families as hybrid
 from planner.spec.hf.defaults import TRANSFORMERS_ALIASES, TRANSFORMERS_DEFAULTS
@@ -190,6 +190,14 @@ def import_hf_config(config: dict, *, name: str | None = None, seq_len: int | No
 
     ``seq_len`` defaults to 4096, or to the learned position table's size when that is shorter (GPT-2's 1024).
     """
+    return read_hf_config(config, name=name, seq_len=seq_len, micro_batch_size=micro_batch_size,
+                          source=source)[0]
+
+
+def read_hf_config(config: dict, *, name: str | None = None, seq_len: int | None = None,
+                   micro_batch_size: int = 1, source: str | None = None) -> tuple[ModelSpec, list[SpecWarning]]:
+    """``import_hf_config``'s spec, and a warning for each key of the config that looks like a misspelling of a
+    key it left out (whose ``transformers`` default was taken instead)."""
     config = require_mapping(config, "")
     for field, value in (("seq_len", seq_len), ("micro_batch_size", micro_batch_size)):
         if value is not None:
@@ -216,4 +224,7 @@ def import_hf_config(config: dict, *, name: str | None = None, seq_len: int | No
         position_embeddings=positions,
     )
     # The spec loader owns the invariants; a spec it would reject must not leave the importer.
-    return load_model_spec(spec.to_dict())
+    warnings = [SpecWarning(cfg.field(key), f"is not a key this model's config reads; did you mean {meant!r}? "
+                                            f"{meant!r} is not in the config, so its default was used")
+                for key, meant in cfg.misspellings()]
+    return load_model_spec(spec.to_dict()), warnings

@@ -29,7 +29,7 @@ def _nemotron_roles(cfg: Config) -> list[str]:
         key, entries = "layers_block_type", cfg.entries("layers_block_type")
         allowed = NEMOTRON_BLOCK_TYPES
     else:
-        key, entries = "hybrid_override_pattern", cfg.doc.get("hybrid_override_pattern")
+        key, entries = "hybrid_override_pattern", cfg.doc.get(cfg.name("hybrid_override_pattern"))
         if not isinstance(entries, str) or not entries:
             raise SpecError(cfg.field(key), "is required: a string such as 'M-M*-' (or give layers_block_type)")
         allowed = NEMOTRON_PATTERN

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from planner.errors import SpecError
 from planner.spec.model import AttentionMixer, LayerSpec
-from planner.validation import get_bool, get_int, get_number, join, require_list
+from planner.validation import closest_key, get_bool, get_int, get_number, join, require_list
 
 EMBEDDING = LayerSpec(kind="embedding")
 HEAD = LayerSpec(kind="head")
@@ -22,11 +22,30 @@ class Config:
         self.path = path
         self.defaults = defaults or {}
         self.aliases = aliases or {}
+        self.read: set[str] = set()        # every key asked for, under every spelling
+        self.defaulted: set[str] = set()   # the keys the config left out, whose default was taken
 
     def _spellings(self, key: str) -> list[str]:
         """``key`` and the other name HF accepts for it, either way round (``hidden_size`` / ``n_embd``)."""
         other = self.aliases.get(key) or next((name for name, alias in self.aliases.items() if alias == key), None)
-        return [key, other] if other else [key]
+        spellings = [key, other] if other else [key]
+        self.read.update(spellings)
+        return spellings
+
+    def _absent(self, key: str) -> bool:
+        """Whether the config leaves ``key`` out (or null), noted as defaulted when it does."""
+        if any(self.doc.get(spelling) is not None for spelling in self._spellings(key)):
+            return False
+        self.defaulted.add(key)
+        return True
+
+    def misspellings(self) -> list[tuple[str, str]]:
+        """(the config's key, the key it most likely means) for each key the reads never asked for that is
+        close to a key the config left out: ``num_hiden_layers`` when ``num_hidden_layers`` took its default.
+        HF's config classes keep any key as an attribute, so transformers says nothing either."""
+        unread = [key for key in self.doc if isinstance(key, str) and key not in self.read]
+        found = [(key, closest_key(key, self.defaulted)) for key in sorted(unread)]
+        return [(key, meant) for key, meant in found if meant]
 
     def name(self, key: str) -> str:
         """``key`` as this config spells it (its HF alias when only the alias is present)."""
@@ -40,13 +59,13 @@ class Config:
     def _view(self, key: str, default) -> tuple[dict, str]:
         """A one-key mapping holding the config's value, else the default (empty when there is none)."""
         name = self.name(key)
-        if self.doc.get(name) is not None:
+        if not self._absent(key):
             return {name: self.doc[name]}, name
         fallback = self.default(key, ...) if default is ... else default
         return ({} if fallback is ... or fallback is None else {name: fallback}), name
 
     def __contains__(self, key: str) -> bool:
-        return self.doc.get(self.name(key)) is not None
+        return not self._absent(key)
 
     def integer(self, key: str, default=..., minimum: int = 1) -> int:
         view, name = self._view(key, default)
@@ -57,6 +76,7 @@ class Config:
         name = self.name(key)
         if name in self.doc:
             return get_int(self.doc, name, self.path, default=None, minimum=minimum, allow_none=True)
+        self._absent(key)
         return self.default(key)
 
     def number(self, key: str, default=..., minimum: float = 0.0) -> float:
