@@ -167,7 +167,8 @@ class UploadForm(PlanningForm):
     def clean_file(self):
         upload = self.cleaned_data["file"]
         try:
-            self.spec = spec_parse_upload(content=read_upload(upload, field="file"), filename=upload.name)
+            self.spec, self.spec_warnings = spec_parse_upload(content=read_upload(upload, field="file"),
+                                                              filename=upload.name)
         except SpecError as error:
             raise forms.ValidationError(self.spec_error_message(error)[1]) from None
         return upload

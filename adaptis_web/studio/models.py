@@ -89,6 +89,8 @@ class ModelSpecRecord(Curated):
     doc = models.JSONField()
     source_filename = models.CharField(max_length=255, blank=True)
     num_layers = models.PositiveIntegerField()
+    # What the upload was accepted with but probably not as meant ([{field, reason}]: a HF config's misspelt key).
+    warnings = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -53,7 +53,8 @@ def upload(request: HttpRequest) -> HttpResponse:
                       initial={"team": current_team(request)})
     if request.method == "POST" and form.is_valid():
         job = spec_create_with_job(team=form.cleaned_data["team"], user=request.user, spec=form.spec,
-                                   source_filename=form.cleaned_data["file"].name, request=form.job_request)
+                                   source_filename=form.cleaned_data["file"].name, request=form.job_request,
+                                   warnings=form.spec_warnings)
         return redirect("studio:job", job_id=job.pk)
     status = 400 if form.is_bound else 200
     return render(request, "studio/upload.html", {"form": form}, status=status)

@@ -88,6 +88,22 @@ class TestSpecs:
                                                "reason": "must be >= 1, got -1"}]}
         assert ModelSpecRecord.objects.count() == 0
 
+    def test_a_misspelt_hf_key_is_a_warning_kept_with_the_spec(self, people):
+        from pathlib import Path
+
+        config = json.loads((Path(__file__).parents[1] / "planner" / "fixtures" / "hf" / "llama-3-8b.json").read_text())
+        config["num_hiden_layers"] = config.pop("num_hidden_layers")
+        response = api_as(people.member).post(reverse("api:specs"), {"doc": config}, format="json")
+        assert response.status_code == 201
+        warnings = response.json()["warnings"]
+        assert [warning["field"] for warning in warnings] == ["doc.num_hiden_layers"]
+        assert "did you mean 'num_hidden_layers'?" in warnings[0]["reason"]
+        detail = api_as(people.member).get(reverse("api:spec", args=[response.json()["id"]])).json()
+        assert detail["warnings"] == warnings
+        correct = api_as(people.member).post(reverse("api:specs"), {"doc": load_model_preset("tiny-llama").to_dict()},
+                                             format="json")
+        assert correct.json()["warnings"] == []
+
     def test_neither_file_nor_doc_is_a_400(self, people):
         response = api_as(people.member).post(reverse("api:specs"), {}, format="json")
         assert response.status_code == 400

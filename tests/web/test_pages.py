@@ -1,5 +1,6 @@
 """Server-rendered pages: every page checked with the team owner, a team member, an outsider and anonymous."""
 
+import html
 import json
 import re
 
@@ -101,6 +102,23 @@ class TestUpload:
         assert "layers[1].mixer.num_kv_heads: must divide num_heads (4) for grouped-query attention, got 3" in page
         assert "Nothing was stored" in page
         assert ModelSpecRecord.objects.count() == 0 and PlanningJob.objects.count() == 0
+
+    def test_a_misspelt_hf_key_is_shown_on_the_job_and_the_spec_page(self, client, people):
+        from pathlib import Path
+
+        config = json.loads((Path(__file__).parents[1] / "planner" / "fixtures" / "hf" / "llama-3-8b.json").read_text())
+        config["num_hiden_layers"] = config.pop("num_hidden_layers")
+        client = _client(client, people.member)
+        response = self._post(client, people, json.dumps(config).encode(), filename="config.json",
+                              cluster_preset="h100-sxm-1x8", num_devices=8)
+        assert response.status_code == 302
+        record = ModelSpecRecord.objects.get()
+        assert [warning["field"] for warning in record.warnings] == ["file.num_hiden_layers"]
+        for page in (client.get(response.url), client.get(reverse("studio:spec", args=[record.pk]))):
+            text = html.unescape(re.sub(r"\s+", " ", page.content.decode()))
+            assert "accepted with 1 warning" in text
+            assert "file.num_hiden_layers</span> is not a key this model's config reads; did you mean " \
+                   "'num_hidden_layers'?" in text
 
     def test_an_unparseable_file_is_reported(self, client, people):
         response = self._post(_client(client, people.member), people, b"layers: [unclosed", filename="spec.yaml")

@@ -244,9 +244,18 @@ class SpecOutput(PlainOutputMixin, serializers.ModelSerializer):
         fields = ["id", "team", "owner", "name", "source_filename", "num_layers", "created_at", "archived_at"]
 
 
+class SpecWarningOutput(serializers.Serializer):
+    field = serializers.CharField(help_text="where in the uploaded document: file.num_hiden_layers")
+    reason = serializers.CharField()
+
+
 class SpecDetailOutput(SpecOutput):
+    warnings = SpecWarningOutput(many=True, read_only=True,
+                                 help_text="what the upload was accepted with but probably not as meant (a HF "
+                                           "config's misspelt key, whose default was used instead)")
+
     class Meta(SpecOutput.Meta):
-        fields = SpecOutput.Meta.fields + ["doc"]
+        fields = SpecOutput.Meta.fields + ["doc", "warnings"]
 
 
 def document_create_schemas(*, doc: str, file: str) -> dict:

@@ -165,13 +165,14 @@ class SpecListCreateApi(ThrottledCreate, HistoryListApi):
         team = selectors.team_for_request(user=request.user, team_id=values.get("team"))
         if "file" in values:
             upload = values["file"]
-            spec = spec_parse_upload(content=read_upload(upload, field="file"), filename=upload.name)
+            spec, warnings = spec_parse_upload(content=read_upload(upload, field="file"), filename=upload.name)
             filename = upload.name
         else:
-            spec = spec_parse_upload(content=json.dumps(values["doc"]).encode(), filename="doc.json", field="doc")
+            spec, warnings = spec_parse_upload(content=json.dumps(values["doc"]).encode(), filename="doc.json",
+                                               field="doc")
             filename = ""
         record = spec_create(team=team, owner=request.user, spec=spec, source_filename=filename,
-                             name=values.get("name", ""))
+                             name=values.get("name", ""), warnings=warnings)
         return Response(SpecDetailOutput(record).data, status=status.HTTP_201_CREATED)
 
 

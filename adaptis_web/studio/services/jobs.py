@@ -171,9 +171,9 @@ def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request:
 
 @transaction.atomic
 def spec_create_with_job(*, team: Team, user: AbstractBaseUser, spec: ModelSpec, source_filename: str,
-                         request: JobRequest) -> PlanningJob:
+                         request: JobRequest, warnings: list[dict] = ()) -> PlanningJob:
     """The upload flow: the spec record and its first job are stored together or not at all."""
-    spec_record = spec_create(team=team, owner=user, spec=spec, source_filename=source_filename)
+    spec_record = spec_create(team=team, owner=user, spec=spec, source_filename=source_filename, warnings=warnings)
     return job_create(spec_record=spec_record, user=user, request=request)
 
 

@@ -8,7 +8,7 @@ from adaptis_web.studio.models import ModelSpecRecord, Team
 from adaptis_web.studio.selectors import user_is_member
 from adaptis_web.studio.services.roles import Role, role_require
 from planner.errors import SpecError
-from planner.spec.files import parse_model_text
+from planner.spec.files import read_model_text
 from planner.spec.model import ModelSpec
 
 MAX_SPEC_FILE_BYTES = 2 * 1024 * 1024
@@ -38,16 +38,18 @@ def upload_text(content: bytes, *, field: str, limit: int) -> str:
         raise SpecError(field, f"is not UTF-8 text (invalid byte at offset {error.start})") from None
 
 
-def spec_parse_upload(*, content: bytes, filename: str, field: str = "file") -> ModelSpec:
-    """The ModelSpec in an uploaded file (ours in JSON/YAML, or a HF config.json).
+def spec_parse_upload(*, content: bytes, filename: str, field: str = "file") -> tuple[ModelSpec, list[dict]]:
+    """The ModelSpec in an uploaded file (ours in JSON/YAML, or a HF config.json), and the warnings about what it
+    accepted but probably not as meant (``planner.spec.files.read_model_text``), as ``{field, reason}``.
 
-    Errors are rooted at ``field``, the request field that carried the document: ``file.layers[3].mlp``.
+    Errors and warnings are rooted at ``field``, the request field that carried the document: ``file.layers[3].mlp``.
     """
     text = upload_text(content, field=field, limit=MAX_SPEC_FILE_BYTES)
     try:
-        return parse_model_text(text, filename)
+        spec, warnings = read_model_text(text, filename)
     except SpecError as error:
         raise prefixed_error(error, field) from None
+    return spec, [prefixed_error(SpecError(warning.field, warning.reason), field).to_dict() for warning in warnings]
 
 
 def spec_check_team(*, team: Team | None, user: AbstractBaseUser, doing: str) -> Team:
@@ -62,14 +64,19 @@ def spec_check_team(*, team: Team | None, user: AbstractBaseUser, doing: str) ->
 
 
 def spec_create(*, team: Team, owner: AbstractBaseUser, spec: ModelSpec, source_filename: str = "",
-                name: str = "") -> ModelSpecRecord:
+                name: str = "", warnings: list[dict] = ()) -> ModelSpecRecord:
     """The team's spec of this name and document: the one already stored when the same model is uploaded again
-    (the same preset twice is one spec), else a new one."""
+    (the same preset twice is one spec, and keeps the warnings of every upload of it), else a new one.
+    ``warnings``: the upload's (``spec_parse_upload``), kept on the spec's page and in the API."""
     spec_check_team(team=team, user=owner, doing="uploading a spec")
     name, doc = name or spec.name, spec.to_dict()
     # Compared in Python: JSON equality in the database depends on the backend's key order (SQLite's text).
     for record in ModelSpecRecord.objects.filter(team=team, name=name, deleted_at__isnull=True).order_by("id"):
         if record.doc == doc:
+            new = [warning for warning in warnings if warning not in record.warnings]
+            if new:
+                record.warnings = record.warnings + new
+                record.save(update_fields=["warnings"])
             return record
-    return ModelSpecRecord.objects.create(team=team, owner=owner, name=name, doc=doc,
+    return ModelSpecRecord.objects.create(team=team, owner=owner, name=name, doc=doc, warnings=list(warnings),
                                           source_filename=source_filename[:255], num_layers=spec.num_layers)
