@@ -202,6 +202,29 @@ class PlanningJob(TrackedWork):
     @property
     def is_hybrid(self) -> bool:
         return self.mode == JobMode.HYBRID
+
+    @property
+    def own_plan(self) -> "Plan | None":
+        """The plan this job made (a search's: its AdaPtis plan, not the baselines it stored beside it), never one
+        edited from it later (those have a ``parent`` and are listed under it). Reads the prefetched ``plans``
+        where a list prefetched them (selectors.job_list_with_plan_metrics)."""
+        made = sorted((plan for plan in self.plans.all() if plan.parent_id is None and plan.deleted_at is None),
+                      key=lambda plan: plan.pk)
+        return next((plan for plan in made if plan.strategy == self.schedule), made[0] if made else None)
+
+    @property
+    def plans_own_first(self) -> list["Plan"]:
+        """The job's plans as its API lists them: its own first, then the rest newest first."""
+        own = self.own_plan
+        rest = sorted((plan for plan in self.plans.all() if plan.deleted_at is None and plan != own),
+                      key=lambda plan: (plan.created_at, plan.pk), reverse=True)
+        return ([own] if own else []) + rest
+
+    @property
+    def derived_plans(self) -> list["Plan"]:
+        """Plans edited from this job's plans (plan editor's "save as new plan"), oldest first."""
+        return sorted((plan for plan in self.plans.all() if plan.parent_id is not None and plan.deleted_at is None),
+                      key=lambda plan: plan.pk)
     measured_profile = models.ForeignKey("MeasuredProfile", null=True, blank=True, on_delete=models.SET_NULL,
                                          related_name="jobs",
                                          help_text="the profile measured on the runs' host this job plans with "

@@ -127,7 +127,7 @@ def job_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> Query
 def job_list_with_plan_metrics(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[PlanningJob]:
     """Jobs with their plans' ids and headline metrics prefetched, without the large JSON columns."""
     plans = Plan.objects.filter(deleted_at__isnull=True).only(
-        "id", "job_id", "name", "strategy", "iteration_ms", "bubble_ratio", "created_at")
+        "id", "job_id", "name", "strategy", "iteration_ms", "bubble_ratio", "created_at", "parent_id", "deleted_at")
     return job_list_for_user(user=user, deleted=deleted).prefetch_related(Prefetch("plans", queryset=plans))
 
 
@@ -159,8 +159,10 @@ def plan_detail_for_user(*, user: AbstractBaseUser, plan_id: int) -> Plan:
         "job__result", "job__calibration"), pk=plan_id)
 
 
-def job_latest_plan(*, job: PlanningJob) -> Plan | None:
-    return job.plans.filter(deleted_at__isnull=True).order_by("-created_at", "-id").first()
+def job_own_plan(*, job: PlanningJob) -> Plan | None:
+    """The plan a job page opens on: the one the job made (``PlanningJob.own_plan``), with its documents."""
+    own = job.own_plan
+    return None if own is None else job.plans.get(pk=own.pk)
 
 
 def job_plan_from_query(*, job: PlanningJob, plan_id: str | None) -> Plan | None:

@@ -104,9 +104,10 @@ def spec_profile(request: HttpRequest, spec_id: int) -> HttpResponse:
 
 def _job_page(request: HttpRequest, job: PlanningJob, run_form: RunForm, plan: Plan | None = None,
               status: int = 200) -> HttpResponse:
-    """The job, its search comparison (if any), and one of its plans: ``plan``, else the job's latest. A hybrid
-    job shows its configurations, cluster and memory instead (``hybrid_pages``)."""
-    plan = plan or selectors.job_latest_plan(job=job)
+    """The job, its search comparison (if any), and one of its plans: ``plan``, else the one the job made (plans
+    edited from it are listed, never shown in its place). A hybrid job shows its configurations, cluster and
+    memory instead (``hybrid_pages``)."""
+    plan = plan or selectors.job_own_plan(job=job)
     context = {"job": job, "plan": plan, "run_form": run_form,
                "comparison": None if job.is_hybrid else search_comparison(job.result),
                **role_permissions(user=request.user, team=job.spec.team, creator_id=job.created_by_id)}

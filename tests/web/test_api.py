@@ -177,7 +177,8 @@ class TestJobs:
         assert (body["status"], body["progress"]) == ("succeeded", 1.0)
         assert body["plans"] == [{"id": planned.plan.pk, "name": "", "strategy": "1f1b",
                                   "iteration_ms": planned.plan.iteration_ms,
-                                  "bubble_ratio": planned.plan.bubble_ratio}]
+                                  "bubble_ratio": planned.plan.bubble_ratio, "parent": None}]
+        assert body["plan"] == planned.plan.pk
         assert (body["schedule"], body["result"], body["cancel_requested"]) == ("1f1b", {}, False)
 
 

@@ -265,6 +265,27 @@ def test_saving_an_edit_stores_a_plan_linked_to_its_parent_with_its_edits(people
     assert f'href="{reverse("studio:plan", args=[child.pk])}">plan #{child.pk}</a>' in parent_page
 
 
+def test_a_job_keeps_the_plan_it_made_after_an_edit_is_saved(people, client):
+    searched = _searched(people)   # a search: its AdaPtis plan, and the baselines stored beside it
+    job = searched.job
+    doc = json.loads(json.dumps(searched.plan_doc))
+    doc["stages"][1]["layers"].insert(0, doc["stages"][0]["layers"].pop())
+    doc["meta"] = {"edits": ["moved a boundary"], "schedule_policy": "keep"}
+    edited = _derive(_client(people.member), searched, doc, name="mine").json()
+    body = _client(people.member).get(reverse("api:job", args=[job.pk])).json()
+    assert body["plan"] == searched.pk and body["plans"][0]["id"] == searched.pk
+    assert {(row["id"], row["parent"]) for row in body["plans"]} >= {(searched.pk, None), (edited["id"], searched.pk)}
+    assert len(body["plans"]) == job.plans.count()
+    client.force_login(people.member)
+    page = client.get(reverse("studio:job", args=[job.pk])).content.decode()
+    assert f"Plan #{searched.pk} · adaptis" in page, "the job page opens on the job's own plan"
+    assert f'action="{reverse("studio:plan-run", args=[searched.pk])}"' in page, "Run on CPU targets it"
+    assert f'href="{reverse("studio:plan", args=[edited["id"]])}">#{edited["id"]} · mine</a>' in page
+    dashboard = client.get(reverse("studio:dashboard")).content.decode()
+    row = dashboard.split(f'href="{reverse("studio:job", args=[job.pk])}"')[1].split("</tr>")[0]
+    assert f"{searched.iteration_ms:.2f} ms" in row and f"{edited['iteration_ms']:.2f} ms" not in row
+
+
 def _profile_and_cluster(plan):
     from planner.cluster import load_cluster
     from planner.profile import load_profile

@@ -259,7 +259,8 @@ class TestSearchApi:
         body = _api(people.member).get(reverse("api:job", args=[job.pk])).json()
         assert body["status"] == "succeeded" and body["progress"] == 1.0
         assert body["plans"][0] == {"id": plan.pk, "name": "", "strategy": "adaptis", "iteration_ms": plan.iteration_ms,
-                                    "bubble_ratio": plan.bubble_ratio}
+                                    "bubble_ratio": plan.bubble_ratio, "parent": None}
+        assert body["plan"] == plan.pk
         assert {entry["strategy"] for entry in body["plans"][1:]} == set(body["result"]["baselines"])
         assert body["result"]["lower_bound_ms"] <= body["result"]["iteration_ms"]
         assert {"adaptis_speedup", "plan_id", "peak_memory_bytes"} <= set(body["result"]["baselines"]["1f1b"])

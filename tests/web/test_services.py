@@ -32,18 +32,18 @@ def _request(**overrides):
 
 class TestSpecParseUpload:
     def test_reads_our_json_format(self, spec_text):
-        spec = spec_parse_upload(content=spec_text().encode(), filename="tiny.json")
-        assert spec == TINY
+        assert spec_parse_upload(content=spec_text().encode(), filename="tiny.json") == (TINY, [])
 
     def test_reads_our_yaml_format(self):
         text = yaml.safe_dump(TINY.to_dict())
-        assert spec_parse_upload(content=text.encode(), filename="tiny.yaml") == TINY
+        assert spec_parse_upload(content=text.encode(), filename="tiny.yaml") == (TINY, [])
 
     def test_reads_a_huggingface_config(self):
         config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
                   "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
                   "num_hidden_layers": 3, "vocab_size": 300, "max_position_embeddings": 64}
-        spec = spec_parse_upload(content=json.dumps(config).encode(), filename="config.json")
+        spec, warnings = spec_parse_upload(content=json.dumps(config).encode(), filename="config.json")
+        assert warnings == []
         assert [layer.kind for layer in spec.layers] == ["embedding", "decoder", "decoder", "decoder", "head"]
         assert spec.hidden_size == 64 and spec.vocab_size == 300
 
@@ -90,11 +90,11 @@ class TestSpecCreate:
                   "intermediate_size": 96, "moe_intermediate_size": 32, "num_attention_heads": 4,
                   "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2, "num_experts": 4,
                   "num_experts_per_tok": 2, "vocab_size": 300}
-        spec = spec_parse_upload(content=json.dumps(config).encode(), filename="config.json")
+        spec, _ = spec_parse_upload(content=json.dumps(config).encode(), filename="config.json")
         record = spec_create(team=people.team, owner=people.member, spec=spec, source_filename="config.json")
         assert record.name == "Qwen3-30B-A3B"
         del config["_name_or_path"]
-        spec = spec_parse_upload(content=json.dumps(config).encode(), filename="my-moe.json")
+        spec, _ = spec_parse_upload(content=json.dumps(config).encode(), filename="my-moe.json")
         assert spec_create(team=people.team, owner=people.member, spec=spec).name == "my-moe"
 
     def test_refuses_a_team_the_user_is_not_in(self, people):

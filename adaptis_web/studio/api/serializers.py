@@ -410,15 +410,23 @@ class JobCreateInput(serializers.Serializer):
 
 
 class JobPlanOutput(PlainOutputMixin, serializers.ModelSerializer):
+    parent = serializers.IntegerField(source="parent_id", allow_null=True,
+                                      help_text="the plan this one was edited from; null for a plan the job made")
+
     class Meta:
         model = Plan
-        fields = ["id", "name", "strategy", "iteration_ms", "bubble_ratio"]
+        fields = ["id", "name", "strategy", "iteration_ms", "bubble_ratio", "parent"]
 
 
 class JobOutput(PlainOutputMixin, serializers.ModelSerializer):
     spec_name = serializers.CharField(source="spec.name")
     created_by = serializers.CharField(source="created_by.username")
-    plans = JobPlanOutput(many=True, read_only=True, help_text="newest first: a search's own plan comes first")
+    plan = serializers.IntegerField(source="own_plan.pk", allow_null=True, default=None, read_only=True,
+                                    help_text="the plan this job made (a search's AdaPtis plan); plans edited from "
+                                              "it never take its place; null until the job has planned")
+    plans = JobPlanOutput(source="plans_own_first", many=True, read_only=True,
+                          help_text="the job's own plan first, then the plans stored beside it (a search's "
+                                    "baselines) and those edited from them, newest first")
     saved_cluster = serializers.IntegerField(source="cluster_record_id", allow_null=True,
                                              help_text="the saved cluster it was planned on, if any")
     num_devices = serializers.IntegerField(help_text="pipeline devices; a hybrid job's GPUs")
@@ -434,7 +442,8 @@ class JobOutput(PlainOutputMixin, serializers.ModelSerializer):
         fields = ["id", "name", "spec", "spec_name", "created_by", "mode", "cluster_preset", "saved_cluster",
                   "num_devices", "num_microbatches", "schedule", "partition", "seed", "time_budget_s",
                   "memory_limit_bytes", "gpus", "seq_len", "global_batch", "pins", "status", "progress",
-                  "progress_message", "cancel_requested", "error", "analytic_profile_reason", "plans", "created_at",
+                  "progress_message", "cancel_requested", "error", "analytic_profile_reason", "plan", "plans",
+                  "created_at",
                   "started_at", "finished_at", "archived_at"]
 
 
