@@ -10,6 +10,9 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from adaptis_web.studio import selectors
+from adaptis_web.studio.forms import RunForm
+from adaptis_web.studio.models import Plan
+from adaptis_web.studio.services.runs import cpu_run_refusal, plan_run_refusal
 from adaptis_web.studio.services.comparison import compare_items
 from adaptis_web.studio.services.exports import FORMATS, plan_export
 from adaptis_web.studio.services.plan_editing import (
@@ -24,6 +27,9 @@ from adaptis_web.studio.services.roles import role_permissions
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS
 from planner.errors import PlanError, SpecError
 from planner.parallel.config import RECOMPUTE_MODES
+from planner.spec.model import load_model_spec
+
+RECENT_RUNS = 20   # the run card's table, as the job page's lists
 
 EXPORT_LABELS = {"plan-json": "Plan JSON", "perfetto": "Perfetto trace", "torch-csv": "torch CSV",
                  "megatron-layout": "Megatron layout"}
@@ -31,9 +37,23 @@ POLICY_LABELS = {"auto": "keep the orders where they fit, else reschedule", "kee
                  **{name: label for name, (label, _) in LIST_POLICIES.items()}}
 
 
+def run_card_context(plan: Plan) -> dict:
+    """What the Run on CPU card (templates/studio/_run_card.html) shows besides its form: why the plan cannot run
+    here, before anyone clicks (a v2 plan, a model too big for this host), and the plan's recent runs."""
+    run_refusal = plan_run_refusal(plan)
+    return {"cpu_refusal": cpu_run_refusal(load_model_spec(plan.job.spec.doc)),
+            "run_refusal": run_refusal and f"This plan {run_refusal.reason}.",
+            "runs": plan.runs.filter(deleted_at__isnull=True)[:RECENT_RUNS]}
+
+
 @login_required
 def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
-    plan = selectors.plan_get_for_user(user=request.user, plan_id=plan_id)
+    return plan_page(request, selectors.plan_get_for_user(user=request.user, plan_id=plan_id), run_form=RunForm())
+
+
+def plan_page(request: HttpRequest, plan, *, run_form: RunForm, status: int = 200) -> HttpResponse:
+    """The plan's page: its prediction, downloads, timeline, editor, lineage, and its Run on CPU card with
+    ``run_form`` (bound and refused when a run from this page was refused)."""
     team = plan.job.spec.team
     context = edit_context(plan)
     output = prediction_output(plan_predict_stored(plan), context)
@@ -58,7 +78,8 @@ def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
         "children": plan.derived.filter(deleted_at__isnull=True).order_by("-created_at", "-id"),
         "downloads": _downloads(request, plan), "capacity_bytes": context.cluster.device.memory_bytes,
         "memory_rows": _memory_rows(output["per_device"]), "degrees": ("tp", "cp", "pp", "dp", "ep"), **permissions,
-    })
+        "run_form": run_form, **run_card_context(plan),
+    }, status=status)
 
 
 def _downloads(request: HttpRequest, plan) -> list[dict]:

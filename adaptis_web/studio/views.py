@@ -16,11 +16,12 @@ from adaptis_web.studio.account_views import current_team
 from adaptis_web.studio.hybrid_pages import hybrid_page_context
 from adaptis_web.studio.services.roles import role_permissions
 from adaptis_web.studio.forms import RunForm, SpecPlanningForm, UploadForm
+from adaptis_web.studio.plan_views import plan_page, run_card_context
 from adaptis_web.studio.models import Plan, PlanningJob
 from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import job_cancel, job_create, spec_create_with_job
-from adaptis_web.studio.services.runs import cpu_run_refusal, plan_run_refusal, run_create
+from adaptis_web.studio.services.runs import run_create
 from adaptis_web.studio.services.run_control import observed_statistic, run_cancel, run_phase
 from adaptis_web.studio.services.profiling import layer_cost_chart, measured_profile_create, plan_local_prediction
 from planner.cluster import preset_names
@@ -136,18 +137,14 @@ def search_comparison(result: dict) -> dict | None:
 
 def plan_context(plan: Plan) -> dict:
     """What the plan section of a page shows: metrics, per-device rows, the timeline data for the chart."""
-    spec = load_model_spec(plan.job.spec.doc)
     simulation = plan_prediction(plan)
-    run_refusal = plan_run_refusal(plan)  # shown instead of the Run on CPU button, before anyone clicks it
     return {
         "simulation": simulation,
         "per_device": simulation["per_device"],
         "timeline_data": {"num_devices": plan.plan_doc["num_devices"], "predicted": simulation["timeline"],
                           "iteration_ms": simulation["iteration_ms"]},
-        "cpu_refusal": cpu_run_refusal(spec),
-        "run_refusal": run_refusal and f"This plan {run_refusal.reason}.",
         "local_prediction": plan_local_prediction(plan),
-        "runs": plan.runs.filter(deleted_at__isnull=True)[:RECENT_ROWS],
+        **run_card_context(plan),
     }
 
 
@@ -180,6 +177,8 @@ def plan_run(request: HttpRequest, plan_id: int) -> HttpResponse:
             return redirect("studio:run", run_id=run.pk)
         except SpecError as error:
             form.add_spec_error(error)
+    if request.POST.get("page") == "plan":  # the refusal shown on the page the form was sent from
+        return plan_page(request, plan, run_form=form, status=400)
     return _job_page(request, plan.job, form, plan=plan, status=400)
 
 

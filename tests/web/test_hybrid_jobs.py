@@ -154,6 +154,8 @@ class TestPlanned:
         assert all(total <= 80.0 for total in totals)
         assert "Memory per GPU, by pipeline rank (GiB)" in page
         assert 'id="timeline"' not in page, "a hybrid job shows no pure-PP plan section"
+        plan = Plan.objects.get(job=hybrid_job)
+        assert f'<a href="{reverse("studio:plan", args=[plan.pk])}" id="open-plan-page">plan #{plan.pk}</a>' in page
 
     def test_a_run_of_its_plan_does_not_recalibrate_it(self, people, hybrid_job):
         run = Run.objects.create(plan=Plan.objects.get(job=hybrid_job), created_by=people.member,

@@ -219,6 +219,25 @@ class TestJobPage:
         assert Run.objects.count() == 0
 
 
+    def test_a_plan_page_runs_its_plan_and_shows_a_refusal_on_itself(self, client, people, planned,
+                                                                       django_capture_on_commit_callbacks):
+        client = _client(client, people.member)
+        plan_url = reverse("studio:plan", args=[planned.plan.pk])
+        page = client.get(plan_url).content.decode()
+        assert f'action="{reverse("studio:plan-run", args=[planned.plan.pk])}"' in page
+        assert '<input type="hidden" name="page" value="plan">' in page
+        with django_capture_on_commit_callbacks(execute=False):
+            response = client.post(reverse("studio:plan-run", args=[planned.plan.pk]), {"steps": 3, "page": "plan"})
+        run = Run.objects.get()
+        assert response.url == reverse("studio:run", args=[run.pk]) and run.plan_id == planned.plan.pk
+        assert f'href="{reverse("studio:run", args=[run.pk])}">#{run.pk}</a>' in client.get(plan_url).content.decode()
+        refused = client.post(reverse("studio:plan-run", args=[planned.plan.pk]), {"steps": 0, "page": "plan"})
+        assert refused.status_code == 400 and Run.objects.count() == 1
+        text = refused.content.decode()
+        assert f"<h1>Plan #{planned.plan.pk}" in text, "the plan page again, not the job page"
+        assert "Ensure this value is greater than or equal to 1." in text
+
+
 class TestRunPage:
     def test_shows_predicted_and_observed_data_and_the_summary(self, client, people, finished_run):
         page = _client(client, people.member).get(reverse("studio:run", args=[finished_run.pk])).content.decode()
