@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from django import forms
 
-from adaptis_web.studio.models import ClusterRecord, JobMode
-from adaptis_web.studio.selectors import cluster_choices_for_team, cluster_choices_for_user, team_list_for_user
+from adaptis_web.studio.models import ClusterRecord, JobMode, ModelSpecRecord
+from adaptis_web.studio.selectors import (cluster_choices_for_team, cluster_choices_for_user, spec_list_for_user,
+                                          team_list_for_user)
 from adaptis_web.studio.services.clusters import (MAX_CLUSTER_FILE_BYTES, cluster_parse_upload,
                                                   cluster_preset_load)
 from adaptis_web.studio.services.jobs import ADAPTIS_SCHEDULE, DEFAULT_PARTITION, JobRequest, job_request_check
@@ -16,7 +17,8 @@ from planner.baselines import BASELINE_SCHEDULES, PARTITIONS
 from planner.cluster import ClusterSpec, preset_names
 from planner.errors import SpecError
 from planner.parallel.config import RECOMPUTE_MODES
-from planner.spec.model import ModelSpec
+from planner.spec.model import ModelSpec, load_model_spec
+from planner.spec.presets import load_model_preset, model_preset_names
 
 DEFAULT_CLUSTER_PRESET = "cpu-host"
 GIB = 2**30
@@ -147,18 +149,34 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
 
 
 class UploadForm(PlanningForm):
-    """Upload a model spec and plan it in one step."""
+    """Plan a model in one step: a spec uploaded now, one the user's teams already have, or a preset.
 
+    Exactly one of ``file``, ``existing_spec`` and ``preset``; the upload and the preset are stored as a spec of
+    ``team``, the existing spec is planned in its own team. ``spec_record`` is the existing spec, else None (the
+    view stores ``spec``, with ``source_filename`` and ``spec_warnings``, and its job together)."""
+
+    SOURCES = ("file", "existing_spec", "preset")
     team = forms.ModelChoiceField(queryset=None, empty_label=None)
-    file = forms.FileField(label="Model spec", help_text="adaptis.model/v1 (JSON or YAML) or a HuggingFace "
-                                                          "config.json")
-    field_order = ["team", "file", "mode", "cluster_preset", "cluster_name", "saved_cluster", "cluster_file",
-                   "num_devices", "num_microbatches", "schedule", "partition", "seed", "time_budget_s",
-                   "memory_limit_gib"]
+    file = forms.FileField(label="Model spec", required=False,
+                           help_text="adaptis.model/v1 (JSON or YAML) or a HuggingFace config.json")
+    existing_spec = forms.ModelChoiceField(label="…or a spec of your teams", queryset=ModelSpecRecord.objects.none(),
+                                           required=False, empty_label="—")
+    preset = forms.ChoiceField(label="…or a preset", required=False,
+                               help_text="one of the shipped models (Llama 3 8B, DeepSeek-V3, Nemotron-H…)")
+    field_order = ["team", "file", "existing_spec", "preset", "mode", "cluster_preset", "cluster_name",
+                   "saved_cluster", "cluster_file", "num_devices", "num_microbatches", "schedule", "partition", "seed",
+                   "time_budget_s", "memory_limit_gib"]
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, clusters=cluster_choices_for_user(user=user), **kwargs)
         self.fields["team"].queryset = team_list_for_user(user=user)
+        self.fields["existing_spec"].queryset = spec_list_for_user(user=user).filter(
+            archived_at__isnull=True).select_related("team").defer("doc")
+        self.fields["existing_spec"].label_from_instance = lambda record: f"{record.name} · {record.team.name}"
+        self.fields["preset"].choices = [("", "—"), *((name, name) for name in model_preset_names())]
+        self.spec_record: ModelSpecRecord | None = None
+        self.spec_warnings: list[dict] = []
+        self.source_filename = ""
 
     def clean_team(self):
         self.team = self.cleaned_data["team"]
@@ -166,12 +184,36 @@ class UploadForm(PlanningForm):
 
     def clean_file(self):
         upload = self.cleaned_data["file"]
+        if upload is None:
+            return None
         try:
             self.spec, self.spec_warnings = spec_parse_upload(content=read_upload(upload, field="file"),
                                                               filename=upload.name)
         except SpecError as error:
             raise forms.ValidationError(self.spec_error_message(error)[1]) from None
+        self.source_filename = upload.name
         return upload
+
+    def clean_existing_spec(self):
+        record = self.cleaned_data["existing_spec"]
+        if record is not None:
+            self.spec_record, self.team = record, record.team
+            self.spec = load_model_spec(ModelSpecRecord.objects.values_list("doc", flat=True).get(pk=record.pk))
+        return record
+
+    def clean_preset(self):
+        name = self.cleaned_data["preset"]
+        if name:
+            self.spec, self.source_filename = load_model_preset(name), f"preset {name}"
+        return name
+
+    def clean(self):
+        chosen = [name for name in self.SOURCES if self.cleaned_data.get(name) or self.has_error(name)]
+        if len(chosen) != 1:
+            self.spec = None   # nothing is planned unless exactly one source says what
+            self.add_error("file", "choose the model once: upload a spec, pick one of your teams' specs, or a preset"
+                           if chosen else "choose the model: upload a spec, pick one of your teams' specs, or a preset")
+        return super().clean()
 
 
 class SpecPlanningForm(PlanningForm):

@@ -51,11 +51,15 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def upload(request: HttpRequest) -> HttpResponse:
     form = UploadForm(request.POST or None, request.FILES or None, user=request.user,
-                      initial={"team": current_team(request)})
+                      initial={"team": current_team(request), "existing_spec": request.GET.get("spec"),
+                               "preset": request.GET.get("preset")})
     if request.method == "POST" and form.is_valid():
-        job = spec_create_with_job(team=form.cleaned_data["team"], user=request.user, spec=form.spec,
-                                   source_filename=form.cleaned_data["file"].name, request=form.job_request,
-                                   warnings=form.spec_warnings)
+        if form.spec_record is not None:
+            job = job_create(spec_record=form.spec_record, user=request.user, request=form.job_request)
+        else:
+            job = spec_create_with_job(team=form.team, user=request.user, spec=form.spec,
+                                       source_filename=form.source_filename, request=form.job_request,
+                                       warnings=form.spec_warnings)
         return redirect("studio:job", job_id=job.pk)
     status = 400 if form.is_bound else 200
     return render(request, "studio/upload.html", {"form": form}, status=status)

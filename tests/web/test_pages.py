@@ -11,6 +11,7 @@ from django.urls import reverse
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.models import ApiToken, JobStatus, ModelSpecRecord, PlanningJob, Run
 from adaptis_web.studio.services.accounts import token_create
+from planner.spec.model import load_model_spec
 from planner.spec.presets import load_model_preset
 
 
@@ -119,6 +120,32 @@ class TestUpload:
             assert "accepted with 1 warning" in text
             assert "file.num_hiden_layers</span> is not a key this model's config reads; did you mean " \
                    "'num_hidden_layers'?" in text
+
+    def test_new_plan_picks_a_spec_of_the_team_or_a_preset_instead_of_an_upload(self, client, people, planned,
+                                                                                 django_capture_on_commit_callbacks):
+        client = _client(client, people.member)
+        data = {"team": people.team.pk, "cluster_preset": "h100-sxm-1x8", "num_devices": 8, "num_microbatches": 16,
+                "schedule": "1f1b"}
+        page = client.get(reverse("studio:upload") + f"?spec={planned.spec.pk}").content.decode()
+        assert f'<option value="{planned.spec.pk}" selected>{planned.spec.name} · pipeline-team</option>' in page
+        with django_capture_on_commit_callbacks(execute=False):
+            response = client.post(reverse("studio:upload"), {**data, "existing_spec": planned.spec.pk,
+                                                               "cluster_preset": "cpu-host", "num_devices": 2})
+        assert response.status_code == 302, re.findall(r'class="errorlist"><li>(.*?)</li>', response.content.decode())
+        job = PlanningJob.objects.latest("id")
+        assert response.url == reverse("studio:job", args=[job.pk])
+        assert job.spec_id == planned.spec.pk and ModelSpecRecord.objects.count() == 1, "no second copy of the spec"
+        with django_capture_on_commit_callbacks(execute=False):
+            response = client.post(reverse("studio:upload"), {**data, "preset": "llama-3-8b"})
+        job = PlanningJob.objects.latest("id")
+        assert response.url == reverse("studio:job", args=[job.pk])
+        assert load_model_spec(job.spec.doc) == load_model_preset("llama-3-8b")
+        assert job.spec.source_filename == "preset llama-3-8b" and job.spec.team == people.team
+        jobs = PlanningJob.objects.count()
+        for chosen in ({}, {"preset": "llama-3-8b", "existing_spec": planned.spec.pk}):
+            refused = client.post(reverse("studio:upload"), {**data, **chosen})
+            assert refused.status_code == 400 and "choose the model" in refused.content.decode()
+        assert PlanningJob.objects.count() == jobs
 
     def test_an_unparseable_file_is_reported(self, client, people):
         response = self._post(_client(client, people.member), people, b"layers: [unclosed", filename="spec.yaml")
