@@ -11,6 +11,7 @@ from adaptis_web.studio.selectors import (cluster_choices_for_team, cluster_choi
 from adaptis_web.studio.services.clusters import (MAX_CLUSTER_FILE_BYTES, cluster_parse_upload,
                                                   cluster_preset_load)
 from adaptis_web.studio.services.jobs import ADAPTIS_SCHEDULE, DEFAULT_PARTITION, JobRequest, job_request_check
+from adaptis_web.studio.services.runs import DEFAULT_RUN_STEPS, MAX_RUN_STEPS
 from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S
 from adaptis_web.studio.services.specs import read_upload, spec_parse_upload
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS
@@ -226,7 +227,9 @@ class SpecPlanningForm(PlanningForm):
 
 
 class RunForm(SpecErrorFormMixin, forms.Form):
-    steps = forms.IntegerField(min_value=1, initial=1, help_text="training steps (iterations) to run")
+    steps = forms.IntegerField(min_value=1, max_value=MAX_RUN_STEPS, initial=DEFAULT_RUN_STEPS,
+                               help_text=f"training steps (iterations), at most {MAX_RUN_STEPS}: the first warms up, "
+                                         f"the ones after it show the steady state compared with the prediction")
     scale_down = forms.BooleanField(required=False, label="Run a scaled-down copy (same layer pattern, hidden 64)")
 
 

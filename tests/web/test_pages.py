@@ -7,6 +7,7 @@ import re
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
+from rest_framework.test import APIClient
 
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.models import ApiToken, JobStatus, ModelSpecRecord, PlanningJob, Run
@@ -245,6 +246,22 @@ class TestJobPage:
         assert "more than a CPU run takes" in response.content.decode()
         assert Run.objects.count() == 0
 
+
+    def test_a_run_defaults_to_a_steady_state_and_says_its_limit(self, client, people, planned,
+                                                                  django_capture_on_commit_callbacks):
+        from adaptis_web.studio.services.runs import MAX_RUN_STEPS
+
+        client = _client(client, people.member)
+        page = html.unescape(client.get(reverse("studio:job", args=[planned.job.pk])).content.decode())
+        assert re.search(r'<input type="number" name="steps" value="12"[^>]*max="50"', page)
+        assert f"at most {MAX_RUN_STEPS}: the first warms up" in page
+        over = client.post(reverse("studio:plan-run", args=[planned.plan.pk]), {"steps": MAX_RUN_STEPS + 1})
+        assert over.status_code == 400 and "less than or equal to 50" in over.content.decode()
+        with django_capture_on_commit_callbacks(execute=False):
+            api = APIClient()
+            api.force_authenticate(people.member)
+            created = api.post(reverse("api:runs"), {"plan": planned.plan.pk}, format="json")
+        assert created.status_code == 201 and created.json()["steps"] == 12 == Run.objects.get().steps
 
     def test_a_plan_page_runs_its_plan_and_shows_a_refusal_on_itself(self, client, people, planned,
                                                                        django_capture_on_commit_callbacks):

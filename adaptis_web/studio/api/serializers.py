@@ -24,7 +24,7 @@ from adaptis_web.studio.services.jobs import MAX_MICROBATCHES
 from adaptis_web.studio.services.hybrid import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN
 from adaptis_web.studio.services.teams import GRANTABLE_ROLES
 from adaptis_web.studio.services.profiling import MAX_PROFILE_RANKS
-from adaptis_web.studio.services.runs import MAX_RUN_STEPS
+from adaptis_web.studio.services.runs import DEFAULT_RUN_STEPS, MAX_RUN_STEPS
 from planner.baselines import PARTITIONS
 from planner.cluster import preset_names
 from planner.hardware import ACCELERATORS
@@ -592,7 +592,8 @@ class PlanOutput(serializers.ModelSerializer):
 
 class RunCreateInput(serializers.Serializer):
     plan = IdField(help_text="id of a plan of one of your teams")
-    steps = serializers.IntegerField(default=1, min_value=1, max_value=MAX_RUN_STEPS)
+    steps = serializers.IntegerField(default=DEFAULT_RUN_STEPS, min_value=1, max_value=MAX_RUN_STEPS,
+                                     help_text="training steps; the first warms up, the rest show the steady state")
     scale_down = StrictBooleanField(default=False,
                                           help_text="run a CPU-sized copy with the same layer pattern")
 
