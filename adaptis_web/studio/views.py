@@ -79,7 +79,12 @@ def spec_detail(request: HttpRequest, spec_id: int) -> HttpResponse:
 
 
 def _spec_page(request: HttpRequest, record, spec, form, *, profile_error: str = "", status: int = 200):
-    cost_cluster = request.GET.get("cluster") if request.GET.get("cluster") in preset_names() else "cpu-host"
+    # The cluster asked for, else the preset the spec was last planned on (its jobs are newest first), else the
+    # host's CPU: a model planned on H100s opens on the H100's costs.
+    recent = record.jobs.filter(deleted_at__isnull=True).exclude(cluster_preset="").values_list(
+        "cluster_preset", flat=True)[:RECENT_ROWS]
+    last_planned = next((name for name in recent if name in preset_names()), "cpu-host")
+    cost_cluster = request.GET.get("cluster") if request.GET.get("cluster") in preset_names() else last_planned
     measured = selectors.spec_measured_profile(spec=record)
     return render(request, "studio/spec_detail.html", {
         "record": record, "spec": spec, "layers": list(zip(spec.layer_names(), spec.layers)), "form": form,

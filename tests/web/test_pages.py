@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.models import ApiToken, JobStatus, ModelSpecRecord, PlanningJob, Run
 from adaptis_web.studio.services.accounts import token_create
+from planner.cluster import load_cluster_preset
 from planner.spec.model import load_model_spec
 from planner.spec.presets import load_model_preset
 
@@ -280,6 +281,17 @@ class TestJobPage:
         text = refused.content.decode()
         assert f"<h1>Plan #{planned.plan.pk}" in text, "the plan page again, not the job page"
         assert "Ensure this value is greater than or equal to 1." in text
+
+
+def test_the_spec_page_charts_costs_on_the_cluster_it_was_last_planned_on(client, people, planned):
+    client = _client(client, people.member)
+    spec_url = reverse("studio:spec", args=[planned.spec.pk])
+    assert 'analytic, ' + load_cluster_preset("cpu-host").device.name in client.get(spec_url).content.decode()
+    PlanningJob.objects.filter(pk=planned.job.pk).update(cluster_preset="h100-sxm-1x8")
+    page = client.get(spec_url).content.decode()
+    assert 'analytic, ' + load_cluster_preset("h100-sxm-1x8").device.name in page
+    asked = client.get(spec_url + "?cluster=a100-40gb-pcie-1x8").content.decode()
+    assert 'analytic, ' + load_cluster_preset("a100-40gb-pcie-1x8").device.name in asked
 
 
 class TestRunPage:
