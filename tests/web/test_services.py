@@ -214,6 +214,22 @@ class TestJobRun:
         assert "schedule" in job.error
         assert Plan.objects.count() == 0
 
+    def test_an_unforeseen_failure_says_where_its_traceback_is_not_its_text(self, people, monkeypatch, caplog):
+        from adaptis_web.studio.services import jobs
+
+        def broken(job):
+            raise KeyError("layers.7.mixer internals")
+
+        monkeypatch.setattr(jobs, "_plan_job", broken)
+        job = _stored_job(people)
+        assert job_run(job_id=job.pk) is None
+        job.refresh_from_db()
+        assert job.status == JobStatus.FAILED
+        assert "KeyError" not in job.error and "internals" not in job.error
+        assert f'var/planner.log under make run) after the line "planning job {job.pk} failed"' in job.error
+        logged = [record for record in caplog.records if record.getMessage() == f"planning job {job.pk} failed"]
+        assert len(logged) == 1 and logged[0].exc_info[0] is KeyError, "the traceback went to the log"
+
     def test_skips_a_job_that_is_not_queued(self, people):
         job = _stored_job(people)
         PlanningJob.objects.filter(pk=job.pk).update(status=JobStatus.SUCCEEDED)

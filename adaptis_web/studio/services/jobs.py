@@ -30,7 +30,7 @@ from adaptis_web.studio.services.profiling import (
     profile_for_cpu_job,
     profile_waiting,
 )
-from adaptis_web.studio.services.queueing import enqueue_on_commit
+from adaptis_web.studio.services.queueing import enqueue_on_commit, internal_error
 from adaptis_web.studio.services.search import (
     ADAPTIS_STRATEGY,
     DEFAULT_TIME_BUDGET_S,
@@ -302,7 +302,7 @@ def job_run(*, job_id: int) -> Plan | None:
             return _plan_job(job)
     except (SpecError, PlanError) as error:
         job_fail(job_id=job_id, error=str(error))
-    except Exception as error:
-        logger.exception("planning job %s failed", job_id)
-        job_fail(job_id=job_id, error=f"internal error: {type(error).__name__}: {error}")
+    except Exception:
+        logger.exception("%s %s failed", "planning job", job_id)
+        job_fail(job_id=job_id, error=internal_error("planning job", job_id, "planner"))
     return None

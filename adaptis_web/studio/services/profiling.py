@@ -26,9 +26,10 @@ from django.utils import timezone
 
 from adaptis_web.studio.models import JobStatus, MeasuredProfile, ModelSpecRecord, Plan, PlanningJob
 from adaptis_web.studio.services.liveness import heartbeat
-from adaptis_web.studio.services.queueing import enqueue_on_commit
+from adaptis_web.studio.services.queueing import enqueue_on_commit, internal_error
 from adaptis_web.studio.services.runs import cpu_run_refusal
 from adaptis_web.studio.services.specs import spec_check_team
+from executor.errors import ExecutorError
 from planner.errors import PlanError, SpecError
 from planner.plan import load_plan
 from planner.profile import Profile, load_profile
@@ -171,11 +172,11 @@ def profile_measure(*, profile_id: int) -> None:
         with heartbeat(MeasuredProfile, profile_id):
             profile = _measure(record)
         outcome = {"status": JobStatus.SUCCEEDED, "profile_doc": profile.to_dict()}
-    except (SpecError, PlanError) as error:
+    except (SpecError, PlanError, ExecutorError) as error:   # the profilers' own failures say what happened
         outcome["error"] = str(error)
-    except Exception as error:
-        logger.exception("measuring profile %s failed", profile_id)
-        outcome["error"] = f"internal error: {type(error).__name__}: {error}"
+    except Exception:
+        logger.exception("%s %s failed", "measured profile", profile_id)
+        outcome["error"] = internal_error("measured profile", profile_id, "runner")
     finally:
         MeasuredProfile.objects.filter(pk=profile_id).update(finished_at=timezone.now(), **outcome)
         _release_waiting_jobs(profile_id)

@@ -17,6 +17,14 @@ from adaptis_web.studio.models import JobStatus
 logger = logging.getLogger(__name__)
 
 
+def internal_error(noun: str, row_id: int, service: str) -> str:
+    """What a row (and so its page) says of a failure nobody foresaw: where its traceback is, not the exception's
+    text, which means nothing to a user and may show internals. Log it first with ``logger.exception("%s %s
+    failed", noun, row_id)`` on the ``service`` worker ("planner" or "runner": adaptis_web.processes)."""
+    return (f"An internal error stopped this {noun}. Its traceback is in the {service} worker's log "
+            f"(var/{service}.log under make run) after the line \"{noun} {row_id} failed\"; please report it.")
+
+
 def enqueue_on_commit(task, *, row: models.Model) -> None:
     """Send ``task(row.pk)`` with ``task_id=row.celery_task_id`` after commit; ``row`` has a ``status``."""
     model, row_id, task_id = type(row), row.pk, row.celery_task_id

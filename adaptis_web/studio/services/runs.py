@@ -18,7 +18,7 @@ from django.utils import timezone
 from adaptis_web.studio.live_events import RunEventRelay, run_event_sink, run_events_backfill
 from adaptis_web.studio.models import JobStatus, Plan, Run
 from adaptis_web.studio.services.liveness import heartbeat
-from adaptis_web.studio.services.queueing import enqueue_on_commit
+from adaptis_web.studio.services.queueing import enqueue_on_commit, internal_error
 from adaptis_web.studio.services.run_control import run_stop_reader
 from adaptis_web.studio.services.specs import spec_check_team
 from planner.cost.analytic import count_parameters
@@ -132,6 +132,6 @@ def run_execute(*, run_id: int) -> None:
     try:
         with heartbeat(Run, run_id):
             _execute(run)
-    except Exception as error:
-        logger.exception("run %s failed", run_id)
-        _run_fail(run_id, f"internal error: {type(error).__name__}: {error}")
+    except Exception:
+        logger.exception("%s %s failed", "run", run_id)
+        _run_fail(run_id, internal_error("run", run_id, "runner"))
