@@ -68,7 +68,7 @@ def test_a_job_whose_profile_failed_to_measure_says_it_planned_on_the_analytic_p
     spec = spec_create(team=people.team, owner=people.owner, spec=load_model_preset("tiny-llama"))
     created = _cpu_host_job(people.member, spec.pk)
     assert created["analytic_profile_reason"] == "", "nothing to say while its profile is being measured"
-    error = "internal error: ExecutorError: process 1 of 2 (_profile_in_process) was killed by SIGKILL before its result"
+    error = "process 1 of 2 (_profile_in_process) was killed by SIGKILL before its result"
     MeasuredProfile.objects.filter(pk=created["measured_profile"]).update(status=JobStatus.FAILED, error=error,
                                                                            finished_at=timezone.now())
     job_run(job_id=created["id"])
