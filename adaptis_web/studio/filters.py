@@ -22,7 +22,8 @@ from adaptis_web.studio.models import ClusterRecord, JobMode, JobStatus, ModelSp
 
 
 class HistoryCursorPagination(CursorPagination):
-    """Newest first; a cursor stays right while new work arrives, which an offset would not. A ``page_size`` that
+    """Newest first, or by a result the list's ``sort`` filter names (``SORTS``, checked by the filter set before
+    a page is cut); a cursor stays right while new work arrives, which an offset would not. A ``page_size`` that
     is not a whole number from 1 to ``max_page_size`` is a 400 (DRF would silently use the default)."""
 
     ordering = ("-created_at", "-id")
@@ -32,6 +33,14 @@ class HistoryCursorPagination(CursorPagination):
 
     def get_page_size(self, request):
         return checked_query_int(request, self.page_size_query_param, 1, self.max_page_size, self.page_size)
+
+    def get_ordering(self, request, queryset, view):
+        sort = request.query_params.get("sort", "")
+        column = SORTS.get(queryset.model, {}).get(sort.removeprefix("-"))
+        if column is None:
+            return self.ordering
+        sign = "-" if sort.startswith("-") else ""
+        return (f"{sign}{column}", f"{sign}id")   # the id breaks ties, so a cursor never skips a row
 
     def get_schema_operation_parameters(self, view):
         return bounded_schema(super().get_schema_operation_parameters(view),
@@ -135,6 +144,9 @@ class HistoryFilter(django_filters.FilterSet):
     def filter_archived(self, queryset, name, value):
         return queryset.filter(archived_at__isnull=not value)
 
+    def filter_sort(self, queryset, name, value):
+        return queryset   # checked here (a 400 naming it); the cursor pagination orders by it
+
     def filter_queryset(self, queryset):
         queryset = super().filter_queryset(queryset)
         if self.form.cleaned_data.get("archived") is None:  # django-filter skips a filter left empty
@@ -179,6 +191,25 @@ class ClusterFilter(HistoryFilter):
         fields: list[str] = []
 
 
+# ``sort=NAME`` (smallest first) or ``sort=-NAME``: the results a list can be ordered by, and the column or
+# annotation (selectors.history_for_user) each one is. A row without the result (a job not planned yet, a run not
+# measured) sorts after every row with one.
+SORTS = {
+    PlanningJob: {"iteration": "iteration_ms", "bubble": "bubble_ratio", "created": "created_at"},
+    Plan: {"iteration": "iteration_ms", "bubble": "bubble_ratio", "tokens_per_s": "tokens_per_s",
+           "created": "created_at"},
+    Run: {"observed_iteration": "observed_iteration_ms", "created": "created_at"},
+}
+
+
+def sort_filter(model) -> django_filters.ChoiceFilter:
+    names = list(SORTS[model])
+    return django_filters.ChoiceFilter(
+        method="filter_sort", choices=[(f"{sign}{name}", f"{name}{' (largest first)' if sign else ''}")
+                                       for name in names for sign in ("", "-")],
+        label=f"order by ({', '.join(names)}; a leading - for largest first; default: newest first)")
+
+
 class JobFilter(HistoryFilter):
     team_path = "spec__team"
     creator_path = "created_by"
@@ -189,6 +220,7 @@ class JobFilter(HistoryFilter):
     status = django_filters.ChoiceFilter(choices=STATUS_CHOICES)
     cluster = TextFilter(field_name="cluster_preset", label="cluster preset")
     mode = django_filters.ChoiceFilter(choices=JobMode.choices, label="pipeline only or hybrid parallel")
+    sort = sort_filter(PlanningJob)
 
     class Meta:
         model = PlanningJob
@@ -203,6 +235,7 @@ class PlanFilter(HistoryFilter):
     model = TextFilter(field_name="job__spec__name", lookup_expr="icontains", label="model name contains")
     strategy = TextFilter(field_name="strategy")
     status = django_filters.ChoiceFilter(field_name="job__status", choices=STATUS_CHOICES, label="the job's status")
+    sort = sort_filter(Plan)
 
     class Meta:
         model = Plan
@@ -217,6 +250,7 @@ class RunFilter(HistoryFilter):
     model = TextFilter(field_name="plan__job__spec__name", lookup_expr="icontains", label="model name contains")
     strategy = TextFilter(field_name="plan__strategy", label="the plan's strategy")
     status = django_filters.ChoiceFilter(choices=STATUS_CHOICES)
+    sort = sort_filter(Run)
 
     class Meta:
         model = Run

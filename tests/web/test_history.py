@@ -208,3 +208,60 @@ def test_the_api_schema_documents_the_filters_the_cursor_and_the_token_header(cl
             "cursor", "page_size"} <= parameters
     token = schema["components"]["securitySchemes"]["knoxApiToken"]
     assert (token["in"], token["name"]) == ("header", "Authorization") and '"Token"' in token["description"]
+
+
+@pytest.fixture
+def results(people, planned):
+    """Five plans of one job with known results (iteration, bubble, tokens/s), made in an order none of them sorts
+    by; two runs of the first, one measured (summary) and one not yet."""
+    rows = [(30.0, 0.20, 900.0), (10.0, 0.50, 2700.0), (20.0, 0.10, 1300.0), (20.0, 0.30, 1400.0), (40.0, 0.05, 600.0)]
+    plans = [Plan.objects.create(job=planned.job, strategy="1f1b", layout="x", plan_doc={}, profile_doc={},
+                                 simulation={"tokens_per_s": tokens}, iteration_ms=iteration, bubble_ratio=bubble,
+                                 name=f"result {index}")
+             for index, (iteration, bubble, tokens) in enumerate(rows)]
+    measured = Run.objects.create(plan=plans[0], created_by=people.member, world_size=2, status=JobStatus.SUCCEEDED,
+                                  summary={"median_iteration_ms": 33.5})
+    waiting = Run.objects.create(plan=plans[0], created_by=people.member, world_size=2)
+    return {"plans": plans, "measured": measured, "waiting": waiting}
+
+
+def _every_page(client, url: str, query: dict) -> list[dict]:
+    """Every row of a list, one per page, following the cursor links."""
+    rows, page = [], client.get(url, {**query, "page_size": 1}).json()
+    while True:
+        rows.extend(page["results"])
+        if not page["next"]:
+            return rows
+        page = client.get(page["next"]).json()
+
+
+class TestSortingByResults:
+    @pytest.mark.parametrize("sort, key", [("iteration", lambda p: p.iteration_ms),
+                                           ("-bubble", lambda p: -p.bubble_ratio),
+                                           ("-tokens_per_s", lambda p: -p.simulation["tokens_per_s"])])
+    def test_plans_sort_by_a_result_across_cursor_pages(self, people, results, sort, key):
+        mine = [plan.pk for plan in results["plans"]]
+        rows = _every_page(api_as(people.member), reverse("api:plans"), {"sort": sort, "q": "result"})
+        expected = sorted(results["plans"], key=lambda plan: (key(plan), plan.pk if not sort.startswith("-")
+                                                              else -plan.pk))
+        assert [row["id"] for row in rows] == [plan.pk for plan in expected]
+        assert sorted(row["id"] for row in rows) == sorted(mine), "no row skipped or repeated by the cursor"
+
+    def test_runs_sort_by_observed_iteration_with_unmeasured_ones_last(self, people, results):
+        rows = _every_page(api_as(people.member), reverse("api:runs"), {"sort": "observed_iteration"})
+        assert [row["id"] for row in rows] == [results["measured"].pk, results["waiting"].pk]
+
+    def test_an_unknown_sort_is_a_400_naming_it(self, people, results):
+        response = api_as(people.member).get(reverse("api:plans"), {"sort": "fastest"})
+        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "sort"
+
+    def test_the_history_page_shows_results_and_sorts_by_them(self, client, people, planned, results):
+        client.force_login(people.member)
+        page = client.get(reverse("studio:history"), {"kind": "plans", "sort": "-tokens_per_s", "q": "result"}).content.decode()
+        shown = [int(pk) for pk in re.findall(r'<tr data-row="(\d+)">', page)]
+        best = max(results["plans"], key=lambda plan: plan.simulation["tokens_per_s"])
+        assert shown[0] == best.pk and "2,700" in page.split(f'<tr data-row="{best.pk}">')[1].split("</tr>")[0]
+        assert 'data-sort="tokens_per_s">Tokens / s ↓</a>' in page
+        jobs = client.get(reverse("studio:history"), {"kind": "jobs", "sort": "iteration"}).content.decode()
+        row = jobs.split(f'<tr data-row="{planned.job.pk}">')[1].split("</tr>")[0]
+        assert f"{planned.job.own_plan.iteration_ms:.2f} ms" in row, "a job shows its own plan's result"
