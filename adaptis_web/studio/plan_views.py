@@ -98,9 +98,7 @@ def _downloads(request: HttpRequest, plan) -> list[dict]:
 
 
 def _memory_rows(per_device: list[dict]) -> list[dict]:
-    return [{**row, "percent": min(100.0, 100.0 * row["memory_bytes"] / row["capacity_bytes"]),
-             "gib": row["memory_bytes"] / 1024 ** 3, "capacity_gib": row["capacity_bytes"] / 1024 ** 3}
-            for row in per_device]
+    return [{**row, "percent": min(100.0, 100.0 * row["memory_bytes"] / row["capacity_bytes"])} for row in per_device]
 
 
 @login_required

@@ -13,7 +13,6 @@
 
   const STAGE_COLOURS = ["#cfe0f7", "#d5eddf", "#fbe3c2", "#e4d9f5", "#f7d4d2", "#d3ecef", "#efe6c6", "#e0e4ea"];
   const ACTION_TYPES = ["F", "B", "I", "W"];
-  const GIB = Math.pow(1024, 3);
 
   const data = JSON.parse(document.getElementById("editor-data").textContent);
   const original = data.output;
@@ -42,7 +41,7 @@
 
   function fmt(value, places) { return value === null || value === undefined ? "—" : Number(value).toFixed(places); }
   function signed(value, places) { return (value >= 0 ? "+" : "") + Number(value).toFixed(places); }
-  function gib(bytes) { return bytes === null || bytes === undefined ? "—" : (bytes / GIB).toFixed(2) + " GiB"; }
+  const bytes = window.AdaptisUnits.bytes, signedBytes = window.AdaptisUnits.signedBytes;   // static/studio/units.js
 
   // ---- drawing ---------------------------------------------------------------------------------------------
 
@@ -186,7 +185,7 @@
     const metrics = output.metrics;
     $("[data-metric=iteration]").textContent = fmt(metrics.iteration_ms, 3) + " ms";
     $("[data-metric=bubble]").textContent = fmt(metrics.bubble_ratio, 3);
-    $("[data-metric=peak-memory]").textContent = gib(metrics.peak_memory_bytes);
+    $("[data-metric=peak-memory]").textContent = bytes(metrics.peak_memory_bytes);
     $("[data-metric=tokens]").textContent = metrics.tokens_per_s ? Math.round(metrics.tokens_per_s) : "—";
     $("[data-metric=mfu]").textContent = metrics.mfu === null || metrics.mfu === undefined ? "—" :
       Math.round(metrics.mfu * 100) + " %";
@@ -198,7 +197,7 @@
     if (edited && difference) {
       deltas.iteration = signed(difference.iteration_ms, 3) + " ms (" + signed((difference.iteration_ratio - 1) * 100, 1) + " %)";
       deltas.bubble = signed(difference.bubble_ratio, 3);
-      deltas["peak-memory"] = signed((output.metrics.peak_memory_bytes - original.metrics.peak_memory_bytes) / GIB, 2) + " GiB";
+      deltas["peak-memory"] = signedBytes(output.metrics.peak_memory_bytes - original.metrics.peak_memory_bytes);
     }
     Object.keys(deltas).forEach(function (key) {
       const element = $("[data-delta='" + key + "']");
@@ -212,7 +211,7 @@
         " ms, bubble " + signed(difference.bubble_ratio, 3) + ", memory per device " +
         difference.per_device.map(function (row) {
           return "<span class='mono' data-edit-memory='" + row.device + "'>d" + row.device + " " +
-            (row.memory_bytes === null ? "—" : signed(row.memory_bytes / GIB, 2) + " GiB") + "</span>";
+            signedBytes(row.memory_bytes) + "</span>";
         }).join(", ");
     } else {
       box.hidden = true;
@@ -224,14 +223,14 @@
       return "<tr><td>" + row.device + "</td><td class='num'>" + fmt(row.busy_ms, 3) + "</td><td class='num'>" +
         fmt(row.bubble_ms, 3) + "</td><td class='num'>" + fmt(row.warmup_bubble_ms, 3) + "</td><td class='num'>" +
         fmt(row.steady_bubble_ms, 3) + "</td><td class='num'>" + fmt(row.cooldown_bubble_ms, 3) + "</td><td class='num'>" +
-        gib(row.memory_bytes) + "</td></tr>";
+        bytes(row.memory_bytes) + "</td></tr>";
     }).join("");
     $("#memory-bars").innerHTML = output.per_device.map(function (row) {
       const percent = Math.min(100, 100 * row.memory_bytes / row.capacity_bytes);
       return "<div class='membar-row" + (row.fits ? "" : " over") + "' data-device='" + row.device + "'>" +
         "<span class='membar-label'>device " + row.device + "</span><div class='membar'><div class='fill' style='width: " +
-        percent.toFixed(1) + "%'></div></div><span class='membar-value'>" + (row.memory_bytes / GIB).toFixed(2) +
-        " GiB of " + (row.capacity_bytes / GIB).toFixed(1) + " GiB</span></div>";
+        percent.toFixed(1) + "%'></div></div><span class='membar-value'>" + bytes(row.memory_bytes) +
+        " of " + bytes(row.capacity_bytes) + "</span></div>";
     }).join("");
   }
 

@@ -24,6 +24,7 @@ from playwright.sync_api import expect
 from adaptis_web.studio.models import Plan, PlanningJob
 from adaptis_web.studio.services.jobs import job_request_check, job_run
 from adaptis_web.studio.services.specs import spec_create
+from adaptis_web.studio.templatetags.units import binary_bytes
 from planner.spec.presets import load_model_preset
 from tests.browser.conftest import SCREENS, VIEWPORT
 
@@ -89,7 +90,11 @@ def test_edit_a_searched_plan_save_it_compare_it_and_download_every_export(live_
     expect(page.locator("h1")).to_contain_text(f"Plan #{plan.pk}")
     expect(page.locator("#per-device tbody tr")).to_have_count(8)
     expect(page.locator("#memory-bars .membar-row")).to_have_count(8)
-    expect(page.locator("#memory-bars .membar-value").first).to_contain_text("GiB of 80.0 GiB")
+    expect(page.locator("#memory-bars .membar-value").first).to_contain_text(" of 80.0 GiB")
+    # The scripts write memory as the templates do (static/studio/units.js beside templatetags/units.py).
+    samples = [0, 900, 1023, 1024, 8 * 2**20, 15_032_385_536, 80 * 2**30, 3 * 2**40, 2**52]
+    assert page.evaluate("(values) => values.map(window.AdaptisUnits.bytes)", samples) == \
+        [binary_bytes(value) for value in samples]
     assert page.evaluate(BARS) == len(json.loads(page.locator("#editor-data").inner_text())["output"]["timeline"])
     start_iteration = page.locator("[data-metric=iteration]").inner_text()
     start_layout = page.locator("[data-layout]").inner_text()
