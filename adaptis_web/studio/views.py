@@ -22,7 +22,7 @@ from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import job_cancel, job_create, spec_create_with_job
 from adaptis_web.studio.services.runs import run_create
-from adaptis_web.studio.services.run_control import observed_statistic, run_cancel, run_phase
+from adaptis_web.studio.services.run_control import observed_statistic, run_cancel, run_phase, run_steps_chart
 from adaptis_web.studio.services.profiling import layer_cost_chart, measured_profile_create, plan_local_prediction
 from planner.cluster import preset_names
 from planner.errors import SpecError
@@ -233,6 +233,8 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
             "observed": events,
         },
         "device_comparison": device_comparison(simulation, run.summary),
+        "steps_chart": run_steps_chart(run=run, predicted_ms=simulation["iteration_ms"],
+                                       predicted_tokens_per_s=simulation.get("tokens_per_s")),
         **role_permissions(user=request.user, team=plan.job.spec.team, creator_id=run.created_by_id),
     }, status=status)
 

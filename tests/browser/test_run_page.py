@@ -87,9 +87,10 @@ def test_predicted_and_observed_share_one_time_axis_each_step_from_its_start(bro
     run = Run.objects.create(plan=plan, created_by=people.member, status=JobStatus.SUCCEEDED, world_size=2, steps=3)
     offsets = [12_600.0, 13_950.5, 15_420.25]
     rows = RunEvent.objects.bulk_create(_observed_rows(run, plan, offsets, stretch=3.0))
-    Run.objects.filter(pk=run.pk).update(summary=summarize(
-        [{"device": r.device, "kind": r.kind, "step": r.step, "start_ms": r.start_ms, "end_ms": r.end_ms} for r in rows],
-        num_devices=2, steps=3))
+    summary = summarize([{"device": r.device, "kind": r.kind, "step": r.step, "start_ms": r.start_ms,
+                          "end_ms": r.end_ms} for r in rows], num_devices=2, steps=3)
+    Run.objects.filter(pk=run.pk).update(summary={**summary, "losses": [6.3, 6.1, 5.9]},
+                                         executed_spec=plan.job.spec.doc)
     page = _page(browser, live_server)
     page.goto(f"{live_server.url}/runs/{run.pk}/")
     expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1, timeout=30_000)  # after its reload, if any
@@ -117,6 +118,16 @@ def test_predicted_and_observed_share_one_time_axis_each_step_from_its_start(bro
     assert rows == {f"stage {stage} (device {stage}) · {source}" for stage in (0, 1)
                     for source in ("predicted", "observed")}
     page.screenshot(path=str(SCREENS / "run-01-one-axis-per-stage.png"), full_page=True)
+    # Step by step: each step's span (3 x the predicted iteration, as the events were stretched), the prediction,
+    # the loss; tokens per second over the steady steps' median, counted independently here.
+    steps = page.evaluate("""() => window.adaptisSteps.data.datasets.map((d) => ({source: d.source, data: d.data}))""")
+    predicted_ms = plan_prediction(plan)["iteration_ms"]
+    by_source = {dataset["source"]: dataset["data"] for dataset in steps}
+    assert by_source["observed"] == pytest.approx([3.0 * predicted_ms] * 3)
+    assert by_source["predicted"] == pytest.approx([predicted_ms] * 3) and by_source["loss"] == [6.3, 6.1, 5.9]
+    spec = plan.job.spec.doc
+    tokens_per_s = 4 * spec.get("micro_batch_size", 1) * spec["seq_len"] / (3.0 * predicted_ms / 1e3)
+    assert page.locator("[data-metric=observed-tokens]").inner_text() == f"{round(tokens_per_s):,}"
 
 
 def test_a_run_cancelled_in_its_second_step_opens_on_its_one_complete_step(browser, live_server, people, plan):

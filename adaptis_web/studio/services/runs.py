@@ -117,8 +117,8 @@ def _execute(run: Run) -> None:
         logger.warning("run %s: %d events did not arrive through Redis and were stored from the result",
                        run.pk, missed)
     balancing_loss = result.balancing_losses[-1] if result.balancing_losses else None
-    Run.objects.filter(pk=run.pk).update(status=JobStatus.SUCCEEDED, summary=result.summary, loss=result.loss,
-                                         balancing_loss=balancing_loss, finished_at=timezone.now())
+    Run.objects.filter(pk=run.pk).update(status=JobStatus.SUCCEEDED, summary={**result.summary, "losses": result.losses},
+                                         loss=result.loss, balancing_loss=balancing_loss, finished_at=timezone.now())
 
 
 def run_execute(*, run_id: int) -> None:
