@@ -77,6 +77,7 @@ def command_run(args) -> int:
     plan = load_plan(_read_json(args.plan, "plan"))
     spec = load_model_argument(args.model, args.scale)
     settings = dict(backend=args.backend, seed=args.seed, event_sink=args.events, steps=args.steps,
+                    event_token_file=args.token_file,
                     optimizer=args.optimizer, lr=args.lr, dtype=args.dtype, checkpoint_dir=args.checkpoint_dir,
                     threads_per_rank=args.threads_per_rank, bind_cores=args.bind_cores, lookahead=args.lookahead)
     if launched_by_torchrun():
@@ -166,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("plan")
     run.add_argument("--model", required=True)
     run.add_argument("--backend", choices=BACKENDS, default="gloo")
-    run.add_argument("--events", help="redis://host:port/db#stream-key or a JSON-lines file")
+    run.add_argument("--events", help="redis://host:port/db#stream-key, https://HOST/api/runs/ID/events/ (AdaPtis "
+                                      "Studio's ingest for run ID, with --token-file) or a JSON-lines file")
+    run.add_argument("--token-file", help="a file holding the run's secret, for an https:// --events URL")
     run.add_argument("--steps", type=int, default=1)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")

@@ -21,6 +21,7 @@ class RunConfig:
     lr: float = 1e-3
     dtype: str | None = None            # None: float32 on CPU, the spec's dtype on CUDA
     event_sink: str | None = None
+    event_token_file: str | None = None  # the run's secret, for an https:// sink (executor.events.HttpSink)
     checkpoint_dir: str | None = None   # each rank saves its layers there after the last step
     # When ranks post their receives (``executor.lowering``). Causal: a gloo send whose receive is not posted
     # yet waits for the receiver's notice, which the sender's communication thread handles; on a rank whose

@@ -1,14 +1,18 @@
 """Timing events and where they go.
 
 A sink is named by a string: ``redis://host:port/db#<stream key>`` appends each event with XADD (field
-``event`` = the JSON text) to that stream; anything else is a path to a JSON-lines file, appended to.
+``event`` = the JSON text) to that stream; ``https://HOST/api/runs/ID/events/`` POSTs batches to AdaPtis Studio's
+ingest for run ID, authenticated by the run's secret read from a token file (``HttpSink``: what a rank on a cluster
+uses, where the dashboard's Redis is seldom reachable but its HTTPS is); anything else is a path to a JSON-lines
+file, appended to.
 Events leave each rank from a background thread that flushes every ``FLUSH_INTERVAL_S``, so writing them
 never sits on the compute path and they reach the sink within tens of milliseconds of the action that
 produced them. The thread wakes on a timer, not per event: a wake-up per action (a condition-variable
 hand-off plus a GIL switch) cost measurable time per action on a host whose cores the ranks share.
 
 A sink that fails (Redis restarting, a network blip) costs nothing but latency: what could not be written is kept
-and sent again every ``RETRY_INTERVAL_S`` in order, and at the end of the run for up to ``CLOSE_DELIVERY_S``.
+and sent again in order, ``RETRY_INTERVAL_S`` after the first failure and twice as long after each further one (up
+to ``MAX_RETRY_INTERVAL_S``), and at the end of the run for up to ``CLOSE_DELIVERY_S``.
 Every event also stays in the rank's memory and goes into the run's result, so what a longer outage held back
 is still delivered with the result (``EventEmitter.undelivered`` counts it). A batch that failed halfway may
 be written twice: readers de-duplicate by (rank, step, action).
@@ -30,6 +34,7 @@ import os
 import threading
 import time
 from collections import deque
+import urllib.request
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
@@ -37,8 +42,12 @@ from urllib.parse import urlsplit
 from planner.errors import SpecError
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+HTTP_SCHEMES = ("https", "http")   # http only for a dashboard on the same host or a private network
 FLUSH_INTERVAL_S = 0.02
 RETRY_INTERVAL_S = 0.5
+MAX_RETRY_INTERVAL_S = 8.0
+HTTP_BATCH_EVENTS = 1000   # per POST; the ingest refuses larger batches (adaptis_web.studio.services.ingest)
+HTTP_TIMEOUT_S = 10.0
 CLOSE_DELIVERY_S = 30.0
 REDIS_TIMEOUT_S = 2.0  # a stopped or unreachable Redis must fail a write, not hang the rank's event thread
 
@@ -77,6 +86,40 @@ class RedisStreamSink:
         self._client.close()
 
 
+class HttpSink:
+    """POSTs ``{"events": [...]}`` to a run's ingest URL in batches of at most ``HTTP_BATCH_EVENTS``, with the run's
+    secret as a bearer token. A refused or failed POST raises, and the emitter sends the batch again later; the
+    ingest stores an action once however often it arrives."""
+
+    def __init__(self, url: str, token: str):
+        self.url = url
+        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                         "Accept": "application/json"}
+
+    def write(self, events: list[dict]) -> None:
+        for start in range(0, len(events), HTTP_BATCH_EVENTS):
+            body = json.dumps({"events": events[start:start + HTTP_BATCH_EVENTS]}).encode()
+            request = urllib.request.Request(self.url, data=body, method="POST", headers=self._headers)
+            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
+                response.read()
+
+    def close(self) -> None:
+        pass
+
+
+def read_token_file(path: str | None) -> str:
+    """The run secret an ``https://`` sink sends, from the file the launcher was given (``--token-file``)."""
+    if not path:
+        raise SpecError("event_token_file", "an https:// event sink needs the run's secret: give --token-file")
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as error:
+        raise SpecError("event_token_file", f"cannot read {path}: {error.strerror}") from None
+    if not token:
+        raise SpecError("event_token_file", f"{path} is empty")
+    return token
+
+
 def resolved_sink(target: str) -> str:
     """``target`` with a file path made absolute (Redis URLs as they are): ranks run in another working
     directory than their launcher, and must write where the caller meant."""
@@ -86,11 +129,15 @@ def resolved_sink(target: str) -> str:
     return str(Path(parts.path if parts.scheme == "file" else target).resolve())
 
 
-def open_sink(target: str):
-    """The sink ``target`` names (see the module docstring); ``SpecError('event_sink', ...)`` if malformed."""
+def open_sink(target: str, token_file: str | None = None):
+    """The sink ``target`` names (see the module docstring); ``SpecError('event_sink', ...)`` if malformed.
+    ``token_file``: where an ``https://`` sink reads the run's secret."""
     if not isinstance(target, str) or not target:
-        raise SpecError("event_sink", f"must be a redis:// URL with '#<stream key>' or a file path, got {target!r}")
+        raise SpecError("event_sink", f"must be a redis:// URL with '#<stream key>', an https:// ingest URL or a "
+                                      f"file path, got {target!r}")
     scheme = urlsplit(target).scheme
+    if scheme in HTTP_SCHEMES:
+        return HttpSink(target, read_token_file(token_file))
     if scheme in REDIS_SCHEMES:
         url, _, stream = target.partition("#")
         if not stream:
@@ -99,7 +146,8 @@ def open_sink(target: str):
     if scheme == "file":
         return JsonlSink(urlsplit(target).path)
     if scheme:
-        raise SpecError("event_sink", f"unsupported scheme {scheme!r}: use redis://...#stream or a file path")
+        raise SpecError("event_sink", f"unsupported scheme {scheme!r}: use redis://...#stream, https://... or a "
+                                      f"file path")
     return JsonlSink(target)
 
 
@@ -116,6 +164,7 @@ class EventEmitter:
         self._pending: deque = deque()
         self._backlog: list[dict] = []  # resolved, not yet written to the sink (in order)
         self._retry_at = 0.0
+        self._failures_in_a_row = 0
         self._close_delivery_s = close_delivery_s
         self._stop = threading.Event()
         self.events: list[dict] = []
@@ -150,10 +199,15 @@ class EventEmitter:
             self._sink.write(self._backlog)
         except Exception as error:  # noqa: BLE001 - kept and sent again; the run itself goes on
             self.error, self.failed_writes = error, self.failed_writes + 1
-            self._retry_at = time.monotonic() + RETRY_INTERVAL_S
+            self._failures_in_a_row += 1
+            self._retry_at = time.monotonic() + self.retry_interval_s()
             return False
-        self._backlog = []
+        self._backlog, self._failures_in_a_row = [], 0
         return True
+
+    def retry_interval_s(self) -> float:
+        """How long after the latest failure the next try waits: doubling with each failure in a row."""
+        return min(MAX_RETRY_INTERVAL_S, RETRY_INTERVAL_S * 2 ** max(0, self._failures_in_a_row - 1))
 
     def close(self) -> None:
         """Flush everything emitted, retrying a failing sink for up to ``close_delivery_s``; what it still would
@@ -164,7 +218,7 @@ class EventEmitter:
             return
         deadline = time.monotonic() + self._close_delivery_s
         while self._backlog and not self._deliver() and time.monotonic() < deadline:
-            time.sleep(RETRY_INTERVAL_S)
+            time.sleep(min(self.retry_interval_s(), max(0.0, deadline - time.monotonic())))
         self.undelivered = len(self._backlog)
         try:
             self._sink.close()

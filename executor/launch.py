@@ -140,7 +140,7 @@ def _first_failure(job_dir: Path, failed_ranks: list[int], codes: list[int | Non
 def _report(config: RunConfig, event: dict) -> None:
     """Best effort: the error is raised to the caller whether or not the sink takes it."""
     if config.event_sink:
-        sink = open_sink(config.event_sink)
+        sink = open_sink(config.event_sink, config.event_token_file)
         try:
             sink.write([event])
         except Exception:  # noqa: BLE001 - a sink that is down must not hide the run's own failure
@@ -162,7 +162,8 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
              steps: int = 1, timeout_s: float = 300, optimizer: str = "sgd", lr: float = 1e-3,
              dtype: str | None = None, checkpoint_dir: str | None = None, lookahead: int | str = CAUSAL,
              step_barriers: bool = False, threads_per_rank: int | None = None,
-             bind_cores: bool = True, should_stop: Callable[[], bool] | None = None) -> RunResult:
+             bind_cores: bool = True, should_stop: Callable[[], bool] | None = None,
+             event_token_file: str | None = None) -> RunResult:
     """Train ``spec`` for ``steps`` steps with ``plan`` on local ranks; see the module docstring.
 
     Raises ``PlanError`` (plan cannot be lowered or deadlocks), ``SpecError`` (bad settings, or a model too
@@ -174,19 +175,22 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
     they fit; the summary records what every rank used (``threads_per_rank``, ``cores_per_rank``).
     ``lookahead``: when ranks post their receives (``executor.lowering``). ``should_stop``: asked every
     ``CANCEL_POLL_SECONDS`` while the ranks run; true ends them and raises ``RunCancelled``.
+    ``event_token_file``: the run's secret, for an ``https://`` ``event_sink`` (``executor.events.HttpSink``).
     """
     # The ranks run in the repository, not in the caller's directory: relative paths are the caller's.
     event_sink = resolved_sink(event_sink) if event_sink else event_sink
     checkpoint_dir = str(Path(checkpoint_dir).resolve()) if checkpoint_dir else checkpoint_dir
+    event_token_file = str(Path(event_token_file).resolve()) if event_token_file else event_token_file
     config = RunConfig(backend=backend, seed=seed, steps=steps, optimizer=optimizer, lr=lr, dtype=dtype,
-                       event_sink=event_sink, checkpoint_dir=checkpoint_dir, lookahead=lookahead,
+                       event_sink=event_sink, event_token_file=event_token_file,
+                       checkpoint_dir=checkpoint_dir, lookahead=lookahead,
                        report_failures=False, step_barriers=step_barriers, threads_per_rank=threads_per_rank,
                        bind_cores=bind_cores)
     lower_plan(plan, spec.num_layers, lookahead=config.lookahead)   # fail fast, before any process starts
     device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
     check_capacity(plan, spec, device=device, dtype=run_dtype(config, spec, device), optimizer=optimizer)
     if event_sink:
-        open_sink(event_sink).close()   # a malformed sink fails here, not in every rank
+        open_sink(event_sink, event_token_file).close()   # a malformed sink fails here, not in every rank
     job_dir = Path(tempfile.mkdtemp(prefix="adaptis-run-"))
     job_file = job_dir / "job.json"
     job_file.write_text(json.dumps({"plan": plan.to_dict(), "spec": spec.to_dict(), "config": config.to_dict()}))

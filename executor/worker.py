@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import socket
 import sys
 import time
 import traceback
@@ -169,12 +171,14 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
         channel_groups = open_channels(lowered, rank, device)
         runners = build_runners(plan, spec, rank, config.seed, device, dtype, split_backward)
         tied_sync = _tied_gradient_sync(plan, spec, rank, runners)
-        emitter = EventEmitter(open_sink(config.event_sink) if config.event_sink else None)
+        emitter = EventEmitter(open_sink(config.event_sink, config.event_token_file) if config.event_sink else None)
         clock, started_at = aligned_clock(rank, world_size, control, device)
+        facts = _cluster_facts(world_size, control, device)
         if rank == 0:
             emitter.emit({"type": "run_started", "world_size": world_size, "backend": config.backend,
                           "steps": config.steps, "num_microbatches": plan.num_microbatches,
-                          "strategy": plan.strategy, "model": spec.name, "started_at": started_at})
+                          "strategy": plan.strategy, "model": spec.name, "started_at": started_at,
+                          "facts": facts})
         runtime = RankRuntime(rank=rank, plan=plan, spec=spec, program=program, runners=runners,
                               optimizer=_optimizer(config, runners), device=device, dtype=dtype, seed=config.seed,
                               clock=clock, emitter=emitter, tied_sync=tied_sync,
@@ -202,6 +206,19 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
         dist.destroy_process_group()
 
 
+def _cluster_facts(world_size: int, group, device: torch.device) -> dict:
+    """What ran the run, as rank 0 reports it: each rank's host and device, torch's version and NCCL's (on CUDA)."""
+    own = {"host": socket.gethostname(),
+           "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"}
+    ranks = [None] * world_size
+    dist.all_gather_object(ranks, own, group=group)
+    facts = {"hosts": [rank["host"] for rank in ranks], "devices": [rank["device"] for rank in ranks],
+             "torch": torch.__version__}
+    if device.type == "cuda":
+        facts["nccl"] = ".".join(str(part) for part in torch.cuda.nccl.version())
+    return facts
+
+
 def _finish(config: RunConfig, plan: Plan, gathered: list[dict], job_dir: Path | None) -> dict:
     events = sorted((e for part in gathered for e in part["events"]), key=lambda e: (e["start_ms"], e["rank"]))
     step_losses = [next((part["losses"][step] for part in gathered if part["losses"][step] is not None), None)
@@ -218,7 +235,7 @@ def _finish(config: RunConfig, plan: Plan, gathered: list[dict], job_dir: Path |
     finished = {"type": "run_finished", "summary": summary, "loss": step_losses[-1], "losses": step_losses,
                 "balancing_losses": balancing_losses}
     if config.event_sink:
-        emitter = EventEmitter(open_sink(config.event_sink))
+        emitter = EventEmitter(open_sink(config.event_sink, config.event_token_file))
         emitter.emit(finished)
         emitter.close()  # retried through an outage like every event; the result file is the copy that counts
     result = {"events": events, "summary": summary, "loss": step_losses[-1], "losses": step_losses,
@@ -237,7 +254,7 @@ def report_failure(job: dict, rank: int, job_dir: Path | None) -> None:
     config = job.get("config", {})
     if config.get("report_failures", True) and config.get("event_sink"):
         try:
-            sink = open_sink(config["event_sink"])
+            sink = open_sink(config["event_sink"], config.get("event_token_file"))
             sink.write([{"type": "run_failed", "rank": rank, "error": error}])
             sink.close()
         except Exception:  # noqa: BLE001 - the traceback above is the error that matters

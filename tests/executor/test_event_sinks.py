@@ -1,10 +1,14 @@
 """Where a run's events go: a JSON-lines file or a Redis stream, named the way the caller meant."""
 
+import http.server
+import json
 import os
+import threading
+import time
 
 import pytest
 
-from executor.events import open_sink, resolved_sink
+from executor.events import MAX_RETRY_INTERVAL_S, RETRY_INTERVAL_S, EventEmitter, open_sink, resolved_sink
 from planner.errors import SpecError
 
 
@@ -71,3 +75,72 @@ def test_a_sink_down_past_the_close_deadline_loses_nothing_from_the_result():
     emitter.close()  # does not raise: the run goes on and its result carries the events
     assert sink.taken == [] and emitter.undelivered == 7
     assert [event["n"] for event in emitter.events] == list(range(7))
+
+
+class _Ingest(http.server.BaseHTTPRequestHandler):
+    """A stand-in for the dashboard's ingest: records each POST's authorization and events; refuses while
+    ``down`` is set (the server's class attributes are the shared state)."""
+
+    down = False
+    posts: list[tuple[str, list[dict]]] = []
+
+    def do_POST(self):   # noqa: N802 - the handler name http.server calls
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if type(self).down:
+            self.send_response(503)
+        else:
+            type(self).posts.append((self.headers["Authorization"], body["events"]))
+            self.send_response(201)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def ingest():
+    _Ingest.down, _Ingest.posts = False, []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ingest)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/api/runs/7/events/"
+    server.shutdown()
+
+
+def test_an_https_sink_posts_bounded_batches_with_the_runs_secret(ingest, tmp_path):
+    from executor.events import HTTP_BATCH_EVENTS, HttpSink
+
+    token = tmp_path / "run.token"
+    token.write_text("s3cret\n")
+    sink = open_sink(ingest, str(token))
+    assert isinstance(sink, HttpSink)
+    events = [{"type": "action", "seq": index} for index in range(HTTP_BATCH_EVENTS + 5)]
+    sink.write(events)
+    assert [(auth, len(batch)) for auth, batch in _Ingest.posts] == [("Bearer s3cret", HTTP_BATCH_EVENTS),
+                                                                    ("Bearer s3cret", 5)]
+    assert [event for _, batch in _Ingest.posts for event in batch] == events
+
+
+def test_an_https_sink_needs_a_readable_token_file(ingest, tmp_path):
+    for token_file, reason in ((None, "give --token-file"), (str(tmp_path / "missing"), "cannot read")):
+        with pytest.raises(SpecError) as error:
+            open_sink(ingest, token_file)
+        assert error.value.field == "event_token_file" and reason in error.value.reason
+
+
+def test_a_refusing_ingest_is_retried_with_a_growing_interval_and_gets_everything_once_back(ingest, tmp_path):
+    token = tmp_path / "run.token"
+    token.write_text("s3cret")
+    _Ingest.down = True
+    emitter = EventEmitter(open_sink(ingest, str(token)))
+    for index in range(3):
+        emitter.emit({"type": "action", "seq": index})
+    deadline = time.monotonic() + 10
+    while emitter.failed_writes < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert emitter.failed_writes >= 3
+    assert emitter.retry_interval_s() == min(MAX_RETRY_INTERVAL_S, RETRY_INTERVAL_S * 2 ** (emitter.failed_writes - 1))
+    _Ingest.down = False
+    emitter.close()
+    assert [event["seq"] for _, batch in _Ingest.posts for event in batch] == [0, 1, 2]
+    assert emitter.undelivered == 0
