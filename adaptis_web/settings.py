@@ -8,7 +8,7 @@ SECURE_HSTS_SECONDS, SECURE_HSTS_INCLUDE_SUBDOMAINS, SECURE_HSTS_PRELOAD, TRUST_
 DB_CONN_MAX_AGE, DB_PREPARED_STATEMENTS, REDIS_URL, CELERY_QUEUE, CELERY_RUNS_QUEUE, LIVE_EVENTS_PREFIX,
 CPU_RUN_MAX_RANKS, CPU_RUN_MAX_PARAMS, RUN_TIMEOUT_S, WORK_HEARTBEAT_S, WORK_STALE_AFTER_S, WORK_WATCH_INTERVAL_S, WORK_QUEUED_GRACE_S,
 WORK_TASK_TIME_LIMIT_S, LOG_LEVEL, ADAPTIS_SEED_DEMO, API_TOKEN_MAX_DAYS, LOGIN_FAILURE_LIMIT,
-LOGIN_COOLOFF_MINUTES, PASSWORD_HASHERS, THROTTLE_TOKEN_FAILURES, THROTTLE_TOKEN_CREATE, THROTTLE_SPECS, THROTTLE_JOBS, THROTTLE_RUNS.
+LOGIN_COOLOFF_MINUTES, PASSWORD_HASHERS, THROTTLE_TOKEN_FAILURES, THROTTLE_TOKEN_CREATE, THROTTLE_SPECS, THROTTLE_JOBS, THROTTLE_RUNS, THROTTLE_INGEST, CLUSTER_RUN_START_TIMEOUT_S.
 """
 
 from datetime import timedelta
@@ -189,6 +189,9 @@ WORK_HEARTBEAT_S = env_int("WORK_HEARTBEAT_S", 10, minimum=1)
 WORK_STALE_AFTER_S = env_int("WORK_STALE_AFTER_S", max(120, 3 * WORK_HEARTBEAT_S), minimum=3 * WORK_HEARTBEAT_S)
 WORK_WATCH_INTERVAL_S = env_int("WORK_WATCH_INTERVAL_S", max(5, WORK_STALE_AFTER_S // 4), minimum=1)
 WORK_QUEUED_GRACE_S = env_int("WORK_QUEUED_GRACE_S", 30, minimum=1)
+# A cluster run waits for its user to launch it (a Slurm queue may hold it for a while): failed when none of its ranks
+# reported within this long (services.cluster_runs).
+CLUSTER_RUN_START_TIMEOUT_S = env_int("CLUSTER_RUN_START_TIMEOUT_S", 3600, minimum=60)
 
 # Limits of "Run on CPU": gloo ranks on the worker's host.
 CPU_RUN_MAX_RANKS = env_int("CPU_RUN_MAX_RANKS", 4, minimum=1)
@@ -243,6 +246,9 @@ REST_FRAMEWORK = {
         "specs": env_str("THROTTLE_SPECS", "300/hour"),
         "jobs": env_str("THROTTLE_JOBS", "120/hour"),
         "runs": env_str("THROTTLE_RUNS", "30/hour"),
+        # Per cluster run, its ranks together: a batch per rank about every FLUSH_INTERVAL_S at most, far fewer in
+        # practice (executor.events batches whatever accumulated).
+        "ingest": env_str("THROTTLE_INGEST", "6000/minute"),
     },
     # DRF's JSON (and, for a browser, its browsable API), which also sends text already encoded: api.renderers.
     "DEFAULT_RENDERER_CLASSES": ["adaptis_web.studio.api.renderers.JSONRenderer",

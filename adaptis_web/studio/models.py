@@ -278,6 +278,16 @@ class Run(TrackedWork):
     cancel_requested = models.BooleanField(default=False,
                                            help_text="set by a cancel; the worker's launcher stops the ranks when "
                                                      "it sees it (services.run_control)")
+    target = models.CharField(max_length=10, choices=[("local", "local"), ("cluster", "cluster")], default="local",
+                              help_text="local: the runs worker starts its ranks; cluster: the user launches them "
+                                        "(torchrun, Slurm) and they report to the ingest (services.cluster_runs)")
+    secret_digest = models.CharField(max_length=64, blank=True,
+                                     help_text="SHA-256 of a cluster run's secret, which its ranks send to the ingest")
+    launch_options = models.JSONField(default=dict, blank=True,
+                                      help_text="a cluster run's launch settings: environment, time_limit")
+    cluster_facts = models.JSONField(default=dict, blank=True,
+                                     help_text="what ran a cluster run, as its rank 0 reported: hosts, devices, torch "
+                                               "and NCCL versions")
 
     def __str__(self) -> str:
         return f"run {self.pk} of plan {self.plan_id}"

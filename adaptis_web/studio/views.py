@@ -9,6 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from adaptis_web.studio import selectors
@@ -19,6 +20,7 @@ from adaptis_web.studio.forms import RunForm, SpecPlanningForm, UploadForm
 from adaptis_web.studio.plan_views import plan_page, run_card_context
 from adaptis_web.studio.models import Plan, PlanningJob
 from adaptis_web.studio.services.calibration import job_replan_from_run
+from adaptis_web.studio.services.cluster_runs import launch
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import job_cancel, job_create, spec_create_with_job
 from adaptis_web.studio.services.runs import run_create
@@ -235,6 +237,8 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
         "device_comparison": device_comparison(simulation, run.summary),
         "steps_chart": run_steps_chart(run=run, predicted_ms=simulation["iteration_ms"],
                                        predicted_tokens_per_s=simulation.get("tokens_per_s")),
+        "launch": launch(run, ingest_url=request.build_absolute_uri(reverse("api:run-events", args=[run.pk])))
+        if run.target == "cluster" else None,
         **role_permissions(user=request.user, team=plan.job.spec.team, creator_id=run.created_by_id),
     }, status=status)
 

@@ -596,6 +596,34 @@ class RunCreateInput(serializers.Serializer):
                                      help_text="training steps; the first warms up, the rest show the steady state")
     scale_down = StrictBooleanField(default=False,
                                           help_text="run a CPU-sized copy with the same layer pattern")
+    target = serializers.ChoiceField(choices=["local", "cluster"], default="local",
+                                     help_text="local: on the runs worker's CPU; cluster: you launch its ranks "
+                                               "(the answer's launch: torchrun, sbatch) and they report here")
+    environment = serializers.CharField(required=False, max_length=2000,
+                                        help_text="cluster: the shell line that sets up the executor's environment "
+                                                  "on every node (a virtual environment, a module load)")
+    time_limit = serializers.RegexField(r"^\d{1,3}:\d{2}:\d{2}$", required=False,
+                                        help_text="cluster: Slurm's --time, HH:MM:SS (default 01:00:00)")
+
+
+class ClusterLaunchOutput(serializers.Serializer):
+    nodes = serializers.IntegerField()
+    ranks_per_node = serializers.IntegerField()
+    backend = serializers.CharField()
+    files = serializers.DictField(help_text="file name -> JSON document the ranks read, beside the command")
+    torchrun = serializers.CharField(help_text="the command every node runs; $HEAD is the first node's address")
+    sbatch = serializers.CharField(help_text="a complete Slurm batch script: ADAPTIS_TOKEN_FILE=... sbatch it")
+
+
+class IngestBatchInput(serializers.Serializer):
+    events = serializers.ListField(child=serializers.DictField(), min_length=1, max_length=1000,
+                                   help_text="executor events (executor.events): actions and the run's lifecycle")
+
+
+class IngestOutput(serializers.Serializer):
+    stored = serializers.IntegerField()
+    duplicates = serializers.IntegerField(help_text="actions already stored (a retried batch)")
+    status = serializers.CharField()
 
 
 class RunOutput(PlainOutputMixin, serializers.ModelSerializer):
@@ -604,9 +632,9 @@ class RunOutput(PlainOutputMixin, serializers.ModelSerializer):
 
     class Meta:
         model = Run
-        fields = ["id", "name", "plan", "created_by", "status", "cancel_requested", "backend", "world_size", "steps",
-                  "scaled_down", "error", "summary", "loss", "balancing_loss", "event_count", "executed_spec", "created_at",
-                  "started_at", "finished_at", "archived_at"]
+        fields = ["id", "name", "plan", "created_by", "status", "cancel_requested", "target", "backend", "world_size",
+                  "steps", "scaled_down", "error", "summary", "loss", "balancing_loss", "event_count", "executed_spec",
+                  "cluster_facts", "created_at", "started_at", "finished_at", "archived_at"]
 
     def get_event_count(self, run: Run) -> int:
         annotated = getattr(run, "event_count", None)  # run_list_for_user annotates it: no query per row

@@ -10,8 +10,11 @@ from django.db import transaction
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
+from django.urls import reverse
 from rest_framework.parsers import FormParser
+from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from adaptis_web.studio import selectors
@@ -31,6 +34,9 @@ from adaptis_web.studio.api.serializers import (
     MeasuredProfileCreateInput,
     MeasuredProfileOutput,
     PlanOutput,
+    ClusterLaunchOutput,
+    IngestBatchInput,
+    IngestOutput,
     RunCreateInput,
     RunEventsOutput,
     RunEventsQuery,
@@ -51,6 +57,7 @@ from adaptis_web.studio.services.jobs import JOB_SCHEDULES, job_cancel, job_crea
 from adaptis_web.studio.services.calibration import job_replan_from_run
 from adaptis_web.studio.services.clusters import (MAX_CLUSTER_FILE_BYTES, cluster_create, cluster_parse_doc,
                                                   cluster_parse_upload)
+from adaptis_web.studio.services.cluster_runs import IngestRefusal, cluster_run_create, ingest, launch
 from adaptis_web.studio.services.runs import run_create
 from adaptis_web.studio.services.profiling import measured_profile_create
 from adaptis_web.studio.services.run_control import run_cancel
@@ -284,15 +291,25 @@ class RunListCreateApi(ThrottledCreate, HistoryListApi):
     filterset_class = RunFilter
     kind = "runs"
 
-    @extend_schema(request=RunCreateInput, responses={201: RunOutput})
+    @extend_schema(request=RunCreateInput, responses={201: inline_serializer("RunCreated", {
+        **RunOutput().get_fields(),
+        "secret": serializers.CharField(required=False, help_text="cluster: the run's secret, shown this once"),
+        "launch": ClusterLaunchOutput(required=False)})})
     def post(self, request):
         data = RunCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
         plan = selectors.plan_for_request(user=request.user, plan_id=values["plan"])
-        with transaction.atomic():
-            run = run_create(plan=plan, user=request.user, steps=values["steps"], scale_down=values["scale_down"])
-        return Response(RunOutput(run).data, status=status.HTTP_201_CREATED)
+        if values["target"] == "local":
+            with transaction.atomic():
+                run = run_create(plan=plan, user=request.user, steps=values["steps"],
+                                 scale_down=values["scale_down"])
+            return Response(RunOutput(run).data, status=status.HTTP_201_CREATED)
+        options = {key: values[key] for key in ("environment", "time_limit") if key in values}
+        run, secret = cluster_run_create(plan=plan, user=request.user, steps=values["steps"], **options)
+        ingest_url = request.build_absolute_uri(reverse("api:run-events", args=[run.pk]))
+        return Response({**RunOutput(run).data, "secret": secret, "launch": launch(run, ingest_url=ingest_url)},
+                        status=status.HTTP_201_CREATED)
 
 
 class RunDetailApi(CuratedDetailMixin, APIView):
@@ -325,7 +342,44 @@ class RunCancelApi(APIView):
         return Response(RunOutput(selectors.run_detail_for_user(user=request.user, run_id=run.pk)).data)
 
 
+class IngestThrottle(ScopedRateThrottle):
+    """Each cluster run's ingest by itself (its ranks share the run's budget): ``THROTTLE_INGEST``."""
+
+    scope = "ingest"
+
+    def get_cache_key(self, request, view):
+        return self.cache_format % {"scope": self.scope, "ident": f"run-{view.kwargs['run_id']}"}
+
+    def allow_request(self, request, view) -> bool:
+        return request.method != "POST" or super().allow_request(request, view)
+
+
 class RunEventsApi(APIView):
+    """GET: a run's events, for its page and API users. POST: the ingest a cluster run's ranks report to,
+    authenticated by that run's secret alone (``Authorization: Bearer <secret>``; services.cluster_runs)."""
+
+    throttle_classes = [IngestThrottle]
+
+    def get_authenticators(self):
+        return [] if self.request.method == "POST" else super().get_authenticators()
+
+    def get_permissions(self):
+        return [AllowAny()] if self.request.method == "POST" else super().get_permissions()
+
+    @extend_schema(request=IngestBatchInput, responses={200: IngestOutput}, auth=[],
+                   description="A cluster run's ranks report their events here (executor.events.HttpSink) with the "
+                               "run's secret as a bearer token. A wrong, another run's or an expired (finished run) "
+                               "secret is a 403 and a batch with an event the plan does not have a 400 naming it; "
+                               "either stores nothing. An action already stored is counted as a duplicate.")
+    def post(self, request, run_id: int):
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        secret = header[len("Bearer "):] if header.startswith("Bearer ") else None
+        try:
+            outcome = ingest(run_id=run_id, secret=secret, body=request.data)
+        except IngestRefusal as refusal:
+            return Response({"errors": [{"field": refusal.field, "reason": refusal.reason}]}, status=refusal.status)
+        return Response(outcome)
+
     @extend_schema(parameters=[RunEventsQuery], responses=RunEventsOutput)
     def get(self, request, run_id: int):
         run = selectors.run_state_for_user(user=request.user, run_id=run_id)

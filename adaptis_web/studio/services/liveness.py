@@ -34,7 +34,10 @@ logger = logging.getLogger(__name__)
 TRACKED = (PlanningJob, Run, MeasuredProfile)
 TASK_OF = {PlanningJob: "studio.plan_job_run", Run: "studio.run_execute", MeasuredProfile: "studio.profile_measure"}
 # Queued rows that hold no message on purpose: a job waiting for its measured profile is sent when that is done.
-WAITING = {PlanningJob: Q(measured_profile__status__in=(JobStatus.QUEUED, JobStatus.RUNNING))}
+# Queued rows that wait for something other than a worker: a job for its measured profile, a cluster run for its
+# user to launch its ranks (services.cluster_runs). The re-queue leaves them alone.
+WAITING = {PlanningJob: Q(measured_profile__status__in=(JobStatus.QUEUED, JobStatus.RUNNING)),
+           Run: Q(target="cluster")}
 
 
 def _stamp(model, pk: int) -> None:
@@ -88,6 +91,15 @@ def reap_stale_work(*, stale_after_s: float | None = None) -> dict[str, list[int
             PlanningJob.objects.filter(pk__in=ids, status=JobStatus.FAILED).update(progress_message="Worker lost")
         logger.warning("reaped %s %s: no heartbeat for %g s", model.__name__, ids, stale_after)
         reaped[model.__name__] = ids
+    never = Run.objects.filter(target="cluster", status=JobStatus.QUEUED,
+                               created_at__lt=now - timedelta(seconds=settings.CLUSTER_RUN_START_TIMEOUT_S))
+    never_ids = list(never.values_list("pk", flat=True))
+    if never_ids:
+        never.filter(pk__in=never_ids).update(
+            status=JobStatus.FAILED, finished_at=now,
+            error=f"stale: none of its ranks reported within {settings.CLUSTER_RUN_START_TIMEOUT_S} s of its creation "
+                  f"(CLUSTER_RUN_START_TIMEOUT_S); launch a new one")
+        reaped["Run"] = reaped.get("Run", []) + never_ids
     return reaped
 
 

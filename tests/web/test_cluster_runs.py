@@ -1,0 +1,206 @@
+"""Runs launched on a user's cluster: created with a secret and launch commands, reporting to the ingest.
+
+The ingest's refusals (another run's secret, a wrong or an expired one, an event the plan does not have, a batch too
+large) store nothing; a retried batch is stored once; the lifecycle events move the run. Two torchrun agents on this
+host, as two nodes with c10d rendezvous, run the generated command against the product's own web server (as
+``make run`` starts it) and the run ends with every rank's events, equal to a local run of the same plan and seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+import re
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from adaptis_web.studio.models import JobStatus, PlanningJob, Run, RunEvent
+from adaptis_web.studio.services.jobs import job_request_check, job_run
+from adaptis_web.studio.services.liveness import reap_stale_work
+from adaptis_web.studio.services.specs import spec_create
+from planner.spec.presets import load_model_preset
+from tests.conftest import REPO_ROOT, TEST_QUEUE, free_port, start_web_server, stop_worker
+
+
+def _api(user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def _plan_on(people, cluster_doc=None):
+    spec = load_model_preset("tiny-llama")
+    record = spec_create(team=people.team, owner=people.owner, spec=spec)
+    request = job_request_check(spec=spec, num_devices=2, num_microbatches=4, cluster_preset="cpu-host")
+    job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset="cpu-host",
+                                     cluster_doc=cluster_doc or request.cluster.to_dict(), num_devices=2,
+                                     num_microbatches=4, schedule="1f1b")
+    return job_run(job_id=job.pk)
+
+
+def _create(people, plan, **body):
+    response = _api(people.member).post(reverse("api:runs"), {"plan": plan.pk, "target": "cluster", "steps": 3,
+                                                              **body}, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def _post(run_id: int, secret: str | None, events):
+    client = APIClient()
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {secret}"} if secret else {}
+    return client.post(reverse("api:run-events", args=[run_id]), {"events": events}, format="json", **headers)
+
+
+def _actions(plan, step: int = 0) -> list[dict]:
+    """Every action of the plan, for one step, as a rank reports it (times made up, increasing)."""
+    events, clock = [], 0.0
+    for device, names in enumerate(plan.plan_doc["actions"]):
+        for name in names:
+            stage, kind, microbatch = re.fullmatch(r"(\d+)([FBIW])(\d+)", name).groups()
+            stage, microbatch = int(stage), int(microbatch)
+            events.append({"type": "action", "rank": device, "device": device, "action": name, "stage": stage,
+                           "kind": kind, "microbatch": microbatch, "step": step, "start_ms": clock,
+                           "end_ms": clock + 1.0})
+            clock += 1.5
+    return events
+
+
+@pytest.mark.django_db
+def test_a_cluster_run_is_created_with_a_secret_shown_once_and_its_launch(people):
+    plan = _plan_on(people)
+    body = _create(people, plan, environment="module load python/3.11 && source ~/adaptis/.venv/bin/activate",
+                   time_limit="00:30:00")
+    run = Run.objects.get(pk=body["id"])
+    assert (run.target, run.status, run.backend, run.world_size) == ("cluster", JobStatus.QUEUED, "gloo", 2)
+    assert run.secret_digest == hashlib.sha256(body["secret"].encode()).hexdigest() != body["secret"]
+    launch = body["launch"]
+    assert (launch["nodes"], launch["ranks_per_node"], launch["backend"]) == (1, 2, "gloo")
+    ingest_url = f"http://testserver/api/runs/{run.pk}/events/"
+    assert f"--events {ingest_url}" in launch["torchrun"] and '--token-file "$ADAPTIS_TOKEN_FILE"' in launch["torchrun"]
+    assert "--nnodes=1 --nproc-per-node=2 --rdzv-backend=c10d" in launch["torchrun"]
+    assert set(launch["files"]) == {f"adaptis-run-{run.pk}-plan.json", f"adaptis-run-{run.pk}-model.json"}
+    script = launch["sbatch"]
+    assert script.startswith("#!/bin/bash\n") and "#SBATCH --nodes=1" in script and "#SBATCH --time=00:30:00" in script
+    assert "--gpus-per-node" not in script, "a CPU cluster asks Slurm for no GPUs"
+    assert "module load python/3.11" in script and f"srun --kill-on-bad-exit=1 {launch['torchrun']}" in script
+    assert body["secret"] not in script and body["secret"] not in launch["torchrun"]
+    detail = _api(people.member).get(reverse("api:run", args=[run.pk])).json()
+    assert "secret" not in detail and detail["target"] == "cluster"
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0, "the script parses"
+    client = Client()
+    client.force_login(people.member)
+    page = html.unescape(client.get(reverse("studio:run", args=[run.pk])).content.decode())
+    assert "Waiting for its ranks: launch it on your cluster" in page
+    assert script.strip() in page and launch["torchrun"] in page and body["secret"] not in page
+
+
+@pytest.mark.django_db
+def test_the_ingest_refuses_other_secrets_and_foreign_events_and_stores_nothing_then(people):
+    plan = _plan_on(people)
+    first, second = _create(people, plan), _create(people, plan)
+    events = _actions(plan)
+    for secret in (None, "guess", second["secret"]):
+        refused = _post(first["id"], secret, events)
+        assert refused.status_code == 403 and refused.json()["errors"][0]["field"] == "authorization"
+    local = _api(people.member).post(reverse("api:runs"), {"plan": plan.pk}, format="json").json()
+    assert _post(local["id"], first["secret"], events).status_code == 403, "a local run takes no reports"
+    foreign = [dict(event) for event in events]
+    foreign[3]["action"] = "1F9"
+    refused = _post(first["id"], first["secret"], foreign)
+    assert refused.status_code == 400 and refused.json()["errors"] == [{
+        "field": "events[3].action", "reason": "'1F9' is not an action of device 0 in this run's plan"}]
+    wrong_rank = [{**events[0], "rank": 2, "device": 2}]
+    assert _post(first["id"], first["secret"], wrong_rank).json()["errors"][0]["field"] == "events[0].rank"
+    too_many = [events[0]] * 1001
+    assert _post(first["id"], first["secret"], too_many).status_code == 400
+    assert RunEvent.objects.count() == 0 and Run.objects.get(pk=first["id"]).status == JobStatus.QUEUED
+
+
+@pytest.mark.django_db
+def test_the_ingest_stores_a_retried_batch_once_and_follows_the_runs_lifecycle(people):
+    plan = _plan_on(people)
+    body = _create(people, plan)
+    run_id, secret = body["id"], body["secret"]
+    started = {"type": "run_started", "world_size": 2, "facts": {"hosts": ["node-a", "node-b"], "torch": "2.13.0"}}
+    answer = _post(run_id, secret, [started, *_actions(plan)]).json()
+    assert answer == {"stored": len(_actions(plan)), "duplicates": 0, "status": "running"}
+    assert _post(run_id, secret, _actions(plan)).json()["duplicates"] == len(_actions(plan))
+    run = Run.objects.get(pk=run_id)
+    assert run.cluster_facts["hosts"] == ["node-a", "node-b"] and run.heartbeat_at is not None
+    assert RunEvent.objects.filter(run=run).count() == len(_actions(plan))
+    finished = {"type": "run_finished", "summary": {"median_iteration_ms": 12.5, "steps": []}, "loss": 6.1,
+                "losses": [6.3, 6.1]}
+    assert _post(run_id, secret, [finished]).json()["status"] == "succeeded"
+    run.refresh_from_db()
+    assert (run.loss, run.summary["losses"], run.finished_at is not None) == (6.1, [6.3, 6.1], True)
+    expired = _post(run_id, secret, _actions(plan, step=1))
+    assert expired.status_code == 403 and "expired" in expired.json()["errors"][0]["reason"]
+
+
+@pytest.mark.django_db
+def test_a_cluster_run_whose_ranks_never_report_is_failed_as_stale(people, settings):
+    plan = _plan_on(people)
+    body = _create(people, plan)
+    Run.objects.filter(pk=body["id"]).update(
+        created_at=timezone.now() - timedelta(seconds=settings.CLUSTER_RUN_START_TIMEOUT_S + 1))
+    reaped = reap_stale_work()
+    run = Run.objects.get(pk=body["id"])
+    assert body["id"] in reaped["Run"] and run.status == JobStatus.FAILED and run.error.startswith("stale:")
+
+
+@pytest.fixture(scope="module")
+def web(django_db_setup, tmp_path_factory):
+    server = start_web_server(tmp_path_factory.mktemp("ingest") / "web.log", queue=TEST_QUEUE)
+    yield server
+    stop_worker(server.process)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_torchrun_agents_as_two_nodes_run_the_generated_command_and_fill_the_run(people, web, tmp_path):
+    from executor.launch import run_plan
+
+    cpu_host = job_request_check(spec=load_model_preset("tiny-llama"), num_devices=2, num_microbatches=4,
+                                 cluster_preset="cpu-host").cluster.to_dict()
+    plan = _plan_on(people, cluster_doc={**cpu_host, "nodes": 2, "devices_per_node": 1})
+    client = APIClient()
+    client.force_authenticate(people.member)
+    # As the dashboard answers a user's POST: the ingest URL is the product server's, as its host sees it.
+    body = client.post(reverse("api:runs"), {"plan": plan.pk, "target": "cluster", "steps": 3}, format="json",
+                       HTTP_HOST=web.url.removeprefix("http://")).json()
+    launch = body["launch"]
+    assert (launch["nodes"], launch["ranks_per_node"]) == (2, 1)
+    for name, doc in launch["files"].items():
+        (tmp_path / name).write_text(json.dumps(doc))
+    token = tmp_path / "run.token"
+    token.write_text(body["secret"])
+    token.chmod(0o600)
+    env = {**os.environ, "HEAD": "127.0.0.1", "ADAPTIS_RDZV_PORT": str(free_port()), "ADAPTIS_TOKEN_FILE": str(token),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(REPO_ROOT)}
+    agents = [subprocess.Popen(["bash", "-c", launch["torchrun"]], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [agent.communicate(timeout=240)[0] for agent in agents]
+    assert [agent.returncode for agent in agents] == [0, 0], "\n".join(output[-3000:] for output in outputs)
+    run = Run.objects.get(pk=body["id"])
+    assert run.status == JobStatus.SUCCEEDED, run.error
+    assert run.cluster_facts["hosts"] and len(run.cluster_facts["hosts"]) == 2
+    stored = sorted(RunEvent.objects.filter(run=run).values_list("rank", "step", "action"))
+    local = run_plan(plan_from(plan), load_model_preset("tiny-llama"), steps=3, seed=0)
+    assert stored == sorted((e["rank"], e["step"], e["action"]) for e in local.events if e.get("type", "action") == "action")
+    assert run.loss == pytest.approx(local.loss, rel=1e-5), "the same plan and seed train the same way"
+
+
+def plan_from(row):
+    from planner.plan import load_plan
+
+    return load_plan(row.plan_doc)
