@@ -641,6 +641,17 @@ class RunOutput(PlainOutputMixin, serializers.ModelSerializer):
         return annotated if annotated is not None else run.events.count()
 
 
+class RunCreatedOutput(RunOutput):
+    """What creating a run answers: the run, and for a cluster run its secret (shown this once) and its launch."""
+
+    secret = serializers.CharField(read_only=True, required=False,
+                                   help_text="cluster: the run's secret, which its ranks send; shown this once")
+    launch = ClusterLaunchOutput(read_only=True, required=False)
+
+    class Meta(RunOutput.Meta):
+        fields = RunOutput.Meta.fields + ["secret", "launch"]
+
+
 class RunEventOutput(serializers.ModelSerializer):
     """The shape of an event; the events endpoint sends ``selectors.run_event_rows_after``'s rows, which have it."""
 
