@@ -230,9 +230,7 @@ def _rescheduled(context: EditContext, plan: Plan, policy: SchedulePolicy) -> Pl
     """``plan``'s stages ordered by the list scheduler (the search's), without memory caps: memory is checked on
     the result, where the answer can say which device is over."""
     profile, cluster, _ = pipeline_inputs(context, plan, job_level=False)
-    scorer = CandidateScorer(profile, plan.num_devices, plan.num_microbatches, cluster=cluster,
-                             memory_limit_bytes=float("inf"), activation_limit_bytes=float("inf"), deadline=None,
-                             max_evaluations=1, max_scheduled_actions=10 ** 12, cancel=None)
+    scorer = CandidateScorer(profile, plan.num_devices, plan.num_microbatches, cluster=cluster)
     times = scorer.stage_times(layout_from_stages(plan.stages, context.spec.num_layers))
     schedule = list_schedule(times, plan.num_microbatches, policy)
     plan.actions = [[Action(stage, TYPE_LETTERS[kind], microbatch) for stage, kind, microbatch in order]

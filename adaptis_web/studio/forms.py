@@ -12,11 +12,8 @@ from adaptis_web.studio.services.clusters import (MAX_CLUSTER_FILE_BYTES, cluste
 from adaptis_web.studio.services.jobs import ADAPTIS_SCHEDULE, DEFAULT_PARTITION, JobRequest, job_request_check
 from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S
 from adaptis_web.studio.services.specs import read_upload, spec_parse_upload
-from planner.baselines import BASELINE_SCHEDULES, PARTITIONS
-from planner.cluster import ClusterSpec, preset_names
 from planner.errors import SpecError
-from planner.parallel.config import RECOMPUTE_MODES
-from planner.spec.model import ModelSpec
+from planner.service import BASELINE_SCHEDULES, PARTITIONS, RECOMPUTE_MODES, ClusterSpec, ModelSpec, preset_names
 
 DEFAULT_CLUSTER_PRESET = "cpu-host"
 GIB = 2**30

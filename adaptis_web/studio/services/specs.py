@@ -8,8 +8,8 @@ from adaptis_web.studio.models import ModelSpecRecord, Team
 from adaptis_web.studio.selectors import user_is_member
 from adaptis_web.studio.services.roles import Role, role_require
 from planner.errors import SpecError
+from planner.service import ModelSpec
 from planner.spec.files import parse_model_text
-from planner.spec.model import ModelSpec
 
 MAX_SPEC_FILE_BYTES = 2 * 1024 * 1024
 
