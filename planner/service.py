@@ -1,18 +1,26 @@
-"""The planner as the web (and any other front end) calls it: one call per request, plain documents in and out.
+"""The planner as the web (and any other front end) calls it: one call per use case, plain documents in and out.
 
 A front end reaches planning only through this module, ``planner.errors`` and the document loaders
 (``load_*``/``parse_*`` of ``planner.cluster``, ``planner.profile``, ``planner.plan``, ``planner.spec.*``,
-``planner.documents``); ``tests/web/test_boundaries.py`` holds the web to that. Each use case is one function:
+``planner.documents``); ``tests/web/test_boundaries.py`` holds the web to that. The use cases:
 
-- ``stored_plan_page`` / ``predict_stored_plan``: a stored plan predicted as its page draws it (the editor's
-  prediction, ``planner.editing``), with the difference from its parent and the Megatron export's refusal;
+- ``check_pipeline_job`` / ``plan_pipeline_job``: a pipeline job's shape checked, then planned (the AdaPtis search
+  with the baselines it scored, or one baseline), each plan validated and simulated into a ``PlanRecord``, the
+  fields a stored plan keeps;
+- ``check_hybrid_job`` / ``plan_hybrid_job``: the same for a hybrid-parallel job (``planner.hybrid``);
+- ``stored_plan_page`` / ``predict_stored_plan``: a stored plan (``StoredPlan``, its documents) predicted as its
+  page draws it, the editor's prediction (``planner.editing``), with the difference from its parent and the
+  Megatron export's refusal;
 - ``stored_plan_simulation``: the simulator's output for a stored plan on the profile stored with it (the timeline
-  the API serves);
+  the API serves; ``simulate_on_profile`` on another, measured profile);
 - ``repredict_edit`` and ``derive_plan``: an edited document re-predicted (the editor's answer), and the same
-  prediction as the fields of a new, derived plan;
-- ``export_stored_plan``: a stored plan in another tool's format, with the rules the CLI applies (``planner.exports``).
+  prediction as the ``PlanRecord`` of a derived plan;
+- ``export_stored_plan``: a stored plan in another tool's format, the file ``python -m planner export`` writes;
+- ``calibrate_from_run``: a profile and cluster recalibrated from a run's observed actions (``planner.calibrate``).
 
-Errors are ``SpecError``/``PlanError`` naming the field.
+The vocabularies the web's forms and serializers offer (schedules, partitions, recompute modes, accelerators,
+presets, input ranges) and the types they name come from their homes through here. Errors are
+``SpecError``/``PlanError`` naming the field.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from planner.editing import (
     LIST_POLICIES,
     MAX_MICROBATCHES,
     SCHEDULE_POLICIES,
+    EditContext,
     StoredPlan,
     edit_context,
     pipeline_inputs,
@@ -98,7 +107,7 @@ def stored_plan_page(stored: StoredPlan, parent: StoredPlan | None = None) -> di
     output = prediction_output(predict_stored(context, stored), context)
     difference = None if parent is None else plan_difference(predict_stored_plan(parent), output)
     try:
-        export_stored_plan(stored, "megatron-layout")
+        _export(context, load_plan(stored.plan_doc), "megatron-layout")
         megatron_reason = ""
     except (SpecError, PlanError) as error:
         megatron_reason = error.reason
@@ -147,7 +156,11 @@ def export_stored_plan(stored: StoredPlan, fmt: str) -> str:
     plan = load_plan(stored.plan_doc)
     if fmt in ("plan-json", "torch-csv"):
         return export_plan(fmt, plan, None)
-    context = edit_context(stored)
+    return _export(edit_context(stored), plan, fmt)
+
+
+def _export(context: EditContext, plan: Plan, fmt: str) -> str:
+    """Perfetto's trace or Megatron's layout of ``plan``: both need the profile its pipeline runs on."""
     profile, cluster, _ = pipeline_inputs(context, plan, job_level=False)
     if fmt == "perfetto":
         return export_plan(fmt, plan, profile, cluster)

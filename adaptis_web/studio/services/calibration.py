@@ -1,8 +1,8 @@
 """Closed loop in the Studio: recalibrate a plan's profile from a finished run and plan again with it.
 
 A run's observed action timings (``RunEvent`` rows) after its warm-up steps go through
-``planner.service.calibrate_from_run`` (``planner.calibrate.recalibrate``): every stage's layers are scaled so that the plan that ran predicts each
-stage's mean observed F, I/B and W durations. The per-message overhead is measured between them
+``planner.service.calibrate_from_run`` (``planner.calibrate.recalibrate``): every stage's layers are scaled so
+that the plan that ran predicts each stage's mean observed F, I/B and W durations. The per-message overhead is measured between them
 (``planner.calibrate.measure_message_overhead``: the time between consecutive actions of a device that did
 not wait for its input, per message end), and the new job's cluster charges it on every link. The new job plans with that
 profile and cluster, with the same settings as the job the run's plan came from. It records how well each

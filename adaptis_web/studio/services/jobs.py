@@ -1,9 +1,9 @@
 """Planning jobs: check a request, create the job (and its spec) atomically, do the planning work, cancel.
 
 ``job_run`` is what the Celery task ``plan_job_run`` calls: analytic profile of the spec on the job's
-cluster, then either one baseline plan (``schedule`` is a baseline) or the AdaPtis search
-(``schedule="adaptis"``), planned by ``planner.service.plan_pipeline_job``, which yields its best plan and every baseline it was
-compared with; each plan is validated, simulated with its timeline and stored. A hybrid job
+cluster, then ``planner.service.plan_pipeline_job``: either one baseline plan (``schedule`` is a baseline) or the
+AdaPtis search (``schedule="adaptis"``), which yields its best plan and every baseline it was compared with; each
+plan is validated and simulated, and stored. A hybrid job
 (``mode="hybrid"``, ``services.hybrid``) searches the whole training job's parallel configuration instead.
 Progress, the final error and the outcome are written to the job row as it goes; the web pages only read them.
 """

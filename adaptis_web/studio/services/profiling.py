@@ -191,8 +191,9 @@ def layer_cost_chart(*, spec: ModelSpec, cluster_preset: str, measured: Measured
     from planner.cluster import load_cluster_preset
 
     cluster = load_cluster_preset(cluster_preset)
+    analytic = planner_service.analytic_profile(spec, cluster)
     chart = {"layers": [f"{index} {layer.kind}" for index, layer in enumerate(spec.layers)],
-             "analytic": {"label": f"analytic, {cluster.device.name}", **_layer_series(planner_service.analytic_profile(spec, cluster))},
+             "analytic": {"label": f"analytic, {cluster.device.name}", **_layer_series(analytic)},
              "measured": None}
     if measured is not None:
         chart["measured"] = {"label": f"measured on {measured.host} ({measured.num_ranks} ranks at once)",
