@@ -254,6 +254,9 @@ def baseline_command(args: argparse.Namespace) -> int:
     argument("--to", required=True, choices=EXPORT_FORMATS, help="output format"),
     argument("--profile", metavar="P", help="profile file or model preset (needed for perfetto and "
                                             "megatron-layout)"),
+    argument("--model", metavar="M", help="the plan's model (preset, adaptis.model/v1 file or HF config.json): "
+                                          "megatron-layout applies Megatron's rules for hybrid (Mamba) models; "
+                                          "a model preset given as --profile is taken as the model"),
     CLUSTER, OUT,
 ])
 def export_command(args: argparse.Namespace) -> int:
@@ -262,10 +265,18 @@ def export_command(args: argparse.Namespace) -> int:
     plan = read_plan(args.plan)
     cluster = read_cluster(args.cluster)
     profile = read_profile(args.profile, cluster) if args.profile is not None else None
-    text = export_plan(args.to, plan, profile, cluster)
+    text = export_plan(args.to, plan, profile, cluster, _export_model(args))
     write_output(args.out, text)
     _report_written(args.out, {"format": args.to, "bytes": len(text.encode())})
     return EXIT_OK
+
+
+def _export_model(args: argparse.Namespace) -> ModelSpec | None:
+    if args.model is not None:
+        return read_model(args.model)
+    if args.profile is not None and not Path(args.profile).is_file() and args.profile in model_preset_names():
+        return load_model_preset(args.profile)
+    return None
 
 
 @subcommand("profile", "Profile a model analytically on a cluster's device (adaptis.profile/v1).", [

@@ -14,12 +14,11 @@ from adaptis_web.studio.services.jobs import ADAPTIS_SCHEDULE, DEFAULT_PARTITION
 from adaptis_web.studio.services.runs import DEFAULT_RUN_STEPS, MAX_RUN_STEPS
 from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S
 from adaptis_web.studio.services.specs import read_upload, spec_parse_upload
-from planner.baselines import BASELINE_SCHEDULES, PARTITIONS
-from planner.cluster import ClusterSpec, preset_names
 from planner.errors import SpecError
-from planner.parallel.config import RECOMPUTE_MODES
-from planner.spec.model import ModelSpec, load_model_spec
-from planner.spec.presets import load_model_preset, model_preset_names
+from planner.service import (BASELINE_SCHEDULES, PARTITIONS, RECOMPUTE_MODES, ClusterSpec, ModelSpec,
+                             model_preset_names, preset_names)
+from planner.spec.model import load_model_spec
+from planner.spec.presets import load_model_preset
 
 DEFAULT_CLUSTER_PRESET = "cpu-host"
 GIB = 2**30

@@ -9,9 +9,9 @@ elements at 16,384 GPUs.
 
 from __future__ import annotations
 
-from planner.cluster import ClusterSpec, load_cluster
+from planner.cluster import load_cluster
 from planner.parallel.config import load_parallel
-from planner.parallel.mapping import RankMapping
+from planner.service import ClusterSpec, RankMapping
 
 GIB = 2**30
 PICTURE_ALL_UP_TO = 256

@@ -14,19 +14,10 @@ from adaptis_web.studio.forms import RunForm
 from adaptis_web.studio.models import Plan
 from adaptis_web.studio.services.runs import cpu_run_refusal, plan_run_refusal
 from adaptis_web.studio.services.comparison import compare_items
-from adaptis_web.studio.services.exports import FORMATS, plan_export
-from adaptis_web.studio.services.plan_editing import (
-    LIST_POLICIES,
-    SCHEDULE_POLICIES,
-    edit_context,
-    plan_difference,
-    plan_predict_stored,
-    prediction_output,
-)
+from adaptis_web.studio.services.exports import FORMATS
+from adaptis_web.studio.services.predictions import stored_plan
 from adaptis_web.studio.services.roles import role_permissions
-from planner.baselines import BASELINE_SCHEDULES, PARTITIONS
-from planner.errors import PlanError, SpecError
-from planner.parallel.config import RECOMPUTE_MODES
+from planner import service as planner_service
 from planner.spec.model import load_model_spec
 
 RECENT_RUNS = 20   # the run card's table, as the job page's lists
@@ -34,7 +25,7 @@ RECENT_RUNS = 20   # the run card's table, as the job page's lists
 EXPORT_LABELS = {"plan-json": "Plan JSON", "perfetto": "Perfetto trace", "torch-csv": "torch CSV",
                  "megatron-layout": "Megatron layout"}
 POLICY_LABELS = {"auto": "keep the orders where they fit, else reschedule", "keep": "keep the plan's own orders",
-                 **{name: label for name, (label, _) in LIST_POLICIES.items()}}
+                 **{name: label for name, (label, _) in planner_service.LIST_POLICIES.items()}}
 
 
 def run_card_context(plan: Plan) -> dict:
@@ -55,46 +46,35 @@ def plan_page(request: HttpRequest, plan, *, run_form: RunForm, status: int = 20
     """The plan's page: its prediction, downloads, timeline, editor, lineage, and its Run on CPU card with
     ``run_form`` (bound and refused when a run from this page was refused)."""
     team = plan.job.spec.team
-    context = edit_context(plan)
-    output = prediction_output(plan_predict_stored(plan), context)
     parent = plan.parent if plan.parent_id and plan.parent.deleted_at is None else None
-    difference = None
-    if parent is not None:
-        difference = plan_difference(prediction_output(plan_predict_stored(parent), edit_context(parent)), output)
+    page = planner_service.stored_plan_page(stored_plan(plan), None if parent is None else stored_plan(parent))
+    output = page["output"]
     permissions = role_permissions(user=request.user, team=team, creator_id=plan.job.created_by_id)
     editor = {
-        "plan_id": plan.pk, "output": output, "max_devices": context.cluster.num_devices,
+        "plan_id": plan.pk, "output": output, "max_devices": page["max_devices"],
         "simulate_url": reverse("api:plan-simulate", args=[plan.pk]),
         "derive_url": reverse("api:plan-derive", args=[plan.pk]), "can_save": permissions["can_create"],
-        "policies": [{"name": name, "label": POLICY_LABELS[name]} for name in SCHEDULE_POLICIES],
-        "baselines": list(BASELINE_SCHEDULES), "partitions": list(PARTITIONS), "recompute_modes": list(RECOMPUTE_MODES),
+        "policies": [{"name": name, "label": POLICY_LABELS[name]} for name in planner_service.SCHEDULE_POLICIES],
+        "baselines": list(planner_service.BASELINE_SCHEDULES), "partitions": list(planner_service.PARTITIONS),
+        "recompute_modes": list(planner_service.RECOMPUTE_MODES),
         "plan_url_template": reverse("studio:plan", args=[0]).replace("/0/", "/{id}/"),
     }
     return render(request, "studio/plan_detail.html", {
         "plan": plan, "job": plan.job, "output": output, "editor": editor, "parent": parent,
-        "difference": difference, "parallel": output["plan"].get("parallel"),
+        "difference": page["difference"], "parallel": output["plan"].get("parallel"),
         "edits": (plan.plan_doc.get("meta") or {}).get("edits") or [],
         "derived_by": (plan.plan_doc.get("meta") or {}).get("derived_by"),
         "children": plan.derived.filter(deleted_at__isnull=True).order_by("-created_at", "-id"),
-        "downloads": _downloads(request, plan), "capacity_bytes": context.cluster.device.memory_bytes,
+        "downloads": _downloads(plan, page["megatron_reason"]), "capacity_bytes": page["capacity_bytes"],
         "memory_rows": _memory_rows(output["per_device"]), "degrees": ("tp", "cp", "pp", "dp", "ep"), **permissions,
         "run_form": run_form, **run_card_context(plan),
     }, status=status)
 
 
-def _downloads(request: HttpRequest, plan) -> list[dict]:
+def _downloads(plan, megatron_reason: str) -> list[dict]:
     """Each format's button, or the reason the format cannot express the plan (shown instead of a button)."""
-    rows = []
-    for fmt in FORMATS:
-        reason = ""
-        if fmt == "megatron-layout":
-            try:
-                plan_export(plan=plan, user=request.user, fmt=fmt)
-            except (SpecError, PlanError) as error:
-                reason = error.reason
-        rows.append({"format": fmt, "label": EXPORT_LABELS[fmt], "reason": reason,
-                     "url": reverse("api:plan-export", args=[plan.pk, fmt])})
-    return rows
+    return [{"format": fmt, "label": EXPORT_LABELS[fmt], "reason": megatron_reason if fmt == "megatron-layout" else "",
+             "url": reverse("api:plan-export", args=[plan.pk, fmt])} for fmt in FORMATS]
 
 
 def _memory_rows(per_device: list[dict]) -> list[dict]:

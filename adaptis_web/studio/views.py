@@ -26,8 +26,8 @@ from adaptis_web.studio.services.jobs import job_cancel, job_create, spec_create
 from adaptis_web.studio.services.runs import run_create
 from adaptis_web.studio.services.run_control import observed_statistic, run_cancel, run_phase, run_steps_chart
 from adaptis_web.studio.services.profiling import layer_cost_chart, measured_profile_create, plan_local_prediction
-from planner.cluster import preset_names
 from planner.errors import SpecError
+from planner.service import preset_names
 from planner.spec.model import load_model_spec
 
 RECENT_ROWS = 20

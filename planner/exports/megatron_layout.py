@@ -7,6 +7,10 @@ runs on pipeline rank k mod p. So a plan is expressible when its placement is a 
 of chunks on every device, its first layer is the only embedding and its last the only head. Decoder and
 mlp layers both become ``t`` (Megatron's hybrid models describe their layer types separately). The
 string carries partition and placement only; Megatron picks its own schedule.
+
+Megatron's hybrid (Mamba) models (``MambaModel``, built from ``--hybrid-override-pattern``) refuse a layout with
+virtual stages and *ignore* one without: they split the pattern's layers evenly over the pipeline ranks. The file
+``megatron_layout_file`` writes says so in a comment for such a model; the CLI and the web write that file.
 """
 
 from __future__ import annotations
@@ -15,8 +19,14 @@ from planner.errors import SpecError
 from planner.placement import loop_placement
 from planner.plan import Plan
 from planner.profile import Profile
+from planner.spec.model import ModelSpec
 
 KIND_LETTERS = {"embedding": "E", "decoder": "t", "mlp": "t", "head": "L"}
+HYBRID_MIXERS = ("mamba", "mamba2")  # what makes Megatron build a MambaModel (--hybrid-override-pattern)
+HYBRID_IGNORES_NOTE = (
+    "# Megatron-LM's hybrid (Mamba) models ignore --pipeline-model-parallel-layout when it has no virtual stages:\n"
+    "# they split the layers of --hybrid-override-pattern evenly over the pipeline ranks instead. This layout is\n"
+    "# what AdaPtis planned, for reference; Megatron will not apply it to {model}.\n")
 
 
 def _layer_letters(profile: Profile) -> list[str]:
@@ -78,3 +88,22 @@ def megatron_layout(plan: Plan, profile: Profile) -> str:
                                   f"(stage devices {list(devices)})")
     letters = _layer_letters(profile)
     return _join_stages([_stage_text([letters[layer] for layer in stage.layers]) for stage in plan.stages])
+
+
+def is_megatron_hybrid(model: ModelSpec) -> bool:
+    """Whether Megatron-LM builds ``model`` as a hybrid (Mamba) model."""
+    return any(layer.mixer is not None and layer.mixer.type in HYBRID_MIXERS for layer in model.layers)
+
+
+def megatron_layout_file(plan: Plan, profile: Profile, model: ModelSpec | None = None) -> str:
+    """The layout as a file: one line, after a note where ``model`` is a hybrid (Mamba) model that ignores it.
+
+    A hybrid model's plan with virtual stages is a SpecError on ``format``: Megatron refuses that layout."""
+    hybrid = model is not None and is_megatron_hybrid(model)
+    if hybrid and plan.num_stages > plan.num_devices:
+        raise SpecError("format", f"Megatron-LM's hybrid (Mamba) models refuse a --pipeline-model-parallel-layout "
+                                  f"with virtual stages, and this plan has {plan.num_stages} stages on "
+                                  f"{plan.num_devices} pipeline ranks; {model.name} mixes Mamba layers with "
+                                  "attention")
+    layout = megatron_layout(plan, profile)
+    return (HYBRID_IGNORES_NOTE.format(model=model.name) if hybrid else "") + layout + "\n"

@@ -61,10 +61,13 @@ class Candidate:
 
 
 class CandidateScorer:
+    """Without a budget (the defaults), it scores and times stages unlimited: what the plan editor asks of it."""
+
     def __init__(self, profile: Profile, num_devices: int, num_microbatches: int, *,
-                 cluster: ClusterSpec | None, memory_limit_bytes: float, activation_limit_bytes: float,
-                 deadline: float | None, max_evaluations: int, max_scheduled_actions: int,
-                 cancel: Callable[[], bool] | None):
+                 cluster: ClusterSpec | None, memory_limit_bytes: float = INFEASIBLE,
+                 activation_limit_bytes: float = INFEASIBLE, deadline: float | None = None,
+                 max_evaluations: float = INFEASIBLE, max_scheduled_actions: float = INFEASIBLE,
+                 cancel: Callable[[], bool] | None = None):
         self.profile = profile
         self.num_devices = num_devices
         self.num_microbatches = num_microbatches

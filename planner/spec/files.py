@@ -46,10 +46,10 @@ def is_hf_config(doc: dict) -> bool:
 
 def parse_model_text(text: str, filename: str = "") -> ModelSpec:
     """The ModelSpec a file's text describes, in our format or as a HuggingFace ``config.json``."""
-    return read_model_text(text, filename)[0]
+    return parse_model_document(text, filename)[0]
 
 
-def read_model_text(text: str, filename: str = "") -> tuple[ModelSpec, list[SpecWarning]]:
+def parse_model_document(text: str, filename: str = "") -> tuple[ModelSpec, list[SpecWarning]]:
     """``parse_model_text``'s spec and the warnings about what it accepted but probably not as meant (a HF
     config's misspelt keys: ``read_hf_config``; our format refuses unknown fields outright)."""
     doc = parse_document(text, filename)

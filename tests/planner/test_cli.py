@@ -188,6 +188,19 @@ def test_a_deadlocked_plan_exits_4_listing_blocked_actions(tmp_path, profile_fil
     assert error["reason"] and error["blocked"]
 
 
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved-1f1b"])
+def test_megatron_export_of_a_mamba_hybrid_preset_applies_megatrons_hybrid_rules(tmp_path, schedule):
+    plan, out = tmp_path / "plan.json", tmp_path / "layout.txt"
+    assert run_cli("baseline", "--schedule", schedule, "--profile", "tiny-hybrid", "--devices", 2,
+                   "--microbatches", 4, "--out", plan).returncode == 0
+    result = run_cli("export", plan, "--to", "megatron-layout", "--profile", "tiny-hybrid", "--out", out)
+    if schedule == "1f1b":  # no virtual stages: written, after the note that Megatron ignores it
+        assert result.returncode == 0 and out.read_text().startswith("# Megatron-LM's hybrid (Mamba) models ignore")
+    else:
+        assert result.returncode == 3 and error_of(result)["field"] == "format"
+        assert "refuse a --pipeline-model-parallel-layout with virtual stages" in error_of(result)["reason"]
+
+
 def test_megatron_export_of_a_v_shape_exits_3(tmp_path, profile_file):
     plan = build_baseline("zb-v", decoder_profile(8, with_ends=True), 2, 4)
     path = tmp_path / "zbv.json"

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from planner.errors import SpecError
-from planner.spec.files import load_model_file, parse_model_text, read_model_text
+from planner.spec.files import load_model_file, parse_model_text, parse_model_document
 from planner.spec.presets import load_model_preset
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
@@ -121,7 +121,7 @@ def test_a_misspelt_hf_key_is_reported_with_the_key_it_means_and_the_default_tak
     config = json.loads((FIXTURES / "llama-3-8b.json").read_text())
     config.pop("num_hidden_layers", None)
     config["num_hiden_layers"] = 80
-    spec, warnings = read_model_text(json.dumps(config), "config.json")
+    spec, warnings = parse_model_document(json.dumps(config), "config.json")
     assert [(warning.field, "'num_hidden_layers'" in warning.reason) for warning in warnings] == \
         [("num_hiden_layers", True)]
     # What was built is what transformers builds from the same file: its default depth, not the 80 meant.
@@ -130,7 +130,7 @@ def test_a_misspelt_hf_key_is_reported_with_the_key_it_means_and_the_default_tak
 
 def test_the_real_hf_configs_give_no_warning():
     for path in sorted(FIXTURES.glob("*.json")):
-        assert read_model_text(path.read_text(), path.name)[1] == [], path.name
+        assert parse_model_document(path.read_text(), path.name)[1] == [], path.name
 
 
 def test_an_unknown_field_of_our_format_is_refused_with_the_field_it_likely_means():

@@ -19,6 +19,7 @@ from adaptis_web.studio.services.accounts import token_create
 from adaptis_web.studio.services import plan_json as plan_json_module
 from adaptis_web.studio.services.bounded_cache import BoundedCache
 from adaptis_web.studio.services.predictions import plan_prediction
+from planner import service as planner_service
 
 
 def with_token(key: str) -> APIClient:
@@ -87,14 +88,14 @@ class TestPredictionCache:
         predictions.PREDICTIONS.clear()
         plan_json_module.PLAN_JSON.clear()
         calls = []
-        real = predictions.simulate
-        monkeypatch.setattr(predictions, "simulate", lambda *args: calls.append(args) or real(*args))
+        real = planner_service.stored_plan_simulation
+        monkeypatch.setattr(planner_service, "stored_plan_simulation", lambda *args: calls.append(args) or real(*args))
         client = APIClient()
         client.force_authenticate(people.member)
         first = client.get(reverse("api:plan", args=[planned.plan.pk])).json()
         second = client.get(reverse("api:plan", args=[planned.plan.pk])).json()
         assert len(calls) == 1 and first == second and first["simulation"]["timeline"]
-        assert first["simulation"] == real(*calls[0]).to_dict()
+        assert first["simulation"] == real(*calls[0])
 
     def test_another_plan_row_has_a_prediction_of_its_own(self, people, planned):
         original = plan_prediction(planned.plan)

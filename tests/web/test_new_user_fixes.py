@@ -9,12 +9,12 @@ from rest_framework.test import APIClient
 
 from adaptis_web.studio.models import PlanningJob
 from adaptis_web.studio.services.jobs import job_request_check, job_run
-from adaptis_web.studio.services.search import kept_plan_first
 from adaptis_web.studio.services.specs import spec_create
 from adaptis_web.studio.templatetags.units import binary_bytes
 from planner.cluster import load_cluster_preset
 from planner.cost import analytic_profile
 from planner.search import search_plan
+from planner.service import kept_plan_first
 from planner.spec.presets import load_model_preset
 
 

@@ -17,6 +17,7 @@ from adaptis_web.studio.services.jobs import job_request_check, job_run
 from adaptis_web.studio.services.specs import spec_create
 from adaptis_web.studio.services.teams import membership_add
 from planner import hybrid
+from planner.cli import main as planner_cli
 from planner.cluster import load_cluster_preset
 from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
 from planner.parallel.evaluate import Job, shard_profile
@@ -109,6 +110,17 @@ def test_megatron_layout_of_a_hybrid_mamba_model_says_megatron_ignores_it_withou
     layout = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert "hybrid (Mamba) models ignore --pipeline-model-parallel-layout" in " ".join(notes)
     assert len(layout) == 1 and layout[0].startswith("E") and layout[0].endswith("L") and layout[0].count("|") == 1
+
+
+def test_the_cli_and_the_web_write_the_same_megatron_layout_of_a_mamba_hybrid(people, tmp_path):
+    plan = _plan_of(people, "tiny-hybrid", "1f1b", 2, 4)
+    downloaded = _export(_client(people.member), plan, "megatron-layout").content.decode()
+    plan_path, profile_path, out = tmp_path / "plan.json", tmp_path / "profile.json", tmp_path / "layout.txt"
+    plan_path.write_text(json.dumps(plan.plan_doc))
+    profile_path.write_text(json.dumps(plan.profile_doc))
+    assert planner_cli(["export", str(plan_path), "--to", "megatron-layout", "--profile", str(profile_path),
+                        "--model", "tiny-hybrid", "--out", str(out)]) == 0
+    assert out.read_text() == downloaded and downloaded.startswith("# Megatron-LM's hybrid (Mamba) models ignore")
 
 
 def test_megatron_layout_of_a_hybrid_mamba_model_with_virtual_stages_is_refused(people):

@@ -14,7 +14,7 @@ from rest_framework.exceptions import ParseError
 from django.utils.http import parse_header_parameters
 from rest_framework.parsers import JSONParser, MultiPartParser
 
-from planner.limits import depth_reason
+from planner.service import depth_reason
 
 
 class BoundedJSONParser(JSONParser):

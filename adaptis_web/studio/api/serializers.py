@@ -25,11 +25,7 @@ from adaptis_web.studio.services.hybrid import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_S
 from adaptis_web.studio.services.teams import GRANTABLE_ROLES
 from adaptis_web.studio.services.profiling import MAX_PROFILE_RANKS
 from adaptis_web.studio.services.runs import DEFAULT_RUN_STEPS, MAX_RUN_STEPS
-from planner.baselines import PARTITIONS
-from planner.cluster import preset_names
-from planner.hardware import ACCELERATORS
-from planner.limits import MAX_PIPELINE_DEVICES, RANGES
-from planner.parallel.config import RECOMPUTE_MODES
+from planner.service import ACCELERATORS, MAX_PIPELINE_DEVICES, PARTITIONS, RANGES, RECOMPUTE_MODES, preset_names
 
 
 NO_NUL = RegexValidator(r"^[^\x00]*$", "must not contain a NUL character")

@@ -62,11 +62,8 @@ from adaptis_web.studio.services.runs import run_create
 from adaptis_web.studio.services.profiling import measured_profile_create
 from adaptis_web.studio.services.run_control import run_cancel
 from adaptis_web.studio.services.specs import read_upload, spec_create, spec_parse_upload
-from planner.baselines import PARTITIONS
-from planner.cluster import preset_names
-from planner.hardware import ACCELERATORS
+from planner.service import ACCELERATORS, PARTITIONS, model_preset_names, preset_names
 from planner.spec.model import load_model_spec
-from planner.spec.presets import model_preset_names
 
 
 class PresetsApi(APIView):

@@ -1,8 +1,8 @@
 """Closed loop in the Studio: recalibrate a plan's profile from a finished run and plan again with it.
 
 A run's observed action timings (``RunEvent`` rows) after its warm-up steps go through
-``planner.calibrate.recalibrate``: every stage's layers are scaled so that the plan that ran predicts each
-stage's mean observed F, I/B and W durations. The per-message overhead is measured between them
+``planner.service.calibrate_from_run`` (``planner.calibrate.recalibrate``): every stage's layers are scaled so
+that the plan that ran predicts each stage's mean observed F, I/B and W durations. The per-message overhead is measured between them
 (``planner.calibrate.measure_message_overhead``: the time between consecutive actions of a device that did
 not wait for its input, per message end), and the new job's cluster charges it on every link. The new job plans with that
 profile and cluster, with the same settings as the job the run's plan came from. It records how well each
@@ -26,12 +26,7 @@ from adaptis_web.studio.models import JobStatus, PlanningJob, Run
 from adaptis_web.studio.services.jobs import JobRequest, job_create
 from adaptis_web.studio.services.refusals import Conflict
 from adaptis_web.studio.services.specs import spec_check_team
-from planner.calibrate import after_warmup, measure_message_overhead, recalibrate, with_message_overhead
-from planner.cluster import ClusterSpec, load_cluster
-from planner.errors import SpecError
-from planner.plan import load_plan
-from planner.profile import load_profile
-from planner.simulator import simulate_summary
+from planner import service as planner_service
 
 
 def run_observed_events(run: Run) -> list[dict]:
@@ -44,16 +39,6 @@ def run_observed_events(run: Run) -> list[dict]:
 def _observed_iteration_ms(run: Run) -> float:
     summary = run.summary or {}
     return float(summary.get("median_iteration_ms") or summary.get("iteration_ms") or 0.0)
-
-
-def _measured_cluster(plan, cluster: ClusterSpec, events: list[dict]) -> tuple[ClusterSpec, dict]:
-    """``cluster`` with the per-message overhead measured between the run's actions, and what to record."""
-    try:
-        overhead_us = measure_message_overhead(plan, events)
-    except SpecError as error:
-        return cluster, {"message_overhead_us": None, "message_overhead_note": f"the run's timings {error.reason}"}
-    return with_message_overhead(cluster, overhead_us), {"message_overhead_us": overhead_us,
-                                                         "message_overhead_note": ""}
 
 
 @transaction.atomic
@@ -70,29 +55,22 @@ def job_replan_from_run(*, run: Run, user: AbstractBaseUser) -> PlanningJob:
     events = run_observed_events(run)
     if not events:
         raise Conflict("run", "has no observed actions to calibrate from")
-    plan = load_plan(run.plan.plan_doc)
-    # after the warm-up steps the run's summary left out; all of them when it had no other step
-    events = after_warmup(plan, events, int((run.summary or {}).get("warmup_steps") or 0)) or events
-    cluster = load_cluster(source.cluster_doc)
-    calibrated = recalibrate(load_profile(run.plan.profile_doc), plan, events)
-    compute_only = simulate_summary(plan, calibrated, cluster)
-    measured, overhead = _measured_cluster(plan, cluster, events)
-    after = compute_only if measured is cluster else simulate_summary(plan, calibrated, measured)
+    calibrated = planner_service.calibrate_from_run(
+        plan_doc=run.plan.plan_doc, profile_doc=run.plan.profile_doc, cluster_doc=source.cluster_doc, events=events,
+        warmup_steps=int((run.summary or {}).get("warmup_steps") or 0))
     calibration = {
         "run_id": run.pk, "plan_id": run.plan.pk, "strategy": run.plan.strategy, "scaled_down": run.scaled_down,
         "executed_model": (run.executed_spec or {}).get("name", ""),
         "observed_iteration_ms": _observed_iteration_ms(run),
         "predicted_before_ms": run.plan.iteration_ms,
-        "predicted_compute_calibrated_ms": compute_only["iteration_ms"],
-        "predicted_after_ms": after["iteration_ms"],
-        "observed_actions": len(events),
-        **overhead,
+        **calibrated.record,
     }
     # A measured overhead makes the cluster this job's own: it is no longer the preset it started from.
-    request = JobRequest(cluster_preset=source.cluster_preset if measured is cluster else "", cluster=measured,
+    request = JobRequest(cluster_preset="" if calibrated.overhead_measured else source.cluster_preset,
+                         cluster=calibrated.cluster,
                          num_devices=source.num_devices,
                          num_microbatches=source.num_microbatches, schedule=source.schedule,
                          partition=source.partition, seed=source.seed, time_budget_s=source.time_budget_s,
                          memory_limit_bytes=source.memory_limit_bytes)
-    return job_create(spec_record=source.spec, user=user, request=request, profile=calibrated,
+    return job_create(spec_record=source.spec, user=user, request=request, profile=calibrated.profile,
                       calibrated_from=run, calibration=calibration)

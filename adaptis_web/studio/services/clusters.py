@@ -8,10 +8,10 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from adaptis_web.studio.models import ClusterRecord, Team
 from adaptis_web.studio.services.specs import prefixed_error, spec_check_team, upload_text
-from planner.cluster import ClusterSpec, is_cluster_preset, load_cluster, load_cluster_preset, preset_names
+from planner.cluster import load_cluster, load_cluster_preset
 from planner.documents import parse_document
 from planner.errors import SpecError
-from planner.hardware import ACCELERATORS
+from planner.service import ACCELERATORS, ClusterSpec, is_cluster_preset, preset_names
 
 MAX_CLUSTER_FILE_BYTES = 256 * 1024
 NAMED_CLUSTER_HELP = ("or a named cluster '<device>-<nodes>x<gpus per node>' such as 'h100-sxm-1024x8' (devices: "

@@ -12,7 +12,8 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from adaptis_web.studio import selectors
 from adaptis_web.studio.models import RunEvent
-from adaptis_web.studio.services.plan_editing import edit_context, plan_predict_stored, prediction_output
+from adaptis_web.studio.services.predictions import stored_plan
+from planner import service as planner_service
 
 MAX_ITEMS = 8
 METRICS = ("iteration_ms", "bubble_ratio", "peak_memory_bytes", "tokens_per_s")
@@ -35,7 +36,7 @@ def compare_items(*, user: AbstractBaseUser, plan_ids: list[str], run_ids: list[
 
 
 def _plan_item(plan) -> dict:
-    output = prediction_output(plan_predict_stored(plan), edit_context(plan))
+    output = planner_service.predict_stored_plan(stored_plan(plan))
     timeline = output["timeline"]
     return {"key": f"plan-{plan.pk}", "kind": "plan", "id": plan.pk, "object": plan,
             "label": f"Plan #{plan.pk} · {plan.name or plan.strategy}", "source": "predicted",

@@ -1,4 +1,5 @@
-"""A stored plan as a download in the formats other tools read (``planner.exports``, as the CLI writes them).
+"""A stored plan as a download in the formats other tools read (``planner.service.export_stored_plan``: the file
+``python -m planner export`` writes).
 
 | format            | content type       | file                                  |
 |-------------------|--------------------|---------------------------------------|
@@ -15,28 +16,19 @@ Any role in the plan's team may export.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
 
 from adaptis_web.studio.models import Plan
-from adaptis_web.studio.services.plan_editing import edit_context, predict
+from adaptis_web.studio.services.predictions import stored_plan
 from adaptis_web.studio.services.roles import Role, role_require
+from planner import service as planner_service
 from planner.errors import SpecError
-from planner.exports import megatron_layout, perfetto_trace, plan_json, torch_csv
-from planner.plan import load_plan
-from planner.simulator import simulate
-from planner.spec.model import ModelSpec
 
 FORMATS = {"plan-json": ("application/json", "json"), "perfetto": ("application/json", "perfetto.json"),
            "torch-csv": ("text/csv", "csv"), "megatron-layout": ("text/plain", "megatron.txt")}
-HYBRID_MIXERS = ("mamba", "mamba2")  # what makes Megatron build a MambaModel (--hybrid-override-pattern)
-HYBRID_IGNORES_NOTE = (
-    "# Megatron-LM's hybrid (Mamba) models ignore --pipeline-model-parallel-layout when it has no virtual stages:\n"
-    "# they split the layers of --hybrid-override-pattern evenly over the pipeline ranks instead. This layout is\n"
-    "# what AdaPtis planned, for reference; Megatron will not apply it to {model}.\n")
 
 
 @dataclass(frozen=True)
@@ -51,32 +43,6 @@ def plan_export(*, plan: Plan, user: AbstractBaseUser, fmt: str) -> Export:
     if fmt not in FORMATS:
         raise SpecError("format", f"must be one of {', '.join(FORMATS)}; got {fmt!r}")
     content_type, extension = FORMATS[fmt]
-    planner_plan = load_plan(plan.plan_doc)
-    if fmt == "plan-json":
-        content = plan_json(planner_plan)
-    elif fmt == "torch-csv":
-        content = torch_csv(planner_plan)
-    else:
-        context = edit_context(plan)
-        profile, cluster, _ = predict(context, planner_plan, job_level=False)
-        if fmt == "perfetto":
-            content = json.dumps(perfetto_trace(simulate(planner_plan, profile, cluster))) + "\n"
-        else:
-            content = _megatron_text(planner_plan, profile, context.spec)
+    content = planner_service.export_stored_plan(stored_plan(plan), fmt)
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", plan.strategy).strip("-") or "plan"
     return Export(content=content, content_type=content_type, filename=f"plan-{plan.pk}-{slug}.{extension}")
-
-
-def _megatron_text(plan, profile, spec: ModelSpec) -> str:
-    hybrid = any(layer.mixer is not None and layer.mixer.type in HYBRID_MIXERS for layer in spec.layers)
-    virtual = plan.num_stages > plan.num_devices
-    if hybrid and virtual:
-        raise SpecError("format", f"Megatron-LM's hybrid (Mamba) models refuse a --pipeline-model-parallel-layout "
-                                  f"with virtual stages, and this plan has {plan.num_stages} stages on "
-                                  f"{plan.num_devices} pipeline ranks; {spec.name} mixes Mamba layers with "
-                                  "attention")
-    try:
-        layout = megatron_layout(plan, profile)
-    except SpecError as error:
-        raise SpecError("format", f"Megatron's layout cannot express this plan: {error.reason}") from None
-    return (HYBRID_IGNORES_NOTE.format(model=spec.name) if hybrid else "") + layout + "\n"

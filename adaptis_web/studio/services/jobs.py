@@ -1,9 +1,9 @@
 """Planning jobs: check a request, create the job (and its spec) atomically, do the planning work, cancel.
 
 ``job_run`` is what the Celery task ``plan_job_run`` calls: analytic profile of the spec on the job's
-cluster, then either one baseline plan (``schedule`` is a baseline) or the AdaPtis search
-(``schedule="adaptis"``, ``services.search``), which yields its best plan and every baseline it was
-compared with; each plan is validated, simulated with its timeline and stored. A hybrid job
+cluster, then ``planner.service.plan_pipeline_job``: either one baseline plan (``schedule`` is a baseline) or the
+AdaPtis search (``schedule="adaptis"``), which yields its best plan and every baseline it was compared with; each
+plan is validated and simulated, and stored. A hybrid job
 (``mode="hybrid"``, ``services.hybrid``) searches the whole training job's parallel configuration instead.
 Progress, the final error and the outcome are written to the job row as it goes; the web pages only read them.
 """
@@ -31,36 +31,24 @@ from adaptis_web.studio.services.profiling import (
     profile_waiting,
 )
 from adaptis_web.studio.services.queueing import enqueue_on_commit, internal_error
-from adaptis_web.studio.services.search import (
-    ADAPTIS_STRATEGY,
-    DEFAULT_TIME_BUDGET_S,
-    job_search,
-    search_settings_check,
-)
+from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S, job_plan, search_settings_check
 from adaptis_web.studio.services.cancelling import request_cancel
 from adaptis_web.studio.services.roles import role_require_own_or_admin
 from adaptis_web.studio.services.specs import prefixed_error, spec_check_team, spec_create
-from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
-from planner.cluster import ClusterSpec, load_cluster
-from planner.cost import analytic_profile
+from planner import service as planner_service
+from planner.cluster import load_cluster
 from planner.errors import PlanError, SpecError
-from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
-from planner.limits import MAX_PIPELINE_DEVICES, pipeline_slots_reason
-from planner.plan import Plan as PlannerPlan
-from planner.profile import Profile, load_profile
-from planner.scheduling import chunks_per_device
-from planner.simulator import simulate
-from planner.spec.model import ModelSpec, load_model_spec
-from planner.validate import validate_plan
+from planner.profile import load_profile
+from planner.service import ClusterSpec, ModelSpec, PlanRecord, Profile
+from planner.spec.model import load_model_spec
 
 logger = logging.getLogger(__name__)
 
-ADAPTIS_SCHEDULE = ADAPTIS_STRATEGY
-JOB_SCHEDULES = (ADAPTIS_SCHEDULE, *BASELINE_SCHEDULES)
+ADAPTIS_SCHEDULE = planner_service.ADAPTIS_STRATEGY
+JOB_SCHEDULES = planner_service.JOB_SCHEDULES
 DEFAULT_SCHEDULE = "1f1b"  # of the API, for compatibility; the pages offer the search first
 DEFAULT_PARTITION = "uniform"
-MAX_MICROBATCHES = 1024
-CHUNKS = 2  # model chunks per device where the schedule lets us choose (interleaved 1F1B)
+MAX_MICROBATCHES = planner_service.MAX_MICROBATCHES
 SEARCH_PROGRESS_SPAN = (0.2, 0.85)  # the share of the job's progress bar the search reports into
 
 
@@ -111,26 +99,9 @@ def job_request_check(*, spec: ModelSpec, num_devices: int | None = None, num_mi
     for field, value in (("num_devices", num_devices), ("num_microbatches", num_microbatches)):
         if value is None:
             raise SpecError(field, "is required for a pipeline-only job")
-    if schedule not in JOB_SCHEDULES:
-        raise SpecError("schedule", f"must be one of {', '.join(JOB_SCHEDULES)}; got {schedule!r}")
+    planner_service.check_pipeline_job(spec=spec, cluster=cluster, num_devices=num_devices,
+                                       num_microbatches=num_microbatches, schedule=schedule, partition=partition)
     searched = schedule == ADAPTIS_SCHEDULE
-    if not searched and partition not in PARTITIONS:
-        raise SpecError("partition", f"must be one of {', '.join(PARTITIONS)}; got {partition!r}")
-    if not 1 <= num_devices <= cluster.num_devices:
-        raise SpecError("num_devices", f"must be between 1 and the cluster's {cluster.num_devices} devices "
-                                       f"({cluster.name}); got {num_devices}")
-    if num_devices > MAX_PIPELINE_DEVICES:
-        raise SpecError("num_devices", f"a pipeline of more than {MAX_PIPELINE_DEVICES} devices is not planned; "
-                                       f"got {num_devices} (plan the pipeline inside data and tensor parallelism)")
-    if not 1 <= num_microbatches <= MAX_MICROBATCHES:
-        raise SpecError("num_microbatches", f"must be between 1 and {MAX_MICROBATCHES}; got {num_microbatches}")
-    too_big = pipeline_slots_reason(num_devices, num_microbatches)
-    if too_big:
-        raise SpecError("num_microbatches", too_big)
-    stages = num_devices if searched else num_devices * chunks_per_device(schedule, CHUNKS)
-    if stages > spec.num_layers:
-        raise SpecError("num_devices", f"{schedule} on {num_devices} devices needs {stages} stages but "
-                                       f"{spec.name!r} has only {spec.num_layers} layers")
     search_settings_check(seed=seed, time_budget_s=time_budget_s, memory_limit_bytes=memory_limit_bytes,
                           cluster=cluster)
     return JobRequest(cluster_preset=preset, cluster=cluster,
@@ -196,15 +167,11 @@ def job_fail(*, job_id: int, error: str) -> None:
                                                  progress_message="Failed")
 
 
-def _plan_store(job: PlanningJob, strategy: str, plan: PlannerPlan, spec: ModelSpec, profile: Profile,
-                cluster: ClusterSpec) -> Plan:
-    validate_plan(plan, spec.num_layers)
-    simulation = simulate(plan, profile, cluster).to_dict(include_timeline=False)  # services.predictions
+def _plan_store(job: PlanningJob, record: PlanRecord) -> Plan:
     return Plan.objects.create(
-        job=job, strategy=strategy, layout=plan_layout_string(plan, layer_codes_from_spec(spec)),
-        schedule_summary=schedule_description(plan), plan_doc=plan.to_dict(), simulation=simulation,
-        profile_doc=profile.to_dict(), iteration_ms=simulation["iteration_ms"],
-        bubble_ratio=simulation["bubble_ratio"])
+        job=job, strategy=record.strategy, layout=record.layout, schedule_summary=record.schedule_summary,
+        plan_doc=record.plan_doc, simulation=record.simulation, profile_doc=record.profile_doc,
+        iteration_ms=record.iteration_ms, bubble_ratio=record.bubble_ratio)
 
 
 def _job_finish(job_id: int, *, done: str, cancelled: str, result: dict) -> None:
@@ -221,15 +188,15 @@ def _hybrid_job(job: PlanningJob) -> Plan | None:
     _job_progress(job.pk, 0.1, f"Searching TP, CP, PP, DP, EP, micro-batch size and recomputation for "
                                f"{job.gpus:,} {cluster.device.name} GPUs (AdaPtis inside the best configurations "
                                f"for up to {job.time_budget_s:g} s)")
-    result = hybrid.hybrid_search(job)
-    if result is None:
+    outcome = hybrid.hybrid_plan(job, cluster)
+    if outcome is None:
         _job_finish(job.pk, done="", cancelled="Cancelled before any configuration was simulated", result={})
         return None
-    _job_progress(job.pk, 0.9, f"Storing the plan of {result.best.config.short()}")
-    done, cancelled = hybrid.hybrid_messages(result)
+    _job_progress(job.pk, 0.9, f"Storing the plan of {outcome.short}")
     with transaction.atomic():
-        plan = hybrid.hybrid_plan_store(job, result)
-        _job_finish(job.pk, done=done, cancelled=cancelled, result=hybrid.hybrid_summary(result, plan))
+        plan = _plan_store(job, outcome.plan)
+        outcome.summary["best"]["plan_id"] = plan.pk
+        _job_finish(job.pk, done=outcome.done, cancelled=outcome.cancelled, result=outcome.summary)
     return plan
 
 
@@ -249,31 +216,24 @@ def _plan_job(job: PlanningJob) -> Plan | None:
             if note:  # no silent fallback: the job's page and API say why it planned on the analytic profile
                 PlanningJob.objects.filter(pk=job.pk).update(analytic_profile_reason=note)
             _job_progress(job.pk, 0.15, f"Profiling {spec.num_layers} layers analytically on {cluster.device.name}")
-            profile = analytic_profile(spec, cluster)
+            profile = planner_service.analytic_profile(spec, cluster)
     if job.schedule == ADAPTIS_SCHEDULE:
         _job_progress(job.pk, SEARCH_PROGRESS_SPAN[0], f"Searching partition, placement and schedule for "
                                                        f"{job.num_devices} devices and {job.num_microbatches} "
                                                        f"micro-batches (up to {job.time_budget_s:g} s)")
-        outcome = job_search(job=job, profile=profile, cluster=cluster, progress_span=SEARCH_PROGRESS_SPAN)
-        plans, result = outcome.plans, outcome.summary
-        gap = f"{result['gap']:.1%} above the lower bound"
-        done, cancelled = f"AdaPtis plan ready: {gap}", f"Cancelled: kept the best plan found so far ({gap})"
     else:
         _job_progress(job.pk, 0.4, f"Building the {job.schedule} plan ({job.partition} partition) for "
                                    f"{job.num_devices} devices and {job.num_microbatches} micro-batches")
-        plan = build_baseline(job.schedule, profile, job.num_devices, job.num_microbatches, cluster=cluster,
-                              partition=job.partition, chunks=CHUNKS)
-        plans, result = {plan.strategy: plan}, {}
-        done, cancelled = "Plan ready", "Cancelled: kept the plan"
-    _job_progress(job.pk, 0.9, f"Validating, simulating and storing {len(plans)} plan(s)")
+    outcome = job_plan(job=job, spec=spec, profile=profile, cluster=cluster, progress_span=SEARCH_PROGRESS_SPAN)
+    result = outcome.summary
+    _job_progress(job.pk, 0.9, f"Storing {len(outcome.plans)} validated, simulated plan(s)")
     with transaction.atomic():
-        stored = {strategy: _plan_store(job, strategy, plan, spec, profile, cluster)
-                  for strategy, plan in plans.items()}
+        stored = {strategy: _plan_store(job, record) for strategy, record in outcome.plans.items()}
         if result:  # each compared plan points at its row and shows that row's layout (the spec's layer codes)
-            result.update(plan_id=stored[ADAPTIS_STRATEGY].pk, layout=stored[ADAPTIS_STRATEGY].layout)
+            result.update(plan_id=stored[ADAPTIS_SCHEDULE].pk, layout=stored[ADAPTIS_SCHEDULE].layout)
             for name, metrics in result["baselines"].items():
                 metrics.update(plan_id=stored[name].pk, layout=stored[name].layout)
-        _job_finish(job.pk, done=done, cancelled=cancelled, result=result)
+        _job_finish(job.pk, done=outcome.done, cancelled=outcome.cancelled, result=result)
         if profile.source == "measured":  # its own plan's stages timed on the runs' host too, for its run page
             plan_stage_timing(job=job, plan=stored[job.schedule])
     return stored[job.schedule]

@@ -16,17 +16,21 @@ from __future__ import annotations
 
 from adaptis_web.studio.models import Plan
 from adaptis_web.studio.services.bounded_cache import BoundedCache
-from planner.cluster import load_cluster
-from planner.parallel.mapping import RankMapping
-from planner.plan import load_plan
-from planner.profile import load_profile
-from planner.simulator import simulate
+from planner import service as planner_service
 
 # Timeline and transfer entries kept per process: ~0.5 KB each as Python objects, so about 10 MB; the plan endpoint
 # sends services.plan_json's text and reads this only for a plan it has not encoded yet, the pages use it directly.
 PREDICTION_CACHE_ENTRIES = 20_000
 PREDICTIONS: BoundedCache[dict] = BoundedCache(
     PREDICTION_CACHE_ENTRIES, lambda found: len(found.get("timeline", ())) + len(found.get("transfers", ())))
+
+
+def stored_plan(plan: Plan) -> planner_service.StoredPlan:
+    """A plan row's documents, as the planner facade takes a stored plan."""
+    job = plan.job
+    return planner_service.StoredPlan(plan_doc=plan.plan_doc, profile_doc=plan.profile_doc, spec_doc=job.spec.doc,
+                                      cluster_doc=job.cluster_doc, job_seq_len=getattr(job, "seq_len", None),
+                                      simulation=plan.simulation)
 
 
 def plan_key(plan: Plan) -> tuple:
@@ -42,9 +46,6 @@ def plan_prediction(plan: Plan) -> dict:
     cached = PREDICTIONS.get(key)
     if cached is not None:
         return cached
-    planner_plan, cluster = load_plan(plan.plan_doc), load_cluster(plan.job.cluster_doc)
-    if planner_plan.parallel is not None:  # a hybrid plan's devices are pipeline ranks, on the links between them
-        cluster = RankMapping(planner_plan.parallel, cluster).pipeline_cluster()
-    prediction = simulate(planner_plan, load_profile(plan.profile_doc), cluster).to_dict()
+    prediction = planner_service.stored_plan_simulation(stored_plan(plan))
     PREDICTIONS.put(key, prediction)
     return prediction

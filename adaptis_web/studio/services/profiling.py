@@ -26,15 +26,17 @@ from django.utils import timezone
 
 from adaptis_web.studio.models import JobStatus, MeasuredProfile, ModelSpecRecord, Plan, PlanningJob
 from adaptis_web.studio.services.liveness import heartbeat
+from adaptis_web.studio.services.predictions import stored_plan
 from adaptis_web.studio.services.queueing import enqueue_on_commit, internal_error
 from adaptis_web.studio.services.runs import cpu_run_refusal
 from adaptis_web.studio.services.specs import spec_check_team
 from executor.errors import ExecutorError
 from planner.errors import PlanError, SpecError
+from planner import service as planner_service
 from planner.plan import load_plan
-from planner.profile import Profile, load_profile
-from planner.spec.model import ModelSpec, load_model_spec
-from planner.validate import check_plan_structure
+from planner.profile import load_profile
+from planner.service import ModelSpec, Profile
+from planner.spec.model import load_model_spec
 
 logger = logging.getLogger(__name__)
 
@@ -54,11 +56,8 @@ def measured_profile_create(*, spec_record: ModelSpecRecord, user: AbstractBaseU
     if plan is not None:
         if plan.job.spec_id != spec_record.pk:
             raise SpecError("plan", f"plan {plan.pk} is a plan of another spec")
-        planned = load_plan(plan.plan_doc)
-        check_plan_structure(planned, spec.num_layers)
-        num_ranks = planned.num_devices
         # as its ranks will run: I and W apart where the plan has them (executor.worker)
-        split_backward = any(action.type in ("I", "W") for actions in planned.actions for action in actions)
+        num_ranks, split_backward = planner_service.plan_run_shape(plan.plan_doc, spec)
     if not 1 <= num_ranks <= MAX_PROFILE_RANKS:
         raise SpecError("num_ranks", f"must be between 1 and {MAX_PROFILE_RANKS}; got {num_ranks}")
     refusal = cpu_run_refusal(spec)
@@ -105,14 +104,10 @@ def plan_stage_timing(*, job: PlanningJob, plan: Plan) -> MeasuredProfile | None
 def plan_local_prediction(plan: Plan) -> dict | None:
     """The simulator's output for ``plan`` on its newest profile scaled to its stages timed on the runs' host, with
     ``profile_id`` and ``host``; None until one is measured."""
-    from planner.cluster import load_cluster
-    from planner.simulator import simulate
-
     measured = plan.measured_profiles.filter(status=JobStatus.SUCCEEDED, deleted_at__isnull=True).first()
     if measured is None:
         return None
-    simulation = simulate(load_plan(plan.plan_doc), load_profile(measured.profile_doc),
-                          load_cluster(plan.job.cluster_doc)).to_dict(include_timeline=True)
+    simulation = planner_service.simulate_on_profile(stored_plan(plan), measured.profile_doc)
     return {**simulation, "profile_id": measured.pk, "host": measured.host}
 
 
@@ -195,11 +190,11 @@ def layer_cost_chart(*, spec: ModelSpec, cluster_preset: str, measured: Measured
     micro-batch in flight, parameters), on the analytic profile of ``cluster_preset``'s device and, beside it, the
     spec's newest profile measured on the runs' host."""
     from planner.cluster import load_cluster_preset
-    from planner.cost import analytic_profile
 
     cluster = load_cluster_preset(cluster_preset)
+    analytic = planner_service.analytic_profile(spec, cluster)
     chart = {"layers": [f"{index} {layer.kind}" for index, layer in enumerate(spec.layers)],
-             "analytic": {"label": f"analytic, {cluster.device.name}", **_layer_series(analytic_profile(spec, cluster))},
+             "analytic": {"label": f"analytic, {cluster.device.name}", **_layer_series(analytic)},
              "measured": None}
     if measured is not None:
         chart["measured"] = {"label": f"measured on {measured.host} ({measured.num_ranks} ranks at once)",

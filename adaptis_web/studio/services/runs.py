@@ -21,10 +21,10 @@ from adaptis_web.studio.services.liveness import heartbeat
 from adaptis_web.studio.services.queueing import enqueue_on_commit, internal_error
 from adaptis_web.studio.services.run_control import run_stop_reader
 from adaptis_web.studio.services.specs import spec_check_team
-from planner.cost.analytic import count_parameters
 from planner.errors import PlanError, SpecError
 from planner.plan import load_plan
-from planner.spec.model import ModelSpec, load_model_spec
+from planner.service import ModelSpec, count_parameters
+from planner.spec.model import load_model_spec
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from adaptis_web.studio.models import ModelSpecRecord, Team
 from adaptis_web.studio.selectors import user_is_member
 from adaptis_web.studio.services.roles import Role, role_require
 from planner.errors import SpecError
-from planner.spec.files import read_model_text
-from planner.spec.model import ModelSpec
+from planner.service import ModelSpec
+from planner.spec.files import parse_model_document
 
 MAX_SPEC_FILE_BYTES = 2 * 1024 * 1024
 
@@ -40,13 +40,13 @@ def upload_text(content: bytes, *, field: str, limit: int) -> str:
 
 def spec_parse_upload(*, content: bytes, filename: str, field: str = "file") -> tuple[ModelSpec, list[dict]]:
     """The ModelSpec in an uploaded file (ours in JSON/YAML, or a HF config.json), and the warnings about what it
-    accepted but probably not as meant (``planner.spec.files.read_model_text``), as ``{field, reason}``.
+    accepted but probably not as meant (``planner.spec.files.parse_model_document``), as ``{field, reason}``.
 
     Errors and warnings are rooted at ``field``, the request field that carried the document: ``file.layers[3].mlp``.
     """
     text = upload_text(content, field=field, limit=MAX_SPEC_FILE_BYTES)
     try:
-        spec, warnings = read_model_text(text, filename)
+        spec, warnings = parse_model_document(text, filename)
     except SpecError as error:
         raise prefixed_error(error, field) from None
     return spec, [prefixed_error(SpecError(warning.field, warning.reason), field).to_dict() for warning in warnings]

@@ -12,7 +12,8 @@ from django.db import transaction
 from adaptis_web.studio.models import Membership, ModelSpecRecord, Team
 from adaptis_web.studio.services.specs import spec_create
 from adaptis_web.studio.services.teams import membership_add
-from planner.spec.presets import load_model_preset, model_preset_names
+from planner.service import model_preset_names
+from planner.spec.presets import load_model_preset
 
 DEMO_TEAM = "demo"
 DEMO_USER = "demo"

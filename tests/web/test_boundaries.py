@@ -1,0 +1,56 @@
+"""The web reaches planning through one facade: ``planner.service``, ``planner.errors`` and the document loaders
+(``load_*``/``parse_*``: untrusted text or JSON to a checked document). Running and measuring go through the
+executor's own entry points, each named below with the reason the web calls it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+WEB = Path(__file__).resolve().parent.parent.parent / "adaptis_web"
+PLANNER_ANY_NAME = {"planner.service", "planner.errors"}
+LOADER_PREFIXES = ("load_", "parse_")
+EXECUTOR_ENTRY_POINTS = {
+    ("executor.launch", "run_plan"): "a local run's ranks, on the runs worker",
+    ("executor.errors", "ExecutorError"): "a failed run's message and its ranks' traceback",
+    ("executor.errors", "RunCancelled"): "a run stopped on request",
+    ("executor.model", "scale_spec"): "the scaled-down copy a CPU run executes",
+    ("executor.profiler", "measure_for_local_runs"): "a profile measured on the runs' host",
+    ("executor.host", "usable_cores"): "the runs' host's cores, recorded with a measured profile",
+    ("executor.events", "HTTP_BATCH_EVENTS"): "the ingest's bound on a batch, the one the ranks' HTTPS sink keeps to",
+}
+
+
+def _imports(tree: ast.AST):
+    """(module, name) for every name imported; (module, None) for ``import module``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield from ((node.module, alias.name) for alias in node.names)
+
+
+def _allowed(module: str, name: str | None) -> bool:
+    if module.split(".")[0] == "executor":
+        return (module, name) in EXECUTOR_ENTRY_POINTS
+    if module.split(".")[0] != "planner":
+        return True
+    if module in PLANNER_ANY_NAME or (module == "planner" and name in ("service", "errors")):
+        return True
+    return name is not None and name.startswith(LOADER_PREFIXES)
+
+
+def test_the_web_reaches_the_planner_only_through_the_facade_the_errors_and_the_loaders():
+    reached = []
+    for path in sorted(WEB.rglob("*.py")):
+        for module, name in _imports(ast.parse(path.read_text(), filename=str(path))):
+            if not _allowed(module, name):
+                reached.append(f"{path.relative_to(WEB.parent)}: {module}" + (f".{name}" if name else ""))
+    assert reached == []
+
+
+def test_the_rule_refuses_a_planner_internal_and_an_unlisted_executor_module():
+    tree = ast.parse("from planner.simulator import simulate\nimport planner.search\nfrom executor.worker import x\n"
+                     "from planner.cluster import load_cluster\nfrom planner import service\n")
+    assert [pair for pair in _imports(tree) if not _allowed(*pair)] == [
+        ("planner.simulator", "simulate"), ("planner.search", None), ("executor.worker", "x")]
