@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from planner import hybrid
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
 from planner.cluster import ClusterSpec, load_cluster
+from planner.comparison import plan_gpus, throughput_difference
 from planner.errors import PlanError, SpecError
 from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
 from planner.partition import partition_layers
@@ -130,8 +131,9 @@ def stored_summary(context: EditContext, stored: StoredPlan) -> dict:
     if stored.plan_doc.get("format") == PLAN_FORMAT_V2 or "per_device" not in summary:
         return prediction_output(predict_stored(context, stored), context)
     capacity = context.cluster.device.memory_bytes
-    return {"metrics": summary, "per_device": [{**row, "memory_bytes": row["peak_memory_bytes"],
-                                                "capacity_bytes": capacity} for row in summary["per_device"]]}
+    return {"metrics": summary, "plan": stored.plan_doc,
+            "per_device": [{**row, "memory_bytes": row["peak_memory_bytes"], "capacity_bytes": capacity}
+                           for row in summary["per_device"]]}
 
 
 def predict_edit(context: EditContext, stored: StoredPlan, doc: object) -> Prediction:
@@ -287,11 +289,15 @@ def prediction_output(prediction: Prediction, context: EditContext) -> dict:
 
 
 def plan_difference(before: dict, after: dict) -> dict:
-    """``after`` minus ``before``: iteration time, bubble, and each device's memory (None on a device one lacks)."""
+    """``after`` minus ``before``: iteration time, bubble, and each device's memory (None on a device one lacks),
+    and the throughput (``planner.comparison``: faster per token, and whether the batch or the GPUs changed)."""
     memory_before = {row["device"]: row["memory_bytes"] for row in before["per_device"]}
     memory_after = {row["device"]: row["memory_bytes"] for row in after["per_device"]}
     devices = sorted(set(memory_before) | set(memory_after))
+    throughput = throughput_difference(*({**output["metrics"], "gpus": plan_gpus(output["plan"])}
+                                         for output in (before, after)))
     return {
+        **throughput,
         "iteration_ms": after["metrics"]["iteration_ms"] - before["metrics"]["iteration_ms"],
         "iteration_ratio": after["metrics"]["iteration_ms"] / before["metrics"]["iteration_ms"],
         "bubble_ratio": after["metrics"]["bubble_ratio"] - before["metrics"]["bubble_ratio"],

@@ -31,6 +31,7 @@ from typing import Callable
 
 from planner import hybrid as planner_hybrid
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
+from planner.comparison import plan_gpus, throughput_difference
 from planner.calibrate import after_warmup, measure_message_overhead, recalibrate, with_message_overhead
 from planner.cluster import ClusterSpec, is_cluster_preset, load_cluster, preset_names
 from planner.cost import analytic_profile
@@ -391,5 +392,6 @@ __all__ = ["ACCELERATORS", "ADAPTIS_STRATEGY", "BASELINE_SCHEDULES", "EXPORT_FOR
            "PipelineJobOutcome", "PlanRecord", "Profile", "RankMapping", "StoredPlan", "analytic_profile",
            "calibrate_from_run", "check_hybrid_job", "check_pipeline_job", "count_parameters", "depth_reason",
            "derive_plan", "export_stored_plan", "is_cluster_preset", "kept_plan_first", "model_preset_names",
-           "plan_hybrid_job", "plan_pipeline_job", "plan_run_shape", "predict_stored_plan", "preset_names",
-           "repredict_edit", "simulate_on_profile", "stored_plan_page", "stored_plan_simulation"]
+           "plan_gpus", "plan_hybrid_job", "plan_pipeline_job", "plan_run_shape", "predict_stored_plan",
+           "preset_names", "repredict_edit", "simulate_on_profile", "stored_plan_page", "stored_plan_simulation",
+           "throughput_difference"]

@@ -193,8 +193,12 @@
     $("[data-schedule-summary]").textContent = output.schedule_summary;
     const edited = output !== original;
     const difference = output.difference;
-    const deltas = {iteration: "", bubble: "", "peak-memory": ""};
+    const deltas = {iteration: "", bubble: "", "peak-memory": "", tokens: ""};
     if (edited && difference) {
+      if (difference.tokens_per_s_ratio !== null) {
+        deltas.tokens = signed((difference.tokens_per_s_ratio - 1) * 100, 1) + " %" +
+          (difference.gpus_changed ? " (" + signed((difference.per_gpu_ratio - 1) * 100, 1) + " % per GPU)" : "");
+      }
       deltas.iteration = signed(difference.iteration_ms, 3) + " ms (" + signed((difference.iteration_ratio - 1) * 100, 1) + " %)";
       deltas.bubble = signed(difference.bubble_ratio, 3);
       deltas["peak-memory"] = signedBytes(output.metrics.peak_memory_bytes - original.metrics.peak_memory_bytes);
@@ -202,12 +206,17 @@
     Object.keys(deltas).forEach(function (key) {
       const element = $("[data-delta='" + key + "']");
       element.textContent = deltas[key] ? "vs plan #" + data.plan_id + ": " + deltas[key] : "";
-      element.className = "delta" + (deltas[key] && key === "iteration" ? (difference.iteration_ms <= 0 ? " better" : " worse") : "");
+      // Green means faster per token (planner.comparison): the throughput, not an iteration time that may cover
+      // another global batch or another GPU count.
+      element.className = "delta" + (deltas[key] && key === "tokens" ?
+        (difference.faster ? " better" : difference.slower ? " worse" : "") : "");
     });
     const box = $("#edit-difference");
     if (edited && difference) {
       box.hidden = false;
-      box.innerHTML = "<strong>From plan #" + data.plan_id + ":</strong> iteration " + signed(difference.iteration_ms, 3) +
+      box.innerHTML = "<strong>From plan #" + data.plan_id + ":</strong> " +
+        (difference.note ? "<span data-edit-note>" + difference.note + ".</span> " : "") +
+        "iteration " + signed(difference.iteration_ms, 3) +
         " ms, bubble " + signed(difference.bubble_ratio, 3) + ", memory per device " +
         difference.per_device.map(function (row) {
           return "<span class='mono' data-edit-memory='" + row.device + "'>d" + row.device + " " +

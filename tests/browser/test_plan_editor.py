@@ -110,6 +110,10 @@ def test_edit_a_searched_plan_save_it_compare_it_and_download_every_export(live_
         f"moved the boundary of stages 0/1 from layer {boundary_layer} to layer {boundary_layer + shift}")
     expect(page.locator("[data-metric=iteration]")).not_to_have_text(start_iteration)
     expect(page.locator("[data-delta=iteration]")).to_contain_text(f"vs plan #{plan.pk}")
+    # Same batch, same GPUs: green exactly when the edit has more tokens/s (the editor's own two predictions).
+    rates = page.evaluate("() => [window.adaptisEditor.current().metrics.tokens_per_s, "
+                          "JSON.parse(document.getElementById('editor-data').textContent).output.metrics.tokens_per_s]")
+    expect(page.locator("[data-delta=tokens]")).to_have_class("delta better" if rates[0] > rates[1] else "delta worse")
     assert page.evaluate("() => window.adaptisEditor.current().plan.stages[1].layers[0]") == boundary_layer + shift
     after_boundary = page.locator("[data-metric=iteration]").inner_text()
 

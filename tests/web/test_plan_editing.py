@@ -12,6 +12,7 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.models import Membership, Plan, PlanningJob
 from adaptis_web.studio.services.jobs import job_request_check, job_run
 from adaptis_web.studio.services.specs import spec_create
@@ -203,6 +204,11 @@ def test_split_merge_microbatches_policy_and_baseline_edits_are_predicted(people
     more = {**plan.plan_doc, "num_microbatches": 8}
     body = _simulate(client, plan, more).json()
     assert len(body["timeline"]) == 2 * 8 * 2 and body["metrics"]["iteration_ms"] > plan.iteration_ms
+    # A longer step of twice the tokens: judged by tokens/s (from the two predictions), and said to be a new batch.
+    ratio = body["metrics"]["tokens_per_s"] / plan_prediction(plan)["tokens_per_s"]
+    difference = body["difference"]
+    assert difference["tokens_per_s_ratio"] == pytest.approx(ratio) and difference["faster"] is (ratio > 1)
+    assert difference["batch_changed"] and "the global batch changed" in difference["note"]
     zero_bubble = {**plan.plan_doc, "meta": {"schedule_policy": "zero-bubble"}}
     body = _simulate(client, plan, zero_bubble).json()
     assert {entry["type"] for entry in body["timeline"]} == {"F", "I", "W"}
@@ -391,6 +397,23 @@ def test_compare_puts_a_plan_and_a_run_on_one_axis_with_the_runs_step_aligned_to
     page = response.content.decode()
     assert f'data-compare-row="plan-{planned.plan.pk}"' in page and f'data-compare-row="run-{finished_run.pk}"' in page
     assert "Compare 1 plan and 1 run" in page
+
+
+def test_compare_judges_by_throughput_and_says_when_the_batch_differs(client, people, planned):
+    doubled = _derive(_client(people.member), planned.plan, {**planned.plan.plan_doc, "num_microbatches": 8,
+                                                              "meta": {"schedule_policy": "auto"}}).json()
+    client.force_login(people.member)
+    response = client.get(reverse("studio:compare"), {"plan": [planned.plan.pk, doubled["id"]]})
+    first, second = response.context["items"]
+    # Independent: tokens a step over its time, from the two predictions.
+    rates = [plan_prediction(Plan.objects.get(pk=pk))["tokens_per_s"] for pk in (planned.plan.pk, doubled["id"])]
+    throughput = second["throughput"]
+    assert throughput["tokens_per_s_ratio"] == pytest.approx(rates[1] / rates[0])
+    assert throughput["faster"] is (rates[1] > rates[0]) and throughput["batch_changed"]
+    page = response.content.decode()
+    assert f'data-compare-note="plan-{doubled["id"]}"' in page and "the global batch changed" in page
+    row = page.split(f'data-compare-row="plan-{doubled["id"]}"')[1].split("</tr>")[0]
+    assert ('class="num better" data-delta="per-gpu"' in row) is (rates[1] > rates[0])
 
 
 def test_compare_refuses_ids_that_are_not_numbers_and_hides_other_teams(client, people, planned):

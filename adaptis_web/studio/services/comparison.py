@@ -1,5 +1,6 @@
 """Plans and runs side by side: each one's timeline on a time axis that starts at its iteration's start, and its
-metrics with the difference from the first one picked.
+metrics with the difference from the first one picked, judged by throughput (``planner.comparison``: it says when the
+global batch or the GPU count differs, where iteration times do not compare).
 
 A plan contributes its predicted iteration; a run its last observed step, every event shifted so the step's first
 action starts at 0 (a run's clock counts from the ranks' start, which includes process start-up). The observed
@@ -41,6 +42,7 @@ def _plan_item(plan) -> dict:
     return {"key": f"plan-{plan.pk}", "kind": "plan", "id": plan.pk, "object": plan,
             "label": f"Plan #{plan.pk} · {plan.name or plan.strategy}", "source": "predicted",
             "layout": output["layout"], "num_devices": output["plan"]["num_devices"], "timeline": timeline,
+            "gpus": planner_service.plan_gpus(output["plan"]),
             "span_ms": max((entry["end_ms"] for entry in timeline), default=0.0),
             "metrics": {key: output["metrics"].get(key) for key in METRICS}}
 
@@ -55,12 +57,15 @@ def _run_item(run) -> dict:
     num_devices = run.plan.plan_doc["num_devices"]
     span = max((entry["end_ms"] for entry in timeline), default=0.0)
     busy = sum(entry["end_ms"] - entry["start_ms"] for entry in timeline)
+    executed = run.executed_spec or run.plan.job.spec.doc   # the tokens the ranks trained a step
+    tokens = run.plan.plan_doc["num_microbatches"] * executed.get("micro_batch_size", 1) * executed["seq_len"]
     return {"key": f"run-{run.pk}", "kind": "run", "id": run.pk, "object": run,
             "label": f"Run #{run.pk} · observed step {last if last is not None else '—'}", "source": "observed",
             "layout": run.plan.layout, "num_devices": num_devices, "timeline": timeline, "span_ms": span,
+            "gpus": planner_service.plan_gpus(run.plan.plan_doc),
             "metrics": {"iteration_ms": span or None,
                         "bubble_ratio": 1 - busy / (num_devices * span) if span else None,
-                        "peak_memory_bytes": None, "tokens_per_s": None}}
+                        "peak_memory_bytes": None, "tokens_per_s": tokens / (span / 1e3) if span else None}}
 
 
 def _add_differences(items: list[dict]) -> None:
@@ -73,3 +78,5 @@ def _add_differences(items: list[dict]) -> None:
             known = value is not None and base is not None
             item["differences"][key] = {"value": value, "delta": value - base if known else None,
                                         "ratio": value / base if known and base else None}
+        item["throughput"] = planner_service.throughput_difference({**reference, "gpus": items[0]["gpus"]},
+                                                                   {**item["metrics"], "gpus": item["gpus"]})

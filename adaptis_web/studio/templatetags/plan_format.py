@@ -1,20 +1,8 @@
-"""Numbers as the plan pages show them: memory in GiB (2^30 bytes, labelled so), signed differences."""
+"""Numbers as the plan pages show them: signed differences and ratios (memory: ``units``' binary_bytes)."""
 
 from django import template
 
 register = template.Library()
-GIB = 1024 ** 3
-
-
-@register.filter
-def gib(value) -> str:
-    """``1.23 GiB``; an em dash for no value."""
-    return "—" if value is None else f"{value / GIB:.2f} GiB"
-
-
-@register.filter
-def gib_signed(value) -> str:
-    return "—" if value is None else f"{value / GIB:+.2f} GiB"
 
 
 @register.filter

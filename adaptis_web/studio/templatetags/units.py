@@ -21,3 +21,11 @@ def binary_bytes(value) -> str:
         if abs(amount) < 1024 or unit == BINARY_UNITS[-1]:
             return f"{amount:.1f} {unit}"
     raise AssertionError("unreachable")
+
+
+@register.filter
+def signed_binary_bytes(value) -> str:
+    """A change in bytes: "+1.5 GiB", "−512.0 MiB" (the sign, then ``binary_bytes`` of its size); "—" for none."""
+    if value is None or value == "":
+        return "—"
+    return ("+" if float(value) >= 0 else "−") + binary_bytes(abs(float(value)))
