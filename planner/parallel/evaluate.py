@@ -20,13 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.cluster import ClusterSpec
-from planner.memory import activation_peaks
+from planner.memory import activation_peaks, in_flight_activation_bytes, stage_activation_bytes
 from planner.parallel.config import ParallelConfig
 from planner.parallel.cost import (CostOptions, LayerTime, data_parallel_ms, exposed_data_parallel_ms,
                                    layer_times, layer_work, optimizer_step_ms, point_to_point_ms,
                                    ring_collective_ms)
 from planner.parallel.mapping import GroupSpan, RankMapping
-from planner.parallel.memory import GpuMemory, gpu_memory, held_parameters
+from planner.parallel.memory import GpuMemory, gpu_memory, held_parameters, optimizer_parameters
 from planner.parallel.params import LayerParams
 from planner.plan import Plan
 from planner.profile import LayerProfile, Profile
@@ -164,9 +164,7 @@ def step_end_ms(job: Job, config: ParallelConfig, mapping: RankMapping, held: li
         last_backward = sum(times[index].backward_input + times[index].backward_weight for index in layers)
         first_forward = sum(times[index].forward for index in layers)
         exposed = max(exposed, exposed_data_parallel_ms(grad_ms, param_ms, last_backward, first_forward, job.options))
-        local = (dense / (config.dp * config.cp) + expert / config.expert_dp) if config.distributed_optimizer \
-            else dense + expert
-        optimizer = max(optimizer, optimizer_step_ms(local, job.cluster))
+        optimizer = max(optimizer, optimizer_step_ms(optimizer_parameters(dense, expert, config), job.cluster))
     model = job.model
     if config.pp > 1 and model.tie_embeddings and model.layers[0].kind == "embedding":
         table = job.model.vocab_size * model.hidden_size / config.tp * job.options.grad_reduce_bytes
@@ -199,10 +197,7 @@ def estimate(job: Job, config: ParallelConfig, chunks: int = 1) -> Score:
     memory = []
     for rank, layers in enumerate(rank_layers):
         per_microbatch = sum(times[i].activation_bytes for i in layers)
-        if chunks == 1:
-            in_flight = min(m, pp - rank) * per_microbatch
-        else:
-            in_flight = min(m * chunks, 2 * (pp - rank - 1) + (chunks - 1) * pp + 1) * per_microbatch / chunks
+        in_flight = in_flight_activation_bytes(per_microbatch, rank=rank, pp=pp, num_microbatches=m, chunks=chunks)
         memory.append(_rank_memory(job, config, rank, params[rank], in_flight, layers, modes))
     exposed, optimizer = step_end_ms(job, config, mapping, params, times, rank_layers)
     model_flops, executed = step_flops(job, config, times)
@@ -243,8 +238,7 @@ def score_plan(job: Job, config: ParallelConfig, plan: Plan, schedule: str, chun
     simulation = simulate(plan, profile, mapping.pipeline_cluster())
     rank_layers = [[index for stage in plan.stages_on(rank) for index in plan.stages[stage].layers]
                    for rank in range(config.pp)]
-    stage_activation = [sum(times[index].activation_bytes for index in stage.layers) for stage in plan.stages]
-    peaks = activation_peaks(plan, stage_activation)
+    peaks = activation_peaks(plan, stage_activation_bytes(plan, [time.activation_bytes for time in times]))
     params = rank_params(job.model, _layer_params(job), rank_layers)
     memory = [_rank_memory(job, config, rank, params[rank], peaks[rank], rank_layers[rank], modes)
               for rank in range(config.pp)]
