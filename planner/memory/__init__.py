@@ -9,7 +9,13 @@ from planner.memory.activations import (
     in_flight_activation_bytes,
     stage_activation_bytes,
 )
-from planner.memory.pipeline import DeviceMemory, device_memory, layer_activation_bytes, peak_memory_bytes
+from planner.memory.pipeline import (
+    DeviceMemory,
+    device_memory,
+    layer_activation_bytes,
+    layer_state_bytes,
+    peak_memory_bytes,
+)
 from planner.memory.state import (
     GRADIENT_BYTES_PER_PARAM_BYTE,
     MIXED_PRECISION_ADAM,
@@ -23,5 +29,5 @@ from planner.memory.state import (
 
 __all__ = ["DeviceMemory", "GRADIENT_BYTES_PER_PARAM_BYTE", "MIXED_PRECISION_ADAM", "MODEL_STATE_BYTES_PER_PARAM_BYTE",
            "ModelState", "OPTIMIZER_BYTES_PER_PARAM_BYTE", "StatePrecision", "activation_curve", "activation_peaks",
-           "device_memory", "in_flight_activation_bytes", "layer_activation_bytes", "model_state",
+           "device_memory", "in_flight_activation_bytes", "layer_activation_bytes", "layer_state_bytes", "model_state",
            "peak_memory_bytes", "single_dtype_state", "stage_activation_bytes"]

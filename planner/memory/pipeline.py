@@ -7,7 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.memory.activations import activation_peaks, stage_activation_bytes
-from planner.memory.state import GRADIENT_BYTES_PER_PARAM_BYTE, OPTIMIZER_BYTES_PER_PARAM_BYTE
+from planner.memory.state import (
+    GRADIENT_BYTES_PER_PARAM_BYTE,
+    MODEL_STATE_BYTES_PER_PARAM_BYTE,
+    OPTIMIZER_BYTES_PER_PARAM_BYTE,
+)
 from planner.plan import Plan
 from planner.profile import Profile
 
@@ -36,6 +40,11 @@ class DeviceMemory:
 
 def layer_activation_bytes(profile: Profile) -> list[int]:
     return [layer.activation_bytes for layer in profile.layers]
+
+
+def layer_state_bytes(profile: Profile) -> list[int]:
+    """Model state each layer costs the device holding it, unsharded: 9 x its bf16 ``param_bytes``."""
+    return [layer.param_bytes * MODEL_STATE_BYTES_PER_PARAM_BYTE for layer in profile.layers]
 
 
 def device_memory(plan: Plan, profile: Profile) -> list[DeviceMemory]:

@@ -67,6 +67,17 @@ def optimizer_parameters(dense: float, expert: float, config: ParallelConfig) ->
     return dense + expert
 
 
+def layer_state_bytes(params: list[LayerParams], config: ParallelConfig) -> list[float]:
+    """Model state each layer costs one GPU of the pipeline rank holding it; a tied table is counted on both
+    ends even when one rank holds both (``rank_params`` counts it once), which only errs on the safe side."""
+    states = []
+    for layer in params:
+        dense, expert = held_parameters([layer], config)
+        kept = optimizer_parameters(dense, expert, config)
+        states.append(model_state(dense + expert, optimizer_parameters=kept).total)
+    return states
+
+
 def gpu_buffer_bytes(spec: ModelSpec, config: ParallelConfig, seq_len: int) -> float:
     top_k = max((layer.mlp.top_k for layer in spec.layers if isinstance(layer.mlp, MoEMLP)), default=0)
     return buffer_bytes(gpus=config.num_gpus, tp=config.tp, cp=config.cp, ep=config.ep,
