@@ -1,7 +1,8 @@
 """Refuse runs that cannot fit: a realistic ModelSpec must be scaled (``executor.model.scale_spec``) first.
 
-The estimate per rank is parameters + gradients + optimizer state for its layers, plus the activations of
-the micro-batches its order keeps in flight at its peak (``planner.memory.activation_peaks``: a GPipe rank
+The estimate per rank is the model state of its layers (``planner.memory.model_state`` with the run's dtype
+and optimizer: weights, gradients and Adam's two moments in that dtype, no master copy), plus the activations
+of the micro-batches its order keeps in flight at its peak (``planner.memory.activation_peaks``: a GPipe rank
 holds every micro-batch, a 1F1B rank at most one per stage from it to the end), using ~16 hidden-sized tensors
 per layer and token and the head's logits. It is meant to catch a 70B model on a laptop, not to budget memory
 to the last megabyte.
@@ -15,7 +16,7 @@ import torch
 
 from executor.model.build import layer_parameter_counts
 from planner.errors import SpecError
-from planner.memory import activation_peaks
+from planner.memory import activation_peaks, model_state, single_dtype_state, stage_activation_bytes
 from planner.plan import Plan
 from planner.spec.model import ModelSpec
 
@@ -28,19 +29,19 @@ def rank_bytes(plan: Plan, spec: ModelSpec, rank: int, dtype: torch.dtype, optim
                counts: list[int] | None = None) -> int:
     counts = counts if counts is not None else layer_parameter_counts(spec)
     element = torch.empty((), dtype=dtype).element_size()
-    state_copies = 2 + (2 if optimizer == "adamw" else 0)   # weights, grads, Adam's two moments
     layers = [layer for stage in plan.stages_on(rank) for layer in plan.stages[stage].layers]
-    activations = activation_peaks(plan, stage_activation_bytes(plan, spec, element))[rank]
-    return sum(counts[layer] for layer in layers) * element * state_copies + activations
+    state = model_state(sum(counts[layer] for layer in layers), single_dtype_state(element, adam=optimizer == "adamw"))
+    activations = activation_peaks(plan, stage_activation_bytes(plan, layer_activation_bytes(spec, element)))[rank]
+    return state.total + activations
 
 
-def stage_activation_bytes(plan: Plan, spec: ModelSpec, element: int) -> list[int]:
-    """Estimated bytes one micro-batch keeps on each stage until its backward there ends."""
+def layer_activation_bytes(spec: ModelSpec, element: int) -> list[int]:
+    """Estimated bytes one micro-batch keeps on each layer until its backward there ends."""
     tokens = spec.micro_batch_size * spec.seq_len
     per_layer = tokens * spec.hidden_size * element * ACTIVATION_TENSORS_PER_LAYER
-    head = spec.num_layers - 1 if spec.layers[-1].kind == "head" else None
     logits = tokens * spec.vocab_size * 4 * 2   # float32 logits and their gradient
-    return [per_layer * len(stage.layers) + (logits if head in stage.layers else 0) for stage in plan.stages]
+    return [per_layer + (logits if layer.kind == "head" and index == spec.num_layers - 1 else 0)
+            for index, layer in enumerate(spec.layers)]
 
 
 def device_capacity_bytes(device: torch.device) -> int:

@@ -328,6 +328,9 @@ def _hybrid_record(result: HybridResult) -> PlanRecord:
     validate_plan(plan, best.job.model.num_layers)
     profile, pipeline_cluster = shard_profile(best.job, best.config, best.chunks)
     simulation = simulate(plan, profile, pipeline_cluster).to_dict(include_timeline=False)
+    # the row keeps the memory its pages show: every GPU's under the job's sharding and buffers
+    simulation.update(peak_memory_bytes=round(best.peak_memory_bytes),
+                      per_device=best.gpu_memory_rows(simulation["per_device"]))
     doc = result.plan_document()
     load_plan(doc)  # what a plan page will load: within the planner's bounds (planner.limits)
     return PlanRecord(strategy=doc["strategy"], plan_doc=doc, profile_doc=profile.to_dict(), simulation=simulation,

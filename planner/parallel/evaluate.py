@@ -17,16 +17,24 @@ micro-batches with v chunks).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from planner.cluster import ClusterSpec
-from planner.memory import activation_peaks
+from planner.memory import activation_peaks, in_flight_activation_bytes, stage_activation_bytes
+from planner.memory.buffers import ALLOCATOR_OVERHEAD, overhead_bytes
 from planner.parallel.config import ParallelConfig
 from planner.parallel.cost import (CostOptions, LayerTime, data_parallel_ms, exposed_data_parallel_ms,
                                    layer_times, layer_work, optimizer_step_ms, point_to_point_ms,
                                    ring_collective_ms)
 from planner.parallel.mapping import GroupSpan, RankMapping
-from planner.parallel.memory import GpuMemory, gpu_memory, held_parameters
+from planner.parallel.memory import (
+    GpuMemory,
+    gpu_buffer_bytes,
+    gpu_memory,
+    held_parameters,
+    layer_state_bytes,
+    optimizer_parameters,
+)
 from planner.parallel.params import LayerParams
 from planner.plan import Plan
 from planner.profile import LayerProfile, Profile
@@ -75,6 +83,13 @@ class Score:
     @property
     def peak_memory_bytes(self) -> float:
         return max(memory.total for memory in self.memory)
+
+    def gpu_memory_rows(self, per_device: list[dict]) -> list[dict]:
+        """The pipeline simulator's per-device rows with their memory replaced by this job's accounting (the
+        simulator's knows no sharding and no buffers), so every figure of a hybrid plan is the job's."""
+        return [{**device, "peak_memory_bytes": round(memory.total), "activation_peak_bytes": round(memory.activations),
+                 "model_state_bytes": round(memory.params + memory.gradients + memory.optimizer)}
+                for device, memory in zip(per_device, self.memory)]
 
     def metrics(self) -> dict:
         seconds = self.iteration_ms / 1e3
@@ -164,9 +179,7 @@ def step_end_ms(job: Job, config: ParallelConfig, mapping: RankMapping, held: li
         last_backward = sum(times[index].backward_input + times[index].backward_weight for index in layers)
         first_forward = sum(times[index].forward for index in layers)
         exposed = max(exposed, exposed_data_parallel_ms(grad_ms, param_ms, last_backward, first_forward, job.options))
-        local = (dense / (config.dp * config.cp) + expert / config.expert_dp) if config.distributed_optimizer \
-            else dense + expert
-        optimizer = max(optimizer, optimizer_step_ms(local, job.cluster))
+        optimizer = max(optimizer, optimizer_step_ms(optimizer_parameters(dense, expert, config), job.cluster))
     model = job.model
     if config.pp > 1 and model.tie_embeddings and model.layers[0].kind == "embedding":
         table = job.model.vocab_size * model.hidden_size / config.tp * job.options.grad_reduce_bytes
@@ -199,10 +212,7 @@ def estimate(job: Job, config: ParallelConfig, chunks: int = 1) -> Score:
     memory = []
     for rank, layers in enumerate(rank_layers):
         per_microbatch = sum(times[i].activation_bytes for i in layers)
-        if chunks == 1:
-            in_flight = min(m, pp - rank) * per_microbatch
-        else:
-            in_flight = min(m * chunks, 2 * (pp - rank - 1) + (chunks - 1) * pp + 1) * per_microbatch / chunks
+        in_flight = in_flight_activation_bytes(per_microbatch, rank=rank, pp=pp, num_microbatches=m, chunks=chunks)
         memory.append(_rank_memory(job, config, rank, params[rank], in_flight, layers, modes))
     exposed, optimizer = step_end_ms(job, config, mapping, params, times, rank_layers)
     model_flops, executed = step_flops(job, config, times)
@@ -219,15 +229,20 @@ def _layer_params(job: Job) -> list[LayerParams]:
     return [work.params for work in layer_work(job.model, job.cluster, 1, job.seq_len)]
 
 
-def _rank_memory(job: Job, config: ParallelConfig, rank: int, params: list[LayerParams], in_flight: float,
-                 layers: list[int], modes: list[str]) -> GpuMemory:
-    workspace = 0.0
+def recompute_workspace_bytes(job: Job, config: ParallelConfig, layers: list[int], modes: list[str]) -> float:
+    """What a GPU needs during the backward of a fully recomputed layer among ``layers``: the layer whose
+    forward is recomputed holds its whole activations."""
     recomputed = [index for index in layers
                   if modes[index] == "full" and job.model.layers[index].kind not in ("embedding", "head")]
-    if recomputed:
-        # the layer whose forward is recomputed holds its whole activations during its backward
-        works = _works(job, config)
-        workspace = max(works[index].activation_bytes for index in recomputed) / (config.tp * config.cp)
+    if not recomputed:
+        return 0.0
+    works = _works(job, config)
+    return max(works[index].activation_bytes for index in recomputed) / (config.tp * config.cp)
+
+
+def _rank_memory(job: Job, config: ParallelConfig, rank: int, params: list[LayerParams], in_flight: float,
+                 layers: list[int], modes: list[str]) -> GpuMemory:
+    workspace = recompute_workspace_bytes(job, config, layers, modes)
     return gpu_memory(pipeline_rank=rank, params=params, activation_peak=in_flight, recompute_workspace=workspace,
                       spec=job.model, config=config, seq_len=job.seq_len, capacity=job.cluster.device.memory_bytes)
 
@@ -243,8 +258,7 @@ def score_plan(job: Job, config: ParallelConfig, plan: Plan, schedule: str, chun
     simulation = simulate(plan, profile, mapping.pipeline_cluster())
     rank_layers = [[index for stage in plan.stages_on(rank) for index in plan.stages[stage].layers]
                    for rank in range(config.pp)]
-    stage_activation = [sum(times[index].activation_bytes for index in stage.layers) for stage in plan.stages]
-    peaks = activation_peaks(plan, stage_activation)
+    peaks = activation_peaks(plan, stage_activation_bytes(plan, [time.activation_bytes for time in times]))
     params = rank_params(job.model, _layer_params(job), rank_layers)
     memory = [_rank_memory(job, config, rank, params[rank], peaks[rank], rank_layers[rank], modes)
               for rank in range(config.pp)]
@@ -268,6 +282,21 @@ def plan_pipeline(job: Job, config: ParallelConfig, plan: Plan) -> tuple[Profile
     ranks' cluster that ``score_plan`` simulates ``plan`` on: what a timeline of a v2 plan is drawn from."""
     mapping = RankMapping(config, job.cluster)
     return _plan_layer_times(job, config, plan, mapping)[2], mapping.pipeline_cluster()
+
+
+def pipeline_memory_budget(job: Job, config: ParallelConfig, profile: Profile) -> tuple[Profile, list[float], float]:
+    """What a pure-PP search inside the job charges against one GPU, so that its plans fit the job's accounting
+    (``planner.parallel.memory``): the profile with the allocator's overhead on each layer's activations, each
+    layer's model state under the job's sharding, and the memory limit left by what no partition changes
+    (communication buffers, the CUDA context, the recomputation workspace; any rank may hold any layer).
+    ``config`` has one recomputation mode for every stage: a per-stage one belongs to a fixed partition."""
+    modes = [config.recompute] * job.model.num_layers
+    fixed = (gpu_buffer_bytes(job.model, config, job.seq_len) + overhead_bytes(0.0)
+             + recompute_workspace_bytes(job, config, list(range(job.model.num_layers)), modes))
+    with_overhead = replace(profile, layers=tuple(
+        replace(layer, activation_bytes=round(layer.activation_bytes * (1 + ALLOCATOR_OVERHEAD)))
+        for layer in profile.layers))
+    return with_overhead, layer_state_bytes(_layer_params(job), config), job.cluster.device.memory_bytes - fixed
 
 
 def shard_profile(job: Job, config: ParallelConfig, chunks: int = 1) -> tuple[Profile, ClusterSpec]:

@@ -1,38 +1,26 @@
-"""Memory of one GPU of each pipeline rank under a parallel configuration.
+"""Memory of one GPU of each pipeline rank under a parallel configuration, composed from ``planner.memory``.
 
-Model state (Megatron-LM ``megatron/training/theoretical_memory_usage.py``, ``num_bytes_per_parameter``; the
-distributed optimizer's layout in Megatron's ``docs/.../dist_optimizer.md``): bf16 parameters (2 bytes) and
-fp32 main gradients (4 bytes) for every parameter the GPU holds; fp32 master weights and Adam's two moments
-(12 bytes) for each of them, or for a ``1/(dp·cp)`` shard of the dense and a ``1/expert_dp`` shard of the
-expert parameters with the distributed optimizer (ZeRO-1, Rajbhandari et al. 2020). Which parameters a GPU
-holds follows ``planner.parallel.params`` (TP-sharded, replicated, EP x ETP-sharded; tied embeddings on
-both pipeline ends).
+Model state (``planner.memory.state``) for the parameters a GPU holds, which follow ``planner.parallel.params``
+(TP-sharded, replicated, EP x ETP-sharded; tied embeddings on both pipeline ends); with the distributed optimizer
+its optimizer state covers a ``1/(dp·cp)`` shard of the dense and a ``1/expert_dp`` shard of the expert
+parameters (Megatron's ``docs/.../dist_optimizer.md``).
 
 Activations: a stage's layers keep, per micro-batch in flight, what ``planner.parallel.cost.layer_times``
 says (Korthikanti et al. 2022: everything sequence-parallel over TP and split over CP; under full
 recomputation only each layer's input), the schedule decides how many micro-batches are in flight
-(``planner.memory.activation_peaks`` scans each pipeline rank's order), and a fully recomputed stage needs
-one layer's whole activations back during its backward.
-
-Buffers and overhead: NCCL's communicators (``NCCL_BUFFSIZE`` 4 MiB per channel and peer: a few hundred MiB
-per GPU once TP, DP and PP groups are built), Megatron's global buffer for the sequence-parallel all-gather
-(one full ``tokens/cp x hidden`` activation), the MoE dispatcher's permuted-token buffers (in and out), the
-CUDA context with cuBLAS workspaces (~1 GiB), and the caching allocator's fragmentation, taken as
-Megatron's 5 % on top of activations (``compute_activation_memory_without_sp``'s ``overhead_factor``).
+(``planner.memory.activations``), and a fully recomputed stage needs one layer's whole activations back during
+its backward. Buffers and overhead: ``planner.memory.buffers``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.memory.buffers import buffer_bytes, overhead_bytes
+from planner.memory.state import model_state
 from planner.parallel.config import ParallelConfig
 from planner.parallel.params import LayerParams
 from planner.spec.model import ModelSpec, MoEMLP
-
-PARAM_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2, 4, 12
-NCCL_BUFFER_BYTES = 512 << 20
-CUDA_CONTEXT_BYTES = 1 << 30
-ALLOCATOR_OVERHEAD = 0.05
 
 
 @dataclass(frozen=True)
@@ -71,33 +59,37 @@ def held_parameters(layers: list[LayerParams], config: ParallelConfig) -> tuple[
     return dense, expert
 
 
-def model_state_bytes(dense: float, expert: float, config: ParallelConfig) -> tuple[float, float, float]:
-    """(params, gradients, optimizer) bytes for the parameters a GPU holds."""
-    held = dense + expert
+def optimizer_parameters(dense: float, expert: float, config: ParallelConfig) -> float:
+    """The held parameters whose optimizer state (and step) one GPU keeps: a shard with the distributed
+    optimizer, all of them without."""
     if config.distributed_optimizer:
-        optimizer = OPTIMIZER_BYTES * (dense / (config.dp * config.cp) + expert / config.expert_dp)
-    else:
-        optimizer = OPTIMIZER_BYTES * held
-    return PARAM_BYTES * held, GRAD_BYTES * held, optimizer
+        return dense / (config.dp * config.cp) + expert / config.expert_dp
+    return dense + expert
 
 
-def buffer_bytes(spec: ModelSpec, config: ParallelConfig, seq_len: int) -> float:
-    dtype_bytes = 2
-    tokens = config.microbatch_size * seq_len
-    buffers = NCCL_BUFFER_BYTES if config.num_gpus > 1 else 0
-    if config.tp > 1:
-        buffers += tokens / config.cp * spec.hidden_size * dtype_bytes
+def layer_state_bytes(params: list[LayerParams], config: ParallelConfig) -> list[float]:
+    """Model state each layer costs one GPU of the pipeline rank holding it; a tied table is counted on both
+    ends even when one rank holds both (``rank_params`` counts it once), which only errs on the safe side."""
+    states = []
+    for layer in params:
+        dense, expert = held_parameters([layer], config)
+        kept = optimizer_parameters(dense, expert, config)
+        states.append(model_state(dense + expert, optimizer_parameters=kept).total)
+    return states
+
+
+def gpu_buffer_bytes(spec: ModelSpec, config: ParallelConfig, seq_len: int) -> float:
     top_k = max((layer.mlp.top_k for layer in spec.layers if isinstance(layer.mlp, MoEMLP)), default=0)
-    if top_k and config.ep > 1:
-        buffers += 2 * tokens / (config.tp * config.cp) * top_k * spec.hidden_size * dtype_bytes
-    return buffers
+    return buffer_bytes(gpus=config.num_gpus, tp=config.tp, cp=config.cp, ep=config.ep,
+                        tokens=config.microbatch_size * seq_len, hidden_size=spec.hidden_size, top_k=top_k)
 
 
 def gpu_memory(*, pipeline_rank: int, params: list[LayerParams], activation_peak: float, recompute_workspace: float,
                spec: ModelSpec, config: ParallelConfig, seq_len: int, capacity: int) -> GpuMemory:
     dense, expert = held_parameters(params, config)
-    param_bytes, grad_bytes, optimizer_bytes = model_state_bytes(dense, expert, config)
+    state = model_state(dense + expert, optimizer_parameters=optimizer_parameters(dense, expert, config))
     activations = activation_peak + recompute_workspace
-    return GpuMemory(pipeline_rank=pipeline_rank, params=param_bytes, gradients=grad_bytes, optimizer=optimizer_bytes,
-                     activations=activations, buffers=buffer_bytes(spec, config, seq_len),
-                     overhead=CUDA_CONTEXT_BYTES + ALLOCATOR_OVERHEAD * activations, capacity=capacity)
+    return GpuMemory(pipeline_rank=pipeline_rank, params=state.weights, gradients=state.gradients,
+                     optimizer=state.optimizer, activations=activations,
+                     buffers=gpu_buffer_bytes(spec, config, seq_len), overhead=overhead_bytes(activations),
+                     capacity=capacity)

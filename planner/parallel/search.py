@@ -26,7 +26,7 @@ from planner.errors import SpecError
 from planner.layout import layer_codes_from_spec, plan_layout_string
 from planner.parallel.config import DEGREES, RECOMPUTE_MODES, ParallelConfig
 from planner.parallel.cost import CostOptions
-from planner.parallel.evaluate import Job, Score, estimate, score_plan, shard_profile
+from planner.parallel.evaluate import Job, Score, estimate, pipeline_memory_budget, score_plan, shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.spec.model import AttentionMixer, LinearAttentionMixer, Mamba2Mixer, ModelSpec, MoEMLP
 
@@ -66,11 +66,7 @@ class HybridResult:
         predicted = dict(doc.get("predicted") or {})
         predicted.update(self.best.metrics())
         predicted["memory"] = [memory.to_dict() for memory in self.best.memory]
-        # the pipeline simulator's per-device memory knows no sharding: replace it with the job's accounting
-        predicted["per_device"] = [
-            {**device, "peak_memory_bytes": round(memory.total), "activation_peak_bytes": round(memory.activations),
-             "model_state_bytes": round(memory.params + memory.gradients + memory.optimizer)}
-            for device, memory in zip(predicted.get("per_device", []), self.best.memory)]
+        predicted["per_device"] = self.best.gpu_memory_rows(predicted.get("per_device", []))
         doc["predicted"] = predicted
         doc.setdefault("meta", {})["memory_limit_bytes"] = self.best.job.cluster.device.memory_bytes
         return doc
@@ -388,10 +384,10 @@ def _adaptis(job: Job, score: Score, budget_s: float, cancel: Cancel) -> Score |
 
     config = score.config
     profile, pipeline_cluster = shard_profile(job, config)
-    headroom = job.cluster.device.memory_bytes - max(m.total - m.activations for m in score.memory)
+    charged, layer_state, limit = pipeline_memory_budget(job, config, profile)
     try:
-        result = search_plan(profile, config.pp, config.num_microbatches, cluster=pipeline_cluster,
-                             memory_limit_bytes=1 << 60, activation_limit_bytes=max(0, int(headroom)),
+        result = search_plan(charged, config.pp, config.num_microbatches, cluster=pipeline_cluster,
+                             memory_limit_bytes=max(1, limit), layer_state_bytes=layer_state,
                              time_budget_s=budget_s, cancel=cancel)
     except SpecError:
         return None

@@ -13,7 +13,7 @@ from itertools import accumulate
 from typing import Callable
 
 from planner.cluster import ClusterSpec
-from planner.memory import MODEL_STATE_BYTES_PER_PARAM_BYTE
+from planner.memory import layer_state_bytes as unsharded_layer_state_bytes
 from planner.plan import Action, Plan
 from planner.profile import Profile
 from planner.search.layouts import Layout
@@ -67,7 +67,9 @@ class CandidateScorer:
                  cluster: ClusterSpec | None, memory_limit_bytes: float = INFEASIBLE,
                  activation_limit_bytes: float = INFEASIBLE, deadline: float | None = None,
                  max_evaluations: float = INFEASIBLE, max_scheduled_actions: float = INFEASIBLE,
-                 cancel: Callable[[], bool] | None = None):
+                 cancel: Callable[[], bool] | None = None, layer_state_bytes: list[float] | None = None):
+        """``layer_state_bytes``: the model state each layer costs the device holding it (default: unsharded,
+        ``planner.memory.layer_state_bytes``); a hybrid job passes its sharded state."""
         self.profile = profile
         self.num_devices = num_devices
         self.num_microbatches = num_microbatches
@@ -86,6 +88,8 @@ class CandidateScorer:
         self.work_prefix = [0.0, *accumulate(layer.forward + layer.backward for layer in layers)]
         self.activation_prefix = [0, *accumulate(layer.activation_bytes for layer in layers)]
         self.param_prefix = [0, *accumulate(layer.param_bytes for layer in layers)]
+        state = unsharded_layer_state_bytes(profile) if layer_state_bytes is None else layer_state_bytes
+        self.state_prefix = [0, *accumulate(state)]
         self.cache: dict[tuple[Layout, SchedulePolicy], Candidate] = {}
         self.evaluations = 0
         self.best_makespan = INFEASIBLE
@@ -100,11 +104,10 @@ class CandidateScorer:
         if self.evaluations >= self.max_evaluations or self.scheduled_actions >= self.max_scheduled_actions:
             raise StopSearch("evaluation budget")
 
-    def model_state_bytes(self, layout: Layout) -> list[int]:
+    def model_state_bytes(self, layout: Layout) -> list[float]:
         state = [0] * self.num_devices
         for stage, device in enumerate(layout.stage_device):
-            params = self.param_prefix[layout.stage_end(stage)] - self.param_prefix[layout.starts[stage]]
-            state[device] += params * MODEL_STATE_BYTES_PER_PARAM_BYTE
+            state[device] += self.state_prefix[layout.stage_end(stage)] - self.state_prefix[layout.starts[stage]]
         return state
 
     def stage_times(self, layout: Layout) -> StageTimes:

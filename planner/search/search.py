@@ -23,7 +23,7 @@ from planner.baselines import BASELINE_SCHEDULES, build_baseline
 from planner.cluster import ClusterSpec
 from planner.errors import SpecError
 from planner.layout import layer_codes_from_profile, plan_layout_string
-from planner.memory import MODEL_STATE_BYTES_PER_PARAM_BYTE
+from planner.memory import layer_state_bytes as unsharded_layer_state_bytes
 from planner.plan import Plan
 from planner.profile import Profile
 from planner.search.bound import search_lower_bound
@@ -62,12 +62,15 @@ def search_plan(profile: Profile, num_devices: int, num_microbatches: int, *, cl
                 memory_limit_bytes: int | None = None, seed: int = 0, time_budget_s: float | None = None,
                 progress: Progress | None = None, cancel: Callable[[], bool] | None = None, top_k: int = 5,
                 activation_limit_bytes: int | None = None, max_evaluations: int | None = None,
-                max_scheduled_actions: int = DEFAULT_MAX_SCHEDULED_ACTIONS, target_gap: float = 0.01) -> SearchResult:
+                max_scheduled_actions: int = DEFAULT_MAX_SCHEDULED_ACTIONS, target_gap: float = 0.01,
+                layer_state_bytes: list[float] | None = None) -> SearchResult:
     """Search a plan for ``profile`` on ``num_devices`` devices and ``num_microbatches`` micro-batches.
 
     Memory is a hard constraint on every device: model state (params + grads + optimizer) plus in-flight
     activations within ``memory_limit_bytes`` (default: the cluster's device memory; unlimited without
-    either), and in-flight activations alone within ``activation_limit_bytes`` when given. Raises
+    either), and in-flight activations alone within ``activation_limit_bytes`` when given. Each layer costs
+    its device ``layer_state_bytes`` of model state (default: unsharded, ``planner.memory.layer_state_bytes``;
+    a hybrid job passes its sharded state and a limit without its buffers). Raises
     ``SpecError("memory_limit_bytes", ...)`` when no plan can fit. ``max_evaluations`` defaults to
     ``default_max_evaluations(num_devices)``.
     """
@@ -77,17 +80,18 @@ def search_plan(profile: Profile, num_devices: int, num_microbatches: int, *, cl
     _check_arguments(profile, num_devices, num_microbatches, cluster, time_budget_s, top_k, max_evaluations)
     memory_limit = _memory_limit(memory_limit_bytes, cluster)
     activation_limit = float("inf") if activation_limit_bytes is None else activation_limit_bytes
-    _check_model_state_fits(profile, num_devices, memory_limit)
+    state = unsharded_layer_state_bytes(profile) if layer_state_bytes is None else list(layer_state_bytes)
+    _check_model_state_fits(profile, state, num_devices, memory_limit)
     reporter = _Reporter(progress, started, time_budget_s)
     reporter.report(0.0, "scoring baselines")
     bound = search_lower_bound(profile, num_devices, num_microbatches)
     baseline_plans, baselines = _score_baselines(profile, num_devices, num_microbatches, cluster,
-                                                 memory_limit, activation_limit)
+                                                 memory_limit, activation_limit, state)
     scorer = CandidateScorer(profile, num_devices, num_microbatches, cluster=cluster,
                              memory_limit_bytes=memory_limit, activation_limit_bytes=activation_limit,
                              deadline=None if time_budget_s is None else started + time_budget_s,
                              max_evaluations=max_evaluations, max_scheduled_actions=max_scheduled_actions,
-                             cancel=cancel)
+                             cancel=cancel, layer_state_bytes=state)
     scorer.on_evaluation = lambda: reporter.tick(scorer)
     tuner = _Tuner(scorer, random.Random(seed), bound["lower_bound_ms"] * (1 + target_gap))
     stopped = "converged"
@@ -307,25 +311,27 @@ def _memory_limit(memory_limit_bytes: int | None, cluster: ClusterSpec | None) -
     return float(cluster.device.memory_bytes) if cluster is not None else float("inf")
 
 
-def _check_model_state_fits(profile: Profile, num_devices: int, memory_limit: float) -> None:
-    per_byte = MODEL_STATE_BYTES_PER_PARAM_BYTE
-    heaviest = max(profile.layers, key=lambda layer: layer.param_bytes)
-    if heaviest.param_bytes * per_byte > memory_limit:
+def _check_model_state_fits(profile: Profile, state: list[float], num_devices: int, memory_limit: float) -> None:
+    heaviest = max(range(profile.num_layers), key=lambda index: state[index])
+    if state[heaviest] > memory_limit:
         raise SpecError("memory_limit_bytes", (
-            f"layer {heaviest.name!r} alone needs {heaviest.param_bytes * per_byte:,} bytes of model state "
-            f"({heaviest.param_bytes:,} parameter bytes x {per_byte} for parameters, gradients and optimizer "
-            f"state) but a device holds {memory_limit:,.0f}; no partition can fit it"))
-    total = sum(layer.param_bytes for layer in profile.layers) * per_byte
+            f"layer {profile.layers[heaviest].name!r} alone needs {state[heaviest]:,.0f} bytes of model state "
+            f"(parameters, gradients and optimizer state) but a device holds {memory_limit:,.0f}; "
+            f"no partition can fit it"))
+    total = sum(state)
     if total > memory_limit * num_devices:
         raise SpecError("memory_limit_bytes", (
-            f"the model state needs {total:,} bytes ({per_byte} x {total // per_byte:,} parameter bytes) but "
-            f"{num_devices} devices x {memory_limit:,.0f} bytes hold {memory_limit * num_devices:,.0f}; "
-            f"use more devices or a larger limit"))
+            f"the model state needs {total:,.0f} bytes but {num_devices} devices x {memory_limit:,.0f} bytes hold "
+            f"{memory_limit * num_devices:,.0f}; use more devices or a larger limit"))
 
 
-def _fits(predicted: dict, memory_limit: float, activation_limit: float) -> bool:
-    return all(device["peak_memory_bytes"] <= memory_limit and device["activation_peak_bytes"] <= activation_limit
-               for device in predicted["per_device"])
+def _fits(plan: Plan, state: list[float], memory_limit: float, activation_limit: float) -> bool:
+    """Model state (``state`` per layer) plus the simulated in-flight activations within the limits, per device."""
+    held = [0.0] * plan.num_devices
+    for stage in plan.stages:
+        held[stage.device] += sum(state[index] for index in stage.layers)
+    return all(held[device["device"]] + device["activation_peak_bytes"] <= memory_limit
+               and device["activation_peak_bytes"] <= activation_limit for device in plan.predicted["per_device"])
 
 
 def baseline_name(schedule: str, partition: str) -> str:
@@ -333,7 +339,8 @@ def baseline_name(schedule: str, partition: str) -> str:
 
 
 def _score_baselines(profile: Profile, num_devices: int, num_microbatches: int, cluster: ClusterSpec | None,
-                     memory_limit: float, activation_limit: float) -> tuple[dict[str, Plan], dict[str, dict]]:
+                     memory_limit: float, activation_limit: float,
+                     state: list[float]) -> tuple[dict[str, Plan], dict[str, dict]]:
     plans, metrics = {}, {}
     for schedule in BASELINE_SCHEDULES:
         for partition in BASELINE_PARTITIONS:
@@ -350,7 +357,7 @@ def _score_baselines(profile: Profile, num_devices: int, num_microbatches: int, 
                              "peak_memory_bytes": predicted["peak_memory_bytes"],
                              "activation_peak_bytes": max(device["activation_peak_bytes"]
                                                           for device in predicted["per_device"]),
-                             "fits_memory": _fits(predicted, memory_limit, activation_limit),
+                             "fits_memory": _fits(plan, state, memory_limit, activation_limit),
                              "layout": plan.meta.get("layout")}
     return plans, metrics
 

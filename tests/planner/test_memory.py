@@ -10,6 +10,7 @@ from planner.memory import (
     OPTIMIZER_BYTES_PER_PARAM_BYTE,
     activation_curve,
     device_memory,
+    layer_activation_bytes,
     peak_memory_bytes,
     stage_activation_bytes,
 )
@@ -31,7 +32,7 @@ def held_at_forward_starts(result, profile, device):
             taken[key] = start
         elif action.type in "BW":
             released[key] = end
-    stage_bytes = stage_activation_bytes(plan, profile)
+    stage_bytes = stage_activation_bytes(plan, layer_activation_bytes(profile))
     peak = 0
     for moment in taken.values():
         held = sum(stage_bytes[stage] for (stage, mb), start in taken.items()
@@ -102,7 +103,7 @@ def test_activation_curve_peaks_at_the_scanned_peak_and_ends_empty():
     profile = uniform_profile(4, activation_bytes=ACTIVATION)
     result = simulate(plan, profile)
     times = result.action_times(1)
-    curve = activation_curve(plan, stage_activation_bytes(plan, profile), 1,
+    curve = activation_curve(plan, stage_activation_bytes(plan, layer_activation_bytes(profile)), 1,
                              [start for start, _ in times], [end for _, end in times])
     assert max(held for _, held in curve) == result.per_device[1].memory.activation_peak_bytes
     assert curve[-1][1] == 0

@@ -131,6 +131,13 @@ class TestPlanned:
         assert simulation["iteration_ms"] == pytest.approx(hybrid_job.result["best"]["predicted"]["pipeline_ms"],
                                                            rel=1e-6)
 
+    def test_the_stored_plan_keeps_the_memory_its_job_page_shows(self, hybrid_job):
+        simulation = Plan.objects.get(job=hybrid_job).simulation
+        best = hybrid_job.result["best"]
+        assert simulation["peak_memory_bytes"] == best["predicted"]["peak_memory_bytes"]
+        assert [device["peak_memory_bytes"] for device in simulation["per_device"]] == \
+            [rank["total_bytes"] for rank in best["memory"]]
+
     def test_the_api_returns_what_it_took(self, people, hybrid_job):
         body = _api(people.owner).get(reverse("api:job", args=[hybrid_job.pk])).json()
         assert (body["mode"], body["gpus"], body["seq_len"], body["global_batch"]) == ("hybrid", 16, 4096, 64)
