@@ -158,13 +158,15 @@ def test_a_cpu_run_streams_events_into_redis_and_the_database_while_it_runs(cele
     stream = redis.Redis.from_url(settings.REDIS_URL)
     key = run_stream_key(run_id)
 
-    def seen_while_running():
-        run = Run.objects.get(pk=run_id)
+    def first_events_stored():
+        """Waited for as stored events, which stay (a "running" status passes by). They are counted before the
+        run is read: a run not over then was not over when they were counted."""
         stored = RunEvent.objects.filter(run_id=run_id).count()
-        return (run.status == JobStatus.RUNNING and stored > 0 and stream.xlen(key) > 0) and stored
+        return stored and (stored, Run.objects.get(pk=run_id).is_finished, stream.xlen(key))
 
-    stored_mid_run = wait_for(seen_while_running, timeout_s=120, interval_s=0.05,
-                              message=f"events during the run\n{celery_worker.log_tail()}")
+    stored_mid_run, finished_then, streamed = wait_for(first_events_stored, timeout_s=120, interval_s=0.05,
+                                                       message=f"events stored\n{celery_worker.log_tail()}")
+    assert not finished_then and streamed > 0, "events were in Redis and the database before the run ended"
     run = wait_for(lambda: _finished(Run, run_id), timeout_s=180,
                    message=f"the run to finish\n{celery_worker.log_tail()}")
     assert run.status == JobStatus.SUCCEEDED, run.error
