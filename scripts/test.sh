@@ -2,10 +2,10 @@
 # Installs what the tests need (Python packages, Debian's Chromium, a Redis) and runs the whole suite.
 #
 # With no arguments (as `make test` and CI run it) and PostgreSQL answering at 127.0.0.1:5432: the whole suite on
-# PostgreSQL (production's database), then every test that uses the database, but the browser tests, again on
-# SQLite (`make run`'s embedded default, which the smoke test also runs the whole product on); both must pass. One
-# after the other, not at once: the browser tests hold the plan editor to a time budget that two suites sharing
-# two cores break. Without PostgreSQL: the whole suite on SQLite, and it says so.
+# PostgreSQL (production's database), then every test that uses the database, but the browser tests and those
+# marked any_database (tests/conftest.py), again on SQLite (`make run`'s embedded default, which the smoke test also
+# runs the whole product on); both must pass. One after the other, not at once: the SQLite pass alone keeps both
+# cores busy. Without PostgreSQL: the whole suite on SQLite, and it says so.
 # With arguments (paths, -k ...): one pytest run with them, on DATABASE_URL when set, else PostgreSQL when it
 # answers, else SQLite; TEST_DATABASE=sqlite or TEST_DATABASE=postgres picks one.
 source "$(dirname "$0")/lib.sh"

@@ -63,13 +63,14 @@ DATABASE_FIXTURES = {"db", "transactional_db", "django_db_setup", "live_server"}
 
 def pytest_collection_modifyitems(config, items):
     """``ADAPTIS_TESTS_OF_THE_DATABASE=1`` keeps only the tests that use the test database (scripts/test.sh runs
-    them again on SQLite while the whole suite runs on PostgreSQL); the others would run the same code twice."""
+    them again on SQLite after the whole suite ran on PostgreSQL), but those marked ``any_database``: the others,
+    and these, would run the same code twice and prove nothing more."""
     if os.environ.get("ADAPTIS_TESTS_OF_THE_DATABASE") != "1":
         return
     kept, dropped = [], []
     for item in items:
         uses = item.get_closest_marker("django_db") is not None or DATABASE_FIXTURES & set(item.fixturenames)
-        (kept if uses else dropped).append(item)
+        (kept if uses and item.get_closest_marker("any_database") is None else dropped).append(item)
     config.hook.pytest_deselected(items=dropped)
     items[:] = kept
 

@@ -4,7 +4,8 @@ axis, and download all four exports.
 
 The searched plan is Llama 3 8B on 8 H100s with 32 micro-batches (planned in-process by the same service the
 worker runs), so every edit re-predicts 8 devices x 32 micro-batches: the page records, per edit, the server's
-time, the round trip and the redraw, and the test prints them and holds them to 300 ms.
+time, the round trip and the redraw, and the test prints them. How fast they are is measured, and held to its
+300 ms target, by ``benchmarks/plan_editor.py`` (the same plan and page), not asserted here.
 
 Debian's Chromium driven by Playwright against pytest-django's live server; screenshots in /tmp/team/screens/.
 """
@@ -15,7 +16,6 @@ import csv
 import io
 import json
 import re
-import statistics
 from pathlib import Path
 
 import pytest
@@ -29,8 +29,6 @@ from planner.spec.presets import load_model_preset
 from tests.browser.conftest import SCREENS, VIEWPORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-BUDGET_MS = 300
 
 X_AXES = """() => Object.fromEntries(Object.entries(window.adaptisCompareCharts).map(
   ([key, chart]) => [key, [chart.scales.x.min, chart.scales.x.max]]))"""
@@ -163,9 +161,8 @@ def test_edit_a_searched_plan_save_it_compare_it_and_download_every_export(live_
         print(f"edit {timing['edit']!r}: {timing['actions']} actions, server {timing['server_ms']:.1f} ms, "
               f"round trip {timing['round_trip_ms']:.1f} ms, redraw {timing['render_ms']:.1f} ms, "
               f"to the next frame {timing['total_ms']:.1f} ms")
-    assert all(timing["actions"] >= 8 * 32 * 2 for timing in timings)
-    assert statistics.median(timing["total_ms"] for timing in timings) < BUDGET_MS, timings
-    assert max(timing["server_ms"] for timing in timings) < BUDGET_MS, timings
+    assert len(timings) >= 2 and all(timing["actions"] >= 8 * 32 * 2 for timing in timings), \
+        "each edit re-predicted the whole plan"
 
     # 5. Save it as a new plan linked to its parent.
     page.fill("#save-name", "boundary and stage moved")

