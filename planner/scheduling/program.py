@@ -1,7 +1,7 @@
 """Building blocks every schedule generator shares.
 
-A generator writes each device's program as *slots* — ``(stage, type)`` pairs such as ``(2, "F")`` — and
-``number_slots`` hands out micro-batches: the k-th ``F`` slot of a stage runs micro-batch k of that stage.
+A generator writes each device's program as *slots* — ``(stage, kind)`` pairs such as ``(2, ActionKind.F)``
+— and ``number_slots`` hands out micro-batches: the k-th ``F`` slot of a stage runs micro-batch k of that stage.
 That keeps a generator to the idea it encodes (how many warm-up forwards, which chunk next) instead of
 micro-batch bookkeeping.
 """
@@ -12,10 +12,11 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Iterable
 
+from planner.actions import ActionKind
 from planner.errors import SpecError
 from planner.plan import Action
 
-Slot = tuple[int, str]
+Slot = tuple[int, ActionKind]
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,14 @@ def split_backward(program: list[Slot], weight_lag: int) -> list[Slot]:
     split: list[Slot] = []
     owed_weights: deque[int] = deque()
     for stage, kind in program:
-        if kind != "B":
+        if kind is not ActionKind.B:
             split.append((stage, kind))
             continue
-        split.append((stage, "I"))
+        split.append((stage, ActionKind.I))
         owed_weights.append(stage)
         if len(owed_weights) > weight_lag:
-            split.append((owed_weights.popleft(), "W"))
-    split.extend((stage, "W") for stage in owed_weights)
+            split.append((owed_weights.popleft(), ActionKind.W))
+    split.extend((stage, ActionKind.W) for stage in owed_weights)
     return split
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.actions import ACTIVATION, ActionKind
 from planner.cluster import ClusterSpec
 from planner.errors import PlanError
 from planner.plan import Plan
@@ -37,21 +38,15 @@ class StageCosts:
     backward_pre: tuple[float, ...] = ()
     backward_post: tuple[float, ...] = ()
 
-    def duration(self, stage: int, action_type: str) -> float:
-        """Compute time of one action (without message handling)."""
-        if action_type == "F":
-            return self.forward[stage]
-        if action_type == "I":
-            return self.backward_input[stage]
-        if action_type == "W":
-            return self.backward_weight[stage]
-        return self.backward_input[stage] + self.backward_weight[stage]
+    def duration(self, stage: int, action_type: ActionKind) -> float:
+        """Compute time of one action (without message handling): the profile parts its kind runs."""
+        return sum(getattr(self, part)[stage] for part in action_type.profile_parts)
 
-    def message_time(self, stage: int, action_type: str) -> tuple[float, float]:
+    def message_time(self, stage: int, action_type: ActionKind) -> tuple[float, float]:
         """(before, after) the action's compute: time its device spends on the messages it receives and sends."""
-        if not self.forward_pre or action_type == "W":
+        if not self.forward_pre or action_type.boundary is None:
             return 0.0, 0.0
-        if action_type == "F":
+        if action_type.boundary == ACTIVATION:
             return self.forward_pre[stage], self.forward_post[stage]
         return self.backward_pre[stage], self.backward_post[stage]
 

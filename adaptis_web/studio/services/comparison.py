@@ -13,6 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from adaptis_web.studio import selectors
 from adaptis_web.studio.models import RunEvent
 from adaptis_web.studio.services.plan_editing import edit_context, plan_predict_stored, prediction_output
+from planner.actions import ACTION_KINDS
 
 MAX_ITEMS = 8
 METRICS = ("iteration_ms", "bubble_ratio", "peak_memory_bytes", "tokens_per_s")
@@ -50,7 +51,7 @@ def _run_item(run) -> dict:
     origin = events[0].start_ms if events else 0.0
     timeline = [{"device": event.device, "action": event.action, "stage": event.stage, "type": event.kind,
                  "microbatch": event.microbatch, "start_ms": event.start_ms - origin, "end_ms": event.end_ms - origin}
-                for event in events if event.kind in "FBIW"]
+                for event in events if event.kind in ACTION_KINDS]
     num_devices = run.plan.plan_doc["num_devices"]
     span = max((entry["end_ms"] for entry in timeline), default=0.0)
     busy = sum(entry["end_ms"] - entry["start_ms"] for entry in timeline)

@@ -29,6 +29,7 @@ from django.db import transaction
 from adaptis_web.studio.models import Plan
 from adaptis_web.studio.services.roles import Role, role_require
 from planner import hybrid
+from planner.actions import ACTION_KINDS
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
 from planner.cluster import ClusterSpec, load_cluster
 from planner.errors import PlanError, SpecError
@@ -40,7 +41,7 @@ from planner.plan import Stage
 from planner.profile import Profile, load_profile
 from planner.search.evaluate import CandidateScorer
 from planner.search.layouts import layout_from_stages
-from planner.search.list_scheduler import TYPE_LETTERS, SchedulePolicy, list_schedule
+from planner.search.list_scheduler import SchedulePolicy, list_schedule
 from planner.simulator import simulate
 from planner.spec.model import ModelSpec, load_model_spec
 from planner.validate import check_plan_structure
@@ -267,7 +268,7 @@ def _rescheduled(context: EditContext, plan: PlannerPlan, policy: SchedulePolicy
                              max_evaluations=1, max_scheduled_actions=10 ** 12, cancel=None)
     times = scorer.stage_times(layout_from_stages(plan.stages, context.spec.num_layers))
     schedule = list_schedule(times, plan.num_microbatches, policy)
-    plan.actions = [[Action(stage, TYPE_LETTERS[kind], microbatch) for stage, kind, microbatch in order]
+    plan.actions = [[Action(stage, ACTION_KINDS[kind], microbatch) for stage, kind, microbatch in order]
                     for order in schedule.orders]
     return plan
 

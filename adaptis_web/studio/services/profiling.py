@@ -57,7 +57,7 @@ def measured_profile_create(*, spec_record: ModelSpecRecord, user: AbstractBaseU
         check_plan_structure(planned, spec.num_layers)
         num_ranks = planned.num_devices
         # as its ranks will run: I and W apart where the plan has them (executor.worker)
-        split_backward = any(action.type in ("I", "W") for actions in planned.actions for action in actions)
+        split_backward = planned.uses_split_backward()
     if not 1 <= num_ranks <= MAX_PROFILE_RANKS:
         raise SpecError("num_ranks", f"must be between 1 and {MAX_PROFILE_RANKS}; got {num_ranks}")
     refusal = cpu_run_refusal(spec)
