@@ -22,10 +22,41 @@ GRADIENT = "gradient"
 
 
 class ActionKind(StrEnum):
-    F = "F"
-    B = "B"
-    I = "I"  # noqa: E741 (torch's letter for the input-gradient backward)
-    W = "W"
+    """A compute kind, spelled by its letter, with what it consumes, produces, holds and frees as plain member
+    attributes (read in the simulator's and the search's inner loops):
+
+    - ``description``;
+    - ``profile_parts``: the profile's per-layer times (``planner.profile.LayerProfile`` fields) it runs;
+    - ``boundary``: the boundary tensor it consumes from a neighbouring stage and produces for the neighbour on
+      the other side (``ACTIVATION`` or ``GRADIENT``); None for W, which exchanges nothing;
+    - ``receives_from`` / ``sends_to``: the stage offset of the neighbour it consumes that tensor from / produces
+      it for (F: -1 / +1; B and I: +1 / -1; W: None);
+    - ``takes_activations``: it starts holding the stage's activations of its micro-batch (F);
+    - ``frees_activations``: it ends holding them (a full backward, or the W that ends a split one);
+    - ``is_split_backward``: I and W, a backward split into its input and weight halves (zero-bubble style);
+    - ``code``: its place in ``ACTION_KINDS``, for tables indexed by kind.
+    """
+
+    def __new__(cls, letter: str, description: str, profile_parts: tuple[str, ...], boundary: str | None,
+                receives_from: int | None, takes_activations: bool, frees_activations: bool,
+                is_split_backward: bool) -> ActionKind:
+        kind = str.__new__(cls, letter)
+        kind._value_ = letter
+        kind.description = description
+        kind.profile_parts = profile_parts
+        kind.boundary = boundary
+        kind.receives_from = receives_from
+        kind.sends_to = None if receives_from is None else -receives_from
+        kind.takes_activations = takes_activations
+        kind.frees_activations = frees_activations
+        kind.is_split_backward = is_split_backward
+        return kind
+
+    # letter, description, profile parts, boundary, receives from, takes / frees activations, split backward
+    F = "F", "forward", ("forward",), ACTIVATION, -1, True, False, False
+    B = "B", "backward", ("backward_input", "backward_weight"), GRADIENT, 1, False, True, False
+    I = "I", "backward (input)", ("backward_input",), GRADIENT, 1, False, False, True  # noqa: E741 (torch's letter)
+    W = "W", "backward (weight)", ("backward_weight",), None, None, False, True, True
 
     @classmethod
     def parse(cls, text: object, field_name: str = "type") -> ActionKind:
@@ -35,65 +66,14 @@ class ActionKind(StrEnum):
         raise SpecError(field_name, f"must be one of {', '.join(ACTION_KINDS)}, got {text!r}")
 
     @property
-    def code(self) -> int:
-        """The kind's place in ``ACTION_KINDS`` (F 0, B 1, I 2, W 3), for tables indexed by kind."""
-        return _CODES[self]
-
-    @property
-    def description(self) -> str:
-        return _DESCRIPTIONS[self]
-
-    @property
-    def profile_parts(self) -> tuple[str, ...]:
-        """The profile's per-layer times (``planner.profile.Layer`` fields) an action of this kind runs."""
-        return _PROFILE_PARTS[self]
-
-    @property
-    def boundary(self) -> str | None:
-        """The boundary tensor this kind consumes from a neighbouring stage and produces for the neighbour on
-        the other side (``ACTIVATION`` or ``GRADIENT``); None for W, which exchanges nothing."""
-        return _BOUNDARIES[self]
-
-    @property
-    def receives_from(self) -> int | None:
-        """The stage offset of the neighbour whose boundary tensor this kind consumes: -1 (F), +1 (B, I)."""
-        return _RECEIVES_FROM[self]
-
-    @property
-    def sends_to(self) -> int | None:
-        """The stage offset of the neighbour that consumes the boundary tensor this kind produces."""
-        offset = _RECEIVES_FROM[self]
-        return None if offset is None else -offset
-
-    @property
     def needs_first(self) -> ActionKind | None:
         """The kind of the same stage and micro-batch whose result this kind consumes: F for B and I (the
         saved activations), I for W (what the input-gradient pass left for the weight gradient)."""
         return _NEEDS_FIRST[self]
 
-    @property
-    def takes_activations(self) -> bool:
-        """Whether this kind starts holding the stage's activations of its micro-batch (F)."""
-        return self is ActionKind.F
-
-    @property
-    def frees_activations(self) -> bool:
-        """Whether this kind ends holding them: a full backward, or the W that ends a split one."""
-        return self in (ActionKind.B, ActionKind.W)
-
-    @property
-    def is_split_backward(self) -> bool:
-        """I and W: a backward split into its input and weight halves (zero-bubble style)."""
-        return self in (ActionKind.I, ActionKind.W)
-
 
 ACTION_KINDS = tuple(ActionKind)
-_CODES = {kind: code for code, kind in enumerate(ACTION_KINDS)}
-_DESCRIPTIONS = {ActionKind.F: "forward", ActionKind.B: "backward", ActionKind.I: "backward (input)",
-                 ActionKind.W: "backward (weight)"}
-_PROFILE_PARTS = {ActionKind.F: ("forward",), ActionKind.B: ("backward_input", "backward_weight"),
-                  ActionKind.I: ("backward_input",), ActionKind.W: ("backward_weight",)}
-_BOUNDARIES = {ActionKind.F: ACTIVATION, ActionKind.B: GRADIENT, ActionKind.I: GRADIENT, ActionKind.W: None}
-_RECEIVES_FROM = {ActionKind.F: -1, ActionKind.B: 1, ActionKind.I: 1, ActionKind.W: None}
+for _code, _kind in enumerate(ACTION_KINDS):
+    _kind.code = _code
 _NEEDS_FIRST = {ActionKind.F: None, ActionKind.B: ActionKind.F, ActionKind.I: ActionKind.F,
                 ActionKind.W: ActionKind.I}

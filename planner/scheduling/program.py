@@ -58,17 +58,18 @@ def split_backward(program: list[Slot], weight_lag: int) -> list[Slot]:
     """Zero-bubble split: every full backward B becomes its input part I; the weight part W of a
     backward runs right after the I ``weight_lag`` backwards later (W has no consumer, so it can wait and
     fill what would otherwise be bubble); the W still owed at the end run last, in order."""
+    full, input_part, weight_part = ActionKind.B, ActionKind.I, ActionKind.W
     split: list[Slot] = []
     owed_weights: deque[int] = deque()
     for stage, kind in program:
-        if kind is not ActionKind.B:
+        if kind is not full:
             split.append((stage, kind))
             continue
-        split.append((stage, ActionKind.I))
+        split.append((stage, input_part))
         owed_weights.append(stage)
         if len(owed_weights) > weight_lag:
-            split.append((owed_weights.popleft(), ActionKind.W))
-    split.extend((stage, ActionKind.W) for stage in owed_weights)
+            split.append((owed_weights.popleft(), weight_part))
+    split.extend((stage, weight_part) for stage in owed_weights)
     return split
 
 

@@ -15,6 +15,7 @@ computing, which is how a rank's timeline shows it, so the metrics count it as b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from planner.actions import ACTIVATION, ActionKind
 from planner.cluster import ClusterSpec
@@ -38,9 +39,15 @@ class StageCosts:
     backward_pre: tuple[float, ...] = ()
     backward_post: tuple[float, ...] = ()
 
+    @cached_property
+    def _kind_durations(self) -> dict[ActionKind, tuple[float, ...]]:
+        """Per kind, each stage's compute time: the sum of the profile parts the kind runs."""
+        return {kind: tuple(sum(parts) for parts in zip(*(getattr(self, part) for part in kind.profile_parts)))
+                for kind in ActionKind}
+
     def duration(self, stage: int, action_type: ActionKind) -> float:
-        """Compute time of one action (without message handling): the profile parts its kind runs."""
-        return sum(getattr(self, part)[stage] for part in action_type.profile_parts)
+        """Compute time of one action (without message handling)."""
+        return self._kind_durations[action_type][stage]
 
     def message_time(self, stage: int, action_type: ActionKind) -> tuple[float, float]:
         """(before, after) the action's compute: time its device spends on the messages it receives and sends."""

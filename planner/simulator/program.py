@@ -82,6 +82,7 @@ def compile_programs(plan: Plan, costs: StageCosts | None) -> Programs:
         backward_input = [i + message for i, message in zip(backward_input, backward_messages)]
     backward = [i + w for i, w in zip(backward_input, backward_weight)]
 
+    forward_kind, full_backward_kind, weight_kind = ActionKind.F, ActionKind.B, ActionKind.W  # locals: the loop is hot
     devices = []
     for device_actions in plan.actions:
         program = []
@@ -90,13 +91,13 @@ def compile_programs(plan: Plan, costs: StageCosts | None) -> Programs:
             stage = action.stage
             key = stage * num_microbatches + action.microbatch
             action_type = action.type
-            if action_type is ActionKind.F:
+            if action_type is forward_kind:
                 append((forward[stage], key, key - num_microbatches if stage else always_done,
                         forward_lag[stage], always_done, 0.0))
-            elif action_type is ActionKind.W:
+            elif action_type is weight_kind:
                 append((backward_weight[stage], weight_base + key, gradient_base + key, 0.0, always_done, 0.0))
             else:
-                duration = backward[stage] if action_type is ActionKind.B else backward_input[stage]
+                duration = backward[stage] if action_type is full_backward_kind else backward_input[stage]
                 upstream = gradient_base + key + num_microbatches if stage != last_stage else always_done
                 append((duration, gradient_base + key, key, 0.0, upstream, gradient_lag[stage]))
         devices.append(program)
