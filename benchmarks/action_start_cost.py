@@ -34,7 +34,6 @@ from executor.model.scale import scale_spec  # noqa: E402
 from executor.profiler import measure_profile  # noqa: E402
 from executor.stage_timing import time_device_stages  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402
-from planner.calibrate import KIND_PARTS  # noqa: E402
 from planner.cluster import load_cluster_preset  # noqa: E402
 from planner.spec.presets import load_model_preset  # noqa: E402
 
@@ -65,7 +64,7 @@ def main() -> None:
             timings = time_device_stages(plan, spec, rank, repeats=args.repeats, warmup=args.warmup)
             for (stage, kind), (after_other, after_same) in timings.items():
                 profiled = sum(getattr(profile.layers[index], part)
-                               for index in plan.stages[stage].layers for part in KIND_PARTS[kind])
+                               for index in plan.stages[stage].layers for part in kind.profile_parts)
                 print(f"| {model} | {schedule} | {stage} | {kind} | {profiled:.3f} | {after_same:.3f} | "
                       f"{after_other:.3f} | {after_other - after_same:+.3f} |", flush=True)
 

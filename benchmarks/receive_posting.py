@@ -35,6 +35,7 @@ from executor.host import usable_cores  # noqa: E402
 from executor.launch import run_plan  # noqa: E402
 from executor.lowering import CAUSAL, WHOLE_STEP  # noqa: E402
 from executor.model.scale import scale_spec  # noqa: E402
+from planner.actions import ActionKind  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402
 from planner.calibrate import (after_warmup, device_timelines, observed_iteration_ms,  # noqa: E402
                                observed_spans)
@@ -57,8 +58,8 @@ def _produced_at(plan, ends: dict, step: int, action: Action) -> tuple[int, floa
     stage = plan.input_stage(action)
     if stage is None:
         return None
-    for kind in ("F",) if action.type == "F" else ("B", "I"):
-        if (step, stage, kind, action.microbatch) in ends:
+    for kind in ActionKind:
+        if kind.boundary == action.type.boundary and (step, stage, kind, action.microbatch) in ends:
             return stage, ends[(step, stage, kind, action.microbatch)]
     return None
 

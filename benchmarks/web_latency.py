@@ -48,6 +48,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from adaptis_web.processes import command  # noqa: E402
+from planner.actions import ActionKind  # noqa: E402
 
 API_P95_TARGET_MS = 100.0
 LIVE_TARGET_MS = 1000.0
@@ -213,8 +214,8 @@ def run_events(world_size: int, count: int) -> list[dict]:
     for index in range(count):
         rank, position = index % world_size, index // world_size
         step, within = divmod(position, 64)
-        kind, microbatch = ("F" if within < 32 else "B"), within % 32
-        duration = 2.0 if kind == "F" else 4.0
+        kind, microbatch = (ActionKind.F if within < 32 else ActionKind.B), within % 32
+        duration = 2.0 if kind is ActionKind.F else 4.0
         events.append({"type": "action", "rank": rank, "device": rank, "action": f"{rank}{kind}{microbatch}",
                        "stage": rank, "kind": kind, "microbatch": microbatch, "step": step,
                        "start_ms": clock[rank], "end_ms": clock[rank] + duration})

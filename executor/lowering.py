@@ -27,12 +27,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from planner.actions import ACTIVATION, ActionKind
 from planner.errors import PlanError, SpecError
 from planner.plan import Action, Plan
 from planner.validate import validate_plan
 
-ACTIVATION = "activation"
-GRADIENT = "gradient"
 # ``lookahead`` values that are not counts (see the module doc)
 WHOLE_STEP = "step"
 CAUSAL = "causal"
@@ -88,13 +87,13 @@ class LoweredPlan:
 def _needs_input(plan: Plan, action: Action) -> tuple[str, int] | None:
     """(kind, producing stage) of the boundary tensor ``action`` consumes, if it comes from another stage."""
     stage = plan.input_stage(action)
-    return None if stage is None else (ACTIVATION if action.type == "F" else GRADIENT, stage)
+    return None if stage is None else (action.type.boundary, stage)
 
 
 def _produces(plan: Plan, action: Action) -> tuple[str, int] | None:
     """(kind, consuming stage) of the boundary tensor ``action`` produces, if another stage consumes it."""
     stage = plan.output_stage(action)
-    return None if stage is None else (ACTIVATION if action.type == "F" else GRADIENT, stage)
+    return None if stage is None else (action.type.boundary, stage)
 
 
 def _remote_messages(plan: Plan) -> dict[tuple[str, int, int], Message]:
@@ -119,7 +118,7 @@ def _remote_messages(plan: Plan) -> dict[tuple[str, int, int], Message]:
 
 def _full_backwards(plan: Plan) -> set[tuple[int, int]]:
     """(stage, micro-batch) of every full backward B (the others are split into I and W)."""
-    return {(a.stage, a.microbatch) for actions in plan.actions for a in actions if a.type == "B"}
+    return {(a.stage, a.microbatch) for actions in plan.actions for a in actions if a.type is ActionKind.B}
 
 
 def _producer(plan: Plan, action: Action, full_backwards: set[tuple[int, int]]) -> Action | None:
@@ -129,8 +128,9 @@ def _producer(plan: Plan, action: Action, full_backwards: set[tuple[int, int]]) 
         return None
     kind, stage = need
     if kind == ACTIVATION:
-        return Action(stage, "F", action.microbatch)
-    return Action(stage, "B" if (stage, action.microbatch) in full_backwards else "I", action.microbatch)
+        return Action(stage, ActionKind.F, action.microbatch)
+    full = (stage, action.microbatch) in full_backwards
+    return Action(stage, ActionKind.B if full else ActionKind.I, action.microbatch)
 
 
 def _causal_horizons(plan: Plan) -> dict[Action, list[int]]:
@@ -247,9 +247,8 @@ def check_lookahead(lookahead) -> None:
 
 def _local_dependencies(plan: Plan, action: Action, full_backwards: set[tuple[int, int]]) -> list[Action]:
     """Same-device actions whose results ``action`` consumes: its own F (or I for a W) and local hand-offs."""
-    if action.type == "W":
-        return [Action(action.stage, "I", action.microbatch)]
-    needs = [] if action.type == "F" else [Action(action.stage, "F", action.microbatch)]
+    first = action.type.needs_first
+    needs = [] if first is None else [Action(action.stage, first, action.microbatch)]
     producer = _producer(plan, action, full_backwards)
     if producer is not None and plan.stage_device(producer.stage) == plan.stage_device(action.stage):
         needs.append(producer)

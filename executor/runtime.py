@@ -17,9 +17,10 @@ import torch.distributed as dist
 
 from executor.data import synthetic_batch
 from executor.events import EventEmitter
-from executor.lowering import ACTIVATION, GRADIENT, Op
+from executor.lowering import Op
 from executor.model.mlp import take_balancing_loss
 from executor.stage import StageRunner
+from planner.actions import ACTIVATION, GRADIENT, ActionKind
 from planner.plan import Action, Plan
 from planner.spec.model import ModelSpec
 
@@ -94,26 +95,25 @@ class RankRuntime:
     def _compute(self, action: Action, batch, state: StepState) -> None:
         runner = self.runners[action.stage]
         stage, microbatch = action.stage, action.microbatch
-        if action.type == "F":
+        if action.type is ActionKind.W:
+            runner.backward_weight(microbatch)
+            return
+        if action.type is ActionKind.F:
             inputs, targets = batch.microbatch(microbatch)
             stage_input = inputs if stage == 0 else state.local.pop((ACTIVATION, stage, microbatch))
             output = runner.forward(microbatch, stage_input, targets)
             if runner.is_last:
                 loss = output.detach()
                 state.loss = loss if state.loss is None else state.loss + loss
-            else:
-                self._route(ACTIVATION, stage + 1, microbatch, output.detach(), state)
-            return
-        if action.type == "W":
-            runner.backward_weight(microbatch)
-            return
-        grad_output = None if runner.is_last else state.local.pop((GRADIENT, stage, microbatch))
-        if action.type == "B":
-            input_grad = runner.backward(microbatch, grad_output)
+                return
+            produced = output.detach()
         else:
-            input_grad = runner.backward_input(microbatch, grad_output)
-        if stage > 0:
-            self._route(GRADIENT, stage - 1, microbatch, input_grad, state)
+            grad_output = None if runner.is_last else state.local.pop((GRADIENT, stage, microbatch))
+            backward = runner.backward if action.type is ActionKind.B else runner.backward_input
+            produced = backward(microbatch, grad_output)
+        consumer = self.plan.output_stage(action)
+        if consumer is not None:
+            self._route(action.type.boundary, consumer, microbatch, produced, state)
 
     def _emit(self, action: Action, step: int, start, end) -> None:
         clock, rank = self.clock, self.rank

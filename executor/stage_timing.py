@@ -29,11 +29,10 @@ from executor.data import synthetic_batch
 from executor.alongside import run_alongside
 from executor.host import bind_local_rank
 from executor.model.linear import weight_grad_deferral
-from executor.worker import SPLIT_BACKWARD, build_runners
+from executor.worker import build_runners
+from planner.actions import ActionKind
 from planner.plan import Plan, load_plan
 from planner.spec.model import ModelSpec, load_model_spec
-
-KIND_ORDER = ("F", "B", "I", "W")
 
 
 def _timed(work) -> float:
@@ -42,20 +41,20 @@ def _timed(work) -> float:
     return (time.perf_counter() - started) * 1e3
 
 
-def _pair_runs(runner, backward_kinds: tuple[str, ...], inputs, targets, first_microbatch: int,
-               ) -> list[tuple[str, float, float]]:
+def _pair_runs(runner, backward_kinds: tuple[ActionKind, ...], inputs, targets, first_microbatch: int,
+               ) -> list[tuple[ActionKind, float, float]]:
     """One repeat on one stage: (kind, cold ms, warm ms) for F and for each of ``backward_kinds``."""
     pair, outputs, spans = (first_microbatch, first_microbatch + 1), {}, []
     for microbatch in pair:
         spans.append(_timed(lambda: outputs.__setitem__(microbatch, runner.forward(microbatch, inputs, targets))))
-    timings = [("F", *spans)]
+    timings = [(ActionKind.F, *spans)]
     for kind in backward_kinds:
         spans = []
         for microbatch in pair:
             grad = None if runner.is_last else torch.ones_like(outputs[microbatch])
-            if kind == "B":
+            if kind is ActionKind.B:
                 spans.append(_timed(lambda: runner.backward(microbatch, grad)))
-            elif kind == "I":
+            elif kind is ActionKind.I:
                 spans.append(_timed(lambda: runner.backward_input(microbatch, grad)))
             else:
                 spans.append(_timed(lambda: runner.backward_weight(microbatch)))
@@ -68,7 +67,7 @@ def time_device_stages(plan: Plan, spec: ModelSpec, device: int, *, repeats: int
     """{(stage, kind): (cold ms, warm ms)} for every stage on ``device`` and every kind the plan runs it with,
     each the median over ``repeats`` repeats after ``warmup`` (see the module docstring). Runs in this process
     with its current threads and binding."""
-    split = any(action.type in SPLIT_BACKWARD for action in plan.actions[device])
+    split = any(action.type.is_split_backward for action in plan.actions[device])
     with weight_grad_deferral(split):
         return _time_stages(plan, spec, device, split, repeats=repeats, warmup=warmup, seed=seed)
 
@@ -82,7 +81,7 @@ def _time_stages(plan: Plan, spec: ModelSpec, device: int, split: bool, *, repea
     samples: dict[tuple[int, str], tuple[list, list]] = {}
     for stage, runner in sorted(runners.items()):
         kinds = {action.type for action in plan.actions[device] if action.stage == stage}
-        groups = [kind_group for kind_group in (("B",), ("I", "W")) if kinds & set(kind_group)]
+        groups = [group for group in ((ActionKind.B,), (ActionKind.I, ActionKind.W)) if kinds & set(group)]
         stage_input = token_ids if stage == 0 else hidden
         microbatch = 0
         for repeat in range(warmup + repeats):

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from statistics import median
 
+from planner.actions import ActionKind
+
 
 def summarize(events: list[dict], num_devices: int, steps: int) -> dict:
     actions = [event for event in events if event.get("type", "action") == "action"]
@@ -39,7 +41,7 @@ def summarize(events: list[dict], num_devices: int, steps: int) -> dict:
     for device in range(num_devices):
         busy = sum(row["busy_ms"][device] for row in measured) / len(measured)
         kinds = {kind: sum(row["by_kind"][device].get(kind, 0.0) for row in measured) / len(measured)
-                 for kind in ("F", "B", "I", "W")}
+                 for kind in ActionKind}
         per_device.append({"device": device, "busy_ms": busy, "bubble_ms": max(0.0, iteration - busy),
                            "bubble_ratio": max(0.0, 1.0 - busy / iteration) if iteration else 0.0,
                            "compute_ms": {kind: value for kind, value in kinds.items() if value}})

@@ -36,7 +36,6 @@ from planner.plan import Plan, load_plan
 from planner.spec.model import ModelSpec, load_model_spec
 
 RESULT_FILE = "result.json"
-SPLIT_BACKWARD = ("I", "W")
 
 
 def error_file(job_dir: Path, rank: int) -> Path:
@@ -162,7 +161,7 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
     program = lowered.program(rank)
     # Only a rank that splits backwards into I and W pays for deferrable projections (executor.model.linear)
     # and for a separate embedding prologue (executor.stage).
-    split_backward = any(op.action is not None and op.action.type in SPLIT_BACKWARD for op in program)
+    split_backward = any(op.action is not None and op.action.type.is_split_backward for op in program)
     enable_weight_grad_deferral(split_backward)
     dist.init_process_group(config.backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=600),
                             **({"device_id": device} if device.type == "cuda" else {}))

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 from statistics import fmean, median
 
+from planner.actions import ActionKind
 from planner.cluster import ClusterSpec
 from planner.cost import analytic_profile
 from planner.errors import SpecError
@@ -32,8 +33,6 @@ from planner.profile import Profile
 from planner.simulator import simulate
 from planner.spec.model import ModelSpec
 
-KIND_PARTS = {"F": ("forward",), "I": ("backward_input",), "W": ("backward_weight",),
-              "B": ("backward_input", "backward_weight")}
 PARTS = ("forward", "backward_input", "backward_weight")
 
 
@@ -150,7 +149,7 @@ def recalibrate_durations(profile: Profile, plan: Plan, durations: dict[tuple[in
 
 def _factors(profile: Profile, plan: Plan, stage: int, kind: str, observed_ms: float) -> dict[str, float]:
     """Observed / predicted for the parts an action of ``kind`` covers; none when nothing was predicted."""
-    parts = KIND_PARTS[kind]
+    parts = ActionKind.parse(kind, "durations").profile_parts
     layers = [profile.layers[index] for index in plan.stages[stage].layers]
     predicted = sum(getattr(layer, part) for layer in layers for part in parts)
     if predicted <= 0:
@@ -224,8 +223,9 @@ def measure_message_overhead(plan: Plan, observed_events: list[dict]) -> float:
     simulator charges nowhere else. SpecError on ``observed_events`` when no such pair exists.
     """
     spans = observed_spans(plan, observed_events)
-    ended = {(step, action.stage, "F" if action.type == "F" else "B", action.microbatch): end
-             for step, action, _, end in spans if action.type != "W"}
+    # when each boundary tensor was produced: (step, stage, activation or gradient, micro-batch) -> end
+    ended = {(step, action.stage, action.type.boundary, action.microbatch): end
+             for step, action, _, end in spans if action.type.boundary}
     per_end = []
     for (step, _), actions in device_timelines(plan, spans).items():
         for (previous_start, previous_end, previous), (start, _, action) in zip(actions, actions[1:]):
@@ -234,8 +234,7 @@ def measure_message_overhead(plan: Plan, observed_events: list[dict]) -> float:
             if not ends:
                 continue
             if receives:
-                kind = "F" if action.type == "F" else "B"
-                produced = ended.get((step, plan.input_stage(action), kind, action.microbatch))
+                produced = ended.get((step, plan.input_stage(action), action.type.boundary, action.microbatch))
                 if produced is None or produced >= previous_start:
                     continue
             per_end.append((start - previous_end) / ends)

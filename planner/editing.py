@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from planner import hybrid
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
 from planner.cluster import ClusterSpec, load_cluster
+from planner.actions import ACTION_KINDS
 from planner.comparison import plan_gpus, throughput_difference
 from planner.errors import PlanError, SpecError
 from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
@@ -34,7 +35,7 @@ from planner.plan import PLAN_FORMAT_V2, Action, Plan, Stage, load_plan
 from planner.profile import Profile, load_profile
 from planner.search.evaluate import CandidateScorer
 from planner.search.layouts import layout_from_stages
-from planner.search.list_scheduler import TYPE_LETTERS, SchedulePolicy, list_schedule
+from planner.search.list_scheduler import SchedulePolicy, list_schedule
 from planner.simulator import simulate
 from planner.spec.model import ModelSpec, load_model_spec
 from planner.validate import check_plan_structure
@@ -235,7 +236,7 @@ def _rescheduled(context: EditContext, plan: Plan, policy: SchedulePolicy) -> Pl
     scorer = CandidateScorer(profile, plan.num_devices, plan.num_microbatches, cluster=cluster)
     times = scorer.stage_times(layout_from_stages(plan.stages, context.spec.num_layers))
     schedule = list_schedule(times, plan.num_microbatches, policy)
-    plan.actions = [[Action(stage, TYPE_LETTERS[kind], microbatch) for stage, kind, microbatch in order]
+    plan.actions = [[Action(stage, ACTION_KINDS[kind], microbatch) for stage, kind, microbatch in order]
                     for order in schedule.orders]
     return plan
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from planner.actions import ACTION_KINDS, ActionKind
 from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig, load_parallel
 from planner.validation import get_int, get_str, require_list, require_mapping
@@ -21,22 +22,26 @@ from planner.validation import get_int, get_str, require_list, require_mapping
 PLAN_FORMAT = "adaptis.plan/v1"
 PLAN_FORMAT_V2 = "adaptis.plan/v2"
 PLAN_FORMATS = (PLAN_FORMAT, PLAN_FORMAT_V2)
-ACTION_PATTERN = re.compile(r"^(\d+)([FBIW])(\d+)$")
-COMPUTE_TYPES = ("F", "B", "I", "W")
+ACTION_PATTERN = re.compile(rf"^(\d+)([{''.join(ACTION_KINDS)}])(\d+)$")
 
 
 @dataclass(frozen=True, order=True)
 class Action:
     stage: int
-    type: str
+    type: ActionKind
     microbatch: int
+
+    def __post_init__(self) -> None:
+        if type(self.type) is not ActionKind:
+            object.__setattr__(self, "type", ActionKind.parse(self.type))
 
     @classmethod
     def parse(cls, text: str, field_name: str = "action") -> "Action":
         match = ACTION_PATTERN.match(text) if isinstance(text, str) else None
         if not match:
-            raise SpecError(field_name, f"must look like '<stage><F|B|I|W><microbatch>' (e.g. '2F0'), got {text!r}")
-        return cls(int(match.group(1)), match.group(2), int(match.group(3)))
+            raise SpecError(field_name, f"must look like '<stage><{'|'.join(ACTION_KINDS)}><microbatch>' (e.g. '2F0'), "
+                                        f"got {text!r}")
+        return cls(int(match.group(1)), ActionKind(match.group(2)), int(match.group(3)))
 
     def __str__(self) -> str:
         return f"{self.stage}{self.type}{self.microbatch}"
@@ -80,26 +85,22 @@ class Plan:
     def input_stage(self, action: Action) -> int | None:
         """The neighbouring stage whose boundary tensor ``action`` consumes: the stage before's activation for
         an F, the stage after's input gradient (from its B or I) for a B or I; None for W and at the ends."""
-        if action.type == "F":
-            return action.stage - 1 if action.stage > 0 else None
-        if action.type in ("B", "I"):
-            return action.stage + 1 if action.stage < self.num_stages - 1 else None
-        return None
+        return self._neighbour(action.stage, action.type.receives_from)
 
     def output_stage(self, action: Action) -> int | None:
         """The neighbouring stage that consumes the boundary tensor ``action`` produces: the stage after for an
         F, the stage before for a B or I; None for W and at the ends."""
-        if action.type == "F":
-            return action.stage + 1 if action.stage < self.num_stages - 1 else None
-        if action.type in ("B", "I"):
-            return action.stage - 1 if action.stage > 0 else None
-        return None
+        return self._neighbour(action.stage, action.type.sends_to)
+
+    def _neighbour(self, stage: int, offset: int | None) -> int | None:
+        neighbour = None if offset is None else stage + offset
+        return neighbour if neighbour is not None and 0 <= neighbour < self.num_stages else None
 
     def num_actions(self) -> int:
         return sum(len(device_actions) for device_actions in self.actions)
 
     def uses_split_backward(self) -> bool:
-        return any(action.type in ("I", "W") for device_actions in self.actions for action in device_actions)
+        return any(action.type.is_split_backward for device_actions in self.actions for action in device_actions)
 
     def to_dict(self) -> dict:
         doc = {"format": PLAN_FORMAT if self.parallel is None else PLAN_FORMAT_V2, "strategy": self.strategy,

@@ -31,6 +31,7 @@ from typing import Callable
 
 from planner import hybrid as planner_hybrid
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
+from planner.actions import ACTION_KINDS, ActionKind
 from planner.comparison import plan_gpus, throughput_difference
 from planner.calibrate import after_warmup, measure_message_overhead, recalibrate, with_message_overhead
 from planner.cluster import ClusterSpec, is_cluster_preset, load_cluster, preset_names
@@ -389,7 +390,8 @@ def plan_run_shape(plan_doc: dict, spec: ModelSpec) -> tuple[int, bool]:
 
 
 # The vocabularies and types a front end's forms and serializers offer come from their homes through here.
-__all__ = ["ACCELERATORS", "ADAPTIS_STRATEGY", "BASELINE_SCHEDULES", "EXPORT_FORMATS", "HYBRID_SCHEDULE",
+__all__ = ["ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "ActionKind", "BASELINE_SCHEDULES", "EXPORT_FORMATS",
+           "HYBRID_SCHEDULE",
            "JOB_SCHEDULES", "LIST_POLICIES", "MAX_MICROBATCHES", "MAX_PIPELINE_DEVICES", "PARTITIONS", "RANGES",
            "RECOMPUTE_MODES", "SCHEDULE_POLICIES", "Calibration", "ClusterSpec", "HybridJobOutcome", "ModelSpec",
            "PipelineJobOutcome", "PlanRecord", "Profile", "RankMapping", "StoredPlan", "analytic_profile",

@@ -14,11 +14,10 @@ The rules (each failure names the field and the reason):
 
 from __future__ import annotations
 
+from planner.actions import ACTION_KINDS
 from planner.errors import PlanError
 from planner.plan import Plan
 
-# Index of each action type inside a stage x micro-batch's slot in the presence table below.
-TYPE_INDEX = {"F": 0, "B": 1, "I": 2, "W": 3}
 MISSING_LISTED = 5
 
 
@@ -73,8 +72,8 @@ def check_actions(plan: Plan) -> None:
         raise PlanError(f"needs one action list per device ({plan.num_devices}), got {len(plan.actions)}",
                         field="actions")
     stage_device = [stage.device for stage in plan.stages]
-    # One byte per (stage, micro-batch, type): has that action been seen yet.
-    present = bytearray(num_stages * num_microbatches * 4)
+    # One byte per (stage, micro-batch, kind), at the kind's code: has that action been seen yet.
+    present = bytearray(num_stages * num_microbatches * len(ACTION_KINDS))
     for device, device_actions in enumerate(plan.actions):
         for position, action in enumerate(device_actions):
             stage, microbatch = action.stage, action.microbatch
@@ -87,11 +86,7 @@ def check_actions(plan: Plan) -> None:
             if stage_device[stage] != device:
                 raise PlanError(f"{action}: stage {stage} runs on device {stage_device[stage]}, not on "
                                 f"device {device}", field=f"actions[{device}][{position}]")
-            type_index = TYPE_INDEX.get(action.type)
-            if type_index is None:
-                raise PlanError(f"{action}: the type must be one of F, B, I, W",
-                                field=f"actions[{device}][{position}]")
-            slot = (stage * num_microbatches + microbatch) * 4 + type_index
+            slot = (stage * num_microbatches + microbatch) * len(ACTION_KINDS) + action.type.code
             if present[slot]:
                 raise PlanError(f"{action} appears twice (first at {_first_position(plan, action)})",
                                 field=f"actions[{device}][{position}]")
@@ -104,8 +99,8 @@ def _check_completeness(plan: Plan, present: bytearray) -> None:
     num_microbatches = plan.num_microbatches
     for stage in range(plan.num_stages):
         for microbatch in range(num_microbatches):
-            base = (stage * num_microbatches + microbatch) * 4
-            has_f, has_b, has_i, has_w = present[base:base + 4]
+            base = (stage * num_microbatches + microbatch) * len(ACTION_KINDS)
+            has_f, has_b, has_i, has_w = present[base:base + len(ACTION_KINDS)]
             if has_b and (has_i or has_w):
                 raise PlanError(f"stage {stage} micro-batch {microbatch} has both a full backward "
                                 f"({stage}B{microbatch}) and a split one (I/W); use one or the other",

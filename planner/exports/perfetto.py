@@ -16,10 +16,14 @@ as many send tracks as needed.
 
 from __future__ import annotations
 
+from planner.actions import ActionKind
 from planner.simulator import Simulation
 
-ACTION_CATEGORIES = {"F": "forward", "B": "backward", "I": "backward-input", "W": "backward-weight"}
-CONSUMER_TYPES = {"activation": ("F",), "gradient": ("B", "I")}
+# A trace category is one token: "backward (input)" becomes "backward-input".
+ACTION_CATEGORIES = {kind: kind.description.replace(" (", "-").removesuffix(")") for kind in ActionKind}
+# The kinds that consume each boundary tensor a transfer carries, in the order a flow arrow looks for them.
+CONSUMER_KINDS = {boundary: tuple(kind for kind in ActionKind if kind.boundary == boundary)
+                  for boundary in {kind.boundary for kind in ActionKind} - {None}}
 PROCESS_ID = 0
 MS_TO_US = 1000.0
 
@@ -112,7 +116,7 @@ def _transfers(transfers: list[dict], lanes: list[int], timeline: list[dict], nu
                        "args": {key: transfer[key] for key in ("src_stage", "dst_stage", "src_device",
                                                                 "dst_device", "microbatch", "bytes")}})
         consumer = next((consumer_start[(transfer["dst_stage"], kind, transfer["microbatch"])]
-                         for kind in CONSUMER_TYPES[transfer["kind"]]
+                         for kind in CONSUMER_KINDS[transfer["kind"]]
                          if (transfer["dst_stage"], kind, transfer["microbatch"]) in consumer_start), None)
         if consumer is None:
             continue

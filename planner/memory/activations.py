@@ -27,11 +27,11 @@ def activation_peaks(plan: Plan, stage_activation: list[float]) -> list[float]:
         held = peak = 0
         for action in device_actions:
             action_type = action.type
-            if action_type == "F":
+            if action_type.takes_activations:
                 held += stage_activation[action.stage]
                 if held > peak:
                     peak = held
-            elif action_type != "I":
+            elif action_type.frees_activations:
                 held -= stage_activation[action.stage]
         peaks.append(peak)
     return peaks
@@ -61,10 +61,10 @@ def activation_curve(plan: Plan, stage_activation: list[float], device: int, sta
     held = 0
     curve = [(0.0, 0)]
     for action, start, end in zip(plan.actions[device], starts, ends):
-        if action.type == "F":
+        if action.type.takes_activations:
             held += stage_activation[action.stage]
             curve.append((start, held))
-        elif action.type != "I":
+        elif action.type.frees_activations:
             held -= stage_activation[action.stage]
             curve.append((end, held))
     return curve

@@ -7,6 +7,7 @@ The zero-bubble variant (torch's ``ScheduleInterleavedZeroBubble``, ZB-H1 when c
 shape with a shorter warm-up and split backwards.
 """
 
+from planner.actions import ActionKind
 from planner.errors import SpecError
 from planner.placement import loop_placement
 from planner.scheduling.program import (
@@ -27,7 +28,7 @@ def microbatch_group_size(num_devices: int, num_microbatches: int) -> int:
     return num_microbatches // rounds
 
 
-def _chunk_order(chunk_stages: list[int], group_size: int, num_microbatches: int, kind: str) -> list[Slot]:
+def _chunk_order(chunk_stages: list[int], group_size: int, num_microbatches: int, kind: ActionKind) -> list[Slot]:
     """One group of micro-batches per chunk, chunks in the given order, repeated for every group."""
     rounds = num_microbatches // group_size
     return [(stage, kind) for _ in range(rounds) for stage in chunk_stages for _ in range(group_size)]
@@ -40,8 +41,8 @@ def _interleaved_programs(num_devices: int, num_microbatches: int, chunks: int,
     programs = []
     for device in range(num_devices):
         chunk_stages = [chunk * num_devices + device for chunk in range(chunks)]
-        forwards = _chunk_order(chunk_stages, group_size, num_microbatches, "F")
-        backwards = _chunk_order(chunk_stages[::-1], group_size, num_microbatches, "B")
+        forwards = _chunk_order(chunk_stages, group_size, num_microbatches, ActionKind.F)
+        backwards = _chunk_order(chunk_stages[::-1], group_size, num_microbatches, ActionKind.B)
         # The last device must run every earlier chunk for one group before its last chunk's first
         # backward can start; each hop further from it waits for warmup_per_hop more forwards.
         warmup = min((chunks - 1) * group_size + warmup_per_hop * (num_devices - 1 - device), len(forwards))

@@ -1,7 +1,7 @@
 """Building blocks every schedule generator shares.
 
-A generator writes each device's program as *slots* — ``(stage, type)`` pairs such as ``(2, "F")`` — and
-``number_slots`` hands out micro-batches: the k-th ``F`` slot of a stage runs micro-batch k of that stage.
+A generator writes each device's program as *slots* — ``(stage, kind)`` pairs such as ``(2, ActionKind.F)``
+— and ``number_slots`` hands out micro-batches: the k-th ``F`` slot of a stage runs micro-batch k of that stage.
 That keeps a generator to the idea it encodes (how many warm-up forwards, which chunk next) instead of
 micro-batch bookkeeping.
 """
@@ -12,10 +12,11 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Iterable
 
+from planner.actions import ActionKind
 from planner.errors import SpecError
 from planner.plan import Action
 
-Slot = tuple[int, str]
+Slot = tuple[int, ActionKind]
 
 
 @dataclass(frozen=True)
@@ -57,17 +58,18 @@ def split_backward(program: list[Slot], weight_lag: int) -> list[Slot]:
     """Zero-bubble split: every full backward B becomes its input part I; the weight part W of a
     backward runs right after the I ``weight_lag`` backwards later (W has no consumer, so it can wait and
     fill what would otherwise be bubble); the W still owed at the end run last, in order."""
+    full, input_part, weight_part = ActionKind.B, ActionKind.I, ActionKind.W
     split: list[Slot] = []
     owed_weights: deque[int] = deque()
     for stage, kind in program:
-        if kind != "B":
+        if kind is not full:
             split.append((stage, kind))
             continue
-        split.append((stage, "I"))
+        split.append((stage, input_part))
         owed_weights.append(stage)
         if len(owed_weights) > weight_lag:
-            split.append((owed_weights.popleft(), "W"))
-    split.extend((stage, "W") for stage in owed_weights)
+            split.append((owed_weights.popleft(), weight_part))
+    split.extend((stage, weight_part) for stage in owed_weights)
     return split
 
 

@@ -5,6 +5,7 @@ ended. Phases follow torch's ``ScheduleZBVZeroBubble`` (the handcrafted schedule
 section 6). It is written for at least 2p-1 micro-batches; with fewer, the extra ones are dropped.
 """
 
+from planner.actions import ActionKind
 from planner.placement import v_shape_placement
 from planner.scheduling.program import PipelineSchedule, number_slots, require_count
 
@@ -17,8 +18,8 @@ def zero_bubble_v(num_devices: int, num_microbatches: int) -> PipelineSchedule:
     actions = []
     for device in range(p):
         down, up = device, 2 * p - 1 - device   # the chunk going down the V and the one coming back
-        f_down, i_down, w_down = (down, "F"), (down, "I"), (down, "W")
-        f_up, i_up, w_up = (up, "F"), (up, "I"), (up, "W")
+        f_down, i_down, w_down = (down, ActionKind.F), (down, ActionKind.I), (down, ActionKind.W)
+        f_up, i_up, w_up = (up, ActionKind.F), (up, ActionKind.I), (up, ActionKind.W)
         warmup = ([f_down] * (2 * (p - device) - 1)
                   + [f_up, f_down] * device
                   + [f_up, i_up, w_up] * (p - device))

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Callable
 
+from planner.actions import ACTION_KINDS
 from planner.cluster import ClusterSpec
 from planner.memory import layer_state_bytes as unsharded_layer_state_bytes
 from planner.plan import Action, Plan
 from planner.profile import Profile
 from planner.search.layouts import Layout
 from planner.search.list_scheduler import (
-    TYPE_LETTERS,
     Abandoned,
     Schedule,
     SchedulePolicy,
@@ -195,7 +195,7 @@ class CandidateScorer:
 
 
 def candidate_plan(candidate: Candidate, num_devices: int, num_microbatches: int) -> Plan:
-    actions = [[Action(stage, TYPE_LETTERS[kind], microbatch) for stage, kind, microbatch in order]
+    actions = [[Action(stage, ACTION_KINDS[kind], microbatch) for stage, kind, microbatch in order]
                for order in candidate.schedule.orders]
     return Plan(num_devices=num_devices, num_microbatches=num_microbatches, stages=candidate.layout.stages(),
                 actions=actions, strategy="adaptis")

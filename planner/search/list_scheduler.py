@@ -24,11 +24,13 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+from planner.actions import ActionKind
+
 INFINITY = float("inf")
 
-# Action type codes inside the scheduler (the plan IR uses letters).
-FORWARD, FULL_BACKWARD, INPUT_BACKWARD, WEIGHT_BACKWARD = 0, 1, 2, 3
-TYPE_LETTERS = "FBIW"
+# Action kinds inside the scheduler are their integer codes (``planner.actions.ACTION_KINDS[code]`` is the kind).
+FORWARD, FULL_BACKWARD, INPUT_BACKWARD, WEIGHT_BACKWARD = (ActionKind.F.code, ActionKind.B.code, ActionKind.I.code,
+                                                           ActionKind.W.code)
 
 FORWARD_ORDERS = ("deep", "old")
 

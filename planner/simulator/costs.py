@@ -15,7 +15,9 @@ computing, which is how a rank's timeline shows it, so the metrics count it as b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
+from planner.actions import ACTIVATION, ActionKind
 from planner.cluster import ClusterSpec
 from planner.errors import PlanError
 from planner.plan import Plan
@@ -37,21 +39,21 @@ class StageCosts:
     backward_pre: tuple[float, ...] = ()
     backward_post: tuple[float, ...] = ()
 
-    def duration(self, stage: int, action_type: str) -> float:
-        """Compute time of one action (without message handling)."""
-        if action_type == "F":
-            return self.forward[stage]
-        if action_type == "I":
-            return self.backward_input[stage]
-        if action_type == "W":
-            return self.backward_weight[stage]
-        return self.backward_input[stage] + self.backward_weight[stage]
+    @cached_property
+    def _kind_durations(self) -> dict[ActionKind, tuple[float, ...]]:
+        """Per kind, each stage's compute time: the sum of the profile parts the kind runs."""
+        return {kind: tuple(sum(parts) for parts in zip(*(getattr(self, part) for part in kind.profile_parts)))
+                for kind in ActionKind}
 
-    def message_time(self, stage: int, action_type: str) -> tuple[float, float]:
+    def duration(self, stage: int, action_type: ActionKind) -> float:
+        """Compute time of one action (without message handling)."""
+        return self._kind_durations[action_type][stage]
+
+    def message_time(self, stage: int, action_type: ActionKind) -> tuple[float, float]:
         """(before, after) the action's compute: time its device spends on the messages it receives and sends."""
-        if not self.forward_pre or action_type == "W":
+        if not self.forward_pre or action_type.boundary is None:
             return 0.0, 0.0
-        if action_type == "F":
+        if action_type.boundary == ACTIVATION:
             return self.forward_pre[stage], self.forward_post[stage]
         return self.backward_pre[stage], self.backward_post[stage]
 

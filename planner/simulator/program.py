@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.actions import ACTIVATION, GRADIENT, ActionKind
 from planner.plan import Plan
 from planner.simulator.costs import StageCosts
 
@@ -52,12 +53,12 @@ class Programs:
         kind, key = divmod(slot, per_kind)
         stage, microbatch = divmod(key, self.num_microbatches)
         if kind == 0:
-            return f"{stage}F{microbatch}"
+            return f"{stage}{ActionKind.F}{microbatch}"
         if kind == 2:
-            return f"{stage}W{microbatch}"
-        split = any(action.type == "I" and action.stage == stage and action.microbatch == microbatch
+            return f"{stage}{ActionKind.W}{microbatch}"
+        split = any(action.type is ActionKind.I and action.stage == stage and action.microbatch == microbatch
                     for action in plan.actions[plan.stage_device(stage)])
-        return f"{stage}{'I' if split else 'B'}{microbatch}"
+        return f"{stage}{ActionKind.I if split else ActionKind.B}{microbatch}"
 
 
 def compile_programs(plan: Plan, costs: StageCosts | None) -> Programs:
@@ -81,6 +82,7 @@ def compile_programs(plan: Plan, costs: StageCosts | None) -> Programs:
         backward_input = [i + message for i, message in zip(backward_input, backward_messages)]
     backward = [i + w for i, w in zip(backward_input, backward_weight)]
 
+    forward_kind, full_backward_kind, weight_kind = ActionKind.F, ActionKind.B, ActionKind.W  # locals: the loop is hot
     devices = []
     for device_actions in plan.actions:
         program = []
@@ -89,19 +91,19 @@ def compile_programs(plan: Plan, costs: StageCosts | None) -> Programs:
             stage = action.stage
             key = stage * num_microbatches + action.microbatch
             action_type = action.type
-            if action_type == "F":
+            if action_type is forward_kind:
                 append((forward[stage], key, key - num_microbatches if stage else always_done,
                         forward_lag[stage], always_done, 0.0))
-            elif action_type == "W":
+            elif action_type is weight_kind:
                 append((backward_weight[stage], weight_base + key, gradient_base + key, 0.0, always_done, 0.0))
             else:
-                duration = backward[stage] if action_type == "B" else backward_input[stage]
+                duration = backward[stage] if action_type is full_backward_kind else backward_input[stage]
                 upstream = gradient_base + key + num_microbatches if stage != last_stage else always_done
                 append((duration, gradient_base + key, key, 0.0, upstream, gradient_lag[stage]))
         devices.append(program)
     message_time = None
     if with_messages:
-        per_type = {"F": forward_messages, "B": backward_messages, "I": backward_messages}
-        message_time = [[per_type[action.type][action.stage] if action.type != "W" else 0.0
+        per_boundary = {ACTIVATION: forward_messages, GRADIENT: backward_messages}
+        message_time = [[per_boundary[action.type.boundary][action.stage] if action.type.boundary else 0.0
                          for action in device_actions] for device_actions in plan.actions]
     return Programs(devices, num_stages, num_microbatches, message_time)

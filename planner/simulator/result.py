@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.actions import ACTIVATION
 from planner.memory import DeviceMemory
 from planner.plan import Plan
 from planner.simulator.costs import StageCosts
@@ -66,23 +67,23 @@ class Simulation:
     def transfers(self) -> list[dict]:
         """Every cross-device transfer: activations forward, input gradients backward."""
         plan, costs = self.plan, self.costs
-        finished: dict[tuple[int, str, int], float] = {}
+        # (stage, boundary tensor, micro-batch) -> (when it leaves, the stage that consumes it)
+        finished: dict[tuple[int, str, int], tuple[float, int | None]] = {}
         for device, device_actions in enumerate(plan.actions):
             for action, (_, end) in zip(device_actions, self.action_times(device)):
-                kind = "activation" if action.type == "F" else "gradient" if action.type in "BI" else None
+                kind = action.type.boundary
                 if kind:
-                    finished[(action.stage, kind, action.microbatch)] = end + costs.message_time(
-                        action.stage, action.type)[1]
+                    finished[(action.stage, kind, action.microbatch)] = (
+                        end + costs.message_time(action.stage, action.type)[1], plan.output_stage(action))
         entries = []
-        for (stage, kind, microbatch), start in sorted(finished.items(), key=lambda item: item[1]):
-            destination = stage + 1 if kind == "activation" else stage - 1
-            if not 0 <= destination < plan.num_stages:
+        for (stage, kind, microbatch), (start, destination) in sorted(finished.items(), key=lambda item: item[1][0]):
+            if destination is None:
                 continue
             src_device, dst_device = plan.stage_device(stage), plan.stage_device(destination)
             if src_device == dst_device:
                 continue
-            lag = costs.forward_lag[destination] if kind == "activation" else costs.gradient_lag[destination]
-            nbytes = costs.boundary_bytes[stage if kind == "activation" else destination]
+            lag = costs.forward_lag[destination] if kind == ACTIVATION else costs.gradient_lag[destination]
+            nbytes = costs.boundary_bytes[stage if kind == ACTIVATION else destination]
             entries.append({"kind": kind, "src_stage": stage, "dst_stage": destination,
                             "src_device": src_device, "dst_device": dst_device, "microbatch": microbatch,
                             "bytes": nbytes, "start_ms": start, "end_ms": start + lag})

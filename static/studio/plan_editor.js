@@ -12,7 +12,6 @@
   "use strict";
 
   const STAGE_COLOURS = ["#cfe0f7", "#d5eddf", "#fbe3c2", "#e4d9f5", "#f7d4d2", "#d3ecef", "#efe6c6", "#e0e4ea"];
-  const ACTION_TYPES = ["F", "B", "I", "W"];
 
   const data = JSON.parse(document.getElementById("editor-data").textContent);
   const original = data.output;

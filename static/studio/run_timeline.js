@@ -11,9 +11,9 @@
 (function () {
   "use strict";
 
-  const ACTION_TYPES = ["F", "B", "I", "W"];
-  const TYPE_NAMES = {F: "forward", B: "backward", I: "backward (input)", W: "backward (weight)"};
-  const COLOURS = {F: "31, 95, 191", B: "29, 122, 70", I: "214, 134, 0", W: "124, 77, 196"};
+  const ACTION_TYPES = window.adaptisActionKinds.kinds;
+  const TYPE_NAMES = window.adaptisActionKinds.names;
+  const COLOURS = window.adaptisActionKinds.colours;
   const ROW_HEIGHT = 24;
 
   function dataset(type, source) {

@@ -25,6 +25,27 @@ def test_gpipe_sends_each_activation_and_gradient_once_across_the_boundary():
     assert {op.message for op in ops(first, "WAIT_RECV")} == {op.message for op in ops(second, "SEND")}
 
 
+def test_each_kind_receives_and_sends_the_boundary_tensor_its_action_kind_names():
+    # stage k runs on device k, so a message's source device is the producing stage
+    plan = Plan(3, 1, [Stage((stage,), stage) for stage in range(3)],
+                [[Action.parse(text) for text in device_actions]
+                 for device_actions in (["0F0", "0B0"], ["1F0", "1I0", "1W0"], ["2F0", "2B0"])])
+    for program in lower_plan(plan, num_layers=3).programs:
+        padded = [None, *program, None]
+        for before, op, after in zip(padded, padded[1:], padded[2:]):
+            if op.type != "COMPUTE":
+                continue
+            kind, stage = op.action.type, op.action.stage
+            received = before.message if before is not None and before.type == "WAIT_RECV" else None
+            sent = after.message if after is not None and after.type == "SEND" else None
+            source = None if kind.receives_from is None else stage + kind.receives_from
+            destination = None if kind.sends_to is None else stage + kind.sends_to
+            assert (received and (received.kind, received.src)) == ((kind.boundary, source) if source in range(3)
+                                                                    else None), op
+            assert (sent and (sent.kind, sent.stage)) == ((kind.boundary, destination) if destination in range(3)
+                                                          else None), op
+
+
 def test_stages_on_one_device_hand_over_locally_without_messages():
     plan = list_schedule([[0], [1], [2, 3]], [0, 0, 1], num_microbatches=2)
     lowered = lower_plan(plan, num_layers=4)

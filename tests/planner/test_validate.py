@@ -2,7 +2,7 @@
 
 import pytest
 
-from planner.errors import PlanError
+from planner.errors import PlanError, SpecError
 from planner.plan import Action, Plan, Stage, load_plan
 from planner.simulator import simulate
 from planner.validate import validate_plan
@@ -80,10 +80,9 @@ def test_action_must_sit_on_the_device_that_owns_its_stage():
     rejects(plan, 3, "actions[0][2]", "stage 1 runs on device 1, not on device 0")
 
 
-def test_action_type_must_be_a_compute_type():
-    plan = two_stage([["0F0", "0B0"], ["1F0", "1B0"]])
-    plan.actions[1].append(Action(1, "X", 0))
-    rejects(plan, 3, "actions[1][2]", "must be one of F, B, I, W")
+def test_an_action_of_an_unknown_type_cannot_be_built():
+    with pytest.raises(SpecError, match=r"^type: must be one of F, B, I, W, got 'X'$"):
+        Action(1, "X", 0)
 
 
 def test_duplicate_action_names_both_positions():

@@ -53,7 +53,7 @@ def _run_item(run) -> dict:
     origin = events[0].start_ms if events else 0.0
     timeline = [{"device": event.device, "action": event.action, "stage": event.stage, "type": event.kind,
                  "microbatch": event.microbatch, "start_ms": event.start_ms - origin, "end_ms": event.end_ms - origin}
-                for event in events if event.kind in "FBIW"]
+                for event in events if event.kind in planner_service.ACTION_KINDS]
     num_devices = run.plan.plan_doc["num_devices"]
     span = max((entry["end_ms"] for entry in timeline), default=0.0)
     busy = sum(entry["end_ms"] - entry["start_ms"] for entry in timeline)
