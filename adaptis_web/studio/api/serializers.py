@@ -640,9 +640,10 @@ class RunOutput(PlainOutputMixin, serializers.ModelSerializer):
 class RunCreatedOutput(RunOutput):
     """What creating a run answers: the run, and for a cluster run its secret (shown this once) and its launch."""
 
-    secret = serializers.CharField(read_only=True, required=False,
+    # Not read-only: drf-spectacular marks read-only response fields required, and a local run's answer has neither.
+    secret = serializers.CharField(required=False,
                                    help_text="cluster: the run's secret, which its ranks send; shown this once")
-    launch = ClusterLaunchOutput(read_only=True, required=False)
+    launch = ClusterLaunchOutput(required=False, help_text="cluster: how to launch its ranks")
 
     class Meta(RunOutput.Meta):
         fields = RunOutput.Meta.fields + ["secret", "launch"]
