@@ -595,11 +595,13 @@ class RunCreateInput(serializers.Serializer):
     target = serializers.ChoiceField(choices=["local", "cluster"], default="local",
                                      help_text="local: on the runs worker's CPU; cluster: you launch its ranks "
                                                "(the answer's launch: torchrun, sbatch) and they report here")
-    environment = serializers.CharField(required=False, max_length=2000,
-                                        help_text="cluster: the shell line that sets up the executor's environment "
-                                                  "on every node (a virtual environment, a module load)")
-    time_limit = serializers.RegexField(r"^\d{1,3}:\d{2}:\d{2}$", required=False,
-                                        help_text="cluster: Slurm's --time, HH:MM:SS (default 01:00:00)")
+    # Blank (as a form sends a field left empty) means the default, for both.
+    environment = StrictCharField(required=False, allow_blank=True, max_length=2000,
+                                  help_text="cluster: the shell line that sets up the executor's environment on every "
+                                            "node (a virtual environment, a module load)")
+    time_limit = StrictCharField(required=False, allow_blank=True, max_length=9,
+                                 validators=[RegexValidator(r"^(\d{1,3}:\d{2}:\d{2})?$", "must be HH:MM:SS")],
+                                 help_text="cluster: Slurm's --time, HH:MM:SS (default 01:00:00)")
 
 
 class ClusterLaunchOutput(serializers.Serializer):

@@ -299,7 +299,7 @@ class RunListCreateApi(ThrottledCreate, HistoryListApi):
                 run = run_create(plan=plan, user=request.user, steps=values["steps"],
                                  scale_down=values["scale_down"])
             return Response(RunOutput(run).data, status=status.HTTP_201_CREATED)
-        options = {key: values[key] for key in ("environment", "time_limit") if key in values}
+        options = {key: values[key] for key in ("environment", "time_limit") if values.get(key)}
         run, secret = cluster_run_create(plan=plan, user=request.user, steps=values["steps"], **options)
         ingest_url = request.build_absolute_uri(reverse("api:run-events", args=[run.pk]))
         return Response({**RunOutput(run).data, "secret": secret, "launch": launch(run, ingest_url=ingest_url)},
