@@ -14,6 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from adaptis_web.studio import selectors
 from adaptis_web.studio.models import RunEvent
 from adaptis_web.studio.services.predictions import stored_plan
+from adaptis_web.studio.services.run_control import run_step_tokens
 from planner import service as planner_service
 
 MAX_ITEMS = 8
@@ -57,8 +58,7 @@ def _run_item(run) -> dict:
     num_devices = run.plan.plan_doc["num_devices"]
     span = max((entry["end_ms"] for entry in timeline), default=0.0)
     busy = sum(entry["end_ms"] - entry["start_ms"] for entry in timeline)
-    executed = run.executed_spec or run.plan.job.spec.doc   # the tokens the ranks trained a step
-    tokens = run.plan.plan_doc["num_microbatches"] * executed.get("micro_batch_size", 1) * executed["seq_len"]
+    tokens = run_step_tokens(run)
     return {"key": f"run-{run.pk}", "kind": "run", "id": run.pk, "object": run,
             "label": f"Run #{run.pk} · observed step {last if last is not None else '—'}", "source": "observed",
             "layout": run.plan.layout, "num_devices": num_devices, "timeline": timeline, "span_ms": span,

@@ -58,16 +58,21 @@ def run_phase(*, run: Run, event_count: int) -> str:
     return "running" if event_count else "starting"
 
 
+def run_step_tokens(run) -> int:
+    """Tokens one step of ``run`` trains: micro-batches × micro-batch size × sequence length of the model its ranks
+    ran (the scaled-down copy where it ran one), the count ``planner.simulator`` divides for a predicted tokens/s."""
+    executed = run.executed_spec or run.plan.job.spec.doc
+    return run.plan.plan_doc["num_microbatches"] * executed.get("micro_batch_size", 1) * executed["seq_len"]
+
+
 def run_steps_chart(*, run, predicted_ms: float, predicted_tokens_per_s: float | None) -> dict | None:
     """What the run page's steps card shows of a finished run: each step's iteration beside the predicted one, the
     loss per step, and the observed tokens per second (the steady steps' median iteration, as the page's observed
-    iteration, over the tokens a step trains: micro-batches × micro-batch size × sequence length of the model the
-    ranks ran, the same count ``planner.simulator`` divides for the predicted figure). None before it has steps."""
+    iteration, over ``run_step_tokens``). None before it has steps."""
     steps = (run.summary or {}).get("steps") or []
     if not steps:
         return None
-    executed = run.executed_spec or run.plan.job.spec.doc
-    tokens = run.plan.plan_doc["num_microbatches"] * executed.get("micro_batch_size", 1) * executed["seq_len"]
+    tokens = run_step_tokens(run)
     median_ms = run.summary.get("median_iteration_ms") or run.summary.get("iteration_ms")
     return {"steps": [row["step"] for row in steps], "iteration_ms": [row["iteration_ms"] for row in steps],
             "losses": run.summary.get("losses") or [], "warmup_steps": run.summary.get("warmup_steps", 0),
