@@ -1,6 +1,6 @@
 """Hybrid-parallel plans of large models at real cluster sizes, and how long the search takes (one core).
 
-For each job the unpinned search (``planner.hybrid.search``) chooses TP, CP, PP, DP, EP, micro-batch size,
+For each job the unpinned search (``planner.parallel.planning.search``) chooses TP, CP, PP, DP, EP, micro-batch size,
 recomputation and the pipeline plan; the table shows the chosen configuration, its schedule, predicted step
 time, throughput, MFU (model FLOPs without recomputation over the dense BF16 peak), every executed FLOP per
 GPU, the fullest GPU's memory, the runner-up and the search's wall time. The last rows are the 1,024-GPU
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planner.hybrid import search  # noqa: E402
+from planner.parallel.planning import search  # noqa: E402
 
 # (model, cluster, GPUs, sequence, global batch)
 JOBS = (

@@ -3,7 +3,7 @@
 For every model preset at PP 4, 8 and 16 with m = 4 x PP micro-batches (PP 16 spans two nodes), prints
 the simulated iteration time of S-1F1B (uniform layers), Megatron's interleaved 1F1B (I-1F1B, two
 chunks, uniform layers), ZB-V, 1F1B on a time-balanced partition, and the AdaPtis plan, with the lower
-bound (``planner.search.bound``), the speedup over I-1F1B, the gap to the bound, the peak in-flight
+bound (``planner.bounds``), the speedup over I-1F1B, the gap to the bound, the peak in-flight
 activation memory relative to I-1F1B's and the search time. The search is held to I-1F1B's peak
 activation memory per device (``activation_limit_bytes``); model state is left unconstrained, since at
 these sizes it is sharded by data/tensor parallelism outside the pipeline.

@@ -35,7 +35,7 @@ from executor.model.build import DTYPES
 from planner.errors import PlanError, SpecError
 from planner.plan import load_plan
 from planner.spec.model import ModelSpec
-from planner.validate import check_plan_structure
+from planner.plan_check import check_plan_structure
 
 DEFAULT_SCALED_HIDDEN = 64
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from planner.actions import ACTIVATION, ActionKind
 from planner.errors import PlanError, SpecError
 from planner.plan import Action, Plan
-from planner.validate import validate_plan
+from planner.plan_check import validate_plan
 
 # ``lookahead`` values that are not counts (see the module doc)
 WHOLE_STEP = "step"

@@ -11,9 +11,29 @@ Three independent limits, each true for every partition, placement and schedule:
   layer's input gradient; every other layer's W can overlap the rest of the chain).
 
 Transfers are left out: they depend on the placement, and a bound must hold for every plan.
+
+Four tighter limits see indivisible layers and the pipeline's fill; the search's bound (``search_lower_bound``,
+shown on the job page as the gap) is the max of all seven. Every limit holds for any partition, placement and schedule (transfers only add time, so they are left
+out). With ``T`` the iteration time, ``m`` micro-batches, ``p`` devices and ``c_i = F_i + I_i + W_i``:
+
+- ``indivisible_layers_ms``: a layer runs whole on one device, so the devices' loads are a partition of
+  the layer costs into ``p`` groups. Among the ``k*p + 1`` costliest layers some device gets ``k + 1``;
+  its load is at least the ``k + 1`` cheapest of those (the classic P||Cmax bound), times ``m``.
+- ``optimal_device_load_ms``: the same fact solved exactly: the optimum of P||Cmax over the layer costs
+  (rounded down, so it stays a bound), which sees e.g. that a big head forces 5 decoders onto another
+  device where the counting bound above only sees 4.
+- ``pipeline_fill_ms``: a device whose lowest layer is ``l`` cannot start before micro-batch 0's forward
+  has run layers ``0..l-1``. The lowest layers of the devices are distinct, so the devices together idle
+  at least the sum of the ``p`` smallest such prefixes (layers ``0..p-1``); ``T >= (work + idle) / p``.
+- ``layer_chain_ms``: the device that runs layer ``l`` starts its first F no earlier than the forward
+  prefix before ``l``, runs ``m`` F's and ``m`` I's of ``l``, and after the last I the input-gradient
+  chain below ``l`` and layer 0's W still have to run; it also runs all ``m`` W's of ``l``. And the
+  last micro-batch to pass layer ``l`` still has one micro-batch's chain to finish.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from planner.errors import SpecError
 from planner.profile import Profile
@@ -32,3 +52,157 @@ def lower_bound_ms(profile: Profile, num_devices: int, num_microbatches: int) ->
              + layers[0].backward_weight)
     return {"work_per_device_ms": work_per_device, "heaviest_layer_ms": heaviest_layer,
             "microbatch_chain_ms": chain, "lower_bound_ms": max(work_per_device, heaviest_layer, chain)}
+
+
+def indivisible_layers_ms(costs: list[float], num_devices: int, num_microbatches: int) -> float:
+    ordered = sorted(costs, reverse=True)
+    best = 0.0
+    per_device = 1
+    while per_device * num_devices + 1 <= len(ordered):
+        top = ordered[:per_device * num_devices + 1]
+        best = max(best, sum(top[-(per_device + 1):]))
+        per_device += 1
+    return best * num_microbatches
+
+
+# Layer costs are rounded *down* to multiples of a step (a cheaper problem's optimum is no larger, so the
+# bound stays valid); the step doubles until at most this many distinct costs remain.
+MAX_COST_TYPES = 6
+STEPS_PER_LARGEST_LAYER = 1000
+# Feasibility checks give up (prove nothing) past this many partial packings, keeping the bound cheap.
+MAX_FRONTIER = 1000
+
+
+def optimal_device_load_ms(costs: list[float], num_devices: int, num_microbatches: int) -> float:
+    """The exact min over all assignments of layers to devices of the heaviest device's load, times ``m``.
+
+    Validity: a layer's F, I and W run on the device that holds the layer, so in any plan some device
+    runs a load of at least ``OPT = min over assignments of max device load`` per micro-batch (P||Cmax),
+    for contiguous or not, looped or not placements alike; transfers only add time. We solve P||Cmax
+    exactly on costs rounded down to integer multiples ``k * step`` (``k * step <= cost``, so the rounded
+    optimum ``OPT_q <= OPT``): the smallest integer capacity ``C`` such that ``p`` bins of capacity
+    ``C`` hold every item is ``OPT_q / step``. We bisect on ``C`` starting from the volume bound
+    ``max(ceil(sum k / p), max k)`` (always ``<= OPT_q / step``) and only raise the lower end when a
+    capacity is *proven* infeasible by an exhaustive packing search; a search cut short by
+    ``MAX_FRONTIER`` counts as "maybe feasible", which only lowers the upper end, so the returned lower
+    end is always ``<= OPT_q / step`` and the result never exceeds ``OPT * m``.
+    """
+    if not costs or max(costs) <= 0:
+        return 0.0
+    step = max(costs) / STEPS_PER_LARGEST_LAYER
+    while True:
+        units = [int(cost // step) for cost in costs]
+        units = [unit for unit in units if unit > 0]
+        if len(set(units)) <= MAX_COST_TYPES:
+            break
+        step *= 2
+    counts = sorted(Counter(units).items(), reverse=True)
+    sizes = tuple(size for size, _ in counts)
+    needed = tuple(count for _, count in counts)
+    low = max(-(-sum(units) // num_devices), max(units))
+    high = _greedy_makespan(units, num_devices)
+    while low < high:
+        middle = (low + high) // 2
+        if _provably_infeasible(sizes, needed, num_devices, middle):
+            low = middle + 1
+        else:
+            high = middle
+    # The (1 - 1e-12) absorbs float rounding in ``cost // step``.
+    return low * step * num_microbatches * (1 - 1e-12)
+
+
+def _greedy_makespan(units: list[int], num_devices: int) -> int:
+    loads = [0] * num_devices
+    for unit in sorted(units, reverse=True):
+        loads[loads.index(min(loads))] += unit
+    return max(loads)
+
+
+def _maximal_packings(sizes: tuple[int, ...], needed: tuple[int, ...], capacity: int) -> list[tuple[int, ...]]:
+    """Item-count vectors that fit one bin and to which no further item fits (the only ones worth using)."""
+    packings = []
+
+    def extend(index: int, room: int, chosen: list[int]) -> None:
+        if index == len(sizes):
+            if all(chosen[kind] == needed[kind] or sizes[kind] > room for kind in range(len(sizes))):
+                packings.append(tuple(chosen))
+            return
+        for count in range(min(needed[index], room // sizes[index]), -1, -1):
+            chosen.append(count)
+            extend(index + 1, room - count * sizes[index], chosen)
+            chosen.pop()
+
+    extend(0, capacity, [])
+    return packings
+
+
+def _provably_infeasible(sizes: tuple[int, ...], needed: tuple[int, ...], num_devices: int, capacity: int) -> bool:
+    """True only if no packing of the items into ``num_devices`` bins of ``capacity`` exists.
+
+    Breadth-first over bins, keeping the Pareto-maximal vectors of items packed so far (capped at what is
+    needed): a dominated vector can never finish when its dominator cannot, so dropping it loses nothing.
+    """
+    packings = _maximal_packings(sizes, needed, capacity)
+    total = sum(size * need for size, need in zip(sizes, needed))
+    frontier = {tuple(0 for _ in sizes)}
+    for bins_left in range(num_devices - 1, -1, -1):
+        grown = {tuple(min(have + add, need) for have, add, need in zip(state, packing, needed))
+                 for state in frontier for packing in packings}
+        if needed in grown:
+            return False
+        # A state whose unpacked volume exceeds the room left in the remaining bins cannot finish.
+        grown = {state for state in grown
+                 if total - sum(size * have for size, have in zip(sizes, state)) <= bins_left * capacity}
+        frontier = _pareto_maximal(grown)
+        if len(frontier) > MAX_FRONTIER:
+            return False  # too large to settle cheaply: claim nothing
+    return True
+
+
+def _pareto_maximal(states: set[tuple[int, ...]]) -> set[tuple[int, ...]]:
+    ordered = sorted(states, key=sum, reverse=True)
+    kept: list[tuple[int, ...]] = []
+    for state in ordered:
+        if not any(all(mine <= theirs for mine, theirs in zip(state, other)) for other in kept):
+            kept.append(state)
+    return set(kept)
+
+
+def pipeline_fill_ms(profile: Profile, num_devices: int, num_microbatches: int) -> float:
+    layers = profile.layers
+    work = sum(layer.forward + layer.backward for layer in layers) * num_microbatches
+    idle, prefix = 0.0, 0.0
+    for layer in layers[:num_devices]:
+        idle += prefix
+        prefix += layer.forward
+    return (work + idle) / num_devices
+
+
+def layer_chain_ms(profile: Profile, num_microbatches: int) -> float:
+    layers = profile.layers
+    total_forward = sum(layer.forward for layer in layers)
+    total_input = sum(layer.backward_input for layer in layers)
+    first_weight = layers[0].backward_weight
+    chain = total_forward + total_input + first_weight
+    best, forward_before, input_before = 0.0, 0.0, 0.0
+    for layer in layers:
+        tail = max(input_before + first_weight, layer.backward_weight)
+        best = max(best,
+                   chain + (num_microbatches - 1) * max(layer.forward, layer.backward_input),
+                   forward_before + num_microbatches * (layer.forward + layer.backward_input) + tail,
+                   forward_before + num_microbatches * (layer.forward + layer.backward))
+        forward_before += layer.forward
+        input_before += layer.backward_input
+    return best
+
+
+def search_lower_bound(profile: Profile, num_devices: int, num_microbatches: int) -> dict:
+    """``lower_bound_ms``'s parts plus the three above; ``lower_bound_ms`` is the max."""
+    parts = lower_bound_ms(profile, num_devices, num_microbatches)
+    costs = [layer.forward + layer.backward for layer in profile.layers]
+    parts["indivisible_layers_ms"] = indivisible_layers_ms(costs, num_devices, num_microbatches)
+    parts["optimal_device_load_ms"] = optimal_device_load_ms(costs, num_devices, num_microbatches)
+    parts["pipeline_fill_ms"] = pipeline_fill_ms(profile, num_devices, num_microbatches)
+    parts["layer_chain_ms"] = layer_chain_ms(profile, num_microbatches)
+    parts["lower_bound_ms"] = max(value for key, value in parts.items() if key != "lower_bound_ms")
+    return parts

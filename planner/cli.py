@@ -214,7 +214,7 @@ def simulate_command(args: argparse.Namespace) -> int:
 
 def _simulate_hybrid(plan: Plan, args: argparse.Namespace) -> int:
     """A v2 plan's prediction inside its job: the pipeline on the ranks' links, DP, optimizer, memory per GPU."""
-    from planner.hybrid import predict
+    from planner.parallel.planning import predict
 
     model = read_model(args.model) if args.model is not None else None
     seq_len = args.seq_len if args.seq_len is not None else plan.meta.get("seq_len")

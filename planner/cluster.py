@@ -16,7 +16,7 @@ from pathlib import Path
 
 from planner.errors import SpecError
 from planner.hardware import named_cluster_document, parse_cluster_name
-from planner.validation import (
+from planner.fields import (
     check_format,
     get_int,
     get_number,

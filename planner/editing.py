@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from planner import hybrid
+from planner.parallel import planning as hybrid
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
 from planner.cluster import ClusterSpec, load_cluster
 from planner.actions import ACTION_KINDS
@@ -38,7 +38,7 @@ from planner.search.layouts import layout_from_stages
 from planner.search.list_scheduler import SchedulePolicy, list_schedule
 from planner.simulator import simulate
 from planner.spec.model import ModelSpec, load_model_spec
-from planner.validate import check_plan_structure
+from planner.plan_check import check_plan_structure
 
 GIB = 1024 ** 3
 MAX_MICROBATCHES = 1024
@@ -86,7 +86,7 @@ class Prediction:
     plan: Plan
     profile: Profile
     simulation: dict          # the simulator's output, with the timeline
-    hybrid: dict | None       # planner.hybrid.predict's block for a v2 plan
+    hybrid: dict | None       # planner.parallel.planning.predict's block for a v2 plan
     rescheduled: str          # the list policy that ordered the actions; empty when the orders were kept
     layout: str
     schedule_summary: str

@@ -2,7 +2,7 @@
 refused with the field and the reason before anything is built from it.
 
 The ranges are generous around today's largest published systems (and say which): a value outside them is a
-typo or an attack, not a model someone trains. ``planner.validation``'s readers apply ``RANGES`` to the field of
+typo or an attack, not a model someone trains. ``planner.fields``'s readers apply ``RANGES`` to the field of
 that name wherever it appears; the document-level limits are applied where text is parsed
 (``planner.spec.files``, the web's request parsers).
 """

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from planner.actions import ACTION_KINDS, ActionKind
 from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig, load_parallel
-from planner.validation import get_int, get_str, require_list, require_mapping
+from planner.fields import get_int, get_str, require_list, require_mapping
 
 PLAN_FORMAT = "adaptis.plan/v1"
 PLAN_FORMAT_V2 = "adaptis.plan/v2"
@@ -116,7 +116,7 @@ class Plan:
 
 
 def load_plan(doc: object) -> Plan:
-    """Parse an ``adaptis.plan/v1`` or ``/v2`` document. Structural checks only; see ``planner.validate`` for
+    """Parse an ``adaptis.plan/v1`` or ``/v2`` document. Structural checks only; see ``planner.plan_check`` for
     the rest."""
     doc = require_mapping(doc, "")
     if doc.get("format") not in PLAN_FORMATS:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from planner.errors import SpecError
-from planner.validation import (
+from planner.fields import (
     check_format,
     get_int,
     get_number,

@@ -7,7 +7,7 @@ A front end reaches planning only through this module, ``planner.errors`` and th
 - ``check_pipeline_job`` / ``plan_pipeline_job``: a pipeline job's shape checked, then planned (the AdaPtis search
   with the baselines it scored, or one baseline), each plan validated and simulated into a ``PlanRecord``, the
   fields a stored plan keeps;
-- ``check_hybrid_job`` / ``plan_hybrid_job``: the same for a hybrid-parallel job (``planner.hybrid``);
+- ``check_hybrid_job`` / ``plan_hybrid_job``: the same for a hybrid-parallel job (``planner.parallel.planning``);
 - ``stored_plan_page`` / ``predict_stored_plan``: a stored plan (``StoredPlan``, its documents) predicted as its
   page draws it, the editor's prediction (``planner.editing``), with the difference from its parent and the
   Megatron export's refusal;
@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from planner import hybrid as planner_hybrid
+from planner.parallel import planning as planner_hybrid
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
 from planner.actions import ACTION_KINDS, ActionKind
 from planner.comparison import plan_gpus, throughput_difference
@@ -68,7 +68,7 @@ from planner.search import search_plan
 from planner.simulator import simulate, simulate_summary
 from planner.spec.model import ModelSpec
 from planner.spec.presets import model_preset_names
-from planner.validate import check_plan_structure, validate_plan
+from planner.plan_check import check_plan_structure, validate_plan
 
 EXPORT_FORMATS = ("plan-json", "perfetto", "torch-csv", "megatron-layout")
 ADAPTIS_STRATEGY = "adaptis"
@@ -187,7 +187,7 @@ class PipelineJobOutcome:
 
 @dataclass(frozen=True)
 class HybridJobOutcome:
-    """A hybrid job's best plan and its summary (``planner.hybrid``'s result; ``best.plan_id`` is the stored plan's
+    """A hybrid job's best plan and its summary (``planner.parallel.planning``'s result; ``best.plan_id`` is the stored plan's
     to fill in), with the closing messages, and ``short``, the configuration in words."""
 
     plan: PlanRecord
@@ -299,7 +299,7 @@ def kept_plan_first(candidates: list[dict], plan: Plan) -> list[dict]:
 
 def check_hybrid_job(*, spec: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, global_batch: int,
                      pins: dict) -> None:
-    """The SpecError the hybrid search would raise for this job (``planner.hybrid.check``), without searching."""
+    """The SpecError the hybrid search would raise for this job (``planner.parallel.planning.check``), without searching."""
     planner_hybrid.check(spec, cluster, gpus, seq_len, global_batch, pins)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.errors import SpecError
-from planner.validation import get_bool, get_int, reject_unknown, require_mapping
+from planner.fields import get_bool, get_int, reject_unknown, require_mapping
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 DEGREES = ("tp", "cp", "pp", "dp", "ep")

@@ -1,6 +1,6 @@
 """The AdaPtis plan search: partition, placement and schedule co-optimised against the simulator."""
 
-from planner.search.bound import search_lower_bound
+from planner.bounds import search_lower_bound
 from planner.search.list_scheduler import SchedulePolicy
 from planner.search.result import SearchResult
 from planner.search.search import search_plan

@@ -26,7 +26,7 @@ from planner.layout import layer_codes_from_profile, plan_layout_string
 from planner.memory import layer_state_bytes as unsharded_layer_state_bytes
 from planner.plan import Plan
 from planner.profile import Profile
-from planner.search.bound import search_lower_bound
+from planner.bounds import search_lower_bound
 from planner.search.evaluate import Candidate, CandidateScorer, StopSearch, candidate_plan
 from planner.search.layouts import SHAPES, Layout, layout_from_stages, shape_devices
 from planner.search.list_scheduler import SchedulePolicy
@@ -34,7 +34,7 @@ from planner.search.partition import balanced_starts, exchange_layers, rebalance
 from planner.search.result import SearchResult
 from planner.search.tuning import diagnose, partition_moves, perturbed, placement_moves, policy_moves, restructure
 from planner.simulator import simulate
-from planner.validate import validate_plan
+from planner.plan_check import validate_plan
 
 # Default evaluation budget, from the problem size: a small pipeline converges within ~200 candidates
 # (8 devices x 32 micro-batches: ~2 s on one core); 16+ devices have more boundaries and placements to

@@ -62,7 +62,7 @@ class Programs:
 
 
 def compile_programs(plan: Plan, costs: StageCosts | None) -> Programs:
-    """Assumes ``planner.validate.check_plan_structure`` passed. ``costs=None`` gives zero durations."""
+    """Assumes ``planner.plan_check.check_plan_structure`` passed. ``costs=None`` gives zero durations."""
     num_stages, num_microbatches = plan.num_stages, plan.num_microbatches
     per_kind = num_stages * num_microbatches
     gradient_base, weight_base, always_done = per_kind, 2 * per_kind, 3 * per_kind

@@ -11,7 +11,7 @@ from planner.simulator.engine import execute
 from planner.simulator.metrics import device_times
 from planner.simulator.program import compile_programs
 from planner.simulator.result import DeviceStats, Simulation
-from planner.validate import check_plan_structure
+from planner.plan_check import check_plan_structure
 
 
 def simulate(plan: Plan, profile: Profile, cluster: ClusterSpec | None = None) -> Simulation:

@@ -13,7 +13,7 @@ from typing import Union
 
 from planner.errors import SpecError
 from planner.limits import MAX_LAYERS
-from planner.validation import (
+from planner.fields import (
     check_format,
     get_bool,
     get_int,

@@ -1,4 +1,4 @@
-"""Independent checks for generated schedules, kept apart from ``planner.validate`` and the simulator on
+"""Independent checks for generated schedules, kept apart from ``planner.plan_check`` and the simulator on
 purpose: they restate the dependency rules directly so the generators are not checked by the code they feed.
 """
 

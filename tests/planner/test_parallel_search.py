@@ -7,7 +7,7 @@ import pytest
 from planner.cli import main
 from planner.cluster import load_cluster_preset
 from planner.errors import SpecError
-from planner.hybrid import search
+from planner.parallel.planning import search
 from planner.parallel.evaluate import Job
 from planner.parallel.search import candidates
 from planner.plan import load_plan
@@ -143,7 +143,7 @@ def test_a_v2_plan_is_refused_on_a_model_it_cannot_split(tmp_path, capsys):
 
 
 def test_check_refuses_what_the_search_would_without_searching():
-    from planner.hybrid import check
+    from planner.parallel.planning import check
 
     with pytest.raises(SpecError) as error:
         check("qwen3-next-80b-a3b", "h100-sxm-2x8", 16, 4096, 512)
@@ -165,7 +165,7 @@ def test_pins_that_cannot_split_the_gpus_or_the_batch_name_the_pin(gpus, batch, 
 
 
 def test_a_search_cancelled_while_scoring_raises_and_one_cancelled_later_keeps_its_best():
-    from planner.hybrid import SearchCancelled
+    from planner.parallel.planning import SearchCancelled
 
     with pytest.raises(SearchCancelled):
         search("llama-3-8b", "h100-sxm-2x8", 16, 4096, 64, cancel=lambda: True)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from planner.cost.analytic import active_parameters
-from planner.hybrid import search
+from planner.parallel.planning import search
 from planner.plan import load_plan
 from planner.spec.presets import load_model_preset
 

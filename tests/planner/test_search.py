@@ -11,7 +11,7 @@ from planner.memory import device_memory
 from planner.plan import load_plan
 from planner.search import search_plan
 from planner.simulator import simulate
-from planner.validate import validate_plan
+from planner.plan_check import validate_plan
 from tests.planner.search_profiles import big_head_profile, hybrid_profile, small_cluster
 
 DEVICES, MICROBATCHES = 4, 8

@@ -4,7 +4,7 @@ import json
 
 from planner.cli import EXIT_INVALID_INPUT, EXIT_OK, main
 from planner.plan import load_plan
-from planner.validate import validate_plan
+from planner.plan_check import validate_plan
 from tests.planner.search_profiles import hybrid_profile
 
 

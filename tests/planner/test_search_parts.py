@@ -5,14 +5,14 @@ import random
 
 import pytest
 
-from planner.search.bound import indivisible_layers_ms, optimal_device_load_ms, search_lower_bound
+from planner.bounds import indivisible_layers_ms, optimal_device_load_ms, search_lower_bound
 from planner.search.evaluate import CandidateScorer, candidate_plan
 from planner.search.layouts import SHAPES, Layout, shape_devices
 from planner.search.list_scheduler import Abandoned, SchedulePolicy, list_schedule
 from planner.search.partition import (balanced_starts, device_loads, exchange_layers, layer_devices,
                                       rebalance_devices)
 from planner.simulator import simulate
-from planner.validate import validate_plan
+from planner.plan_check import validate_plan
 from tests.planner.search_profiles import big_head_profile, hybrid_profile, small_cluster
 
 

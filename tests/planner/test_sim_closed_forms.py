@@ -4,7 +4,7 @@ import pytest
 
 from planner.cluster import ClusterSpec, DeviceType, Link
 from planner.simulator import simulate
-from planner.validate import validate_plan
+from planner.plan_check import validate_plan
 
 from sim_schedules import gpipe, interleaved_1f1b, one_f_one_b, uniform_profile
 

@@ -15,7 +15,7 @@ import pytest
 from planner.cluster import ClusterSpec, DeviceType, Link
 from planner.plan import Action
 from planner.simulator import simulate
-from planner.validate import validate_plan
+from planner.plan_check import validate_plan
 
 from sim_schedules import random_profile, random_valid_plan
 

@@ -17,7 +17,7 @@ from adaptis_web.studio.models import Membership, Plan, PlanningJob
 from adaptis_web.studio.services.jobs import job_request_check, job_run
 from adaptis_web.studio.services.specs import spec_create
 from adaptis_web.studio.services.teams import membership_add
-from planner import hybrid
+from planner.parallel import planning as hybrid
 from planner.cli import main as planner_cli
 from planner.cluster import load_cluster_preset
 from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description

@@ -67,7 +67,7 @@ from planner.spec.hf import hybrid_families as hybrid
 from planner.spec.hf.defaults import TRANSFORMERS_ALIASES, TRANSFORMERS_DEFAULTS
 from planner.spec.hf.reader import EMBEDDING, HEAD, Config
 from planner.spec.model import LayerSpec, ModelSpec, load_model_spec
-from planner.validation import require_mapping, shown
+from planner.fields import require_mapping, shown
 
 DEFAULT_SEQ_LEN = 4096
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from planner.errors import SpecError
 from planner.spec.model import AttentionMixer, LayerSpec
-from planner.validation import closest_key, get_bool, get_int, get_number, join, require_list
+from planner.fields import closest_key, get_bool, get_int, get_number, join, require_list
 
 EMBEDDING = LayerSpec(kind="embedding")
 HEAD = LayerSpec(kind="head")

@@ -5,7 +5,7 @@ import pytest
 from planner.errors import PlanError, SpecError
 from planner.plan import Action, Plan, Stage, load_plan
 from planner.simulator import simulate
-from planner.validate import validate_plan
+from planner.plan_check import validate_plan
 
 from sim_schedules import one_f_one_b, uniform_profile
 
