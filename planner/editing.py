@@ -23,13 +23,14 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from planner.parallel import planning as hybrid
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
 from planner.cluster import ClusterSpec, load_cluster
 from planner.actions import ACTION_KINDS
 from planner.comparison import plan_gpus, throughput_difference
 from planner.errors import PlanError, SpecError
 from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
+from planner.limits import MAX_MICROBATCHES
+from planner.parallel import planning as hybrid
 from planner.partition import partition_layers
 from planner.plan import PLAN_FORMAT_V2, Action, Plan, Stage, load_plan
 from planner.profile import Profile, load_profile
@@ -37,11 +38,10 @@ from planner.search.evaluate import CandidateScorer
 from planner.search.layouts import layout_from_stages
 from planner.search.list_scheduler import SchedulePolicy, list_schedule
 from planner.simulator import simulate
-from planner.spec.model import ModelSpec, load_model_spec
 from planner.plan_check import check_plan_structure
+from planner.spec.model import ModelSpec, load_model_spec
 
 GIB = 1024 ** 3
-MAX_MICROBATCHES = 1024
 EDITED_STRATEGY = "edited"
 LIST_POLICIES = {
     "one-f-one-b": ("1F1B-like: full backward first, one micro-batch pushed through at a time",

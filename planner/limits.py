@@ -4,7 +4,8 @@ refused with the field and the reason before anything is built from it.
 The ranges are generous around today's largest published systems (and say which): a value outside them is a
 typo or an attack, not a model someone trains. ``planner.fields``'s readers apply ``RANGES`` to the field of
 that name wherever it appears; the document-level limits are applied where text is parsed
-(``planner.spec.files``, the web's request parsers).
+(``planner.spec.files``, the web's request parsers). This is the one table of input limits: the planner's checks,
+the CLI, the plan editor and the web's serializers and forms all read it (through ``planner.service``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ MAX_DEPTH = 32
 MAX_PIPELINE_DEVICES = 1024
 MAX_MICROBATCHES = 8192
 MAX_PIPELINE_SLOTS = 128 * 512
+# A hybrid-parallel job: GPUs beyond the largest published runs (Llama 3: 16,384 H100; xAI and Meta clusters of
+# 100k+), sequences as long as the longest context a model here accepts, and global batches in sequences
+# (Llama 3 405B: 16M tokens at 8,192 = 2,048 sequences; a 4k-token model at 64M tokens: 16k sequences).
+MAX_GPUS = 1 << 16
+MAX_SEQ_LEN = 1 << 24
+MAX_GLOBAL_BATCH = 1 << 20
 
 # field name -> (minimum, maximum), inclusive; None: no bound of ours. A minimum here is a physical floor (a device
 # of 1e-300 TFLOP/s) and raises the reader's own minimum (which says what the format allows: 0 shared experts).
@@ -32,7 +39,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     # reach 262,144 (Gemma 3); contexts 10M tokens (Llama 4 Scout).
     "hidden_size": (None, 1 << 17),
     "vocab_size": (None, 1 << 22),
-    "seq_len": (None, 1 << 24),
+    "seq_len": (None, MAX_SEQ_LEN),
     "position_embeddings": (None, 1 << 24),
     "micro_batch_size": (None, 1 << 16),
     "repeat": (None, MAX_LAYERS),
@@ -76,6 +83,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     # plans and jobs
     "num_devices": (None, MAX_PIPELINE_DEVICES),
     "num_microbatches": (None, MAX_MICROBATCHES),
+    "gpus": (None, MAX_GPUS),
+    "global_batch": (None, MAX_GLOBAL_BATCH),
 }
 
 

@@ -40,7 +40,6 @@ from planner.cost.analytic import count_parameters
 from planner.editing import (
     EDITED_STRATEGY,
     LIST_POLICIES,
-    MAX_MICROBATCHES,
     SCHEDULE_POLICIES,
     EditContext,
     StoredPlan,
@@ -56,7 +55,16 @@ from planner.errors import PlanError, SpecError
 from planner.exports import export_plan
 from planner.hardware import ACCELERATORS
 from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
-from planner.limits import MAX_PIPELINE_DEVICES, RANGES, depth_reason, pipeline_slots_reason
+from planner.limits import (
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_MICROBATCHES,
+    MAX_PIPELINE_DEVICES,
+    MAX_SEQ_LEN,
+    RANGES,
+    depth_reason,
+    pipeline_slots_reason,
+)
 from planner.parallel.config import RECOMPUTE_MODES
 from planner.parallel.evaluate import shard_profile
 from planner.parallel.mapping import RankMapping
@@ -392,7 +400,8 @@ def plan_run_shape(plan_doc: dict, spec: ModelSpec) -> tuple[int, bool]:
 # The vocabularies and types a front end's forms and serializers offer come from their homes through here.
 __all__ = ["ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "ActionKind", "BASELINE_SCHEDULES", "EXPORT_FORMATS",
            "HYBRID_SCHEDULE",
-           "JOB_SCHEDULES", "LIST_POLICIES", "MAX_MICROBATCHES", "MAX_PIPELINE_DEVICES", "PARTITIONS", "RANGES",
+           "JOB_SCHEDULES", "LIST_POLICIES", "MAX_GLOBAL_BATCH", "MAX_GPUS", "MAX_MICROBATCHES", "MAX_PIPELINE_DEVICES",
+           "MAX_SEQ_LEN", "PARTITIONS", "RANGES",
            "RECOMPUTE_MODES", "SCHEDULE_POLICIES", "Calibration", "ClusterSpec", "HybridJobOutcome", "ModelSpec",
            "PipelineJobOutcome", "PlanRecord", "Profile", "RankMapping", "StoredPlan", "analytic_profile",
            "calibrate_from_run", "check_hybrid_job", "check_pipeline_job", "count_parameters", "depth_reason",

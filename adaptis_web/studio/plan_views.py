@@ -57,6 +57,7 @@ def plan_page(request: HttpRequest, plan, *, run_form: RunForm, status: int = 20
         "policies": [{"name": name, "label": POLICY_LABELS[name]} for name in planner_service.SCHEDULE_POLICIES],
         "baselines": list(planner_service.BASELINE_SCHEDULES), "partitions": list(planner_service.PARTITIONS),
         "recompute_modes": list(planner_service.RECOMPUTE_MODES),
+        "max_microbatches": planner_service.MAX_MICROBATCHES,
         "plan_url_template": reverse("studio:plan", args=[0]).replace("/0/", "/{id}/"),
     }
     return render(request, "studio/plan_detail.html", {

@@ -24,6 +24,7 @@ from planner.baselines import build_baseline
 from planner.cluster import ClusterSpec
 from planner.errors import SpecError
 from planner.layout import layer_codes_from_spec, plan_layout_string
+from planner.limits import bounds
 from planner.parallel.config import DEGREES, RECOMPUTE_MODES, ParallelConfig
 from planner.parallel.cost import CostOptions
 from planner.parallel.evaluate import Job, Score, estimate, pipeline_memory_budget, score_plan, shard_profile
@@ -127,8 +128,9 @@ def check_job(job: Job, pins: dict) -> None:
     if "distributed_optimizer" in pins and not isinstance(pins["distributed_optimizer"], bool):
         raise SpecError("distributed_optimizer", f"must be true or false, got {pins['distributed_optimizer']!r}")
     for key, value in (("gpus", job.gpus), ("seq_len", job.seq_len), ("global_batch", job.global_batch)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SpecError(key, f"must be an integer >= 1, got {value!r}")
+        limit = int(bounds(key)[1])  # planner.limits, the one table of input limits
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            raise SpecError(key, f"must be an integer between 1 and {limit:,}; got {value!r}")
     if job.gpus > job.cluster.num_devices:
         raise SpecError("gpus", f"the cluster {job.cluster.name!r} has {job.cluster.num_devices} GPUs, "
                                 f"asked for {job.gpus}")

@@ -18,6 +18,7 @@ from adaptis_web.studio.services.jobs import job_create, job_request_check, job_
 from adaptis_web.studio.services.specs import spec_create
 from planner.cluster import load_cluster_preset
 from planner.errors import SpecError
+from planner.limits import MAX_SEQ_LEN
 from planner.plan import load_plan
 from planner.spec.presets import load_model_preset
 
@@ -190,7 +191,7 @@ class TestApiValidation:
         ({"recompute": "most"}, "recompute", '"most" is not a valid choice.'),
         ({"tp": "two"}, "tp", "A valid integer is required."),
         ({"gpus": None}, "gpus", "is required for a hybrid-parallel job"),
-        ({"seq_len": 2**21}, "seq_len", "less than or equal to 1048576"),
+        ({"seq_len": MAX_SEQ_LEN + 1}, "seq_len", f"less than or equal to {MAX_SEQ_LEN}"),
         ({"gpus": 0}, "gpus", "greater than or equal to 1"),
         ({"mode": "both"}, "mode", '"both" is not a valid choice.'),
         ({"cluster_preset": "b300-1x8"}, "cluster_preset", "unknown preset 'b300-1x8'"),

@@ -13,6 +13,7 @@ from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.models import ApiToken, JobStatus, ModelSpecRecord, PlanningJob, Run
 from adaptis_web.studio.services.accounts import token_create
 from planner.cluster import load_cluster_preset
+from planner.limits import MAX_MICROBATCHES
 from planner.spec.model import load_model_spec
 from planner.spec.presets import load_model_preset
 
@@ -201,9 +202,9 @@ class TestSpecPage:
 
     def test_bad_parameters_are_reported_and_nothing_is_queued(self, client, people, planned):
         response = _client(client, people.member).post(reverse("studio:spec", args=[planned.spec.pk]), {
-            "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": 5000, "schedule": "1f1b"})
+            "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": MAX_MICROBATCHES + 1, "schedule": "1f1b"})
         assert response.status_code == 400
-        assert "must be between 1 and 1024; got 5000" in response.content.decode()
+        assert f"must be between 1 and {MAX_MICROBATCHES}; got {MAX_MICROBATCHES + 1}" in response.content.decode()
         assert PlanningJob.objects.count() == 1
 
 

@@ -22,6 +22,7 @@ from planner.cli import main as planner_cli
 from planner.cluster import load_cluster_preset
 from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
 from planner.parallel.evaluate import Job, shard_profile
+from planner.limits import MAX_MICROBATCHES
 from planner.plan import load_plan
 from planner.simulator import simulate
 from planner.spec.presets import load_model_preset
@@ -219,7 +220,7 @@ def test_split_merge_microbatches_policy_and_baseline_edits_are_predicted(people
 
 @pytest.mark.parametrize("edit, field, reason", [
     (lambda doc: doc["stages"][1].update(layers=[]), "stages[1].layers", "stage 1 would be empty"),
-    (lambda doc: doc.update(num_microbatches=0), "num_microbatches", "between 1 and 1024"),
+    (lambda doc: doc.update(num_microbatches=0), "num_microbatches", f"between 1 and {MAX_MICROBATCHES}"),
     (lambda doc: doc.update(num_devices=9), "num_devices", "has 4 devices"),
     (lambda doc: doc.update(meta={"schedule_policy": "fastest"}), "meta.schedule_policy", "must be one of"),
     (lambda doc: doc.update(meta={"baseline": "pipedream"}), "meta.baseline", "must be one of"),

@@ -18,6 +18,7 @@ from planner.baselines import build_baseline
 from planner.cluster import load_cluster_preset
 from planner.cost import analytic_profile
 from planner.errors import SpecError
+from planner.limits import MAX_MICROBATCHES
 from planner.simulator import simulate
 from planner.spec.presets import load_model_preset
 
@@ -126,7 +127,7 @@ class TestJobRequestCheck:
         ({"num_devices": 5}, "num_devices", "between 1 and the cluster's 4 devices"),
         ({"num_devices": 0}, "num_devices", "between 1 and the cluster's 4 devices"),
         ({"cluster_preset": "h100-sxm-1x8", "num_devices": 7}, "num_devices", "has only 6 layers"),
-        ({"num_microbatches": 0}, "num_microbatches", "between 1 and 1024"),
+        ({"num_microbatches": 0}, "num_microbatches", f"between 1 and {MAX_MICROBATCHES}"),
         ({"schedule": "2f2b"}, "schedule", "must be one of"),
         ({"cluster_preset": "tpu-pod"}, "cluster_preset", "unknown preset 'tpu-pod'"),
         ({"cluster_preset": ""}, "cluster_preset", "is required"),

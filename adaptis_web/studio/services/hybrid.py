@@ -17,13 +17,10 @@ from adaptis_web.studio.models import PlanningJob
 from adaptis_web.studio.services.search import job_cancel_reader, job_progress_writer
 from planner import service as planner_service
 from planner.errors import SpecError
-from planner.service import ClusterSpec, ModelSpec
+from planner.service import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, ClusterSpec, ModelSpec  # limits: planner.limits
 from planner.spec.model import load_model_spec
 
 HYBRID_SCHEDULE = planner_service.HYBRID_SCHEDULE
-MAX_GPUS = 65_536
-MAX_SEQ_LEN = 1 << 20
-MAX_GLOBAL_BATCH = 1 << 20
 DEGREE_PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size")
 PIN_FIELDS = DEGREE_PINS + ("recompute", "distributed_optimizer")
 SEARCH_PROGRESS_SPAN = (0.1, 0.85)
