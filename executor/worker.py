@@ -30,7 +30,7 @@ from executor.model.build import build_layers, resolve_dtype
 from executor.model.linear import enable_weight_grad_deferral
 from executor.runtime import RankRuntime
 from executor.stage import StageRunner
-from executor.summary import summarize
+from planner.observed import summarize
 from executor.timing import aligned_clock
 from planner.plan import Plan, load_plan
 from planner.spec.model import ModelSpec, load_model_spec
@@ -226,7 +226,7 @@ def _finish(config: RunConfig, plan: Plan, gathered: list[dict], job_dir: Path |
     balancing = [[part["balancing_losses"][step] for part in gathered if part["balancing_losses"][step] is not None]
                  for step in range(config.steps)]
     balancing_losses = [sum(parts) if parts else None for parts in balancing]
-    summary = summarize(events, plan.num_devices, config.steps)
+    summary = summarize(events, plan.num_devices)
     summary["threads_per_rank"] = [part["threads"] for part in gathered]
     summary["cores_per_rank"] = [part["cores"] for part in gathered]   # None: left to the OS scheduler
     # Events the sink never took during an outage: the result below still carries every one of them.

@@ -28,6 +28,7 @@ from planner.actions import ActionKind
 from planner.cluster import ClusterSpec
 from planner.cost import analytic_profile
 from planner.errors import SpecError
+from planner.observed import step_spans
 from planner.plan import Action, Plan
 from planner.profile import Profile
 from planner.simulator import simulate
@@ -76,10 +77,7 @@ def after_warmup(plan: Plan, observed_events: list[dict], warmup_steps: int) -> 
 def observed_iteration_ms(plan: Plan, observed_events: list[dict]) -> float:
     """The median over steps of a step's span, from its first action's start to its last action's end (what
     the simulator's ``iteration_ms`` models: the optimizer step between steps is not part of it)."""
-    steps: dict[int, tuple[float, float]] = {}
-    for step, _, start, end in observed_spans(plan, observed_events):
-        first, last = steps.get(step, (start, end))
-        steps[step] = (min(first, start), max(last, end))
+    steps = step_spans((step, start, end) for step, _, start, end in observed_spans(plan, observed_events))
     if not steps:
         raise SpecError("observed_events", "holds no action events")
     return median(last - first for first, last in steps.values())

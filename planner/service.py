@@ -16,7 +16,8 @@ A front end reaches planning only through this module, ``planner.errors`` and th
 - ``repredict_edit`` and ``derive_plan``: an edited document re-predicted (the editor's answer), and the same
   prediction as the ``PlanRecord`` of a derived plan;
 - ``export_stored_plan``: a stored plan in another tool's format, the file ``python -m planner export`` writes;
-- ``calibrate_from_run``: a profile and cluster recalibrated from a run's observed actions (``planner.calibrate``).
+- ``calibrate_from_run``: a profile and cluster recalibrated from a run's observed actions (``planner.calibrate``);
+- ``summarize_observed``: a run's observed iteration and bubble from its action events (``planner.observed``).
 
 The vocabularies the web's forms and serializers offer (schedules, partitions, recompute modes, accelerators,
 presets, input ranges) and the types they name come from their homes through here. Errors are
@@ -52,6 +53,7 @@ from planner.editing import (
     stored_summary,
 )
 from planner.errors import PlanError, SpecError
+from planner.observed import summarize as summarize_observed
 from planner.exports import export_plan
 from planner.hardware import ACCELERATORS
 from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
@@ -408,4 +410,4 @@ __all__ = ["ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "ActionKind", "BA
            "derive_plan", "export_stored_plan", "is_cluster_preset", "kept_plan_first", "model_preset_names",
            "plan_gpus", "plan_hybrid_job", "plan_pipeline_job", "plan_run_shape", "predict_stored_plan",
            "preset_names", "repredict_edit", "simulate_on_profile", "stored_plan_page", "stored_plan_simulation",
-           "throughput_difference"]
+           "summarize_observed", "throughput_difference"]

@@ -16,7 +16,7 @@ from adaptis_web.studio.models import JobStatus, MeasuredProfile, PlanningJob, R
 from adaptis_web.studio.services.jobs import job_request_check, job_run
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.specs import spec_create
-from executor.summary import summarize
+from planner.observed import summarize
 from planner.spec.presets import load_model_preset
 from tests.browser.conftest import SCREENS, VIEWPORT
 
@@ -88,7 +88,7 @@ def test_predicted_and_observed_share_one_time_axis_each_step_from_its_start(bro
     offsets = [12_600.0, 13_950.5, 15_420.25]
     rows = RunEvent.objects.bulk_create(_observed_rows(run, plan, offsets, stretch=3.0))
     summary = summarize([{"device": r.device, "kind": r.kind, "step": r.step, "start_ms": r.start_ms,
-                          "end_ms": r.end_ms} for r in rows], num_devices=2, steps=3)
+                          "end_ms": r.end_ms} for r in rows], num_devices=2)
     Run.objects.filter(pk=run.pk).update(summary={**summary, "losses": [6.3, 6.1, 5.9]},
                                          executed_spec=plan.job.spec.doc)
     page = _page(browser, live_server)

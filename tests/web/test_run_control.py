@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from adaptis_web.studio.models import JobStatus, Run, RunEvent
 from adaptis_web.studio.services.run_control import observed_statistic, run_phase
 from adaptis_web.studio.tasks import run_execute
-from executor.summary import summarize
+from planner.observed import summarize
 from tests.conftest import parent_of, runs_queue
 
 
@@ -106,7 +106,7 @@ def _step_events(spans_ms: list[float]) -> list[dict]:
 
 def test_the_observed_statistic_is_the_median_of_the_steps_after_the_warmup_step():
     spans = [90.0, 10.0, 30.0, 20.0, 1000.0]
-    summary = summarize(_step_events(spans), num_devices=2, steps=len(spans))
+    summary = summarize(_step_events(spans), num_devices=2)
     assert summary["median_iteration_ms"] == pytest.approx(statistics.median(spans[1:]))
     text = observed_statistic(summary)
     assert text.startswith("median over steps 1–4 (4 steps; warm-up step 0 left out)"), text
@@ -114,7 +114,7 @@ def test_the_observed_statistic_is_the_median_of_the_steps_after_the_warmup_step
 
 
 def test_a_one_step_run_names_its_only_step():
-    summary = summarize(_step_events([42.0]), num_devices=2, steps=1)
+    summary = summarize(_step_events([42.0]), num_devices=2)
     assert summary["median_iteration_ms"] == pytest.approx(42.0)
     assert observed_statistic(summary).startswith("step 0 alone")
 
@@ -122,7 +122,7 @@ def test_a_one_step_run_names_its_only_step():
 @pytest.mark.django_db
 def test_the_run_page_names_the_statistic_next_to_the_observed_iteration(client, crew):
     spans = [50.0, 12.0, 16.0]
-    Run.objects.filter(pk=crew.finished_run.pk).update(summary=summarize(_step_events(spans), 2, 3))
+    Run.objects.filter(pk=crew.finished_run.pk).update(summary=summarize(_step_events(spans), 2))
     client.force_login(crew.people.owner)
     page = client.get(reverse("studio:run", args=[crew.finished_run.pk])).content.decode()
     assert "14.00 ms" in page  # the median of steps 1 and 2

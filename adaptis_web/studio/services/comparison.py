@@ -56,15 +56,17 @@ def _run_item(run) -> dict:
                  "microbatch": event.microbatch, "start_ms": event.start_ms - origin, "end_ms": event.end_ms - origin}
                 for event in events if event.kind in planner_service.ACTION_KINDS]
     num_devices = run.plan.plan_doc["num_devices"]
-    span = max((entry["end_ms"] for entry in timeline), default=0.0)
-    busy = sum(entry["end_ms"] - entry["start_ms"] for entry in timeline)
+    observed = planner_service.summarize_observed(
+        [{"step": last, "device": entry["device"], "kind": entry["type"], "start_ms": entry["start_ms"],
+          "end_ms": entry["end_ms"]} for entry in timeline], num_devices)
+    span = observed["iteration_ms"]
     tokens = run_step_tokens(run)
     return {"key": f"run-{run.pk}", "kind": "run", "id": run.pk, "object": run,
             "label": f"Run #{run.pk} · observed step {last if last is not None else '—'}", "source": "observed",
             "layout": run.plan.layout, "num_devices": num_devices, "timeline": timeline, "span_ms": span,
             "gpus": planner_service.plan_gpus(run.plan.plan_doc),
             "metrics": {"iteration_ms": span or None,
-                        "bubble_ratio": 1 - busy / (num_devices * span) if span else None,
+                        "bubble_ratio": observed["bubble_ratio"] if span else None,
                         "peak_memory_bytes": None, "tokens_per_s": tokens / (span / 1e3) if span else None}}
 
 

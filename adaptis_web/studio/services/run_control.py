@@ -82,7 +82,7 @@ def run_steps_chart(*, run, predicted_ms: float, predicted_tokens_per_s: float |
 
 
 def observed_statistic(summary: dict) -> str:
-    """What the run's "observed iteration" is, in words, for the summary ``executor.summary.summarize`` wrote."""
+    """What the run's "observed iteration" is, in words, for the summary ``planner.observed.summarize`` wrote."""
     steps = [row["step"] for row in (summary or {}).get("steps", [])]
     if not steps:
         return ""

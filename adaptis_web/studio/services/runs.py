@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 MAX_RUN_STEPS = 50
 # A run's first step warms up (allocations, first messages); its observed iteration is the median over the steps
-# after it (executor.summary), so a run should have enough of them to show a steady state: 11 here.
+# after it (planner.observed), so a run should have enough of them to show a steady state: 11 here.
 DEFAULT_RUN_STEPS = 12
 CPU_BACKEND = "gloo"
 

@@ -1,6 +1,7 @@
-"""Observed per-device busy and bubble time from a run's action events.
+"""What a run observed, from its action events: each step's iteration time, per-device busy and bubble time.
 
-A step's iteration time is the span from its first action's start to its last action's end, over all
+The one home of these figures: the executor's run summary (the run page), the calibration (``planner.calibrate``)
+and the compare page all read them here. A step's iteration time is the span from its first action's start to its last action's end, over all
 devices; a device's bubble in that step is the iteration time minus its compute time. With more than one
 step the first is reported separately and left out of the averages: it pays one-off costs (allocator
 growth, first-touch of communication buffers) that a steady-state prediction does not model.
@@ -9,21 +10,33 @@ growth, first-touch of communication buffers) that a steady-state prediction doe
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from statistics import median
 
 from planner.actions import ActionKind
 
 
-def summarize(events: list[dict], num_devices: int, steps: int) -> dict:
+def step_spans(spans: Iterable[tuple[int, float, float]]) -> dict[int, tuple[float, float]]:
+    """Each step's (first action's start, last action's end), from (step, start_ms, end_ms) of its actions."""
+    steps: dict[int, tuple[float, float]] = {}
+    for step, start, end in spans:
+        first, last = steps.get(step, (start, end))
+        steps[step] = (min(first, start), max(last, end))
+    return steps
+
+
+def summarize(events: list[dict], num_devices: int) -> dict:
+    """Iteration (mean and median over the steps after the first), bubble ratio, per-step iterations and per-device
+    busy, bubble and compute by kind, from the action events of one run (other event types are skipped)."""
     actions = [event for event in events if event.get("type", "action") == "action"]
     by_step: dict[int, list[dict]] = defaultdict(list)
     for event in actions:
         by_step[event["step"]].append(event)
+    spans = step_spans((event["step"], event["start_ms"], event["end_ms"]) for event in actions)
     step_rows = []
     for step in sorted(by_step):
         step_events = by_step[step]
-        start = min(event["start_ms"] for event in step_events)
-        end = max(event["end_ms"] for event in step_events)
+        start, end = spans[step]
         busy = [0.0] * num_devices
         by_kind = [defaultdict(float) for _ in range(num_devices)]
         for event in step_events:
