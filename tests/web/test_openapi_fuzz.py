@@ -116,6 +116,8 @@ def _config(crew, spare_token_key: str, invitation_key: str, profile_id: int) ->
 
 
 def _schemathesis(url: str, token: str, config: Path, cwd: Path, *arguments: str) -> tuple[int, str]:
+    """One ``st run`` against the server (``--workers 2`` in the caller: the generator and the server then share
+    the two cores instead of taking turns)."""
     command = [str(Path(sys.executable).parent / "st"), "--no-color", "--config-file", str(config), "run",
                f"{url}/api/schema/", "--checks", "all", "--seed", str(SEED), "--continue-on-failure",
                "--header", f"Authorization: Token {token}", *arguments]
@@ -133,6 +135,7 @@ def _failures(output: str) -> str:
     return found.group(0)[-20000:] if found else output[-20000:]
 
 
+@pytest.mark.timeout(600)  # two Schemathesis runs of up to 280 s each (about 210 s in all on the idle 2-core host)
 @pytest.mark.django_db(transaction=True)
 def test_every_operation_answers_as_its_schema_says(crew, tmp_path):
     people = crew.people
@@ -146,7 +149,7 @@ def test_every_operation_answers_as_its_schema_says(crew, tmp_path):
     server, url = _production_server(tmp_path / "gunicorn.log")
     try:
         status, output = _schemathesis(url, token, config, tmp_path, "--phases", "examples,coverage,fuzzing",
-                                       "--max-examples", str(MAX_EXAMPLES), "--generation-deterministic")
+                                       "--max-examples", str(MAX_EXAMPLES), "--generation-deterministic", "--workers", "2")
         stateful_status, stateful = _schemathesis(url, token, config, tmp_path, "--phases", "stateful",
                                                   "--max-time", str(STATEFUL_SECONDS))
     finally:
