@@ -3,7 +3,9 @@
 The ingest's refusals (another run's secret, a wrong or an expired one, an event the plan does not have, a batch too
 large) store nothing; a retried batch is stored once; the lifecycle events move the run. Two torchrun agents on this
 host, as two nodes with c10d rendezvous, run the generated command against the product's own web server (as
-``make run`` starts it) and the run ends with every rank's events, equal to a local run of the same plan and seed.
+``make run`` starts it) and the run ends with every rank's events, equal to a local run of the same plan and seed;
+so does the generated Slurm batch script, ``sbatch``ed on the one-node Slurm cluster scripts/test.sh starts
+(``ensure_slurm`` in scripts/lib.sh), with nothing but the team's environment line to ready its nodes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -197,6 +200,87 @@ def test_two_torchrun_agents_as_two_nodes_run_the_generated_command_and_fill_the
     stored = sorted(RunEvent.objects.filter(run=run).values_list("rank", "step", "action"))
     local = run_plan(plan_from(plan), load_model_preset("tiny-llama"), steps=3, seed=0)
     assert stored == sorted((e["rank"], e["step"], e["action"]) for e in local.events if e.get("type", "action") == "action")
+    assert run.loss == pytest.approx(local.loss, rel=1e-5), "the same plan and seed train the same way"
+
+
+SLURM_CONF = os.environ.get("SLURM_CONF") or str(REPO_ROOT / "var" / "slurm" / "slurm.conf")
+SLURM_DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+              "PREEMPTED"}
+
+
+def _slurm(*argv: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, env={**os.environ, "SLURM_CONF": SLURM_CONF}, capture_output=True, text=True,
+                          timeout=30, **kwargs)
+
+
+def _slurm_job(job_id: str) -> dict[str, str]:
+    """Slurm's record of a job (``scontrol show job``: no accounting database here, so no ``sacct``)."""
+    shown = _slurm("scontrol", "show", "job", "--oneliner", job_id)
+    assert shown.returncode == 0, shown.stderr
+    return dict(field.split("=", 1) for field in shown.stdout.split() if "=" in field)
+
+
+@pytest.fixture
+def slurm():
+    """This checkout's one-node Slurm cluster, which scripts/test.sh starts: a test that needs it fails without it."""
+    try:
+        ping = _slurm("scontrol", "ping")
+    except FileNotFoundError:
+        pytest.fail("Slurm is not installed here (no scontrol): scripts/test.sh installs Debian's slurm-wlm and munge "
+                    "and starts a one-node cluster (ensure_slurm in scripts/lib.sh); run the tests with it")
+    if "is UP" not in ping.stdout:
+        pytest.fail(f"no Slurm answers at SLURM_CONF={SLURM_CONF} ({(ping.stdout + ping.stderr).strip()}): "
+                    "scripts/test.sh starts one (ensure_slurm in scripts/lib.sh); run the tests with it")
+
+
+@pytest.mark.any_database  # the Slurm cluster and the ranks are the same on either database
+@pytest.mark.django_db(transaction=True)
+def test_the_generated_slurm_script_sbatched_on_a_real_slurm_runs_the_plan_and_fills_the_run(slurm, people, web,
+                                                                                            tmp_path):
+    from executor.launch import run_plan
+
+    plan = _plan_on(people)   # cpu-host: one node of two devices, two ranks on Slurm's one node
+    client = APIClient()
+    client.force_authenticate(people.member)
+    # The environment line as a team writes it for its nodes: the executor's virtual environment (and, as this
+    # checkout's virtual environment may be another checkout's, this checkout's code first).
+    environment = f"source {sys.prefix}/bin/activate && export PYTHONPATH={REPO_ROOT}"
+    body = client.post(reverse("api:runs"), {"plan": plan.pk, "target": "cluster", "steps": 3,
+                                             "environment": environment, "time_limit": "00:10:00"},
+                       format="json", HTTP_HOST=web.url.removeprefix("http://")).json()
+    launch = body["launch"]
+    assert (launch["nodes"], launch["ranks_per_node"]) == (1, 2)
+    script = tmp_path / "run.sbatch"
+    script.write_text(launch["sbatch"])
+    token = tmp_path / "run.token"
+    token.write_text(body["secret"])
+    token.chmod(0o600)
+    # As a user submits it: a login shell's bare environment (sbatch passes it on), the secret's file, a free
+    # rendezvous port (other tests' ranks may hold 29500 on this shared host).
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(tmp_path),
+           "SLURM_CONF": SLURM_CONF, "ADAPTIS_TOKEN_FILE": str(token), "ADAPTIS_RDZV_PORT": str(free_port())}
+    submitted = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/slurm-%j.out", str(script)],
+                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    deadline, job = time.monotonic() + 300, {}
+    while time.monotonic() < deadline:
+        job = _slurm_job(job_id)
+        if job["JobState"] in SLURM_DONE:
+            break
+        time.sleep(1)
+    else:
+        _slurm("scancel", job_id)
+    output = next(iter(tmp_path.glob("slurm-*.out")), None)
+    log = output.read_text(errors="replace")[-4000:] if output else "(no output)"
+    assert (job.get("JobState"), job.get("ExitCode")) == ("COMPLETED", "0:0"), f"Slurm job {job_id}: {job}\n{log}"
+    run = Run.objects.get(pk=body["id"])
+    assert run.status == JobStatus.SUCCEEDED, f"{run.error}\n{log}"
+    assert len(run.cluster_facts["hosts"]) == 2, "both ranks reported where they ran"
+    stored = sorted(RunEvent.objects.filter(run=run).values_list("rank", "step", "action"))
+    local = run_plan(plan_from(plan), load_model_preset("tiny-llama"), steps=3, seed=0)
+    assert stored == sorted((event["rank"], event["step"], event["action"]) for event in local.events
+                            if event.get("type", "action") == "action")
     assert run.loss == pytest.approx(local.loss, rel=1e-5), "the same plan and seed train the same way"
 
 
