@@ -113,7 +113,7 @@ ensure_slurm() {
     local node
     node="$(hostname -s)"
     getent hosts "$node" >/dev/null \
-        || die "this host's name $node does not resolve (Slurm's node and the ranks' rendezvous need it): add it to /etc/hosts"
+        || die "this host's name $node does not resolve (Slurm's node, the ranks' rendezvous): add it to /etc/hosts"
     mkdir -p "$SLURM_DIR"/{state,spool,log,run} "$SLURM_DIR/munge"
     chmod 700 "$SLURM_DIR/munge"
     chmod 755 "$SLURM_DIR" "$SLURM_DIR/run"  # munged wants its socket's directory open to every user
