@@ -108,6 +108,54 @@ def test_a_cluster_run_is_created_with_a_secret_shown_once_and_its_launch(people
 
 
 @pytest.mark.django_db
+def test_a_team_saves_its_run_environment_once_and_its_cluster_runs_start_from_it(crew):
+    people, team = crew.people, crew.people.team
+    plan = _plan_on(people)
+    assert "source .venv/bin/activate" in _create(people, plan)["launch"]["sbatch"], "none saved: the default"
+    saved = "module load python/3.11 && source /shared/adaptis/.venv/bin/activate"
+    answer = _api(crew.admin).patch(reverse("api:team", args=[team.pk]), {"run_environment": f"  {saved} "},
+                                    format="json")
+    assert answer.status_code == 200 and answer.json()["run_environment"] == saved
+    assert _api(people.member).patch(reverse("api:team", args=[team.pk]), {"run_environment": "source x"},
+                                     format="json").status_code == 403, "admins only"
+    script = _create(people, plan)["launch"]["sbatch"]
+    assert f"\n{saved}\n" in script and "source .venv/bin/activate" not in script
+    own = _create(people, plan, environment="source ~/mine/.venv/bin/activate")["launch"]["sbatch"]
+    assert "source ~/mine/.venv/bin/activate" in own and saved not in own, "a run's own environment overrides it"
+    for value, reason in [("", "This field may not be blank."), ("   ", "This field may not be blank."),
+                          ("source a\nrm -rf b", "must be a single line"), ("source a\rb", "must be a single line"),
+                          ("x" * 501, "Ensure this field has no more than 500 characters.")]:
+        refused = _api(crew.admin).patch(reverse("api:team", args=[team.pk]), {"run_environment": value},
+                                         format="json")
+        assert refused.status_code == 400, value
+        (error,) = refused.json()["errors"]
+        assert error["field"] == "run_environment" and error["reason"].startswith(reason), error
+    team.refresh_from_db()
+    assert team.run_environment == saved, "nothing refused is stored"
+
+
+@pytest.mark.django_db
+def test_the_team_page_saves_the_run_environment_for_admins_and_shows_it_to_the_others(crew):
+    team, client = crew.people.team, Client()
+    client.force_login(crew.admin)
+    page = client.get(reverse("studio:team", args=[team.pk])).content.decode()
+    assert 'name="run_environment"' in page and 'placeholder="source .venv/bin/activate"' in page
+    saved = client.post(reverse("studio:team", args=[team.pk]),
+                        {"action": "environment", "run_environment": "image:ghcr.io/acme/adaptis:1.4"})
+    assert saved.status_code == 302
+    refused = client.post(reverse("studio:team", args=[team.pk]),
+                          {"action": "environment", "run_environment": "source a\nsource b"})
+    assert refused.status_code == 400 and "must be a single line" in refused.content.decode()
+    client.force_login(crew.viewer)
+    page = client.get(reverse("studio:team", args=[team.pk])).content.decode()
+    assert 'name="run_environment"' not in page and "image:ghcr.io/acme/adaptis:1.4" in page
+    assert client.post(reverse("studio:team", args=[team.pk]),
+                       {"action": "environment", "run_environment": "source c"}).status_code == 403
+    team.refresh_from_db()
+    assert team.run_environment == "image:ghcr.io/acme/adaptis:1.4"
+
+
+@pytest.mark.django_db
 def test_the_ingest_refuses_other_secrets_and_foreign_events_and_stores_nothing_then(people):
     plan = _plan_on(people)
     first, second = _create(people, plan), _create(people, plan)

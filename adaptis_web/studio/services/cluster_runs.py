@@ -55,11 +55,15 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def cluster_run_create(*, plan: Plan, user: AbstractBaseUser, steps: int, environment: str = DEFAULT_ENVIRONMENT,
+def cluster_run_create(*, plan: Plan, user: AbstractBaseUser, steps: int, environment: str | None = None,
                        time_limit: str = DEFAULT_TIME_LIMIT) -> tuple[Run, str]:
     """A run of ``plan`` that the user launches on their cluster, and its secret (shown once, stored as a digest).
-    ``environment``: the shell line that readies the executor on every node; ``time_limit``: Slurm's ``--time``."""
-    spec_check_team(team=plan.job.spec.team, user=user, doing="starting a run")
+    ``environment``: the shell line that readies the executor on every node (or ``image:NAME``), by default the
+    one the plan's team saved (``Team.run_environment``), else ``DEFAULT_ENVIRONMENT``; ``time_limit``: Slurm's
+    ``--time``."""
+    team = plan.job.spec.team
+    spec_check_team(team=team, user=user, doing="starting a run")
+    environment = environment or team.run_environment or DEFAULT_ENVIRONMENT
     if plan.plan_doc.get("format") != "adaptis.plan/v1":
         raise SpecError("plan", "is a hybrid-parallel plan (adaptis.plan/v2); the executor runs pipeline plans "
                                 "(adaptis.plan/v1): export it to Megatron-LM or torchtitan to run it")
