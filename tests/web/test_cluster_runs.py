@@ -22,6 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -105,6 +106,42 @@ def test_a_cluster_run_is_created_with_a_secret_shown_once_and_its_launch(people
     page = html.unescape(client.get(reverse("studio:run", args=[run.pk])).content.decode())
     assert "Waiting for its ranks: launch it on your cluster" in page
     assert script.strip() in page and launch["torchrun"] in page and body["secret"] not in page
+    assert launch["kubernetes"].strip() in page
+
+
+@pytest.mark.django_db
+def test_the_launch_has_a_kubeflow_pytorchjob_running_the_same_command_in_every_pod(people):
+    cpu_host = job_request_check(spec=load_model_preset("tiny-llama"), num_devices=2, num_microbatches=4,
+                                 cluster_preset="cpu-host").cluster.to_dict()
+    people.team.run_environment = "image:ghcr.io/acme/adaptis-executor:1.4"
+    people.team.save()
+    plan = _plan_on(people, cluster_doc={**cpu_host, "nodes": 2, "devices_per_node": 1})
+    body = _create(people, plan)
+    launch, name = body["launch"], f"adaptis-run-{body['id']}"
+    config_map, job = yaml.safe_load_all(launch["kubernetes"])
+    assert (config_map["kind"], config_map["metadata"]["name"]) == ("ConfigMap", name)
+    assert {file: json.loads(text) for file, text in config_map["data"].items()} == launch["files"]
+    assert (job["apiVersion"], job["kind"], job["metadata"]["name"]) == ("kubeflow.org/v1", "PyTorchJob", name)
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert {role: spec["replicas"] for role, spec in replicas.items()} == {"Master": 1, "Worker": 1}, "one pod a node"
+    assert job["spec"]["nprocPerNode"] == "1"
+    for spec in replicas.values():
+        (container,) = spec["template"]["spec"]["containers"]
+        assert container["name"] == "pytorch" and container["image"] == "ghcr.io/acme/adaptis-executor:1.4"
+        command = container["command"]
+        assert command[:2] == ["/bin/bash", "-c"] and command[2].splitlines()[-1] == f"exec {launch['torchrun']}"
+        assert 'HEAD="$MASTER_ADDR"; ADAPTIS_RDZV_PORT="$MASTER_PORT"' in command[2], "the operator's rendezvous"
+        volumes = {volume["name"]: volume for volume in spec["template"]["spec"]["volumes"]}
+        mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
+        assert volumes["run-files"]["configMap"]["name"] == name and container["workingDir"] == mounts["run-files"]
+        assert volumes["run-secret"]["secret"]["secretName"] == name
+        assert container["env"] == [{"name": "ADAPTIS_TOKEN_FILE", "value": f"{mounts['run-secret']}/token"}]
+        assert "nvidia.com/gpu" not in json.dumps(container["resources"]), "a CPU cluster asks for no GPUs"
+    assert body["secret"] not in launch["kubernetes"]
+    assert f"kubectl create secret generic {name} --from-file=token=" in launch["kubernetes"]
+    assert "\n# image:ghcr.io/acme/adaptis-executor:1.4 -- a container image" in launch["sbatch"], "not run as a line"
+    one_node = _create(people, _plan_on(people))["launch"]["kubernetes"]
+    assert list(list(yaml.safe_load_all(one_node))[1]["spec"]["pytorchReplicaSpecs"]) == ["Master"]
 
 
 @pytest.mark.django_db

@@ -637,6 +637,8 @@ class ClusterLaunchOutput(serializers.Serializer):
     files = serializers.DictField(help_text="file name -> JSON document the ranks read, beside the command")
     torchrun = serializers.CharField(help_text="the command every node runs; $HEAD is the first node's address")
     sbatch = serializers.CharField(help_text="a complete Slurm batch script: ADAPTIS_TOKEN_FILE=... sbatch it")
+    kubernetes = serializers.CharField(help_text="a Kubeflow training operator PyTorchJob and the ConfigMap of its "
+                                                 "files (YAML): create the Secret it names, then kubectl apply it")
 
 
 class IngestBatchInput(serializers.Serializer):
