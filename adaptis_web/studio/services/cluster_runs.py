@@ -138,11 +138,12 @@ def _pytorch_job(run: Run, *, nodes: int, per_node: int, files: dict, torchrun: 
     """The run as a Kubernetes PyTorchJob of the Kubeflow training operator, with the ConfigMap of its files: one
     Master and ``nodes - 1`` Worker pods, each running the same ``torchrun`` command with ``nproc-per-node`` ranks,
     its c10d rendezvous at the Master, whose address and port the operator gives every pod (``MASTER_ADDR``,
-    ``MASTER_PORT``). The secret comes from a Kubernetes Secret, mounted as the token file. ``image``: the container
-    image, the environment the executor runs in (the team's environment ``image:NAME``), else a placeholder."""
+    ``MASTER_PORT``; ``localhost`` on the Master itself, whose agent then hosts the rendezvous). The secret comes
+    from a Kubernetes Secret, mounted as the token file. ``image``: the container image, the environment the
+    executor runs in (the team's environment ``image:NAME``), else a placeholder."""
     name = f"adaptis-run-{run.pk}"
     script = "\n".join([
-        'HEAD="$MASTER_ADDR"; ADAPTIS_RDZV_PORT="$MASTER_PORT"   # the Master pod, as the operator names it',
+        'HEAD="$MASTER_ADDR"; ADAPTIS_RDZV_PORT="$MASTER_PORT"   # the Master pod, as the operator gives it',
         f"exec {torchrun}"])
     resources = {"limits": {"nvidia.com/gpu": per_node}} if run.backend == "nccl" else {
         "requests": {"cpu": per_node}}
@@ -180,7 +181,11 @@ def _pytorch_job(run: Run, *, nodes: int, per_node: int, files: dict, torchrun: 
 
 
 class _BlockDumper(yaml.SafeDumper):
-    """YAML as a person reads it: a text of several lines (the pods' script) as a literal block."""
+    """YAML as a person reads it: a text of several lines (the pods' script) as a literal block, and every value
+    written out where it is (no anchors and aliases for the ones the replicas share)."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
 
 
 _BlockDumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
