@@ -14,8 +14,13 @@ cd "$ROOT"
 STARTED_REDIS_PID=""
 STARTED_SLURM_PIDS=""
 stop_started() {
+    # What this script started, and wait (up to 10 s, then SIGKILL) until it is gone: slurmctld saves its state.
     local pid
     for pid in $STARTED_SLURM_PIDS $STARTED_REDIS_PID; do kill "$pid" 2>/dev/null || true; done
+    for pid in $STARTED_SLURM_PIDS $STARTED_REDIS_PID; do
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+    done
 }
 trap stop_started EXIT
 
