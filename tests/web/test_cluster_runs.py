@@ -288,7 +288,7 @@ def test_two_torchrun_agents_as_two_nodes_run_the_generated_command_and_fill_the
     assert run.loss == pytest.approx(local.loss, rel=1e-5), "the same plan and seed train the same way"
 
 
-SLURM_CONF = os.environ.get("SLURM_CONF") or str(REPO_ROOT / "var" / "slurm" / "slurm.conf")
+SLURM_CONF = str(REPO_ROOT / "var" / "slurm" / "slurm.conf")  # this checkout's (ensure_slurm), never a site's
 SLURM_DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
               "PREEMPTED"}
 
@@ -314,7 +314,7 @@ def slurm():
         pytest.fail("Slurm is not installed here (no scontrol): scripts/test.sh installs Debian's slurm-wlm and munge "
                     "and starts a one-node cluster (ensure_slurm in scripts/lib.sh); run the tests with it")
     if "is UP" not in ping.stdout:
-        pytest.fail(f"no Slurm answers at SLURM_CONF={SLURM_CONF} ({(ping.stdout + ping.stderr).strip()}): "
+        pytest.fail(f"no Slurm answers at {SLURM_CONF} ({(ping.stdout + ping.stderr).strip()}): "
                     "scripts/test.sh starts one (ensure_slurm in scripts/lib.sh); run the tests with it")
 
 
