@@ -89,3 +89,95 @@ ensure_redis() {
 ensure_chromium() {
     [ -x /usr/bin/chromium ] || apt_install chromium
 }
+
+SLURM_DIR="$ROOT/var/slurm"
+
+slurm_answers() {
+    # This checkout's Slurm (SLURM_CONF, as ensure_slurm sets it) answers and its one node takes jobs.
+    [ -f "$SLURM_CONF" ] && scontrol ping 2>/dev/null | grep -q 'is UP' \
+        && sinfo -h -N -o '%t' 2>/dev/null | grep -Eq '^(idle|mix|alloc)'
+}
+
+ensure_slurm() {
+    # A one-node Slurm cluster of this host's CPUs for the tests that sbatch a run (Debian's slurm-wlm and munge,
+    # installed when root): munged, slurmctld and slurmd run in the foreground in the background, as redis-server,
+    # with their configuration, state, spool, logs and a munge key of their own under var/slurm (SLURM_CONF points
+    # every client at it, whatever SLURM_CONF said before: never a site's Slurm), on ports free when started, so
+    # checkouts on one host each have their own. Reuses this checkout's Slurm when it answers. Appends the PIDs it
+    # started to STARTED_SLURM_PIDS.
+    export SLURM_CONF="$SLURM_DIR/slurm.conf"
+    if command -v scontrol >/dev/null && slurm_answers; then return 0; fi
+    command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
+        && command -v munged >/dev/null || apt_install slurm-wlm munge
+    local node
+    node="$(hostname -s)"
+    getent hosts "$node" >/dev/null \
+        || die "this host's name $node does not resolve (Slurm's node, the ranks' rendezvous): add it to /etc/hosts"
+    mkdir -p "$SLURM_DIR"/{state,spool,log,run} "$SLURM_DIR/munge"
+    chmod 700 "$SLURM_DIR/munge"
+    chmod 755 "$SLURM_DIR" "$SLURM_DIR/run"  # munged wants its socket's directory open to every user
+    local key="$SLURM_DIR/munge/munge.key" socket="$SLURM_DIR/run/munge.socket"
+    if [ ! -s "$key" ]; then
+        head -c 1024 /dev/urandom >"$key"
+        chmod 400 "$key"
+    fi
+    if ! munge -S "$socket" -n 2>/dev/null | unmunge -S "$socket" >/dev/null 2>&1; then
+        say "starting munged (socket var/slurm/run/munge.socket)"
+        # --force: we are root in a container, and var/ is not the system directory munged expects.
+        munged --foreground --force --socket="$socket" --key-file="$key" --pid-file="$SLURM_DIR/run/munged.pid" \
+            --seed-file="$SLURM_DIR/munge/munged.seed" --log-file="$SLURM_DIR/log/munged.log" \
+            >>"$SLURM_DIR/log/munged.out" 2>&1 &
+        STARTED_SLURM_PIDS="${STARTED_SLURM_PIDS:-} $!"
+        for _ in $(seq 50); do
+            munge -S "$socket" -n 2>/dev/null | unmunge -S "$socket" >/dev/null 2>&1 && break; sleep 0.1
+        done
+        munge -S "$socket" -n 2>/dev/null | unmunge -S "$socket" >/dev/null 2>&1 \
+            || die "munged did not come up (see var/slurm/log/munged.log)"
+    fi
+    local ports
+    ports="$(python3 -c '
+import socket
+probes = [socket.socket() for _ in range(2)]
+for probe in probes:
+    probe.bind(("127.0.0.1", 0))
+print(*(probe.getsockname()[1] for probe in probes))')"
+    # No cgroups (a container has none to give), no accounting database: processes tracked by /proc, tasks not
+    # bound; the node's CPUs allocated one by one.
+    cat >"$SLURM_CONF" <<CONF
+# Written by scripts/lib.sh (ensure_slurm): a one-node Slurm cluster of this host's CPUs for the tests.
+ClusterName=adaptis
+SlurmctldHost=$node(127.0.0.1)
+SlurmctldPort=${ports% *}
+SlurmdPort=${ports#* }
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$socket
+StateSaveLocation=$SLURM_DIR/state
+SlurmdSpoolDir=$SLURM_DIR/spool
+SlurmctldPidFile=$SLURM_DIR/run/slurmctld.pid
+SlurmdPidFile=$SLURM_DIR/run/slurmd.pid
+SlurmctldLogFile=$SLURM_DIR/log/slurmctld.log
+SlurmdLogFile=$SLURM_DIR/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/backfill
+MpiDefault=none
+ReturnToService=2
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=1024 State=UNKNOWN
+PartitionName=adaptis Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+CONF
+    say "starting slurmctld and slurmd (one node, $node, $(nproc) CPUs; var/slurm/slurm.conf)"
+    # -c: a fresh start, no jobs left from an earlier one.
+    slurmctld -D -c -i -f "$SLURM_CONF" >>"$SLURM_DIR/log/slurmctld.out" 2>&1 &
+    STARTED_SLURM_PIDS="$STARTED_SLURM_PIDS $!"
+    slurmd -D -c -N "$node" -f "$SLURM_CONF" >>"$SLURM_DIR/log/slurmd.out" 2>&1 &
+    STARTED_SLURM_PIDS="$STARTED_SLURM_PIDS $!"
+    for _ in $(seq 300); do slurm_answers && return 0; sleep 0.1; done
+    die "Slurm did not come up: its node is not idle (see var/slurm/log/slurmctld.log and slurmd.log)"
+}

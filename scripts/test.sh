@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the tests need (Python packages, Debian's Chromium, a Redis) and runs the whole suite.
+# Installs what the tests need (Python packages, Debian's Chromium, a Redis, a one-node Slurm cluster) and runs the
+# whole suite.
 #
 # With no arguments (as `make test` and CI run it) and PostgreSQL answering at 127.0.0.1:5432: the whole suite on
 # PostgreSQL (production's database), then every test that uses the database, but the browser tests and those
@@ -11,12 +12,23 @@
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 STARTED_REDIS_PID=""
-trap '[ -n "$STARTED_REDIS_PID" ] && kill "$STARTED_REDIS_PID" 2>/dev/null; true' EXIT
+STARTED_SLURM_PIDS=""
+stop_started() {
+    # What this script started, and wait (up to 10 s, then SIGKILL) until it is gone: slurmctld saves its state.
+    local pid
+    for pid in $STARTED_SLURM_PIDS $STARTED_REDIS_PID; do kill "$pid" 2>/dev/null || true; done
+    for pid in $STARTED_SLURM_PIDS $STARTED_REDIS_PID; do
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+    done
+}
+trap stop_started EXIT
 
 ensure_venv requirements/test.txt
 ensure_chromium
 ensure_redis
 export REDIS_URL
+ensure_slurm  # exports SLURM_CONF: tests/web/test_slurm.py sbatches a run on it
 
 POSTGRES_URL="postgres://postgres@127.0.0.1:5432/adaptis"
 SQLITE_URL="sqlite:///$ROOT/var/db.sqlite3"  # the tests' own database file is var/test-<pid>.sqlite3 (tests/conftest.py)

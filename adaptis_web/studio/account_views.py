@@ -15,6 +15,7 @@ from adaptis_web.studio import selectors
 from adaptis_web.studio.forms import TeamForm, TokenForm
 from adaptis_web.studio.services import teams
 from adaptis_web.studio.services.accounts import token_create, token_revoke
+from adaptis_web.studio.services.cluster_runs import DEFAULT_ENVIRONMENT
 from adaptis_web.studio.services.roles import role_permissions
 from planner.errors import SpecError
 
@@ -55,6 +56,8 @@ def team_switch(request: HttpRequest) -> HttpResponse:
 
 TEAM_ACTIONS = {
     "rename": lambda team, by, post: teams.team_rename(team=team, user=by, name=post.get("name", "")),
+    "environment": lambda team, by, post: teams.team_run_environment_set(
+        team=team, user=by, environment=post.get("run_environment", "")),
     "add": lambda team, by, post: teams.member_add_by_username(team=team, by=by, username=post.get("username", ""),
                                                                role=post.get("role", "")),
     "role": lambda team, by, post: teams.member_role_change(team=team, by=by, user_id=_user_id(post),
@@ -98,6 +101,7 @@ def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
         "team": team, "members": selectors.team_memberships(team=team), "error": error,
         "invitations": selectors.team_open_invitations(team=team), "invitation_url": invitation_url,
         "grantable_roles": teams.GRANTABLE_ROLES, **role_permissions(user=request.user, team=team),
+        "default_environment": DEFAULT_ENVIRONMENT.split("#")[0].strip(),
     }, status=status)
 
 

@@ -16,6 +16,10 @@ from knox.models import AbstractAuthToken
 class Team(models.Model):
     name = models.CharField(max_length=100, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    run_environment = models.CharField(
+        max_length=500, blank=True, default="",
+        help_text="the shell line that readies the executor on every node of the team's cluster runs (a virtual "
+                  "environment, a module load; or image:NAME, a container image for Kubernetes); empty: the default")
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
 
     def __str__(self) -> str:

@@ -3,7 +3,9 @@
 The ingest's refusals (another run's secret, a wrong or an expired one, an event the plan does not have, a batch too
 large) store nothing; a retried batch is stored once; the lifecycle events move the run. Two torchrun agents on this
 host, as two nodes with c10d rendezvous, run the generated command against the product's own web server (as
-``make run`` starts it) and the run ends with every rank's events, equal to a local run of the same plan and seed.
+``make run`` starts it) and the run ends with every rank's events, equal to a local run of the same plan and seed;
+so does the generated Slurm batch script, ``sbatch``ed on the one-node Slurm cluster scripts/test.sh starts
+(``ensure_slurm`` in scripts/lib.sh), with nothing but the team's environment line to ready its nodes.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import os
 import re
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -102,6 +106,90 @@ def test_a_cluster_run_is_created_with_a_secret_shown_once_and_its_launch(people
     page = html.unescape(client.get(reverse("studio:run", args=[run.pk])).content.decode())
     assert "Waiting for its ranks: launch it on your cluster" in page
     assert script.strip() in page and launch["torchrun"] in page and body["secret"] not in page
+    assert launch["kubernetes"].strip() in page
+
+
+@pytest.mark.django_db
+def test_the_launch_has_a_kubeflow_pytorchjob_running_the_same_command_in_every_pod(people):
+    cpu_host = job_request_check(spec=load_model_preset("tiny-llama"), num_devices=2, num_microbatches=4,
+                                 cluster_preset="cpu-host").cluster.to_dict()
+    people.team.run_environment = "image:ghcr.io/acme/adaptis-executor:1.4"
+    people.team.save()
+    plan = _plan_on(people, cluster_doc={**cpu_host, "nodes": 2, "devices_per_node": 1})
+    body = _create(people, plan)
+    launch, name = body["launch"], f"adaptis-run-{body['id']}"
+    config_map, job = yaml.safe_load_all(launch["kubernetes"])
+    assert (config_map["kind"], config_map["metadata"]["name"]) == ("ConfigMap", name)
+    assert {file: json.loads(text) for file, text in config_map["data"].items()} == launch["files"]
+    assert (job["apiVersion"], job["kind"], job["metadata"]["name"]) == ("kubeflow.org/v1", "PyTorchJob", name)
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert {role: spec["replicas"] for role, spec in replicas.items()} == {"Master": 1, "Worker": 1}, "one pod a node"
+    assert job["spec"]["nprocPerNode"] == "1"
+    for spec in replicas.values():
+        (container,) = spec["template"]["spec"]["containers"]
+        assert container["name"] == "pytorch" and container["image"] == "ghcr.io/acme/adaptis-executor:1.4"
+        command = container["command"]
+        assert command[:2] == ["/bin/bash", "-c"] and command[2].splitlines()[-1] == f"exec {launch['torchrun']}"
+        assert 'HEAD="$MASTER_ADDR"; ADAPTIS_RDZV_PORT="$MASTER_PORT"' in command[2], "the operator's rendezvous"
+        volumes = {volume["name"]: volume for volume in spec["template"]["spec"]["volumes"]}
+        mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
+        assert volumes["run-files"]["configMap"]["name"] == name and container["workingDir"] == mounts["run-files"]
+        assert volumes["run-secret"]["secret"]["secretName"] == name
+        assert container["env"] == [{"name": "ADAPTIS_TOKEN_FILE", "value": f"{mounts['run-secret']}/token"}]
+        assert "nvidia.com/gpu" not in json.dumps(container["resources"]), "a CPU cluster asks for no GPUs"
+    assert body["secret"] not in launch["kubernetes"]
+    assert f"kubectl create secret generic {name} --from-file=token=" in launch["kubernetes"]
+    assert "\n# image:ghcr.io/acme/adaptis-executor:1.4 -- a container image" in launch["sbatch"], "not run as a line"
+    one_node = _create(people, _plan_on(people))["launch"]["kubernetes"]
+    assert list(list(yaml.safe_load_all(one_node))[1]["spec"]["pytorchReplicaSpecs"]) == ["Master"]
+
+
+@pytest.mark.django_db
+def test_a_team_saves_its_run_environment_once_and_its_cluster_runs_start_from_it(crew):
+    people, team = crew.people, crew.people.team
+    plan = _plan_on(people)
+    assert "source .venv/bin/activate" in _create(people, plan)["launch"]["sbatch"], "none saved: the default"
+    saved = "module load python/3.11 && source /shared/adaptis/.venv/bin/activate"
+    answer = _api(crew.admin).patch(reverse("api:team", args=[team.pk]), {"run_environment": f"  {saved} "},
+                                    format="json")
+    assert answer.status_code == 200 and answer.json()["run_environment"] == saved
+    assert _api(people.member).patch(reverse("api:team", args=[team.pk]), {"run_environment": "source x"},
+                                     format="json").status_code == 403, "admins only"
+    script = _create(people, plan)["launch"]["sbatch"]
+    assert f"\n{saved}\n" in script and "source .venv/bin/activate" not in script
+    own = _create(people, plan, environment="source ~/mine/.venv/bin/activate")["launch"]["sbatch"]
+    assert "source ~/mine/.venv/bin/activate" in own and saved not in own, "a run's own environment overrides it"
+    for value, reason in [("", "This field may not be blank."), ("   ", "This field may not be blank."),
+                          ("source a\nrm -rf b", "must be a single line"), ("source a\rb", "must be a single line"),
+                          ("x" * 501, "Ensure this field has no more than 500 characters.")]:
+        refused = _api(crew.admin).patch(reverse("api:team", args=[team.pk]), {"run_environment": value},
+                                         format="json")
+        assert refused.status_code == 400, value
+        (error,) = refused.json()["errors"]
+        assert error["field"] == "run_environment" and error["reason"].startswith(reason), error
+    team.refresh_from_db()
+    assert team.run_environment == saved, "nothing refused is stored"
+
+
+@pytest.mark.django_db
+def test_the_team_page_saves_the_run_environment_for_admins_and_shows_it_to_the_others(crew):
+    team, client = crew.people.team, Client()
+    client.force_login(crew.admin)
+    page = client.get(reverse("studio:team", args=[team.pk])).content.decode()
+    assert 'name="run_environment"' in page and 'placeholder="source .venv/bin/activate"' in page
+    saved = client.post(reverse("studio:team", args=[team.pk]),
+                        {"action": "environment", "run_environment": "image:ghcr.io/acme/adaptis:1.4"})
+    assert saved.status_code == 302
+    refused = client.post(reverse("studio:team", args=[team.pk]),
+                          {"action": "environment", "run_environment": "source a\nsource b"})
+    assert refused.status_code == 400 and "must be a single line" in refused.content.decode()
+    client.force_login(crew.viewer)
+    page = client.get(reverse("studio:team", args=[team.pk])).content.decode()
+    assert 'name="run_environment"' not in page and "image:ghcr.io/acme/adaptis:1.4" in page
+    assert client.post(reverse("studio:team", args=[team.pk]),
+                       {"action": "environment", "run_environment": "source c"}).status_code == 403
+    team.refresh_from_db()
+    assert team.run_environment == "image:ghcr.io/acme/adaptis:1.4"
 
 
 @pytest.mark.django_db
@@ -197,6 +285,87 @@ def test_two_torchrun_agents_as_two_nodes_run_the_generated_command_and_fill_the
     stored = sorted(RunEvent.objects.filter(run=run).values_list("rank", "step", "action"))
     local = run_plan(plan_from(plan), load_model_preset("tiny-llama"), steps=3, seed=0)
     assert stored == sorted((e["rank"], e["step"], e["action"]) for e in local.events if e.get("type", "action") == "action")
+    assert run.loss == pytest.approx(local.loss, rel=1e-5), "the same plan and seed train the same way"
+
+
+SLURM_CONF = str(REPO_ROOT / "var" / "slurm" / "slurm.conf")  # this checkout's (ensure_slurm), never a site's
+SLURM_DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+              "PREEMPTED"}
+
+
+def _slurm(*argv: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, env={**os.environ, "SLURM_CONF": SLURM_CONF}, capture_output=True, text=True,
+                          timeout=30, **kwargs)
+
+
+def _slurm_job(job_id: str) -> dict[str, str]:
+    """Slurm's record of a job (``scontrol show job``: no accounting database here, so no ``sacct``)."""
+    shown = _slurm("scontrol", "show", "job", "--oneliner", job_id)
+    assert shown.returncode == 0, shown.stderr
+    return dict(field.split("=", 1) for field in shown.stdout.split() if "=" in field)
+
+
+@pytest.fixture
+def slurm():
+    """This checkout's one-node Slurm cluster, which scripts/test.sh starts: a test that needs it fails without it."""
+    try:
+        ping = _slurm("scontrol", "ping")
+    except FileNotFoundError:
+        pytest.fail("Slurm is not installed here (no scontrol): scripts/test.sh installs Debian's slurm-wlm and munge "
+                    "and starts a one-node cluster (ensure_slurm in scripts/lib.sh); run the tests with it")
+    if "is UP" not in ping.stdout:
+        pytest.fail(f"no Slurm answers at {SLURM_CONF} ({(ping.stdout + ping.stderr).strip()}): "
+                    "scripts/test.sh starts one (ensure_slurm in scripts/lib.sh); run the tests with it")
+
+
+@pytest.mark.any_database  # the Slurm cluster and the ranks are the same on either database
+@pytest.mark.django_db(transaction=True)
+def test_the_generated_slurm_script_sbatched_on_a_real_slurm_runs_the_plan_and_fills_the_run(slurm, people, web,
+                                                                                            tmp_path):
+    from executor.launch import run_plan
+
+    plan = _plan_on(people)   # cpu-host: one node of two devices, two ranks on Slurm's one node
+    client = APIClient()
+    client.force_authenticate(people.member)
+    # The environment line as a team writes it for its nodes: the executor's virtual environment (and, as this
+    # checkout's virtual environment may be another checkout's, this checkout's code first).
+    environment = f"source {sys.prefix}/bin/activate && export PYTHONPATH={REPO_ROOT}"
+    body = client.post(reverse("api:runs"), {"plan": plan.pk, "target": "cluster", "steps": 3,
+                                             "environment": environment, "time_limit": "00:10:00"},
+                       format="json", HTTP_HOST=web.url.removeprefix("http://")).json()
+    launch = body["launch"]
+    assert (launch["nodes"], launch["ranks_per_node"]) == (1, 2)
+    script = tmp_path / "run.sbatch"
+    script.write_text(launch["sbatch"])
+    token = tmp_path / "run.token"
+    token.write_text(body["secret"])
+    token.chmod(0o600)
+    # As a user submits it: a login shell's bare environment (sbatch passes it on), the secret's file, a free
+    # rendezvous port (other tests' ranks may hold 29500 on this shared host).
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(tmp_path),
+           "SLURM_CONF": SLURM_CONF, "ADAPTIS_TOKEN_FILE": str(token), "ADAPTIS_RDZV_PORT": str(free_port())}
+    submitted = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/slurm-%j.out", str(script)],
+                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    deadline, job = time.monotonic() + 300, {}
+    while time.monotonic() < deadline:
+        job = _slurm_job(job_id)
+        if job["JobState"] in SLURM_DONE:
+            break
+        time.sleep(1)
+    else:
+        _slurm("scancel", job_id)
+    output = next(iter(tmp_path.glob("slurm-*.out")), None)
+    log = output.read_text(errors="replace")[-4000:] if output else "(no output)"
+    assert (job.get("JobState"), job.get("ExitCode")) == ("COMPLETED", "0:0"), f"Slurm job {job_id}: {job}\n{log}"
+    run = Run.objects.get(pk=body["id"])
+    assert run.status == JobStatus.SUCCEEDED, f"{run.error}\n{log}"
+    assert len(run.cluster_facts["hosts"]) == 2, "both ranks reported where they ran"
+    stored = sorted(RunEvent.objects.filter(run=run).values_list("rank", "step", "action"))
+    local = run_plan(plan_from(plan), load_model_preset("tiny-llama"), steps=3, seed=0)
+    assert stored == sorted((event["rank"], event["step"], event["action"]) for event in local.events
+                            if event.get("type", "action") == "action")
     assert run.loss == pytest.approx(local.loss, rel=1e-5), "the same plan and seed train the same way"
 
 

@@ -50,6 +50,8 @@ API_CASES = [
          lambda c: {"name": "new-team"}),
     Case("rename the team", "patch", lambda c: reverse("api:team", args=[c.people.team.pk]), ADMIN_ONLY,
          lambda c: {"name": "renamed-team"}),
+    Case("save the team's run environment", "patch", lambda c: reverse("api:team", args=[c.people.team.pk]),
+         ADMIN_ONLY, lambda c: {"run_environment": "source ~/adaptis/.venv/bin/activate"}),
     Case("add a member", "post", lambda c: reverse("api:team-members", args=[c.people.team.pk]),
          (201, 201, 403, 403, 404, 401), lambda c: {"username": "mallory", "role": "viewer"}),
     Case("change a role", "patch", lambda c: reverse("api:team-member", args=[c.people.team.pk, c.extra.pk]),

@@ -21,6 +21,7 @@ from adaptis_web.studio.api.serializers import (
     TeamCreateInput,
     TeamDetailOutput,
     TeamOutput,
+    TeamUpdateInput,
     TokenCreatedOutput,
     TokenCreateInput,
     TokenOutput,
@@ -61,10 +62,11 @@ class TeamDetailApi(APIView):
     def get(self, request, team_id: int):
         return Response(team_detail(selectors.team_get_for_user(user=request.user, team_id=team_id)))
 
-    @extend_schema(request=TeamCreateInput, responses=TeamDetailOutput, description="Rename the team (admins).")
+    @extend_schema(request=TeamUpdateInput, responses=TeamDetailOutput,
+                   description="Rename the team, or save the environment its cluster runs start from (admins).")
     def patch(self, request, team_id: int):
         team = selectors.team_get_for_user(user=request.user, team_id=team_id)
-        teams.team_rename(team=team, user=request.user, name=_validated(TeamCreateInput, request.data)["name"])
+        teams.team_update(team=team, user=request.user, **_validated(TeamUpdateInput, request.data))
         return Response(team_detail(team))
 
 

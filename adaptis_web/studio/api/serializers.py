@@ -22,7 +22,7 @@ from adaptis_web.studio.services.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE
 from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, MAX_TIME_BUDGET_S, MIN_TIME_BUDGET_S
 from adaptis_web.studio.services.jobs import MAX_MICROBATCHES
 from adaptis_web.studio.services.hybrid import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN
-from adaptis_web.studio.services.teams import GRANTABLE_ROLES
+from adaptis_web.studio.services.teams import GRANTABLE_ROLES, MAX_RUN_ENVIRONMENT, NOT_ONE_LINE
 from adaptis_web.studio.services.profiling import MAX_PROFILE_RANKS
 from adaptis_web.studio.services.runs import DEFAULT_RUN_STEPS, MAX_RUN_STEPS
 from planner.service import ACCELERATORS, MAX_PIPELINE_DEVICES, PARTITIONS, RANGES, RECOMPUTE_MODES, preset_names
@@ -130,6 +130,32 @@ class TeamCreateInput(serializers.Serializer):
     name = StrictCharField(max_length=100, validators=[NOT_BLANK])
 
 
+class SingleLineCharField(StrictCharField):
+    """One line of text, not blank: no line break or other control character (a tab is fine) anywhere in what was
+    sent, checked before the white space around it is taken away, as the schema's pattern says."""
+
+    default_error_messages = {"not_one_line": "must be a single line (no line breaks or other control characters)"}
+
+    def run_validation(self, data=serializers.empty):
+        if isinstance(data, str) and NOT_ONE_LINE.search(data):
+            self.fail("not_one_line")
+        return super().run_validation(data)
+
+
+ONE_LINE = RegexValidator(
+    rf"^[^\x00-\x08\x0a-\x1f\x7f]*[^\x00-\x1f\x7f{WHITE_SPACE}][^\x00-\x08\x0a-\x1f\x7f]*$",
+    "must be a single line with a character other than white space")
+
+
+class TeamUpdateInput(serializers.Serializer):
+    name = StrictCharField(max_length=100, validators=[NOT_BLANK], required=False, help_text="rename the team")
+    run_environment = SingleLineCharField(
+        max_length=MAX_RUN_ENVIRONMENT, validators=[ONE_LINE], required=False,
+        help_text="the shell line that readies the executor on every node of the team's cluster runs (a virtual "
+                  "environment, a module load), or image:NAME, the container image of their Kubernetes PyTorchJob; "
+                  "a run's own environment overrides it")
+
+
 class MemberOutput(serializers.ModelSerializer):
     user_id = serializers.IntegerField()
     username = serializers.CharField(source="user.username")
@@ -144,7 +170,7 @@ class TeamDetailOutput(serializers.ModelSerializer):
 
     class Meta:
         model = Team
-        fields = ["id", "name", "created_at", "members"]
+        fields = ["id", "name", "created_at", "run_environment", "members"]
 
 
 class MemberAddInput(serializers.Serializer):
@@ -611,6 +637,8 @@ class ClusterLaunchOutput(serializers.Serializer):
     files = serializers.DictField(help_text="file name -> JSON document the ranks read, beside the command")
     torchrun = serializers.CharField(help_text="the command every node runs; $HEAD is the first node's address")
     sbatch = serializers.CharField(help_text="a complete Slurm batch script: ADAPTIS_TOKEN_FILE=... sbatch it")
+    kubernetes = serializers.CharField(help_text="a Kubeflow training operator PyTorchJob and the ConfigMap of its "
+                                                 "files (YAML): create the Secret it names, then kubectl apply it")
 
 
 class IngestBatchInput(serializers.Serializer):

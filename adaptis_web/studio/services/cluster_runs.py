@@ -25,6 +25,8 @@ import secrets
 import shlex
 import uuid
 
+import yaml
+
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
@@ -40,6 +42,10 @@ from planner.errors import SpecError
 RENDEZVOUS_PORT = 29500
 DEFAULT_ENVIRONMENT = "source .venv/bin/activate   # the environment every node runs the executor from"
 DEFAULT_TIME_LIMIT = "01:00:00"
+IMAGE_PREFIX = "image:"  # an environment naming a container image (the Kubernetes PyTorchJob's) instead of a line
+IMAGE_PLACEHOLDER = "registry.example.com/your-team/adaptis-executor:latest"
+KUBERNETES_FILES_DIR = "/adaptis"  # the ConfigMap of the run's files, mounted as the ranks' working directory
+KUBERNETES_TOKEN_DIR = "/var/run/secrets/adaptis"  # the Secret of the run's secret, mounted read-only
 LIFECYCLE = ("run_started", "run_finished", "run_failed", "run_cancelled")
 
 
@@ -55,11 +61,15 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def cluster_run_create(*, plan: Plan, user: AbstractBaseUser, steps: int, environment: str = DEFAULT_ENVIRONMENT,
+def cluster_run_create(*, plan: Plan, user: AbstractBaseUser, steps: int, environment: str | None = None,
                        time_limit: str = DEFAULT_TIME_LIMIT) -> tuple[Run, str]:
     """A run of ``plan`` that the user launches on their cluster, and its secret (shown once, stored as a digest).
-    ``environment``: the shell line that readies the executor on every node; ``time_limit``: Slurm's ``--time``."""
-    spec_check_team(team=plan.job.spec.team, user=user, doing="starting a run")
+    ``environment``: the shell line that readies the executor on every node (or ``image:NAME``), by default the
+    one the plan's team saved (``Team.run_environment``), else ``DEFAULT_ENVIRONMENT``; ``time_limit``: Slurm's
+    ``--time``."""
+    team = plan.job.spec.team
+    spec_check_team(team=team, user=user, doing="starting a run")
+    environment = environment or team.run_environment or DEFAULT_ENVIRONMENT
     if plan.plan_doc.get("format") != "adaptis.plan/v1":
         raise SpecError("plan", "is a hybrid-parallel plan (adaptis.plan/v2); the executor runs pipeline plans "
                                 "(adaptis.plan/v1): export it to Megatron-LM or torchtitan to run it")
@@ -86,9 +96,10 @@ def _layout(run: Run) -> tuple[int, int]:
 
 def launch(run: Run, *, ingest_url: str) -> dict:
     """How to launch a cluster run: the files its ranks read, the ``torchrun`` command every node runs (``$HEAD``:
-    the first node's address; ``$ADAPTIS_RDZV_PORT``: its rendezvous port, 29500 by default), and a complete Slurm
-    batch script that writes the files, finds ``$HEAD`` and ``srun``s the command on every node. The secret is read
-    from ``$ADAPTIS_TOKEN_FILE``, never written here."""
+    the first node's address; ``$ADAPTIS_RDZV_PORT``: its rendezvous port, 29500 by default), a complete Slurm
+    batch script that writes the files, finds ``$HEAD`` and ``srun``s the command on every node, and a Kubernetes
+    PyTorchJob (Kubeflow training operator) that runs the same command in every pod. The secret is read from
+    ``$ADAPTIS_TOKEN_FILE``, never written here."""
     nodes, per_node = _layout(run)
     environment = run.launch_options.get("environment", DEFAULT_ENVIRONMENT)
     time_limit = run.launch_options.get("time_limit", DEFAULT_TIME_LIMIT)
@@ -99,6 +110,7 @@ def launch(run: Run, *, ingest_url: str) -> dict:
         "-m", "executor", "run", plan_file, "--model", model_file, "--backend", run.backend,
         "--steps", str(run.steps), "--events", shlex.quote(ingest_url), '--token-file "$ADAPTIS_TOKEN_FILE"'])
     files = {plan_file: run.plan.plan_doc, model_file: run.plan.job.spec.doc}
+    image = environment.removeprefix(IMAGE_PREFIX).strip() if environment.startswith(IMAGE_PREFIX) else ""
     gpus = [f"#SBATCH --gpus-per-node={per_node}"] if run.backend == "nccl" else []
     writes = [line for name, doc in files.items()
               for line in (f"cat > {name} <<'ADAPTIS_DOCUMENT'", json.dumps(doc), "ADAPTIS_DOCUMENT")]
@@ -110,13 +122,74 @@ def launch(run: Run, *, ingest_url: str) -> dict:
         f"# Run {run.pk}'s secret was shown once when it was created: keep it in a file only you can read and",
         "# submit with ADAPTIS_TOKEN_FILE=/path/to/it sbatch this-script.",
         f': "${{ADAPTIS_TOKEN_FILE:?set ADAPTIS_TOKEN_FILE to the file holding the secret of run {run.pk}}}"',
-        environment,
+        f"# {environment} -- a container image: run this script in it (e.g. srun --container-image)" if image
+        else environment,
         *writes,
         'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         f"srun --kill-on-bad-exit=1 {torchrun}",
         ""])
     return {"nodes": nodes, "ranks_per_node": per_node, "backend": run.backend, "files": files,
-            "torchrun": torchrun, "sbatch": sbatch}
+            "torchrun": torchrun, "sbatch": sbatch,
+            "kubernetes": _pytorch_job(run, nodes=nodes, per_node=per_node, files=files, torchrun=torchrun,
+                                       image=image)}
+
+
+def _pytorch_job(run: Run, *, nodes: int, per_node: int, files: dict, torchrun: str, image: str) -> str:
+    """The run as a Kubernetes PyTorchJob of the Kubeflow training operator, with the ConfigMap of its files: one
+    Master and ``nodes - 1`` Worker pods, each running the same ``torchrun`` command with ``nproc-per-node`` ranks,
+    its c10d rendezvous at the Master, whose address and port the operator gives every pod (``MASTER_ADDR``,
+    ``MASTER_PORT``; ``localhost`` on the Master itself, whose agent then hosts the rendezvous). The secret comes
+    from a Kubernetes Secret, mounted as the token file. ``image``: the container image, the environment the
+    executor runs in (the team's environment ``image:NAME``), else a placeholder."""
+    name = f"adaptis-run-{run.pk}"
+    script = "\n".join([
+        'HEAD="$MASTER_ADDR"; ADAPTIS_RDZV_PORT="$MASTER_PORT"   # the Master pod, as the operator gives it',
+        f"exec {torchrun}"])
+    resources = {"limits": {"nvidia.com/gpu": per_node}} if run.backend == "nccl" else {
+        "requests": {"cpu": per_node}}
+
+    def replica(count: int) -> dict:
+        return {"replicas": count, "restartPolicy": "Never", "template": {"spec": {
+            "containers": [{
+                "name": "pytorch",  # the operator's name for the container it configures
+                "image": image or IMAGE_PLACEHOLDER,
+                "workingDir": KUBERNETES_FILES_DIR,
+                "command": ["/bin/bash", "-c", script],
+                "env": [{"name": "ADAPTIS_TOKEN_FILE", "value": f"{KUBERNETES_TOKEN_DIR}/token"}],
+                "resources": resources,
+                "volumeMounts": [{"name": "run-files", "mountPath": KUBERNETES_FILES_DIR, "readOnly": True},
+                                 {"name": "run-secret", "mountPath": KUBERNETES_TOKEN_DIR, "readOnly": True}]}],
+            "volumes": [{"name": "run-files", "configMap": {"name": name}},
+                        {"name": "run-secret", "secret": {"secretName": name, "defaultMode": 0o400}}]}}}
+
+    replicas = {"Master": replica(1), **({"Worker": replica(nodes - 1)} if nodes > 1 else {})}
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                  "data": {file: json.dumps(doc) for file, doc in files.items()}}
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name},
+           "spec": {"nprocPerNode": str(per_node), "runPolicy": {"backoffLimit": 0},
+                    "pytorchReplicaSpecs": replicas}}
+    header = [
+        f"# Run {run.pk} as a PyTorchJob of the Kubeflow training operator. Its secret was shown once when it was",
+        "# created: store it as a Kubernetes Secret first, then apply this file:",
+        f"#   kubectl create secret generic {name} --from-file=token=/path/to/the/secret",
+        "#   kubectl apply -f this-file.yaml",
+        *([] if image else ["# image: the executor's container image (save the team's run environment as image:NAME"
+                            " to have it here)."]),
+        ""]
+    dump = {"Dumper": _BlockDumper, "sort_keys": False, "default_flow_style": False, "width": 1 << 20}
+    return "\n".join(header) + "---\n" + yaml.dump(config_map, **dump) + "---\n" + yaml.dump(job, **dump)
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """YAML as a person reads it: a text of several lines (the pods' script) as a literal block, and every value
+    written out where it is (no anchors and aliases for the ones the replicas share)."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+_BlockDumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
 
 
 def _check_secret(run: Run, secret: str | None) -> None:

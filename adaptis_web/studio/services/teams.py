@@ -4,6 +4,7 @@ change roles, remove members, leave, transfer the ownership. Who may do which is
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from datetime import timedelta
 
@@ -18,6 +19,9 @@ from adaptis_web.studio.services.refusals import Conflict, Missing
 from planner.errors import SpecError
 
 MAX_TEAM_NAME = 100
+MAX_RUN_ENVIRONMENT = 500
+# What a single line of shell may not hold: a line break or another control character (a tab is fine).
+NOT_ONE_LINE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 INVITATION_LIFETIME = timedelta(days=7)
 GRANTABLE_ROLES = (Role.ADMIN, Role.MEMBER, Role.VIEWER)  # the owner's role moves only by a transfer
 
@@ -51,6 +55,43 @@ def team_rename(*, team: Team, user: AbstractBaseUser, name: str) -> Team:
     role_require(user=user, team=team, at_least=Role.ADMIN, doing="renaming the team")
     team.name = _checked_team_name(name, team=team)
     team.save(update_fields=["name"])
+    return team
+
+
+def checked_run_environment(environment: str) -> str:
+    """A team's environment line for its cluster runs: one line of shell (or ``image:NAME``), not blank, bounded;
+    the white space around it taken away."""
+    if NOT_ONE_LINE.search(environment):
+        raise SpecError("run_environment", "must be a single line (no line breaks or other control characters): "
+                                           "join commands with && or ;")
+    if len(environment) > MAX_RUN_ENVIRONMENT:
+        raise SpecError("run_environment", f"is {len(environment)} characters; the limit is {MAX_RUN_ENVIRONMENT}")
+    environment = environment.strip()
+    if not environment:
+        raise SpecError("run_environment", "is required: the shell line that readies the executor on every node, "
+                                           "e.g. source ~/adaptis/.venv/bin/activate")
+    return environment
+
+
+def team_run_environment_set(*, team: Team, user: AbstractBaseUser, environment: str) -> Team:
+    """Save the environment line the team's cluster runs start from, once for all of them (admins): the Slurm
+    script runs it on every node, and an ``image:NAME`` is the container image of the Kubernetes PyTorchJob. A run's
+    own environment, sent when it is created, overrides it."""
+    role_require(user=user, team=team, at_least=Role.ADMIN, doing="changing the team's run environment")
+    team.run_environment = checked_run_environment(environment)
+    team.save(update_fields=["run_environment"])
+    return team
+
+
+@transaction.atomic
+def team_update(*, team: Team, user: AbstractBaseUser, name: str | None = None,
+                run_environment: str | None = None) -> Team:
+    """Rename the team and/or save its run environment (admins; nothing sent changes nothing, still for admins)."""
+    role_require(user=user, team=team, at_least=Role.ADMIN, doing="changing the team")
+    if name is not None:
+        team_rename(team=team, user=user, name=name)
+    if run_environment is not None:
+        team_run_environment_set(team=team, user=user, environment=run_environment)
     return team
 
 
