@@ -5,18 +5,19 @@ commit (``services.queueing``)."""
 from celery import shared_task
 
 from adaptis_web.studio.services import jobs, profiling, runs
+from adaptis_web.studio.services.queueing import PLAN_JOB_TASK, PROFILE_TASK, RUN_TASK
 
 
-@shared_task(name="studio.plan_job_run")
+@shared_task(name=PLAN_JOB_TASK)
 def plan_job_run(job_id: int) -> None:
     jobs.job_run(job_id=job_id)
 
 
-@shared_task(name="studio.run_execute")
+@shared_task(name=RUN_TASK)
 def run_execute(run_id: int) -> None:
     runs.run_execute(run_id=run_id)
 
 
-@shared_task(name="studio.profile_measure")
+@shared_task(name=PROFILE_TASK)
 def profile_measure(profile_id: int) -> None:
     profiling.profile_measure(profile_id=profile_id)

@@ -41,7 +41,8 @@ BACK_WITHIN_S = 60
 LONG_RUN_STEPS, LONG_RUN_MICROBATCHES = 50, 64  # minutes of work: far longer than a stop may take
 WORKERS = ("planner", "runner")
 
-pytestmark = [pytest.mark.smoke, pytest.mark.timeout(START_TIMEOUT_S + 600)]
+pytestmark = [pytest.mark.xdist_group("product"),  # one product at a time (scripts/test.sh)
+              pytest.mark.smoke, pytest.mark.timeout(START_TIMEOUT_S + 600)]
 
 
 def _copy_tree(destination: Path) -> None:

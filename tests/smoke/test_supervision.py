@@ -25,7 +25,8 @@ import pytest
 from tests.conftest import REPO_ROOT, _wait_for, free_port, service_env
 
 # The processes need a database; what supervisord does with them does not depend on which.
-pytestmark = [pytest.mark.worker, pytest.mark.any_database, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.xdist_group("product"),  # one product at a time (scripts/test.sh)
+              pytest.mark.worker, pytest.mark.any_database, pytest.mark.timeout(240)]
 GIVE_UP_WITHIN_S = 90  # 3 failed starts after 1, 2 and 3 s of backoff, each start a Python process on a busy host
 
 

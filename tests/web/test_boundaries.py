@@ -54,3 +54,24 @@ def test_the_rule_refuses_a_planner_internal_and_an_unlisted_executor_module():
                      "from planner.cluster import load_cluster\nfrom planner import service\n")
     assert [pair for pair in _imports(tree) if not _allowed(*pair)] == [
         ("planner.simulator", "simulate"), ("planner.search", None), ("executor.worker", "x")]
+
+
+def _studio_imports(path: Path) -> set[str]:
+    """The studio modules ``path`` imports, wherever in the file (a function-level import is still a dependency)."""
+    modules = set()
+    for module, name in _imports(ast.parse(path.read_text(), filename=str(path))):
+        if module == "adaptis_web.studio" and name:
+            modules.add(f"adaptis_web.studio.{name}")
+        elif module.startswith("adaptis_web.studio"):
+            modules.add(module)
+    return modules
+
+
+def test_tasks_import_services_and_services_never_import_tasks():
+    """One way: a task takes an id and calls its service; a service sends tasks by name (services.queueing)."""
+    services = sorted((WEB / "studio" / "services").glob("*.py"))
+    assert services, "the services package moved: update this test"
+    assert [str(path.relative_to(WEB.parent)) for path in services
+            if "adaptis_web.studio.tasks" in _studio_imports(path)] == []
+    tasks = _studio_imports(WEB / "studio" / "tasks.py")
+    assert any(module.startswith("adaptis_web.studio.services") for module in tasks)

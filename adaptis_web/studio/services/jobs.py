@@ -117,8 +117,6 @@ def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request:
 
     ``profile`` replaces the analytic profile (a calibrated one: ``services.calibration``). Without one, a job on
     the local CPU cluster plans on the spec's profile measured on the runs' host (``services.profiling``)."""
-    from adaptis_web.studio.tasks import plan_job_run  # tasks import services: resolve the cycle at call time
-
     spec_check_team(team=spec_record.team, user=user, doing="planning a spec")
     measured, unmeasured_reason = None, ""
     if profile is None and request.cluster_preset == LOCAL_CLUSTER_PRESET and request.hybrid is None:
@@ -136,7 +134,7 @@ def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request:
         f"Waiting for profile {measured.pk}, measured on the runs' host",
         mode=request.mode, cluster_record=request.cluster_record,
         **(vars(request.hybrid) if request.hybrid else {}))
-    enqueue_on_commit(plan_job_run, row=job)
+    enqueue_on_commit(job)
     return job
 
 

@@ -28,11 +28,11 @@ from celery import current_app
 
 from adaptis_web.studio.models import JobStatus, MeasuredProfile, PlanningJob, Run
 from adaptis_web.studio.services.broker import pending_task_ids
+from adaptis_web.studio.services.queueing import TASK_OF, send
 
 logger = logging.getLogger(__name__)
 
 TRACKED = (PlanningJob, Run, MeasuredProfile)
-TASK_OF = {PlanningJob: "studio.plan_job_run", Run: "studio.run_execute", MeasuredProfile: "studio.profile_measure"}
 # Queued rows that hold no message on purpose: a job waiting for its measured profile is sent when that is done.
 # Queued rows that wait for something other than a worker: a job for its measured profile, a cluster run for its
 # user to launch its ranks (services.cluster_runs). The re-queue leaves them alone.
@@ -125,7 +125,7 @@ def requeue_lost_work(*, grace_s: float | None = None) -> dict[str, list[int]]:
     for model, rows in waiting.items():
         lost = [(pk, task_id) for pk, task_id in rows if task_id not in pending]
         for pk, task_id in lost:
-            current_app.send_task(TASK_OF[model], args=[pk], task_id=task_id or None)
+            send(model, pk, task_id)
         if lost:
             logger.warning("re-queued %s %s: the broker no longer held their messages", model.__name__,
                            [pk for pk, _ in lost])

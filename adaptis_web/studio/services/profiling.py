@@ -27,7 +27,7 @@ from django.utils import timezone
 from adaptis_web.studio.models import JobStatus, MeasuredProfile, ModelSpecRecord, Plan, PlanningJob
 from adaptis_web.studio.services.liveness import heartbeat
 from adaptis_web.studio.services.predictions import stored_plan
-from adaptis_web.studio.services.queueing import enqueue_on_commit, internal_error
+from adaptis_web.studio.services.queueing import enqueue_on_commit, internal_error, send
 from adaptis_web.studio.services.runs import cpu_run_refusal
 from adaptis_web.studio.services.specs import spec_check_team
 from executor.errors import ExecutorError
@@ -63,12 +63,10 @@ def measured_profile_create(*, spec_record: ModelSpecRecord, user: AbstractBaseU
     refusal = cpu_run_refusal(spec)
     if refusal:
         raise SpecError("spec", f"is not measured on the runs' host as it is: {refusal}")
-    from adaptis_web.studio.tasks import profile_measure  # tasks import services: resolve the cycle at call time
-
     profile = MeasuredProfile.objects.create(spec=spec_record, created_by=user, num_ranks=num_ranks,
                                              split_backward=split_backward, plan=plan,
                                              celery_task_id=str(uuid.uuid4()))
-    enqueue_on_commit(profile_measure, row=profile)
+    enqueue_on_commit(profile)
     return profile
 
 
@@ -146,11 +144,9 @@ def _host() -> str:
 
 def _release_waiting_jobs(profile_id: int) -> None:
     """Send the planning task of every job that waited for this profile (its outcome decides what they use)."""
-    from adaptis_web.studio.tasks import plan_job_run
-
     for job_id, task_id in PlanningJob.objects.filter(measured_profile_id=profile_id, status=JobStatus.QUEUED) \
             .values_list("pk", "celery_task_id"):
-        plan_job_run.apply_async(args=[job_id], task_id=task_id or None)
+        send(PlanningJob, job_id, task_id)
 
 
 def profile_measure(*, profile_id: int) -> None:

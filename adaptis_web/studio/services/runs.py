@@ -57,7 +57,6 @@ def plan_run_refusal(plan: Plan) -> SpecError | None:
 
 def run_create(*, plan: Plan, user: AbstractBaseUser, steps: int = 1, scale_down: bool = False) -> Run:
     spec_check_team(team=plan.job.spec.team, user=user, doing="starting a run")
-    from adaptis_web.studio.tasks import run_execute  # tasks import services: resolve the cycle at call time
 
     world_size = plan.plan_doc["num_devices"]
     refusal = plan_run_refusal(plan)
@@ -70,7 +69,7 @@ def run_create(*, plan: Plan, user: AbstractBaseUser, steps: int = 1, scale_down
         raise SpecError("scale_down", refusal)
     run = Run.objects.create(plan=plan, created_by=user, backend=CPU_BACKEND, world_size=world_size, steps=steps,
                              scaled_down=scale_down, celery_task_id=str(uuid.uuid4()))
-    enqueue_on_commit(run_execute, row=run)
+    enqueue_on_commit(run)
     return run
 
 
