@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from planner import hybrid
-from planner.exports import export_plan
+from planner.exports import export_losses, export_plan
 from planner.exports.hybrid_plan import placement
 from planner.exports.megatron_args import megatron_argv
 from planner.plan import load_plan
@@ -142,12 +142,8 @@ def plans():
     made = {}
     for name, (model, cluster, gpus, seq_len, batch, pins) in PLANS.items():
         result = hybrid.search(model, cluster, gpus, seq_len, batch, pins, time_budget_s=2)
-        made[name] = (load_plan(result.plan_document()), load_preset(model))
+        made[name] = (load_plan(result.plan_document()), load_model_preset(model))
     return made
-
-
-def load_preset(name):
-    return load_model_preset(name)
 
 
 @pytest.mark.parametrize("name", list(PLANS))
@@ -202,15 +198,16 @@ def test_megatron_args_keep_the_plans_own_partition_where_its_placement_is_a_loo
 def test_a_plan_with_adaptis_order_says_what_megatron_and_torchtitan_lose(plans):
     plan, model = plans["llama-dense"]
     assert plan.strategy == "adaptis"
-    megatron = export_plan("megatron-args", plan, None, None, model)
-    titan = export_plan("torchtitan-toml", plan, None, None, model)
-    header = [line for line in megatron.splitlines() if line.startswith("#")]
-    assert any("What this cannot express" in line for line in header)
-    assert "AdaPtis's own per-rank action order (adaptis" in " ".join(header)
-    assert "cannot express" in titan.split("[job]")[0]
-    if placement(plan)[0] == "custom":
-        assert f"stage devices [{', '.join(str(s.device) for s in plan.stages)}]" in " ".join(header).replace(
-            "#     ", "").replace("\n", " ")
+    for fmt in ("megatron-args", "torchtitan-toml"):
+        text = export_plan(fmt, plan, None, None, model)
+        header = " ".join(line.lstrip("# ") for line in text.split("\n\n")[0].splitlines() if line.startswith("#"))
+        assert "What this cannot express of the plan" in header and "AdaPtis executor" in header
+        assert "AdaPtis's own per-rank action order (adaptis" in header
+        if placement(plan)[0] == "custom":   # the placement the search chose, named by its stage devices
+            devices = ", ".join(str(stage.device) for stage in plan.stages)
+            assert f"AdaPtis's placement (custom, stage devices [{devices}])" in header
+        lost = export_losses(fmt, plan, model)   # what the plan page lists under the download
+        assert lost and all(f"- {item}" in header for item in lost)
 
 
 @pytest.mark.parametrize("name", ["llama-dense", "qwen-moe-ep", "deepseek-mla"])
@@ -274,7 +271,8 @@ def test_torchtitan_runs_adaptis_order_from_the_csv_where_the_placement_is_a_loo
         for device in range(plan.num_devices):
             assert [str(a) for a in schedule.pipeline_order[device]] == [str(a) for a in plan.actions[device]]
         assert schedule.stage_index_to_group_rank == {i: s.device for i, s in enumerate(plan.stages)}
-        assert "cannot express" not in toml.read_text().split("[job]")[0] or "ZeRO-1" in toml.read_text()
+        lost = export_losses("torchtitan-toml", plan, model)
+        assert not [item for item in lost if "placement" in item or "order" in item], lost
         checked += 1
     assert checked, "no plan with a loop or V placement to check"
 
