@@ -9,8 +9,8 @@ A front end reaches planning only through this module, ``planner.errors`` and th
   fields a stored plan keeps;
 - ``check_hybrid_job`` / ``plan_hybrid_job``: the same for a hybrid-parallel job (``planner.hybrid``);
 - ``stored_plan_page`` / ``predict_stored_plan``: a stored plan (``StoredPlan``, its documents) predicted as its
-  page draws it, the editor's prediction (``planner.editing``), with the difference from its parent and the
-  Megatron export's refusal;
+  page draws it, the editor's prediction (``planner.editing``), with the difference from its parent, the
+  Megatron layout's refusal and what the framework exports (Megatron-LM arguments, torchtitan config) lose;
 - ``stored_plan_simulation``: the simulator's output for a stored plan on the profile stored with it (the timeline
   the API serves; ``simulate_on_profile`` on another, measured profile);
 - ``repredict_edit`` and ``derive_plan``: an edited document re-predicted (the editor's answer), and the same

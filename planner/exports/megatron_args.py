@@ -14,11 +14,12 @@ model's shape: ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, `
 ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``, ``--moe-layer-freq``, ``--moe-aux-loss-coeff``,
 the latent-attention ``--multi-latent-attention --q-lora-rank --kv-lora-rank --qk-head-dim --qk-pos-emb-head-dim
 --v-head-dim``, and the hybrid model's ``--hybrid-override-pattern --mamba-state-dim --mamba-head-dim
---mamba-num-groups --mamba-num-heads`` (as Megatron-LM's own checkpoint loaders pass them). Each lands in a field of
-Megatron-Core's ``ModelParallelConfig`` / ``TransformerConfig`` of the same name but for ``--num-experts``
-(``num_moe_experts``), ``--swiglu`` (``gated_linear_unit``), ``--disable-bias-linear`` (``add_bias_linear``) and
-``--qk-layernorm`` (``qk_layernorm``); ``tests/planner/test_export_frameworks.py`` builds those classes from the
-arguments.
+--mamba-num-groups --mamba-num-heads`` (as Megatron-LM's own checkpoint loaders pass them). The parallel and model
+options land in fields of Megatron-Core's ``ModelParallelConfig`` / ``TransformerConfig`` of the same name but for
+``--num-experts`` (``num_moe_experts``), ``--swiglu`` (``gated_linear_unit``) and ``--disable-bias-linear``
+(``add_bias_linear``); the batch options feed Megatron's micro-batch calculator, ``--use-distributed-optimizer`` its
+``DistributedDataParallelConfig``, and the embedding and pattern options its GPT or Mamba model builder.
+``tests/planner/test_export_frameworks.py`` builds those classes from the arguments.
 
 Megatron runs its own (interleaved) 1F1B schedule, virtual stage k on rank k mod p: the file's opening comment lists
 what of the plan that loses (``megatron_args_losses``).
