@@ -26,7 +26,7 @@ from planner.calibrate import (after_warmup, measure_message_overhead, observed_
 from planner.cluster import ClusterSpec, is_cluster_preset, load_cluster, load_cluster_preset, preset_names
 from planner.cost import analytic_profile
 from planner.errors import PlanError, SpecError
-from planner.exports import EXPORT_FORMATS, export_plan
+from planner.exports import EXPORT_FORMATS, EXPORTS, export_plan
 from planner.exports.plan_json import plan_json
 from planner.plan import Plan, load_plan
 from planner.profile import Profile, load_profile
@@ -37,7 +37,7 @@ from planner.spec.presets import load_model_preset, model_preset_names
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID_INPUT, EXIT_INVALID_PLAN = 0, 2, 3, 4
 DEFAULT_CLUSTER_PRESET = "h100-sxm-1x8"
-EXPORTS_NEEDING_PROFILE = ("perfetto", "megatron-layout")
+EXPORTS_NEEDING_PROFILE = tuple(fmt for fmt, spec in EXPORTS.items() if spec.needs_profile)
 
 
 class InputError(Exception):
@@ -249,14 +249,17 @@ def baseline_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@subcommand("export", "Write a plan as a Perfetto trace, torch CSV, Megatron layout or plan JSON.", [
-    argument("plan", help="plan file (adaptis.plan/v1)"),
+@subcommand("export", "Write a plan as a Perfetto trace, torch CSV, Megatron layout, plan JSON, or (a hybrid-parallel "
+                     "plan) Megatron-LM arguments or a torchtitan job config.", [
+    argument("plan", help="plan file (adaptis.plan/v1 or /v2; megatron-args and torchtitan-toml take /v2)"),
     argument("--to", required=True, choices=EXPORT_FORMATS, help="output format"),
     argument("--profile", metavar="P", help="profile file or model preset (needed for perfetto and "
                                             "megatron-layout)"),
     argument("--model", metavar="M", help="the plan's model (preset, adaptis.model/v1 file or HF config.json): "
                                           "megatron-layout applies Megatron's rules for hybrid (Mamba) models; "
-                                          "a model preset given as --profile is taken as the model"),
+                                          "megatron-args and torchtitan-toml need it (default: a v2 plan's "
+                                          "meta.model where that is a preset); a model preset given as --profile "
+                                          "is taken as the model"),
     CLUSTER, OUT,
 ])
 def export_command(args: argparse.Namespace) -> int:
@@ -265,17 +268,23 @@ def export_command(args: argparse.Namespace) -> int:
     plan = read_plan(args.plan)
     cluster = read_cluster(args.cluster)
     profile = read_profile(args.profile, cluster) if args.profile is not None else None
-    text = export_plan(args.to, plan, profile, cluster, _export_model(args))
+    model = _export_model(args, plan)
+    if EXPORTS[args.to].needs_model and model is None:
+        raise UsageError(f"--to {args.to} needs --model (the plan names no model preset in meta.model)")
+    text = export_plan(args.to, plan, profile, cluster, model)
     write_output(args.out, text)
     _report_written(args.out, {"format": args.to, "bytes": len(text.encode())})
     return EXIT_OK
 
 
-def _export_model(args: argparse.Namespace) -> ModelSpec | None:
+def _export_model(args: argparse.Namespace, plan: Plan) -> ModelSpec | None:
     if args.model is not None:
         return read_model(args.model)
     if args.profile is not None and not Path(args.profile).is_file() and args.profile in model_preset_names():
         return load_model_preset(args.profile)
+    named = plan.meta.get("model")
+    if plan.parallel is not None and isinstance(named, str) and named in model_preset_names():
+        return load_model_preset(named)
     return None
 
 

@@ -9,8 +9,8 @@ A front end reaches planning only through this module, ``planner.errors`` and th
   fields a stored plan keeps;
 - ``check_hybrid_job`` / ``plan_hybrid_job``: the same for a hybrid-parallel job (``planner.parallel.planning``);
 - ``stored_plan_page`` / ``predict_stored_plan``: a stored plan (``StoredPlan``, its documents) predicted as its
-  page draws it, the editor's prediction (``planner.editing``), with the difference from its parent and the
-  Megatron export's refusal;
+  page draws it, the editor's prediction (``planner.editing``), with the difference from its parent, the
+  Megatron layout's refusal and what the framework exports (Megatron-LM arguments, torchtitan config) lose;
 - ``stored_plan_simulation``: the simulator's output for a stored plan on the profile stored with it (the timeline
   the API serves; ``simulate_on_profile`` on another, measured profile);
 - ``repredict_edit`` and ``derive_plan``: an edited document re-predicted (the editor's answer), and the same
@@ -53,8 +53,7 @@ from planner.editing import (
     stored_summary,
 )
 from planner.errors import PlanError, SpecError
-from planner.observed import summarize as summarize_observed
-from planner.exports import export_plan
+from planner.exports import EXPORT_FORMATS, EXPORTS, export_losses, export_plan
 from planner.hardware import ACCELERATORS
 from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
 from planner.limits import (
@@ -67,6 +66,7 @@ from planner.limits import (
     depth_reason,
     pipeline_slots_reason,
 )
+from planner.observed import summarize as summarize_observed
 from planner.parallel.config import RECOMPUTE_MODES
 from planner.parallel.evaluate import shard_profile
 from planner.parallel.mapping import RankMapping
@@ -80,7 +80,6 @@ from planner.spec.model import ModelSpec
 from planner.spec.presets import model_preset_names
 from planner.plan_check import check_plan_structure, validate_plan
 
-EXPORT_FORMATS = ("plan-json", "perfetto", "torch-csv", "megatron-layout")
 ADAPTIS_STRATEGY = "adaptis"
 JOB_SCHEDULES = (ADAPTIS_STRATEGY, *BASELINE_SCHEDULES)
 BASELINE_CHUNKS = 2  # model chunks per device where the schedule lets us choose (interleaved 1F1B)
@@ -113,8 +112,10 @@ def predict_stored_plan(stored: StoredPlan) -> dict:
 
 def stored_plan_page(stored: StoredPlan, parent: StoredPlan | None = None) -> dict:
     """What the plan page shows of a stored plan: ``output`` (``predict_stored_plan``), ``difference`` from
-    ``parent`` (None without one), the cluster's ``max_devices`` and ``capacity_bytes``, and ``megatron_reason``,
-    why the Megatron layout cannot express the plan (empty when it can)."""
+    ``parent`` (None without one), the cluster's ``max_devices`` and ``capacity_bytes``, ``megatron_reason``,
+    why the Megatron layout cannot express the plan (empty when it can), and ``exports``: for each framework format
+    (``EXPORTS``' ``framework``), ``reason`` (why it cannot take the plan at all; empty when it can) and ``lost``
+    (what of the plan it cannot express, the file's opening comment)."""
     context = edit_context(stored)
     output = prediction_output(predict_stored(context, stored), context)
     difference = None if parent is None else plan_difference(predict_stored_plan(parent), output)
@@ -124,7 +125,20 @@ def stored_plan_page(stored: StoredPlan, parent: StoredPlan | None = None) -> di
     except (SpecError, PlanError) as error:
         megatron_reason = error.reason
     return {"output": output, "difference": difference, "max_devices": context.cluster.num_devices,
-            "capacity_bytes": context.cluster.device.memory_bytes, "megatron_reason": megatron_reason}
+            "capacity_bytes": context.cluster.device.memory_bytes, "megatron_reason": megatron_reason,
+            "exports": _framework_exports(context, load_plan(stored.plan_doc))}
+
+
+def _framework_exports(context: EditContext, plan: Plan) -> dict[str, dict]:
+    exports = {}
+    for fmt, spec in EXPORTS.items():
+        if not spec.framework:
+            continue
+        try:
+            exports[fmt] = {"reason": "", "lost": export_losses(fmt, plan, context.spec, context.seq_len)}
+        except (SpecError, PlanError) as error:
+            exports[fmt] = {"reason": error.reason, "lost": []}
+    return exports
 
 
 def stored_plan_simulation(stored: StoredPlan) -> dict:
@@ -168,6 +182,9 @@ def export_stored_plan(stored: StoredPlan, fmt: str) -> str:
     plan = load_plan(stored.plan_doc)
     if fmt in ("plan-json", "torch-csv"):
         return export_plan(fmt, plan, None)
+    if EXPORTS[fmt].framework:   # the plan's model and sequence length, no pipeline profile
+        context = edit_context(stored)
+        return export_plan(fmt, plan, None, None, context.spec, context.seq_len)
     return _export(edit_context(stored), plan, fmt)
 
 
@@ -400,7 +417,8 @@ def plan_run_shape(plan_doc: dict, spec: ModelSpec) -> tuple[int, bool]:
 
 
 # The vocabularies and types a front end's forms and serializers offer come from their homes through here.
-__all__ = ["ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "ActionKind", "BASELINE_SCHEDULES", "EXPORT_FORMATS",
+__all__ = ["ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "ActionKind", "BASELINE_SCHEDULES", "EXPORTS",
+           "EXPORT_FORMATS",
            "HYBRID_SCHEDULE",
            "JOB_SCHEDULES", "LIST_POLICIES", "MAX_GLOBAL_BATCH", "MAX_GPUS", "MAX_MICROBATCHES", "MAX_PIPELINE_DEVICES",
            "MAX_SEQ_LEN", "PARTITIONS", "RANGES",

@@ -22,8 +22,7 @@ from planner.spec.model import load_model_spec
 
 RECENT_RUNS = 20   # the run card's table, as the job page's lists
 
-EXPORT_LABELS = {"plan-json": "Plan JSON", "perfetto": "Perfetto trace", "torch-csv": "torch CSV",
-                 "megatron-layout": "Megatron layout"}
+EXPORT_LABELS = {fmt: spec.label for fmt, spec in planner_service.EXPORTS.items()}
 POLICY_LABELS = {"auto": "keep the orders where they fit, else reschedule", "keep": "keep the plan's own orders",
                  **{name: label for name, (label, _) in planner_service.LIST_POLICIES.items()}}
 
@@ -66,16 +65,22 @@ def plan_page(request: HttpRequest, plan, *, run_form: RunForm, status: int = 20
         "edits": (plan.plan_doc.get("meta") or {}).get("edits") or [],
         "derived_by": (plan.plan_doc.get("meta") or {}).get("derived_by"),
         "children": plan.derived.filter(deleted_at__isnull=True).order_by("-created_at", "-id"),
-        "downloads": _downloads(plan, page["megatron_reason"]), "capacity_bytes": page["capacity_bytes"],
+        "downloads": _downloads(plan, page["megatron_reason"], page["exports"]), "export_formats": "|".join(FORMATS), "capacity_bytes": page["capacity_bytes"],
         "memory_rows": _memory_rows(output["per_device"]), "degrees": ("tp", "cp", "pp", "dp", "ep"), **permissions,
         "run_form": run_form, **run_card_context(plan),
     }, status=status)
 
 
-def _downloads(plan, megatron_reason: str) -> list[dict]:
-    """Each format's button, or the reason the format cannot express the plan (shown instead of a button)."""
-    return [{"format": fmt, "label": EXPORT_LABELS[fmt], "reason": megatron_reason if fmt == "megatron-layout" else "",
-             "url": reverse("api:plan-export", args=[plan.pk, fmt])} for fmt in FORMATS]
+def _downloads(plan, megatron_reason: str, exports: dict[str, dict]) -> list[dict]:
+    """Each format's button, or the reason the format cannot express the plan (shown instead of a button); a
+    framework format's ``lost``: what of the plan it cannot express (the page offers the executor for those)."""
+    rows = []
+    for fmt in FORMATS:
+        framework = exports.get(fmt, {})
+        reason = megatron_reason if fmt == "megatron-layout" else framework.get("reason", "")
+        rows.append({"format": fmt, "label": EXPORT_LABELS[fmt], "reason": reason, "lost": framework.get("lost", []),
+                     "url": reverse("api:plan-export", args=[plan.pk, fmt])})
+    return rows
 
 
 def _memory_rows(per_device: list[dict]) -> list[dict]:

@@ -29,7 +29,7 @@ HYBRID_IGNORES_NOTE = (
     "# what AdaPtis planned, for reference; Megatron will not apply it to {model}.\n")
 
 
-def _layer_letters(profile: Profile) -> list[str]:
+def _layer_letters(profile: Profile | ModelSpec) -> list[str]:
     letters = []
     for index, layer in enumerate(profile.layers):
         if layer.kind not in KIND_LETTERS:
@@ -86,8 +86,16 @@ def megatron_layout(plan: Plan, profile: Profile) -> str:
         raise SpecError("stages", "Megatron runs virtual stage k on rank k mod p with the same number of "
                                   "stages on every rank; this plan's placement differs "
                                   f"(stage devices {list(devices)})")
+    return layout_of_stages([stage.layers for stage in plan.stages], profile)
+
+
+def layout_of_stages(stage_layers: list, profile: Profile | ModelSpec) -> str:
+    """The layout string of consecutive stages given as lists of layer indices, in virtual-stage order (virtual stage
+    k on rank k mod p). ``profile`` (or a ``ModelSpec``: both have ``layers`` with a ``kind``) names the layer
+    kinds. ``megatron_layout`` checks the plan's placement first; ``planner.exports.megatron_args`` also lays out a
+    per-rank split of its own."""
     letters = _layer_letters(profile)
-    return _join_stages([_stage_text([letters[layer] for layer in stage.layers]) for stage in plan.stages])
+    return _join_stages([_stage_text([letters[layer] for layer in layers]) for layers in stage_layers])
 
 
 def is_megatron_hybrid(model: ModelSpec) -> bool:

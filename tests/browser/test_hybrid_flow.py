@@ -2,12 +2,14 @@
 Qwen3-Next-80B-A3B, is told it fits in no configuration of 16 H100s, and plans it as a whole training job on 64
 H100s (the named cluster h100-sxm-8x8, sequence 4096, global batch 512); the real Celery worker searches
 TP x CP x PP x DP x EP; the page shows the chosen configuration, the runners-up, all 64 GPUs with their
-coordinates and every pipeline rank's memory under the H100's 80 GiB.
+coordinates and every pipeline rank's memory under the H100's 80 GiB; the plan's page offers it as Megatron-LM
+arguments and a torchtitan config, each with what that framework cannot express of the plan.
 
 Debian's Chromium driven by Playwright against pytest-django's live server. Screenshots in /tmp/team/screens/.
 """
 
 import re
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -109,3 +111,18 @@ def test_qwen3_next_on_64_h100s_as_a_whole_training_job(celery_worker, live_serv
     page.screenshot(path=str(SCREENS / "hybrid-02-job.png"), full_page=True)
     page.locator("#cluster-picture").screenshot(path=str(SCREENS / "hybrid-03-cluster.png"))
     page.locator("#memory").screenshot(path=str(SCREENS / "hybrid-04-memory.png"))
+
+    # The plan's page: the framework downloads, and what each cannot express of the plan (Qwen3-Next's gated
+    # delta-net layers at least), with the executor offered instead.
+    plan = job.plans.get()
+    page.goto(f"{live_server.url}/plans/{plan.pk}/")
+    expected = {"megatron-args": ("megatron.sh", f"--tensor-model-parallel-size {degrees['tp']}\n"),
+                "torchtitan-toml": ("torchtitan.toml", f"tensor_parallel_degree = {degrees['tp']}\n")}
+    for fmt, (extension, line) in expected.items():
+        with page.expect_download() as download_info:
+            page.click(f"[data-export='{fmt}']")
+        download = download_info.value
+        assert download.suggested_filename == f"plan-{plan.pk}-{plan.strategy}.{extension}"
+        assert line in Path(download.path()).read_text()
+        expect(page.locator(f"[data-export-lost='{fmt}']")).to_contain_text("linear_attention")
+    page.locator("#downloads").screenshot(path=str(SCREENS / "hybrid-05-framework-downloads.png"))

@@ -463,3 +463,60 @@ def test_a_viewer_gets_the_editor_to_try_edits_but_no_save(client, people, plann
     assert 'id="save-plan"' not in page and 'id="save-not-allowed"' in page
     client.force_login(people.member)
     assert 'id="save-plan"' in client.get(reverse("studio:plan", args=[planned.plan.pk])).content.decode()
+
+
+# ---- framework exports of a v2 plan (Megatron-LM arguments, torchtitan config) -------------------------------------
+
+def test_a_v2_plan_exports_megatron_args_and_a_torchtitan_config_as_the_cli_writes_them(people, hybrid_plan, tmp_path):
+    client = _client(people.member)
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(json.dumps(hybrid_plan.plan_doc))
+    parallel = hybrid_plan.plan_doc["parallel"]
+    for fmt, content_type, extension in (("megatron-args", "text/x-shellscript", "megatron.sh"),
+                                         ("torchtitan-toml", "application/toml", "torchtitan.toml")):
+        response = _export(client, hybrid_plan, fmt)
+        assert response.status_code == 200, response.content
+        assert response["Content-Type"] == f"{content_type}; charset=utf-8"
+        assert response["Content-Disposition"] == (f'attachment; filename="plan-{hybrid_plan.pk}-'
+                                                   f'{hybrid_plan.strategy}.{extension}"')
+        out = tmp_path / f"{fmt}.out"
+        assert planner_cli(["export", str(plan_path), "--to", fmt, "--model", "llama-3-8b", "--out", str(out)]) == 0
+        assert response.content.decode() == out.read_text()
+    args = _export(client, hybrid_plan, "megatron-args").content.decode()
+    assert f"--tensor-model-parallel-size {parallel['tp']}\n" in args and "--num-query-groups 8\n" in args
+    import tomllib
+    toml = tomllib.loads(_export(client, hybrid_plan, "torchtitan-toml").content.decode())
+    assert toml["parallelism"]["pipeline_parallel_degree"] == parallel["pp"]
+
+
+def test_a_v1_plans_framework_export_is_a_400_naming_the_format(people, planned):
+    for fmt in ("megatron-args", "torchtitan-toml"):
+        response = _export(_client(people.member), planned.plan, fmt)
+        assert response.status_code == 400
+        (error,) = response.json()["errors"]
+        assert error["field"] == "format" and "adaptis.plan/v2" in error["reason"]
+
+
+def test_a_v2_plan_page_offers_the_framework_downloads_says_what_they_lose_and_offers_the_executor(client, people,
+                                                                                                    hybrid_plan):
+    from planner.exports import export_losses
+    from planner.spec.presets import load_model_preset
+
+    client.force_login(people.member)
+    page = client.get(reverse("studio:plan", args=[hybrid_plan.pk])).content.decode()
+    plan = load_plan(hybrid_plan.plan_doc)
+    for fmt in ("megatron-args", "torchtitan-toml"):
+        assert f'data-export="{fmt}" href="{reverse("api:plan-export", args=[hybrid_plan.pk, fmt])}"' in page
+        lost = export_losses(fmt, plan, load_model_preset("llama-3-8b"), SEQ_LEN)
+        if lost:
+            assert f'data-export-lost="{fmt}"' in page and f'data-run-executor="{fmt}"' in page
+            assert 'id="run-form"' in page   # the link's target: the Run on CPU form
+    assert "megatron-args|torchtitan-toml" in page
+
+
+def test_a_v1_plan_page_shows_why_the_framework_downloads_are_not_offered(client, people, planned):
+    client.force_login(people.member)
+    page = client.get(reverse("studio:plan", args=[planned.plan.pk])).content.decode()
+    for fmt in ("megatron-args", "torchtitan-toml"):
+        assert f'data-export="{fmt}" aria-disabled="true"' in page
+        assert re.search(rf'data-export-reason="{fmt}">.*adaptis.plan/v2', page)

@@ -1,13 +1,17 @@
 """A stored plan as a download in the formats other tools read (``planner.service.export_stored_plan``: the file
 ``python -m planner export`` writes).
 
-| format            | content type       | file                                  |
-|-------------------|--------------------|---------------------------------------|
-| ``plan-json``       | application/json   | ``plan-<id>-<strategy>.json``           |
-| ``perfetto``        | application/json   | ``plan-<id>-<strategy>.perfetto.json``  |
-| ``torch-csv``       | text/csv           | ``plan-<id>-<strategy>.csv``            |
-| ``megatron-layout`` | text/plain         | ``plan-<id>-<strategy>.megatron.txt``   |
+| format              | content type         | file                                    |
+|---------------------|----------------------|-----------------------------------------|
+| ``plan-json``         | application/json     | ``plan-<id>-<strategy>.json``             |
+| ``perfetto``          | application/json     | ``plan-<id>-<strategy>.perfetto.json``    |
+| ``torch-csv``         | text/csv             | ``plan-<id>-<strategy>.csv``              |
+| ``megatron-layout``   | text/plain           | ``plan-<id>-<strategy>.megatron.txt``     |
+| ``megatron-args``     | text/x-shellscript   | ``plan-<id>-<strategy>.megatron.sh``      |
+| ``torchtitan-toml``   | application/toml     | ``plan-<id>-<strategy>.torchtitan.toml``  |
 
+(``planner.exports.EXPORTS``, the one registry the CLI reads too.) The framework formats (Megatron-LM arguments,
+torchtitan config) take a hybrid-parallel plan (adaptis.plan/v2) and open with what they cannot express of it.
 A format that cannot express the plan is a ``SpecError`` naming ``format`` and why (Megatron's layout needs a
 looped placement with as many stages on every rank; Megatron's hybrid Mamba models refuse a layout with virtual
 stages). Megatron's hybrid models *ignore* a layout without virtual stages: the download says so in a comment.
@@ -27,8 +31,7 @@ from adaptis_web.studio.services.roles import Role, role_require
 from planner import service as planner_service
 from planner.errors import SpecError
 
-FORMATS = {"plan-json": ("application/json", "json"), "perfetto": ("application/json", "perfetto.json"),
-           "torch-csv": ("text/csv", "csv"), "megatron-layout": ("text/plain", "megatron.txt")}
+FORMATS = {fmt: (spec.content_type, spec.extension) for fmt, spec in planner_service.EXPORTS.items()}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,291 @@
+"""The hybrid plan's framework exports read by the frameworks' own code: the Megatron-LM arguments built into
+Megatron-Core's ``TransformerConfig`` (with its ``ModelParallelConfig`` fields), ``DistributedDataParallelConfig`` and
+``ConstantNumMicroBatchesCalculator``; the torchtitan TOML loaded by torchtitan's ``ConfigManager`` and its degrees
+checked by torchtitan's ``ParallelDims``; AdaPtis's order loaded by torch's ``_PipelineScheduleRuntime``.
+
+Megatron-LM's own argument parser (``megatron/training/arguments.py``) is not in the megatron-core wheel: ``ARGS``
+maps each option the export writes to the Megatron-Core field of that name (an option the map does not know fails the
+test, so every argument written lands somewhere checked)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import types
+import warnings
+from unittest import mock
+
+import pytest
+import torch
+
+from planner import hybrid
+from planner.exports import export_losses, export_plan
+from planner.exports.hybrid_plan import placement
+from planner.exports.megatron_args import megatron_argv
+from planner.plan import load_plan
+from planner.spec.presets import load_model_preset
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")   # no Transformer Engine or Apex here: Megatron-Core falls back, and says so
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.model_parallel_config import ModelParallelConfig
+    from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+
+def _torchtitan():
+    """torchtitan's config and mesh modules. ``import torchtitan`` runs its float8 quantization import, which needs
+    triton (a GPU compiler the CPU torch wheel lacks); its config and ParallelDims need neither, so the package is
+    entered without its ``__init__``."""
+    if "torchtitan" not in sys.modules:
+        spec = importlib.util.find_spec("torchtitan")
+        package = types.ModuleType("torchtitan")
+        package.__path__ = list(spec.submodule_search_locations)
+        sys.modules["torchtitan"] = package
+    from torchtitan.config.manager import ConfigManager
+    from torchtitan.distributed.parallel_dims import ParallelDims
+    return ConfigManager, ParallelDims
+
+
+# (Megatron-LM option, Megatron-Core field, type); a flag's type is a constant, the field's value when given
+ARGS = [
+    ("--tensor-model-parallel-size", "tensor_model_parallel_size", int),
+    ("--pipeline-model-parallel-size", "pipeline_model_parallel_size", int),
+    ("--pipeline-model-parallel-layout", "pipeline_model_parallel_layout", str),
+    ("--context-parallel-size", "context_parallel_size", int),
+    ("--expert-model-parallel-size", "expert_model_parallel_size", int),
+    ("--expert-tensor-parallel-size", "expert_tensor_parallel_size", int),
+    ("--sequence-parallel", "sequence_parallel", True),
+    ("--recompute-granularity", "recompute_granularity", str),
+    ("--recompute-method", "recompute_method", str),
+    ("--recompute-num-layers", "recompute_num_layers", int),
+    ("--num-layers", "num_layers", int),
+    ("--hidden-size", "hidden_size", int),
+    ("--num-attention-heads", "num_attention_heads", int),
+    ("--num-query-groups", "num_query_groups", int),
+    ("--kv-channels", "kv_channels", int),
+    ("--ffn-hidden-size", "ffn_hidden_size", int),
+    ("--swiglu", "gated_linear_unit", True),
+    ("--normalization", "normalization", str),
+    ("--disable-bias-linear", "add_bias_linear", False),
+    ("--add-qkv-bias", "add_qkv_bias", True),
+    ("--qk-layernorm", "qk_layernorm", True),
+    ("--num-experts", "num_moe_experts", int),
+    ("--moe-router-topk", "moe_router_topk", int),
+    ("--moe-ffn-hidden-size", "moe_ffn_hidden_size", int),
+    ("--moe-shared-expert-intermediate-size", "moe_shared_expert_intermediate_size", int),
+    ("--moe-layer-freq", "moe_layer_freq", lambda text: eval(text, {})),   # Megatron-LM's moe_freq_type
+    ("--moe-aux-loss-coeff", "moe_aux_loss_coeff", float),
+    ("--multi-latent-attention", "multi_latent_attention", True),
+    ("--q-lora-rank", "q_lora_rank", int),
+    ("--kv-lora-rank", "kv_lora_rank", int),
+    ("--qk-head-dim", "qk_head_dim", int),
+    ("--qk-pos-emb-head-dim", "qk_pos_emb_head_dim", int),
+    ("--v-head-dim", "v_head_dim", int),
+    ("--mamba-state-dim", "mamba_state_dim", int),
+    ("--mamba-head-dim", "mamba_head_dim", int),
+    ("--mamba-num-groups", "mamba_num_groups", int),
+    ("--mamba-num-heads", "mamba_num_heads", int),
+    ("--bf16", "bf16", True),
+    ("--fp16", "fp16", True),
+]
+# options that are not configuration fields: the training loop's, the GPT/Mamba model builder's
+LOOP_ARGS = [("--micro-batch-size", int), ("--global-batch-size", int), ("--seq-length", int),
+             ("--use-distributed-optimizer", True), ("--group-query-attention", True),
+             ("--untie-embeddings-and-output-weights", True), ("--position-embedding-type", str),
+             ("--max-position-embeddings", int), ("--hybrid-override-pattern", str)]
+
+
+def megatron_parse(argv: list[str]) -> tuple[dict, dict]:
+    """(Megatron-Core config fields, the loop's and model builder's options); an unknown option is an error."""
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    for option, field, kind in ARGS:
+        if isinstance(kind, bool):
+            parser.add_argument(option, dest=field, action="store_const", const=kind, default=None)
+        else:
+            parser.add_argument(option, dest=field, type=kind, default=None)
+    for option, kind in LOOP_ARGS:
+        dest = "loop_" + option[2:].replace("-", "_")
+        if isinstance(kind, bool):
+            parser.add_argument(option, dest=dest, action="store_true")
+        else:
+            parser.add_argument(option, dest=dest, type=kind)
+    namespace, unknown = parser.parse_known_args(argv)
+    assert not unknown, f"options Megatron-LM's map here does not know: {unknown}"
+    values = vars(namespace)
+    fields = {key: value for key, value in values.items() if not key.startswith("loop_") and value is not None}
+    loop = {key[5:]: value for key, value in values.items() if key.startswith("loop_")}
+    return fields, loop
+
+
+def megatron_config(fields: dict) -> TransformerConfig:
+    config_class = MLATransformerConfig if fields.get("multi_latent_attention") else TransformerConfig
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return config_class(**fields, pipeline_dtype=torch.bfloat16)
+
+
+# ---- the plans ---------------------------------------------------------------------------------------------------
+
+PLANS = {   # name: (model, cluster, GPUs, sequence length, global batch, pins)
+    "llama-dense": ("llama-3-8b", "h100-sxm-4x8", 32, 4096, 256, {"tp": 2, "pp": 2, "dp": 8}),
+    "qwen-moe-ep": ("qwen3-30b-a3b", "h100-sxm-4x8", 32, 4096, 128, {"ep": 8, "tp": 1, "pp": 2}),
+    "deepseek-mla": ("deepseek-v2-lite", "h100-sxm-2x8", 16, 4096, 128, {"ep": 4, "pp": 2}),
+    "nemotron-mamba": ("nemotron-h-8b", "h100-sxm-1x8", 8, 4096, 128, {"pp": 2}),
+}
+
+
+@pytest.fixture(scope="module")
+def plans():
+    made = {}
+    for name, (model, cluster, gpus, seq_len, batch, pins) in PLANS.items():
+        result = hybrid.search(model, cluster, gpus, seq_len, batch, pins, time_budget_s=2)
+        made[name] = (load_plan(result.plan_document()), load_model_preset(model))
+    return made
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_megatron_args_build_megatron_cores_config_with_the_plans_degrees(plans, name):
+    plan, model = plans[name]
+    config = plan.parallel
+    text = export_plan("megatron-args", plan, None, None, model)
+    fields, loop = megatron_parse(megatron_argv(text))
+    built = megatron_config(fields)
+    assert isinstance(built, ModelParallelConfig)
+    assert (built.tensor_model_parallel_size, built.pipeline_model_parallel_size, built.context_parallel_size,
+            built.expert_model_parallel_size) == (config.tp, config.pp, config.cp, config.ep)
+    assert built.sequence_parallel == (config.tp > 1)
+    # Megatron's data-parallel size is what the other degrees leave of the world: the plan's GPUs
+    data_parallel = plan.meta["gpus"] // (config.tp * config.cp * config.pp)
+    assert data_parallel == config.dp and config.tp * config.cp * config.pp * data_parallel == config.num_gpus
+    calculator = ConstantNumMicroBatchesCalculator(loop["global_batch_size"], loop["micro_batch_size"], data_parallel,
+                                                   False, 0)
+    assert calculator.get() == config.num_microbatches and loop["micro_batch_size"] == config.microbatch_size
+    assert loop["seq_length"] == plan.meta["seq_len"]
+    ddp = DistributedDataParallelConfig(use_distributed_optimizer=loop["use_distributed_optimizer"])
+    assert ddp.use_distributed_optimizer == config.distributed_optimizer
+    blocks = [layer for layer in model.layers if layer.kind in ("decoder", "mlp")]
+    if loop["hybrid_override_pattern"]:   # Megatron's hybrid model: one symbol per Megatron layer
+        assert built.num_layers == len(loop["hybrid_override_pattern"]) and "M" in loop["hybrid_override_pattern"]
+        assert built.pipeline_model_parallel_layout is None
+        assert "refuse it with them" in text or plan.num_stages == 1
+    else:
+        assert built.num_layers == len(blocks)
+        layout = built.pipeline_model_parallel_layout   # parsed and checked against num_layers by Megatron-Core
+        assert layout is not None and len(layout.layout) == config.pp
+    assert built.hidden_size == model.hidden_size
+
+
+def test_megatron_args_keep_the_plans_own_partition_where_its_placement_is_a_loop(plans):
+    plan, model = plans["qwen-moe-ep"]
+    shape, per_rank = placement(plan)
+    fields, loop = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, model)))
+    built = megatron_config(fields)
+    assert built.num_moe_experts == 128 and built.moe_router_topk == 8 and built.expert_model_parallel_size == 8
+    if shape == "loop" and per_rank:
+        stages = [stage for rank in built.pipeline_model_parallel_layout.layout for stage in rank]
+        assert (built.virtual_pipeline_model_parallel_size or 1) == per_rank
+        # Megatron's layout holds per rank its virtual stages; stage k of the plan is rank k mod p's (k // p)th
+        for index, stage in enumerate(plan.stages):
+            megatron_stage = built.pipeline_model_parallel_layout.layout[index % plan.num_devices][
+                index // plan.num_devices]
+            assert len(megatron_stage) == len(stage.layers)
+        assert len(stages) == plan.num_stages
+
+
+def test_a_plan_with_adaptis_order_says_what_megatron_and_torchtitan_lose(plans):
+    plan, model = plans["llama-dense"]
+    assert plan.strategy == "adaptis"
+    for fmt in ("megatron-args", "torchtitan-toml"):
+        text = export_plan(fmt, plan, None, None, model)
+        header = " ".join(line.lstrip("# ") for line in text.split("\n\n")[0].splitlines() if line.startswith("#"))
+        assert "What this cannot express of the plan" in header and "AdaPtis executor" in header
+        assert "AdaPtis's own per-rank action order (adaptis" in header
+        if placement(plan)[0] == "custom":   # the placement the search chose, named by its stage devices
+            devices = ", ".join(str(stage.device) for stage in plan.stages)
+            assert f"AdaPtis's placement (custom, stage devices [{devices}])" in header
+        lost = export_losses(fmt, plan, model)   # what the plan page lists under the download
+        assert lost and all(f"- {item}" in header for item in lost)
+
+
+@pytest.mark.parametrize("name", ["llama-dense", "qwen-moe-ep", "deepseek-mla"])
+def test_torchtitans_config_manager_loads_the_plans_degrees_and_batch(plans, name, tmp_path):
+    ConfigManager, ParallelDims = _torchtitan()
+    plan, model = plans[name]
+    config = plan.parallel
+    path = tmp_path / "job.toml"
+    path.write_text(export_plan("torchtitan-toml", plan, None, None, model))
+    job = ConfigManager().parse_args(["--job.config_file", str(path)])
+    parallelism, training = job.parallelism, job.training
+    assert (parallelism.tensor_parallel_degree, parallelism.pipeline_parallel_degree,
+            parallelism.context_parallel_degree, parallelism.expert_parallel_degree) == (
+        config.tp, config.pp, config.cp, config.ep)
+    assert parallelism.data_parallel_replicate_degree * parallelism.data_parallel_shard_degree == config.dp
+    dims = ParallelDims(dp_replicate=parallelism.data_parallel_replicate_degree,
+                        dp_shard=parallelism.data_parallel_shard_degree, cp=config.cp, tp=config.tp, pp=config.pp,
+                        ep=config.ep, etp=parallelism.expert_tensor_parallel_degree, world_size=config.num_gpus)
+    assert dims.world_size == plan.meta["gpus"]
+    if config.ep > 1:   # torchtitan's experts borrow FSDP ranks: EP must divide dp_shard x CP
+        assert (parallelism.data_parallel_shard_degree * config.cp) % config.ep == 0
+    assert training.local_batch_size // parallelism.pipeline_parallel_microbatch_size == config.num_microbatches
+    assert training.global_batch_size == config.global_batch and training.seq_len == plan.meta["seq_len"]
+    assert job.activation_checkpoint.mode == (config.recompute if isinstance(config.recompute, str) else "full")
+    stages = parallelism.module_fqns_per_model_part
+    assert stages[0][0] == "tok_embeddings" and stages[-1][-2:] == ["norm", "output"]
+    blocks = [fqn for stage in stages for fqn in stage if fqn.startswith("layers.")]
+    assert blocks == [f"layers.{index}" for index in range(model.num_layers - 2)]
+    assert len(stages) % config.pp == 0
+    from torch.distributed.pipelining.schedules import get_schedule_class
+    get_schedule_class(parallelism.pipeline_parallel_schedule)   # a name torch (and so torchtitan) knows
+
+
+def test_torchtitan_runs_adaptis_order_from_the_csv_where_the_placement_is_a_loop_or_v(plans, tmp_path):
+    """A plan whose placement torchtitan can build gets AdaPtis's order through pipeline_parallel_schedule_csv: its
+    stages are the plan's, and torch's runtime schedule loads the CSV into the plan's order."""
+    ConfigManager, _ = _torchtitan()
+    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+    from torch.distributed.pipelining.stage import PipelineStage
+
+    checked = 0
+    for name in ("qwen-moe-ep", "deepseek-mla"):
+        plan, model = plans[name]
+        shape, per_rank = placement(plan)
+        if not per_rank or shape == "custom" or (shape == "v-shape" and per_rank != 2):
+            continue
+        toml = tmp_path / f"{name}.toml"
+        toml.write_text(export_plan("torchtitan-toml", plan, None, None, model))
+        parallelism = ConfigManager().parse_args(["--job.config_file", str(toml)]).parallelism
+        assert parallelism.pipeline_parallel_schedule_csv == "adaptis-schedule.csv"
+        assert len(parallelism.module_fqns_per_model_part) == plan.num_stages
+        assert parallelism.pipeline_parallel_schedule == ("ZBVZeroBubble" if shape == "v-shape" else
+                                                          "Interleaved1F1B" if per_rank > 1 else "1F1B")
+        csv = tmp_path / f"{name}.csv"
+        csv.write_text(export_plan("torch-csv", plan, None))
+        stage = mock.create_autospec(PipelineStage, instance=True)
+        stage.group_rank, stage.group_size, stage.submod = 0, plan.num_devices, None
+        stage.num_stages = plan.num_stages
+        schedule = _PipelineScheduleRuntime([stage] * per_rank, plan.num_microbatches)
+        schedule._load_csv(str(csv))
+        for device in range(plan.num_devices):
+            assert [str(a) for a in schedule.pipeline_order[device]] == [str(a) for a in plan.actions[device]]
+        assert schedule.stage_index_to_group_rank == {i: s.device for i, s in enumerate(plan.stages)}
+        lost = export_losses("torchtitan-toml", plan, model)
+        assert not [item for item in lost if "placement" in item or "order" in item], lost
+        checked += 1
+    assert checked, "no plan with a loop or V placement to check"
+
+
+def test_a_v1_plan_is_refused_by_the_framework_formats_naming_the_format():
+    from planner.baselines import build_baseline
+    from planner.cost import analytic_profile
+    from planner.cluster import load_cluster_preset
+    from planner.errors import SpecError
+
+    model = load_model_preset("tiny-llama")
+    plan = build_baseline("1f1b", analytic_profile(model, load_cluster_preset("cpu-host")), 2, 4)
+    for fmt in ("megatron-args", "torchtitan-toml"):
+        with pytest.raises(SpecError) as error:
+            export_plan(fmt, plan, None, None, model)
+        assert error.value.field == "format" and "adaptis.plan/v2" in error.value.reason
