@@ -207,6 +207,12 @@ def test_the_ingest_refuses_other_secrets_and_foreign_events_and_stores_nothing_
     refused = _post(first["id"], first["secret"], foreign)
     assert refused.status_code == 400 and refused.json()["errors"] == [{
         "field": "events[3].action", "reason": "'1F9' is not an action of device 0 in this run's plan"}]
+    # An event must say what its action's name says (stage, kind, micro-batch): a rank cannot relabel its work.
+    for key, value in (("kind", "B"), ("stage", 1), ("microbatch", 7)):
+        relabelled = [{**events[0], key: value}]
+        refused = _post(first["id"], first["secret"], relabelled)
+        assert refused.status_code == 400 and refused.json()["errors"][0]["field"] == f"events[0].{key}", refused.json()
+        assert f"action {events[0]['action']} has {key}" in refused.json()["errors"][0]["reason"]
     wrong_rank = [{**events[0], "rank": 2, "device": 2}]
     assert _post(first["id"], first["secret"], wrong_rank).json()["errors"][0]["field"] == "events[0].rank"
     too_many = [events[0]] * 1001
