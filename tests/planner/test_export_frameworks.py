@@ -19,7 +19,7 @@ from unittest import mock
 import pytest
 import torch
 
-from planner import hybrid
+from planner.parallel import planning as hybrid
 from planner.exports import export_losses, export_plan
 from planner.exports.hybrid_plan import placement
 from planner.exports.megatron_args import megatron_argv

@@ -161,12 +161,12 @@ class TestSpecCreateWithJob:
         assert ModelSpecRecord.objects.count() == 0 and PlanningJob.objects.count() == 0
 
     def test_a_broker_failure_marks_the_job_failed(self, people, monkeypatch, django_capture_on_commit_callbacks):
-        from adaptis_web.studio import tasks
+        from adaptis_web.celery import app
 
         def refuse(*args, **kwargs):
             raise ConnectionError("Error 111 connecting to redis")
 
-        monkeypatch.setattr(tasks.plan_job_run, "apply_async", refuse)
+        monkeypatch.setattr(app, "send_task", refuse)  # the broker refuses whatever is sent (services.queueing)
         with django_capture_on_commit_callbacks(execute=True):
             job = spec_create_with_job(team=people.team, user=people.owner, spec=TINY, source_filename="t.json",
                                        request=_request())
