@@ -72,13 +72,14 @@ from planner.parallel.evaluate import shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.parallel.search import HybridResult, SearchCancelled
 from planner.plan import Plan, load_plan
+from planner.plan_check import check_plan_structure, validate_plan
 from planner.profile import Profile, load_profile
 from planner.scheduling import chunks_per_device
-from planner.search import search_plan
+from planner.search import check_model_state_fits, search_plan
 from planner.simulator import simulate, simulate_summary
 from planner.spec.model import ModelSpec
 from planner.spec.presets import model_preset_names
-from planner.plan_check import check_plan_structure, validate_plan
+from planner.units import binary_bytes, signed_binary_bytes
 
 ADAPTIS_STRATEGY = "adaptis"
 JOB_SCHEDULES = (ADAPTIS_STRATEGY, *BASELINE_SCHEDULES)
@@ -214,8 +215,8 @@ class PipelineJobOutcome:
 
 @dataclass(frozen=True)
 class HybridJobOutcome:
-    """A hybrid job's best plan and its summary (``planner.parallel.planning``'s result; ``best.plan_id`` is the stored plan's
-    to fill in), with the closing messages, and ``short``, the configuration in words."""
+    """A hybrid job's best plan and its summary (``planner.parallel.planning``'s result; ``best.plan_id`` is the
+    stored plan's to fill in), with the closing messages, and ``short``, the configuration in words."""
 
     plan: PlanRecord
     summary: dict
@@ -236,8 +237,10 @@ class Calibration:
 
 
 def check_pipeline_job(*, spec: ModelSpec, cluster: ClusterSpec, num_devices: int, num_microbatches: int,
-                       schedule: str, partition: str) -> None:
-    """SpecError naming the field unless a pipeline job of this shape can be planned."""
+                       schedule: str, partition: str, memory_limit_bytes: int | None = None) -> None:
+    """SpecError naming the field unless a pipeline job of this shape can be planned: for a search, that includes
+    the model state fitting the devices' memory (``memory_limit_bytes``, else the cluster's), the search's own first
+    check, on the spec's analytic profile, so a request that cannot fit is refused before it is queued."""
     if schedule not in JOB_SCHEDULES:
         raise SpecError("schedule", f"must be one of {', '.join(JOB_SCHEDULES)}; got {schedule!r}")
     searched = schedule == ADAPTIS_STRATEGY
@@ -258,6 +261,9 @@ def check_pipeline_job(*, spec: ModelSpec, cluster: ClusterSpec, num_devices: in
     if stages > spec.num_layers:
         raise SpecError("num_devices", f"{schedule} on {num_devices} devices needs {stages} stages but "
                                        f"{spec.name!r} has only {spec.num_layers} layers")
+    if searched:
+        check_model_state_fits(analytic_profile(spec, cluster), num_devices, memory_limit_bytes=memory_limit_bytes,
+                               cluster=cluster)
 
 
 def plan_pipeline_job(*, spec: ModelSpec, cluster: ClusterSpec, profile: Profile, schedule: str, partition: str,
@@ -326,7 +332,8 @@ def kept_plan_first(candidates: list[dict], plan: Plan) -> list[dict]:
 
 def check_hybrid_job(*, spec: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, global_batch: int,
                      pins: dict) -> None:
-    """The SpecError the hybrid search would raise for this job (``planner.parallel.planning.check``), without searching."""
+    """The SpecError the hybrid search would raise for this job (``planner.parallel.planning.check``), without
+    searching."""
     planner_hybrid.check(spec, cluster, gpus, seq_len, global_batch, pins)
 
 
@@ -428,4 +435,4 @@ __all__ = ["ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "ActionKind", "BA
            "derive_plan", "export_stored_plan", "is_cluster_preset", "kept_plan_first", "model_preset_names",
            "plan_gpus", "plan_hybrid_job", "plan_pipeline_job", "plan_run_shape", "predict_stored_plan",
            "preset_names", "repredict_edit", "simulate_on_profile", "stored_plan_page", "stored_plan_simulation",
-           "summarize_observed", "throughput_difference"]
+           "binary_bytes", "signed_binary_bytes", "summarize_observed", "throughput_difference"]

@@ -20,21 +20,22 @@ import time
 from typing import Callable
 
 from planner.baselines import BASELINE_SCHEDULES, build_baseline
+from planner.bounds import search_lower_bound
 from planner.cluster import ClusterSpec
 from planner.errors import SpecError
 from planner.layout import layer_codes_from_profile, plan_layout_string
 from planner.memory import layer_state_bytes as unsharded_layer_state_bytes
 from planner.plan import Plan
 from planner.profile import Profile
-from planner.bounds import search_lower_bound
 from planner.search.evaluate import Candidate, CandidateScorer, StopSearch, candidate_plan
 from planner.search.layouts import SHAPES, Layout, layout_from_stages, shape_devices
 from planner.search.list_scheduler import SchedulePolicy
 from planner.search.partition import balanced_starts, exchange_layers, rebalance_devices
 from planner.search.result import SearchResult
 from planner.search.tuning import diagnose, partition_moves, perturbed, placement_moves, policy_moves, restructure
-from planner.simulator import simulate
 from planner.plan_check import validate_plan
+from planner.simulator import simulate
+from planner.units import binary_bytes
 
 # Default evaluation budget, from the problem size: a small pipeline converges within ~200 candidates
 # (8 devices x 32 micro-batches: ~2 s on one core); 16+ devices have more boundaries and placements to
@@ -311,18 +312,35 @@ def _memory_limit(memory_limit_bytes: int | None, cluster: ClusterSpec | None) -
     return float(cluster.device.memory_bytes) if cluster is not None else float("inf")
 
 
-def _check_model_state_fits(profile: Profile, state: list[float], num_devices: int, memory_limit: float) -> None:
+def check_model_state_fits(profile: Profile, num_devices: int, *, memory_limit_bytes: int | None = None,
+                           cluster: ClusterSpec | None = None) -> None:
+    """SpecError unless the model state (parameters, gradients, optimizer state) can be spread over ``num_devices``
+    devices of ``memory_limit_bytes`` each (the cluster's device memory by default): what the search checks first,
+    and what a request checks before it is queued (``planner.service.check_pipeline_job``)."""
+    limit = _memory_limit(memory_limit_bytes, cluster)
+    _check_model_state_fits(profile, unsharded_layer_state_bytes(profile), num_devices, limit,
+                            field="memory_limit_bytes" if memory_limit_bytes is not None else "num_devices")
+
+
+def _check_model_state_fits(profile: Profile, state: list[float], num_devices: int, memory_limit: float,
+                            field: str = "memory_limit_bytes") -> None:
     heaviest = max(range(profile.num_layers), key=lambda index: state[index])
     if state[heaviest] > memory_limit:
-        raise SpecError("memory_limit_bytes", (
-            f"layer {profile.layers[heaviest].name!r} alone needs {state[heaviest]:,.0f} bytes of model state "
-            f"(parameters, gradients and optimizer state) but a device holds {memory_limit:,.0f}; "
+        raise SpecError(field, (
+            f"layer {profile.layers[heaviest].name!r} alone needs {_both(state[heaviest])} of model state "
+            f"(parameters, gradients and optimizer state) but a device holds {_both(memory_limit)}; "
             f"no partition can fit it"))
     total = sum(state)
     if total > memory_limit * num_devices:
-        raise SpecError("memory_limit_bytes", (
-            f"the model state needs {total:,.0f} bytes but {num_devices} devices x {memory_limit:,.0f} bytes hold "
-            f"{memory_limit * num_devices:,.0f}; use more devices or a larger limit"))
+        raise SpecError(field, (
+            f"the model state needs {_both(total)} but {num_devices} devices x {binary_bytes(memory_limit)} "
+            f"hold {_both(memory_limit * num_devices)}; use more devices or a larger limit"))
+
+
+def _both(amount: float) -> str:
+    """Binary units to read, the exact bytes beside them (a refusal by a few bytes must not read "15.8 GiB but
+    15.8 GiB")."""
+    return f"{binary_bytes(amount)} ({amount:,.0f} bytes)"
 
 
 def _fits(plan: Plan, state: list[float], memory_limit: float, activation_limit: float) -> bool:
@@ -391,12 +409,12 @@ def _final_plan(best: Candidate | None, baseline_plans: dict[str, Plan], baselin
 
 
 def _no_fit_reason(best: Candidate | None, memory_limit: float, activation_limit: float) -> str:
-    limits = f"{memory_limit:,.0f} bytes per device"
+    limits = f"{_both(memory_limit)} per device"
     if activation_limit < float("inf"):
-        limits += f" with at most {activation_limit:,.0f} bytes of activations"
+        limits += f" with at most {binary_bytes(activation_limit)} of activations"
     if best is None:
         return f"no plan fits {limits}"
     device = max(range(len(best.device_excess)), key=lambda index: best.device_excess[index])
     return (f"no plan fits {limits}: the closest candidate ({best.layout.num_stages} stages, "
-            f"{best.policy.describe()}) still needs {best.device_excess[device]:,.0f} bytes more on device "
+            f"{best.policy.describe()}) still needs {binary_bytes(best.device_excess[device])} more on device "
             f"{device}, even holding as few micro-batches in flight as the schedule allows")

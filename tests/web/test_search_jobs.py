@@ -129,9 +129,19 @@ class TestSearchJobRun:
 
     # tiny-hybrid's model state is 11,628,000 bytes: 1 KiB cannot hold its largest layer's, and half of the
     # state plus one byte holds the state on two devices but leaves no room for any micro-batch in flight.
+    def test_a_memory_limit_below_the_model_state_is_refused_before_queueing_in_binary_units(self, people):
+        with pytest.raises(SpecError) as refused:
+            _request(memory_limit_bytes=1024)
+        assert refused.value.field == "memory_limit_bytes"
+        assert "of model state (parameters, gradients and optimizer state) but a device holds 1.0 KiB (1,024 " \
+               "bytes); no partition can fit it" in refused.value.reason, refused.value.reason
+        with pytest.raises(SpecError) as refused:
+            _request(memory_limit_bytes=4_000_000)  # the largest layer fits, the whole state not on 2 devices
+        assert refused.value.field == "memory_limit_bytes" and "but 2 devices x 3.8 MiB hold 7.6 MiB (8,000,000 " \
+            "bytes); use more devices" in refused.value.reason, refused.value.reason
+
     @pytest.mark.parametrize("limit, reason", [
-        (1024, "a device holds 1,024; no partition can fit it"),
-        (5_814_001, "no plan fits 5,814,001 bytes per device: the closest candidate"),
+        (5_814_001, "no plan fits 5.5 MiB (5,814,001 bytes) per device: the closest candidate"),
     ])
     def test_a_memory_limit_nothing_fits_fails_the_job_naming_the_field(self, people, limit, reason):
         job = _search_job(people, memory_limit_bytes=limit)

@@ -226,7 +226,8 @@ def _checked_action(event: dict, where: str, actions_of: list[dict], world_size:
     # The action's name says its stage, kind and micro-batch: the event must say the same.
     for key, expected in (("stage", action.stage), ("kind", str(action.type)), ("microbatch", action.microbatch)):
         if event.get(key) != expected or isinstance(event.get(key), bool):
-            raise IngestRefusal(400, f"{where}.{key}", f"action {action} has {key} {expected!r}, got {event.get(key)!r}")
+            raise IngestRefusal(400, f"{where}.{key}",
+                                f"action {action} has {key} {expected!r}, got {event.get(key)!r}")
     start, end = _number(event, "start_ms", where), _number(event, "end_ms", where)
     if end < start:
         raise IngestRefusal(400, f"{where}.end_ms", f"ends before it starts ({end} < {start})")

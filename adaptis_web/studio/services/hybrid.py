@@ -42,8 +42,8 @@ def _positive(field: str, value: object, limit: int) -> int:
 
 def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object, seq_len: object,
                           global_batch: object, pins: dict | None) -> HybridSettings:
-    """The job's shape and pins, checked as the search would check them (``planner.parallel.planning.check``): a pin that
-    cannot split the GPUs or the batch, or a model that fits nowhere, is a SpecError naming the field."""
+    """The job's shape and pins, checked as the search would check them (``planner.parallel.planning.check``): a pin
+    that cannot split the GPUs or the batch, or a model that fits nowhere, is a SpecError naming the field."""
     for field, value in (("gpus", gpus), ("seq_len", seq_len), ("global_batch", global_batch)):
         if value is None:
             raise SpecError(field, "is required for a hybrid-parallel job")

@@ -99,11 +99,12 @@ def job_request_check(*, spec: ModelSpec, num_devices: int | None = None, num_mi
     for field, value in (("num_devices", num_devices), ("num_microbatches", num_microbatches)):
         if value is None:
             raise SpecError(field, "is required for a pipeline-only job")
-    planner_service.check_pipeline_job(spec=spec, cluster=cluster, num_devices=num_devices,
-                                       num_microbatches=num_microbatches, schedule=schedule, partition=partition)
-    searched = schedule == ADAPTIS_SCHEDULE
     search_settings_check(seed=seed, time_budget_s=time_budget_s, memory_limit_bytes=memory_limit_bytes,
                           cluster=cluster)
+    planner_service.check_pipeline_job(spec=spec, cluster=cluster, num_devices=num_devices,
+                                       num_microbatches=num_microbatches, schedule=schedule, partition=partition,
+                                       memory_limit_bytes=memory_limit_bytes)
+    searched = schedule == ADAPTIS_SCHEDULE
     return JobRequest(cluster_preset=preset, cluster=cluster,
                       num_devices=num_devices, num_microbatches=num_microbatches, schedule=schedule,
                       partition="" if searched else partition, seed=seed, time_budget_s=float(time_budget_s),
