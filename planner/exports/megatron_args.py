@@ -32,7 +32,7 @@ import shlex
 from planner.errors import SpecError
 from planner.exports.hybrid_plan import (header_lines, is_own_order, placement, recompute_mode, require_model,
                                          require_v2, seq_len_of, stage_devices)
-from planner.exports.megatron_layout import is_megatron_hybrid, layout_of_stages
+from planner.exports.megatron_layout import is_megatron_hybrid, layout_of_stages, run_lengths
 from planner.plan import Plan
 from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, ModelSpec, MoEMLP
 
@@ -256,13 +256,7 @@ def _has_moe(model: ModelSpec) -> bool:
 
 def _freq(flags: list[bool]) -> str:
     """Megatron's ``--moe-layer-freq`` list form, folded: ``([0]*3+[1]*58)``."""
-    runs: list[list] = []
-    for flag in flags:
-        if runs and runs[-1][0] == flag:
-            runs[-1][1] += 1
-        else:
-            runs.append([flag, 1])
-    return "(" + "+".join(f"[{int(flag)}]*{count}" for flag, count in runs) + ")"
+    return "(" + "+".join(f"[{int(flag)}]*{count}" for flag, count in run_lengths(flags)) + ")"
 
 
 def _partition(plan: Plan) -> str:

@@ -15,6 +15,8 @@ virtual stages and *ignore* one without: they split the pattern's layers evenly 
 
 from __future__ import annotations
 
+from itertools import groupby
+
 from planner.errors import SpecError
 from planner.placement import loop_placement
 from planner.plan import Plan
@@ -48,14 +50,13 @@ def _layer_letters(profile: Profile | ModelSpec) -> list[str]:
     return letters
 
 
+def run_lengths(items: list) -> list[tuple[object, int]]:
+    """Consecutive equal items folded into (item, count): the run-length form both Megatron files write."""
+    return [(item, sum(1 for _ in group)) for item, group in groupby(items)]
+
+
 def _stage_text(letters: list[str]) -> str:
-    runs: list[list] = []
-    for letter in letters:
-        if runs and runs[-1][0] == letter:
-            runs[-1][1] += 1
-        else:
-            runs.append([letter, 1])
-    return ",".join(letter if count == 1 else f"{letter}*{count}" for letter, count in runs)
+    return ",".join(letter if count == 1 else f"{letter}*{count}" for letter, count in run_lengths(letters))
 
 
 def _join_stages(stage_texts: list[str]) -> str:
