@@ -35,12 +35,7 @@ class HistoryCursorPagination(CursorPagination):
         return checked_query_int(request, self.page_size_query_param, 1, self.max_page_size, self.page_size)
 
     def get_ordering(self, request, queryset, view):
-        sort = request.query_params.get("sort", "")
-        column = SORTS.get(queryset.model, {}).get(sort.removeprefix("-"))
-        if column is None:
-            return self.ordering
-        sign = "-" if sort.startswith("-") else ""
-        return (f"{sign}{column}", f"{sign}id")   # the id breaks ties, so a cursor never skips a row
+        return sort_ordering(queryset.model, request.query_params.get("sort", "")) or self.ordering
 
     def get_schema_operation_parameters(self, view):
         return bounded_schema(super().get_schema_operation_parameters(view),
@@ -200,6 +195,23 @@ SORTS = {
            "created": "created_at"},
     Run: {"observed_iteration": "observed_iteration_ms", "created": "created_at"},
 }
+
+
+def sort_ordering(model, sort: str) -> tuple[str, str] | None:
+    """The ordering a ``sort`` parameter names for ``model``'s rows (``SORTS``; "-name" descending), the id breaking
+    ties so a cursor never skips a row; None for no such sort (the list's own order)."""
+    column = SORTS.get(model, {}).get(sort.removeprefix("-"))
+    if column is None:
+        return None
+    sign = "-" if sort.startswith("-") else ""
+    return (f"{sign}{column}", f"{sign}id")
+
+
+def sort_links(sort: str, names: tuple[str, ...]) -> dict:
+    """What a list's sortable headers link to and show: ``{name}_sort`` (the other direction of the current sort,
+    else ascending) and ``sort_marks`` (an arrow on the current one), for the History page and the dashboard."""
+    links = {f"{name}_sort": (f"-{name}" if sort == name else name) for name in names}
+    return {**links, "sort_marks": {sort.removeprefix("-"): " ↓" if sort.startswith("-") else " ↑"} if sort else {}}
 
 
 def sort_filter(model) -> django_filters.ChoiceFilter:

@@ -12,7 +12,7 @@ from rest_framework.request import Request
 
 from adaptis_web.studio import selectors
 from adaptis_web.studio.account_views import current_team
-from adaptis_web.studio.filters import HISTORY_FILTERS, HistoryCursorPagination
+from adaptis_web.studio.filters import HISTORY_FILTERS, HistoryCursorPagination, sort_links
 from adaptis_web.studio.services import curation
 from adaptis_web.studio.services.roles import Role, role_permissions, role_require
 from planner.errors import SpecError
@@ -34,13 +34,9 @@ def history(request: HttpRequest) -> HttpResponse:
     filters = HISTORY_FILTERS[kind](request.GET, queryset=rows)
     paginator = HistoryCursorPagination()
     page = paginator.paginate_queryset(filters.qs, Request(request)) if filters.is_valid() else []
-    sort = request.GET.get("sort", "")
-    sorts = {name: (f"-{name}" if sort == name else name) for name in ("iteration", "bubble", "tokens_per_s",
-                                                                       "observed_iteration")}
     return render(request, "studio/history.html", {
-        "iteration_sort": sorts["iteration"], "bubble_sort": sorts["bubble"], "tokens_sort": sorts["tokens_per_s"],
-        "observed_sort": sorts["observed_iteration"], "unmeasured": selectors.UNMEASURED,
-        "sort_marks": {sort.removeprefix("-"): " ↓" if sort.startswith("-") else " ↑"} if sort else {},
+        **sort_links(request.GET.get("sort", ""), ("iteration", "bubble", "tokens_per_s", "observed_iteration")),
+        "unmeasured": selectors.UNMEASURED,
         "kind": kind, "kinds": selectors.CURATED_KINDS, "filters": filters, "rows": page, "team": team,
         "deleted": deleted, "next_link": paginator.get_next_link() if page else None,
         "compare_kind": {"plans": "plan", "runs": "run"}.get(kind) if not deleted else None,

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from adaptis_web.studio import selectors
 from adaptis_web.studio.account_views import current_team
+from adaptis_web.studio.filters import sort_links, sort_ordering
 from adaptis_web.studio.hybrid_pages import hybrid_page_context
 from adaptis_web.studio.services.roles import role_permissions
 from adaptis_web.studio.forms import RunForm, SpecPlanningForm, UploadForm
@@ -35,12 +36,14 @@ RECENT_ROWS = 20
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    """The current team's latest work (the History page has all of it, filtered)."""
+    """The current team's latest work (the History page has all of it, filtered); ``?sort=iteration`` (or
+    ``bubble``, "-" for descending) orders the jobs by their own plan's result, as the History page does."""
     user, team = request.user, current_team(request)
+    sort = request.GET.get("sort", "")
+    jobs = selectors.history_for_user(user=user, kind="jobs").filter(spec__team=team, archived_at__isnull=True)
     return render(request, "studio/dashboard.html", {
-        "teams": selectors.team_list_for_user(user=user), "team": team,
-        "jobs": selectors.job_list_with_plan_metrics(user=user).filter(spec__team=team, archived_at__isnull=True)[
-            :RECENT_ROWS],
+        "teams": selectors.team_list_for_user(user=user), "team": team, **sort_links(sort, ("iteration", "bubble")),
+        "jobs": jobs.order_by(*(sort_ordering(PlanningJob, sort) or ("-created_at", "-id")))[:RECENT_ROWS],
         "runs": selectors.run_list_for_user(user=user).filter(plan__job__spec__team=team, archived_at__isnull=True)[
             :RECENT_ROWS],
         "specs": selectors.spec_list_for_user(user=user).filter(team=team, archived_at__isnull=True).defer("doc")[

@@ -265,3 +265,33 @@ class TestSortingByResults:
         jobs = client.get(reverse("studio:history"), {"kind": "jobs", "sort": "iteration"}).content.decode()
         row = jobs.split(f'<tr data-row="{planned.job.pk}">')[1].split("</tr>")[0]
         assert f"{planned.job.own_plan.iteration_ms:.2f} ms" in row, "a job shows its own plan's result"
+
+
+def test_the_dashboard_sorts_its_jobs_by_their_own_plans_results(client, people, planned):
+    """Three jobs of the team whose own plans took 30, 10 and 20 ms (bubbles 10, 50, 30 %), made in that order: the
+    dashboard lists them newest first, and by iteration or bubble when a header asks, with an arrow on it."""
+    jobs = [planned.job]
+    for _ in range(2):
+        job = PlanningJob.objects.get(pk=planned.job.pk)
+        job.pk = None
+        job.save()
+        jobs.append(job)
+    for job, (iteration, bubble) in zip(jobs, [(30.0, 0.1), (10.0, 0.5), (20.0, 0.3)]):
+        Plan.objects.filter(job=job).delete()
+        Plan.objects.create(job=job, strategy=job.schedule, layout="x", plan_doc={}, profile_doc={}, simulation={},
+                            iteration_ms=iteration, bubble_ratio=bubble)
+    client.force_login(people.member)
+
+    def order(**query) -> tuple[list[int], str]:
+        page = client.get(reverse("studio:dashboard"), query).content.decode()
+        table = page.split("<h2>Planning jobs</h2>")[1].split("</table>")[0]
+        return [int(pk) for pk in re.findall(r'<td><a href="/jobs/(\d+)/">', table)], table
+
+    newest, _ = order()
+    assert newest == [jobs[2].pk, jobs[1].pk, jobs[0].pk]
+    fastest, table = order(sort="iteration")
+    assert fastest == [jobs[1].pk, jobs[2].pk, jobs[0].pk]
+    assert 'data-sort="iteration">Iteration ↑</a>' in table and "sort=-iteration" in table, "a second click reverses"
+    assert order(sort="-iteration")[0] == [jobs[0].pk, jobs[2].pk, jobs[1].pk]
+    assert order(sort="-bubble")[0] == [jobs[1].pk, jobs[2].pk, jobs[0].pk]
+    assert order(sort="fastest")[0] == newest, "an unknown sort keeps the dashboard's own order"
