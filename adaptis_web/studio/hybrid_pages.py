@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from planner.cluster import load_cluster
 from planner.parallel.config import load_parallel
+from planner import service as planner_service
 from planner.service import ClusterSpec, RankMapping
 
 GIB = 2**30
@@ -25,19 +26,30 @@ def stage_colour(pp_rank: int, pp: int) -> str:
     return f"hsl({round(360 * pp_rank / max(pp, 1)) % 360}, 70%, 80%)"
 
 
+def _step(score: dict) -> dict:
+    """A configuration's step as ``planner.comparison`` compares steps."""
+    predicted = score["predicted"]
+    return {"iteration_ms": predicted["iteration_ms"], "tokens_per_s": predicted["tokens_per_s"],
+            "gpus": planner_service.plan_gpus({"parallel": score["parallel"]})}
+
+
 def configuration_rows(result: dict) -> list[dict]:
-    """The chosen configuration, then the runners-up: throughput, MFU, step time, peak memory, fits."""
-    best_ms = result["best"]["predicted"]["iteration_ms"]
+    """The chosen configuration, then the runners-up: throughput, MFU, step time, peak memory, fits, and each
+    runner-up against the chosen one by tokens/s (``planner.comparison``; it says if the batch or GPUs differ)."""
+    chosen = _step(result["best"])
     rows = []
     for index, score in enumerate([result["best"], *result["runners_up"]]):
         predicted = score["predicted"]
+        difference = planner_service.throughput_difference(chosen, _step(score))
         rows.append({"chosen": index == 0, "short": score["short"], "parallel": score["parallel"],
                      "schedule": predicted["schedule"], "chunks": predicted["chunks"],
                      "estimated": predicted["estimated"], "iteration_s": predicted["iteration_ms"] / 1e3,
                      "tokens_per_s": predicted["tokens_per_s"], "mfu_percent": 100 * predicted["mfu"],
                      "hardware_tflops_per_gpu": predicted["hardware_tflops_per_gpu"],
                      "peak_memory_gib": predicted["peak_memory_bytes"] / GIB, "fits": predicted["fits"],
-                     "slower_percent": 100 * (predicted["iteration_ms"] / best_ms - 1)})
+                     "throughput_percent": 100 * (difference["tokens_per_s_ratio"] - 1)
+                     if difference["tokens_per_s_ratio"] is not None else None,
+                     "comparison_note": difference["note"]})
     return rows
 
 

@@ -154,6 +154,12 @@ class TestPlanned:
         best = hybrid_job.result["best"]
         assert best["short"] in page
         assert page.count("data-configuration-row") == 1 + len(hybrid_job.result["runners_up"])
+        # Each runner-up against the chosen configuration by throughput (same GPUs and batch: tokens/s compares).
+        best_rate = best["predicted"]["tokens_per_s"]
+        shown = [float(value) for value in re.findall(r'data-vs-chosen="(-?[0-9.]+)"', page)]
+        assert shown == pytest.approx([100 * (runner["predicted"]["tokens_per_s"] / best_rate - 1)
+                                       for runner in hybrid_job.result["runners_up"]], abs=1e-5)
+        assert all(value <= 1e-9 for value in shown), "the chosen configuration has the most tokens/s"
         assert page.count('class="gpu-cell"') == 16
         assert re.search(r'data-gpu="15"[^>]*><span class="gpu-index">#15</span> \(\d,\d,\d,\d,\d\)', page)
         totals = [float(value) for value in re.findall(r'data-total-gib="([0-9.]+)"', page)]
