@@ -332,3 +332,35 @@ def spawn_private_worker(django_db_setup, tmp_path):
     yield spawn
     for worker in started:
         stop_worker(worker.process)
+
+
+HYBRID_SEQ_LEN = 2048
+
+
+@pytest.fixture
+def hybrid_plan(people):
+    """A Llama 3 8B adaptis.plan/v2 plan (TP2 PP2 DP2 on one H100 node, sequences of ``HYBRID_SEQ_LEN``, a global
+    batch of 32), stored as a job's plan (the plan editor's tests, in the API and in the browser)."""
+    from adaptis_web.studio.models import Plan, PlanningJob
+    from adaptis_web.studio.services.specs import spec_create
+    from planner.cluster import load_cluster_preset
+    from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
+    from planner.parallel import planning as hybrid
+    from planner.parallel.evaluate import Job, shard_profile
+    from planner.plan import load_plan
+    from planner.spec.presets import load_model_preset
+
+    spec, cluster = load_model_preset("llama-3-8b"), load_cluster_preset("h100-sxm-1x8")
+    best = hybrid.search(spec, cluster, 8, HYBRID_SEQ_LEN, 32, pins={"tp": 2, "pp": 2}).to_dict()["best"]
+    plan = load_plan(best["plan"])
+    record = spec_create(team=people.team, owner=people.owner, spec=spec, source_filename="llama-3-8b.json")
+    job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset="h100-sxm-1x8",
+                                     cluster_doc=cluster.to_dict(), num_devices=2,
+                                     num_microbatches=plan.num_microbatches, schedule=plan.strategy, status="succeeded")
+    job_shape = Job(model=spec, cluster=cluster, gpus=8, seq_len=HYBRID_SEQ_LEN, global_batch=32)
+    profile, _ = shard_profile(job_shape, plan.parallel)
+    return Plan.objects.create(job=job, strategy=plan.strategy, plan_doc=plan.to_dict(), profile_doc=profile.to_dict(),
+                               layout=plan_layout_string(plan, layer_codes_from_spec(spec)),
+                               schedule_summary=schedule_description(plan),
+                               simulation={"iteration_ms": best["predicted"]["iteration_ms"], "bubble_ratio": 0.0},
+                               iteration_ms=best["predicted"]["iteration_ms"], bubble_ratio=0.0)

@@ -403,14 +403,50 @@
     submit(doc, "replaced by the " + doc.meta.baseline + " baseline (" + doc.meta.partition + " partition)");
   }
 
-  function setDegree(input) {
+  // The configuration as a whole: every degree read at once, then what the user keeps fixed derived from it (the
+  // GPU count: DP; or the global batch: the micro-batches), one re-prediction. Editing one degree at a time could
+  // never get from TP2 x DP2 to TP4 x DP1: each step alone changes the GPU count, which the job fixes.
+  function degreeValue(input) {
+    return input.type === "checkbox" ? input.checked : input.tagName === "SELECT" ? input.value : Number(input.value);
+  }
+
+  function applyDegrees() {
     const doc = editableDoc();
-    const key = input.dataset.degree;
-    const value = input.type === "checkbox" ? input.checked : input.tagName === "SELECT" ? input.value : Number(input.value);
-    const before = doc.parallel[key];
-    doc.parallel[key] = value;
-    if (key === "pp") doc.num_devices = value;
-    submit(doc, key + " " + before + " → " + value);
+    const before = Object.assign({}, doc.parallel);
+    document.querySelectorAll("[data-degree]").forEach(function (input) {
+      doc.parallel[input.dataset.degree] = degreeValue(input);
+    });
+    const p = doc.parallel;
+    const keep = $("#edit-keep").value;
+    if (keep === "gpus") {
+      const gpus = before.tp * before.cp * before.pp * before.dp;
+      const others = p.tp * p.cp * p.pp;
+      if (gpus % others !== 0) {
+        showError({errors: [{field: "dp", reason: "TP × CP × PP = " + others + " does not divide the plan's " + gpus +
+                             " GPUs: no DP keeps the GPU count"}]});
+        return;
+      }
+      p.dp = gpus / others;
+      const batch = before.microbatch_size * before.num_microbatches * before.dp;
+      if (batch % (p.microbatch_size * p.dp) === 0) {  // the global batch too, where DP and the size allow it
+        p.num_microbatches = batch / (p.microbatch_size * p.dp);
+        doc.num_microbatches = p.num_microbatches;
+      }
+    } else if (keep === "batch") {
+      const batch = before.microbatch_size * before.num_microbatches * before.dp;
+      const perStep = p.microbatch_size * p.dp;
+      if (batch % perStep !== 0) {
+        showError({errors: [{field: "num_microbatches", reason: "micro-batch size × DP = " + perStep +
+                             " does not divide the global batch of " + batch + " sequences"}]});
+        return;
+      }
+      p.num_microbatches = batch / perStep;
+      doc.num_microbatches = p.num_microbatches;
+    }
+    doc.num_devices = p.pp;
+    const changed = Object.keys(p).filter(function (key) { return String(p[key]) !== String(before[key]); });
+    if (!changed.length) return;
+    submit(doc, changed.map(function (key) { return key + " " + before[key] + " → " + p[key]; }).join(", "));
   }
 
   function undo() {
@@ -480,9 +516,7 @@
     $("#edit-microbatches").addEventListener("change", function (event) { setMicrobatches(Number(event.target.value)); });
     $("#edit-policy").addEventListener("change", function (event) { setPolicy(event.target.value); });
     $("#apply-baseline").addEventListener("click", applyBaseline);
-    document.querySelectorAll("[data-degree]").forEach(function (input) {
-      input.addEventListener("change", function () { setDegree(input); });
-    });
+    $("#apply-degrees").addEventListener("click", applyDegrees);
     $("#undo").addEventListener("click", undo);
     $("#redo").addEventListener("click", redo);
     $("#reset-edits").addEventListener("click", resetEdits);

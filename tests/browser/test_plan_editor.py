@@ -224,3 +224,43 @@ def test_edit_a_searched_plan_save_it_compare_it_and_download_every_export(live_
         expect(page.locator("[data-export-reason='megatron-layout']")).to_contain_text("Megatron")
     else:
         assert page.request.get(live_server.url + megatron.get_attribute("href")).status == 200
+
+
+def test_the_hybrid_editor_changes_tp_and_dp_together_keeping_the_gpus_and_the_batch(live_server, people,
+                                                                                      hybrid_plan, page):
+    """TP2 x PP2 x DP2 on 8 GPUs to TP1 x DP4 in one edit: one degree at a time, each step would change the GPU
+    count (refused); as a whole, DP follows TP and the micro-batches follow DP, so the GPUs and the global batch
+    stay. The page's prediction equals the planner's for that configuration, computed here independently."""
+    from planner.parallel import planning as hybrid
+    from planner.plan import load_plan
+    from tests.conftest import HYBRID_SEQ_LEN
+
+    before = hybrid_plan.plan_doc["parallel"]
+    assert (before["tp"], before["pp"], before["dp"], before["cp"]) == (2, 2, 2, 1)
+    _log_in(page, live_server)
+    page.goto(f"{live_server.url}/plans/{hybrid_plan.pk}/")
+    expect(page.locator("#parallel-fields")).to_be_visible()
+
+    page.fill("[data-degree=pp]", "3")   # 2 x 1 x 3 does not divide 8 GPUs: refused on the page, nothing sent
+    page.click("#apply-degrees")
+    expect(page.locator("#edit-error")).to_contain_text("TP × CP × PP = 6 does not divide the plan's 8 GPUs")
+    assert page.evaluate("() => window.adaptisEditor.timings.length") == 0
+
+    page.fill("[data-degree=pp]", "2")
+    page.fill("[data-degree=tp]", "1")
+    page.select_option("#edit-keep", "gpus")
+    page.click("#apply-degrees")
+    _edits_done(page, 1)
+    answer = page.evaluate("() => window.adaptisEditor.current()")
+    after = answer["hybrid"]["parallel"]
+    batch = before["microbatch_size"] * before["num_microbatches"] * before["dp"]
+    assert (after["tp"], after["pp"], after["dp"]) == (1, 2, 4)
+    assert after["tp"] * after["cp"] * after["pp"] * after["dp"] == 8, "the GPU count kept"
+    assert after["microbatch_size"] * after["num_microbatches"] * after["dp"] == batch, "the global batch kept"
+    # The edited plan (its actions re-scheduled for the new micro-batch count by the server) predicted here.
+    assert answer["plan"]["parallel"] == {**before, "tp": 1, "dp": 4, "num_microbatches": after["num_microbatches"]}
+    expected = hybrid.predict(load_plan(answer["plan"]), "llama-3-8b", "h100-sxm-1x8", HYBRID_SEQ_LEN)
+    assert answer["metrics"]["iteration_ms"] == pytest.approx(expected["predicted"]["iteration_ms"])
+    expect(page.locator("#edit-log li")).to_contain_text("tp 2 → 1")
+    expect(page.locator("#edit-log li")).to_contain_text("dp 2 → 4")
+    page.locator("#editor").screenshot(path=str(SCREENS / "editor-hybrid-whole-configuration.png"))

@@ -19,16 +19,13 @@ from adaptis_web.studio.services.specs import spec_create
 from adaptis_web.studio.services.teams import membership_add
 from planner.parallel import planning as hybrid
 from planner.cli import main as planner_cli
-from planner.cluster import load_cluster_preset
-from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
-from planner.parallel.evaluate import Job, shard_profile
 from planner.limits import MAX_MICROBATCHES
 from planner.plan import load_plan
 from planner.simulator import simulate
 from planner.spec.presets import load_model_preset
+from tests.conftest import HYBRID_SEQ_LEN as SEQ_LEN  # the hybrid_plan fixture's (tests/conftest.py)
 
 pytestmark = pytest.mark.django_db
-SEQ_LEN = 2048
 
 
 def _plan_of(people, preset: str, schedule: str, devices: int, microbatches: int, cluster="cpu-host") -> Plan:
@@ -325,25 +322,6 @@ def test_saving_needs_the_member_role_and_a_refusal_stores_nothing(people, plann
 
 
 # ---- v2 (hybrid-parallel) plans ------------------------------------------------------------------------------
-
-@pytest.fixture
-def hybrid_plan(people) -> Plan:
-    """A Llama 3 8B adaptis.plan/v2 plan (TP2 PP2 DP2 on one H100 node), stored as a job's plan."""
-    spec, cluster = load_model_preset("llama-3-8b"), load_cluster_preset("h100-sxm-1x8")
-    best = hybrid.search(spec, cluster, 8, SEQ_LEN, 32, pins={"tp": 2, "pp": 2}).to_dict()["best"]
-    plan = load_plan(best["plan"])
-    record = spec_create(team=people.team, owner=people.owner, spec=spec, source_filename="llama-3-8b.json")
-    job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset="h100-sxm-1x8",
-                                     cluster_doc=cluster.to_dict(), num_devices=2,
-                                     num_microbatches=plan.num_microbatches, schedule=plan.strategy, status="succeeded")
-    job_shape = Job(model=spec, cluster=cluster, gpus=8, seq_len=SEQ_LEN, global_batch=32)
-    profile, _ = shard_profile(job_shape, plan.parallel)
-    return Plan.objects.create(job=job, strategy=plan.strategy, plan_doc=plan.to_dict(), profile_doc=profile.to_dict(),
-                               layout=plan_layout_string(plan, layer_codes_from_spec(spec)),
-                               schedule_summary=schedule_description(plan),
-                               simulation={"iteration_ms": best["predicted"]["iteration_ms"], "bubble_ratio": 0.0},
-                               iteration_ms=best["predicted"]["iteration_ms"], bubble_ratio=0.0)
-
 
 def test_a_v2_plan_page_shows_its_parallel_configuration(client, people, hybrid_plan):
     client.force_login(people.member)
