@@ -32,9 +32,14 @@ def shown(value: Any) -> str:
 def _in_range(field: str, key: str, value: float, minimum: float | None) -> None:
     low, high = bounds(key)
     if low is not None and (minimum is None or low > minimum) and value < low:
-        raise SpecError(field, f"must be >= {low:g}, got {shown(value)}")
+        raise SpecError(field, f"must be >= {_limit(low)}, got {shown(value)}")
     if high is not None and value > high:
-        raise SpecError(field, f"must be <= {high:g}, got {shown(value)}")
+        raise SpecError(field, f"must be <= {_limit(high)}, got {shown(value)}")
+
+
+def _limit(bound: float) -> str:
+    """A range's end as people read it: 16,777,216 (not 1.67772e+07), 0.001, 1e+300."""
+    return f"{int(bound):,}" if float(bound).is_integer() and abs(bound) < 1e18 else f"{bound:g}"
 
 
 def join(path: str, key: str | int) -> str:

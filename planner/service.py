@@ -77,7 +77,7 @@ from planner.profile import Profile, load_profile
 from planner.scheduling import chunks_per_device
 from planner.search import check_model_state_fits, search_plan
 from planner.simulator import simulate, simulate_summary
-from planner.spec.model import ModelSpec
+from planner.spec.model import ModelSpec, load_model_spec
 from planner.spec.presets import model_preset_names
 from planner.units import binary_bytes, signed_binary_bytes
 
@@ -234,6 +234,17 @@ class Calibration:
     cluster: ClusterSpec
     overhead_measured: bool
     record: dict
+
+
+def model_with_shape(spec: ModelSpec, *, seq_len: int | None = None, micro_batch_size: int | None = None) -> ModelSpec:
+    """``spec`` trained on sequences of ``seq_len`` tokens in micro-batches of ``micro_batch_size`` (None: the spec's
+    own), checked as an uploaded document is (``seq_len`` within the model's learned positions and the limits), the
+    error naming the field."""
+    doc = spec.to_dict()
+    for key, value in (("seq_len", seq_len), ("micro_batch_size", micro_batch_size)):
+        if value is not None:
+            doc[key] = value
+    return load_model_spec(doc)
 
 
 def check_pipeline_job(*, spec: ModelSpec, cluster: ClusterSpec, num_devices: int, num_microbatches: int,
@@ -432,7 +443,7 @@ __all__ = ["ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "ActionKind", "BA
            "RECOMPUTE_MODES", "SCHEDULE_POLICIES", "Calibration", "ClusterSpec", "HybridJobOutcome", "ModelSpec",
            "PipelineJobOutcome", "PlanRecord", "Profile", "RankMapping", "StoredPlan", "analytic_profile",
            "calibrate_from_run", "check_hybrid_job", "check_pipeline_job", "count_parameters", "depth_reason",
-           "derive_plan", "export_stored_plan", "is_cluster_preset", "kept_plan_first", "model_preset_names",
+           "derive_plan", "export_stored_plan", "is_cluster_preset", "kept_plan_first", "model_preset_names", "model_with_shape",
            "plan_gpus", "plan_hybrid_job", "plan_pipeline_job", "plan_run_shape", "predict_stored_plan",
            "preset_names", "repredict_edit", "simulate_on_profile", "stored_plan_page", "stored_plan_simulation",
            "binary_bytes", "signed_binary_bytes", "summarize_observed", "throughput_difference"]

@@ -14,6 +14,7 @@ from adaptis_web.studio.services.jobs import ADAPTIS_SCHEDULE, DEFAULT_PARTITION
 from adaptis_web.studio.services.runs import DEFAULT_RUN_STEPS, MAX_RUN_STEPS
 from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S
 from adaptis_web.studio.services.specs import read_upload, spec_parse_upload
+from planner import service as planner_service
 from planner.errors import SpecError
 from planner.service import (BASELINE_SCHEDULES, PARTITIONS, RECOMPUTE_MODES, ClusterSpec, ModelSpec,
                              model_preset_names, preset_names)
@@ -75,6 +76,10 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
                                    help_text="adaptis.cluster/v1 as JSON or YAML; overrides the preset")
     num_devices = forms.IntegerField(label="Pipeline devices", min_value=1, initial=2, required=False)
     num_microbatches = forms.IntegerField(label="Micro-batches", min_value=1, initial=8, required=False)
+    pipeline_seq_len = forms.IntegerField(label="Sequence length", min_value=1, required=False,
+                                          help_text="tokens per sequence; empty: the model spec's")
+    pipeline_micro_batch_size = forms.IntegerField(label="Micro-batch size", min_value=1, required=False,
+                                                   help_text="sequences per micro-batch; empty: the model spec's")
     schedule = forms.ChoiceField(choices=SCHEDULE_CHOICES, initial=ADAPTIS_SCHEDULE,
                                  help_text="the search co-optimises partition, placement and schedule and compares "
                                            "its plan with every baseline")
@@ -117,6 +122,18 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
         content = read_upload(upload, field="cluster_file", limit=MAX_CLUSTER_FILE_BYTES)
         return cluster_parse_upload(content=content, filename=upload.name, field="cluster_file")
 
+    def _apply_pipeline_shape(self, cleaned: dict) -> None:
+        """A pipeline job at another sequence length or micro-batch size than its spec's plans that shape of the
+        model (``spec_for_shape`` stores it as a spec of its own); the hybrid job chooses its own."""
+        if (cleaned.get("mode") or JobMode.PIPELINE) != JobMode.PIPELINE:
+            return
+        seq_len, micro_batch_size = cleaned.get("pipeline_seq_len"), cleaned.get("pipeline_micro_batch_size")
+        if seq_len is None and micro_batch_size is None:
+            return
+        self.field_aliases = {**self.field_aliases, "seq_len": "pipeline_seq_len",
+                              "micro_batch_size": "pipeline_micro_batch_size"}
+        self.spec = planner_service.model_with_shape(self.spec, seq_len=seq_len, micro_batch_size=micro_batch_size)
+
     def clean(self):
         cleaned = super().clean()
         if self.spec is None or self.errors:
@@ -129,6 +146,7 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
             preset = name or ("" if uploaded is not None or saved is not None else cleaned.get("cluster_preset", ""))
             seed, time_budget_s, memory_limit_gib = (cleaned.get(name) for name in
                                                      ("seed", "time_budget_s", "memory_limit_gib"))
+            self._apply_pipeline_shape(cleaned)
             pins = {key: cleaned.get(key) for key in self.PINS}
             if cleaned.get("distributed_optimizer") == "off":  # on is the search's default: not a pin
                 pins["distributed_optimizer"] = False
@@ -164,7 +182,8 @@ class UploadForm(PlanningForm):
     preset = forms.ChoiceField(label="…or a preset", required=False,
                                help_text="one of the shipped models (Llama 3 8B, DeepSeek-V3, Nemotron-H…)")
     field_order = ["team", "file", "existing_spec", "preset", "mode", "cluster_preset", "cluster_name",
-                   "saved_cluster", "cluster_file", "num_devices", "num_microbatches", "schedule", "partition", "seed",
+                   "saved_cluster", "cluster_file", "num_devices", "num_microbatches", "pipeline_seq_len",
+                   "pipeline_micro_batch_size", "schedule", "partition", "seed",
                    "time_budget_s", "memory_limit_gib"]
 
     def __init__(self, *args, user, **kwargs):

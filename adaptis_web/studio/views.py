@@ -25,6 +25,7 @@ from adaptis_web.studio.services.cluster_runs import launch
 from adaptis_web.studio.services.predictions import plan_prediction
 from adaptis_web.studio.services.jobs import job_cancel, job_create, spec_create_with_job
 from adaptis_web.studio.services.runs import run_create
+from adaptis_web.studio.services.specs import spec_for_shape
 from adaptis_web.studio.services.run_control import observed_statistic, run_cancel, run_phase, run_steps_chart
 from adaptis_web.studio.services.profiling import layer_cost_chart, measured_profile_create, plan_local_prediction
 from planner.errors import SpecError
@@ -60,7 +61,10 @@ def upload(request: HttpRequest) -> HttpResponse:
                                "preset": request.GET.get("preset")})
     if request.method == "POST" and form.is_valid():
         if form.spec_record is not None:
-            job = job_create(spec_record=form.spec_record, user=request.user, request=form.job_request)
+            with transaction.atomic():
+                job = job_create(spec_record=spec_for_shape(record=form.spec_record, spec=form.spec,
+                                                            user=request.user),
+                                 user=request.user, request=form.job_request)
         else:
             job = spec_create_with_job(team=form.team, user=request.user, spec=form.spec,
                                        source_filename=form.source_filename, request=form.job_request,
@@ -78,7 +82,8 @@ def spec_detail(request: HttpRequest, spec_id: int) -> HttpResponse:
     form = SpecPlanningForm(request.POST or None, request.FILES or None, spec=spec, team=record.team)
     if request.method == "POST" and form.is_valid():
         with transaction.atomic():
-            job = job_create(spec_record=record, user=request.user, request=form.job_request)
+            job = job_create(spec_record=spec_for_shape(record=record, spec=form.spec, user=request.user),
+                             user=request.user, request=form.job_request)
         return redirect("studio:job", job_id=job.pk)
     return _spec_page(request, record, spec, form, status=400 if form.is_bound else 200)
 

@@ -39,7 +39,7 @@ def test_a_huge_repeat_is_refused_before_any_layer_is_built(owner, people, spec_
     doc["layers"][1]["repeat"] = 1_000_000
     reason = _refused(owner.post("/api/specs/", {"team": people.team.pk, "doc": doc}, format="json"),
                       "doc.layers[1].repeat")
-    assert str(MAX_LAYERS) in reason
+    assert f"{MAX_LAYERS:,}" in reason
     assert not ModelSpecRecord.objects.exists()
 
 

@@ -208,6 +208,33 @@ class TestSpecPage:
         assert PlanningJob.objects.count() == 1
 
 
+    def test_a_pipeline_job_at_another_sequence_length_and_micro_batch_size_plans_that_shape(
+            self, client, people, planned, django_capture_on_commit_callbacks):
+        """tiny-llama (sequences of 32 tokens, micro-batches of 1) planned at 16 tokens in micro-batches of 4: the
+        job plans a spec of that shape, stored once beside the original and named for it; the same shape again
+        reuses it; no override plans the spec itself; a shape the model cannot take is refused on the page."""
+        client = _client(client, people.member)
+        url = reverse("studio:spec", args=[planned.spec.pk])
+        base = {"cluster_preset": "h100-sxm-1x8", "num_devices": 2, "num_microbatches": 4, "schedule": "1f1b"}
+        with django_capture_on_commit_callbacks(execute=False):
+            first = client.post(url, {**base, "pipeline_seq_len": 16, "pipeline_micro_batch_size": 4})
+            again = client.post(url, {**base, "pipeline_seq_len": 16, "pipeline_micro_batch_size": 4})
+            plain = client.post(url, base)
+        jobs = list(PlanningJob.objects.exclude(pk=planned.job.pk).order_by("id"))
+        assert [response.status_code for response in (first, again, plain)] == [302, 302, 302] and len(jobs) == 3
+        shaped = jobs[0].spec
+        assert (shaped.doc["seq_len"], shaped.doc["micro_batch_size"]) == (16, 4)
+        assert shaped.name == f"{planned.spec.name} · seq 16 · mbs 4" and shaped.team == planned.spec.team
+        assert {key: value for key, value in shaped.doc.items() if key not in ("seq_len", "micro_batch_size")} == \
+            {key: value for key, value in planned.spec.doc.items() if key not in ("seq_len", "micro_batch_size")}
+        assert jobs[1].spec == shaped, "the same shape again is the same spec"
+        assert jobs[2].spec == planned.spec, "no override: the spec itself"
+        too_long = client.post(url, {**base, "pipeline_seq_len": 1 << 25})
+        field = too_long.content.decode().split('name="pipeline_seq_len"')[1].split("</div>\n</div>")[0]
+        assert too_long.status_code == 400 and "must be &lt;= 16,777,216, got 33554432" in field, field
+        assert PlanningJob.objects.count() == 4 and ModelSpecRecord.objects.count() == 2, "nothing half-stored"
+
+
 class TestJobPage:
     def test_shows_the_plan_metrics_table_and_chart_data(self, client, people, planned):
         page = _client(client, people.member).get(reverse("studio:job", args=[planned.job.pk])).content.decode()

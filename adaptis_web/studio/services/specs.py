@@ -10,6 +10,7 @@ from adaptis_web.studio.services.roles import Role, role_require
 from planner.errors import SpecError
 from planner.service import ModelSpec
 from planner.spec.files import parse_model_document
+from planner.spec.model import load_model_spec
 
 MAX_SPEC_FILE_BYTES = 2 * 1024 * 1024
 
@@ -80,3 +81,15 @@ def spec_create(*, team: Team, owner: AbstractBaseUser, spec: ModelSpec, source_
             return record
     return ModelSpecRecord.objects.create(team=team, owner=owner, name=name, doc=doc, warnings=list(warnings),
                                           source_filename=source_filename[:255], num_layers=spec.num_layers)
+
+
+def spec_for_shape(*, record: ModelSpecRecord, spec: ModelSpec, user: AbstractBaseUser) -> ModelSpecRecord:
+    """The stored spec a job of ``spec`` plans: ``record`` itself, or, where the job asked for another sequence length
+    or micro-batch size (``planner.service.model_with_shape``), that shape of it, stored once beside it under a name
+    that says the shape (its profiles and jobs are that shape's)."""
+    stored = load_model_spec(record.doc)
+    if (spec.seq_len, spec.micro_batch_size) == (stored.seq_len, stored.micro_batch_size):
+        return record
+    name = f"{record.name} · seq {spec.seq_len:,} · mbs {spec.micro_batch_size}"
+    return spec_create(team=record.team, owner=user, spec=spec, source_filename=record.source_filename,
+                       name=name[:200])
