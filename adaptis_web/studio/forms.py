@@ -113,6 +113,7 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
             self.fields["saved_cluster"].queryset = clusters.select_related("team")
         self.job_request: JobRequest | None = None
         self.spec: ModelSpec | None = None  # set by the subclass before clean(): the spec to plan
+        self.unshaped_spec: ModelSpec | None = None  # the spec as given, where the job plans it at another shape
         self.team = None  # the spec's team (a saved cluster must be of it), set by the subclass
 
     def _cluster_upload(self) -> ClusterSpec | None:
@@ -132,6 +133,7 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
             return
         self.field_aliases = {**self.field_aliases, "seq_len": "pipeline_seq_len",
                               "micro_batch_size": "pipeline_micro_batch_size"}
+        self.unshaped_spec = self.spec
         self.spec = planner_service.model_with_shape(self.spec, seq_len=seq_len, micro_batch_size=micro_batch_size)
 
     def clean(self):

@@ -66,9 +66,10 @@ def upload(request: HttpRequest) -> HttpResponse:
                                                             user=request.user),
                                  user=request.user, request=form.job_request)
         else:
-            job = spec_create_with_job(team=form.team, user=request.user, spec=form.spec,
+            job = spec_create_with_job(team=form.team, user=request.user, spec=form.unshaped_spec or form.spec,
                                        source_filename=form.source_filename, request=form.job_request,
-                                       warnings=form.spec_warnings)
+                                       warnings=form.spec_warnings,
+                                       planned=form.spec if form.unshaped_spec is not None else None)
         return redirect("studio:job", job_id=job.pk)
     status = 400 if form.is_bound else 200
     return render(request, "studio/upload.html", {"form": form}, status=status)

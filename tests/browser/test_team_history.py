@@ -144,3 +144,39 @@ def test_an_invitation_link_brings_a_new_user_into_the_team_and_they_switch_to_i
 
     alice.goto(link)  # single use: the link is spent
     expect(alice.locator("#invitation-error")).to_have_text("this invitation has already been used")
+
+
+def test_a_preset_planned_at_its_own_shape_then_the_dashboard_sorted_by_a_result(celery_worker, live_server, team,
+                                                                                  browser):
+    """A new user's walk: New plan, a preset picked (no upload), sequence length and micro-batch size typed on the
+    pipeline form; the job plans that shape (its spec is named for it), then the dashboard sorts by iteration."""
+    alice = logged_in(browser, live_server, "alice")
+    jobs = []
+    for seq_len in ("4096", "64"):
+        alice.goto(f"{live_server.url}/upload/")
+        alice.select_option("#id_preset", "tiny-llama")
+        alice.select_option("#id_cluster_preset", "h100-sxm-1x8")
+        alice.fill("#id_num_devices", "2")
+        alice.fill("#id_num_microbatches", "4")
+        alice.fill("#id_pipeline_seq_len", seq_len)
+        alice.fill("#id_pipeline_micro_batch_size", "8")
+        alice.select_option("#id_schedule", "1f1b")
+        alice.click("#upload-form button[type=submit]")
+        expect(alice.locator("[data-job-status]")).to_have_text("succeeded", timeout=90_000)
+        jobs.append(int(re.search(r"/jobs/(\d+)/", alice.url).group(1)))
+    expect(alice.locator(f"a[href*='/specs/']").first).to_contain_text("tiny-llama · seq 64 · mbs 8")
+    alice.screenshot(path=str(SCREENS / "23-job-at-its-own-shape.png"), full_page=True)
+
+    alice.goto(f"{live_server.url}/")
+    alice.click("[data-sort=iteration]")
+    expect(alice).to_have_url(re.compile(r"sort=iteration"))
+    expect(alice.locator("[data-sort=iteration]")).to_have_text("Iteration ↑")
+    links = alice.locator("table:has([data-sort]) tbody tr td:first-child a")
+    shown = [int(href.rstrip("/").rsplit("/", 1)[1])
+             for href in links.evaluate_all("(links) => links.map((a) => a.getAttribute('href'))")]
+    iteration = {job: Plan.objects.filter(job_id=job).order_by("id").first().iteration_ms for job in jobs}
+    assert iteration[jobs[1]] < iteration[jobs[0]], "64-token sequences take less time a step than 4,096-token ones"
+    assert shown == sorted(jobs, key=iteration.get)
+    alice.click("[data-sort=iteration]")
+    expect(alice.locator("[data-sort=iteration]")).to_have_text("Iteration ↓")
+    alice.screenshot(path=str(SCREENS / "24-dashboard-sorted.png"), full_page=True)

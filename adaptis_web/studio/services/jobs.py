@@ -34,7 +34,7 @@ from adaptis_web.studio.services.queueing import enqueue_on_commit, internal_err
 from adaptis_web.studio.services.search import DEFAULT_TIME_BUDGET_S, job_plan, search_settings_check
 from adaptis_web.studio.services.cancelling import request_cancel
 from adaptis_web.studio.services.roles import role_require_own_or_admin
-from adaptis_web.studio.services.specs import prefixed_error, spec_check_team, spec_create
+from adaptis_web.studio.services.specs import prefixed_error, spec_check_team, spec_create, spec_for_shape
 from planner import service as planner_service
 from planner.cluster import load_cluster
 from planner.errors import PlanError, SpecError
@@ -141,10 +141,17 @@ def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request:
 
 @transaction.atomic
 def spec_create_with_job(*, team: Team, user: AbstractBaseUser, spec: ModelSpec, source_filename: str,
-                         request: JobRequest, warnings: list[dict] = ()) -> PlanningJob:
-    """The upload flow: the spec record and its first job are stored together or not at all."""
-    spec_record = spec_create(team=team, owner=user, spec=spec, source_filename=source_filename, warnings=warnings)
-    return job_create(spec_record=spec_record, user=user, request=request)
+                         request: JobRequest, warnings: list[dict] = (),
+                         planned: ModelSpec | None = None) -> PlanningJob:
+    """The upload flow: the spec record and its first job are stored together or not at all. ``planned``: the
+    spec at the sequence length and micro-batch size the job asked for, when they differ from the upload's
+    (``services.specs.spec_for_shape``)."""
+    with transaction.atomic():
+        spec_record = spec_create(team=team, owner=user, spec=spec, source_filename=source_filename,
+                                  warnings=warnings)
+        if planned is not None:
+            spec_record = spec_for_shape(record=spec_record, spec=planned, user=user)
+        return job_create(spec_record=spec_record, user=user, request=request)
 
 
 def job_cancel(*, job: PlanningJob, user: AbstractBaseUser) -> PlanningJob:
