@@ -71,7 +71,7 @@ from planner.parallel.config import RECOMPUTE_MODES
 from planner.parallel.evaluate import shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.parallel.search import HybridResult, SearchCancelled
-from planner.plan import Plan, load_plan
+from planner.plan import Action, Plan, load_plan
 from planner.plan_check import check_plan_structure, validate_plan
 from planner.profile import Profile, load_profile
 from planner.scheduling import chunks_per_device
@@ -234,6 +234,11 @@ class Calibration:
     cluster: ClusterSpec
     overhead_measured: bool
     record: dict
+
+
+def parse_action(name: str) -> Action:
+    """An action's name ("2F0") as its stage, kind and micro-batch; ``SpecError`` naming ``action`` otherwise."""
+    return Action.parse(name)
 
 
 def model_with_shape(spec: ModelSpec, *, seq_len: int | None = None, micro_batch_size: int | None = None) -> ModelSpec:
@@ -443,7 +448,7 @@ __all__ = ["ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "ActionKind", "BA
            "RECOMPUTE_MODES", "SCHEDULE_POLICIES", "Calibration", "ClusterSpec", "HybridJobOutcome", "ModelSpec",
            "PipelineJobOutcome", "PlanRecord", "Profile", "RankMapping", "StoredPlan", "analytic_profile",
            "calibrate_from_run", "check_hybrid_job", "check_pipeline_job", "count_parameters", "depth_reason",
-           "derive_plan", "export_stored_plan", "is_cluster_preset", "kept_plan_first", "model_preset_names", "model_with_shape",
-           "plan_gpus", "plan_hybrid_job", "plan_pipeline_job", "plan_run_shape", "predict_stored_plan",
+           "derive_plan", "export_stored_plan", "is_cluster_preset", "kept_plan_first", "model_preset_names",
+           "model_with_shape", "parse_action", "plan_gpus", "plan_hybrid_job", "plan_pipeline_job", "plan_run_shape", "predict_stored_plan",
            "preset_names", "repredict_edit", "simulate_on_profile", "stored_plan_page", "stored_plan_simulation",
            "binary_bytes", "signed_binary_bytes", "summarize_observed", "throughput_difference"]

@@ -38,7 +38,7 @@ from adaptis_web.studio.services.specs import spec_check_team
 from executor.events import HTTP_BATCH_EVENTS
 from planner.cluster import load_cluster
 from planner.errors import SpecError
-from planner.plan import load_plan
+from planner.service import parse_action
 
 RENDEZVOUS_PORT = 29500
 DEFAULT_ENVIRONMENT = "source .venv/bin/activate   # the environment every node runs the executor from"
@@ -209,21 +209,21 @@ def _number(event: dict, key: str, where: str) -> float:
     return value
 
 
-def _checked_action(event: dict, where: str, actions_of: list[dict], world_size: int) -> dict:
+def _checked_action(event: dict, where: str, actions_of: list[set[str]], world_size: int) -> dict:
     rank = event.get("rank")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise IngestRefusal(400, f"{where}.rank", f"must be a rank of this run (0 to {world_size - 1}), got {rank!r}")
     device = event.get("device")
     if device != rank:
         raise IngestRefusal(400, f"{where}.device", f"rank {rank} runs device {rank}, got {device!r}")
-    action = actions_of[device].get(event.get("action")) if isinstance(event.get("action"), str) else None
-    if action is None:
+    if not isinstance(event.get("action"), str) or event["action"] not in actions_of[device]:
         raise IngestRefusal(400, f"{where}.action", f"{event.get('action')!r} is not an action of device {device} "
                                                     f"in this run's plan")
     step = event.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise IngestRefusal(400, f"{where}.step", f"must be a whole number >= 0, got {step!r}")
     # The action's name says its stage, kind and micro-batch: the event must say the same.
+    action = parse_action(event["action"])
     for key, expected in (("stage", action.stage), ("kind", str(action.type)), ("microbatch", action.microbatch)):
         if event.get(key) != expected or isinstance(event.get(key), bool):
             raise IngestRefusal(400, f"{where}.{key}",
@@ -240,8 +240,7 @@ def _checked_batch(run: Run, body) -> list[dict]:
         raise IngestRefusal(400, "events", "must be a non-empty list of events")
     if len(events) > HTTP_BATCH_EVENTS:
         raise IngestRefusal(400, "events", f"at most {HTTP_BATCH_EVENTS} events a batch, got {len(events)}")
-    actions_of = [{str(action): action for action in device_actions}
-                  for device_actions in load_plan(run.plan.plan_doc).actions]
+    actions_of = [set(device_actions) for device_actions in run.plan.plan_doc["actions"]]  # names, as stored
     checked = []
     for index, event in enumerate(events):
         where = f"events[{index}]"
