@@ -107,6 +107,69 @@ def inflight_limits(num_stages: int, scale: float) -> list[int]:
     return [max(1, int(-(-scale * (num_stages - stage) // 1))) for stage in range(num_stages)]
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """What one schedule's steps derive once from its inputs: each device's stages, caps and limits."""
+
+    backward: tuple[float, ...]            # B, or I where the backward is split
+    limit: list[int]                       # in-flight micro-batches per stage
+    cap: list[float]                       # activation bytes per device
+    device_stages: list[list[int]]
+    entry_stage: list[int]                 # each device's first stage (-1: none)
+    bytes_per_microbatch: list[int]        # activations one micro-batch takes on all of a device's stages
+
+    @classmethod
+    def of(cls, times: StageTimes, policy: SchedulePolicy, activation_cap: list[float] | None) -> _Shape:
+        device_stages: list[list[int]] = [[] for _ in range(times.num_devices)]
+        for stage, device in enumerate(times.stage_device):
+            device_stages[device].append(stage)
+        return cls(
+            backward=times.backward_input if policy.split_backward else tuple(
+                i + w for i, w in zip(times.backward_input, times.backward_weight)),
+            limit=inflight_limits(len(times.forward), policy.inflight_scale),
+            cap=activation_cap if activation_cap is not None else [INFINITY] * times.num_devices,
+            device_stages=device_stages, entry_stage=[stages[0] if stages else -1 for stages in device_stages],
+            bytes_per_microbatch=[sum(times.activation_bytes[stage] for stage in stages) for stages in device_stages])
+
+
+@dataclass
+class _Progress:
+    """The schedule decided so far: lists by stage, by ``stage * m + microbatch`` or by device, shared by the steps."""
+
+    forward_done: list[float]
+    backward_done: list[float]
+    next_forward: list[int]
+    next_backward: list[int]
+    next_weight: list[int]
+    in_flight: list[int]
+    held: list[int]
+    promised: list[int]            # activations the micro-batches inside a device will still take there
+    peak: list[int]
+    owed_weights: list[int]
+    free: list[float]
+    busy: list[float]
+    work_left: list[float]
+    first_backward_start: list[float]
+    last_forward_end: list[float]
+    orders: list[list[tuple[int, int, int]]]
+    starts: list[list[float]]
+
+    @classmethod
+    def start(cls, times: StageTimes, m: int, shape: _Shape, split: bool) -> _Progress:
+        num_stages, num_devices = len(times.forward), times.num_devices
+        work_left = [0.0] * num_devices
+        for stage, device in enumerate(times.stage_device):
+            work_left[device] += (times.forward[stage] + shape.backward[stage]
+                                  + (times.backward_weight[stage] if split else 0.0)) * m
+        return cls(forward_done=[0.0] * (num_stages * m), backward_done=[0.0] * (num_stages * m),
+                   next_forward=[0] * num_stages, next_backward=[0] * num_stages, next_weight=[0] * num_stages,
+                   in_flight=[0] * num_stages, held=[0] * num_devices, promised=[0] * num_devices,
+                   peak=[0] * num_devices, owed_weights=[0] * num_devices, free=[0.0] * num_devices,
+                   busy=[0.0] * num_devices, work_left=work_left, first_backward_start=[INFINITY] * num_devices,
+                   last_forward_end=[0.0] * num_devices, orders=[[] for _ in range(num_devices)],
+                   starts=[[] for _ in range(num_devices)])
+
+
 def list_schedule(times: StageTimes, num_microbatches: int, policy: SchedulePolicy,
                   activation_cap: list[float] | None = None, give_up_at: float = INFINITY) -> Schedule | Abandoned:
     """Schedule every F, B (or I and W) of every stage and micro-batch; see the module docstring.
@@ -116,62 +179,74 @@ def list_schedule(times: StageTimes, num_microbatches: int, policy: SchedulePoli
     run ends no earlier than ``t + w``, whatever it does next. The search passes the makespan a
     neighbour must beat, so hopeless neighbours cost part of a schedule rather than all of it.
     """
-    num_stages = len(times.forward)
-    num_devices = times.num_devices
-    m = num_microbatches
-    stage_device = times.stage_device
-    forward, forward_lag, gradient_lag = times.forward, times.forward_lag, times.gradient_lag
-    split = policy.split_backward
-    backward = times.backward_input if split else tuple(
-        i + w for i, w in zip(times.backward_input, times.backward_weight))
-    weight = times.backward_weight
-    stage_bytes = times.activation_bytes
-    limit = inflight_limits(num_stages, policy.inflight_scale)
-    cap = activation_cap if activation_cap is not None else [INFINITY] * num_devices
-    backward_first = policy.backward_first
-    deep_first = policy.forward_order == "deep"
-    weight_lag = policy.weight_lag
-    last = num_stages - 1
+    num_stages, num_devices, m = len(times.forward), times.num_devices, num_microbatches
+    stage_device, last, split = times.stage_device, num_stages - 1, policy.split_backward
+    shape = _Shape.of(times, policy, activation_cap)
+    progress = _Progress.start(times, m, shape, split)
+    choose = _chooser(times, m, policy, shape, progress)
+    commit = _committer(times, m, shape, progress)
+    next_forward, next_backward, work_left = progress.next_forward, progress.next_backward, progress.work_left
 
-    device_stages: list[list[int]] = [[] for _ in range(num_devices)]
-    for stage, device in enumerate(stage_device):
-        device_stages[device].append(stage)
-    entry_stage = [stages[0] if stages else -1 for stages in device_stages]
-    bytes_per_microbatch = [sum(stage_bytes[stage] for stage in stages) for stages in device_stages]
-    promised = [0] * num_devices   # activations the micro-batches inside a device will still take there
-
-    forward_done = [0.0] * (num_stages * m)
-    backward_done = [0.0] * (num_stages * m)
-    next_forward = [0] * num_stages
-    next_backward = [0] * num_stages
-    next_weight = [0] * num_stages
-    in_flight = [0] * num_stages
-    held = [0] * num_devices
-    peak = [0] * num_devices
-    owed_weights = [0] * num_devices
-    free = [0.0] * num_devices
-    busy = [0.0] * num_devices
-    first_backward_start = [INFINITY] * num_devices
-    last_forward_end = [0.0] * num_devices
-    orders: list[list[tuple[int, int, int]]] = [[] for _ in range(num_devices)]
-    starts: list[list[float]] = [[] for _ in range(num_devices)]
+    # A device's decision depends only on its own stages and their neighbours' progress; every commit
+    # that changes those refreshes it, so a decision still current when popped is still right.
+    decided: list = [None] * num_devices
     version = [0] * num_devices
     heap: list[tuple[float, int, int]] = []
-    remaining = num_stages * m * (3 if split else 2)
-    overrides = 0
-    work_left = [0.0] * num_devices
-    for stage, device in enumerate(stage_device):
-        work_left[device] += (forward[stage] + backward[stage] + (weight[stage] if split else 0.0)) * m
 
+    def refresh(device: int) -> None:
+        version[device] += 1
+        decision = decided[device] = choose(device, False)
+        if decision is not None:
+            heapq.heappush(heap, (decision[0], device, version[device]))
+
+    for device in range(num_devices):
+        refresh(device)
+    overrides = 0
+    for committed in range(num_stages * m * (3 if split else 2)):
+        while heap and heap[0][2] != version[heap[0][1]]:
+            heapq.heappop(heap)
+        if heap:
+            device = heapq.heappop(heap)[1]
+            start, kind, stage, microbatch = decided[device]
+        else:
+            # Every device is blocked by its caps: let the earliest blocked forward through.
+            decisions = [(decision, device) for device in range(num_devices)
+                         if (decision := choose(device, True)) is not None]
+            (start, kind, stage, microbatch), device = min(decisions)
+            overrides += 1
+        if commit(device, start, kind, stage, microbatch) + work_left[device] >= give_up_at * (1 + 1e-9):
+            return Abandoned(give_up_at, committed + 1)    # (the margin is for float sums)
+        refresh(device)
+        # Only the neighbour stage waiting for exactly this micro-batch gains a candidate.
+        if kind == FORWARD:
+            if stage != last and stage_device[stage + 1] != device and next_forward[stage + 1] == microbatch:
+                refresh(stage_device[stage + 1])
+        elif kind != WEIGHT_BACKWARD:
+            if stage and stage_device[stage - 1] != device and next_backward[stage - 1] == microbatch:
+                refresh(stage_device[stage - 1])
+    return _finished(times, shape, progress, overrides)
+
+
+def _chooser(times: StageTimes, m: int, policy: SchedulePolicy, shape: _Shape, progress: _Progress):
+    """``choose(device, ignore_caps)``: the action ``device`` starts next and when, or None."""
+    num_stages = len(times.forward)
+    last, split = num_stages - 1, policy.split_backward
+    forward_lag, gradient_lag, limit, cap = times.forward_lag, times.gradient_lag, shape.limit, shape.cap
+    device_stages, entry_stage = shape.device_stages, shape.entry_stage
+    bytes_per_microbatch = shape.bytes_per_microbatch
+    forward_done, backward_done, free = progress.forward_done, progress.backward_done, progress.free
+    next_forward, next_backward, next_weight = progress.next_forward, progress.next_backward, progress.next_weight
+    in_flight, held, promised = progress.in_flight, progress.held, progress.promised
+    owed_weights = progress.owed_weights
+    deep_first, weight_lag = policy.forward_order == "deep", policy.weight_lag
     # Priorities are single integers (smaller runs first): a class times ``span`` plus a tie-break that
     # orders by micro-batch and stage, so comparing candidates needs no tuples.
     span = (num_stages + 1) * (m + 1)
-    forward_class = (2 if backward_first else 1) * span
-    backward_class = (1 if backward_first else 2) * span
+    forward_class = (2 if policy.backward_first else 1) * span
+    backward_class = (1 if policy.backward_first else 2) * span
     backward_kind = INPUT_BACKWARD if split else FULL_BACKWARD
 
     def choose(device: int, ignore_caps: bool):
-        """The action ``device`` starts next and when, or None: (start, type, stage, microbatch)."""
         candidates = []
         add = candidates.append
         earliest = INFINITY
@@ -217,31 +292,23 @@ def list_schedule(times: StageTimes, num_microbatches: int, policy: SchedulePoli
                 best = candidate
         return start, best[2], best[3], best[4]
 
-    # A device's decision depends only on its own stages and their neighbours' progress; every commit
-    # that changes those refreshes it, so a decision still current when popped is still right.
-    decided: list = [None] * num_devices
+    return choose
 
-    def refresh(device: int) -> None:
-        version[device] += 1
-        decision = decided[device] = choose(device, False)
-        if decision is not None:
-            heapq.heappush(heap, (decision[0], device, version[device]))
 
-    for device in range(num_devices):
-        refresh(device)
+def _committer(times: StageTimes, m: int, shape: _Shape, progress: _Progress):
+    """``commit(device, start, kind, stage, microbatch)``: run the chosen action, return when the device is free."""
+    forward, weight, backward = times.forward, times.backward_weight, shape.backward
+    stage_bytes = times.activation_bytes
+    entry_stage, bytes_per_microbatch = shape.entry_stage, shape.bytes_per_microbatch
+    forward_done, backward_done, free = progress.forward_done, progress.backward_done, progress.free
+    next_forward, next_backward, next_weight = progress.next_forward, progress.next_backward, progress.next_weight
+    in_flight, held, promised = progress.in_flight, progress.held, progress.promised
+    owed_weights = progress.owed_weights
+    peak, busy, work_left = progress.peak, progress.busy, progress.work_left
+    orders, starts = progress.orders, progress.starts
+    first_backward_start, last_forward_end = progress.first_backward_start, progress.last_forward_end
 
-    while remaining:
-        if heap:
-            _, device, stamp = heapq.heappop(heap)
-            if stamp != version[device]:
-                continue
-            start, kind, stage, microbatch = decided[device]
-        else:
-            # Every device is blocked by its caps: let the earliest blocked forward through.
-            decisions = [(decision, device) for device in range(num_devices)
-                         if (decision := choose(device, True)) is not None]
-            (start, kind, stage, microbatch), device = min(decisions)
-            overrides += 1
+    def commit(device: int, start: float, kind: int, stage: int, microbatch: int) -> float:
         key = stage * m + microbatch
         if kind == FORWARD:
             duration = forward[stage]
@@ -273,37 +340,33 @@ def list_schedule(times: StageTimes, num_microbatches: int, policy: SchedulePoli
                 owed_weights[device] += 1
         if kind != FORWARD and start < first_backward_start[device]:
             first_backward_start[device] = start
-        free[device] = start + duration
+        end = free[device] = start + duration
         busy[device] += duration
         work_left[device] -= duration
-        if free[device] + work_left[device] >= give_up_at * (1 + 1e-9):   # margin for float sums
-            return Abandoned(give_up_at, num_stages * m * (3 if split else 2) - remaining + 1)
         orders[device].append((stage, kind, microbatch))
         starts[device].append(start)
-        remaining -= 1
-        refresh(device)
-        # Only the neighbour stage waiting for exactly this micro-batch gains a candidate.
-        if kind == FORWARD:
-            if stage != last and stage_device[stage + 1] != device and next_forward[stage + 1] == microbatch:
-                refresh(stage_device[stage + 1])
-        elif kind != WEIGHT_BACKWARD:
-            if stage and stage_device[stage - 1] != device and next_backward[stage - 1] == microbatch:
-                refresh(stage_device[stage - 1])
+        return end
 
-    makespan = max(free)
+    return commit
+
+
+def _finished(times: StageTimes, shape: _Shape, progress: _Progress, overrides: int) -> Schedule:
+    """The whole schedule, with each device's idle time split into warm-up and cool-down."""
+    makespan = max(progress.free)
     warmup_idle, cooldown_idle = [], []
-    for device in range(num_devices):
-        warmup_end = min(first_backward_start[device], makespan)
-        busy_before = sum(duration_of(times, backward, weight, action)
-                          for action, start in zip(orders[device], starts[device]) if start < warmup_end)
+    for device in range(times.num_devices):
+        actions = list(zip(progress.orders[device], progress.starts[device]))
+        warmup_end = min(progress.first_backward_start[device], makespan)
+        busy_before = sum(duration_of(times, shape.backward, times.backward_weight, action)
+                          for action, start in actions if start < warmup_end)
         warmup_idle.append(max(warmup_end - busy_before, 0.0))
-        cooldown_start = max(last_forward_end[device], warmup_end)
-        busy_after = sum(duration_of(times, backward, weight, action)
-                         for action, start in zip(orders[device], starts[device]) if start >= cooldown_start)
+        cooldown_start = max(progress.last_forward_end[device], warmup_end)
+        busy_after = sum(duration_of(times, shape.backward, times.backward_weight, action)
+                         for action, start in actions if start >= cooldown_start)
         cooldown_idle.append(max(makespan - cooldown_start - busy_after, 0.0))
-    return Schedule(orders=orders, starts=starts, makespan=makespan, device_busy=busy, device_end=free,
-                    warmup_idle=warmup_idle, cooldown_idle=cooldown_idle, activation_peak=peak,
-                    cap_overrides=overrides)
+    return Schedule(orders=progress.orders, starts=progress.starts, makespan=makespan, device_busy=progress.busy,
+                    device_end=progress.free, warmup_idle=warmup_idle, cooldown_idle=cooldown_idle,
+                    activation_peak=progress.peak, cap_overrides=overrides)
 
 
 def duration_of(times: StageTimes, backward: tuple[float, ...], weight: tuple[float, ...],
