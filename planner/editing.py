@@ -28,14 +28,13 @@ from planner.cluster import ClusterSpec, load_cluster
 from planner.actions import ACTION_KINDS
 from planner.comparison import plan_gpus, throughput_difference
 from planner.errors import PlanError, SpecError
-from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
+from planner.layout import Layout, layer_codes_from_spec, plan_layout_string, schedule_description
 from planner.limits import MAX_MICROBATCHES
 from planner.parallel import planning as hybrid
 from planner.partition import partition_layers
 from planner.plan import PLAN_FORMAT_V2, Action, Plan, Stage, load_plan
 from planner.profile import Profile, load_profile
 from planner.search.evaluate import CandidateScorer
-from planner.search.layouts import layout_from_stages
 from planner.search.list_scheduler import SchedulePolicy, list_schedule
 from planner.simulator import simulate
 from planner.plan_check import check_plan_structure
@@ -234,7 +233,7 @@ def _rescheduled(context: EditContext, plan: Plan, policy: SchedulePolicy) -> Pl
     the result, where the answer can say which device is over."""
     profile, cluster, _ = pipeline_inputs(context, plan, job_level=False)
     scorer = CandidateScorer(profile, plan.num_devices, plan.num_microbatches, cluster=cluster)
-    times = scorer.stage_times(layout_from_stages(plan.stages, context.spec.num_layers))
+    times = scorer.stage_times(Layout.of_stages(plan.stages, context.spec.num_layers))
     schedule = list_schedule(times, plan.num_microbatches, policy)
     plan.actions = [[Action(stage, ACTION_KINDS[kind], microbatch) for stage, kind, microbatch in order]
                     for order in schedule.orders]

@@ -1,4 +1,7 @@
-"""A plan's short human form, in the spirit of Megatron-LM's pipeline layout string.
+"""A plan's layout (its partition and placement: which layers form each stage, which device runs it) and the
+layout's short human form, in the spirit of Megatron-LM's pipeline layout string.
+
+``Layout`` is the one meaning of the word: the search's candidates, the editor and the layout string all use it.
 
 Layout grammar (``|`` separates stages in model order, ``,`` separates items inside a stage)::
 
@@ -75,26 +78,49 @@ def plan_layout_string(plan: Plan, layer_codes: list[str]) -> str:
 
 @dataclass(frozen=True)
 class Layout:
-    stages: list[Stage]
-    layer_codes: list[str]
+    """``starts[k]`` is stage k's first layer (``starts[0] == 0``); ``stage_device[k]`` its device."""
+
+    starts: tuple[int, ...]
+    stage_device: tuple[int, ...]
+    num_layers: int
+
+    @classmethod
+    def of_stages(cls, stages: list[Stage], num_layers: int) -> Layout:
+        return cls(tuple(stage.layers[0] for stage in stages), tuple(stage.device for stage in stages), num_layers)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.starts)
+
+    def stage_end(self, stage: int) -> int:
+        """One past the stage's last layer."""
+        return self.starts[stage + 1] if stage + 1 < len(self.starts) else self.num_layers
+
+    def stages(self) -> list[Stage]:
+        return [Stage(tuple(range(self.starts[k], self.stage_end(k))), self.stage_device[k])
+                for k in range(self.num_stages)]
+
+    def with_starts(self, starts: tuple[int, ...]) -> Layout:
+        return Layout(starts, self.stage_device, self.num_layers)
 
 
-def parse_layout_string(text: str, num_devices: int | None = None) -> Layout:
-    """Parse a layout back into stages (layer indices and devices) and per-layer codes.
+def parse_layout_string(text: str, num_devices: int | None = None) -> tuple[Layout, list[str]]:
+    """Parse a layout string back into the layout (stages and devices) and the per-layer codes.
 
     Unannotated stages go to ``stage index mod num_devices``; ``num_devices`` defaults to the number of
     stages (one stage per device).
     """
     stage_items = _LayoutParser(text).parse()
     num_devices = num_devices or len(stage_items)
-    stages, codes = [], []
+    starts, devices, codes = [], [], []
     for index, (stage_codes, device) in enumerate(stage_items):
         device = index % num_devices if device is None else device
         if device >= num_devices:
             raise SpecError("layout", f"stage {index} is placed on device {device} but there are {num_devices}")
-        stages.append(Stage(layers=tuple(range(len(codes), len(codes) + len(stage_codes))), device=device))
+        starts.append(len(codes))
+        devices.append(device)
         codes.extend(stage_codes)
-    return Layout(stages=stages, layer_codes=codes)
+    return Layout(tuple(starts), tuple(devices), len(codes)), codes
 
 
 class _LayoutParser:

@@ -36,6 +36,7 @@ from planner.parallel.memory import (
     optimizer_parameters,
 )
 from planner.parallel.params import LayerParams
+from planner.partition.uniform import uniform_stage_layers
 from planner.plan import Plan
 from planner.profile import LayerProfile, Profile
 from planner.spec.model import ModelSpec
@@ -119,19 +120,8 @@ def recompute_per_layer(config: ParallelConfig, stage_layers: list[tuple[int, ..
 
 
 def uniform_stages(model: ModelSpec, stages: int) -> list[tuple[int, ...]]:
-    """Megatron's partition: as many blocks per stage as possible alike, embedding first, head last."""
-    kinds = [layer.kind for layer in model.layers]
-    start = 1 if kinds[0] == "embedding" else 0
-    end = len(kinds) - (1 if kinds[-1] == "head" else 0)
-    per_stage, extra = divmod(end - start, stages)
-    bounds, position = [], start
-    for stage in range(stages):
-        size = per_stage + (1 if stage < extra else 0)
-        bounds.append([position, position + size])
-        position += size
-    bounds[0][0] = 0
-    bounds[-1][1] = len(kinds)
-    return [tuple(range(low, high)) for low, high in bounds]
+    """Megatron's partition of the model into ``stages`` (``planner.partition.uniform``)."""
+    return uniform_stage_layers([layer.kind for layer in model.layers], stages)
 
 
 def rank_params(model: ModelSpec, params: list[LayerParams], rank_layers: list[list[int]]) -> list[list[LayerParams]]:

@@ -1,4 +1,13 @@
-"""The placement shapes pipeline schedules assume, and checks for a user-given stage→device map."""
+"""Placement shapes, the one vocabulary for them, and checks for a user-given stage→device map.
+
+- ``loop``: stage s on device ``s mod p`` (sequential when S = p, Megatron's interleaving when S = kp, an uneven
+  count when p does not divide S);
+- ``v-shape``: the direction reverses every lap (``0..p-1, p-1..0, 0..``): ZB-V's V for S = 2p, a zig-zag beyond
+  (torch's ``generate_stage_to_rank_mapping(style="v")``); consecutive stages at a turn share a device, so their
+  transfer costs nothing.
+
+The baselines, the search's starting layouts and its moves, and the names plans are shown with all use these.
+"""
 
 from __future__ import annotations
 
@@ -9,25 +18,33 @@ def _require_positive(value: int, field: str) -> None:
         raise SpecError(field, f"must be an integer >= 1, got {value!r}")
 
 
-def loop_placement(num_stages: int, num_devices: int) -> tuple[int, ...]:
-    """Cyclic placement (Megatron's virtual pipeline): stage k runs on device k mod p."""
+SHAPES = ("loop", "v-shape")
+
+
+def shape_placement(shape: str, num_stages: int, num_devices: int) -> tuple[int, ...]:
+    """The stage→device map of ``num_stages`` stages on ``num_devices`` devices in ``shape`` (module docstring)."""
+    if shape not in SHAPES:
+        raise SpecError("shape", f"must be one of {', '.join(SHAPES)}; got {shape!r}")
     _require_positive(num_stages, "num_stages")
     _require_positive(num_devices, "num_devices")
-    return tuple(stage % num_devices for stage in range(num_stages))
+    if shape == "loop":
+        return tuple(stage % num_devices for stage in range(num_stages))
+    devices = []
+    for stage in range(num_stages):
+        lap, position = divmod(stage, num_devices)
+        devices.append(position if lap % 2 == 0 else num_devices - 1 - position)
+    return tuple(devices)
+
+
+def loop_placement(num_stages: int, num_devices: int) -> tuple[int, ...]:
+    """Cyclic placement (Megatron's virtual pipeline): stage k runs on device k mod p."""
+    return shape_placement("loop", num_stages, num_devices)
 
 
 def v_shape_placement(num_devices: int, chunks: int = 2) -> tuple[int, ...]:
-    """Zig-zag placement (ZB-V): stages 0..p-1 go down devices 0..p-1, stages p..2p-1 come back up p-1..0.
-
-    With more than two chunks the zig-zag continues, as torch's ``generate_stage_to_rank_mapping(style="v")``.
-    """
-    _require_positive(num_devices, "num_devices")
+    """Zig-zag placement (ZB-V): ``chunks`` laps over the devices, stages 0..p-1 down, p..2p-1 back up, ..."""
     _require_positive(chunks, "chunks")
-    placement = []
-    for chunk in range(chunks):
-        devices = range(num_devices) if chunk % 2 == 0 else range(num_devices - 1, -1, -1)
-        placement.extend(devices)
-    return tuple(placement)
+    return shape_placement("v-shape", chunks * num_devices, num_devices)
 
 
 def explicit_placement(stage_devices: list[int] | tuple[int, ...], num_devices: int) -> tuple[int, ...]:
@@ -48,9 +65,7 @@ def placement_shape(stage_devices: tuple[int, ...] | list[int], num_devices: int
     """Name the shape of a placement: ``loop``, ``v-shape`` or ``custom``."""
     stage_devices = tuple(stage_devices)
     if len(stage_devices) % num_devices == 0:
-        chunks = len(stage_devices) // num_devices
-        if stage_devices == loop_placement(len(stage_devices), num_devices):
-            return "loop"
-        if chunks >= 2 and stage_devices == v_shape_placement(num_devices, chunks):
-            return "v-shape"
+        for shape in SHAPES:   # (one lap of either is the same map: it is named a loop)
+            if stage_devices == shape_placement(shape, len(stage_devices), num_devices):
+                return shape
     return "custom"

@@ -17,7 +17,7 @@ from planner.cluster import ClusterSpec
 from planner.memory import layer_state_bytes as unsharded_layer_state_bytes
 from planner.plan import Action, Plan
 from planner.profile import Profile
-from planner.search.layouts import Layout
+from planner.layout import Layout
 from planner.search.list_scheduler import (
     Abandoned,
     Schedule,
@@ -25,7 +25,7 @@ from planner.search.list_scheduler import (
     StageTimes,
     list_schedule,
 )
-from planner.simulator.costs import message_overheads
+from planner.simulator.costs import StageCosts
 
 INFEASIBLE = float("inf")
 
@@ -111,30 +111,22 @@ class CandidateScorer:
         return state
 
     def stage_times(self, layout: Layout) -> StageTimes:
+        """The list scheduler's inputs for ``layout``: the simulator's stage costs (``StageCosts.of_sums``) over
+        this profile's prefix sums, each action's message handling folded into its hold on the device."""
         def sums(prefix):
             return tuple(prefix[layout.stage_end(stage)] - prefix[layout.starts[stage]]
                          for stage in range(layout.num_stages))
 
-        devices = layout.stage_device
-        boundary = [self.profile.layers[layout.stage_end(stage) - 1].output_bytes
-                    for stage in range(layout.num_stages)]
-        cluster = self.cluster
-
-        def lag(src: int, dst: int, nbytes: int) -> float:
-            return cluster.transfer_ms(devices[src], devices[dst], nbytes) if cluster is not None else 0.0
-
-        num_stages = layout.num_stages
-        forward_lag = (0.0, *(lag(s - 1, s, boundary[s - 1]) for s in range(1, num_stages)))
-        gradient_lag = (*(lag(s + 1, s, boundary[s]) for s in range(num_stages - 1)), 0.0)
-        # the list scheduler sees an action's whole hold on its device: compute plus message handling
-        forward_pre, forward_post, backward_pre, backward_post = message_overheads(devices, cluster)
-        forward = tuple(f + pre + post for f, pre, post in zip(sums(self.forward_prefix), forward_pre, forward_post))
-        backward_input = tuple(i + pre + post for i, pre, post
-                               in zip(sums(self.input_prefix), backward_pre, backward_post))
-        return StageTimes(forward=forward, backward_input=backward_input,
-                          backward_weight=sums(self.weight_prefix), forward_lag=forward_lag,
-                          gradient_lag=gradient_lag, activation_bytes=sums(self.activation_prefix),
-                          stage_device=devices, num_devices=self.num_devices)
+        boundary = tuple(self.profile.layers[layout.stage_end(stage) - 1].output_bytes
+                         for stage in range(layout.num_stages))
+        costs = StageCosts.of_sums(sums(self.forward_prefix), sums(self.input_prefix), sums(self.weight_prefix),
+                                   boundary, layout.stage_device, self.cluster)
+        return StageTimes(
+            forward=tuple(map(sum, zip(costs.forward, costs.forward_pre, costs.forward_post))),
+            backward_input=tuple(map(sum, zip(costs.backward_input, costs.backward_pre, costs.backward_post))),
+            backward_weight=costs.backward_weight, forward_lag=costs.forward_lag, gradient_lag=costs.gradient_lag,
+            activation_bytes=sums(self.activation_prefix), stage_device=layout.stage_device,
+            num_devices=self.num_devices)
 
     def device_work(self, layout: Layout) -> list[float]:
         loads = [0.0] * self.num_devices

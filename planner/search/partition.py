@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from planner.partition.contiguous import split_contiguous
-from planner.search.layouts import Layout
+from planner.layout import Layout
 
 WEIGHT_RESOLUTION = 1_000_000  # integer weights in nanoseconds keep the contiguous split exact
 CASCADE = 4                     # boundaries one rebalancing move may shift together

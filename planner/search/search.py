@@ -23,12 +23,12 @@ from planner.baselines import BASELINE_SCHEDULES, build_baseline
 from planner.bounds import search_lower_bound
 from planner.cluster import ClusterSpec
 from planner.errors import SpecError
-from planner.layout import layer_codes_from_profile, plan_layout_string
+from planner.layout import Layout, layer_codes_from_profile, plan_layout_string
 from planner.memory import layer_state_bytes as unsharded_layer_state_bytes
+from planner.placement import SHAPES, shape_placement
 from planner.plan import Plan
 from planner.profile import Profile
 from planner.search.evaluate import Candidate, CandidateScorer, StopSearch, candidate_plan
-from planner.search.layouts import SHAPES, Layout, layout_from_stages, shape_devices
 from planner.search.list_scheduler import SchedulePolicy
 from planner.search.partition import balanced_starts, exchange_layers, rebalance_devices
 from planner.search.result import SearchResult
@@ -97,7 +97,7 @@ def search_plan(profile: Profile, num_devices: int, num_microbatches: int, *, cl
     tuner = _Tuner(scorer, random.Random(seed), bound["lower_bound_ms"] * (1 + target_gap))
     stopped = "converged"
     try:
-        tuner.run([layout_from_stages(plan.stages, profile.num_layers) for plan in baseline_plans.values()])
+        tuner.run([Layout.of_stages(plan.stages, profile.num_layers) for plan in baseline_plans.values()])
     except StopSearch as stop:
         stopped = stop.reason
     plan, origin = _final_plan(tuner.best, baseline_plans, baselines, profile, num_devices, num_microbatches,
@@ -200,7 +200,7 @@ class _Tuner:
         candidates = []
         for count in stage_counts:
             for shape in SHAPES:
-                layout = Layout(balanced_starts(params, count), shape_devices(shape, count, num_devices),
+                layout = Layout(balanced_starts(params, count), shape_placement(shape, count, num_devices),
                                 profile.num_layers)
                 layout = rebalance_devices(layout, param_prefix, num_devices)
                 candidates.append(self.consider(layout, MEMORY_POLICY, f"memory {shape} S={count}"))

@@ -16,8 +16,9 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+from planner.layout import Layout
+from planner.placement import SHAPES, shape_placement
 from planner.search.evaluate import Candidate
-from planner.search.layouts import SHAPES, Layout, shape_devices
 from planner.search.list_scheduler import FORWARD_ORDERS, SchedulePolicy
 from planner.search.partition import balanced_starts, rebalance_devices
 
@@ -78,7 +79,7 @@ def restructure(num_layers: int, num_devices: int, num_stages: int, shape: str,
 def _restructured(num_layers: int, num_devices: int, num_stages: int, shape: str,
                   work_prefix: list[float]) -> Layout:
     weights = [work_prefix[index + 1] - work_prefix[index] for index in range(num_layers)]
-    return Layout(balanced_starts(weights, num_stages), shape_devices(shape, num_stages, num_devices), num_layers)
+    return Layout(balanced_starts(weights, num_stages), shape_placement(shape, num_stages, num_devices), num_layers)
 
 
 def placement_moves(candidate: Candidate, num_devices: int, work_prefix: list[float], rng: random.Random,

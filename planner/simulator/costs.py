@@ -39,6 +39,22 @@ class StageCosts:
     backward_pre: tuple[float, ...] = ()
     backward_post: tuple[float, ...] = ()
 
+    @classmethod
+    def of_sums(cls, forward: tuple[float, ...], backward_input: tuple[float, ...], backward_weight: tuple[float, ...],
+                boundary_bytes: tuple[int, ...], devices: tuple[int, ...] | list[int], cluster: ClusterSpec | None
+                ) -> StageCosts:
+        """The costs of stages with these per-stage layer sums on ``devices``: the transfer lags and message
+        handling between them. ``stage_costs`` sums a plan's layers; the search sums prefix arrays."""
+        num_stages = len(devices)
+
+        def lag(src_stage: int, dst_stage: int, nbytes: int) -> float:
+            return 0.0 if cluster is None else cluster.transfer_ms(devices[src_stage], devices[dst_stage], nbytes)
+
+        forward_lag = (0.0, *(lag(s - 1, s, boundary_bytes[s - 1]) for s in range(1, num_stages)))
+        gradient_lag = (*(lag(s + 1, s, boundary_bytes[s]) for s in range(num_stages - 1)), 0.0)
+        return cls(tuple(forward), tuple(backward_input), tuple(backward_weight), tuple(boundary_bytes),
+                   forward_lag, gradient_lag, *message_overheads(devices, cluster))
+
     @cached_property
     def _kind_durations(self) -> dict[ActionKind, tuple[float, ...]]:
         """Per kind, each stage's compute time: the sum of the profile parts the kind runs."""
@@ -83,21 +99,11 @@ def stage_costs(plan: Plan, profile: Profile, cluster: ClusterSpec | None = None
         backward_input.append(sum(layer.backward_input for layer in stage_layers))
         backward_weight.append(sum(layer.backward_weight for layer in stage_layers))
         boundary_bytes.append(stage_layers[-1].output_bytes)
-    num_stages = len(plan.stages)
     devices = [stage.device for stage in plan.stages]
     if cluster is not None:
         for index, device in enumerate(devices):
             if device >= cluster.num_devices:
                 raise PlanError(f"device {device} is not in cluster {cluster.name!r} ({cluster.num_devices} "
                                 f"devices)", field=f"stages[{index}].device")
-
-    def lag(src_stage: int, dst_stage: int, nbytes: int) -> float:
-        if cluster is None:
-            return 0.0
-        return cluster.transfer_ms(devices[src_stage], devices[dst_stage], nbytes)
-
-    forward_lag = [0.0] + [lag(s - 1, s, boundary_bytes[s - 1]) for s in range(1, num_stages)]
-    gradient_lag = [lag(s + 1, s, boundary_bytes[s]) for s in range(num_stages - 1)] + [0.0]
-    forward_pre, forward_post, backward_pre, backward_post = message_overheads(devices, cluster)
-    return StageCosts(tuple(forward), tuple(backward_input), tuple(backward_weight), tuple(boundary_bytes),
-                      tuple(forward_lag), tuple(gradient_lag), forward_pre, forward_post, backward_pre, backward_post)
+    return StageCosts.of_sums(tuple(forward), tuple(backward_input), tuple(backward_weight), tuple(boundary_bytes),
+                              devices, cluster)

@@ -7,7 +7,8 @@ import pytest
 
 from planner.bounds import indivisible_layers_ms, optimal_device_load_ms, search_lower_bound
 from planner.search.evaluate import CandidateScorer, candidate_plan
-from planner.search.layouts import SHAPES, Layout, shape_devices
+from planner.layout import Layout
+from planner.placement import SHAPES, shape_placement
 from planner.search.list_scheduler import Abandoned, SchedulePolicy, list_schedule
 from planner.search.partition import (balanced_starts, device_loads, exchange_layers, layer_devices,
                                       rebalance_devices)
@@ -58,7 +59,7 @@ def test_a_byte_cap_bounds_every_devices_activations():
     profile = big_head_profile()
     cap = 3 * 64 * (1 << 20) * 3
     scorer = scorer_for(profile, 4, 16, activation=cap)
-    layout = rebalance_devices(Layout(balanced_starts([1.0] * 12, 8), shape_devices("vee", 8, 4), 12),
+    layout = rebalance_devices(Layout(balanced_starts([1.0] * 12, 8), shape_placement("v-shape", 8, 4), 12),
                                scorer.work_prefix, 4)
     candidate = scorer.score(layout, SchedulePolicy(split_backward=True, inflight_scale=3.0), "capped")
     assert candidate.feasible and max(candidate.schedule.activation_peak) <= cap
@@ -147,14 +148,14 @@ def test_rebalancing_evens_device_loads_for_every_shape():
     scorer = scorer_for(profile, 4, 8)
     weights = [layer.forward + layer.backward for layer in profile.layers]
     for shape, stages in itertools.product(SHAPES, (4, 8, 12)):
-        layout = Layout(balanced_starts(weights, stages), shape_devices(shape, stages, 4), profile.num_layers)
+        layout = Layout(balanced_starts(weights, stages), shape_placement(shape, stages, 4), profile.num_layers)
         balanced = rebalance_devices(layout, scorer.work_prefix, 4)
         assert max(device_loads(balanced, scorer.work_prefix, 4)) <= max(device_loads(layout, scorer.work_prefix, 4))
         assert balanced.stage_device == layout.stage_device
         assert all(later > earlier for earlier, later in zip(balanced.starts, balanced.starts[1:]))
     # 14 decoders of 3 ms, a 15 ms head and a 0.15 ms embedding over 4 devices: the head alone is the
     # heaviest device in the best split (0.15 + 5 x 3 | 5 x 3 | 4 x 3 | 15).
-    best = rebalance_devices(Layout(balanced_starts(weights, 4), shape_devices("loop", 4, 4), profile.num_layers),
+    best = rebalance_devices(Layout(balanced_starts(weights, 4), shape_placement("loop", 4, 4), profile.num_layers),
                              scorer.work_prefix, 4)
     assert max(device_loads(best, scorer.work_prefix, 4)) == pytest.approx(15.0)
 
