@@ -1,6 +1,6 @@
 """``run_plan``: run a Plan on ``plan.num_devices`` local ranks and collect what they measured.
 
-Each rank is a fresh ``python -m executor.worker`` subprocess with torchrun's environment variables, not a
+Each rank is a fresh ``python -m executor.running.worker`` subprocess with torchrun's environment variables, not a
 multiprocessing child: that works the same from a shell, a test, or a (daemonic) Celery worker, and it is
 exactly the process a multi-host torchrun launch starts. The launcher watches the ranks; the first one to
 fail decides the error (the others typically fail after it, on a dead connection), and every child is
@@ -29,19 +29,19 @@ from pathlib import Path
 import torch
 from torch.distributed import TCPStore
 
-from executor.capacity import check_capacity
-from executor.config import RunConfig
+from executor.running.capacity import check_capacity
+from executor.running.config import RunConfig
 from executor.errors import ExecutorError, RunCancelled
-from executor.events import open_sink, resolved_sink
-from executor.host import LAUNCHER_PID_ENV
-from executor.lowering import CAUSAL, lower_plan
-from executor.worker import RESULT_FILE, done_file, error_file, run_dtype
+from executor.running.events import open_sink, resolved_sink
+from executor.running.processes import LAUNCHER_PID_ENV
+from executor.running.lowering import CAUSAL, lower_plan
+from executor.running.worker import RESULT_FILE, done_file, error_file, run_dtype
 from planner.plan import Plan
 from planner.spec.model import ModelSpec
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FAILURE_GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
 KILL_GRACE_SECONDS = 5.0
@@ -171,11 +171,11 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
     run timed out; ``rank`` and ``traceback_text`` say where). ``step_barriers`` puts a barrier before and
     after every step and fills ``RunResult.step_wall_ms`` with rank 0's wall time between them (benchmarks).
     ``threads_per_rank`` (default: this host's cores / ranks) is each rank's torch intra-op thread count;
-    ``bind_cores``: on CPU, bind each local rank to cores of its own (``executor.host.bind_to_cores``) where
+    ``bind_cores``: on CPU, bind each local rank to cores of its own (``executor.running.cores.bind_to_cores``) where
     they fit; the summary records what every rank used (``threads_per_rank``, ``cores_per_rank``).
-    ``lookahead``: when ranks post their receives (``executor.lowering``). ``should_stop``: asked every
+    ``lookahead``: when ranks post their receives (``executor.running.lowering``). ``should_stop``: asked every
     ``CANCEL_POLL_SECONDS`` while the ranks run; true ends them and raises ``RunCancelled``.
-    ``event_token_file``: the run's secret, for an ``https://`` ``event_sink`` (``executor.events.HttpSink``).
+    ``event_token_file``: the run's secret, for an ``https://`` ``event_sink`` (``executor.running.events.HttpSink``).
     """
     # The ranks run in the repository, not in the caller's directory: relative paths are the caller's.
     event_sink = resolved_sink(event_sink) if event_sink else event_sink
@@ -202,7 +202,7 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
         for rank in range(plan.num_devices):
             with open(job_dir / f"rank{rank}.stderr", "wb") as stderr:
                 processes.append(subprocess.Popen(
-                    [sys.executable, "-m", "executor.worker", str(job_file)], cwd=REPO_ROOT,
+                    [sys.executable, "-m", "executor.running.worker", str(job_file)], cwd=REPO_ROOT,
                     env=_rank_env(rank, plan.num_devices, port, threads), stdout=subprocess.DEVNULL,
                     stderr=stderr, start_new_session=True))
         deadline = time.monotonic() + timeout_s
