@@ -5,10 +5,10 @@ F is timed right after the previous layer's F. In a pipeline an action's first l
 an action of another kind (an F after a B, W or I, an I after an F), when what that work pushed out of the
 core's caches (the interpreter's and dispatcher's paths for this kind of work, the stage's weights) has to
 come back. This script times each stage of a baseline plan in one process, built and run as the executor's
-ranks build and run it (``executor.stage_timing.time_device_stages``, one intra-op thread, bound to one
+ranks build and run it (``executor.measuring.stage_timing.time_device_stages``, one intra-op thread, bound to one
 core), twice per repeat and kind: the first action of a kind right after one of the other kind, the second
 right after the first. ``start cost`` is their difference; ``profiled`` is the sum of the stage's layer times
-in this host's profile of the same model (``executor.profiler.measure_profile``).
+in this host's profile of the same model (``executor.measuring.profiler.measure_profile``).
 
 No messages and no second process: what is left is the action's own start. A profile summed from layer
 times misses it; ``executor profile --plan`` scales the profile to such stage timings (the README's
@@ -28,11 +28,11 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 
-from executor.host import bind_local_rank  # noqa: E402
+from executor.running.cores import bind_local_rank  # noqa: E402
 from executor.model.linear import enable_weight_grad_deferral  # noqa: E402
 from executor.model.scale import scale_spec  # noqa: E402
-from executor.profiler import measure_profile  # noqa: E402
-from executor.stage_timing import time_device_stages  # noqa: E402
+from executor.measuring.profiler import measure_profile  # noqa: E402
+from executor.measuring.stage_timing import time_device_stages  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402
 from planner.cluster import load_cluster_preset  # noqa: E402
 from planner.spec.presets import load_model_preset  # noqa: E402

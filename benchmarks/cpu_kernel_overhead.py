@@ -4,7 +4,7 @@ cost per kernel (``DeviceType.kernel_overhead_us``) that closes the gap.
 On a CPU core a small model's layers are not bound by FLOPs or bytes but by the fixed cost of every eager
 PyTorch op (dispatch, autograd bookkeeping, allocation). The analytic model charges each of its kernels the
 device's ``kernel_overhead_us``; this script measures each CPU model's profile on this host
-(``executor.profiler.measure_profile``, one intra-op thread as a local rank gets on 2 cores) and fits the
+(``executor.measuring.profiler.measure_profile``, one intra-op thread as a local rank gets on 2 cores) and fits the
 overhead at which the analytic profile on ``cpu-host`` takes as long in all
 (``planner.calibrate.fit_kernel_overhead``). It prints, per model, the analytic total with the preset's
 overhead and with 5 us (a GPU's), the measured total, and the fit. The ``cpu-host`` preset carries the
@@ -27,7 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from executor.model.scale import scale_spec  # noqa: E402
-from executor.profiler import measure_profile  # noqa: E402
+from executor.measuring.profiler import measure_profile  # noqa: E402
 from planner.calibrate import fit_kernel_overhead  # noqa: E402
 from planner.cluster import DEFAULT_KERNEL_OVERHEAD_US, load_cluster_preset  # noqa: E402
 from planner.cost import analytic_profile  # noqa: E402

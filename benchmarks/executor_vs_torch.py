@@ -1,18 +1,17 @@
 """Our executor vs torch.distributed.pipelining: same stage modules, same schedule, gloo, this host.
 
-Both sides train the same layers (built by ``executor.model`` from the same seed) on the same synthetic
-batches with SGD, one process per device and the same number of intra-op threads per process (this host's
-cores / devices, ``executor.host.fair_share_threads``). The plans come from ``planner.baselines.build_baseline``
-(uniform partition over an analytic profile); torch runs the same stages on the same devices with the torch
-schedule of the same name, whose per-rank compute order is the planner's (``TORCH_SCHEDULES``; checked by
-``tests/executor/test_torch_schedule_agreement.py``). Both sides measure iteration time the same way: every
-rank enters a barrier before and after each step and rank 0 takes the wall-clock time between the two
-barriers (optimizer step included); a side's figure is the median over all steps after the first
-``--warmup`` steps of every repeat. The two sides alternate, repeat after repeat, so load from other work on a
-shared host hits both alike; ``torch/ours`` is the median over repeats of the ratio of the two medians taken
-back to back. Each run starts once the CPUs are idle and is repeated while other programs disturbed it
-(``executor.host.measure_quietly``). Torch's last stage returns logits and its ``loss_fn`` computes the
-cross-entropy; ours computes the same loss in the head.
+Both sides train the same layers (built by ``executor.model`` from the same seed) on the same synthetic batches
+with SGD, one process per device and the same number of intra-op threads per process (this host's cores / devices,
+``executor.running.cores.fair_share_threads``). The plans come from ``planner.baselines.build_baseline`` (uniform
+partition over an analytic profile); torch runs the same stages on the same devices with the torch schedule of the
+same name, whose per-rank compute order is the planner's (``TORCH_SCHEDULES``; checked by
+``tests/executor/test_torch_schedule_agreement.py``). Both sides measure iteration time the same way: every rank
+enters a barrier before and after each step and rank 0 takes the wall-clock time between the two barriers
+(optimizer step included); a side's figure is the median over all steps after the first ``--warmup`` steps of every
+repeat. The two sides alternate, repeat after repeat, so load from other work on a shared host hits both alike;
+``torch/ours`` is the median over repeats of the ratio of the two medians taken back to back. Each run starts once
+the CPUs are idle and is repeated while other programs disturbed it (``shared_host.measure_quietly``). Torch's last
+stage returns logits and its ``loss_fn`` computes the cross-entropy; ours computes the same loss in the head.
 
     .venv/bin/python benchmarks/executor_vs_torch.py [--steps 10] [--repeats 3] [--warmup 2]
 """
@@ -32,14 +31,14 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from executor.host import (bind_local_rank, fair_share_threads, load_average, measure_quietly,  # noqa: E402
-                           retried_once, usable_cores)
-from executor.launch import rendezvous_store, run_plan  # noqa: E402
+from executor.running.cores import bind_local_rank, fair_share_threads, usable_cores  # noqa: E402
+from executor.running.launch import rendezvous_store, run_plan  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402
 from planner.cluster import load_cluster_preset  # noqa: E402
 from planner.cost import analytic_profile  # noqa: E402
 from planner.plan import Plan  # noqa: E402
 from planner.spec.presets import load_model_preset  # noqa: E402
+from shared_host import load_average, measure_quietly, retried_once  # noqa: E402
 
 CASES = [("tiny-llama", "gpipe", 8), ("tiny-llama", "1f1b", 8), ("tiny-llama", "interleaved-1f1b", 8),
          ("tiny-llama", "zb-v", 8), ("tiny-hybrid", "1f1b", 8), ("tiny-hybrid", "interleaved-1f1b", 8),
@@ -71,13 +70,13 @@ def torch_rank(args) -> None:
     from torch.distributed import pipelining
     from torch.distributed.pipelining import PipelineStage
 
-    from executor.data import synthetic_batch
+    from executor.running.data import synthetic_batch
     from executor.model.build import build_layers
     from executor.model.layers import Head
     from executor.model.linear import enable_weight_grad_deferral
 
     torch.set_num_threads(args.threads)
-    # Bound to cores of its own as our ranks are (executor.host.bind_to_cores), so both sides run alike.
+    # Bound to cores of its own as our ranks are (executor.running.cores.bind_to_cores), so both sides run alike.
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     bind_local_rank(rank, world, args.threads)
     # Torch's schedules differentiate plain autograd graphs (its ZB-V splits B itself), so the projections

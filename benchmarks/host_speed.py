@@ -2,7 +2,7 @@
 
 A local run's prediction comes from a profile measured minutes before the run; it can only be as close as
 the host keeps its speed between the two. This script starts one process per usable core (each bound to its
-core with one intra-op thread, as a local run's ranks are: ``executor.host.bind_local_rank``), all at once,
+core with one intra-op thread, as a local run's ranks are: ``executor.running.cores.bind_local_rank``), all at once,
 and each times a fixed float32 matrix product in ``--window`` second windows for ``--seconds`` seconds
 (milliseconds per product, the mean over a window). Nothing else of the product runs. Per core: the fastest
 window, the median, the slowest, slowest / fastest, and the share of windows more than 10 % slower than the
@@ -30,7 +30,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from executor.host import bind_local_rank, usable_cores  # noqa: E402
+from executor.running.cores import bind_local_rank, usable_cores  # noqa: E402
 
 
 def probe(index: int, cores: int, seconds: float, window: float, size: int) -> list[float]:

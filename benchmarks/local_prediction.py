@@ -12,12 +12,12 @@ With the login, the run page's own prediction is read too (**run page ms**: the 
 host after the job, ``services.profiling.plan_local_prediction``).
 
 A job that planned on the analytic profile (``analytic_profile_reason``) is marked in the profile column. The host's
-CPUs are waited for until idle before each job and run (``executor.host.wait_for_idle_cpus``, at most 30 s), and
+CPUs are waited for until idle before each job and run (``shared_host.wait_for_idle_cpus``, at most 30 s), and
 **others' CPU** is the share of the host's CPU time that programs other than the product (every process whose
 working directory is in ``--tree``, this tree by default, with the children they reaped) used while the job (its
 profile measured, unless reused, then its planning) or a run was in progress: meaningful where the product runs on
 this host from that tree. A run during which others took more than ``--max-others`` is run again, up to
-``--attempts`` tries, and the least disturbed one kept (as ``executor.host.measure_quietly`` does in process); a
+``--attempts`` tries, and the least disturbed one kept (as ``shared_host.measure_quietly`` does in process); a
 job's profile is measured once, as for any user.
 
 The product allows 30 runs an hour per user by default (``THROTTLE_RUNS``); the cases here take up to 72, so
@@ -41,7 +41,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from adaptis_client import ApiError, Client  # noqa: E402
-from executor.host import cpu_times, load_average, wait_for_idle_cpus  # noqa: E402
+from shared_host import cpu_times, load_average, wait_for_idle_cpus  # noqa: E402
 
 CASES = [("tiny-llama", "1f1b", 8), ("tiny-llama", "zb-h1", 8), ("tiny-llama", "gpipe", 8),
          ("tiny-llama", "adaptis", 8),

@@ -2,11 +2,11 @@
 
 Everything the prediction uses is measured on this host, under the conditions the ranks run in:
 
-- the profile: ``executor.profiler.measure_profile_alongside``: one profiler process per rank, running at
-  the same time, each with the ranks' intra-op thread count (``executor.host.fair_share_threads``) and
+- the profile: ``executor.measuring.profiler.measure_profile_alongside``: one profiler process per rank, running at
+  the same time, each with the ranks' intra-op thread count (``executor.running.cores.fair_share_threads``) and
   weight-gradient deferral as the plan's ranks use it (off for F/B-only schedules, on for zero-bubble ones),
   so a B is timed as the executor runs it and each layer pays the same sharing of cores and memory;
-- the cluster: ``executor.linkprobe.measure_link`` ping-pongs gloo messages between two local ranks and
+- the cluster: ``executor.measuring.linkprobe.measure_link`` ping-pongs gloo messages between two local ranks and
   fits latency + bytes / bandwidth, then times the executor's exchange pattern between computing ranks for
   the per-message overhead each end pays on its own stream; ``local_cluster`` wraps it into the
   ``adaptis.cluster/v1`` document the planner and the simulator are given, so every cross-device message
@@ -37,7 +37,7 @@ their profiled speed, the error left when the schedule, the transfers and the bu
 and W durations in the runs (``planner.calibrate.recalibrate``), so it is the error of the schedule, message
 and bubble model alone, and ``error`` minus it is what the profile's compute speed adds.
 ``error from stage timings`` is a prediction made before the plan runs: each stage of the plan timed as its
-rank will run it (``executor.stage_timing.measure_stage_timings``: one process per device at once, every
+rank will run it (``executor.measuring.stage_timing.measure_stage_timings``: one process per device at once, every
 action right after work of another kind and right after its own kind), each action charged the cold or the
 warm time by what precedes it on its device (``planner.calibrate.stage_durations``), and the profile's layers
 scaled to those times (``recalibrate_durations``), as ``executor profile --plan`` does.
@@ -49,7 +49,7 @@ plan moves from one launch to the next, which no prediction can follow.
 
 On a machine shared with other work, load moves every timing: each measurement (link, profiles, runs)
 starts once the CPUs are idle and is repeated (up to 3 times, the least disturbed one kept) while other
-programs used more than 10 % of the host's CPU meanwhile (``executor.host.measure_quietly``); the table
+programs used more than 10 % of the host's CPU meanwhile (``shared_host.measure_quietly``); the table
 shows that share for each run, and the load average at start and end.
 
     .venv/bin/python benchmarks/prediction_fidelity.py [--steps 12] [--warmup 3]
@@ -66,19 +66,19 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from executor.host import (fair_share_threads, load_average, measure_quietly,  # noqa: E402
-                           retried_once, usable_cores)
-from executor.launch import run_plan  # noqa: E402
-from executor.linkprobe import local_cluster, measure_link  # noqa: E402
+from executor.running.cores import fair_share_threads, usable_cores  # noqa: E402
+from executor.running.launch import run_plan  # noqa: E402
+from executor.measuring.linkprobe import local_cluster, measure_link  # noqa: E402
 from executor.model.scale import scale_spec  # noqa: E402
-from executor.profiler import measure_profile_alongside  # noqa: E402
-from executor.stage_timing import measure_stage_timings  # noqa: E402
+from executor.measuring.profiler import measure_profile_alongside  # noqa: E402
+from executor.measuring.stage_timing import measure_stage_timings  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402
 from planner.calibrate import (after_warmup, fit_message_overhead, measure_message_overhead,  # noqa: E402
                                recalibrate, recalibrate_durations, stage_durations, with_message_overhead)
 from planner.cluster import load_cluster  # noqa: E402
 from planner.simulator import simulate  # noqa: E402
 from planner.spec.presets import load_model_preset  # noqa: E402
+from shared_host import load_average, measure_quietly, retried_once  # noqa: E402
 
 # As many ranks as this benchmark's host has cores: a prediction for more ranks than cores would have to
 # model the OS time-slicing them, which the simulator (one device = one processor) does not.
@@ -213,7 +213,7 @@ def main() -> None:
         profile = profiles[model, split_backward]
         plan = build_baseline(schedule, profile, devices, microbatches, cluster=cluster)
         prediction = simulate(plan, profile, cluster)
-        # A prediction too: the profile scaled to the plan's stages timed as actions (executor.stage_timing),
+        # A prediction too: the profile scaled to the plan's stages timed as actions (executor.measuring.stage_timing),
         # before any run of the plan.
         timings = measure_quietly(lambda: measure_stage_timings(plan, spec, threads=threads)).value
         staged = simulate(plan, recalibrate_durations(profile, plan, stage_durations(plan, timings)),

@@ -2,7 +2,7 @@
 (``--lookahead 1``, the default until 2026-11-24), with every receive of the step posted at its start
 (``step``), and causally (``causal``, the default now: right after the receiving rank's last compute that the
 sender's producing action depends on). Every channel travels in a process group of its own
-(``executor.worker.open_channels``) in all three.
+(``executor.running.worker.open_channels``) in all three.
 
 A gloo send whose receive is not posted yet waits for the receiver's notice, and the sender's communication
 thread handles it; on a rank whose core is busy computing, that thread waits for the scheduler. The table
@@ -31,9 +31,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from executor.host import usable_cores  # noqa: E402
-from executor.launch import run_plan  # noqa: E402
-from executor.lowering import CAUSAL, WHOLE_STEP  # noqa: E402
+from executor.running.cores import usable_cores  # noqa: E402
+from executor.running.launch import run_plan  # noqa: E402
+from executor.running.lowering import CAUSAL, WHOLE_STEP  # noqa: E402
 from executor.model.scale import scale_spec  # noqa: E402
 from planner.actions import ActionKind  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402

@@ -493,7 +493,7 @@ def measure_live(port: int, seeded: Seeded, keep_emitting, events_per_s: float,
     """Emit actions from LIVE_RANKS ranks while ``keep_emitting()``; poll as run.js does. Returns each visible
     event's latency in ms and how many were sent."""
     from adaptis_web.studio.live_events import RunEventRelay, event_identity, run_event_sink
-    from executor.events import EventEmitter, open_sink
+    from executor.running.events import EventEmitter, open_sink
 
     run_id = live_run(seeded)
     sent: dict[tuple, float] = {}

@@ -1,7 +1,7 @@
 import sys
 
 from executor.cli import launched_by_torchrun, main
-from executor.host import exit_rank
+from executor.running.processes import exit_rank
 
 code = main()
 if launched_by_torchrun():

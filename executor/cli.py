@@ -28,9 +28,9 @@ import os
 import sys
 from pathlib import Path
 
-from executor.config import BACKENDS, OPTIMIZERS
+from executor.running.config import BACKENDS, OPTIMIZERS
 from executor.errors import ExecutorError
-from executor.lowering import CAUSAL, WHOLE_STEP
+from executor.running.lowering import CAUSAL, WHOLE_STEP
 from executor.model.build import DTYPES
 from planner.errors import PlanError, SpecError
 from planner.plan import load_plan
@@ -81,8 +81,8 @@ def command_run(args) -> int:
                     optimizer=args.optimizer, lr=args.lr, dtype=args.dtype, checkpoint_dir=args.checkpoint_dir,
                     threads_per_rank=args.threads_per_rank, bind_cores=args.bind_cores, lookahead=args.lookahead)
     if launched_by_torchrun():
-        from executor.config import RunConfig
-        from executor.worker import run_rank
+        from executor.running.config import RunConfig
+        from executor.running.worker import run_rank
 
         job = {"plan": plan.to_dict(), "spec": spec.to_dict(), "config": RunConfig(**settings).to_dict()}
         rank = int(os.environ["RANK"])
@@ -91,7 +91,7 @@ def command_run(args) -> int:
         if rank != 0:
             return 0
     else:
-        from executor.launch import run_plan
+        from executor.running.launch import run_plan
 
         result = run_plan(plan, spec, timeout_s=args.timeout, **settings).to_dict()
     if args.out:
@@ -113,7 +113,7 @@ def command_profile(args) -> int:
 
     from executor.model.build import resolve_dtype
     from executor.model.linear import weight_grad_deferral
-    from executor.profiler import measure_profile, measure_profile_alongside
+    from executor.measuring.profiler import measure_profile, measure_profile_alongside
 
     spec = load_model_argument(args.model, args.scale)
     device = torch.device(args.device)
@@ -133,7 +133,7 @@ def command_profile(args) -> int:
             profile = measure_profile(spec, device=device, dtype=dtype, repeats=args.repeats, warmup=args.warmup,
                                       seed=args.seed, threads=args.threads, distinct=args.distinct_layers)
     if plan is not None:
-        from executor.stage_timing import measure_stage_timings
+        from executor.measuring.stage_timing import measure_stage_timings
         from planner.calibrate import recalibrate_durations, stage_durations
 
         timings = measure_stage_timings(plan, spec, threads=args.threads, repeats=args.repeats, warmup=args.warmup,
@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="CPU: then time this plan's stages as its ranks run them (one process per device at "
                               "once, each action right after another kind of work and right after its own kind) "
                               "and scale each stage's layers to the times its actions will take "
-                              "(executor.stage_timing)")
+                              "(executor.measuring.stage_timing)")
     profile.add_argument("--seed", type=int, default=0)
     profile.add_argument("--out", required=True)
     profile.set_defaults(handler=command_profile)

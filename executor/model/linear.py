@@ -1,5 +1,5 @@
 """The projection every executor model uses: ``nn.Linear`` (bias-free unless asked) whose weight gradient can
-be deferred to a later W step (see ``executor.backward``)."""
+be deferred to a later W step (see ``executor.model.backward``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from executor.backward import collecting_store, weight_grad
+from executor.model.backward import collecting_store, weight_grad
 from executor.model.init import normal_
 
 

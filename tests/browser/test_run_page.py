@@ -194,7 +194,7 @@ def test_cancel_a_running_run_from_its_page(celery_worker, browser, live_server,
 
 
 def test_the_spec_page_charts_cost_and_memory_per_layer_analytic_beside_measured(browser, live_server, people):
-    from executor.profiler import measure_profile
+    from executor.measuring.profiler import measure_profile
 
     spec = load_model_preset("tiny-hybrid")
     record = spec_create(team=people.team, owner=people.owner, spec=spec)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from executor.data import synthetic_batch
+from executor.running.data import synthetic_batch
 from executor.model.build import build_layers
 from executor.model.layers import Head
 from executor.model.mlp import take_balancing_loss, weigh_balancing_losses

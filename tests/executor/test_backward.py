@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from executor.backward import backward_full, backward_input, backward_weight
+from executor.model.backward import backward_full, backward_input, backward_weight
 from executor.model.build import build_layers
 from executor.model.linear import Linear
 from executor_plans import every_kind_spec

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from executor import capacity
-from executor.capacity import ACTIVATION_TENSORS_PER_LAYER, check_capacity, rank_bytes
+from executor.running import capacity
+from executor.running.capacity import ACTIVATION_TENSORS_PER_LAYER, check_capacity, rank_bytes
 from executor.model import layer_parameter_counts
 from executor_plans import gpipe, one_f_one_b
 from planner.errors import SpecError

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from executor.events import MAX_RETRY_INTERVAL_S, RETRY_INTERVAL_S, EventEmitter, open_sink, resolved_sink
+from executor.running.events import MAX_RETRY_INTERVAL_S, RETRY_INTERVAL_S, EventEmitter, open_sink, resolved_sink
 from planner.errors import SpecError
 
 
@@ -49,7 +49,7 @@ class _FlakySink:
 def test_events_held_back_by_a_failing_sink_are_delivered_in_order_when_it_recovers():
     import time
 
-    from executor.events import EventEmitter
+    from executor.running.events import EventEmitter
 
     sink = _FlakySink()
     emitter = EventEmitter(sink, close_delivery_s=5)
@@ -66,7 +66,7 @@ def test_events_held_back_by_a_failing_sink_are_delivered_in_order_when_it_recov
 
 
 def test_a_sink_down_past_the_close_deadline_loses_nothing_from_the_result():
-    from executor.events import EventEmitter
+    from executor.running.events import EventEmitter
 
     sink = _FlakySink()
     emitter = EventEmitter(sink, close_delivery_s=0.6)
@@ -108,7 +108,7 @@ def ingest():
 
 
 def test_an_https_sink_posts_bounded_batches_with_the_runs_secret(ingest, tmp_path):
-    from executor.events import HTTP_BATCH_EVENTS, HttpSink
+    from executor.running.events import HTTP_BATCH_EVENTS, HttpSink
 
     token = tmp_path / "run.token"
     token.write_text("s3cret\n")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from executor.launch import run_plan
+from executor.running.launch import run_plan
 from executor_plans import (
     every_kind_spec,
     gpipe,

@@ -105,7 +105,7 @@ def test_profile_with_a_plan_scales_each_stage_to_the_times_of_its_actions(tiny_
     timings = {(stage, kind): (1.0 + stage + offset, 0.5 + stage + offset)
                for stage in range(plan.num_stages) for kind, offset in (("F", 0.0), ("B", 10.0))}
     out = tmp_path / "profile.json"
-    with patch("executor.stage_timing.measure_stage_timings", return_value=timings) as measure:
+    with patch("executor.measuring.stage_timing.measure_stage_timings", return_value=timings) as measure:
         assert main(["profile", "--model", "tiny-llama", "--repeats", "1", "--warmup", "0", "--full-backward",
                      "--plan", str(tiny_llama_plan), "--out", str(out)]) == 0
     assert measure.call_args.args[0].to_dict() == plan.to_dict()

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from executor.errors import ExecutorError
-from executor.launch import run_plan
+from executor.running.launch import run_plan
 from executor_plans import every_kind_spec, one_f_one_b
 from planner.errors import SpecError
 from planner.spec.presets import load_model_preset
@@ -67,9 +67,9 @@ def test_redis_stream_gets_start_every_action_and_finish(three_rank_run):
 
 
 def test_processes_of_one_host_share_one_monotonic_clock():
-    from executor.timing import clock_identity
+    from executor.running.timing import clock_identity
 
-    child = subprocess.run([sys.executable, "-c", "from executor.timing import clock_identity; "
+    child = subprocess.run([sys.executable, "-c", "from executor.running.timing import clock_identity; "
                             "print(clock_identity())"], capture_output=True, text=True, check=True,
                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert clock_identity() is not None and child.stdout.strip() == clock_identity()
@@ -162,8 +162,8 @@ def test_a_redis_sink_without_a_stream_key_is_rejected_before_launch():
 
 
 def test_a_rank_that_dies_after_marking_its_work_done_is_a_teardown_abort_not_a_failure(tmp_path):
-    from executor.launch import _failed_ranks
-    from executor.worker import done_file
+    from executor.running.launch import _failed_ranks
+    from executor.running.worker import done_file
 
     done_file(tmp_path, 1).touch()
     # rank 0 still running, rank 1 killed by SIGABRT after its work was done, rank 2 died mid-run
@@ -192,7 +192,7 @@ def test_every_rank_marks_its_work_done_before_teardown(monkeypatch):
 LAUNCHER = """
 import sys
 sys.path.insert(0, {tests!r})
-from executor.launch import run_plan
+from executor.running.launch import run_plan
 from executor_plans import every_kind_spec, one_f_one_b
 run_plan(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2), every_kind_spec(), steps=100000,
          timeout_s=600)
@@ -216,7 +216,7 @@ def test_ranks_die_with_a_launcher_that_is_killed_without_cleaning_up():
         ranks: set[int] = set()
         while len(ranks) < 2 and time.monotonic() < deadline:
             assert launcher.poll() is None, "the launcher ended before its ranks started"
-            ranks = {pid for pid in children_of(launcher.pid) if "executor.worker" in _cmdline(pid)}
+            ranks = {pid for pid in children_of(launcher.pid) if "executor.running.worker" in _cmdline(pid)}
             time.sleep(0.1)
         assert len(ranks) == 2
         launcher.kill()
@@ -240,7 +240,7 @@ def _cmdline(pid: int) -> str:
 
 
 def test_a_finished_rank_exits_with_its_code_and_its_output_flushed():
-    completed = subprocess.run([sys.executable, "-c", "import sys; from executor.host import exit_rank; "
+    completed = subprocess.run([sys.executable, "-c", "import sys; from executor.running.processes import exit_rank; "
                                 "print('summary', end=''); sys.stderr.write('note'); exit_rank(3)"],
                                capture_output=True, text=True,
                                cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -254,7 +254,7 @@ def _rank_pid(rank: int, among: set[int]) -> int | None:
             command = open(f"/proc/{pid}/cmdline", "rb").read()
         except OSError:
             continue
-        if b"executor.worker" in command and f"RANK={rank}".encode() in environ:
+        if b"executor.running.worker" in command and f"RANK={rank}".encode() in environ:
             return pid
     return None
 

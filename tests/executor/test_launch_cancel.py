@@ -8,7 +8,7 @@ import json
 import pytest
 
 from executor.errors import RunCancelled
-from executor.launch import run_plan
+from executor.running.launch import run_plan
 from executor_plans import every_kind_spec, one_f_one_b
 from test_launch import live_children
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from executor.linkprobe import fit_link, local_cluster, measure_link, median_probe, message_overhead_us
+from executor.measuring.linkprobe import fit_link, local_cluster, measure_link, median_probe, message_overhead_us
 from planner.cluster import load_cluster
 
 

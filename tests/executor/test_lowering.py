@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from executor.cli import build_parser
-from executor.config import RunConfig
-from executor.lowering import CAUSAL, WHOLE_STEP, LoweredPlan, Op, lower_plan, prove_deadlock_free
+from executor.running.config import RunConfig
+from executor.running.lowering import CAUSAL, WHOLE_STEP, LoweredPlan, Op, lower_plan, prove_deadlock_free
 from executor_plans import gpipe, list_schedule, one_f_one_b
 from planner.errors import PlanError, SpecError
 from planner.plan import Action, Plan, Stage

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from executor.capacity import check_capacity
+from executor.running.capacity import check_capacity
 from executor.model import build_layers, layer_parameter_counts, scale_spec
 from executor.model.attention import apply_rotary
 from executor.model.mlp import load_balancing_loss

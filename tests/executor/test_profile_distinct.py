@@ -7,9 +7,9 @@ import json
 from dataclasses import replace
 from unittest.mock import patch
 
-from executor import profiler
+from executor.measuring import profiler
 from executor.cli import main
-from executor.profiler import distinct_layers, measure_profile, measure_profile_alongside
+from executor.measuring.profiler import distinct_layers, measure_profile, measure_profile_alongside
 from planner.profile import load_profile
 from planner.spec.presets import load_model_preset
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import billiard
 
-from executor.profiler import fastest_of, measure_profile_alongside
+from executor.measuring.profiler import fastest_of, measure_profile_alongside
 from planner.spec.presets import load_model_preset
 
 

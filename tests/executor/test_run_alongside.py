@@ -1,4 +1,4 @@
-"""executor.alongside.run_alongside: processes released together, their results collected, a failed or silent
+"""executor.measuring.alongside.run_alongside: processes released together, their results collected, a failed or silent
 process ending the wait with its name, none left behind; and all of it from inside a Celery prefork pool
 process, which is daemonic."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import billiard
 import pytest
 
-from executor.alongside import run_alongside
+from executor.measuring.alongside import run_alongside
 from executor.errors import ExecutorError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def test_a_silent_process_times_out_and_is_killed(tmp_path):
 def test_the_processes_die_with_a_caller_that_is_killed_outright(tmp_path):
     pid_file = tmp_path / "pid"
     caller = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from executor.alongside import run_alongside; "
+        [sys.executable, "-c", "import sys; from executor.measuring.alongside import run_alongside; "
                                "from test_run_alongside import _silent; "
                                "run_alongside(_silent, [(sys.argv[1],)], timeout_s=600)", str(pid_file)],
         cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(Path(__file__).parent)])})

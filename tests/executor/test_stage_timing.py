@@ -7,7 +7,7 @@ from unittest.mock import patch
 
 from executor.model import linear
 from executor.model.linear import weight_grad_deferral
-from executor.stage_timing import measure_stage_timings, time_device_stages
+from executor.measuring.stage_timing import measure_stage_timings, time_device_stages
 from planner.baselines import build_baseline
 from planner.calibrate import recalibrate_durations, stage_durations
 from planner.cluster import load_cluster_preset
@@ -33,7 +33,7 @@ def test_the_ranks_deferral_setting_is_used_and_the_callers_restored():
     plan = build_baseline("1f1b", PROFILE, 2, 4, cluster=load_cluster_preset("cpu-host"))
     seen = []
     with weight_grad_deferral(True):
-        with patch("executor.stage_timing.weight_grad_deferral",
+        with patch("executor.measuring.stage_timing.weight_grad_deferral",
                    side_effect=lambda enabled: seen.append(enabled) or weight_grad_deferral(enabled)):
             timings = time_device_stages(plan, SPEC, 0, repeats=2, warmup=0)
         assert linear._deferral_enabled is True

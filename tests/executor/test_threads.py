@@ -8,10 +8,10 @@ import os
 import pytest
 import torch
 
-from executor.config import RunConfig
-from executor.host import fair_share_threads, local_cores, usable_cores
-from executor.launch import run_plan
-from executor.profiler import measure_profile
+from executor.running.config import RunConfig
+from executor.running.cores import fair_share_threads, local_cores, usable_cores
+from executor.running.launch import run_plan
+from executor.measuring.profiler import measure_profile
 from executor_plans import one_f_one_b
 from planner.errors import SpecError
 from planner.spec.presets import load_model_preset
@@ -66,25 +66,3 @@ def test_profiler_times_with_the_requested_threads_and_restores_the_callers():
     profile = measure_profile(load_model_preset("tiny-llama"), repeats=1, warmup=0, threads=1)
     assert "1 threads" in profile.device
     assert torch.get_num_threads() == before
-
-
-def test_retried_once_runs_again_after_a_rank_failure_and_gives_up_after_the_second(capsys):
-    from executor.errors import ExecutorError
-    from executor.host import retried_once
-
-    calls = []
-
-    def flaky():
-        calls.append(1)
-        if len(calls) == 1:
-            raise ExecutorError("aborted", rank=1, traceback_text="SIGABRT")
-        return "result"
-
-    assert retried_once(flaky) == "result" and len(calls) == 2
-    assert "rank 1: aborted" in capsys.readouterr().err
-
-    def broken():
-        raise ExecutorError("aborted again", rank=0)
-
-    with pytest.raises(ExecutorError, match="aborted again"):
-        retried_once(broken)

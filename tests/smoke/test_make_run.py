@@ -389,7 +389,8 @@ def test_make_run_serves_a_search_and_a_cpu_run_and_stops_whole(product):
     while client.json("GET", f"/api/runs/{long_run['id']}/events/")["last_seq"] == 0:
         assert time.monotonic() < deadline, f"the long run never started:\n{product.logs()}"
         time.sleep(0.5)
-    ranks = [pid for pid, command in _processes_of(product.tree, product.make.pid) if "executor.worker" in command]
+    ranks = [pid for pid, command in _processes_of(product.tree, product.make.pid)
+             if "executor.running.worker" in command]
     assert len(ranks) == 2, "the running run's two rank processes were not found"
 
     product.make.send_signal(signal.SIGTERM)  # to make alone, as timeout(1), systemd or a container runtime do

@@ -11,13 +11,14 @@ WEB = Path(__file__).resolve().parent.parent.parent / "adaptis_web"
 PLANNER_ANY_NAME = {"planner.service", "planner.errors"}
 LOADER_PREFIXES = ("load_", "parse_")
 EXECUTOR_ENTRY_POINTS = {
-    ("executor.launch", "run_plan"): "a local run's ranks, on the runs worker",
+    ("executor.running.launch", "run_plan"): "a local run's ranks, on the runs worker",
     ("executor.errors", "ExecutorError"): "a failed run's message and its ranks' traceback",
     ("executor.errors", "RunCancelled"): "a run stopped on request",
     ("executor.model", "scale_spec"): "the scaled-down copy a CPU run executes",
-    ("executor.profiler", "measure_for_local_runs"): "a profile measured on the runs' host",
-    ("executor.host", "usable_cores"): "the runs' host's cores, recorded with a measured profile",
-    ("executor.events", "HTTP_BATCH_EVENTS"): "the ingest's bound on a batch, the one the ranks' HTTPS sink keeps to",
+    ("executor.measuring.profiler", "measure_for_local_runs"): "a profile measured on the runs' host",
+    ("executor.running.cores", "usable_cores"): "the runs' host's cores, recorded with a measured profile",
+    ("executor.running.events", "HTTP_BATCH_EVENTS"):
+        "the ingest's bound on a batch, the one the ranks' HTTPS sink keeps to",
 }
 
 
@@ -50,10 +51,11 @@ def test_the_web_reaches_the_planner_only_through_the_facade_the_errors_and_the_
 
 
 def test_the_rule_refuses_a_planner_internal_and_an_unlisted_executor_module():
-    tree = ast.parse("from planner.simulator import simulate\nimport planner.search\nfrom executor.worker import x\n"
-                     "from planner.cluster import load_cluster\nfrom planner import service\n")
+    tree = ast.parse("from planner.simulator import simulate\nimport planner.search\n"
+                     "from executor.running.worker import x\nfrom planner.cluster import load_cluster\n"
+                     "from planner import service\n")
     assert [pair for pair in _imports(tree) if not _allowed(*pair)] == [
-        ("planner.simulator", "simulate"), ("planner.search", None), ("executor.worker", "x")]
+        ("planner.simulator", "simulate"), ("planner.search", None), ("executor.running.worker", "x")]
 
 
 def _studio_imports(path: Path) -> set[str]:

@@ -261,7 +261,7 @@ def web(django_db_setup, tmp_path_factory):
 
 @pytest.mark.django_db(transaction=True)
 def test_two_torchrun_agents_as_two_nodes_run_the_generated_command_and_fill_the_run(people, web, tmp_path):
-    from executor.launch import run_plan
+    from executor.running.launch import run_plan
 
     cpu_host = job_request_check(spec=load_model_preset("tiny-llama"), num_devices=2, num_microbatches=4,
                                  cluster_preset="cpu-host").cluster.to_dict()
@@ -328,7 +328,7 @@ def slurm():
 @pytest.mark.django_db(transaction=True)
 def test_the_generated_slurm_script_sbatched_on_a_real_slurm_runs_the_plan_and_fills_the_run(slurm, people, web,
                                                                                             tmp_path):
-    from executor.launch import run_plan
+    from executor.running.launch import run_plan
 
     plan = _plan_on(people)   # cpu-host: one node of two devices, two ranks on Slurm's one node
     client = APIClient()

@@ -155,7 +155,7 @@ def test_a_running_run_cancelled_mid_step_ends_its_ranks_and_keeps_its_events(
 
     wait_for(second_step_begun, timeout_s=120, interval_s=0.05, message=f"the run's second step\n{worker.log_tail()}")
     ranks = [pid for pid in _descendants(worker.process.pid)  # below its prefork pool process
-             if b"executor.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+             if b"executor.running.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert len(ranks) == 2, f"the worker runs the plan's 2 ranks: {ranks}"
     response = _cancel(people.member, run.pk)
     assert response.status_code == 200 and response.json()["cancel_requested"] is True

@@ -35,7 +35,7 @@ from adaptis_web.studio.live_events import event_identity, event_row, next_seq
 from adaptis_web.studio.models import JobStatus, Plan, Run, RunEvent
 from adaptis_web.studio.services.runs import MAX_RUN_STEPS
 from adaptis_web.studio.services.specs import spec_check_team
-from executor.events import HTTP_BATCH_EVENTS
+from executor.running.events import HTTP_BATCH_EVENTS
 from planner.cluster import load_cluster
 from planner.errors import SpecError
 from planner.service import parse_action

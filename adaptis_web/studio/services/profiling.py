@@ -128,7 +128,7 @@ def profile_waiting(job: PlanningJob) -> bool:
 
 
 def _measure(record: MeasuredProfile) -> Profile:
-    from executor.profiler import measure_for_local_runs
+    from executor.measuring.profiler import measure_for_local_runs
 
     return measure_for_local_runs(load_model_spec(record.spec.doc), ranks=record.num_ranks,
                                   split_backward=record.split_backward,
@@ -137,7 +137,7 @@ def _measure(record: MeasuredProfile) -> Profile:
 
 
 def _host() -> str:
-    from executor.host import usable_cores
+    from executor.running.cores import usable_cores
 
     return f"{socket.gethostname()} ({usable_cores()} cores)"
 

@@ -88,7 +88,7 @@ def _run_fail(run_id: int, error: str) -> None:
 
 def _execute(run: Run) -> None:
     from executor.errors import ExecutorError, RunCancelled
-    from executor.launch import run_plan
+    from executor.running.launch import run_plan
 
     spec = _executed_spec(run)
     Run.objects.filter(pk=run.pk).update(executed_spec=spec.to_dict())

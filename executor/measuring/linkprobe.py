@@ -1,6 +1,6 @@
 """Measure the point-to-point link between two local ranks and describe this host as an ``adaptis.cluster/v1``.
 
-Two ranks (``python -m executor.linkprobe``, launched like the executor's own ranks: one thread each,
+Two ranks (``python -m executor.measuring.linkprobe``, launched like the executor's own ranks: one thread each,
 rendezvous on a store hosted by the caller) ping-pong tensors with blocking ``send``/``recv`` on the
 backend the executor uses. For each message size the one-way time is half the median round trip. A
 straight line ``t(n) = latency + n / bandwidth`` fitted through those points (least squares on the relative
@@ -16,7 +16,7 @@ same compute alone. A round with messages takes ``compute + o + transfer + o``, 
 end spends on a message on its own stream (LogP's overhead); ``overhead_us`` is that ``o`` beyond what the
 idle ping-pong already put into ``latency``: ``(exchange round - compute round - idle one-way time) / 2``.
 
-    .venv/bin/python -m executor.linkprobe            # prints the measured cluster document
+    .venv/bin/python -m executor.measuring.linkprobe            # prints the measured cluster document
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _probe_rank(sizes: list[int], rounds: int, out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from executor.host import bind_local_rank
+    from executor.running.cores import bind_local_rank
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
@@ -154,14 +154,14 @@ def message_overhead_us(exchange: dict) -> float:
 
 def _probe_once(sizes: tuple[int, ...], rounds: int, timeout_s: float) -> dict:
     """One launch of the two probe ranks: ``{"one_way_ms": [...], "exchange": {...}}``."""
-    from executor.launch import _rank_env, rendezvous_store
+    from executor.running.launch import REPO_ROOT, _rank_env, rendezvous_store
 
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "times.json"
         store = rendezvous_store(2)
-        processes = [subprocess.Popen([sys.executable, "-m", "executor.linkprobe", "--rank-of-probe", str(out),
-                                       ",".join(map(str, sizes)), str(rounds)],
-                                      env=_rank_env(rank, 2, store.port, 1), cwd=Path(__file__).resolve().parent.parent)
+        processes = [subprocess.Popen([sys.executable, "-m", "executor.measuring.linkprobe", "--rank-of-probe",
+                                       str(out), ",".join(map(str, sizes)), str(rounds)],
+                                      env=_rank_env(rank, 2, store.port, 1), cwd=REPO_ROOT)
                      for rank in range(2)]
         try:
             codes = [process.wait(timeout=timeout_s) for process in processes]
@@ -210,7 +210,7 @@ def local_cluster(num_devices: int, link: dict, *, memory_bytes: int = 16 << 30)
     return {
         "format": "adaptis.cluster/v1",
         "name": f"local host ({platform.node() or 'cpu'}, {os.cpu_count()} cores, measured gloo loopback)",
-        "description": "Ranks on this machine over loopback gloo; link measured by executor.linkprobe.",
+        "description": "Ranks on this machine over loopback gloo; link measured by executor.measuring.linkprobe.",
         "nodes": 1,
         "devices_per_node": num_devices,
         "device": {"name": "CPU", "memory_bytes": memory_bytes, "peak_tflops": 0.2, "efficiency": 0.3,
@@ -221,7 +221,7 @@ def local_cluster(num_devices: int, link: dict, *, memory_bytes: int = 16 << 30)
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--rank-of-probe":
-        from executor.host import die_with_launcher
+        from executor.running.processes import die_with_launcher
 
         die_with_launcher()
         _probe_rank([int(size) for size in sys.argv[3].split(",")], int(sys.argv[4]), sys.argv[2])

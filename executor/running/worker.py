@@ -1,5 +1,5 @@
-"""One rank of a run: ``python -m executor.worker JOB_FILE`` with RANK / WORLD_SIZE / LOCAL_RANK /
-MASTER_ADDR / MASTER_PORT in the environment (set by ``executor.launch`` or by torchrun).
+"""One rank of a run: ``python -m executor.running.worker JOB_FILE`` with RANK / WORLD_SIZE / LOCAL_RANK /
+MASTER_ADDR / MASTER_PORT in the environment (set by ``executor.running.launch`` or by torchrun).
 
 The rank lowers the whole plan itself (lowering is deterministic, so every rank agrees without talking),
 builds the layers of its stages, aligns its clock with rank 0, runs the steps, and sends its events and loss
@@ -21,17 +21,18 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from executor.capacity import check_capacity
-from executor.config import RunConfig
-from executor.events import EventEmitter, open_sink
-from executor.host import bind_local_rank, die_with_launcher, exit_rank
-from executor.lowering import LoweredPlan, lower_plan
+from executor.running.capacity import check_capacity
+from executor.running.config import RunConfig
+from executor.running.events import EventEmitter, open_sink
+from executor.running.cores import bind_local_rank
+from executor.running.processes import die_with_launcher, exit_rank
+from executor.running.lowering import LoweredPlan, lower_plan
 from executor.model.build import build_layers, resolve_dtype
 from executor.model.linear import enable_weight_grad_deferral
-from executor.runtime import RankRuntime
-from executor.stage import StageRunner
+from executor.running.runtime import RankRuntime
+from executor.running.stage import StageRunner
 from planner.observed import summarize
-from executor.timing import aligned_clock
+from executor.running.timing import aligned_clock
 from planner.plan import Plan, load_plan
 from planner.spec.model import ModelSpec, load_model_spec
 
@@ -160,7 +161,7 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
     lowered = lower_plan(plan, spec.num_layers, lookahead=config.lookahead)
     program = lowered.program(rank)
     # Only a rank that splits backwards into I and W pays for deferrable projections (executor.model.linear)
-    # and for a separate embedding prologue (executor.stage).
+    # and for a separate embedding prologue (executor.running.stage).
     split_backward = any(op.action is not None and op.action.type.is_split_backward for op in program)
     enable_weight_grad_deferral(split_backward)
     dist.init_process_group(config.backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=600),

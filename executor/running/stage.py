@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from executor.backward import WeightGradStore, backward_full, backward_input, backward_weight
+from executor.model.backward import WeightGradStore, backward_full, backward_input, backward_weight
 from executor.model.layers import Embedding, Head
 from executor.model.mlp import weigh_balancing_losses
 

@@ -1,11 +1,12 @@
 """``run_alongside``: a few measuring processes on this host, released together, their results collected.
 
-The profilers (``executor.profiler``) and the stage timers (``executor.stage_timing``) measure as a host's local
-ranks run: one process per rank, all computing at the same time. Each process is a fresh ``python -m
-executor.alongside`` subprocess, as the launcher's ranks are (``executor.launch``), not a multiprocessing child:
-a Celery prefork pool process is daemonic, and multiprocessing refuses children to a daemonic process
-("daemonic processes are not allowed to have children"), so every measured profile failed in the worker pool
-``make run`` starts. A fresh subprocess works the same from a shell, a test, or a pool process.
+The profilers (``executor.measuring.profiler``) and the stage timers (``executor.measuring.stage_timing``)
+measure as a host's local ranks run: one process per rank, all computing at the same time. Each process is a
+fresh ``python -m executor.measuring.alongside`` subprocess, as the launcher's ranks are
+(``executor.running.launch``), not a multiprocessing child: a Celery prefork pool process is daemonic, and
+multiprocessing refuses children to a daemonic process ("daemonic processes are not allowed to have children"),
+so every measured profile failed in the worker pool ``make run`` starts. A fresh subprocess works the same from a
+shell, a test, or a pool process.
 
 Process i runs ``target(*per_process_args[i], start, results)``, ``target`` found by its module and name as
 pickle finds functions (with the caller's ``sys.path``): it sets itself up (binding, threads, building), calls
@@ -13,8 +14,8 @@ pickle finds functions (with the caller's ``sys.path``): it sets itself up (bind
 and hands one picklable result to ``results.put``. The barrier is two pipes: each process writes a byte to the
 shared "ready" pipe and blocks reading the "go" pipe, whose only writer, the caller, closes it once every
 process is ready. A result is written to a file of the run's scratch folder (renamed into place, so it is
-whole when it appears). Each process dies with the caller (``executor.host.die_with_launcher``), so none
-outlives a caller that is killed without cleaning up.
+whole when it appears). Each process dies with the caller (``executor.running.processes.die_with_launcher``),
+so none outlives a caller that is killed without cleaning up.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from pathlib import Path
 from typing import Callable
 
 from executor.errors import ExecutorError
-from executor.host import LAUNCHER_PID_ENV, die_with_launcher
+from executor.running.processes import LAUNCHER_PID_ENV, die_with_launcher
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB_FILE = "job.pickle"
 POLL_SECONDS = 0.05
 EXIT_GRACE_SECONDS = 5.0   # a process that gave its result gets this long to exit before it is killed
@@ -95,7 +96,8 @@ def _start(job_dir: Path, count: int, ready_fd: int, go_fd: int) -> list[subproc
     for index in range(count):
         with open(_stderr_file(job_dir, index), "wb") as stderr:
             processes.append(subprocess.Popen(
-                [sys.executable, "-m", "executor.alongside", str(job_dir), str(index), str(ready_fd), str(go_fd)],
+                [sys.executable, "-m", "executor.measuring.alongside", str(job_dir), str(index), str(ready_fd),
+                 str(go_fd)],
                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
                 pass_fds=(ready_fd, go_fd)))
     return processes

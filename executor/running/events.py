@@ -17,7 +17,7 @@ Every event also stays in the rank's memory and goes into the run's result, so w
 is still delivered with the result (``EventEmitter.undelivered`` counts it). A batch that failed halfway may
 be written twice: readers de-duplicate by (rank, step, action).
 
-Schema (times in ms, relative to the run's aligned start; see ``executor.timing``):
+Schema (times in ms, relative to the run's aligned start; see ``executor.running.timing``):
 
 - ``{"type": "run_started", "world_size", "backend", "steps", "num_microbatches", "strategy", "model",
   "started_at"}`` (``started_at``: Unix seconds of the aligned start)

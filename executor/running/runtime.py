@@ -2,7 +2,7 @@
 
 Per step: draw the synthetic batch, walk the program (issuing runs of consecutive POST_RECV / SEND ops as
 one ``batch_isend_irecv`` group per channel, each channel in its own process group
-(``executor.worker.open_channels``), waiting on receives just before the compute that needs them, timing every
+(``executor.running.worker.open_channels``), waiting on receives just before the compute that needs them, timing every
 compute), drain the sends, all-reduce tied-embedding gradients across ranks, step the optimizer.
 """
 
@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from executor.data import synthetic_batch
-from executor.events import EventEmitter
-from executor.lowering import Op
+from executor.running.data import synthetic_batch
+from executor.running.events import EventEmitter
+from executor.running.lowering import Op
 from executor.model.mlp import take_balancing_loss
-from executor.stage import StageRunner
+from executor.running.stage import StageRunner
 from planner.actions import ACTIVATION, GRADIENT, ActionKind
 from planner.plan import Action, Plan
 from planner.spec.model import ModelSpec
@@ -49,7 +49,7 @@ class RankRuntime:
         self.tag_stride = max(1, messages_per_channel)
         self.boundary_shape = (spec.micro_batch_size, spec.seq_len, spec.hidden_size)
         self.step_barrier_group = step_barrier_group
-        # (sender, receiver) -> the process group its messages travel in (``executor.worker.open_channels``);
+        # (sender, receiver) -> the process group its messages travel in (``executor.running.worker.open_channels``);
         # a channel without one uses the default group
         self.channel_groups = channel_groups or {}
         self.step_wall_ms: list[float] = []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from executor.host import fair_share_threads
-from executor.lowering import CAUSAL, check_lookahead
+from executor.running.cores import fair_share_threads
+from executor.running.lowering import CAUSAL, check_lookahead
 from planner.errors import SpecError
 
 BACKENDS = ("gloo", "nccl")
@@ -21,9 +21,9 @@ class RunConfig:
     lr: float = 1e-3
     dtype: str | None = None            # None: float32 on CPU, the spec's dtype on CUDA
     event_sink: str | None = None
-    event_token_file: str | None = None  # the run's secret, for an https:// sink (executor.events.HttpSink)
+    event_token_file: str | None = None  # the run's secret, for an https:// sink (executor.running.events.HttpSink)
     checkpoint_dir: str | None = None   # each rank saves its layers there after the last step
-    # When ranks post their receives (``executor.lowering``). Causal: a gloo send whose receive is not posted
+    # When ranks post their receives (``executor.running.lowering``). Causal: a gloo send whose receive is not posted
     # yet waits for the receiver's notice, which the sender's communication thread handles; on a rank whose
     # core is busy computing that thread waits for the scheduler, and the message with it (3-5 ms per such
     # send on a 2-core host, benchmarks/receive_posting.py). All at the step's start ("step") avoids that too,

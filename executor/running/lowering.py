@@ -18,7 +18,7 @@ posts them in that same order. That is what keeps messages from crossing: gloo a
 blocks until the matching send was issued, a compute needs its local inputs) and fails naming the stuck ops.
 Posts and sends never block the host with either backend. On NCCL a receive does hold the stream it runs
 on until its data arrives, so the runtime gives every channel a process group (and a stream) of its own
-(``executor.worker.open_channels``): a stream then carries one channel's messages in the order both ends
+(``executor.running.worker.open_channels``): a stream then carries one channel's messages in the order both ends
 issue them, and nothing waits behind a receive but later receives of the same channel.
 """
 

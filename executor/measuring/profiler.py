@@ -4,7 +4,7 @@ The profiler builds the model's layers and pushes a micro-batch of the spec's sh
 embedding, labels into the head) forward through all of them in model order, then backward in reverse, each
 layer's input cut from the graph as at a stage boundary so that every layer's forward, input-gradient
 backward (I) and weight-gradient backward (W) is timed on its own; after warm-up passes each time is the
-median of ``repeats`` passes. I and W are split exactly as the executor splits them (``executor.backward``;
+median of ``repeats`` passes. I and W are split exactly as the executor splits them (``executor.model.backward``;
 the embedding's whole backward counts as W, as in a pipeline stage, where it runs in W). With weight-gradient
 deferral off (``executor.model.linear.enable_weight_grad_deferral(False)``, as on ranks that run only F and
 B) I is the whole backward and W is empty: the profile of F/B-only runs.
@@ -20,7 +20,7 @@ layer, in the order they first appear (DeepSeek-V3: embedding, dense block, MoE 
 its neighbours in that shorter model, and every layer given the times and memory of the copy it equals. On a
 GPU that profiles a model with the real shapes while holding one layer of each kind.
 
-Time with the thread count the ranks use (``threads``; ``executor.host.fair_share_threads`` when the ranks
+Time with the thread count the ranks use (``threads``; ``executor.running.cores.fair_share_threads`` when the ranks
 share the cores). Memory comes from autograd itself: ``activation_bytes`` is the size of the tensors the
 forward saves for backward (parameters excluded, shared storage counted once), ``output_bytes`` the size of
 what the layer hands to the next stage.
@@ -35,9 +35,9 @@ from dataclasses import replace
 
 import torch
 
-from executor.backward import backward_input, backward_weight
-from executor.alongside import run_alongside
-from executor.host import bind_local_rank, fair_share_threads
+from executor.model.backward import backward_input, backward_weight
+from executor.measuring.alongside import run_alongside
+from executor.running.cores import bind_local_rank, fair_share_threads
 from executor.model.build import build_layers
 from executor.model.layers import Head
 from planner.cluster import load_cluster_preset
@@ -232,7 +232,7 @@ def measure_profile_alongside(spec: ModelSpec, *, processes: int, threads: int |
     """A CPU profile measured the way a local run executes: ``processes`` profilers at once (one per rank),
     each with ``threads`` threads (default: its share of this host's cores, as a run's ranks get) and the
     ranks' weight-gradient deferral setting, each bound to cores of its own as the ranks are
-    (``executor.host.bind_to_cores``).
+    (``executor.running.cores.bind_to_cores``).
 
     Ranks that share a host's cores and memory bandwidth run each layer slower than one process alone does;
     timing with the same number of concurrent processes measures that. Each layer's time is the least of the
@@ -268,13 +268,13 @@ def measure_for_local_runs(spec: ModelSpec, *, ranks: int, split_backward: bool,
     """The profile a local run of ``ranks`` ranks is predicted from, measured as those ranks will run: one profiler
     per rank at once with each rank's share of the cores (``fair_share_threads``, what ``run_plan`` gives them)
     and their weight-gradient setting; with ``plan``, its stages are also timed as its ranks run them and the
-    layers scaled to those times (``executor.stage_timing``, as ``executor profile --plan`` does)."""
+    layers scaled to those times (``executor.measuring.stage_timing``, as ``executor profile --plan`` does)."""
     threads = fair_share_threads(ranks)
     profile = measure_profile_alongside(spec, processes=ranks, threads=threads, split_backward=split_backward,
                                         repeats=repeats, warmup=warmup)
     if plan is None:
         return profile
-    from executor.stage_timing import measure_stage_timings
+    from executor.measuring.stage_timing import measure_stage_timings
     from planner.calibrate import recalibrate_durations, stage_durations
 
     timings = measure_stage_timings(plan, spec, threads=threads, repeats=repeats, warmup=warmup)

@@ -9,7 +9,7 @@ sum misses two things a rank's actions pay (``benchmarks/action_start_cost.py`` 
 - the profiler times each layer's backward as an autograd call of its own, which over-counts a long stage's
   backward (10-13 % on Gemma 2's 21-layer stages at CPU scale).
 
-``measure_stage_timings`` builds each device's stages as its rank does (``executor.worker.build_runners``,
+``measure_stage_timings`` builds each device's stages as its rank does (``executor.running.worker.build_runners``,
 the rank's weight-gradient deferral), in one process per device started together, bound and threaded as
 the ranks are, and per repeat pushes two micro-batches through each kind the plan runs on the stage in turn
 (F a, F b, then B a, B b or I a, I b, W a, W b): the first of each pair runs right after work of another
@@ -25,11 +25,11 @@ import time
 
 import torch
 
-from executor.data import synthetic_batch
-from executor.alongside import run_alongside
-from executor.host import bind_local_rank
+from executor.running.data import synthetic_batch
+from executor.measuring.alongside import run_alongside
+from executor.running.cores import bind_local_rank
 from executor.model.linear import weight_grad_deferral
-from executor.worker import build_runners
+from executor.running.worker import build_runners
 from planner.actions import ActionKind
 from planner.plan import Plan, load_plan
 from planner.spec.model import ModelSpec, load_model_spec

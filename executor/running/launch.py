@@ -1,6 +1,6 @@
 """``run_plan``: run a Plan on ``plan.num_devices`` local ranks and collect what they measured.
 
-Each rank is a fresh ``python -m executor.worker`` subprocess with torchrun's environment variables, not a
+Each rank is a fresh ``python -m executor.running.worker`` subprocess with torchrun's environment variables, not a
 multiprocessing child: that works the same from a shell, a test, or a (daemonic) Celery worker, and it is
 exactly the process a multi-host torchrun launch starts. The launcher watches the ranks; the first one to
 fail decides the error (the others typically fail after it, on a dead connection), and every child is
@@ -29,19 +29,19 @@ from pathlib import Path
 import torch
 from torch.distributed import TCPStore
 
-from executor.capacity import check_capacity
-from executor.config import RunConfig
+from executor.running.capacity import check_capacity
+from executor.running.config import RunConfig
 from executor.errors import ExecutorError, RunCancelled
-from executor.events import open_sink, resolved_sink
-from executor.host import LAUNCHER_PID_ENV
-from executor.lowering import CAUSAL, lower_plan
-from executor.worker import RESULT_FILE, done_file, error_file, run_dtype
+from executor.running.events import open_sink, resolved_sink
+from executor.running.processes import LAUNCHER_PID_ENV
+from executor.running.lowering import CAUSAL, lower_plan
+from executor.running.worker import RESULT_FILE, done_file, error_file, run_dtype
 from planner.plan import Plan
 from planner.spec.model import ModelSpec
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FAILURE_GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
 KILL_GRACE_SECONDS = 5.0
@@ -171,78 +171,117 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
     run timed out; ``rank`` and ``traceback_text`` say where). ``step_barriers`` puts a barrier before and
     after every step and fills ``RunResult.step_wall_ms`` with rank 0's wall time between them (benchmarks).
     ``threads_per_rank`` (default: this host's cores / ranks) is each rank's torch intra-op thread count;
-    ``bind_cores``: on CPU, bind each local rank to cores of its own (``executor.host.bind_to_cores``) where
-    they fit; the summary records what every rank used (``threads_per_rank``, ``cores_per_rank``).
-    ``lookahead``: when ranks post their receives (``executor.lowering``). ``should_stop``: asked every
+    ``bind_cores``: on CPU, bind each local rank to cores of its own (``executor.running.cores.bind_to_cores``)
+    where they fit; the summary records what every rank used (``threads_per_rank``, ``cores_per_rank``).
+    ``lookahead``: when ranks post their receives (``executor.running.lowering``). ``should_stop``: asked every
     ``CANCEL_POLL_SECONDS`` while the ranks run; true ends them and raises ``RunCancelled``.
-    ``event_token_file``: the run's secret, for an ``https://`` ``event_sink`` (``executor.events.HttpSink``).
+    ``event_token_file``: the run's secret, for an ``https://`` ``event_sink`` (``executor.running.events.HttpSink``).
     """
     # The ranks run in the repository, not in the caller's directory: relative paths are the caller's.
-    event_sink = resolved_sink(event_sink) if event_sink else event_sink
-    checkpoint_dir = str(Path(checkpoint_dir).resolve()) if checkpoint_dir else checkpoint_dir
-    event_token_file = str(Path(event_token_file).resolve()) if event_token_file else event_token_file
     config = RunConfig(backend=backend, seed=seed, steps=steps, optimizer=optimizer, lr=lr, dtype=dtype,
-                       event_sink=event_sink, event_token_file=event_token_file,
-                       checkpoint_dir=checkpoint_dir, lookahead=lookahead,
-                       report_failures=False, step_barriers=step_barriers, threads_per_rank=threads_per_rank,
-                       bind_cores=bind_cores)
-    lower_plan(plan, spec.num_layers, lookahead=config.lookahead)   # fail fast, before any process starts
-    device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
-    check_capacity(plan, spec, device=device, dtype=run_dtype(config, spec, device), optimizer=optimizer)
-    if event_sink:
-        open_sink(event_sink, event_token_file).close()   # a malformed sink fails here, not in every rank
+                       event_sink=resolved_sink(event_sink) if event_sink else event_sink,
+                       event_token_file=_absolute(event_token_file), checkpoint_dir=_absolute(checkpoint_dir),
+                       lookahead=lookahead, report_failures=False, step_barriers=step_barriers,
+                       threads_per_rank=threads_per_rank, bind_cores=bind_cores)
+    _refuse_before_starting(plan, spec, config)
     job_dir = Path(tempfile.mkdtemp(prefix="adaptis-run-"))
     job_file = job_dir / "job.json"
     job_file.write_text(json.dumps({"plan": plan.to_dict(), "spec": spec.to_dict(), "config": config.to_dict()}))
     processes: list[subprocess.Popen] = []
     store = rendezvous_store(plan.num_devices)
-    threads = config.rank_threads(plan.num_devices)
     try:
-        port = store.port
-        for rank in range(plan.num_devices):
-            with open(job_dir / f"rank{rank}.stderr", "wb") as stderr:
-                processes.append(subprocess.Popen(
-                    [sys.executable, "-m", "executor.worker", str(job_file)], cwd=REPO_ROOT,
-                    env=_rank_env(rank, plan.num_devices, port, threads), stdout=subprocess.DEVNULL,
-                    stderr=stderr, start_new_session=True))
-        deadline = time.monotonic() + timeout_s
-        next_stop_check = time.monotonic()
-        while True:
-            if should_stop is not None and time.monotonic() >= next_stop_check:
-                next_stop_check = time.monotonic() + CANCEL_POLL_SECONDS
-                if should_stop():
-                    _stop(processes, CANCEL_KILL_GRACE_SECONDS)
-                    _report(config, {"type": "run_cancelled"})
-                    raise RunCancelled("cancelled: the ranks were stopped")
-            codes = [process.poll() for process in processes]
-            failed_ranks = _failed_ranks(job_dir, codes)
-            if failed_ranks:
-                # A crash makes its peers fail moments later (closed connections); give them time to record
-                # their errors so the first failure in time, the cause, is the one reported.
-                _await_exit(processes, FAILURE_GRACE_SECONDS)
-                codes = [process.poll() for process in processes]
-                failed_ranks = _failed_ranks(job_dir, codes)
-                failed = _first_failure(job_dir, failed_ranks, codes)
-                error = _failure(job_dir, failed, codes[failed])
-                _stop(processes)
-                _report(config, {"type": "run_failed", "rank": failed, "error": error.message})
-                raise error
-            if all(code is not None for code in codes):
-                for rank, code in enumerate(codes):
-                    if code != 0:
-                        logger.warning("rank %d exited with status %d during teardown, after its work was done",
-                                       rank, code)
-                break
-            if time.monotonic() > deadline:
-                _stop(processes)
-                message = f"timed out after {timeout_s:g} s"
-                _report(config, {"type": "run_failed", "rank": None, "error": message})
-                raise ExecutorError(message)
-            time.sleep(POLL_SECONDS)
-        result = json.loads((job_dir / RESULT_FILE).read_text())
-        return RunResult(events=result["events"], summary=result["summary"], loss=result["loss"],
-                         losses=result["losses"], step_wall_ms=result["step_wall_ms"],
-                         balancing_losses=result["balancing_losses"])
+        processes = _start_ranks(job_file, plan.num_devices, store.port, config.rank_threads(plan.num_devices))
+        _watch_ranks(processes, job_dir, config, timeout_s, should_stop)
+        return _collected_result(job_dir)
     finally:
         _stop(processes)
         shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _absolute(path: str | None) -> str | None:
+    return str(Path(path).resolve()) if path else path
+
+
+def _refuse_before_starting(plan: Plan, spec: ModelSpec, config: RunConfig) -> None:
+    """Fail fast, before any process starts: a plan that cannot be lowered, a model that cannot fit, a malformed
+    event sink (instead of the same error in every rank)."""
+    lower_plan(plan, spec.num_layers, lookahead=config.lookahead)
+    device = torch.device("cuda", 0) if config.backend == "nccl" else torch.device("cpu")
+    check_capacity(plan, spec, device=device, dtype=run_dtype(config, spec, device), optimizer=config.optimizer)
+    if config.event_sink:
+        open_sink(config.event_sink, config.event_token_file).close()
+
+
+def _start_ranks(job_file: Path, world_size: int, port: int, threads: int) -> list[subprocess.Popen]:
+    """One ``python -m executor.running.worker JOB_FILE`` per rank, each in a session of its own with its stderr
+    in the job's folder; the ranks already started are stopped if a later one cannot be."""
+    processes: list[subprocess.Popen] = []
+    try:
+        for rank in range(world_size):
+            with open(job_file.parent / f"rank{rank}.stderr", "wb") as stderr:
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "executor.running.worker", str(job_file)], cwd=REPO_ROOT,
+                    env=_rank_env(rank, world_size, port, threads), stdout=subprocess.DEVNULL,
+                    stderr=stderr, start_new_session=True))
+    except BaseException:
+        _stop(processes)
+        raise
+    return processes
+
+
+def _watch_ranks(processes: list[subprocess.Popen], job_dir: Path, config: RunConfig, timeout_s: float,
+                 should_stop: Callable[[], bool] | None) -> None:
+    """Return once every rank has exited with its work done; raise when the caller stops the run, a rank fails
+    or the run times out, the ranks ended and the event reported."""
+    deadline = time.monotonic() + timeout_s
+    next_stop_check = time.monotonic()
+    while True:
+        if should_stop is not None and time.monotonic() >= next_stop_check:
+            next_stop_check = time.monotonic() + CANCEL_POLL_SECONDS
+            if should_stop():
+                raise _cancelled_run(processes, config)
+        codes = [process.poll() for process in processes]
+        if _failed_ranks(job_dir, codes):
+            raise _failed_run(processes, job_dir, config)
+        if all(code is not None for code in codes):
+            for rank, code in enumerate(codes):
+                if code != 0:
+                    logger.warning("rank %d exited with status %d during teardown, after its work was done",
+                                   rank, code)
+            return
+        if time.monotonic() > deadline:
+            raise _timed_out_run(processes, config, timeout_s)
+        time.sleep(POLL_SECONDS)
+
+
+def _cancelled_run(processes: list[subprocess.Popen], config: RunConfig) -> RunCancelled:
+    _stop(processes, CANCEL_KILL_GRACE_SECONDS)
+    _report(config, {"type": "run_cancelled"})
+    return RunCancelled("cancelled: the ranks were stopped")
+
+
+def _failed_run(processes: list[subprocess.Popen], job_dir: Path, config: RunConfig) -> ExecutorError:
+    # A crash makes its peers fail moments later (closed connections); give them time to record their errors so
+    # the first failure in time, the cause, is the one reported.
+    _await_exit(processes, FAILURE_GRACE_SECONDS)
+    codes = [process.poll() for process in processes]
+    failed = _first_failure(job_dir, _failed_ranks(job_dir, codes), codes)
+    error = _failure(job_dir, failed, codes[failed])
+    _stop(processes)
+    _report(config, {"type": "run_failed", "rank": failed, "error": error.message})
+    return error
+
+
+def _timed_out_run(processes: list[subprocess.Popen], config: RunConfig, timeout_s: float) -> ExecutorError:
+    _stop(processes)
+    message = f"timed out after {timeout_s:g} s"
+    _report(config, {"type": "run_failed", "rank": None, "error": message})
+    return ExecutorError(message)
+
+
+def _collected_result(job_dir: Path) -> RunResult:
+    """What rank 0 wrote once every rank was done."""
+    result = json.loads((job_dir / RESULT_FILE).read_text())
+    return RunResult(events=result["events"], summary=result["summary"], loss=result["loss"],
+                     losses=result["losses"], step_wall_ms=result["step_wall_ms"],
+                     balancing_losses=result["balancing_losses"])
