@@ -102,7 +102,7 @@ def recalibrate(profile: Profile, plan: Plan, observed_events: list[dict]) -> Pr
 def stage_durations(plan: Plan, timings: dict[tuple[int, str], tuple[float, float]]
                     ) -> dict[tuple[int, str], list[float]]:
     """Per (stage, action type), the duration of each of the plan's actions from a stage's (cold, warm) times
-    (``executor.stage_timing``): warm where the action follows one of its own type on its device with no
+    (``executor.measuring.stage_timing``): warm where the action follows one of its own type on its device with no
     message between them (the previous one sends nothing to another device, this one receives nothing from
     one), cold otherwise: after another type of work, at the device's first action, and where a rank's
     communication ran in between. SpecError naming ``timings`` when a (stage, type) the plan runs has no

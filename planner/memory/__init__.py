@@ -1,7 +1,7 @@
 """Memory, in one home: model state with the sharding as a parameter (``state``), activations per layer with the
 schedule's in-flight micro-batches (``activations``), and buffers and overheads (``buffers``). ``pipeline``
 composes them for a pure-PP plan; the hybrid planner composes them per GPU in ``planner.parallel.memory``; the
-executor's capacity check (``executor.capacity``) with its own dtype and optimizer."""
+executor's capacity check (``executor.running.capacity``) with its own dtype and optimizer."""
 
 from planner.memory.activations import (
     activation_curve,

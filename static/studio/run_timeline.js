@@ -4,7 +4,7 @@
  * Rows come in pairs, "… · predicted" above "… · observed", one pair per device or one per stage (setRows).
  * Observed times count from the ranks' aligned start, which includes their start-up and every step before;
  * each observed bar is drawn relative to its own step's start (the earliest action start of that step over all
- * devices, the same start executor.summary times a step from), so a step's first action starts at 0 like the
+ * devices, the same start planner.observed times a step from), so a step's first action starts at 0 like the
  * predicted iteration's, and a bar twice as long as its prediction looks twice as long. One dataset per action
  * type and source, all on the one x scale, so colours follow F / B / I / W and the legend explains them.
  */
