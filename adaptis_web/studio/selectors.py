@@ -27,7 +27,7 @@ from adaptis_web.studio.models import (
     RunEvent,
     Team,
 )
-from adaptis_web.studio.services.refusals import Missing
+from adaptis_web.studio.common.refusals import Missing
 from planner.errors import SpecError
 
 RUN_EVENTS_PAGE = 2000
@@ -152,7 +152,7 @@ def plan_get_for_user(*, user: AbstractBaseUser, plan_id: int) -> Plan:
 
 
 def plan_detail_for_user(*, user: AbstractBaseUser, plan_id: int) -> Plan:
-    """A plan without its documents, which the plan endpoint sends as the text services.plan_json keeps (and reads
+    """A plan without its documents, which the plan endpoint sends as the text planning.plan_json keeps (and reads
     only for a plan not encoded yet), nor the spec's and the job's (the job's cluster is read with the plan's
     documents, for its prediction)."""
     return get_object_or_404(plan_list_for_user(user=user).defer(

@@ -20,7 +20,7 @@ class Team(models.Model):
 
 class Membership(models.Model):
     class Role(models.TextChoices):
-        """From most to least trusted; services.roles decides what each may do."""
+        """From most to least trusted; accounts.roles decides what each may do."""
 
         OWNER = "owner", "Owner"
         ADMIN = "admin", "Admin"

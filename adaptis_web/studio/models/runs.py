@@ -69,7 +69,7 @@ class MeasuredProfile(TrackedWork):
     """A spec's profile measured on the host that runs the team's CPU runs (a task on the runs queue):
     ``num_ranks`` profilers at once, one per rank, with the ranks' threads and weight-gradient setting; with a
     ``plan``, its stages are also timed as its ranks run them and the layers scaled to those times
-    (``executor profile --plan``). Planning on ``cpu-host`` uses the newest one that fits (services.profiling)."""
+    (``executor profile --plan``). Planning on ``cpu-host`` uses the newest one that fits (runs.profiling)."""
 
     spec = models.ForeignKey(ModelSpecRecord, on_delete=models.CASCADE, related_name="measured_profiles")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
