@@ -5,10 +5,10 @@ from dataclasses import dataclass
 import pytest
 from django.utils import timezone
 
-from adaptis_web.studio.planning.predictions import plan_prediction
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import ClusterRecord, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent
 from adaptis_web.studio.planning.jobs import job_request_check, job_run
-from adaptis_web.studio.catalog.specs import spec_create
+from adaptis_web.studio.planning.predictions import plan_prediction
 from planner.cluster import load_cluster_preset
 from planner.spec.presets import load_model_preset
 

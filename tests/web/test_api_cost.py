@@ -10,15 +10,15 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.accounts.tokens import token_create
 from adaptis_web.studio.api.auth import LAST_USED_RESOLUTION
 from adaptis_web.studio.api.renderers import JSONRenderer, RawJSON
-from adaptis_web.studio.runs.serializers import RunEventOutput
+from adaptis_web.studio.common.bounded_cache import BoundedCache
 from adaptis_web.studio.models import ApiToken, Plan, RunEvent
 from adaptis_web.studio.planning import predictions
-from adaptis_web.studio.accounts.tokens import token_create
 from adaptis_web.studio.planning import plan_json as plan_json_module
-from adaptis_web.studio.common.bounded_cache import BoundedCache
 from adaptis_web.studio.planning.predictions import plan_prediction
+from adaptis_web.studio.runs.serializers import RunEventOutput
 from planner import service as planner_service
 
 

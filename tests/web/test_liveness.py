@@ -13,8 +13,8 @@ import pytest
 from django.utils import timezone
 
 from adaptis_web.studio.models import JobStatus, PlanningJob, Run
-from adaptis_web.studio.work.liveness import heartbeat, reap_stale_work
 from adaptis_web.studio.tasks import plan_job_run
+from adaptis_web.studio.work.liveness import heartbeat, reap_stale_work
 from planner.cluster import load_cluster_preset
 
 

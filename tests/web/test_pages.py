@@ -9,9 +9,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from adaptis_web.studio.planning.predictions import plan_prediction
-from adaptis_web.studio.models import ApiToken, JobStatus, ModelSpecRecord, PlanningJob, Run
 from adaptis_web.studio.accounts.tokens import token_create
+from adaptis_web.studio.models import ApiToken, JobStatus, ModelSpecRecord, PlanningJob, Run
+from adaptis_web.studio.planning.predictions import plan_prediction
 from planner.cluster import load_cluster_preset
 from planner.limits import MAX_MICROBATCHES
 from planner.spec.model import load_model_spec

@@ -9,10 +9,10 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, Plan, PlanningJob
 from adaptis_web.studio.planning import search as search_service
 from adaptis_web.studio.planning.jobs import job_cancel, job_request_check, job_run
-from adaptis_web.studio.catalog.specs import spec_create
 from planner.baselines import build_baseline
 from planner.cluster import load_cluster, load_cluster_preset
 from planner.cost import analytic_profile

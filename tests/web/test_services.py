@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run
-from adaptis_web.studio.planning.predictions import plan_prediction
-from adaptis_web.studio.planning.jobs import job_request_check, job_run, spec_create_with_job
-from adaptis_web.studio.runs.local_runs import cpu_run_refusal, run_create
 from adaptis_web.studio.catalog.specs import spec_create, spec_parse_upload
+from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run
+from adaptis_web.studio.planning.jobs import job_request_check, job_run, spec_create_with_job
+from adaptis_web.studio.planning.predictions import plan_prediction
+from adaptis_web.studio.runs.local_runs import cpu_run_refusal, run_create
 from planner.baselines import build_baseline
 from planner.cluster import load_cluster_preset
 from planner.cost import analytic_profile

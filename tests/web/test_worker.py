@@ -11,11 +11,11 @@ from django.conf import settings
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from adaptis_web.studio.planning.predictions import plan_prediction
-from adaptis_web.studio.runs.live_events import run_stream_key
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, Plan, PlanningJob, Run, RunEvent
 from adaptis_web.studio.planning.jobs import job_cancel, job_create, job_request_check
-from adaptis_web.studio.catalog.specs import spec_create
+from adaptis_web.studio.planning.predictions import plan_prediction
+from adaptis_web.studio.runs.live_events import run_stream_key
 from planner.cluster import load_cluster_preset
 from planner.simulator import simulate
 from planner.spec.presets import load_model_preset

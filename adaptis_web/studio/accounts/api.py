@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
+from adaptis_web.studio.accounts import teams
 from adaptis_web.studio.accounts.selectors import (
     team_get_for_user,
     team_list_for_user,
@@ -17,7 +18,6 @@ from adaptis_web.studio.accounts.selectors import (
     token_get_for_user,
     token_list_for_user,
 )
-from adaptis_web.studio.models import ApiToken, Team
 from adaptis_web.studio.accounts.serializers import (
     InvitationCreateInput,
     InvitationOutput,
@@ -33,8 +33,8 @@ from adaptis_web.studio.accounts.serializers import (
     TokenOutput,
     TransferInput,
 )
-from adaptis_web.studio.accounts import teams
 from adaptis_web.studio.accounts.tokens import token_create, token_revoke
+from adaptis_web.studio.models import ApiToken, Team
 
 
 def _validated(serializer_class, data) -> dict:

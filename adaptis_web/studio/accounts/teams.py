@@ -13,9 +13,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from adaptis_web.studio.models import Invitation, Membership, Team
 from adaptis_web.studio.accounts.roles import Role, RoleRefusal, role_require
 from adaptis_web.studio.common.refusals import Conflict, Missing
+from adaptis_web.studio.models import Invitation, Membership, Team
 from planner.errors import SpecError
 
 MAX_TEAM_NAME = 100

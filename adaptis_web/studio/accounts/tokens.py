@@ -7,8 +7,8 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
-from adaptis_web.studio.models import ApiToken
 from adaptis_web.studio.common.refusals import Conflict
+from adaptis_web.studio.models import ApiToken
 from planner.errors import SpecError
 
 MAX_TOKEN_NAME = 100

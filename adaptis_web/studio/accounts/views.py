@@ -11,6 +11,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
+from adaptis_web.studio.accounts import teams
+from adaptis_web.studio.accounts.forms import TeamForm, TokenForm
+from adaptis_web.studio.accounts.roles import role_permissions
 from adaptis_web.studio.accounts.selectors import (
     membership_list_for_user,
     team_current,
@@ -20,11 +23,8 @@ from adaptis_web.studio.accounts.selectors import (
     token_get_for_user,
     token_list_for_user,
 )
-from adaptis_web.studio.accounts.forms import TeamForm, TokenForm
-from adaptis_web.studio.accounts import teams
 from adaptis_web.studio.accounts.tokens import token_create, token_revoke
 from adaptis_web.studio.runs.cluster_runs import DEFAULT_ENVIRONMENT
-from adaptis_web.studio.accounts.roles import role_permissions
 from planner.errors import SpecError
 
 CURRENT_TEAM_SESSION_KEY = "current_team_id"

@@ -17,8 +17,8 @@ from rest_framework.exceptions import ParseError, Throttled, UnsupportedMediaTyp
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from adaptis_web.studio.common.refusals import Conflict, Missing
 from adaptis_web.studio.accounts.roles import RoleRefusal
+from adaptis_web.studio.common.refusals import Conflict, Missing
 from planner.errors import PlanError, SpecError
 
 NON_FIELD_KEYS = ("non_field_errors", "__all__")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from adaptis_web.studio.models import ClusterRecord, Team
 from adaptis_web.studio.catalog.specs import prefixed_error, spec_check_team, upload_text
+from adaptis_web.studio.models import ClusterRecord, Team
 from planner.cluster import load_cluster, load_cluster_preset
 from planner.documents import parse_document
 from planner.errors import SpecError

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from adaptis_web.studio.models import ModelSpecRecord, Team
-from adaptis_web.studio.accounts.selectors import user_is_member
 from adaptis_web.studio.accounts.roles import Role, role_require
+from adaptis_web.studio.accounts.selectors import user_is_member
+from adaptis_web.studio.models import ModelSpecRecord, Team
 from planner.errors import SpecError
 from planner.service import ModelSpec
 from planner.spec.files import parse_model_document

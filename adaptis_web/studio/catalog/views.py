@@ -10,11 +10,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from adaptis_web.studio.catalog.selectors import cluster_get_for_user
-from adaptis_web.studio.accounts.views import current_team
-from adaptis_web.studio.catalog.forms import ClusterForm
-from adaptis_web.studio.catalog.clusters import cluster_create
 from adaptis_web.studio.accounts.roles import role_permissions
+from adaptis_web.studio.accounts.views import current_team
+from adaptis_web.studio.catalog.clusters import cluster_create
+from adaptis_web.studio.catalog.forms import ClusterForm
+from adaptis_web.studio.catalog.selectors import cluster_get_for_user
 from planner.cluster import load_cluster
 from planner.errors import SpecError
 

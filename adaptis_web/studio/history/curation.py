@@ -16,9 +16,9 @@ from django.db import transaction
 from django.db.models import Model, QuerySet
 from django.utils import timezone
 
-from adaptis_web.studio.models import ClusterRecord, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, Team
 from adaptis_web.studio.accounts.roles import Role, RoleRefusal, role_require, role_require_own_or_admin
 from adaptis_web.studio.common.refusals import Conflict
+from adaptis_web.studio.models import ClusterRecord, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, Team
 from planner.errors import SpecError
 
 MAX_NAME = 200

@@ -17,8 +17,8 @@ from django.db.models import Q
 from rest_framework.pagination import CursorPagination
 
 from adaptis_web.studio.api.pagination import bounded_schema, checked_query_int
-from adaptis_web.studio.url_converters import MAX_ID
 from adaptis_web.studio.models import ClusterRecord, JobMode, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run
+from adaptis_web.studio.url_converters import MAX_ID
 
 
 class HistoryCursorPagination(CursorPagination):
@@ -153,8 +153,8 @@ class ClusterFilter(HistoryFilter):
 
 
 # ``sort=NAME`` (smallest first) or ``sort=-NAME``: the results a list can be ordered by, and the column or
-# annotation (selectors.history_for_user) each one is. A row without the result (a job not planned yet, a run not
-# measured) sorts after every row with one.
+# annotation (history.selectors.history_for_user) each one is. A row without the result (a job not planned yet, a
+# run not measured) sorts after every row with one.
 SORTS = {
     PlanningJob: {"iteration": "iteration_ms", "bubble": "bubble_ratio", "created": "created_at"},
     Plan: {"iteration": "iteration_ms", "bubble": "bubble_ratio", "tokens_per_s": "tokens_per_s",

@@ -11,14 +11,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 from rest_framework.request import Request
 
-from adaptis_web.studio.accounts.selectors import team_list_for_user
-from adaptis_web.studio.catalog.selectors import spec_list_for_user
-from adaptis_web.studio.history.selectors import CURATED_KINDS, UNMEASURED, curated_get_for_user, history_for_user
-from adaptis_web.studio.accounts.views import current_team
-from adaptis_web.studio.history.filters import HISTORY_FILTERS, HistoryCursorPagination, sort_links, sort_ordering
-from adaptis_web.studio.models import PlanningJob
-from adaptis_web.studio.history import curation
 from adaptis_web.studio.accounts.roles import Role, role_permissions, role_require
+from adaptis_web.studio.accounts.selectors import team_list_for_user
+from adaptis_web.studio.accounts.views import current_team
+from adaptis_web.studio.catalog.selectors import spec_list_for_user
+from adaptis_web.studio.history import curation
+from adaptis_web.studio.history.filters import HISTORY_FILTERS, HistoryCursorPagination, sort_links, sort_ordering
+from adaptis_web.studio.history.selectors import CURATED_KINDS, UNMEASURED, curated_get_for_user, history_for_user
+from adaptis_web.studio.models import PlanningJob
 from adaptis_web.studio.runs.selectors import run_list_for_user
 from planner.errors import SpecError
 

@@ -12,11 +12,11 @@ this package replaced. Import the models from here.
 """
 
 from adaptis_web.studio.models.accounts import ApiToken, Invitation, Membership, Team
-from adaptis_web.studio.models.curation import Curated
 from adaptis_web.studio.models.catalog import ClusterRecord, ModelSpecRecord
-from adaptis_web.studio.models.work import JobStatus, TrackedWork
+from adaptis_web.studio.models.curation import Curated
 from adaptis_web.studio.models.planning import JobMode, Plan, PlanningJob
 from adaptis_web.studio.models.runs import MeasuredProfile, Run, RunEvent
+from adaptis_web.studio.models.work import JobStatus, TrackedWork
 
 __all__ = ["ApiToken", "ClusterRecord", "Curated", "Invitation", "JobMode", "JobStatus", "MeasuredProfile",
            "Membership", "ModelSpecRecord", "Plan", "PlanningJob", "Run", "RunEvent", "Team", "TrackedWork"]

@@ -65,7 +65,7 @@ class PlanningJob(TrackedWork):
     def own_plan(self) -> "Plan | None":
         """The plan this job made (a search's: its AdaPtis plan, not the baselines it stored beside it), never one
         edited from it later (those have a ``parent`` and are listed under it). Reads the prefetched ``plans``
-        where a list prefetched them (selectors.job_list_with_plan_metrics)."""
+        where a list prefetched them (planning.selectors.job_list_with_plan_metrics)."""
         made = sorted((plan for plan in self.plans.all() if plan.parent_id is None and plan.deleted_at is None),
                       key=lambda plan: plan.pk)
         return next((plan for plan in made if plan.strategy == self.schedule), made[0] if made else None)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from adaptis_web.studio.planning.selectors import plan_get_for_user
-from adaptis_web.studio.runs.selectors import run_get_for_user
 from adaptis_web.studio.models import RunEvent
 from adaptis_web.studio.planning.predictions import stored_plan
+from adaptis_web.studio.planning.selectors import plan_get_for_user
 from adaptis_web.studio.runs.run_control import run_step_tokens
+from adaptis_web.studio.runs.selectors import run_get_for_user
 from planner import service as planner_service
 
 MAX_ITEMS = 8

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from adaptis_web.studio.accounts.roles import Role, role_require
 from adaptis_web.studio.models import Plan
 from adaptis_web.studio.planning.predictions import stored_plan
-from adaptis_web.studio.accounts.roles import Role, role_require
 from planner import service as planner_service
 from planner.errors import SpecError
 

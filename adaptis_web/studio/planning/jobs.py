@@ -19,10 +19,12 @@ from django.db import transaction
 from django.db.models import Case, Value, When
 from django.utils import timezone
 
+from adaptis_web.studio.accounts.roles import role_require_own_or_admin
+from adaptis_web.studio.catalog.clusters import cluster_resolve
+from adaptis_web.studio.catalog.specs import spec_check_team, spec_create, spec_for_shape
 from adaptis_web.studio.models import ClusterRecord, JobMode, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, Team
 from adaptis_web.studio.planning import hybrid
-from adaptis_web.studio.catalog.clusters import cluster_resolve
-from adaptis_web.studio.work.liveness import heartbeat
+from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S, job_plan, search_settings_check
 from adaptis_web.studio.runs.profiling import (
     LOCAL_CLUSTER_PRESET,
     job_profile,
@@ -30,11 +32,9 @@ from adaptis_web.studio.runs.profiling import (
     profile_for_cpu_job,
     profile_waiting,
 )
-from adaptis_web.studio.work.queueing import enqueue_on_commit, internal_error
-from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S, job_plan, search_settings_check
 from adaptis_web.studio.work.cancelling import request_cancel
-from adaptis_web.studio.accounts.roles import role_require_own_or_admin
-from adaptis_web.studio.catalog.specs import spec_check_team, spec_create, spec_for_shape
+from adaptis_web.studio.work.liveness import heartbeat
+from adaptis_web.studio.work.queueing import enqueue_on_commit, internal_error
 from planner import service as planner_service
 from planner.cluster import load_cluster
 from planner.errors import PlanError, SpecError

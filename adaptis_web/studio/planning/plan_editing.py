@@ -10,9 +10,9 @@ import time
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from adaptis_web.studio.accounts.roles import Role, role_require
 from adaptis_web.studio.models import Plan
 from adaptis_web.studio.planning.predictions import stored_plan
-from adaptis_web.studio.accounts.roles import Role, role_require
 from planner import service as planner_service
 
 

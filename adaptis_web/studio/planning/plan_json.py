@@ -3,7 +3,7 @@
 They never change once the plan is made (``predictions.plan_key``), and are a few hundred KB: the plan endpoint
 spent most of its time having the driver decode them from the database and DRF encode them again
 (``benchmarks/web_profile.py``). Each process keeps the text of the plans it sent last (``PLAN_JSON``, bounded in
-bytes); the endpoint's query leaves the documents out (``selectors.plan_detail_for_user``) and reads them only
+bytes); the endpoint's query leaves the documents out (``planning.selectors.plan_detail_for_user``) and reads them only
 for a plan this process has not encoded yet.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from adaptis_web.studio.models import Plan
 from adaptis_web.studio.common.bounded_cache import BoundedCache
+from adaptis_web.studio.models import Plan
 from adaptis_web.studio.planning.predictions import plan_key, plan_prediction
 
 PLAN_JSON_BYTES = 32 * 1024 * 1024  # per process

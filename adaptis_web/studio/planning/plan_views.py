@@ -9,14 +9,14 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from adaptis_web.studio.planning.selectors import plan_get_for_user
-from adaptis_web.studio.runs.forms import RunForm
+from adaptis_web.studio.accounts.roles import role_permissions
 from adaptis_web.studio.models import Plan
-from adaptis_web.studio.runs.local_runs import cpu_run_refusal, plan_run_refusal
 from adaptis_web.studio.planning.comparison import compare_items
 from adaptis_web.studio.planning.exports import FORMATS
 from adaptis_web.studio.planning.predictions import stored_plan
-from adaptis_web.studio.accounts.roles import role_permissions
+from adaptis_web.studio.planning.selectors import plan_get_for_user
+from adaptis_web.studio.runs.forms import RunForm
+from adaptis_web.studio.runs.local_runs import cpu_run_refusal, plan_run_refusal
 from planner import service as planner_service
 from planner.spec.model import load_model_spec
 

@@ -14,8 +14,8 @@ prediction for good. Who may see a plan is decided before it is asked for, on ev
 
 from __future__ import annotations
 
-from adaptis_web.studio.models import Plan
 from adaptis_web.studio.common.bounded_cache import BoundedCache
+from adaptis_web.studio.models import Plan
 from planner import service as planner_service
 
 # Timeline and transfer entries kept per process: ~0.5 KB each as Python objects, so about 10 MB; the plan endpoint

@@ -22,10 +22,10 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from adaptis_web.studio.catalog.specs import spec_check_team
+from adaptis_web.studio.common.refusals import Conflict
 from adaptis_web.studio.models import JobStatus, PlanningJob, Run
 from adaptis_web.studio.planning.jobs import JobRequest, job_create
-from adaptis_web.studio.common.refusals import Conflict
-from adaptis_web.studio.catalog.specs import spec_check_team
 from planner import service as planner_service
 
 

@@ -31,10 +31,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from adaptis_web.studio.runs.live_events import event_identity, event_row, next_seq
-from adaptis_web.studio.models import JobStatus, Plan, Run, RunEvent
-from adaptis_web.studio.runs.local_runs import MAX_RUN_STEPS
 from adaptis_web.studio.catalog.specs import spec_check_team
+from adaptis_web.studio.models import JobStatus, Plan, Run, RunEvent
+from adaptis_web.studio.runs.live_events import event_identity, event_row, next_seq
+from adaptis_web.studio.runs.local_runs import MAX_RUN_STEPS
 from executor.events import HTTP_BATCH_EVENTS
 from planner.cluster import load_cluster
 from planner.errors import SpecError

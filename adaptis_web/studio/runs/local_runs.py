@@ -16,12 +16,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from adaptis_web.studio.runs.live_events import RunEventRelay, run_event_sink, run_events_backfill
+from adaptis_web.studio.catalog.specs import spec_check_team
 from adaptis_web.studio.models import JobStatus, Plan, Run
+from adaptis_web.studio.runs.live_events import RunEventRelay, run_event_sink, run_events_backfill
+from adaptis_web.studio.runs.run_control import run_stop_reader
 from adaptis_web.studio.work.liveness import heartbeat
 from adaptis_web.studio.work.queueing import enqueue_on_commit, internal_error
-from adaptis_web.studio.runs.run_control import run_stop_reader
-from adaptis_web.studio.catalog.specs import spec_check_team
 from planner.errors import PlanError, SpecError
 from planner.plan import load_plan
 from planner.service import ModelSpec, count_parameters

@@ -25,12 +25,12 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
-from adaptis_web.studio.models import JobStatus, MeasuredProfile, ModelSpecRecord, Plan, PlanningJob
-from adaptis_web.studio.work.liveness import heartbeat
-from adaptis_web.studio.planning.predictions import stored_plan
-from adaptis_web.studio.work.queueing import enqueue_on_commit, internal_error, send
-from adaptis_web.studio.runs.local_runs import cpu_run_refusal
 from adaptis_web.studio.catalog.specs import spec_check_team
+from adaptis_web.studio.models import JobStatus, MeasuredProfile, ModelSpecRecord, Plan, PlanningJob
+from adaptis_web.studio.planning.predictions import stored_plan
+from adaptis_web.studio.runs.local_runs import cpu_run_refusal
+from adaptis_web.studio.work.liveness import heartbeat
+from adaptis_web.studio.work.queueing import enqueue_on_commit, internal_error, send
 from executor.errors import ExecutorError
 from planner.errors import PlanError, SpecError
 from planner import service as planner_service

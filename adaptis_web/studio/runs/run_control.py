@@ -14,9 +14,9 @@ from typing import Callable
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from adaptis_web.studio.accounts.roles import role_require_own_or_admin
 from adaptis_web.studio.models import JobStatus, Run
 from adaptis_web.studio.work.cancelling import request_cancel
-from adaptis_web.studio.accounts.roles import role_require_own_or_admin
 
 CANCEL_READ_INTERVAL_S = 0.25
 

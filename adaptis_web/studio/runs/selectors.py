@@ -12,7 +12,7 @@ from adaptis_web.studio.models import MeasuredProfile, ModelSpecRecord, Planning
 
 
 RUN_EVENTS_PAGE = 2000
-# What a client sees of an event (api.serializers.RunEventOutput, the run page's chart): plain numbers and words.
+# What a client sees of an event (runs.serializers.RunEventOutput, the run page's chart): plain numbers and words.
 RUN_EVENT_FIELDS = ("seq", "rank", "device", "action", "stage", "kind", "microbatch", "step", "start_ms", "end_ms")
 
 

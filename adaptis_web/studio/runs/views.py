@@ -36,7 +36,8 @@ def spec_profile(request: HttpRequest, spec_id: int) -> HttpResponse:
     """Measure the spec on the runs' host (``runs.profiling``), then back to the spec page."""
     record = spec_get_for_user(user=request.user, spec_id=spec_id)
     try:
-        measured_profile_create(spec_record=record, user=request.user, num_ranks=int(request.POST.get("num_ranks") or 2),
+        measured_profile_create(spec_record=record, user=request.user,
+                                num_ranks=int(request.POST.get("num_ranks") or 2),
                                 split_backward=request.POST.get("split_backward") == "on")
     except (SpecError, ValueError) as error:
         spec = load_model_spec(record.doc)

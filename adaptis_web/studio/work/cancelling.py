@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from adaptis_web.studio.models import JobStatus, TrackedWork
 from adaptis_web.studio.common.refusals import Conflict
+from adaptis_web.studio.models import JobStatus, TrackedWork
 
 
 def request_cancel(row: TrackedWork, *, noun: str, queued_note: dict[str, str]) -> None:
