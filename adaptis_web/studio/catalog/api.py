@@ -1,12 +1,11 @@
-"""REST endpoints of specs and saved clusters (and the presets a job may name): validate, call a selector or a
-service, serialise."""
+"""REST endpoints of specs and saved clusters: validate, call a selector or a service, serialise."""
 
 from __future__ import annotations
 
 import json
 
-from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers, status
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
 from rest_framework.parsers import FormParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -23,23 +22,6 @@ from adaptis_web.studio.catalog.serializers import (CLUSTER_CREATE_SCHEMAS, SPEC
 from adaptis_web.studio.catalog.specs import read_upload, spec_create, spec_parse_upload
 from adaptis_web.studio.history.api import HistoryListApi, NamedDetailMixin
 from adaptis_web.studio.history.filters import ClusterFilter, SpecFilter
-from adaptis_web.studio.planning.jobs import JOB_SCHEDULES
-from planner.service import ACCELERATORS, PARTITIONS, model_preset_names, preset_names
-
-
-class PresetsApi(APIView):
-    @extend_schema(responses=inline_serializer("Presets", {
-        "clusters": serializers.ListField(child=serializers.CharField()),
-        "models": serializers.ListField(child=serializers.CharField()),
-        "schedules": serializers.ListField(child=serializers.CharField()),
-        "partitions": serializers.ListField(child=serializers.CharField()),
-        "cluster_devices": serializers.ListField(
-            child=serializers.CharField(),
-            help_text="devices of named clusters '<device>-<nodes>x<gpus per node>', e.g. h100-sxm-1024x8")}))
-    def get(self, request):
-        return Response({"clusters": preset_names(), "models": model_preset_names(),
-                         "schedules": list(JOB_SCHEDULES), "partitions": list(PARTITIONS),
-                         "cluster_devices": list(ACCELERATORS)})
 
 
 class SpecListCreateApi(ThrottledCreate, HistoryListApi):

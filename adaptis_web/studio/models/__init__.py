@@ -8,7 +8,9 @@ verbatim (``adaptis.model/v1``, ``adaptis.cluster/v1``, ``adaptis.plan/v1`` and 
 simulator output) so what was planned and run can always be reproduced.
 
 One module per domain, one app label (``studio``): the tables and migrations are those of the one ``models.py``
-this package replaced. Import the models from here.
+this package replaced. Import the models from here. A few help texts name a service by the path it had then
+(``services.liveness``, ``services.profiling``, ...: now ``work.liveness``, ``runs.profiling``): they are written
+into the migrations and the API schema, so they change with a migration of their own, not with a move.
 """
 
 from adaptis_web.studio.models.accounts import ApiToken, Invitation, Membership, Team

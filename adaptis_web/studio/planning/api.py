@@ -1,13 +1,13 @@
-"""REST endpoints of jobs and plans, and the plan editor's and downloads' endpoints: simulate an edited plan,
-save it as a derived plan, export. Any role in the plan's team may simulate (a what-if stores nothing) and
-export; saving needs the member role."""
+"""REST endpoints of jobs and plans (and the presets, schedules and partitions a job may name), and the plan
+editor's and downloads' endpoints: simulate an edited plan, save it as a derived plan, export. Any role in the
+plan's team may simulate (a what-if stores nothing) and export; saving needs the member role."""
 
 from __future__ import annotations
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import status
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -16,13 +16,29 @@ from adaptis_web.studio.catalog.selectors import cluster_for_request, spec_for_r
 from adaptis_web.studio.history.api import CuratedDetailMixin, HistoryListApi
 from adaptis_web.studio.history.filters import JobFilter, PlanFilter
 from adaptis_web.studio.planning.exports import FORMATS, plan_export
-from adaptis_web.studio.planning.jobs import job_cancel, job_create, job_request_check
+from adaptis_web.studio.planning.jobs import JOB_SCHEDULES, job_cancel, job_create, job_request_check
 from adaptis_web.studio.planning.plan_editing import plan_derive, plan_simulate_edit
 from adaptis_web.studio.planning.selectors import (job_detail_for_user, job_get_for_user, plan_detail_for_user,
                                                    plan_get_for_user)
 from adaptis_web.studio.planning.serializers import (JobCreateInput, JobDetailOutput, JobOutput, PlanDeriveInput,
                                                      PlanListOutput, PlanOutput)
+from planner.service import ACCELERATORS, PARTITIONS, model_preset_names, preset_names
 from planner.spec.model import load_model_spec
+
+
+class PresetsApi(APIView):
+    @extend_schema(responses=inline_serializer("Presets", {
+        "clusters": serializers.ListField(child=serializers.CharField()),
+        "models": serializers.ListField(child=serializers.CharField()),
+        "schedules": serializers.ListField(child=serializers.CharField()),
+        "partitions": serializers.ListField(child=serializers.CharField()),
+        "cluster_devices": serializers.ListField(
+            child=serializers.CharField(),
+            help_text="devices of named clusters '<device>-<nodes>x<gpus per node>', e.g. h100-sxm-1024x8")}))
+    def get(self, request):
+        return Response({"clusters": preset_names(), "models": model_preset_names(),
+                         "schedules": list(JOB_SCHEDULES), "partitions": list(PARTITIONS),
+                         "cluster_devices": list(ACCELERATORS)})
 
 
 class JobListCreateApi(ThrottledCreate, HistoryListApi):
