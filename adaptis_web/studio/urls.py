@@ -1,3 +1,5 @@
+"""The pages' routes (``studio:``): each domain's page views, the URLs and names as they were."""
+
 from django.urls import path
 
 from adaptis_web.studio import url_converters  # noqa: F401  (registers id, curated_kind, curated_action)
