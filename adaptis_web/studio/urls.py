@@ -1,4 +1,4 @@
-"""The pages' routes (``studio:``): each domain's page views, the URLs and names as they were."""
+"""The pages' routes (``studio:``), each to a domain's page view."""
 
 from django.urls import path
 
