@@ -133,7 +133,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Request bodies (JSON, form fields) are refused past 8 MiB before they are read (README, "Bounds on input"); an
-# uploaded file is refused by its size (studio.services.specs.read_upload).
+# uploaded file is refused by its size (studio.catalog.specs.read_upload).
 DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -171,7 +171,7 @@ CELERY_TASK_DEFAULT_QUEUE = planning_queue()
 # Runs (torch ranks on the worker's host, minutes of CPU) get their own queue, so planning jobs never wait
 # behind them: one worker per queue, `planner` and `runner` (adaptis_web/processes.py).
 CELERY_RUNS_QUEUE = runs_queue()
-# Profiles are measured where the runs happen (services.profiling): on the runs queue too.
+# Profiles are measured where the runs happen (runs.profiling): on the runs queue too.
 CELERY_TASK_ROUTES = {"studio.run_execute": {"queue": CELERY_RUNS_QUEUE},
                       "studio.profile_measure": {"queue": CELERY_RUNS_QUEUE}}
 CELERY_TASK_SERIALIZER = "json"
@@ -190,7 +190,7 @@ WORK_STALE_AFTER_S = env_int("WORK_STALE_AFTER_S", max(120, 3 * WORK_HEARTBEAT_S
 WORK_WATCH_INTERVAL_S = env_int("WORK_WATCH_INTERVAL_S", max(5, WORK_STALE_AFTER_S // 4), minimum=1)
 WORK_QUEUED_GRACE_S = env_int("WORK_QUEUED_GRACE_S", 30, minimum=1)
 # A cluster run waits for its user to launch it (a Slurm queue may hold it for a while): failed when none of its ranks
-# reported within this long (services.cluster_runs).
+# reported within this long (runs.cluster_runs).
 CLUSTER_RUN_START_TIMEOUT_S = env_int("CLUSTER_RUN_START_TIMEOUT_S", 3600, minimum=60)
 
 # Limits of "Run on CPU": gloo ranks on the worker's host.
@@ -247,7 +247,7 @@ REST_FRAMEWORK = {
         "jobs": env_str("THROTTLE_JOBS", "120/hour"),
         "runs": env_str("THROTTLE_RUNS", "30/hour"),
         # Per cluster run, its ranks together: a batch per rank about every FLUSH_INTERVAL_S at most, far fewer in
-        # practice (executor.events batches whatever accumulated).
+        # practice (executor.running.events batches whatever accumulated).
         "ingest": env_str("THROTTLE_INGEST", "6000/minute"),
     },
     # DRF's JSON (and, for a browser, its browsable API), which also sends text already encoded: api.renderers.
@@ -255,7 +255,7 @@ REST_FRAMEWORK = {
                                  "rest_framework.renderers.BrowsableAPIRenderer"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "adaptis_web.studio.filters.StrictLimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "adaptis_web.studio.api.pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "adaptis_web.studio.api.errors.exception_handler",
     "DEFAULT_PARSER_CLASSES": [

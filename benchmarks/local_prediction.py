@@ -9,7 +9,7 @@ as for any user), then plans; the plan's stored ``predicted.iteration_ms`` is th
 ms**, the job page's). ``POST /api/runs/`` then runs the plan on CPU ``--runs`` times; **observed ms** is the median
 of the runs' ``summary.median_iteration_ms`` (the run page's: the median over steps 1..N-1 of each step's span).
 With the login, the run page's own prediction is read too (**run page ms**: the plan's stages timed on the runs'
-host after the job, ``services.profiling.plan_local_prediction``).
+host after the job, ``runs.profiling.plan_local_prediction``).
 
 A job that planned on the analytic profile (``analytic_profile_reason``) is marked in the profile column. The host's
 CPUs are waited for until idle before each job and run (``shared_host.wait_for_idle_cpus``, at most 30 s), and

@@ -36,9 +36,9 @@ def searched_plan(username: str, password: str) -> int:
     """The AdaPtis plan of the browser test's searched job, owned by a new user; its id."""
     from django.contrib.auth import get_user_model
 
-    from adaptis_web.studio.services.jobs import job_create, job_request_check, job_run
-    from adaptis_web.studio.services.specs import spec_create
-    from adaptis_web.studio.services.teams import team_create
+    from adaptis_web.studio.planning.jobs import job_create, job_request_check, job_run
+    from adaptis_web.studio.catalog.specs import spec_create
+    from adaptis_web.studio.accounts.teams import team_create
     from planner.spec.presets import load_model_preset
 
     user = get_user_model().objects.create_user(username=username, password=password)

@@ -12,7 +12,7 @@ of 1000 RunEvents each. Then starts gunicorn as ``make run`` does (``adaptis_web
    clients send back to back (the heaviest load 50 clients can make); ``--think-ms`` gives them a random pause
    after each answer, as people and pages have. A request on a keep-alive connection the server has just closed
    is retried once on a new one, as browsers do, and counted.
-2. Live timings: a Run as ``services.runs`` executes one — ``RunEventRelay`` started for the row, one
+2. Live timings: a Run as ``runs.local_runs`` executes one — ``RunEventRelay`` started for the row, one
    ``EventEmitter`` per rank writing to ``run_event_sink`` — and a poller that follows ``static/studio/run.js``
    (``?after=<last seq>``, 100 ms after a page with events, 400 ms after an empty one). An event's latency is
    from ``emit`` (the rank recording it) to the poll response that carries it. Measured on an idle server and
@@ -187,7 +187,7 @@ def baseline_jobs(count: int) -> list[tuple[int, str, int, int]]:
 
 
 def plan_job(spec_record, user, *, schedule: str, devices: int, microbatches: int, time_budget_s: float = 60.0):
-    from adaptis_web.studio.services.jobs import job_create, job_request_check, job_run
+    from adaptis_web.studio.planning.jobs import job_create, job_request_check, job_run
     from planner.errors import SpecError
     from planner.spec.model import load_model_spec
 
@@ -226,9 +226,9 @@ def run_events(world_size: int, count: int) -> list[dict]:
 def finished_run(plan, user, steps: int):
     from django.utils import timezone
 
-    from adaptis_web.studio.live_events import event_row
+    from adaptis_web.studio.runs.live_events import event_row
     from adaptis_web.studio.models import JobStatus, Run, RunEvent
-    from adaptis_web.studio.services.runs import run_create
+    from adaptis_web.studio.runs.local_runs import run_create
 
     run = run_create(plan=plan, user=user, steps=steps, scale_down=True)
     events = run_events(run.world_size, EVENTS_PER_RUN)
@@ -247,9 +247,9 @@ def seed(*, baseline_count: int, search_count: int, run_count: int) -> Seeded:
     from django.contrib.auth import get_user_model
 
     from adaptis_web.studio.models import Plan
-    from adaptis_web.studio.services.accounts import token_create
-    from adaptis_web.studio.services.specs import spec_create
-    from adaptis_web.studio.services.teams import team_create
+    from adaptis_web.studio.accounts.tokens import token_create
+    from adaptis_web.studio.catalog.specs import spec_create
+    from adaptis_web.studio.accounts.teams import team_create
     from planner.spec.presets import load_model_preset, model_preset_names
 
     user = get_user_model().objects.create_user(username=TAG, password=secrets.token_urlsafe(16))
@@ -475,12 +475,12 @@ def single_client_ms(port: int, seeded: Seeded, repeats: int) -> dict[str, float
 # --- live timings --------------------------------------------------------------------------------------------
 
 def live_run(seeded: Seeded) -> int:
-    """A Run row claimed as ``services.runs.run_execute`` claims one."""
+    """A Run row claimed as ``runs.local_runs.run_execute`` claims one."""
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
     from adaptis_web.studio.models import JobStatus, Plan, Run
-    from adaptis_web.studio.services.runs import run_create
+    from adaptis_web.studio.runs.local_runs import run_create
 
     run = run_create(plan=Plan.objects.select_related("job__spec__team").get(pk=seeded.live_plan_id),
                      user=get_user_model().objects.get(pk=seeded.user_id), steps=50, scale_down=True)
@@ -492,7 +492,7 @@ def measure_live(port: int, seeded: Seeded, keep_emitting, events_per_s: float,
                  max_events: int) -> tuple[list[float], int]:
     """Emit actions from LIVE_RANKS ranks while ``keep_emitting()``; poll as run.js does. Returns each visible
     event's latency in ms and how many were sent."""
-    from adaptis_web.studio.live_events import RunEventRelay, event_identity, run_event_sink
+    from adaptis_web.studio.runs.live_events import RunEventRelay, event_identity, run_event_sink
     from executor.running.events import EventEmitter, open_sink
 
     run_id = live_run(seeded)

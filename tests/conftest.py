@@ -295,7 +295,7 @@ class People:
 @pytest.fixture
 def people(db, django_user_model) -> People:
     from adaptis_web.studio.models import Membership
-    from adaptis_web.studio.services.teams import membership_add, team_create
+    from adaptis_web.studio.accounts.teams import membership_add, team_create
 
     owner = django_user_model.objects.create_user("alice", password="alice-pass-2026")
     member = django_user_model.objects.create_user("bob", password="bob-pass-2026")
@@ -342,7 +342,7 @@ def hybrid_plan(people):
     """A Llama 3 8B adaptis.plan/v2 plan (TP2 PP2 DP2 on one H100 node, sequences of ``HYBRID_SEQ_LEN``, a global
     batch of 32), stored as a job's plan (the plan editor's tests, in the API and in the browser)."""
     from adaptis_web.studio.models import Plan, PlanningJob
-    from adaptis_web.studio.services.specs import spec_create
+    from adaptis_web.studio.catalog.specs import spec_create
     from planner.cluster import load_cluster_preset
     from planner.layout import layer_codes_from_spec, plan_layout_string, schedule_description
     from planner.parallel import planning as hybrid

@@ -25,13 +25,13 @@ class ModelSpecRecordAdmin(admin.ModelAdmin):
 class PlanningJobAdmin(admin.ModelAdmin):
     list_display = ["id", "spec", "schedule", "num_devices", "num_microbatches", "status", "created_at"]
     list_filter = ["status", "schedule"]
-    readonly_fields = ["cluster_doc"]  # its plans were simulated on it (services.predictions keeps those)
+    readonly_fields = ["cluster_doc"]  # its plans were simulated on it (planning.predictions keeps those)
 
 
 @admin.register(Plan)
 class PlanAdmin(admin.ModelAdmin):
     list_display = ["id", "job", "strategy", "iteration_ms", "bubble_ratio", "created_at"]
-    # Written once, when the plan is made (an edited plan is a new, derived one): services.predictions keeps the
+    # Written once, when the plan is made (an edited plan is a new, derived one): planning.predictions keeps the
     # prediction of a plan by its id.
     readonly_fields = ["plan_doc", "profile_doc", "simulation"]
 

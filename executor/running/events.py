@@ -46,7 +46,8 @@ HTTP_SCHEMES = ("https", "http")   # http only for a dashboard on the same host 
 FLUSH_INTERVAL_S = 0.02
 RETRY_INTERVAL_S = 0.5
 MAX_RETRY_INTERVAL_S = 8.0
-HTTP_BATCH_EVENTS = 1000   # per POST; the ingest refuses larger batches (adaptis_web.studio.services.ingest)
+# per POST; the ingest refuses larger batches (adaptis_web.studio.runs: its serializer and cluster_runs read this)
+HTTP_BATCH_EVENTS = 1000
 HTTP_TIMEOUT_S = 10.0
 CLOSE_DELIVERY_S = 30.0
 REDIS_TIMEOUT_S = 2.0  # a stopped or unreachable Redis must fail a write, not hang the rank's event thread

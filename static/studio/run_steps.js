@@ -1,6 +1,6 @@
 /*
  * Run page, step by step (a finished run): each step's iteration time (ms) with the predicted iteration as a dashed
- * line, and the loss per step on a second axis, from the page's "steps-data" (services.run_control.run_steps_chart).
+ * line, and the loss per step on a second axis, from the page's "steps-data" (runs.run_control.run_steps_chart).
  */
 (function () {
   "use strict";

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import Plan, PlanningJob
-from adaptis_web.studio.services.jobs import job_request_check, job_run
-from adaptis_web.studio.services.specs import spec_create
+from adaptis_web.studio.planning.jobs import job_request_check, job_run
 from adaptis_web.studio.templatetags.units import binary_bytes
 from planner.spec.presets import load_model_preset
 from tests.browser.conftest import SCREENS, VIEWPORT

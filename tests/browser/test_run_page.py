@@ -12,10 +12,10 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, MeasuredProfile, PlanningJob, Run, RunEvent
-from adaptis_web.studio.services.jobs import job_request_check, job_run
-from adaptis_web.studio.services.predictions import plan_prediction
-from adaptis_web.studio.services.specs import spec_create
+from adaptis_web.studio.planning.jobs import job_request_check, job_run
+from adaptis_web.studio.planning.predictions import plan_prediction
 from planner.observed import summarize
 from planner.spec.presets import load_model_preset
 from tests.browser.conftest import SCREENS, VIEWPORT

@@ -13,8 +13,8 @@ import pytest
 from playwright.sync_api import expect
 
 
+from adaptis_web.studio.accounts.teams import membership_add, team_create
 from adaptis_web.studio.models import Membership, Plan, Run
-from adaptis_web.studio.services.teams import membership_add, team_create
 from tests.browser.conftest import SCREENS, VIEWPORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]

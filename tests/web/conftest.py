@@ -5,10 +5,10 @@ from dataclasses import dataclass
 import pytest
 from django.utils import timezone
 
-from adaptis_web.studio.services.predictions import plan_prediction
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import ClusterRecord, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent
-from adaptis_web.studio.services.jobs import job_request_check, job_run
-from adaptis_web.studio.services.specs import spec_create
+from adaptis_web.studio.planning.jobs import job_request_check, job_run
+from adaptis_web.studio.planning.predictions import plan_prediction
 from planner.cluster import load_cluster_preset
 from planner.spec.presets import load_model_preset
 
@@ -78,7 +78,7 @@ class Crew:
 @pytest.fixture
 def crew(people, planned, finished_run, django_user_model) -> Crew:
     from adaptis_web.studio.models import Membership
-    from adaptis_web.studio.services.teams import membership_add
+    from adaptis_web.studio.accounts.teams import membership_add
 
     admin = django_user_model.objects.create_user("carol", password="carol-pass-2026")
     viewer = django_user_model.objects.create_user("victor", password="victor-pass-2026")

@@ -9,9 +9,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from adaptis_web.studio.services.accounts import token_create
-from adaptis_web.studio.services.predictions import plan_prediction
+from adaptis_web.studio.accounts.tokens import token_create
 from adaptis_web.studio.models import JobStatus, ModelSpecRecord, PlanningJob, Run
+from adaptis_web.studio.planning.predictions import plan_prediction
 from planner.cluster import load_cluster_preset, preset_names
 from planner.spec.presets import load_model_preset, model_preset_names
 

@@ -10,15 +10,15 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.accounts.tokens import token_create
 from adaptis_web.studio.api.auth import LAST_USED_RESOLUTION
 from adaptis_web.studio.api.renderers import JSONRenderer, RawJSON
-from adaptis_web.studio.api.serializers import RunEventOutput
+from adaptis_web.studio.common.bounded_cache import BoundedCache
 from adaptis_web.studio.models import ApiToken, Plan, RunEvent
-from adaptis_web.studio.services import predictions
-from adaptis_web.studio.services.accounts import token_create
-from adaptis_web.studio.services import plan_json as plan_json_module
-from adaptis_web.studio.services.bounded_cache import BoundedCache
-from adaptis_web.studio.services.predictions import plan_prediction
+from adaptis_web.studio.planning import predictions
+from adaptis_web.studio.planning import plan_json as plan_json_module
+from adaptis_web.studio.planning.predictions import plan_prediction
+from adaptis_web.studio.runs.serializers import RunEventOutput
 from planner import service as planner_service
 
 
@@ -155,14 +155,15 @@ class TestPlanJSON:
 
 
 def test_the_detail_endpoints_leave_out_documents_they_do_not_show(people, planned, finished_run):
-    from adaptis_web.studio import selectors
+    from adaptis_web.studio.planning.selectors import job_detail_for_user, plan_detail_for_user
+    from adaptis_web.studio.runs.selectors import run_detail_for_user
 
-    run = selectors.run_detail_for_user(user=people.member, run_id=finished_run.pk)
+    run = run_detail_for_user(user=people.member, run_id=finished_run.pk)
     assert "plan" not in run._state.fields_cache and run.event_count == finished_run.events.count()
-    plan = selectors.plan_detail_for_user(user=people.member, plan_id=planned.plan.pk)
-    assert {"plan_doc", "profile_doc", "simulation"} <= plan.get_deferred_fields()  # services.plan_json's
+    plan = plan_detail_for_user(user=people.member, plan_id=planned.plan.pk)
+    assert {"plan_doc", "profile_doc", "simulation"} <= plan.get_deferred_fields()  # planning.plan_json's
     assert {"doc"} <= plan.job.spec.get_deferred_fields() and {"cluster_doc"} <= plan.job.get_deferred_fields()
-    job = selectors.job_detail_for_user(user=people.member, job_id=planned.job.pk)
+    job = job_detail_for_user(user=people.member, job_id=planned.job.pk)
     assert {"doc"} <= job.spec.get_deferred_fields() and {"profile_doc"} <= job.get_deferred_fields()
 
 
@@ -178,16 +179,19 @@ def test_an_events_page_has_the_serializers_shape(people, finished_run):
 def test_the_listed_rows_are_what_drf_itself_makes_of_them(people, planned, finished_run):
     from rest_framework import serializers
 
-    from adaptis_web.studio import selectors
-    from adaptis_web.studio.api import serializers as outputs
+    from adaptis_web.studio.catalog.serializers import SpecOutput
+    from adaptis_web.studio.history.selectors import history_for_user
+    from adaptis_web.studio.planning.selectors import job_detail_for_user
+    from adaptis_web.studio.planning.serializers import JobDetailOutput, JobOutput, JobPlanOutput, PlanListOutput
+    from adaptis_web.studio.runs.serializers import RunOutput
 
     member = people.member
-    rows = {outputs.SpecOutput: selectors.history_for_user(user=member, kind="specs"),
-            outputs.JobOutput: selectors.history_for_user(user=member, kind="jobs"),
-            outputs.JobDetailOutput: [selectors.job_detail_for_user(user=member, job_id=planned.job.pk)],
-            outputs.JobPlanOutput: planned.job.plans.all(),
-            outputs.PlanListOutput: selectors.history_for_user(user=member, kind="plans"),
-            outputs.RunOutput: selectors.history_for_user(user=member, kind="runs")}
+    rows = {SpecOutput: history_for_user(user=member, kind="specs"),
+            JobOutput: history_for_user(user=member, kind="jobs"),
+            JobDetailOutput: [job_detail_for_user(user=member, job_id=planned.job.pk)],
+            JobPlanOutput: planned.job.plans.all(),
+            PlanListOutput: history_for_user(user=member, kind="plans"),
+            RunOutput: history_for_user(user=member, kind="runs")}
     for output, queryset in rows.items():
         for row in queryset:
             plain = output(row).data
@@ -197,9 +201,9 @@ def test_the_listed_rows_are_what_drf_itself_makes_of_them(people, planned, fini
 
 @pytest.mark.parametrize("kind", ["specs", "clusters", "jobs", "plans", "runs"])
 def test_a_list_without_filters_has_the_rows_the_filter_set_gives(kind, people, planned, finished_run):
-    from adaptis_web.studio import selectors
-    from adaptis_web.studio.filters import HISTORY_FILTERS
-    from adaptis_web.studio.services.curation import object_archive
+    from adaptis_web.studio.history.selectors import history_for_user
+    from adaptis_web.studio.history.filters import HISTORY_FILTERS
+    from adaptis_web.studio.history.curation import object_archive
 
     archived = {"specs": None, "clusters": None, "jobs": None, "plans": planned.plan, "runs": finished_run}[kind]
     if archived is not None:
@@ -207,7 +211,7 @@ def test_a_list_without_filters_has_the_rows_the_filter_set_gives(kind, people, 
     client = APIClient()
     client.force_authenticate(people.member)
     listed = [row["id"] for row in client.get(reverse(f"api:{kind}")).json()["results"]]
-    rows = selectors.history_for_user(user=people.member, kind=kind)
+    rows = history_for_user(user=people.member, kind=kind)
     expected = HISTORY_FILTERS[kind]({}, queryset=rows).qs.order_by("-created_at", "-id")
     assert listed == [row.pk for row in expected]
     assert archived is None or archived.pk not in listed
@@ -218,10 +222,11 @@ def test_a_list_without_filters_has_the_rows_the_filter_set_gives(kind, people, 
 def test_output_fields_are_built_once_per_class_and_each_instance_gets_its_own(planned):
     from rest_framework import serializers
 
-    from adaptis_web.studio.api import serializers as outputs
+    from adaptis_web.studio.catalog.serializers import SpecDetailOutput, SpecOutput
+    from adaptis_web.studio.planning.serializers import JobDetailOutput, JobOutput, PlanListOutput
+    from adaptis_web.studio.runs.serializers import RunOutput
 
-    for output in (outputs.SpecOutput, outputs.SpecDetailOutput, outputs.JobOutput, outputs.JobDetailOutput,
-                   outputs.PlanListOutput, outputs.RunOutput):
+    for output in (SpecOutput, SpecDetailOutput, JobOutput, JobDetailOutput, PlanListOutput, RunOutput):
         first, second = output(), output()
         fresh = serializers.ModelSerializer.get_fields(output())  # DRF building them anew
         assert list(first.fields) == list(fresh), output.__name__

@@ -19,7 +19,7 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from adaptis_client import ApiError, Client
-from adaptis_web.studio.services.accounts import token_create
+from adaptis_web.studio.accounts.tokens import token_create
 from planner.spec.presets import load_model_preset
 from tests.conftest import REPO_ROOT, TEST_QUEUE, start_web_server, stop_worker
 

@@ -13,8 +13,8 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from adaptis_web.studio.models import JobStatus, PlanningJob, Run, RunEvent
-from adaptis_web.studio.services.calibration import job_replan_from_run
-from adaptis_web.studio.services.jobs import job_run
+from adaptis_web.studio.planning.jobs import job_run
+from adaptis_web.studio.runs.calibration import job_replan_from_run
 from planner.calibrate import with_message_overhead
 from planner.cluster import load_cluster
 from planner.errors import SpecError

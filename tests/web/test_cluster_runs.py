@@ -28,10 +28,10 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, PlanningJob, Run, RunEvent
-from adaptis_web.studio.services.jobs import job_request_check, job_run
-from adaptis_web.studio.services.liveness import reap_stale_work
-from adaptis_web.studio.services.specs import spec_create
+from adaptis_web.studio.planning.jobs import job_request_check, job_run
+from adaptis_web.studio.work.liveness import reap_stale_work
 from planner.spec.presets import load_model_preset
 from tests.conftest import REPO_ROOT, TEST_QUEUE, free_port, start_web_server, stop_worker
 

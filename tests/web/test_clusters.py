@@ -10,9 +10,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.catalog.clusters import cluster_create
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import ClusterRecord, PlanningJob
-from adaptis_web.studio.services.clusters import cluster_create
-from adaptis_web.studio.services.specs import spec_create
 from planner.cluster import load_cluster_preset
 from planner.spec.presets import load_model_preset
 

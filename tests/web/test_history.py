@@ -9,8 +9,8 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run
-from adaptis_web.studio.services.specs import spec_create
 from planner.spec.presets import load_model_preset
 
 

@@ -10,12 +10,12 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from adaptis_web.studio.hybrid_pages import PICTURE_FIRST_NODES, cluster_picture, memory_bars
+from adaptis_web.studio.catalog.clusters import cluster_create
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, Plan, PlanningJob, Run
-from adaptis_web.studio.services.calibration import job_replan_from_run
-from adaptis_web.studio.services.clusters import cluster_create
-from adaptis_web.studio.services.jobs import job_create, job_request_check, job_run
-from adaptis_web.studio.services.specs import spec_create
+from adaptis_web.studio.planning.hybrid_pages import PICTURE_FIRST_NODES, cluster_picture, memory_bars
+from adaptis_web.studio.planning.jobs import job_create, job_request_check, job_run
+from adaptis_web.studio.runs.calibration import job_replan_from_run
 from planner.cluster import load_cluster_preset
 from planner.errors import SpecError
 from planner.limits import MAX_SEQ_LEN

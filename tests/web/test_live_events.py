@@ -6,8 +6,8 @@ import pytest
 import redis
 from django.conf import settings
 
-from adaptis_web.studio.live_events import RunEventRelay, run_event_sink, run_events_backfill, run_stream_key
 from adaptis_web.studio.models import Run, RunEvent
+from adaptis_web.studio.runs.live_events import RunEventRelay, run_event_sink, run_events_backfill, run_stream_key
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the relay thread has its own database connection
 

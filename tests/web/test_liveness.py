@@ -13,8 +13,8 @@ import pytest
 from django.utils import timezone
 
 from adaptis_web.studio.models import JobStatus, PlanningJob, Run
-from adaptis_web.studio.services.liveness import heartbeat, reap_stale_work
 from adaptis_web.studio.tasks import plan_job_run
+from adaptis_web.studio.work.liveness import heartbeat, reap_stale_work
 from planner.cluster import load_cluster_preset
 
 
@@ -75,7 +75,7 @@ def test_a_killed_worker_s_search_is_reaped_and_a_live_one_is_not(people, planne
     job = _job(people, planned, cluster_preset="h100-sxm-16x8", cluster_doc=cluster.to_dict(), num_devices=32,
                num_microbatches=128, schedule="adaptis", partition="", time_budget_s=120)
     # a realistic spec so the search runs for tens of seconds
-    from adaptis_web.studio.services.specs import spec_create
+    from adaptis_web.studio.catalog.specs import spec_create
     from planner.spec.presets import load_model_preset
 
     record = spec_create(team=people.team, owner=people.owner, spec=load_model_preset("nemotron-h-8b"),

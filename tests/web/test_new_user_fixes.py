@@ -7,9 +7,9 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import PlanningJob
-from adaptis_web.studio.services.jobs import job_request_check, job_run
-from adaptis_web.studio.services.specs import spec_create
+from adaptis_web.studio.planning.jobs import job_request_check, job_run
 from adaptis_web.studio.templatetags.units import binary_bytes
 from planner.cluster import load_cluster_preset
 from planner.cost import analytic_profile

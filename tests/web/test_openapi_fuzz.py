@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from adaptis_web.studio.accounts.teams import invitation_create
+from adaptis_web.studio.accounts.tokens import token_create
 from adaptis_web.studio.models import MeasuredProfile
-from adaptis_web.studio.services.accounts import token_create
-from adaptis_web.studio.services.teams import invitation_create
 from planner.cluster import preset_names
 from tests.conftest import TEST_QUEUE, delete_test_keys, start_web_server, stop_worker
 

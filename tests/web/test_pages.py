@@ -9,9 +9,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from adaptis_web.studio.services.predictions import plan_prediction
+from adaptis_web.studio.accounts.tokens import token_create
 from adaptis_web.studio.models import ApiToken, JobStatus, ModelSpecRecord, PlanningJob, Run
-from adaptis_web.studio.services.accounts import token_create
+from adaptis_web.studio.planning.predictions import plan_prediction
 from planner.cluster import load_cluster_preset
 from planner.limits import MAX_MICROBATCHES
 from planner.spec.model import load_model_spec
@@ -93,7 +93,7 @@ class TestUpload:
         assert response.status_code == 302 and response.url == reverse("studio:job", args=[job.pk])
         assert (job.spec.team, job.spec.owner, job.spec.source_filename) == (people.team, people.member, "tiny.json")
         assert (job.num_devices, job.num_microbatches, job.status) == (2, 8, JobStatus.QUEUED)
-        assert len(callbacks) == 2, "the planning task and, on cpu-host, the profile it waits for (services.profiling)"
+        assert len(callbacks) == 2, "the planning task and, on cpu-host, the profile it waits for (runs.profiling)"
         page = client.get(response.url).content.decode()
         assert "data-job-progress" in page, "a queued job shows the polling progress bar"
 
@@ -278,7 +278,7 @@ class TestJobPage:
 
     def test_a_run_defaults_to_a_steady_state_and_says_its_limit(self, client, people, planned,
                                                                   django_capture_on_commit_callbacks):
-        from adaptis_web.studio.services.runs import MAX_RUN_STEPS
+        from adaptis_web.studio.runs.local_runs import MAX_RUN_STEPS
 
         client = _client(client, people.member)
         page = html.unescape(client.get(reverse("studio:job", args=[planned.job.pk])).content.decode())

@@ -12,11 +12,11 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from adaptis_web.studio.services.predictions import plan_prediction
+from adaptis_web.studio.accounts.teams import membership_add
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import Membership, Plan, PlanningJob
-from adaptis_web.studio.services.jobs import job_request_check, job_run
-from adaptis_web.studio.services.specs import spec_create
-from adaptis_web.studio.services.teams import membership_add
+from adaptis_web.studio.planning.jobs import job_request_check, job_run
+from adaptis_web.studio.planning.predictions import plan_prediction
 from planner.parallel import planning as hybrid
 from planner.cli import main as planner_cli
 from planner.limits import MAX_MICROBATCHES

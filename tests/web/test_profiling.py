@@ -12,9 +12,9 @@ from django.utils import timezone
 from django.utils.html import escape
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, MeasuredProfile, Plan
-from adaptis_web.studio.services.jobs import job_run
-from adaptis_web.studio.services.specs import spec_create
+from adaptis_web.studio.planning.jobs import job_run
 from planner.cluster import load_cluster_preset
 from planner.cost import analytic_profile
 from planner.spec.presets import load_model_preset

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from adaptis_web.studio.models import JobStatus, Run, RunEvent
-from adaptis_web.studio.services.runs import run_execute
+from adaptis_web.studio.runs.local_runs import run_execute
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)

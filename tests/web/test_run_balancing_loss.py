@@ -9,10 +9,10 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, PlanningJob, Run
-from adaptis_web.studio.services.jobs import job_request_check, job_run
-from adaptis_web.studio.services.runs import run_create
-from adaptis_web.studio.services.specs import spec_create
+from adaptis_web.studio.planning.jobs import job_request_check, job_run
+from adaptis_web.studio.runs.local_runs import run_create
 from planner.spec.model import MoEMLP
 from planner.spec.presets import load_model_preset
 

@@ -13,7 +13,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from adaptis_web.studio.models import JobStatus, Run, RunEvent
-from adaptis_web.studio.services.run_control import observed_statistic, run_phase
+from adaptis_web.studio.runs.run_control import observed_statistic, run_phase
 from adaptis_web.studio.tasks import run_execute
 from planner.observed import summarize
 from tests.conftest import parent_of, runs_queue

@@ -15,10 +15,10 @@ from django.urls import reverse
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.api.fields import WHITE_SPACE
 from adaptis_web.studio.api.schema_links import ENDS, MEMBER_ENDS
-from adaptis_web.studio.api.serializers import WHITE_SPACE
+from adaptis_web.studio.catalog.clusters import cluster_create
 from adaptis_web.studio.models import ClusterRecord, Invitation, Plan, PlanningJob
-from adaptis_web.studio.services.clusters import cluster_create
 from planner.cluster import load_cluster_preset
 
 

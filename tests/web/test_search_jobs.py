@@ -9,10 +9,10 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, Plan, PlanningJob
-from adaptis_web.studio.services import search as search_service
-from adaptis_web.studio.services.jobs import job_cancel, job_request_check, job_run
-from adaptis_web.studio.services.specs import spec_create
+from adaptis_web.studio.planning import search as search_service
+from adaptis_web.studio.planning.jobs import job_cancel, job_request_check, job_run
 from planner.baselines import build_baseline
 from planner.cluster import load_cluster, load_cluster_preset
 from planner.cost import analytic_profile
@@ -241,7 +241,7 @@ class TestSearchApi:
             ("adaptis", 5, 3.0, 2**30)
         assert (body["status"], body["cancel_requested"], body["result"], body["plans"]) == \
             ("queued", False, {}, [])
-        assert len(callbacks) == 2, "the planning task and, on cpu-host, the profile it waits for (services.profiling)"
+        assert len(callbacks) == 2, "the planning task and, on cpu-host, the profile it waits for (runs.profiling)"
 
     @pytest.mark.parametrize("changes, field, reason", [
         ({"seed": -3}, "seed", "greater than or equal to 0"),

@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 import yaml
 
+from adaptis_web.studio.catalog.specs import spec_create, spec_parse_upload
 from adaptis_web.studio.models import JobStatus, ModelSpecRecord, Plan, PlanningJob, Run
-from adaptis_web.studio.services.predictions import plan_prediction
-from adaptis_web.studio.services.jobs import job_request_check, job_run, spec_create_with_job
-from adaptis_web.studio.services.runs import cpu_run_refusal, run_create
-from adaptis_web.studio.services.specs import spec_create, spec_parse_upload
+from adaptis_web.studio.planning.jobs import job_request_check, job_run, spec_create_with_job
+from adaptis_web.studio.planning.predictions import plan_prediction
+from adaptis_web.studio.runs.local_runs import cpu_run_refusal, run_create
 from planner.baselines import build_baseline
 from planner.cluster import load_cluster_preset
 from planner.cost import analytic_profile
@@ -150,7 +150,7 @@ class TestSpecCreateWithJob:
                                        request=_request())
         assert job.status == JobStatus.QUEUED and job.spec.source_filename == "t.json"
         assert job.cluster_doc == load_cluster_preset("cpu-host").to_dict()
-        # on cpu-host: the planning task and the profile it waits for, measured on the runs' host (services.profiling)
+        # on cpu-host: the planning task and the profile it waits for, measured on the runs' host (runs.profiling)
         assert len(callbacks) == 2, "the planning task and the profile's are each sent once, after commit"
         assert job.celery_task_id and job.measured_profile.status == JobStatus.QUEUED
 
@@ -166,7 +166,7 @@ class TestSpecCreateWithJob:
         def refuse(*args, **kwargs):
             raise ConnectionError("Error 111 connecting to redis")
 
-        monkeypatch.setattr(app, "send_task", refuse)  # the broker refuses whatever is sent (services.queueing)
+        monkeypatch.setattr(app, "send_task", refuse)  # the broker refuses whatever is sent (work.queueing)
         with django_capture_on_commit_callbacks(execute=True):
             job = spec_create_with_job(team=people.team, user=people.owner, spec=TINY, source_filename="t.json",
                                        request=_request())
@@ -216,7 +216,7 @@ class TestJobRun:
         assert Plan.objects.count() == 0
 
     def test_an_unforeseen_failure_says_where_its_traceback_is_not_its_text(self, people, monkeypatch, caplog):
-        from adaptis_web.studio.services import jobs
+        from adaptis_web.studio.planning import jobs
 
         def broken(job):
             raise KeyError("layers.7.mixer internals")

@@ -9,8 +9,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 from rest_framework.throttling import SimpleRateThrottle
 
+from adaptis_web.studio.accounts.tokens import token_create
 from adaptis_web.studio.models import ApiToken
-from adaptis_web.studio.services.accounts import token_create
 
 
 def with_token(key: str) -> APIClient:

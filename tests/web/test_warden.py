@@ -14,10 +14,10 @@ from celery import current_app
 from django.utils import timezone
 
 from adaptis_web.processes import command
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, PlanningJob
-from adaptis_web.studio.services.broker import pending_task_ids
-from adaptis_web.studio.services.liveness import requeue_lost_work
-from adaptis_web.studio.services.specs import spec_create
+from adaptis_web.studio.work.broker import pending_task_ids
+from adaptis_web.studio.work.liveness import requeue_lost_work
 from planner.cluster import load_cluster_preset
 from planner.spec.presets import load_model_preset
 from tests.conftest import REPO_ROOT, service_env

@@ -11,11 +11,11 @@ from django.conf import settings
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from adaptis_web.studio.services.predictions import plan_prediction
-from adaptis_web.studio.live_events import run_stream_key
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, Plan, PlanningJob, Run, RunEvent
-from adaptis_web.studio.services.jobs import job_cancel, job_create, job_request_check
-from adaptis_web.studio.services.specs import spec_create
+from adaptis_web.studio.planning.jobs import job_cancel, job_create, job_request_check
+from adaptis_web.studio.planning.predictions import plan_prediction
+from adaptis_web.studio.runs.live_events import run_stream_key
 from planner.cluster import load_cluster_preset
 from planner.simulator import simulate
 from planner.spec.presets import load_model_preset
@@ -47,7 +47,7 @@ def test_the_worker_plans_an_uploaded_spec(celery_worker, people, spec_text, wai
     assert job.started_at <= job.finished_at
     plan = Plan.objects.get(job=job)
     # The worker's numbers agree with the simulator run here on the stored plan and the profile the job planned
-    # on: on cpu-host, the one measured on the runs' host (services.profiling).
+    # on: on cpu-host, the one measured on the runs' host (runs.profiling).
     cluster = load_cluster_preset("cpu-host")
     from planner.plan import load_plan
     from planner.profile import load_profile

@@ -2,10 +2,10 @@
 
 Fields are dotted paths into the request (``file.layers[3].mixer.num_heads`` for a field inside an uploaded
 spec). DRF's own validation errors and the planner's SpecError/PlanError are all reshaped into it; other
-errors (401, 404) keep DRF's ``{"detail": ...}``. A role's refusal (services.roles.RoleRefusal) is HTTP 403 in the
+errors (401, 404) keep DRF's ``{"detail": ...}``. A role's refusal (accounts.roles.RoleRefusal) is HTTP 403 in the
 same shape, naming ``role`` and the reason; a throttled request is HTTP 429 in it too (with ``Retry-After``), and a
 body that does not parse is a 400 naming ``body``; a request naming something that does not exist is a 404, one the
-current state refuses (a name taken, already archived) a 409, both in the same shape (``services.refusals``).
+current state refuses (a name taken, already archived) a 409, both in the same shape (``common.refusals``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from rest_framework.exceptions import ParseError, Throttled, UnsupportedMediaTyp
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from adaptis_web.studio.services.refusals import Conflict, Missing
-from adaptis_web.studio.services.roles import RoleRefusal
+from adaptis_web.studio.accounts.roles import RoleRefusal
+from adaptis_web.studio.common.refusals import Conflict, Missing
 from planner.errors import PlanError, SpecError
 
 NON_FIELD_KEYS = ("non_field_errors", "__all__")

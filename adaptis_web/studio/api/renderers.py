@@ -1,6 +1,6 @@
 """The API's JSON renderer: DRF's, which also sends text that is already JSON (``RawJSON``) as it is.
 
-A plan's documents and prediction are a few hundred KB of JSON that never change (services.plan_json keeps them
+A plan's documents and prediction are a few hundred KB of JSON that never change (planning.plan_json keeps them
 encoded): decoding them from the database and encoding them again took most of a plan request's time.
 """
 

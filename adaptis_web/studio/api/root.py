@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from django.urls import URLPattern, reverse
+from django.urls import URLPattern, get_resolver, reverse
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
@@ -26,12 +26,12 @@ def _methods(view_class) -> list[str]:
 
 
 def api_endpoints(request) -> list[dict]:
-    """Every endpoint under ``/api/``, in the URL configuration's order."""
-    from adaptis_web.studio.api.urls import urlpatterns
-
+    """Every endpoint under ``/api/``, in the URL configuration's order (read from the resolver, as the router
+    matches them: the URL module imports this one)."""
+    _, api_urls = get_resolver().namespace_dict["api"]
     prefix = reverse("api:root")
     endpoints = []
-    for pattern in urlpatterns:
+    for pattern in api_urls.url_patterns:
         if not isinstance(pattern, URLPattern):
             continue
         path = prefix + _PARAMETER.sub(r"{\1}", str(pattern.pattern))

@@ -23,7 +23,7 @@ request's fields (``document_request_rules``).
 
 from __future__ import annotations
 
-from adaptis_web.studio.api.serializers import JOB_CREATE_RULES
+from adaptis_web.studio.planning.serializers import JOB_CREATE_RULES
 
 ERROR_ITEM = {"type": "object", "properties": {"field": {"type": "string"}, "reason": {"type": "string"}},
               "required": ["field", "reason"]}

@@ -4,7 +4,7 @@ user (e.g. one made with ``createsuperuser``). Later teams are created on the Te
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from adaptis_web.studio.services.teams import team_create
+from adaptis_web.studio.accounts.teams import team_create
 from planner.errors import SpecError
 
 

@@ -9,9 +9,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from adaptis_web.studio.accounts.teams import membership_add
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import Membership, ModelSpecRecord, Team
-from adaptis_web.studio.services.specs import spec_create
-from adaptis_web.studio.services.teams import membership_add
 from planner.service import model_preset_names
 from planner.spec.presets import load_model_preset
 

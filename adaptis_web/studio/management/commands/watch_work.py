@@ -1,5 +1,5 @@
 """``manage.py watch_work``: the warden. Every ``WORK_WATCH_INTERVAL_S`` it fails running work whose worker went
-silent and re-sends queued work whose message the broker lost (``services.liveness.watch_work``).
+silent and re-sends queued work whose message the broker lost (``work.liveness.watch_work``).
 
 It runs as a process of its own, apart from the Celery workers it watches, so a job whose worker was killed is
 failed even if no worker ever comes back. Rounds are idempotent (every update is conditional on the status), so
@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from adaptis_web.studio.services.liveness import watch_work
+from adaptis_web.studio.work.liveness import watch_work
 
 
 class Command(BaseCommand):

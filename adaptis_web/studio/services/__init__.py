@@ -1,1 +1,0 @@
-"""Writes (HackSoft style): ``<entity>_<action>(*, ...)`` functions that own the business rules."""
