@@ -113,9 +113,9 @@ class RunEventsApi(APIView):
 
     @extend_schema(request=IngestBatchInput, responses={200: IngestOutput}, auth=[],
                    description="A cluster run's ranks report their events here (executor.running.events.HttpSink) "
-                               "with the run's secret as a bearer token. A wrong, another run's or an expired (finished run) "
-                               "secret is a 403 and a batch with an event the plan does not have a 400 naming it; "
-                               "either stores nothing. An action already stored is counted as a duplicate.")
+                               "with the run's secret as a bearer token. A wrong, another run's or an expired "
+                               "(finished run) secret is a 403 and a batch with an event the plan does not have a 400 "
+                               "naming it; either stores nothing. An action already stored is counted as a duplicate.")
     def post(self, request, run_id: int):
         header = request.META.get("HTTP_AUTHORIZATION", "")
         secret = header[len("Bearer "):] if header.startswith("Bearer ") else None

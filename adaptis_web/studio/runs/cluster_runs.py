@@ -4,9 +4,9 @@ Slurm batch script written here), reporting their events to the ingest (``POST /
 A cluster run is created waiting for its ranks (queued, with no Celery task: the warden neither re-sends it nor
 takes it for lost while it waits, ``work.liveness``) together with a secret that is shown once to its creator and
 stored only as its SHA-256. The ranks send that secret with every batch (``executor.running.events.HttpSink``); it
-opens the ingest of that one run and nothing else, and no longer once the run has finished. Every accepted batch is a sign of
-life (``heartbeat_at``): a cluster run whose ranks fall silent is reaped like a local one whose worker died, and one
-whose ranks never report is failed after ``CLUSTER_RUN_START_TIMEOUT_S``.
+opens the ingest of that one run and nothing else, and no longer once the run has finished. Every accepted batch is a
+sign of life (``heartbeat_at``): a cluster run whose ranks fall silent is reaped like a local one whose worker died, and
+one whose ranks never report is failed after ``CLUSTER_RUN_START_TIMEOUT_S``.
 
 The ingest checks each event against the plan (a rank the plan does not have, an action not among its device's
 actions, a time that is not a finite number is refused by name, nothing of the batch stored), stores an action once
