@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, Plan, PlanningJob
-from adaptis_web.studio.planning import search as search_service
+from adaptis_web.studio.planning import progress
 from adaptis_web.studio.planning.jobs import job_cancel, job_request_check, job_run
 from planner.baselines import build_baseline
 from planner.cluster import load_cluster, load_cluster_preset
@@ -167,7 +167,7 @@ class TestSearchJobRun:
 class TestProgressAndCancelCallbacks:
     def test_progress_is_mapped_onto_the_jobs_span_and_throttled(self, people):
         job = _search_job(people)
-        write = search_service.job_progress_writer(job.pk, 0.2, 0.8)
+        write = progress.search_reporter(job.pk, 0.2, 0.8)
         write(0.5, "40 candidates scored, best 10.7 ms")
         write(0.9, "too soon after the last write")
         job.refresh_from_db()
@@ -176,11 +176,11 @@ class TestProgressAndCancelCallbacks:
 
     def test_the_cancel_flag_is_read_from_the_row_at_most_every_interval(self, people):
         job = _search_job(people)
-        cancelled = search_service.job_cancel_reader(job.pk)
+        cancelled = progress.cancel_reader(job.pk)
         assert cancelled() is False
         PlanningJob.objects.filter(pk=job.pk).update(cancel_requested=True)
         assert cancelled() is False, "read again only after the throttle interval"
-        time.sleep(search_service.ROW_IO_INTERVAL_S + 0.05)
+        time.sleep(progress.ROW_IO_INTERVAL_S + 0.05)
         assert cancelled() is True
 
 
@@ -211,14 +211,14 @@ class TestJobCancel:
 
     def test_a_cancel_that_arrives_during_the_search_ends_it_cancelled_keeping_its_plans(self, people, monkeypatch):
         job = _search_job(people)
-        real_reader = search_service.job_cancel_reader
+        real_reader = progress.cancel_reader
 
         def cancel_once_searching(job_id):
             read = real_reader(job_id)
             PlanningJob.objects.filter(pk=job_id).update(cancel_requested=True)  # as job_cancel does
             return read
 
-        monkeypatch.setattr(search_service, "job_cancel_reader", cancel_once_searching)
+        monkeypatch.setattr(progress, "cancel_reader", cancel_once_searching)
         plan = job_run(job_id=job.pk)
         job.refresh_from_db()
         assert job.status == JobStatus.CANCELLED and job.is_finished

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from adaptis_web.studio.models import PlanningJob
-from adaptis_web.studio.planning.search import job_cancel_reader, job_progress_writer
+from adaptis_web.studio.planning import progress
 from planner import service as planner_service
 from planner.errors import SpecError
 from planner.service import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, ClusterSpec, ModelSpec  # limits: planner.limits
@@ -23,7 +23,6 @@ from planner.spec.model import load_model_spec
 HYBRID_SCHEDULE = planner_service.HYBRID_SCHEDULE
 DEGREE_PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size")
 PIN_FIELDS = DEGREE_PINS + ("recompute", "distributed_optimizer")
-SEARCH_PROGRESS_SPAN = (0.1, 0.85)
 
 
 @dataclass(frozen=True)
@@ -72,4 +71,5 @@ def hybrid_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.Hybri
     return planner_service.plan_hybrid_job(
         spec=load_model_spec(job.spec.doc), cluster=cluster, gpus=job.gpus, seq_len=job.seq_len,
         global_batch=job.global_batch, pins=job.pins, time_budget_s=job.time_budget_s,
-        progress=job_progress_writer(job.pk, *SEARCH_PROGRESS_SPAN), cancel=job_cancel_reader(job.pk))
+        progress=progress.search_reporter(job.pk, *progress.HYBRID_SEARCH_SPAN),
+        cancel=progress.cancel_reader(job.pk))

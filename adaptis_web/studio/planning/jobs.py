@@ -16,14 +16,12 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Case, Value, When
-from django.utils import timezone
 
 from adaptis_web.studio.accounts.roles import role_require_own_or_admin
 from adaptis_web.studio.catalog.clusters import cluster_resolve
 from adaptis_web.studio.catalog.specs import spec_check_team, spec_create, spec_for_shape
 from adaptis_web.studio.models import ClusterRecord, JobMode, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, Team
-from adaptis_web.studio.planning import hybrid
+from adaptis_web.studio.planning import hybrid, progress
 from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S, job_plan, search_settings_check
 from adaptis_web.studio.runs.profiling import (
     LOCAL_CLUSTER_PRESET,
@@ -49,7 +47,6 @@ JOB_SCHEDULES = planner_service.JOB_SCHEDULES
 DEFAULT_SCHEDULE = "1f1b"  # of the API, for compatibility; the pages offer the search first
 DEFAULT_PARTITION = "uniform"
 MAX_MICROBATCHES = planner_service.MAX_MICROBATCHES
-SEARCH_PROGRESS_SPAN = (0.2, 0.85)  # the share of the job's progress bar the search reports into
 
 
 @dataclass(frozen=True)
@@ -132,8 +129,7 @@ def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request:
         profile_doc=None if profile is None else profile.to_dict(), calibrated_from=calibrated_from,
         calibration=calibration or {}, measured_profile=measured, analytic_profile_reason=unmeasured_reason,
         celery_task_id=str(uuid.uuid4()),
-        progress_message="Waiting for a worker" if measured is None or measured.is_finished else
-        f"Waiting for profile {measured.pk}, measured on the runs' host",
+        progress_message=progress.waiting_message(measured),
         mode=request.mode, cluster_record=request.cluster_record,
         **(vars(request.hybrid) if request.hybrid else {}))
     enqueue_on_commit(job)
@@ -167,18 +163,9 @@ def job_cancel(*, job: PlanningJob, user: AbstractBaseUser) -> PlanningJob:
     jobs); a running one is asked to stop and ends CANCELLED when its worker notices. A 409 (``Conflict``) on
     ``status`` for a job that has already finished (``work.cancelling``)."""
     role_require_own_or_admin(user=user, team=job.spec.team, creator_id=job.created_by_id, doing="cancelling a job")
-    request_cancel(job, noun="job", queued_note={"progress_message": "Cancelled before a worker started it"})
+    request_cancel(job, noun="job", queued_note=progress.cancelled_while_queued())
     job.refresh_from_db()
     return job
-
-
-def _job_progress(job_id: int, fraction: float, message: str) -> None:
-    PlanningJob.objects.filter(pk=job_id).update(progress=fraction, progress_message=message)
-
-
-def job_fail(*, job_id: int, error: str) -> None:
-    PlanningJob.objects.filter(pk=job_id).update(status=JobStatus.FAILED, error=error, finished_at=timezone.now(),
-                                                 progress_message="Failed")
 
 
 def _plan_store(job: PlanningJob, record: PlanRecord) -> Plan:
@@ -188,29 +175,20 @@ def _plan_store(job: PlanningJob, record: PlanRecord) -> Plan:
         iteration_ms=record.iteration_ms, bubble_ratio=record.bubble_ratio)
 
 
-def _job_finish(job_id: int, *, done: str, cancelled: str, result: dict) -> None:
-    """Succeeded, or cancelled when a cancel was asked for meanwhile: one UPDATE, so a request arriving
-    now either lands before it (and is honoured) or finds the job finished (and is refused)."""
-    PlanningJob.objects.filter(pk=job_id).update(
-        status=Case(When(cancel_requested=True, then=Value(JobStatus.CANCELLED)), default=Value(JobStatus.SUCCEEDED)),
-        progress_message=Case(When(cancel_requested=True, then=Value(cancelled)), default=Value(done)),
-        progress=1.0, result=result, finished_at=timezone.now())
-
-
 def _hybrid_job(job: PlanningJob) -> Plan | None:
     cluster = load_cluster(job.cluster_doc)
-    _job_progress(job.pk, 0.1, f"Searching TP, CP, PP, DP, EP, micro-batch size and recomputation for "
+    progress.report(job.pk, 0.1, f"Searching TP, CP, PP, DP, EP, micro-batch size and recomputation for "
                                f"{job.gpus:,} {cluster.device.name} GPUs (AdaPtis inside the best configurations "
                                f"for up to {job.time_budget_s:g} s)")
     outcome = hybrid.hybrid_plan(job, cluster)
     if outcome is None:
-        _job_finish(job.pk, done="", cancelled="Cancelled before any configuration was simulated", result={})
+        progress.finish(job.pk, done="", cancelled="Cancelled before any configuration was simulated", result={})
         return None
-    _job_progress(job.pk, 0.9, f"Storing the plan of {outcome.short}")
+    progress.report(job.pk, progress.STORING, f"Storing the plan of {outcome.short}")
     with transaction.atomic():
         plan = _plan_store(job, outcome.plan)
         outcome.summary["best"]["plan_id"] = plan.pk
-        _job_finish(job.pk, done=outcome.done, cancelled=outcome.cancelled, result=outcome.summary)
+        progress.finish(job.pk, done=outcome.done, cancelled=outcome.cancelled, result=outcome.summary)
     return plan
 
 
@@ -220,34 +198,34 @@ def _plan_job(job: PlanningJob) -> Plan | None:
     spec = load_model_spec(job.spec.doc)
     cluster = load_cluster(job.cluster_doc)
     if job.profile_doc:
-        _job_progress(job.pk, 0.15, f"Loading the profile calibrated from run {job.calibrated_from_id}")
+        progress.report(job.pk, 0.15, f"Loading the profile calibrated from run {job.calibrated_from_id}")
         profile = load_profile(job.profile_doc)
     else:
         profile, note = job_profile(job)
         if profile is not None:
-            _job_progress(job.pk, 0.15, note)
+            progress.report(job.pk, 0.15, note)
         else:
             if note:  # no silent fallback: the job's page and API say why it planned on the analytic profile
                 PlanningJob.objects.filter(pk=job.pk).update(analytic_profile_reason=note)
-            _job_progress(job.pk, 0.15, f"Profiling {spec.num_layers} layers analytically on {cluster.device.name}")
+            progress.report(job.pk, 0.15, f"Profiling {spec.num_layers} layers analytically on {cluster.device.name}")
             profile = planner_service.analytic_profile(spec, cluster)
     if job.schedule == ADAPTIS_SCHEDULE:
-        _job_progress(job.pk, SEARCH_PROGRESS_SPAN[0], f"Searching partition, placement and schedule for "
+        progress.report(job.pk, progress.SEARCH_SPAN[0], f"Searching partition, placement and schedule for "
                                                        f"{job.num_devices} devices and {job.num_microbatches} "
                                                        f"micro-batches (up to {job.time_budget_s:g} s)")
     else:
-        _job_progress(job.pk, 0.4, f"Building the {job.schedule} plan ({job.partition} partition) for "
+        progress.report(job.pk, 0.4, f"Building the {job.schedule} plan ({job.partition} partition) for "
                                    f"{job.num_devices} devices and {job.num_microbatches} micro-batches")
-    outcome = job_plan(job=job, spec=spec, profile=profile, cluster=cluster, progress_span=SEARCH_PROGRESS_SPAN)
+    outcome = job_plan(job=job, spec=spec, profile=profile, cluster=cluster, progress_span=progress.SEARCH_SPAN)
     result = outcome.summary
-    _job_progress(job.pk, 0.9, f"Storing {len(outcome.plans)} validated, simulated plan(s)")
+    progress.report(job.pk, progress.STORING, f"Storing {len(outcome.plans)} validated, simulated plan(s)")
     with transaction.atomic():
         stored = {strategy: _plan_store(job, record) for strategy, record in outcome.plans.items()}
         if result:  # each compared plan points at its row and shows that row's layout (the spec's layer codes)
             result.update(plan_id=stored[ADAPTIS_SCHEDULE].pk, layout=stored[ADAPTIS_SCHEDULE].layout)
             for name, metrics in result["baselines"].items():
                 metrics.update(plan_id=stored[name].pk, layout=stored[name].layout)
-        _job_finish(job.pk, done=outcome.done, cancelled=outcome.cancelled, result=result)
+        progress.finish(job.pk, done=outcome.done, cancelled=outcome.cancelled, result=result)
         if profile.source == "measured":  # its own plan's stages timed on the runs' host too, for its run page
             plan_stage_timing(job=job, plan=stored[job.schedule])
     return stored[job.schedule]
@@ -264,10 +242,7 @@ def job_run(*, job_id: int) -> Plan | None:
         # job is skipped below at once, whatever its profile does)
         logger.info("planning job %s waits for measured profile %s", job_id, waiting.measured_profile_id)
         return None
-    claimed = PlanningJob.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
-        status=JobStatus.RUNNING, started_at=timezone.now(), progress=0.05,
-        progress_message="Loading the model spec and cluster")
-    if not claimed:  # cancelled, deleted, or already taken by a redelivered message
+    if not progress.claim(job_id):  # cancelled, deleted, or already taken by a redelivered message
         logger.warning("planning job %s is not queued; skipping", job_id)
         return None
     job = PlanningJob.objects.select_related("spec", "spec__team", "created_by", "measured_profile").get(pk=job_id)
@@ -275,8 +250,8 @@ def job_run(*, job_id: int) -> Plan | None:
         with heartbeat(PlanningJob, job_id):
             return _plan_job(job)
     except (SpecError, PlanError) as error:
-        job_fail(job_id=job_id, error=str(error))
+        progress.fail(job_id, str(error))
     except Exception:
         logger.exception("%s %s failed", "planning job", job_id)
-        job_fail(job_id=job_id, error=internal_error("planning job", job_id, "planner"))
+        progress.fail(job_id, internal_error("planning job", job_id, "planner"))
     return None

@@ -65,7 +65,8 @@ def plan_page(request: HttpRequest, plan, *, run_form: RunForm, status: int = 20
         "edits": (plan.plan_doc.get("meta") or {}).get("edits") or [],
         "derived_by": (plan.plan_doc.get("meta") or {}).get("derived_by"),
         "children": plan.derived.filter(deleted_at__isnull=True).order_by("-created_at", "-id"),
-        "downloads": _downloads(plan, page["megatron_reason"], page["exports"]), "export_formats": "|".join(FORMATS), "capacity_bytes": page["capacity_bytes"],
+        "downloads": _downloads(plan, page["megatron_reason"], page["exports"]), "export_formats": "|".join(FORMATS),
+        "capacity_bytes": page["capacity_bytes"],
         "memory_rows": _memory_rows(output["per_device"]), "degrees": ("tp", "cp", "pp", "dp", "ep"), **permissions,
         "run_form": run_form, **run_card_context(plan),
     }, status=status)

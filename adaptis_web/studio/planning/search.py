@@ -1,22 +1,17 @@
 """Planning a pipeline job: its search settings' checks, and ``planner.service.plan_pipeline_job`` with the
-search's progress written to the job row and its cancellation read from it (``planning.jobs`` stores the plans
-and ends the job).
-
-Both callbacks run inside the search loop (once per scored candidate), so each touches the database at most
-every ``ROW_IO_INTERVAL_S``: progress is written, and ``cancel_requested`` read, with that throttle.
+search's progress written to the job row and its cancellation read from it (``planning.progress``; ``planning.jobs``
+stores the plans and ends the job).
 """
 
 from __future__ import annotations
 
 import math
-import time
-from typing import Callable
 
 from adaptis_web.studio.models import PlanningJob
+from adaptis_web.studio.planning import progress
 from planner import service as planner_service
 from planner.errors import SpecError
 
-ROW_IO_INTERVAL_S = 0.5
 MAX_SEED = 2**31 - 1
 DEFAULT_TIME_BUDGET_S = 60.0
 MIN_TIME_BUDGET_S, MAX_TIME_BUDGET_S = 1.0, 600.0
@@ -43,45 +38,6 @@ def search_settings_check(*, seed: int, time_budget_s: float, memory_limit_bytes
                                               f"of it; got {memory_limit_bytes!r}")
 
 
-class _Throttle:
-    def __init__(self, interval_s: float = ROW_IO_INTERVAL_S):
-        self.interval_s = interval_s
-        self.last = float("-inf")
-
-    def due(self) -> bool:
-        now = time.monotonic()
-        if now - self.last < self.interval_s:
-            return False
-        self.last = now
-        return True
-
-
-def job_progress_writer(job_id: int, start: float, end: float) -> Callable[[float, str], None]:
-    """A search progress callback mapping the search's 0..1 onto ``start..end`` of the job's progress."""
-    throttle = _Throttle()
-
-    def write(fraction: float, message: str) -> None:
-        if throttle.due():
-            PlanningJob.objects.filter(pk=job_id).update(progress=start + (end - start) * fraction,
-                                                         progress_message=f"Searching: {message}"[:200])
-
-    return write
-
-
-def job_cancel_reader(job_id: int) -> Callable[[], bool]:
-    """A search cancel callback: whether the job's ``cancel_requested`` is set (once set, it stays set)."""
-    throttle = _Throttle()
-    requested = False
-
-    def read() -> bool:
-        nonlocal requested
-        if not requested and throttle.due():
-            requested = PlanningJob.objects.filter(pk=job_id, cancel_requested=True).exists()
-        return requested
-
-    return read
-
-
 def job_plan(*, job: PlanningJob, spec: planner_service.ModelSpec, profile: planner_service.Profile,
              cluster: planner_service.ClusterSpec,
              progress_span: tuple[float, float]) -> planner_service.PipelineJobOutcome:
@@ -91,4 +47,4 @@ def job_plan(*, job: PlanningJob, spec: planner_service.ModelSpec, profile: plan
         spec=spec, cluster=cluster, profile=profile, schedule=job.schedule, partition=job.partition,
         num_devices=job.num_devices, num_microbatches=job.num_microbatches, seed=job.seed,
         time_budget_s=job.time_budget_s, memory_limit_bytes=job.memory_limit_bytes,
-        progress=job_progress_writer(job.pk, *progress_span), cancel=job_cancel_reader(job.pk))
+        progress=progress.search_reporter(job.pk, *progress_span), cancel=progress.cancel_reader(job.pk))

@@ -11,8 +11,8 @@ from adaptis_web.studio.models import Plan, PlanningJob
 
 
 def job_list_for_user(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[PlanningJob]:
-    return PlanningJob.objects.filter(spec__team__memberships__user=user, deleted_at__isnull=not deleted).select_related(
-        "spec", "spec__team", "created_by")
+    return PlanningJob.objects.filter(spec__team__memberships__user=user, deleted_at__isnull=not deleted) \
+        .select_related("spec", "spec__team", "created_by")
 
 
 def job_list_with_plan_metrics(*, user: AbstractBaseUser, deleted: bool = False) -> QuerySet[PlanningJob]:

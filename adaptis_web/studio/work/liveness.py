@@ -27,6 +27,7 @@ from django.utils import timezone
 from celery import current_app
 
 from adaptis_web.studio.models import JobStatus, MeasuredProfile, PlanningJob, Run
+from adaptis_web.studio.planning import progress
 from adaptis_web.studio.work.broker import pending_task_ids
 from adaptis_web.studio.work.queueing import TASK_OF, send
 
@@ -88,7 +89,7 @@ def reap_stale_work(*, stale_after_s: float | None = None) -> dict[str, list[int
             error=f"worker lost: no sign of life for more than {stale_after:g} s (the worker running it stopped "
                   "or was killed); start it again")
         if model is PlanningJob:
-            PlanningJob.objects.filter(pk__in=ids, status=JobStatus.FAILED).update(progress_message="Worker lost")
+            progress.mark_lost(ids)
         logger.warning("reaped %s %s: no heartbeat for %g s", model.__name__, ids, stale_after)
         reaped[model.__name__] = ids
     never = Run.objects.filter(target="cluster", status=JobStatus.QUEUED,
