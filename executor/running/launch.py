@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch.distributed import TCPStore
 
-from executor.running.capacity import check_capacity
+from executor.running.capacity import check_capacity, execution_refusal
 from executor.running.config import RunConfig
 from executor.errors import ExecutorError, RunCancelled
 from executor.running.events import open_sink, resolved_sink
@@ -203,8 +203,11 @@ def _absolute(path: str | None) -> str | None:
 
 
 def _refuse_before_starting(plan: Plan, spec: ModelSpec, config: RunConfig) -> None:
-    """Fail fast, before any process starts: a plan that cannot be lowered, a model that cannot fit, a malformed
-    event sink (instead of the same error in every rank)."""
+    """Fail fast, before any process starts: a plan this executor cannot run as planned or cannot lower, a model
+    that cannot fit, a malformed event sink (instead of the same error in every rank)."""
+    refusal = execution_refusal(plan)
+    if refusal is not None:
+        raise refusal
     lower_plan(plan, spec.num_layers, lookahead=config.lookahead)
     device = torch.device("cuda", 0) if config.backend == "nccl" else torch.device("cpu")
     check_capacity(plan, spec, device=device, dtype=run_dtype(config, spec, device), optimizer=config.optimizer)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from executor.running.capacity import check_capacity
+from executor.running.capacity import check_capacity, execution_refusal
 from executor.running.config import RunConfig
 from executor.running.events import EventEmitter, open_sink
 from executor.running.cores import bind_local_rank
@@ -149,6 +149,9 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
     config = RunConfig(**job["config"])
     if world_size != plan.num_devices:
         raise RuntimeError(f"the plan needs {plan.num_devices} ranks, but WORLD_SIZE is {world_size}")
+    refusal = execution_refusal(plan)   # (under torchrun, no launcher checked it first)
+    if refusal is not None:
+        raise refusal
     device = _select_device(config.backend, local_rank)
     dtype = run_dtype(config, spec, device)
     check_capacity(plan, spec, device=device, dtype=dtype, optimizer=config.optimizer, ranks=[rank])

@@ -51,3 +51,33 @@ def test_a_schedule_that_keeps_too_many_micro_batches_in_flight_is_refused_where
     check_capacity(plans["1f1b"], SPEC, device=torch.device("cpu"), dtype=torch.float32, optimizer="adamw")
     with pytest.raises(SpecError, match="needs ~.* GiB across 2 CPU ranks"):
         check_capacity(plans["gpipe"], SPEC, device=torch.device("cpu"), dtype=torch.float32, optimizer="adamw")
+
+
+@pytest.mark.parametrize("degrees, dropped", [({"tp": 2}, "TP2"), ({"cp": 2}, "CP2"), ({"dp": 4}, "DP4"),
+                                               ({"dp": 2, "ep": 2}, "DP2 EP2"), ({"tp": 2, "dp": 2}, "TP2 DP2")])
+def test_a_hybrid_plan_with_an_axis_besides_the_pipeline_is_refused_naming_it_before_any_rank_starts(
+        degrees, dropped, monkeypatch):
+    from executor.running import launch
+    from executor.running.capacity import execution_refusal
+    from planner.parallel.config import ParallelConfig
+
+    plan = one_f_one_b(STAGES, 4)
+    plan.parallel = ParallelConfig(pp=2, num_microbatches=4, **degrees)
+    refusal = execution_refusal(plan)
+    assert refusal.field == "plan" and f"its {dropped} would not run" in refusal.reason
+    assert plan.parallel.short() in refusal.reason and "Megatron-LM or torchtitan" in refusal.reason
+    started = []
+    monkeypatch.setattr(launch, "_start_ranks", lambda *args, **kwargs: started.append(args) or [])
+    with pytest.raises(SpecError) as caught:
+        launch.run_plan(plan, SPEC, backend="gloo", steps=1)
+    assert caught.value.reason == refusal.reason and not started
+
+
+def test_a_pipeline_plan_v1_or_v2_with_only_the_pipeline_axis_is_run():
+    from executor.running.capacity import execution_refusal
+    from planner.parallel.config import ParallelConfig
+
+    plan = one_f_one_b(STAGES, 4)
+    assert plan.parallel is None and execution_refusal(plan) is None
+    plan.parallel = ParallelConfig(pp=2, num_microbatches=4, microbatch_size=2)
+    assert execution_refusal(plan) is None

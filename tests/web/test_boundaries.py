@@ -17,6 +17,8 @@ EXECUTOR_ENTRY_POINTS = {
     ("executor.model", "scale_spec"): "the scaled-down copy a CPU run executes",
     ("executor.measuring.profiler", "measure_for_local_runs"): "a profile measured on the runs' host",
     ("executor.running.cores", "usable_cores"): "the runs' host's cores, recorded with a measured profile",
+    ("executor.running.capacity", "execution_refusal"): "a plan the executor cannot run as planned, refused (and "
+                                                        "its page's run buttons replaced by the reason)",
     ("executor.running.events", "HTTP_BATCH_EVENTS"):
         "the ingest's bound on a batch, the one the ranks' HTTPS sink keeps to",
 }

@@ -332,6 +332,29 @@ def test_a_v2_plan_page_shows_its_parallel_configuration(client, people, hybrid_
     assert "Distributed optimizer" in page and "GiB of 80.0 GiB" in page
 
 
+def test_a_v2_plan_with_tensor_and_data_parallelism_is_refused_a_run_naming_what_would_not_run(client, people,
+                                                                                                 hybrid_plan):
+    """The executor runs pipeline parallelism only: a TP2 PP2 DP2 plan run as its pipeline alone would be less than
+    planned, so the API refuses it (nothing stored, locally or on a cluster) and the page says why instead of
+    offering a run or the executor for what an export loses."""
+    from adaptis_web.studio.models import Run
+
+    parallel = hybrid_plan.plan_doc["parallel"]
+    assert (parallel["tp"], parallel["pp"], parallel["dp"]) == (2, 2, 2)
+    api = _client(people.member)
+    for body in ({"plan": hybrid_plan.pk, "steps": 1, "scale_down": True},
+                 {"plan": hybrid_plan.pk, "steps": 1, "target": "cluster"}):
+        response = api.post("/api/runs/", body, format="json")
+        assert response.status_code == 400, response.content
+        error = response.json()["errors"][0]
+        assert error["field"] == "plan" and "its TP2 DP2 would not run" in error["reason"], error
+    assert Run.objects.count() == 0
+    client.force_login(people.member)
+    page = client.get(reverse("studio:plan", args=[hybrid_plan.pk])).content.decode()
+    assert 'id="run-refusal"' in page and "its TP2 DP2 would not run" in page
+    assert 'id="run-on-cpu"' not in page and "data-run-executor" not in page
+
+
 def test_editing_a_v2_plans_degrees_re_predicts_the_job_as_planner_hybrid_does(people, hybrid_plan):
     client = _client(people.member)
     body = _simulate(client, hybrid_plan, hybrid_plan.plan_doc).json()
@@ -475,8 +498,8 @@ def test_a_v1_plans_framework_export_is_a_400_naming_the_format(people, planned)
         assert error["field"] == "format" and "adaptis.plan/v2" in error["reason"]
 
 
-def test_a_v2_plan_page_offers_the_framework_downloads_says_what_they_lose_and_offers_the_executor(client, people,
-                                                                                                    hybrid_plan):
+def test_a_v2_plan_page_offers_the_framework_downloads_and_says_what_they_lose(client, people, hybrid_plan):
+    """TP2 PP2 DP2: the executor cannot run it as planned either, so it is not offered for what an export loses."""
     from planner.exports import export_losses
     from planner.spec.presets import load_model_preset
 
@@ -487,8 +510,8 @@ def test_a_v2_plan_page_offers_the_framework_downloads_says_what_they_lose_and_o
         assert f'data-export="{fmt}" href="{reverse("api:plan-export", args=[hybrid_plan.pk, fmt])}"' in page
         lost = export_losses(fmt, plan, load_model_preset("llama-3-8b"), SEQ_LEN)
         if lost:
-            assert f'data-export-lost="{fmt}"' in page and f'data-run-executor="{fmt}"' in page
-            assert 'id="run-form"' in page   # the link's target: the Run on CPU form
+            assert f'data-export-lost="{fmt}"' in page and f'data-run-executor="{fmt}"' not in page
+            assert "data-executor-refusal" in page
     assert "megatron-args|torchtitan-toml" in page
 
 

@@ -34,7 +34,7 @@ from django.utils import timezone
 from adaptis_web.studio.catalog.specs import spec_check_team
 from adaptis_web.studio.models import JobStatus, Plan, Run, RunEvent
 from adaptis_web.studio.runs.live_events import event_identity, event_row, next_seq
-from adaptis_web.studio.runs.local_runs import MAX_RUN_STEPS
+from adaptis_web.studio.runs.local_runs import MAX_RUN_STEPS, plan_execution_refusal
 from executor.running.events import HTTP_BATCH_EVENTS
 from planner.cluster import load_cluster
 from planner.errors import SpecError
@@ -71,9 +71,9 @@ def cluster_run_create(*, plan: Plan, user: AbstractBaseUser, steps: int, enviro
     team = plan.job.spec.team
     spec_check_team(team=team, user=user, doing="starting a run")
     environment = environment or team.run_environment or DEFAULT_ENVIRONMENT
-    if plan.plan_doc.get("format") != "adaptis.plan/v1":
-        raise SpecError("plan", "is a hybrid-parallel plan (adaptis.plan/v2); the executor runs pipeline plans "
-                                "(adaptis.plan/v1): export it to Megatron-LM or torchtitan to run it")
+    refusal = plan_execution_refusal(plan)
+    if refusal is not None:
+        raise refusal
     if not 1 <= steps <= MAX_RUN_STEPS:
         raise SpecError("steps", f"must be between 1 and {MAX_RUN_STEPS}; got {steps}")
     secret = secrets.token_urlsafe(32)

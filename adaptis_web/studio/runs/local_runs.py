@@ -22,6 +22,7 @@ from adaptis_web.studio.runs.live_events import RunEventRelay, run_event_sink, r
 from adaptis_web.studio.runs.run_control import run_stop_reader
 from adaptis_web.studio.work.liveness import heartbeat
 from adaptis_web.studio.work.queueing import enqueue_on_commit, internal_error
+from executor.running.capacity import execution_refusal
 from planner.errors import PlanError, SpecError
 from planner.plan import load_plan
 from planner.service import ModelSpec, count_parameters
@@ -46,9 +47,17 @@ def cpu_run_refusal(spec: ModelSpec) -> str | None:
             f"layer pattern at hidden size 64 (executor.model.scale_spec)")
 
 
+def plan_execution_refusal(plan: Plan) -> SpecError | None:
+    """Why the executor cannot run ``plan`` as planned anywhere (a hybrid plan's TP, CP, DP or EP), or None."""
+    return execution_refusal(load_plan(plan.plan_doc))
+
+
 def plan_run_refusal(plan: Plan) -> SpecError | None:
     """Why ``plan`` cannot run on this host's CPU at all (any steps, scaled down or not), or None: what a page
     says instead of offering "Run on CPU", and what ``run_create`` refuses."""
+    refusal = plan_execution_refusal(plan)
+    if refusal is not None:
+        return refusal
     world_size = plan.plan_doc["num_devices"]
     if world_size > settings.CPU_RUN_MAX_RANKS:
         return SpecError("plan", f"uses {world_size} devices; a CPU run starts at most "
