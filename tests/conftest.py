@@ -76,7 +76,7 @@ def _name_the_xdist_groups(config, items) -> None:
     """``--dist loadgroup`` sends the tests whose node ids end in ``@GROUP`` to one worker. pytest-xdist 3.8 appends
     the ``xdist_group`` there by assigning ``item._nodeid``, which pytest 9.2 no longer reads (a node id is now
     ``str(item._id)``): without this, every group is spread over the workers as if it had none."""
-    if not config.getvalue("loadgroup"):
+    if not getattr(config.option, "loadgroup", False):   # (set in a worker of --dist loadgroup only)
         return
     from _pytest.nodeid import NodeId
 
