@@ -83,8 +83,9 @@ def _name_the_xdist_groups(config, items) -> None:
     for item in items:
         groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
                          for mark in item.iter_markers("xdist_group")})
-        if groups and "@" not in item.nodeid:
-            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
+        suffix = f"@{'_'.join(groups)}"
+        if groups and not item.nodeid.endswith(suffix):   # (a pytest-xdist that does it again someday)
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 def _keep_shared_module_fixtures_on_one_worker(items) -> None:
@@ -97,7 +98,7 @@ def _keep_shared_module_fixtures_on_one_worker(items) -> None:
         fixtures = item._fixtureinfo.name2fixturedefs.values()
         if any(definition.scope in ("module", "class") and definition.func.__module__ == item.module.__name__
                for definitions in fixtures for definition in definitions):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))   # its file
 
 
 def _only_tests_of_the_database(config, items) -> None:
