@@ -61,7 +61,47 @@ def parent_of(pid: int) -> int | None:
 DATABASE_FIXTURES = {"db", "transactional_db", "django_db_setup", "live_server"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    _keep_shared_module_fixtures_on_one_worker(items)
+    _only_tests_of_the_database(config, items)
+
+
+@pytest.hookimpl(tryfirst=True)  # before a pytest-xdist worker sends the node ids it collected
+def pytest_collection_finish(session):
+    _name_the_xdist_groups(session.config, session.items)
+
+
+def _name_the_xdist_groups(config, items) -> None:
+    """``--dist loadgroup`` sends the tests whose node ids end in ``@GROUP`` to one worker. pytest-xdist 3.8 appends
+    the ``xdist_group`` there by assigning ``item._nodeid``, which pytest 9.2 no longer reads (a node id is now
+    ``str(item._id)``): without this, every group is spread over the workers as if it had none."""
+    if not getattr(config.option, "loadgroup", False):   # (set in a worker of --dist loadgroup only)
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                         for mark in item.iter_markers("xdist_group")})
+        suffix = f"@{'_'.join(groups)}"
+        if groups and not item.nodeid.endswith(suffix):   # (a pytest-xdist that does it again someday)
+            item._id = NodeId.parse(item.nodeid + suffix)
+
+
+def _keep_shared_module_fixtures_on_one_worker(items) -> None:
+    """The tests of a module that use a module- or class-scoped fixture of that module (one run of the ranks that
+    several tests look at) go to one pytest-xdist worker (``--dist loadgroup``, as scripts/test.sh runs the
+    suite): spread over both, each worker would build the fixture again. Tests that already name a group keep it."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        fixtures = item._fixtureinfo.name2fixturedefs.values()
+        if any(definition.scope in ("module", "class") and definition.func.__module__ == item.module.__name__
+               for definitions in fixtures for definition in definitions):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))   # its file
+
+
+def _only_tests_of_the_database(config, items) -> None:
     """``ADAPTIS_TESTS_OF_THE_DATABASE=1`` keeps only the tests that use the test database (scripts/test.sh runs
     them again on SQLite after the whole suite ran on PostgreSQL), but those marked ``any_database``: the others,
     and these, would run the same code twice and prove nothing more."""

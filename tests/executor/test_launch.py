@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import redis
@@ -104,12 +106,29 @@ def test_summary_matches_an_independent_count_of_the_events(three_rank_run):
     assert result.loss == result.losses[-1] and len(result.losses) == 2
 
 
-def test_jsonl_sink_receives_the_same_event_schema_at_a_path_relative_to_the_caller(tmp_path, monkeypatch):
-    # The ranks run in the repository; a relative path must still land in the caller's directory.
-    monkeypatch.chdir(tmp_path)
-    path = tmp_path / "events.jsonl"
+@pytest.fixture(scope="module")
+def two_rank_run_from_elsewhere(tmp_path_factory):
+    """One two-rank run started from a directory of the caller's with a JSONL sink given relative to it: the plan,
+    the result, the sink's path, and the files the run's job directory held when the launcher removed it."""
+    caller = tmp_path_factory.mktemp("caller")
+    remove = shutil.rmtree
+    job_files: list[str] = []
+
+    def list_then_remove(path, ignore_errors=False):
+        job_files.extend(entry.name for entry in Path(path).iterdir())
+        remove(path, ignore_errors=ignore_errors)
+
     plan = one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2)
-    result = run_plan(plan, every_kind_spec(), event_sink="events.jsonl", timeout_s=240)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(caller)
+        patch.setattr(shutil, "rmtree", list_then_remove)
+        result = run_plan(plan, every_kind_spec(), event_sink="events.jsonl", steps=1, timeout_s=240)
+    return plan, result, caller / "events.jsonl", job_files
+
+
+def test_jsonl_sink_receives_the_same_event_schema_at_a_path_relative_to_the_caller(two_rank_run_from_elsewhere):
+    # The ranks run in the repository; a relative path must still land in the caller's directory.
+    plan, result, path, _ = two_rank_run_from_elsewhere
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [lines[0]["type"], lines[-1]["type"]] == ["run_started", "run_finished"]
     assert len([e for e in lines if e["type"] == "action"]) == plan.num_actions() == len(result.events)
@@ -172,20 +191,9 @@ def test_a_rank_that_dies_after_marking_its_work_done_is_a_teardown_abort_not_a_
     assert _failed_ranks(tmp_path, [-6, 0, 0]) == [0]
 
 
-def test_every_rank_marks_its_work_done_before_teardown(monkeypatch):
+def test_every_rank_marks_its_work_done_before_teardown(two_rank_run_from_elsewhere):
     """A real run leaves each rank's done marker in its job directory by the time the processes end."""
-    import shutil
-    from pathlib import Path
-
-    remove = shutil.rmtree
-    job_files = []
-
-    def list_then_remove(path, ignore_errors=False):
-        job_files.extend(entry.name for entry in Path(path).iterdir())
-        remove(path, ignore_errors=ignore_errors)
-
-    monkeypatch.setattr(shutil, "rmtree", list_then_remove)
-    run_plan(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2), every_kind_spec(), steps=1)
+    *_, job_files = two_rank_run_from_elsewhere
     assert {"rank0.done", "rank1.done"} <= set(job_files)
 
 
@@ -271,8 +279,8 @@ def test_a_rank_killed_mid_run_is_named_as_the_one_that_died_not_its_peer(tmp_pa
     outcome: dict = {}
 
     def launch():
-        try:
-            run_plan(plan, every_kind_spec(), steps=50, timeout_s=240, event_sink=f"{REDIS_URL}#{stream}")
+        try:  # far more steps than the run can reach: it is still running when its rank is killed, however slow
+            run_plan(plan, every_kind_spec(), steps=100_000, timeout_s=240, event_sink=f"{REDIS_URL}#{stream}")
         except ExecutorError as error:
             outcome["error"] = error
 

@@ -5,14 +5,21 @@ from __future__ import annotations
 from dataclasses import replace
 
 import billiard
+import pytest
 
 from executor.measuring.profiler import fastest_of, measure_profile_alongside
 from planner.spec.presets import load_model_preset
 
 
-def test_every_process_profiles_every_layer_at_once():
-    spec = load_model_preset("tiny-llama")
-    profile = measure_profile_alongside(spec, processes=2, threads=1, repeats=1, warmup=0, timeout_s=240)
+@pytest.fixture(scope="module")
+def two_processes_profile():
+    """tiny-llama profiled by two processes at once, one thread each."""
+    return measure_profile_alongside(load_model_preset("tiny-llama"), processes=2, threads=1, repeats=1, warmup=0,
+                                     timeout_s=240)
+
+
+def test_every_process_profiles_every_layer_at_once(two_processes_profile):
+    spec, profile = load_model_preset("tiny-llama"), two_processes_profile
     assert [layer.name for layer in profile.layers] == list(spec.layer_names())
     assert profile.device.endswith("2 processes at once") and "1 threads" in profile.device
     decoders = [layer for layer in profile.layers if layer.kind == "decoder"]
@@ -28,9 +35,8 @@ def test_without_the_split_the_whole_backward_is_timed_as_input_gradient():
     assert all(layer.backward_input > 0 and layer.backward_weight == 0.0 for layer in decoders)
 
 
-def test_a_process_slowed_down_throughout_does_not_set_the_profile():
-    spec = load_model_preset("tiny-llama")
-    steady = measure_profile_alongside(spec, processes=1, threads=1, repeats=1, warmup=0, timeout_s=240)
+def test_a_process_slowed_down_throughout_does_not_set_the_profile(two_processes_profile):
+    steady = two_processes_profile   # a measured profile, as one process's would be
     slowed = replace(steady, layers=tuple(replace(layer, forward=layer.forward * 3,
                                                   backward_input=layer.backward_input * 3,
                                                   backward_weight=layer.backward_weight * 3)
@@ -42,7 +48,7 @@ def test_a_process_slowed_down_throughout_does_not_set_the_profile():
     assert combined.layers[0].forward == slowed.layers[0].forward
     assert [layer.forward for layer in combined.layers[1:]] == [layer.forward for layer in steady.layers[1:]]
     assert [layer.backward_weight for layer in combined.layers] == [layer.backward_weight for layer in steady.layers]
-    assert combined.device.endswith("2 processes at once")
+    assert combined.device == f"{slowed.device}, 2 processes at once"
 
 
 def _profile_in_a_pool_process():
