@@ -38,6 +38,7 @@ PING_INTERVAL_S = 10
 WORKER_BOOT_S = 90
 STOP_TIMEOUT_S = 20
 BACK_WITHIN_S = 60
+WATCH_TIMEOUT_S = 10   # each request of the page watch
 LONG_RUN_STEPS, LONG_RUN_MICROBATCHES = 50, 64  # minutes of work: far longer than a stop may take
 WORKERS = ("planner", "runner")
 
@@ -205,11 +206,18 @@ class PageWatch(threading.Thread):
         while not self.halt.is_set():
             during = self.during
             try:
-                with urllib.request.urlopen(self.url, timeout=10) as response:
+                with urllib.request.urlopen(self.url, timeout=WATCH_TIMEOUT_S) as response:
                     self.outcomes.append((during, "ok" if response.status == 200 else f"HTTP {response.status}"))
             except OSError as error:
                 self.outcomes.append((during, f"{time.strftime('%X')}: {error}"))
             time.sleep(0.2)
+
+    def answered_after(self, seen: int, count: int) -> bool:
+        """Whether ``count`` more requests than ``seen`` got an outcome, waiting as long as they may take."""
+        deadline = time.monotonic() + count * (WATCH_TIMEOUT_S + 1)
+        while len(self.outcomes) < seen + count and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return len(self.outcomes) >= seen + count
 
     def misses(self, during: str) -> list[str]:
         return [outcome for label, outcome in self.outcomes if label == during and outcome != "ok"]
@@ -249,12 +257,10 @@ def _kill_each_service_in_turn(product: Product) -> None:
                 if back and name in WORKERS:
                     back = f"{name}@{host}: OK" in product.ping_workers()
                 if back and name == "web":  # the old master's workers gone (they may answer a moment), the new
-                    # one's answering
-                    back = not _orphaned_web_workers(product, now["web"])
-                    answered = len(watch.outcomes)
-                    back = back and _wait_for(lambda: len(watch.outcomes) > answered + 1, timeout_s=10,
-                                              message="the page watch's next requests") and \
-                        watch.outcomes[-1] == ("web", "ok")
+                    # one's answering: the watch's next two requests answered, the last one ok (a request caught
+                    # by the old socket as it closed may take its whole timeout; then the loop looks again)
+                    back = not _orphaned_web_workers(product, now["web"]) and \
+                        watch.answered_after(len(watch.outcomes), 2) and watch.outcomes[-1] == ("web", "ok")
                 if back:
                     break
                 assert time.monotonic() < deadline, \
