@@ -63,9 +63,10 @@ def fail(job_id: int, error: str) -> None:
                                                  progress_message="Failed")
 
 
-def mark_lost(job_ids: list[int]) -> None:
-    """The message of jobs the warden failed because their worker stopped (``work.liveness``)."""
-    PlanningJob.objects.filter(pk__in=job_ids, status=JobStatus.FAILED).update(progress_message="Worker lost")
+def lost_fields() -> dict:
+    """The fields a job the warden fails, because its worker stopped, ends with besides its status and error
+    (``work.liveness`` writes them in the same UPDATE, so no one reads the failure without them)."""
+    return {"progress_message": "Worker lost"}
 
 
 class _Throttle:

@@ -87,9 +87,7 @@ def reap_stale_work(*, stale_after_s: float | None = None) -> dict[str, list[int
         model.objects.filter(silent, pk__in=ids, status=JobStatus.RUNNING).update(
             status=JobStatus.FAILED, finished_at=now,
             error=f"worker lost: no sign of life for more than {stale_after:g} s (the worker running it stopped "
-                  "or was killed); start it again")
-        if model is PlanningJob:
-            progress.mark_lost(ids)
+                  "or was killed); start it again", **(progress.lost_fields() if model is PlanningJob else {}))
         logger.warning("reaped %s %s: no heartbeat for %g s", model.__name__, ids, stale_after)
         reaped[model.__name__] = ids
     never = Run.objects.filter(target="cluster", status=JobStatus.QUEUED,
