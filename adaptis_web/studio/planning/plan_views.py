@@ -16,7 +16,7 @@ from adaptis_web.studio.planning.exports import FORMATS
 from adaptis_web.studio.planning.predictions import stored_plan
 from adaptis_web.studio.planning.selectors import plan_get_for_user
 from adaptis_web.studio.runs.forms import RunForm
-from adaptis_web.studio.runs.local_runs import cpu_run_refusal, plan_execution_refusal, plan_run_refusal
+from adaptis_web.studio.runs.local_runs import cpu_run_refusal, host_ranks_refusal, plan_execution_refusal
 from planner import service as planner_service
 from planner.spec.model import load_model_spec
 
@@ -31,9 +31,10 @@ def run_card_context(plan: Plan) -> dict:
     """What the Run on CPU card (templates/studio/_run_card.html) shows besides its form: why the plan cannot run
     here, before anyone clicks (a hybrid plan the executor cannot run as planned, more ranks than this host starts),
     whether the executor runs it as planned anywhere, and the plan's recent runs."""
-    run_refusal = plan_run_refusal(plan)
+    execution_refusal = plan_execution_refusal(plan)   # (loads the whole plan document: once a page)
+    run_refusal = execution_refusal or host_ranks_refusal(plan)
     return {"cpu_refusal": cpu_run_refusal(load_model_spec(plan.job.spec.doc)),
-            "executes_as_planned": plan_execution_refusal(plan) is None,
+            "executes_as_planned": execution_refusal is None,
             "run_refusal": run_refusal and f"This plan {run_refusal.reason}.",
             "runs": plan.runs.filter(deleted_at__isnull=True)[:RECENT_RUNS]}
 

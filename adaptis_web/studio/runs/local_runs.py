@@ -55,9 +55,11 @@ def plan_execution_refusal(plan: Plan) -> SpecError | None:
 def plan_run_refusal(plan: Plan) -> SpecError | None:
     """Why ``plan`` cannot run on this host's CPU at all (any steps, scaled down or not), or None: what a page
     says instead of offering "Run on CPU", and what ``run_create`` refuses."""
-    refusal = plan_execution_refusal(plan)
-    if refusal is not None:
-        return refusal
+    return plan_execution_refusal(plan) or host_ranks_refusal(plan)
+
+
+def host_ranks_refusal(plan: Plan) -> SpecError | None:
+    """Why this host cannot start ``plan``'s ranks (more than ``CPU_RUN_MAX_RANKS``), or None."""
     world_size = plan.plan_doc["num_devices"]
     if world_size > settings.CPU_RUN_MAX_RANKS:
         return SpecError("plan", f"uses {world_size} devices; a CPU run starts at most "
