@@ -271,7 +271,8 @@ def _kill_each_service_in_turn(product: Product) -> None:
             assert product.make.poll() is None, f"make run stopped after {name}'s SIGKILL:\n{product.logs()}"
             assert f"{name} (pid {before[name]}) died unexpectedly; starting it again (its log: var/{name}.log)" \
                 in product.output(), product.logs()
-        time.sleep(2)   # a few more requests to the web server that came back
+        # three more requests to the web server that came back, however long each takes on a loaded host
+        assert watch.answered_after(len(watch.outcomes), 3), "the page watch stalled after the web server came back"
     finally:
         watch.halt.set()
         watch.join()
