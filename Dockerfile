@@ -20,6 +20,9 @@ COPY executor ./executor
 COPY adaptis_web ./adaptis_web
 RUN pip install --no-deps --no-build-isolation -e .
 COPY . .
+# The project's bytecode, as scripts/lib.sh's compile_project writes it: the processes never write it here
+# (PYTHONDONTWRITEBYTECODE, and /app is not theirs), so each would compile the project from source at its start.
+RUN python -m compileall -q adaptis_web planner executor manage.py
 RUN SECRET_KEY=build-only python manage.py collectstatic --noinput
 
 RUN useradd --create-home adaptis && mkdir -p /app/var && chown -R adaptis /app/var
