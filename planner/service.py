@@ -1,8 +1,9 @@
 """The planner as the web (and any other front end) calls it: one call per use case, plain documents in and out.
 
-A front end reaches planning only through this module, ``planner.errors`` and the document loaders
-(``load_*``/``parse_*`` of ``planner.cluster``, ``planner.profile``, ``planner.plan``, ``planner.spec.*``,
-``planner.documents``); ``tests/web/test_boundaries.py`` holds the web to that. The use cases:
+A front end reaches planning only through this module and ``planner.errors``: the document loaders (``LOADERS``,
+from ``planner.cluster``, ``planner.profile``, ``planner.plan``, ``planner.spec.*``, ``planner.documents``,
+``planner.parallel.config``) come through here too; ``tests/web/test_boundaries.py`` holds the web to that. The use
+cases:
 
 - ``check_pipeline_job`` / ``plan_pipeline_job``: a pipeline job's shape checked, then planned (the AdaPtis search
   with the baselines it scored, or one baseline), each plan validated and simulated into a ``PlanRecord``, the
@@ -35,9 +36,10 @@ from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
 from planner.actions import ACTION_KINDS, ActionKind
 from planner.comparison import plan_gpus, throughput_difference
 from planner.calibrate import after_warmup, measure_message_overhead, recalibrate, with_message_overhead
-from planner.cluster import ClusterSpec, is_cluster_preset, load_cluster, preset_names
+from planner.cluster import ClusterSpec, is_cluster_preset, load_cluster, load_cluster_preset, preset_names
 from planner.cost import analytic_profile
 from planner.cost.analytic import count_parameters
+from planner.documents import parse_document
 from planner.editing import (
     EDITED_STRATEGY,
     LIST_POLICIES,
@@ -67,7 +69,7 @@ from planner.limits import (
     pipeline_slots_reason,
 )
 from planner.observed import summarize as summarize_observed
-from planner.parallel.config import RECOMPUTE_MODES
+from planner.parallel.config import RECOMPUTE_MODES, load_parallel
 from planner.parallel.evaluate import shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.parallel.search import HybridResult, SearchCancelled
@@ -77,8 +79,9 @@ from planner.profile import Profile, load_profile
 from planner.scheduling import chunks_per_device
 from planner.search import check_model_state_fits, search_plan
 from planner.simulator import simulate, simulate_summary
+from planner.spec.files import parse_model_document
 from planner.spec.model import ModelSpec, load_model_spec
-from planner.spec.presets import model_preset_names
+from planner.spec.presets import load_model_preset, model_preset_names
 from planner.units import binary_bytes, signed_binary_bytes
 
 ADAPTIS_STRATEGY = "adaptis"
@@ -439,8 +442,11 @@ def plan_run_shape(plan_doc: dict, spec: ModelSpec) -> tuple[int, bool]:
     return plan.num_devices, plan.uses_split_backward()
 
 
-# The vocabularies and types a front end's forms and serializers offer come from their homes through here.
-__all__ = ["ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "ActionKind", "BASELINE_SCHEDULES", "EXPORTS",
+# The vocabularies and types a front end's forms and serializers offer, and the document loaders (untrusted text or
+# JSON to a checked document), come from their homes through here.
+LOADERS = ["load_cluster", "load_cluster_preset", "load_model_preset", "load_model_spec", "load_parallel", "load_plan",
+           "load_profile", "parse_document", "parse_model_document"]
+__all__ = [*LOADERS, "ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "ActionKind", "BASELINE_SCHEDULES", "EXPORTS",
            "EXPORT_FORMATS",
            "HYBRID_SCHEDULE",
            "JOB_SCHEDULES", "LIST_POLICIES", "MAX_GLOBAL_BATCH", "MAX_GPUS", "MAX_MICROBATCHES", "MAX_PIPELINE_DEVICES",

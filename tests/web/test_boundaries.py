@@ -1,6 +1,6 @@
-"""The web reaches planning through one facade: ``planner.service``, ``planner.errors`` and the document loaders
-(``load_*``/``parse_*``: untrusted text or JSON to a checked document). Running and measuring go through the
-executor's own entry points, each named below with the reason the web calls it."""
+"""The web reaches planning through one facade, ``planner.service`` (the document loaders, untrusted text or JSON
+to a checked document, included), and ``planner.errors``. Running and measuring go through the executor's own entry
+points, each named below with the reason the web calls it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 WEB = Path(__file__).resolve().parent.parent.parent / "adaptis_web"
 PLANNER_ANY_NAME = {"planner.service", "planner.errors"}
-LOADER_PREFIXES = ("load_", "parse_")
 EXECUTOR_ENTRY_POINTS = {
     ("executor.running.launch", "run_plan"): "a local run's ranks, on the runs worker",
     ("executor.errors", "ExecutorError"): "a failed run's message and its ranks' traceback",
@@ -38,12 +37,10 @@ def _allowed(module: str, name: str | None) -> bool:
         return (module, name) in EXECUTOR_ENTRY_POINTS
     if module.split(".")[0] != "planner":
         return True
-    if module in PLANNER_ANY_NAME or (module == "planner" and name in ("service", "errors")):
-        return True
-    return name is not None and name.startswith(LOADER_PREFIXES)
+    return module in PLANNER_ANY_NAME or (module == "planner" and name in ("service", "errors"))
 
 
-def test_the_web_reaches_the_planner_only_through_the_facade_the_errors_and_the_loaders():
+def test_the_web_reaches_the_planner_only_through_the_facade_and_the_errors():
     reached = []
     for path in sorted(WEB.rglob("*.py")):
         for module, name in _imports(ast.parse(path.read_text(), filename=str(path))):
@@ -52,12 +49,13 @@ def test_the_web_reaches_the_planner_only_through_the_facade_the_errors_and_the_
     assert reached == []
 
 
-def test_the_rule_refuses_a_planner_internal_and_an_unlisted_executor_module():
+def test_the_rule_refuses_a_planner_internal_a_loader_beside_the_facade_and_an_unlisted_executor_module():
     tree = ast.parse("from planner.simulator import simulate\nimport planner.search\n"
                      "from executor.running.worker import x\nfrom planner.cluster import load_cluster\n"
                      "from planner import service\n")
     assert [pair for pair in _imports(tree) if not _allowed(*pair)] == [
-        ("planner.simulator", "simulate"), ("planner.search", None), ("executor.running.worker", "x")]
+        ("planner.simulator", "simulate"), ("planner.search", None), ("executor.running.worker", "x"),
+        ("planner.cluster", "load_cluster")]
 
 
 def _studio_imports(path: Path) -> set[str]:

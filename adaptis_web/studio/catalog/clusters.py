@@ -8,10 +8,9 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from adaptis_web.studio.catalog.specs import prefixed_error, spec_check_team, upload_text
 from adaptis_web.studio.models import ClusterRecord, Team
-from planner.cluster import load_cluster, load_cluster_preset
-from planner.documents import parse_document
+from planner.service import (
+    ACCELERATORS, ClusterSpec, is_cluster_preset, load_cluster, load_cluster_preset, parse_document, preset_names)
 from planner.errors import SpecError
-from planner.service import ACCELERATORS, ClusterSpec, is_cluster_preset, preset_names
 
 MAX_CLUSTER_FILE_BYTES = 256 * 1024
 NAMED_CLUSTER_HELP = ("or a named cluster '<device>-<nodes>x<gpus per node>' such as 'h100-sxm-1024x8' (devices: "

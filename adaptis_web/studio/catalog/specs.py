@@ -8,9 +8,7 @@ from adaptis_web.studio.accounts.roles import Role, role_require
 from adaptis_web.studio.accounts.selectors import user_is_member
 from adaptis_web.studio.models import ModelSpecRecord, Team
 from planner.errors import SpecError
-from planner.service import ModelSpec
-from planner.spec.files import parse_model_document
-from planner.spec.model import load_model_spec
+from planner.service import ModelSpec, load_model_spec, parse_model_document
 
 MAX_SPEC_FILE_BYTES = 2 * 1024 * 1024
 

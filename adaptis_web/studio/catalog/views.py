@@ -15,7 +15,7 @@ from adaptis_web.studio.accounts.views import current_team
 from adaptis_web.studio.catalog.clusters import cluster_create
 from adaptis_web.studio.catalog.forms import ClusterForm
 from adaptis_web.studio.catalog.selectors import cluster_get_for_user
-from planner.cluster import load_cluster
+from planner.service import load_cluster
 from planner.errors import SpecError
 
 RECENT_JOBS = 20

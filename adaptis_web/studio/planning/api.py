@@ -22,8 +22,7 @@ from adaptis_web.studio.planning.selectors import (job_detail_for_user, job_get_
                                                    plan_get_for_user)
 from adaptis_web.studio.planning.serializers import (JobCreateInput, JobDetailOutput, JobOutput, PlanDeriveInput,
                                                      PlanListOutput, PlanOutput)
-from planner.service import ACCELERATORS, PARTITIONS, model_preset_names, preset_names
-from planner.spec.model import load_model_spec
+from planner.service import ACCELERATORS, PARTITIONS, load_model_spec, model_preset_names, preset_names
 
 
 class PresetsApi(APIView):

@@ -17,9 +17,7 @@ from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S
 from planner import service as planner_service
 from planner.errors import SpecError
 from planner.service import (BASELINE_SCHEDULES, PARTITIONS, RECOMPUTE_MODES, ClusterSpec, ModelSpec,
-                             model_preset_names, preset_names)
-from planner.spec.model import load_model_spec
-from planner.spec.presets import load_model_preset
+                             load_model_preset, load_model_spec, model_preset_names, preset_names)
 
 
 DEFAULT_CLUSTER_PRESET = "cpu-host"

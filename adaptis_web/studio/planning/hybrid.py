@@ -17,8 +17,8 @@ from adaptis_web.studio.models import PlanningJob
 from adaptis_web.studio.planning import progress
 from planner import service as planner_service
 from planner.errors import SpecError
-from planner.service import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, ClusterSpec, ModelSpec  # limits: planner.limits
-from planner.spec.model import load_model_spec
+from planner.service import (
+    MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, ClusterSpec, ModelSpec, load_model_spec)  # limits: planner.limits
 
 HYBRID_SCHEDULE = planner_service.HYBRID_SCHEDULE
 DEGREE_PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size")

@@ -9,10 +9,8 @@ elements at 16,384 GPUs.
 
 from __future__ import annotations
 
-from planner.cluster import load_cluster
-from planner.parallel.config import load_parallel
+from planner.service import ClusterSpec, RankMapping, load_cluster, load_parallel
 from planner import service as planner_service
-from planner.service import ClusterSpec, RankMapping
 
 GIB = 2**30
 PICTURE_ALL_UP_TO = 256

@@ -34,11 +34,8 @@ from adaptis_web.studio.work.cancelling import request_cancel
 from adaptis_web.studio.work.liveness import heartbeat
 from adaptis_web.studio.work.queueing import enqueue_on_commit, internal_error
 from planner import service as planner_service
-from planner.cluster import load_cluster
+from planner.service import ClusterSpec, ModelSpec, PlanRecord, Profile, load_cluster, load_model_spec, load_profile
 from planner.errors import PlanError, SpecError
-from planner.profile import load_profile
-from planner.service import ClusterSpec, ModelSpec, PlanRecord, Profile
-from planner.spec.model import load_model_spec
 
 logger = logging.getLogger(__name__)
 

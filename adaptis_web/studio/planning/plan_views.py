@@ -18,7 +18,7 @@ from adaptis_web.studio.planning.selectors import plan_get_for_user
 from adaptis_web.studio.runs.forms import RunForm
 from adaptis_web.studio.runs.local_runs import cpu_run_refusal, host_ranks_refusal, plan_execution_refusal
 from planner import service as planner_service
-from planner.spec.model import load_model_spec
+from planner.service import load_model_spec
 
 RECENT_RUNS = 20   # the run card's table, as the job page's lists
 

@@ -27,8 +27,7 @@ from adaptis_web.studio.runs.forms import RunForm
 from adaptis_web.studio.runs.profiling import layer_cost_chart, plan_local_prediction
 from adaptis_web.studio.runs.selectors import spec_measured_profile
 from planner.errors import SpecError
-from planner.service import preset_names
-from planner.spec.model import load_model_spec
+from planner.service import load_model_spec, preset_names
 
 
 @login_required

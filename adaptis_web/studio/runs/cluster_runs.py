@@ -36,9 +36,8 @@ from adaptis_web.studio.models import JobStatus, Plan, Run, RunEvent
 from adaptis_web.studio.runs.live_events import event_identity, event_row, next_seq
 from adaptis_web.studio.runs.local_runs import MAX_RUN_STEPS, plan_execution_refusal
 from executor.running.events import HTTP_BATCH_EVENTS
-from planner.cluster import load_cluster
+from planner.service import load_cluster, parse_action
 from planner.errors import SpecError
-from planner.service import parse_action
 
 RENDEZVOUS_PORT = 29500
 DEFAULT_ENVIRONMENT = "source .venv/bin/activate   # the environment every node runs the executor from"

@@ -24,9 +24,7 @@ from adaptis_web.studio.work.liveness import heartbeat
 from adaptis_web.studio.work.queueing import enqueue_on_commit, internal_error
 from executor.running.capacity import execution_refusal
 from planner.errors import PlanError, SpecError
-from planner.plan import load_plan
-from planner.service import ModelSpec, count_parameters
-from planner.spec.model import load_model_spec
+from planner.service import ModelSpec, count_parameters, load_model_spec, load_plan
 
 logger = logging.getLogger(__name__)
 

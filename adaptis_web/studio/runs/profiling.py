@@ -34,10 +34,7 @@ from adaptis_web.studio.work.queueing import enqueue_on_commit, internal_error, 
 from executor.errors import ExecutorError
 from planner.errors import PlanError, SpecError
 from planner import service as planner_service
-from planner.plan import load_plan
-from planner.profile import load_profile
-from planner.service import ModelSpec, Profile
-from planner.spec.model import load_model_spec
+from planner.service import ModelSpec, Profile, load_cluster_preset, load_model_spec, load_plan, load_profile
 
 logger = logging.getLogger(__name__)
 
@@ -187,8 +184,6 @@ def layer_cost_chart(*, spec: ModelSpec, cluster_preset: str, measured: Measured
     """What the spec page charts per layer: compute (F + B + W per micro-batch) and memory (activations held per
     micro-batch in flight, parameters), on the analytic profile of ``cluster_preset``'s device and, beside it, the
     spec's newest profile measured on the runs' host."""
-    from planner.cluster import load_cluster_preset
-
     cluster = load_cluster_preset(cluster_preset)
     analytic = planner_service.analytic_profile(spec, cluster)
     chart = {"layers": [f"{index} {layer.kind}" for index, layer in enumerate(spec.layers)],

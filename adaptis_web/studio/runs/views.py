@@ -27,7 +27,7 @@ from adaptis_web.studio.runs.profiling import measured_profile_create, plan_loca
 from adaptis_web.studio.runs.run_control import observed_statistic, run_cancel, run_phase, run_steps_chart
 from adaptis_web.studio.runs.selectors import run_event_rows_after, run_get_for_user, run_replans
 from planner.errors import SpecError
-from planner.spec.model import load_model_spec
+from planner.service import load_model_spec
 
 
 @login_required

@@ -12,8 +12,7 @@ from django.db import transaction
 from adaptis_web.studio.accounts.teams import membership_add
 from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import Membership, ModelSpecRecord, Team
-from planner.service import model_preset_names
-from planner.spec.presets import load_model_preset
+from planner.service import load_model_preset, model_preset_names
 
 DEMO_TEAM = "demo"
 DEMO_USER = "demo"
