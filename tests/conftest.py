@@ -346,6 +346,23 @@ def people(db, django_user_model) -> People:
     return People(team=team, owner=owner, member=member, outsider=outsider, outsider_team=outsider_team)
 
 
+def tiny_llama_job(people: People, owner, *, num_microbatches: int, schedule: str = "1f1b", **fields):
+    """tiny-llama uploaded to the people's team by ``owner`` (as tiny.json) and a job of it on 2 cpu-host devices,
+    stored as the job form stores it, sent to no worker: (the spec's record, the queued job)."""
+    from adaptis_web.studio.catalog.specs import spec_create
+    from adaptis_web.studio.models import PlanningJob
+    from adaptis_web.studio.planning.jobs import job_request_check
+    from planner.spec.presets import load_model_preset
+
+    spec = load_model_preset("tiny-llama")
+    record = spec_create(team=people.team, owner=owner, spec=spec, source_filename="tiny.json")
+    request = job_request_check(spec=spec, num_devices=2, num_microbatches=num_microbatches, cluster_preset="cpu-host")
+    job = PlanningJob.objects.create(spec=record, created_by=owner, cluster_preset="cpu-host",
+                                     cluster_doc=request.cluster.to_dict(), num_devices=2,
+                                     num_microbatches=num_microbatches, schedule=schedule, **fields)
+    return record, job
+
+
 @pytest.fixture
 def spec_text():
     """``spec_text(preset="tiny-llama")``: a model preset in our JSON format, as a user would upload it."""

@@ -19,6 +19,7 @@ from adaptis_web.studio.planning.predictions import plan_prediction
 from planner.observed import summarize
 from planner.spec.presets import load_model_preset
 from tests.browser.conftest import SCREENS, VIEWPORT
+from tests.conftest import tiny_llama_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -49,12 +50,7 @@ def long_plan(people):
 
 
 def _planned(people, *, microbatches: int):
-    spec = load_model_preset("tiny-llama")
-    record = spec_create(team=people.team, owner=people.owner, spec=spec, source_filename="tiny.json")
-    request = job_request_check(spec=spec, num_devices=2, num_microbatches=microbatches, cluster_preset="cpu-host")
-    job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset="cpu-host",
-                                     cluster_doc=request.cluster.to_dict(), num_devices=2,
-                                     num_microbatches=microbatches, schedule="1f1b")
+    _, job = tiny_llama_job(people, people.owner, num_microbatches=microbatches)
     return job_run(job_id=job.pk)
 
 

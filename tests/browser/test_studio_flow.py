@@ -11,12 +11,10 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from adaptis_web.studio.catalog.specs import spec_create
-from adaptis_web.studio.models import JobStatus, PlanningJob
+from adaptis_web.studio.models import JobStatus
 from adaptis_web.studio.planning import progress
-from adaptis_web.studio.planning.jobs import job_request_check
-from planner.spec.presets import load_model_preset
 from tests.browser.conftest import SCREENS, VIEWPORT
+from tests.conftest import tiny_llama_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -179,12 +177,8 @@ def test_the_job_page_follows_a_search_as_its_worker_reports_it(live_server, peo
     cancel asked for on the page and the search's end as cancelled. The test writes them in turn, so no state
     passes by before the page is looked at (the search of the test above ends in about 2 s)."""
     page = browser_page
-    spec = load_model_preset("tiny-llama")
-    record = spec_create(team=people.team, owner=people.member, spec=spec, source_filename="tiny.json")
-    request = job_request_check(spec=spec, num_devices=2, num_microbatches=8, cluster_preset="cpu-host")
-    job = PlanningJob.objects.create(spec=record, created_by=people.member, cluster_preset="cpu-host",  # bob's
-                                     cluster_doc=request.cluster.to_dict(), num_devices=2, num_microbatches=8,
-                                     schedule="adaptis", progress_message=progress.waiting_message(None))
+    _, job = tiny_llama_job(people, people.member, num_microbatches=8, schedule="adaptis",  # bob's
+                            progress_message=progress.waiting_message(None))
     _log_in(page, live_server)
     page.goto(f"{live_server.url}/jobs/{job.pk}/")
     bar, message = page.locator("[data-job-progress] .progress .bar"), page.locator(".progress-message")

@@ -5,12 +5,11 @@ from dataclasses import dataclass
 import pytest
 from django.utils import timezone
 
-from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import ClusterRecord, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent
-from adaptis_web.studio.planning.jobs import job_request_check, job_run
+from adaptis_web.studio.planning.jobs import job_run
 from adaptis_web.studio.planning.predictions import plan_prediction
 from planner.cluster import load_cluster_preset
-from planner.spec.presets import load_model_preset
+from tests.conftest import tiny_llama_job
 
 
 @dataclass
@@ -23,12 +22,7 @@ class Planned:
 @pytest.fixture
 def planned(people) -> Planned:
     """tiny-llama of the people's team, planned with 1F1B on 2 CPU-host devices and 4 micro-batches."""
-    spec = load_model_preset("tiny-llama")
-    record = spec_create(team=people.team, owner=people.owner, spec=spec, source_filename="tiny.json")
-    request = job_request_check(spec=spec, num_devices=2, num_microbatches=4, cluster_preset="cpu-host")
-    job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset="cpu-host",
-                                     cluster_doc=request.cluster.to_dict(), num_devices=2, num_microbatches=4,
-                                     schedule="1f1b")
+    record, job = tiny_llama_job(people, people.owner, num_microbatches=4)
     plan = job_run(job_id=job.pk)
     job.refresh_from_db()
     return Planned(spec=record, job=job, plan=plan)
