@@ -29,14 +29,20 @@ out). With ``T`` the iteration time, ``m`` micro-batches, ``p`` devices and ``c_
   prefix before ``l``, runs ``m`` F's and ``m`` I's of ``l``, and after the last I the input-gradient
   chain below ``l`` and layer 0's W still have to run; it also runs all ``m`` W's of ``l``. And the
   last micro-batch to pass layer ``l`` still has one micro-batch's chain to finish.
+
+Under a memory limit one more term, ``memory_flow_ms`` (see its docstring): a device holds each micro-batch's
+activations for at least that micro-batch's chain through the layers after them, so by Little's law the memory left
+beside its model state caps how many it keeps in flight on average, and so its throughput.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from itertools import product
 
 from planner.errors import SpecError
 from planner.profile import Profile
+from planner.units import binary_bytes
 
 
 def lower_bound_ms(profile: Profile, num_devices: int, num_microbatches: int) -> dict:
@@ -196,13 +202,168 @@ def layer_chain_ms(profile: Profile, num_microbatches: int) -> float:
     return best
 
 
-def search_lower_bound(profile: Profile, num_devices: int, num_microbatches: int) -> dict:
-    """``lower_bound_ms``'s parts plus the three above; ``lower_bound_ms`` is the max."""
+def activation_hold_ms(profile: Profile) -> list[float]:
+    """The least time one micro-batch's activations of each layer stay held, in any plan.
+
+    They are taken when the layer's stage starts its forward and freed when the stage's W (or B) ends
+    (``planner.memory.activations``). In between run, one after another: the layer's forward and the forwards
+    of every later layer, the input gradients back down to the layer (the last layer's I needs its F; each I the
+    next layer's), and the layer's own W (which needs its I). Transfers only lengthen it.
+    """
+    layers = profile.layers
+    hold, downstream = [0.0] * len(layers), 0.0
+    for index in range(len(layers) - 1, -1, -1):
+        layer = layers[index]
+        hold[index] = downstream + layer.forward + layer.backward_input + layer.backward_weight
+        downstream += layer.forward + layer.backward_input
+    return hold
+
+
+# Weights of the surrogate constraints tried (each a convex combination of a device's load and memory rows).
+SURROGATE_STEPS = 10
+BISECTION_ROUNDS = 40
+
+
+def memory_flow_ms(profile: Profile, num_devices: int, num_microbatches: int, *, memory_limit_bytes: float,
+                   layer_state_bytes: list[float], activation_limit_bytes: float = float("inf")) -> float:
+    """The least iteration time ``T`` that any layer-to-device assignment allows once memory is counted.
+
+    A device ``d`` holding layers ``L_d`` runs, in any plan that fits:
+    - its load: ``m * sum(w_l) <= T`` (``w_l = F + I + W``);
+    - its memory: activations held at any time fit beside its model state, ``held_d(t) <= M - sum(s_l)`` (and
+      ``<= X`` under an activation limit). Each micro-batch holds ``a_l`` bytes for at least ``g_l``
+      (``activation_hold_ms``), so the held bytes integrate to at least ``m * sum(a_l g_l)`` over the
+      iteration: Little's law (Little 1961, L = lambda W) in integral form. Hence
+      ``sum(s_l) + (m / T) * sum(a_l g_l) <= M``.
+    For a given ``T`` these are a two-dimensional bin packing of the layers into ``p`` devices. Any convex
+    combination of a device's rows must hold too (a surrogate relaxation, Glover 1968), which is a one-dimensional
+    packing; when the volume or the counting argument of ``indivisible_layers_ms`` proves it impossible for some
+    combination, no plan runs in ``T``. The bound is the smallest ``T`` (by bisection; feasibility only grows with
+    ``T``) that no combination rules out. It holds for any partition, placement and schedule, contiguous or not.
+    Raises ``SpecError`` when even an unbounded ``T`` is ruled out: then no partition holds the model state.
+    """
+    m = num_microbatches
+    layers = profile.layers
+    work = [layer.forward + layer.backward for layer in layers]
+    flow = [layer.activation_bytes * hold for layer, hold in zip(layers, activation_hold_ms(profile))]
+    state = [float(value) for value in layer_state_bytes]
+    rows = [lambda time: [m * value / time for value in work]]
+    if memory_limit_bytes < float("inf"):
+        rows.append(lambda time: [(held + m * rate / time) / memory_limit_bytes for held, rate in zip(state, flow)])
+    if activation_limit_bytes < float("inf"):
+        rows.append(lambda time: [m * rate / time / activation_limit_bytes for rate in flow])
+    if len(rows) == 1:
+        return 0.0
+    weights = [combination for combination in product(range(SURROGATE_STEPS + 1), repeat=len(rows))
+               if sum(combination) == SURROGATE_STEPS and combination[0] < SURROGATE_STEPS]
+
+    def ruled_out(time: float) -> bool:
+        sizes = [row(time) for row in rows]
+        return any(_packing_impossible([sum(weight * size[index] for weight, size in zip(combination, sizes))
+                                        / SURROGATE_STEPS for index in range(len(layers))], num_devices)
+                   for combination in weights)
+
+    high = max(sum(work) * m / num_devices, 1e-9)
+    for _ in range(200):
+        if not ruled_out(high):
+            break
+        high *= 2
+    else:
+        raise SpecError("memory_limit_bytes", f"no partition of the layers over {num_devices} devices holds their "
+                                              f"model state: the largest layers cannot share devices that small")
+    low = 0.0
+    for _ in range(BISECTION_ROUNDS):
+        middle = (low + high) / 2
+        if ruled_out(middle):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def _packing_impossible(sizes: list[float], num_devices: int) -> bool:
+    """True only if items of ``sizes`` cannot go into ``num_devices`` bins of size 1: by volume, or because among
+    the ``k * p + 1`` largest items some bin gets ``k + 1`` of them."""
+    tolerance = 1 + 1e-9
+    if sum(sizes) > num_devices * tolerance:
+        return True
+    ordered = sorted(sizes, reverse=True)
+    if ordered[0] > tolerance:
+        return True
+    per_device = 1
+    while per_device * num_devices + 1 <= len(ordered):
+        top = per_device * num_devices + 1
+        if sum(ordered[top - per_device - 1:top]) > tolerance:
+            return True
+        per_device += 1
+    return False
+
+
+def search_lower_bound(profile: Profile, num_devices: int, num_microbatches: int, *,
+                       memory_limit_bytes: float = float("inf"), layer_state_bytes: list[float] | None = None,
+                       activation_limit_bytes: float = float("inf")) -> dict:
+    """``lower_bound_ms``'s parts plus the ones above; ``lower_bound_ms`` is the max. ``memory_flow_ms`` joins them
+    under a memory or activation limit (``layer_state_bytes``: each layer's model state on its device)."""
     parts = lower_bound_ms(profile, num_devices, num_microbatches)
     costs = [layer.forward + layer.backward for layer in profile.layers]
     parts["indivisible_layers_ms"] = indivisible_layers_ms(costs, num_devices, num_microbatches)
     parts["optimal_device_load_ms"] = optimal_device_load_ms(costs, num_devices, num_microbatches)
     parts["pipeline_fill_ms"] = pipeline_fill_ms(profile, num_devices, num_microbatches)
     parts["layer_chain_ms"] = layer_chain_ms(profile, num_microbatches)
+    if memory_limit_bytes < float("inf") or activation_limit_bytes < float("inf"):
+        parts["memory_flow_ms"] = memory_flow_ms(
+            profile, num_devices, num_microbatches, memory_limit_bytes=memory_limit_bytes,
+            layer_state_bytes=layer_state_bytes or [0.0] * profile.num_layers,
+            activation_limit_bytes=activation_limit_bytes)
     parts["lower_bound_ms"] = max(value for key, value in parts.items() if key != "lower_bound_ms")
     return parts
+
+
+# What each term of ``search_lower_bound`` stands for, as the job page says it when the term binds.
+TERM_MEANINGS = {
+    "work_per_device_ms": "all the work spread evenly over the devices",
+    "heaviest_layer_ms": "the costliest layer, which one device runs for every micro-batch",
+    "microbatch_chain_ms": "one micro-batch's chain of forwards and backwards",
+    "indivisible_layers_ms": "indivisible layers: among the costliest, some device gets one more than the others",
+    "optimal_device_load_ms": "indivisible layers: even their best split leaves one device this much work",
+    "pipeline_fill_ms": "the pipeline's fill: each device waits for the forwards before its first layer",
+    "layer_chain_ms": "a layer's chain: its device waits for the forwards before it, then runs its passes",
+    "memory_flow_ms": ("memory: beside its model state a device keeps only so many micro-batches in flight, each for "
+                       "its whole chain through the later layers (Little's law)"),
+}
+
+
+def binding_term(parts: dict) -> dict:
+    """The term of a ``search_lower_bound`` result that sets the bound: its key, value and meaning."""
+    name = max((key for key in parts if key != "lower_bound_ms"), key=lambda key: parts[key])
+    return {"term": name, "ms": parts[name], "text": TERM_MEANINGS[name]}
+
+
+def plan_memory_limit(plan, profile: Profile, *, memory_limit_bytes: float, layer_state_bytes: list[float],
+                      activation_limit_bytes: float = float("inf")) -> dict | None:
+    """What memory allows the plan's own partition: per device, the bytes left beside its model state, how many
+    whole micro-batches (its activations on all the device's stages) fit there, and ``memory_flow_ms``'s argument
+    for this partition alone: ``T >= m * sum(a_l g_l) / (bytes left)``. The device where that is largest is
+    returned, with a sentence for the page (``None`` without a limit)."""
+    if memory_limit_bytes == float("inf") and activation_limit_bytes == float("inf"):
+        return None
+    hold = activation_hold_ms(profile)
+    devices = []
+    for device in range(plan.num_devices):
+        layers = [index for stage in plan.stages if stage.device == device for index in stage.layers]
+        state = sum(layer_state_bytes[index] for index in layers)
+        left = min(memory_limit_bytes - state, activation_limit_bytes)
+        per_microbatch = sum(profile.layers[index].activation_bytes for index in layers)
+        flow = sum(profile.layers[index].activation_bytes * hold[index] for index in layers)
+        bound = plan.num_microbatches * flow / left if left > 0 else float("inf")
+        fits = int(left // per_microbatch) if per_microbatch > 0 else plan.num_microbatches
+        devices.append({"device": device, "state_bytes": state, "left_bytes": left,
+                        "microbatch_bytes": per_microbatch, "microbatches_fit": min(fits, plan.num_microbatches),
+                        "memory_flow_ms": bound})
+    worst = max(devices, key=lambda device: device["memory_flow_ms"])
+    worst["text"] = (
+        f"memory on device {worst['device']} allows {worst['microbatches_fit']} micro-batches in flight: "
+        f"{binary_bytes(worst['left_bytes'])} left beside {binary_bytes(worst['state_bytes'])} of model state, "
+        f"{binary_bytes(worst['microbatch_bytes'])} per micro-batch; held for their chains, they keep this partition "
+        f"at {worst['memory_flow_ms']:,.3f} ms or more")
+    return worst

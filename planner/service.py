@@ -77,7 +77,7 @@ from planner.plan import Action, Plan, load_plan
 from planner.plan_check import check_plan_structure, validate_plan
 from planner.profile import Profile, load_profile
 from planner.scheduling import chunks_per_device
-from planner.search import check_model_state_fits, search_plan
+from planner.search import DEFAULT_TIME_BUDGET_S, check_model_state_fits, search_plan
 from planner.simulator import simulate, simulate_summary
 from planner.spec.files import parse_model_document
 from planner.spec.model import ModelSpec, load_model_spec
@@ -329,6 +329,7 @@ def _searched_plans(profile: Profile, cluster: ClusterSpec, num_devices: int, nu
         "iteration_ms": result.iteration_ms, "bubble_ratio": predicted["bubble_ratio"],
         "peak_memory_bytes": predicted["peak_memory_bytes"],
         "lower_bound_ms": result.lower_bound_ms, "lower_bound": result.lower_bound, "gap": result.gap,
+        "binding": result.plan.meta["binding"], "memory_binding": result.plan.meta["memory_binding"],
         "memory_limit_bytes": result.plan.meta.get("memory_limit_bytes"), "origin": result.plan.meta.get("origin"),
         "layout": result.plan.meta.get("layout"), "schedule": result.plan.meta.get("schedule"),
         "stats": result.stats, "candidates": kept_plan_first(result.candidates, result.plan),
@@ -447,7 +448,7 @@ def plan_run_shape(plan_doc: dict, spec: ModelSpec) -> tuple[int, bool]:
 LOADERS = ["load_cluster", "load_cluster_preset", "load_model_preset", "load_model_spec", "load_parallel", "load_plan",
            "load_profile", "parse_document", "parse_model_document"]
 __all__ = [*LOADERS, "ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "ActionKind", "BASELINE_SCHEDULES", "EXPORTS",
-           "EXPORT_FORMATS",
+           "DEFAULT_TIME_BUDGET_S", "EXPORT_FORMATS",
            "HYBRID_SCHEDULE",
            "JOB_SCHEDULES", "LIST_POLICIES", "MAX_GLOBAL_BATCH", "MAX_GPUS", "MAX_MICROBATCHES", "MAX_PIPELINE_DEVICES",
            "MAX_SEQ_LEN", "PARTITIONS", "RANGES",

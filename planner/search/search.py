@@ -5,8 +5,13 @@
    with device-balanced partitions, each under a few schedule policies (list scheduler).
 3. Phase-by-phase tuning of the best few starts: diagnose the bottleneck from the candidate's timeline,
    try the matching phase's moves, keep the best neighbour only if it beats the current candidate
-   (otherwise roll back and try the next phase); at a local optimum restart from a perturbed best.
-4. Stop at the evaluation or time budget, on cancellation, or once within ``target_gap`` of the bound.
+   (otherwise roll back and try the next phase); at a local optimum restart, in turn, from a perturbed best,
+   another stage count and shape, the best's layers exchanged between devices, and a partition that trades
+   balance for memory (``_Tuner.restart``), then tune again.
+4. Stop on the time budget (``DEFAULT_TIME_BUDGET_S``), on cancellation, once within ``target_gap`` of the
+   bound, or once its patience is spent: ``MIN_PATIENCE`` evaluations without a better plan, once more for every
+   5 % its best is above the bound (``_Tuner.patience_spent``). No fixed evaluation cap: a search far from the
+   bound, or still finding better plans, keeps its budget. ``max_evaluations`` caps it only when given.
 5. The best candidate is validated and simulated; it is returned unless a baseline that fits memory
    is faster, in which case that baseline is (so the search is never worse than where it started).
 
@@ -17,10 +22,11 @@ from __future__ import annotations
 
 import random
 import time
+from itertools import accumulate
 from typing import Callable
 
 from planner.baselines import BASELINE_SCHEDULES, build_baseline
-from planner.bounds import search_lower_bound
+from planner.bounds import binding_term, plan_memory_limit, search_lower_bound
 from planner.cluster import ClusterSpec
 from planner.errors import SpecError
 from planner.layout import Layout, layer_codes_from_profile, plan_layout_string
@@ -37,16 +43,15 @@ from planner.plan_check import validate_plan
 from planner.simulator import simulate
 from planner.units import binary_bytes
 
-# Default evaluation budget, from the problem size: a small pipeline converges within ~200 candidates
-# (8 devices x 32 micro-batches: ~2 s on one core); 16+ devices have more boundaries and placements to
-# tune and keep improving until ~300 (32 x 128 then takes ~30 s).
-MIN_DEFAULT_EVALUATIONS, MAX_DEFAULT_EVALUATIONS = 200, 300
-EVALUATIONS_PER_DEVICE = 12.5
+DEFAULT_TIME_BUDGET_S = 60.0
+# Patience (``_Tuner.patience_spent``): evaluations without a better plan before the search stops, growing with
+# the best plan's gap to the bound.
+MIN_PATIENCE = 100
+PATIENCE_GAP = 0.05
 # Scheduling cost grows with stages x micro-batches; this caps a large search near a minute on one core.
 DEFAULT_MAX_SCHEDULED_ACTIONS = 5_000_000
 BEAM_WIDTH = 3
 PLACEMENT_MOVES_PER_STEP = 12
-RESTARTS_WITHOUT_GAIN = 6
 EXCHANGE_STARTS = 4  # best distinct starts whose layers are exchanged between devices for another start
 BASELINE_PARTITIONS = ("uniform", "time-balanced")
 START_POLICIES = (
@@ -72,12 +77,12 @@ def search_plan(profile: Profile, num_devices: int, num_microbatches: int, *, cl
     either), and in-flight activations alone within ``activation_limit_bytes`` when given. Each layer costs
     its device ``layer_state_bytes`` of model state (default: unsharded, ``planner.memory.layer_state_bytes``;
     a hybrid job passes its sharded state and a limit without its buffers). Raises
-    ``SpecError("memory_limit_bytes", ...)`` when no plan can fit. ``max_evaluations`` defaults to
-    ``default_max_evaluations(num_devices)``.
+    ``SpecError("memory_limit_bytes", ...)`` when no plan can fit. ``time_budget_s`` defaults to
+    ``DEFAULT_TIME_BUDGET_S``; ``max_evaluations`` (no cap by default) is for reproducible tests.
     """
     started = time.monotonic()
-    if max_evaluations is None:
-        max_evaluations = default_max_evaluations(num_devices)
+    if time_budget_s is None:
+        time_budget_s = DEFAULT_TIME_BUDGET_S
     _check_arguments(profile, num_devices, num_microbatches, cluster, time_budget_s, top_k, max_evaluations)
     memory_limit = _memory_limit(memory_limit_bytes, cluster)
     activation_limit = float("inf") if activation_limit_bytes is None else activation_limit_bytes
@@ -85,16 +90,19 @@ def search_plan(profile: Profile, num_devices: int, num_microbatches: int, *, cl
     _check_model_state_fits(profile, state, num_devices, memory_limit)
     reporter = _Reporter(progress, started, time_budget_s)
     reporter.report(0.0, "scoring baselines")
-    bound = search_lower_bound(profile, num_devices, num_microbatches)
+    bound = search_lower_bound(profile, num_devices, num_microbatches, memory_limit_bytes=memory_limit,
+                               layer_state_bytes=state, activation_limit_bytes=activation_limit)
+    reporter.bound_ms = bound["lower_bound_ms"]
     baseline_plans, baselines = _score_baselines(profile, num_devices, num_microbatches, cluster,
                                                  memory_limit, activation_limit, state)
     scorer = CandidateScorer(profile, num_devices, num_microbatches, cluster=cluster,
                              memory_limit_bytes=memory_limit, activation_limit_bytes=activation_limit,
-                             deadline=None if time_budget_s is None else started + time_budget_s,
-                             max_evaluations=max_evaluations, max_scheduled_actions=max_scheduled_actions,
+                             deadline=started + time_budget_s,
+                             max_evaluations=float("inf") if max_evaluations is None else max_evaluations,
+                             max_scheduled_actions=max_scheduled_actions,
                              cancel=cancel, layer_state_bytes=state)
     scorer.on_evaluation = lambda: reporter.tick(scorer)
-    tuner = _Tuner(scorer, random.Random(seed), bound["lower_bound_ms"] * (1 + target_gap))
+    tuner = _Tuner(scorer, random.Random(seed), bound["lower_bound_ms"], target_gap, state)
     stopped = "converged"
     try:
         tuner.run([Layout.of_stages(plan.stages, profile.num_layers) for plan in baseline_plans.values()])
@@ -107,36 +115,52 @@ def search_plan(profile: Profile, num_devices: int, num_microbatches: int, *, cl
     for metrics in baselines.values():
         metrics["adaptis_speedup"] = metrics["iteration_ms"] / iteration_ms if iteration_ms > 0 else None
     stats = {"evaluations": scorer.evaluations, "scheduled_actions": scorer.scheduled_actions,
-             "seconds": time.monotonic() - started, "stopped": stopped,
+             "seconds": time.monotonic() - started, "stopped": stopped, "restarts": tuner.restarts,
+             "best_found_at": tuner.improved_at,
              "seed": seed, "max_evaluations": max_evaluations, "time_budget_s": time_budget_s,
              "target_gap": target_gap, "origin": origin}
     plan.meta.update({"lower_bound_ms": bound["lower_bound_ms"], "lower_bound": bound, "gap": gap,
-                      "search": stats})
+                      "binding": binding_term(bound), "search": stats,
+                      "memory_binding": plan_memory_limit(plan, profile, memory_limit_bytes=memory_limit,
+                                                          layer_state_bytes=state,
+                                                          activation_limit_bytes=activation_limit)})
     reporter.report(1.0, f"done: {iteration_ms:.1f} ms, {gap:.1%} above the lower bound")
     return SearchResult(plan=plan, lower_bound=bound, gap=gap, candidates=tuner.top(top_k, profile),
                         baselines=baselines, stats=stats, cancelled=stopped == "cancelled",
                         baseline_plans=baseline_plans)
 
 
-def default_max_evaluations(num_devices: int) -> int:
-    return int(min(MAX_DEFAULT_EVALUATIONS,
-                   max(MIN_DEFAULT_EVALUATIONS, 100 + EVALUATIONS_PER_DEVICE * num_devices)))
+def patience(best: Candidate, bound_ms: float) -> float:
+    """Evaluations without a better plan after which the search stops (see ``_Tuner.patience_spent``)."""
+    gap = best.makespan / bound_ms - 1 if best.feasible and bound_ms > 0 else 1.0
+    return MIN_PATIENCE * (1 + gap / PATIENCE_GAP)
 
 
 class _Tuner:
     """The search state: every candidate scored so far lives in the scorer's cache; ``best`` is the best."""
 
-    def __init__(self, scorer: CandidateScorer, rng: random.Random, good_enough_ms: float):
+    def __init__(self, scorer: CandidateScorer, rng: random.Random, bound_ms: float, target_gap: float,
+                 state: list[float]):
         self.scorer = scorer
         self.rng = rng
-        self.good_enough_ms = good_enough_ms
+        self.bound_ms = bound_ms
+        self.good_enough_ms = bound_ms * (1 + target_gap)
         self.best: Candidate | None = None
+        self.improved_at = 0      # evaluations when ``best`` last improved
+        self.restarts = 0
+        # Work and model state, each as a share of its total, per layer prefix: a partition balanced on it trades
+        # time balance for memory (what a device near its memory limit needs).
+        work, total_state = scorer.work_prefix, sum(state) or 1.0
+        state_prefix = [0.0, *accumulate(state)]
+        self.mixed_prefix = [time_share / (work[-1] or 1.0) + held / total_state
+                             for time_share, held in zip(work, state_prefix)]
 
     def consider(self, layout: Layout, policy: SchedulePolicy, origin: str,
                  give_up_at: float = float("inf")) -> Candidate:
         candidate = self.scorer.score(layout, policy, origin, give_up_at)
         if self.best is None or candidate.rank < self.best.rank:
             self.best = candidate
+            self.improved_at = self.scorer.evaluations
             if candidate.feasible and candidate.makespan <= self.good_enough_ms:
                 raise StopSearch("within target gap")
         return candidate
@@ -151,12 +175,35 @@ class _Tuner:
                 chosen.append(candidate)
         for candidate in chosen[:BEAM_WIDTH]:
             self.tune(candidate)
-        fruitless = 0
-        while fruitless < RESTARTS_WITHOUT_GAIN:
-            before = self.best.rank
-            layout = perturbed(self.best.layout, self.rng, self.scorer.num_devices, self.scorer.work_prefix)
-            self.tune(self.consider(layout, self.best.policy, "restart"))
-            fruitless = fruitless + 1 if self.best.rank >= before else 0
+        while not self.patience_spent():
+            layout, policy, origin = self.restart()
+            self.tune(self.consider(layout, policy, origin))
+
+    def patience_spent(self) -> bool:
+        """Whether the best has gone unimproved for ``MIN_PATIENCE`` evaluations, times one more for every
+        ``PATIENCE_GAP`` the best is above the bound: the farther from the bound, the longer the search persists."""
+        return self.scorer.evaluations - self.improved_at >= patience(self.best, self.bound_ms)
+
+    def restart(self) -> tuple[Layout, SchedulePolicy, str]:
+        """The next restart, in turn: the best perturbed; another stage count and shape with balanced devices; the
+        best's layers exchanged between devices; a partition balanced on work and model state together."""
+        scorer, rng, best = self.scorer, self.rng, self.best
+        num_devices, num_layers = scorer.num_devices, scorer.profile.num_layers
+        kind = self.restarts % 4
+        self.restarts += 1
+        policy = best.policy if kind == 0 else rng.choice((best.policy, *START_POLICIES, MEMORY_POLICY))
+        if kind == 1:
+            count = rng.randint(num_devices, min(num_layers, 4 * num_devices))
+            shape = rng.choice(SHAPES) if count > num_devices else "loop"
+            return restructure(num_layers, num_devices, count, shape, scorer.work_prefix), policy, \
+                f"restart {shape} S={count}"
+        if kind == 2:
+            work = [layer.forward + layer.backward for layer in scorer.profile.layers]
+            layout = exchange_layers(perturbed(best.layout, rng, num_devices, scorer.work_prefix), work, num_devices)
+            return layout, policy, "restart layer exchange"
+        if kind == 3:
+            return rebalance_devices(best.layout, self.mixed_prefix, num_devices), policy, "restart memory balance"
+        return perturbed(best.layout, rng, num_devices, scorer.work_prefix), policy, "restart"
 
     def starts(self, baseline_layouts: list[Layout]) -> list[Candidate]:
         num_devices, num_layers = self.scorer.num_devices, self.scorer.profile.num_layers
@@ -265,12 +312,15 @@ class _Tuner:
 
 
 class _Reporter:
-    """Progress is the largest used share of any budget (evaluations, scheduled actions, time)."""
+    """Progress is the largest used share of any budget (evaluations, scheduled actions, time); each report says
+    the best plan so far and its gap to the bound, and a better plan is reported at once."""
 
-    def __init__(self, progress: Progress | None, started: float, time_budget_s: float | None):
+    def __init__(self, progress: Progress | None, started: float, time_budget_s: float, bound_ms: float = 0.0):
         self.progress = progress
         self.started = started
         self.time_budget_s = time_budget_s
+        self.bound_ms = bound_ms
+        self.best_ms = float("inf")
         self.fraction = 0.0
 
     def report(self, fraction: float, message: str) -> None:
@@ -280,17 +330,22 @@ class _Reporter:
 
     def tick(self, scorer: CandidateScorer) -> None:
         fraction = max(scorer.evaluations / scorer.max_evaluations,
-                       scorer.scheduled_actions / scorer.max_scheduled_actions)
-        if self.time_budget_s:
-            fraction = max(fraction, (time.monotonic() - self.started) / self.time_budget_s)
-        if fraction >= self.fraction + 0.02:
-            self.report(fraction * 0.98, f"{scorer.evaluations} candidates scored, best {scorer.best_makespan:.1f} ms")
+                       scorer.scheduled_actions / scorer.max_scheduled_actions,
+                       (time.monotonic() - self.started) / self.time_budget_s)
+        improved = scorer.best_makespan < self.best_ms
+        if fraction >= self.fraction + 0.02 or improved:
+            self.best_ms = scorer.best_makespan
+            if self.best_ms < float("inf") and self.bound_ms > 0:
+                best = f"best {self.best_ms:,.1f} ms, {self.best_ms / self.bound_ms - 1:.1%} above the bound"
+            else:
+                best = "no plan fits memory yet"
+            self.report(fraction * 0.98, f"{scorer.evaluations} candidates scored, {best}")
 
 
 def _check_arguments(profile: Profile, num_devices: int, num_microbatches: int, cluster: ClusterSpec | None,
-                     time_budget_s: float | None, top_k: int, max_evaluations: int) -> None:
+                     time_budget_s: float, top_k: int, max_evaluations: int | None) -> None:
     for name, value in (("num_devices", num_devices), ("num_microbatches", num_microbatches),
-                        ("max_evaluations", max_evaluations), ("top_k", top_k)):
+                        ("max_evaluations", 1 if max_evaluations is None else max_evaluations), ("top_k", top_k)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(name, f"must be an integer >= 1, got {value!r}")
     if num_devices > profile.num_layers:
@@ -299,7 +354,7 @@ def _check_arguments(profile: Profile, num_devices: int, num_microbatches: int, 
     if cluster is not None and num_devices > cluster.num_devices:
         raise SpecError("num_devices", f"the cluster {cluster.name!r} has {cluster.num_devices} devices, "
                                        f"asked for {num_devices}")
-    if time_budget_s is not None and not time_budget_s > 0:
+    if not time_budget_s > 0:
         raise SpecError("time_budget_s", f"must be > 0 seconds, got {time_budget_s!r}")
 
 

@@ -2,10 +2,17 @@
 
 import itertools
 import random
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
-from planner.bounds import indivisible_layers_ms, optimal_device_load_ms, search_lower_bound
+from planner.actions import ActionKind
+from planner.bounds import (activation_hold_ms, binding_term, indivisible_layers_ms, optimal_device_load_ms,
+                            search_lower_bound)
+from planner.memory import layer_state_bytes
+from planner.search import search_plan
+from planner.search.list_scheduler import duration_of
 from planner.search.evaluate import CandidateScorer, candidate_plan
 from planner.layout import Layout
 from planner.placement import SHAPES, shape_placement
@@ -160,12 +167,97 @@ def test_rebalancing_evens_device_loads_for_every_shape():
     assert max(device_loads(best, scorer.work_prefix, 4)) == pytest.approx(15.0)
 
 
-def test_the_default_evaluation_budget_grows_with_the_device_count_within_its_limits():
-    from planner.search.search import MAX_DEFAULT_EVALUATIONS, MIN_DEFAULT_EVALUATIONS, default_max_evaluations
-    budgets = [default_max_evaluations(devices) for devices in (1, 2, 4, 8, 12, 16, 32, 128)]
-    assert budgets == sorted(budgets)
-    assert budgets[0] == MIN_DEFAULT_EVALUATIONS and budgets[-1] == MAX_DEFAULT_EVALUATIONS
-    assert default_max_evaluations(8) < default_max_evaluations(16)
+def _held_byte_ms(candidate, times):
+    """Per device, the integral over time of the activation bytes it holds: each stage's bytes from its F's start to
+    the end of the W (or B) that frees them, read off the list schedule."""
+    backward = tuple(input_ + (0.0 if candidate.policy.split_backward else weight)
+                     for input_, weight in zip(times.backward_input, times.backward_weight))
+    taken, held = {}, [0.0] * times.num_devices
+    for device, (order, starts) in enumerate(zip(candidate.schedule.orders, candidate.schedule.starts)):
+        for (stage, kind, microbatch), start in zip(order, starts):
+            if kind == ActionKind.F.code:
+                taken[stage, microbatch] = start
+            elif kind in (ActionKind.W.code, ActionKind.B.code):
+                end = start + duration_of(times, backward, times.backward_weight, (stage, kind, microbatch))
+                held[device] += times.activation_bytes[stage] * (end - taken.pop((stage, microbatch)))
+    assert not taken
+    return held
+
+
+def light_weights(profile):
+    """``profile`` with a 16th of its weights: the limits below leave room for a few micro-batches' activations."""
+    return replace(profile, layers=tuple(replace(layer, param_bytes=layer.param_bytes // 16)
+                                         for layer in profile.layers))
+
+
+def test_every_micro_batch_holds_its_activations_at_least_their_chain():
+    """The lemma under ``memory_flow_ms``: a device's held bytes integrate to at least m x sum(a_l g_l)."""
+    rng = random.Random(21)
+    for index in range(20):
+        profile = hybrid_profile() if index % 2 else big_head_profile(num_decoders=rng.randint(4, 12))
+        devices, microbatches = rng.choice((2, 3, 4)), rng.choice((1, 3, 6))
+        scorer = scorer_for(profile, devices, microbatches, small_cluster() if index % 3 else None)
+        hold = activation_hold_ms(profile)
+        for _ in range(4):
+            layout = random_layout(rng, profile.num_layers, devices)
+            candidate = scorer.score(layout, random_policy(rng), "")
+            held = _held_byte_ms(candidate, scorer.stage_times(layout))
+            for device in range(devices):
+                layers = [layer for stage in layout.stages() if stage.device == device for layer in stage.layers]
+                flow = microbatches * sum(profile.layers[layer].activation_bytes * hold[layer] for layer in layers)
+                assert held[device] >= flow * (1 - 1e-9)
+
+
+def test_the_memory_bound_holds_for_every_plan_that_fits_and_binds_when_memory_is_tight():
+    rng = random.Random(23)
+    binding = fitting = 0
+    for index in range(24):
+        profile = hybrid_profile() if index % 2 else big_head_profile(num_decoders=rng.randint(6, 12))
+        profile = light_weights(profile)
+        devices, microbatches = rng.choice((2, 3, 4)), rng.choice((4, 8))
+        state = layer_state_bytes(profile)
+        activations = sum(layer.activation_bytes for layer in profile.layers)
+        limit = sum(state) / devices + max(state) + rng.uniform(0.3, 2) * activations / devices
+        bound = search_lower_bound(profile, devices, microbatches, memory_limit_bytes=limit, layer_state_bytes=state)
+        binding += binding_term(bound)["term"] == "memory_flow_ms"
+        scorer = scorer_for(profile, devices, microbatches, memory=limit)
+        for _ in range(8):
+            candidate = scorer.score(random_layout(rng, profile.num_layers, devices), random_policy(rng), "")
+            if candidate.feasible:
+                fitting += 1
+                assert candidate.makespan >= bound["lower_bound_ms"] * (1 - 1e-9)
+    assert binding >= 3 and fitting >= 30  # the term binds on some of these limits, and plans fit them
+
+
+def test_a_tight_memory_limit_is_named_on_the_bound_and_on_the_plan():
+    cluster = small_cluster()
+    profile = light_weights(big_head_profile(num_decoders=12))
+    state = layer_state_bytes(profile)
+    limit = sum(state) / 4 + max(state) + 0.4 * sum(layer.activation_bytes for layer in profile.layers) / 4
+    loose = search_lower_bound(profile, 4, 16)
+    tight = search_lower_bound(profile, 4, 16, memory_limit_bytes=limit, layer_state_bytes=state)
+    assert tight["memory_flow_ms"] > loose["lower_bound_ms"] and binding_term(tight)["term"] == "memory_flow_ms"
+    result = search_plan(profile, 4, 16, cluster=cluster, memory_limit_bytes=int(limit), max_evaluations=80)
+    assert result.plan.meta["binding"]["term"] == "memory_flow_ms" and "Little" in result.plan.meta["binding"]["text"]
+    worst = result.plan.meta["memory_binding"]
+    per_device = {row["device"]: row for row in result.plan.predicted["per_device"]}
+    assert worst["left_bytes"] == pytest.approx(limit - per_device[worst["device"]]["model_state_bytes"])
+    assert worst["microbatches_fit"] == int(worst["left_bytes"] // worst["microbatch_bytes"])
+    assert f"device {worst['device']} allows {worst['microbatches_fit']} micro-batches in flight" in worst["text"]
+    assert result.iteration_ms >= worst["memory_flow_ms"] * (1 - 1e-9)
+
+
+def test_the_search_persists_longer_the_farther_its_plan_is_from_the_bound():
+    from planner.search.search import MIN_PATIENCE, PATIENCE_GAP, patience
+    near = SimpleNamespace(feasible=True, makespan=101.0)
+    far = SimpleNamespace(feasible=True, makespan=160.0)
+    assert patience(near, 100.0) == pytest.approx(MIN_PATIENCE * (1 + 0.01 / PATIENCE_GAP))
+    assert patience(far, 100.0) == pytest.approx(MIN_PATIENCE * (1 + 0.6 / PATIENCE_GAP))
+    result = search_plan(big_head_profile(num_decoders=12), 4, 16, cluster=small_cluster(), target_gap=0.0)
+    stats = result.stats
+    assert stats["stopped"] == "converged" and stats["max_evaluations"] is None
+    # It stopped only once its best had gone unimproved for the patience its gap earns.
+    assert stats["evaluations"] - stats["best_found_at"] >= MIN_PATIENCE * (1 + result.gap / PATIENCE_GAP) * 0.999
 
 
 def _loads_by_layer(layout, work, devices):

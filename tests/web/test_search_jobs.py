@@ -1,6 +1,7 @@
 """AdaPtis search jobs in-process: request checks, the stored plans and summary, progress, cancellation, the
 API and the job page. ``test_worker.py`` runs searches (and cancels them) through a real worker."""
 
+import html
 import json
 import re
 import time
@@ -351,6 +352,12 @@ class TestSearchPages:
         rows = re.findall(r'<tr data-strategy="([^"]+)"', page)
         assert rows[0] == "adaptis" and set(rows[1:]) == set(job.result["baselines"])
         assert f"{job.result['lower_bound_ms']:.3f} ms" in page and f"{100 * job.result['gap']:.1f} %" in page
+        binding, memory = job.result["binding"], job.result["memory_binding"]
+        bound = job.result["lower_bound"]
+        assert bound[binding["term"]] == max(value for name, value in bound.items() if name != "lower_bound_ms")
+        assert f"The bound is set by {html.escape(binding['text'])}." in page
+        assert memory["text"].startswith(f"memory on device {memory['device']} allows")
+        assert f"For the plan's own partition, {html.escape(memory['text'])}." in page
         assert 'id="candidates"' in page
         assert f"Plan #{plan.pk} · adaptis" in page, "the page opens on the AdaPtis plan"
         slowest = max(job.result["baselines"].items(), key=lambda item: item[1]["iteration_ms"])

@@ -13,7 +13,7 @@ from planner import service as planner_service
 from planner.errors import SpecError
 
 MAX_SEED = 2**31 - 1
-DEFAULT_TIME_BUDGET_S = 60.0
+DEFAULT_TIME_BUDGET_S = planner_service.DEFAULT_TIME_BUDGET_S  # the planner's, for the CLI and the web alike
 MIN_TIME_BUDGET_S, MAX_TIME_BUDGET_S = 1.0, 600.0
 
 

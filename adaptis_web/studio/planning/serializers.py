@@ -236,6 +236,10 @@ class SearchResultOutput(serializers.Serializer):
     lower_bound_ms = serializers.FloatField()
     lower_bound = serializers.JSONField()
     gap = serializers.FloatField()
+    binding = serializers.JSONField(help_text="the bound's term that sets it: term, ms and what it means")
+    memory_binding = serializers.JSONField(
+        allow_null=True, help_text="under a memory limit, the plan's device whose memory binds most: device, "
+                                   "state_bytes, left_bytes, microbatch_bytes, microbatches_fit, memory_flow_ms, text")
     stats = serializers.JSONField()
     candidates = serializers.JSONField()
     baselines = serializers.JSONField(help_text="per baseline: its metrics, adaptis_speedup and plan_id")

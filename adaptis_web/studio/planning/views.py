@@ -109,7 +109,9 @@ def search_comparison(result: dict) -> dict | None:
     parts = [(name.removesuffix("_ms").replace("_", " "), value)
              for name, value in result["lower_bound"].items() if name != "lower_bound_ms"]
     return {"rows": [{**row, "bubble_percent": 100 * row["bubble_ratio"]} for row in (adaptis, *baselines)],
-            "gap_percent": 100 * result["gap"], "bound_parts": sorted(parts, key=lambda part: -part[1])}
+            "gap_percent": 100 * result["gap"], "bound_parts": sorted(parts, key=lambda part: -part[1]),
+            # Results stored before the bound named its binding term and the plan's memory do not have them.
+            "binding": result.get("binding"), "memory_binding": result.get("memory_binding")}
 
 
 def plan_context(plan: Plan) -> dict:
