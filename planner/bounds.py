@@ -339,12 +339,30 @@ def binding_term(parts: dict) -> dict:
     return {"term": name, "ms": parts[name], "text": TERM_MEANINGS[name]}
 
 
+def stage_waves_ms(profile: Profile, start: int, end: int, num_microbatches: int, fit: int) -> float:
+    """Least time for a device that holds the one stage ``[start, end)`` and room for ``fit`` micro-batches' activations
+    at once: micro-batch ``j + fit`` cannot start its forward there before micro-batch ``j``'s W (or B) has freed
+    them, at least the hold of the stage's activations later (its forwards and the later layers', the input
+    gradients back to it, its W: ``activation_hold_ms`` of a stage). So the micro-batches pass in
+    ``ceil(m / fit)`` waves, each at least that hold long."""
+    layers = profile.layers
+    hold = (sum(layer.forward + layer.backward_input for layer in layers[start:])
+            + sum(layer.backward_weight for layer in layers[start:end]))
+    return waves_ms(num_microbatches, fit, hold)
+
+
+def waves_ms(num_microbatches: int, fit: int, hold_ms: float) -> float:
+    """``stage_waves_ms`` from the stage's hold: ``ceil(m / fit)`` waves of ``hold_ms`` (infinite when none fits)."""
+    return -(-num_microbatches // fit) * hold_ms if fit >= 1 else float("inf")
+
+
 def plan_memory_limit(plan, profile: Profile, *, memory_limit_bytes: float, layer_state_bytes: list[float],
                       activation_limit_bytes: float = float("inf")) -> dict | None:
     """What memory allows the plan's own partition: per device, the bytes left beside its model state, how many
     whole micro-batches (its activations on all the device's stages) fit there, and ``memory_flow_ms``'s argument
-    for this partition alone: ``T >= m * sum(a_l g_l) / (bytes left)``. The device where that is largest is
-    returned, with a sentence for the page (``None`` without a limit)."""
+    for this partition alone: ``T >= m * sum(a_l g_l) / (bytes left)``, or on a device with one stage the tighter
+    ``stage_waves_ms``. The device where that is largest is returned, with a sentence for the page (``None``
+    without a limit)."""
     if memory_limit_bytes == float("inf") and activation_limit_bytes == float("inf"):
         return None
     hold = activation_hold_ms(profile)
@@ -357,6 +375,11 @@ def plan_memory_limit(plan, profile: Profile, *, memory_limit_bytes: float, laye
         flow = sum(profile.layers[index].activation_bytes * hold[index] for index in layers)
         bound = plan.num_microbatches * flow / left if left > 0 else float("inf")
         fits = int(left // per_microbatch) if per_microbatch > 0 else plan.num_microbatches
+        own = [stage for stage in plan.stages if stage.device == device]
+        if len(own) == 1 and per_microbatch > 0:
+            stage = own[0]
+            bound = max(bound, stage_waves_ms(profile, stage.layers[0], stage.layers[-1] + 1, plan.num_microbatches,
+                                              fits))
         devices.append({"device": device, "state_bytes": state, "left_bytes": left,
                         "microbatch_bytes": per_microbatch, "microbatches_fit": min(fits, plan.num_microbatches),
                         "memory_flow_ms": bound})

@@ -67,3 +67,29 @@ def split_contiguous(weights: list[int], num_parts: int) -> list[int]:
         sizes.append(end - start)
         end = start
     return sizes[::-1]
+
+
+def split_min_max(num_items: int, num_parts: int, part_cost) -> tuple[list[int], float]:
+    """Sizes of ``num_parts`` contiguous non-empty parts of ``num_items`` items minimising the costliest part, for
+    any ``part_cost(start, end)`` (not only a sum of weights, as ``split_contiguous`` needs), and that cost.
+    Exact dynamic programming over every last part, ``O(parts x items^2)`` cost calls."""
+    if not 1 <= num_parts <= num_items:
+        raise ValueError(f"cannot split {num_items} items into {num_parts} non-empty parts")
+    infinity = float("inf")
+    best = [[infinity] * (num_items + 1) for _ in range(num_parts + 1)]
+    choice = [[0] * (num_items + 1) for _ in range(num_parts + 1)]
+    best[0][0] = 0.0
+    for parts in range(1, num_parts + 1):
+        for end in range(parts, num_items - (num_parts - parts) + 1):
+            for start in range(parts - 1, end):
+                if best[parts - 1][start] == infinity:
+                    continue
+                value = max(best[parts - 1][start], part_cost(start, end))
+                if value < best[parts][end]:
+                    best[parts][end], choice[parts][end] = value, start
+    sizes, end = [], num_items
+    for parts in range(num_parts, 0, -1):
+        start = choice[parts][end]
+        sizes.append(end - start)
+        end = start
+    return sizes[::-1], best[num_parts][num_items]

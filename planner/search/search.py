@@ -26,11 +26,12 @@ from itertools import accumulate
 from typing import Callable
 
 from planner.baselines import BASELINE_SCHEDULES, build_baseline
-from planner.bounds import binding_term, plan_memory_limit, search_lower_bound
+from planner.bounds import binding_term, plan_memory_limit, search_lower_bound, waves_ms
 from planner.cluster import ClusterSpec
 from planner.errors import SpecError
 from planner.layout import Layout, layer_codes_from_profile, plan_layout_string
 from planner.memory import layer_state_bytes as unsharded_layer_state_bytes
+from planner.partition.contiguous import split_min_max
 from planner.placement import SHAPES, shape_placement
 from planner.plan import Plan
 from planner.profile import Profile
@@ -51,6 +52,8 @@ PATIENCE_GAP = 0.05
 # Scheduling cost grows with stages x micro-batches; this caps a large search near a minute on one core.
 DEFAULT_MAX_SCHEDULED_ACTIONS = 5_000_000
 BEAM_WIDTH = 3
+RESTART_KINDS = 5   # ``_Tuner.restart``'s four kinds, and the next untuned start
+STALE_RESTARTS = 50  # restarts in a row that find only candidates already scored: the search has converged
 PLACEMENT_MOVES_PER_STEP = 12
 EXCHANGE_STARTS = 4  # best distinct starts whose layers are exchanged between devices for another start
 BASELINE_PARTITIONS = ("uniform", "time-balanced")
@@ -175,9 +178,19 @@ class _Tuner:
                 chosen.append(candidate)
         for candidate in chosen[:BEAM_WIDTH]:
             self.tune(candidate)
-        while not self.patience_spent():
-            layout, policy, origin = self.restart()
-            self.tune(self.consider(layout, policy, origin))
+        untuned = chosen[BEAM_WIDTH:]
+        stale = 0   # restarts in a row that scored nothing new (every candidate they reached was cached)
+        while not self.patience_spent() and stale < STALE_RESTARTS:
+            self.scorer.check_stop()   # cached candidates do not check the time budget or cancellation
+            evaluations = self.scorer.evaluations
+            if untuned and self.restarts % RESTART_KINDS == RESTART_KINDS - 1:
+                # Every few restarts, the next start the beam left out: another basin, not the best's.
+                self.restarts += 1
+                self.tune(untuned.pop(0))
+            else:
+                layout, policy, origin = self.restart()
+                self.tune(self.consider(layout, policy, origin))
+            stale = stale + 1 if self.scorer.evaluations == evaluations else 0
 
     def patience_spent(self) -> bool:
         """Whether the best has gone unimproved for ``MIN_PATIENCE`` evaluations, times one more for every
@@ -186,10 +199,11 @@ class _Tuner:
 
     def restart(self) -> tuple[Layout, SchedulePolicy, str]:
         """The next restart, in turn: the best perturbed; another stage count and shape with balanced devices; the
-        best's layers exchanged between devices; a partition balanced on work and model state together."""
+        best's layers exchanged between devices; a partition balanced on work and model state together (and, in
+        ``run``, the next start the beam did not tune)."""
         scorer, rng, best = self.scorer, self.rng, self.best
         num_devices, num_layers = scorer.num_devices, scorer.profile.num_layers
-        kind = self.restarts % 4
+        kind = self.restarts % RESTART_KINDS
         self.restarts += 1
         policy = best.policy if kind == 0 else rng.choice((best.policy, *START_POLICIES, MEMORY_POLICY))
         if kind == 1:
@@ -223,7 +237,33 @@ class _Tuner:
         candidates += self.exchange_starts(candidates)
         if not self.best.feasible:
             candidates += self.memory_starts(stage_counts)
+        if self.scorer.memory_limit_bytes < float("inf") or self.scorer.activation_limit_bytes < float("inf"):
+            layout = self.waves_start()
+            if layout is not None:
+                candidates += [self.consider(layout, policy, "memory waves loop") for policy in START_POLICIES]
         return candidates
+
+    def waves_start(self) -> Layout | None:
+        """One stage per device, split so that the slowest device is fastest when each device runs its load and its
+        micro-batches pass in the waves its memory allows (``planner.bounds.stage_waves_ms``): a device near the
+        front holds each micro-batch longest, so it gets fewer layers, and more room for micro-batches in flight."""
+        scorer = self.scorer
+        m, num_layers = scorer.num_microbatches, scorer.profile.num_layers
+        forward, inputs, weights = scorer.forward_prefix, scorer.input_prefix, scorer.weight_prefix
+
+        def cost(start: int, end: int) -> float:
+            activations = scorer.activation_prefix[end] - scorer.activation_prefix[start]
+            left = min(scorer.memory_limit_bytes - (scorer.state_prefix[end] - scorer.state_prefix[start]),
+                       scorer.activation_limit_bytes)
+            fit = int(left // activations) if activations > 0 else m
+            hold = forward[-1] - forward[start] + inputs[-1] - inputs[start] + weights[end] - weights[start]
+            return max(m * (scorer.work_prefix[end] - scorer.work_prefix[start]), waves_ms(m, fit, hold))
+
+        sizes, slowest = split_min_max(num_layers, scorer.num_devices, cost)
+        if slowest == float("inf"):
+            return None
+        starts = tuple(sum(sizes[:index]) for index in range(len(sizes)))
+        return Layout(starts, shape_placement("loop", len(sizes), scorer.num_devices), num_layers)
 
     def exchange_starts(self, candidates: list[Candidate]) -> list[Candidate]:
         """The best starts' layouts with single layers moved between devices (``exchange_layers``): the

@@ -1,13 +1,14 @@
 """Partitions: Megatron's uniform split, DeepSpeed's parameter balance, and a time-balanced optimum."""
 
 import itertools
+import random
 
 import pytest
 
 from planner.errors import SpecError
 from planner.partition import PARTITIONS, partition_layers, partition_param_balanced, partition_time_balanced, \
     partition_uniform
-from planner.partition.contiguous import split_contiguous
+from planner.partition.contiguous import split_contiguous, split_min_max
 
 from sched_checks import decoder_profile, layer, make_profile
 
@@ -66,6 +67,27 @@ def test_split_contiguous_finds_the_smallest_heaviest_part(weights, parts):
     starts = list(itertools.accumulate([0] + sizes))
     heaviest = max(sum(weights[starts[i]:starts[i + 1]]) for i in range(parts))
     assert heaviest == _brute_force_bottleneck(weights, parts)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_split_min_max_finds_the_cheapest_costliest_part_for_any_part_cost(seed):
+    rng = random.Random(seed)
+    items = rng.randint(2, 9)
+    parts = rng.randint(1, items)
+    weights = [rng.uniform(0, 5) for _ in range(items)]
+
+    def cost(start, end):  # not additive: a size penalty, a charge on the first part, some spans barred
+        if end - start == 3 and start % 2 and parts > 1:
+            return float("inf")
+        return sum(weights[start:end]) * (1 + 0.3 * (end - start)) + (2.0 if start == 0 else 0.0)
+
+    sizes, value = split_min_max(items, parts, cost)
+    starts = list(itertools.accumulate([0] + sizes))
+    assert len(sizes) == parts and all(size >= 1 for size in sizes) and sum(sizes) == items
+    assert value == pytest.approx(max(cost(starts[i], starts[i + 1]) for i in range(parts)))
+    every = [max(cost(bounds[i], bounds[i + 1]) for i in range(parts))
+             for cuts in itertools.combinations(range(1, items), parts - 1) for bounds in [(0, *cuts, items)]]
+    assert value == pytest.approx(min(every))
 
 
 def test_split_contiguous_evens_out_the_lighter_parts():

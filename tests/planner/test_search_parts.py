@@ -9,7 +9,7 @@ import pytest
 
 from planner.actions import ActionKind
 from planner.bounds import (activation_hold_ms, binding_term, indivisible_layers_ms, optimal_device_load_ms,
-                            search_lower_bound)
+                            plan_memory_limit, search_lower_bound, stage_waves_ms)
 from planner.memory import layer_state_bytes
 from planner.search import search_plan
 from planner.search.list_scheduler import duration_of
@@ -210,7 +210,7 @@ def test_every_micro_batch_holds_its_activations_at_least_their_chain():
 
 def test_the_memory_bound_holds_for_every_plan_that_fits_and_binds_when_memory_is_tight():
     rng = random.Random(23)
-    binding = fitting = 0
+    binding = fitting = waves = 0
     for index in range(24):
         profile = hybrid_profile() if index % 2 else big_head_profile(num_decoders=rng.randint(6, 12))
         profile = light_weights(profile)
@@ -226,7 +226,15 @@ def test_the_memory_bound_holds_for_every_plan_that_fits_and_binds_when_memory_i
             if candidate.feasible:
                 fitting += 1
                 assert candidate.makespan >= bound["lower_bound_ms"] * (1 - 1e-9)
+                # The plan's own memory argument (Little's law, or its waves on a device with one stage) holds too.
+                plan = candidate_plan(candidate, devices, microbatches)
+                own = plan_memory_limit(plan, profile, memory_limit_bytes=limit, layer_state_bytes=state)
+                assert candidate.makespan >= own["memory_flow_ms"] * (1 - 1e-9)
+                waves += any(stage_waves_ms(profile, stage.layers[0], stage.layers[-1] + 1, microbatches,
+                                            own["microbatches_fit"]) == own["memory_flow_ms"]
+                             for stage in plan.stages if stage.device == own["device"])
     assert binding >= 3 and fitting >= 30  # the term binds on some of these limits, and plans fit them
+    assert waves >= 3  # and the waves of a one-stage device set some plans' own limits
 
 
 def test_a_tight_memory_limit_is_named_on_the_bound_and_on_the_plan():
@@ -291,3 +299,32 @@ def test_layer_exchange_balances_a_lumpy_stack_that_boundaries_cannot():
     best = min(max(sum(w for w, d in zip(work, assignment) if d == device) for device in (0, 1))
                for assignment in itertools.product((0, 1), repeat=len(work)))
     assert best == 10.0 and max(_loads_by_layer(exchanged, work, 2)) == best
+
+
+def test_the_waves_start_splits_so_that_the_slowest_device_under_memory_is_fastest():
+    from planner.search.search import _Tuner
+    profile = light_weights(big_head_profile(num_decoders=9))
+    devices, microbatches = 3, 8
+    state = layer_state_bytes(profile)
+    limit = sum(state) / devices + max(state) + 0.5 * sum(layer.activation_bytes for layer in profile.layers) / devices
+    scorer = scorer_for(profile, devices, microbatches, memory=limit)
+    layout = _Tuner(scorer, random.Random(0), 1.0, 0.0, state).waves_start()
+    work = [layer.forward + layer.backward for layer in profile.layers]
+
+    def slowest(starts):
+        bounds = [*starts, profile.num_layers]
+        costs = []
+        for start, end in zip(bounds, bounds[1:]):
+            left = limit - sum(state[start:end])
+            fit = int(left // sum(layer.activation_bytes for layer in profile.layers[start:end]))
+            costs.append(max(microbatches * sum(work[start:end]),
+                             stage_waves_ms(profile, start, end, microbatches, fit)))
+        return max(costs)
+
+    every = [slowest((0, *cuts)) for cuts in itertools.combinations(range(1, profile.num_layers), devices - 1)]
+    assert layout.stage_device == (0, 1, 2) and slowest(layout.starts) == pytest.approx(min(every))
+    # Memory binds here: the front device, which holds each micro-batch longest, gets fewer layers than a split
+    # that balances work alone.
+    assert slowest(layout.starts) > microbatches * max(device_loads(layout, scorer.work_prefix, devices)) * 0.999
+    balanced = balanced_starts(work, devices)
+    assert layout.starts[1] <= balanced[1]
