@@ -13,8 +13,9 @@ Three independent limits, each true for every partition, placement and schedule:
 Transfers are left out: they depend on the placement, and a bound must hold for every plan.
 
 Four tighter limits see indivisible layers and the pipeline's fill; the search's bound (``search_lower_bound``,
-shown on the job page as the gap) is the max of all seven. Every limit holds for any partition, placement and schedule (transfers only add time, so they are left
-out). With ``T`` the iteration time, ``m`` micro-batches, ``p`` devices and ``c_i = F_i + I_i + W_i``:
+shown on the job page as the gap) is the max of all seven (eight under a memory limit). Every limit holds for any
+partition, placement and schedule (transfers only add time, so they are left out). With ``T`` the iteration time,
+``m`` micro-batches, ``p`` devices and ``c_i = F_i + I_i + W_i``:
 
 - ``indivisible_layers_ms``: a layer runs whole on one device, so the devices' loads are a partition of
   the layer costs into ``p`` groups. Among the ``k*p + 1`` costliest layers some device gets ``k + 1``;

@@ -5,13 +5,15 @@
    with device-balanced partitions, each under a few schedule policies (list scheduler).
 3. Phase-by-phase tuning of the best few starts: diagnose the bottleneck from the candidate's timeline,
    try the matching phase's moves, keep the best neighbour only if it beats the current candidate
-   (otherwise roll back and try the next phase); at a local optimum restart, in turn, from a perturbed best,
-   another stage count and shape, the best's layers exchanged between devices, and a partition that trades
-   balance for memory (``_Tuner.restart``), then tune again.
+   (otherwise roll back and try the next phase); at a local optimum restart from a perturbed best until that
+   stops paying; then, under a memory limit, tune a start split for memory (``_Tuner.waves_start``); then
+   restart, in turn, from a perturbed best, another stage count and shape, the best's layers exchanged between
+   devices, a partition that trades balance for memory (``_Tuner.restart``), and the starts not yet tuned.
 4. Stop on the time budget (``DEFAULT_TIME_BUDGET_S``), on cancellation, once within ``target_gap`` of the
-   bound, or once its patience is spent: ``MIN_PATIENCE`` evaluations without a better plan, once more for every
-   5 % its best is above the bound (``_Tuner.patience_spent``). No fixed evaluation cap: a search far from the
-   bound, or still finding better plans, keeps its budget. ``max_evaluations`` caps it only when given.
+   bound, or once its patience is spent: ``PATIENCE_PER_PERCENT`` evaluations without a better plan for every
+   percent its best is above the bound (``patience``). No fixed evaluation cap: a search far from the bound, or
+   still finding better plans, keeps its budget. ``max_evaluations`` and ``max_scheduled_actions`` cap it only
+   when given (tests that must be reproducible).
 5. The best candidate is validated and simulated; it is returned unless a baseline that fits memory
    is faster, in which case that baseline is (so the search is never worse than where it started).
 
@@ -45,14 +47,13 @@ from planner.simulator import simulate
 from planner.units import binary_bytes
 
 DEFAULT_TIME_BUDGET_S = 60.0
-# Patience (``_Tuner.patience_spent``): evaluations without a better plan before the search stops, growing with
-# the best plan's gap to the bound.
-MIN_PATIENCE = 100
-PATIENCE_GAP = 0.05
-# Scheduling cost grows with stages x micro-batches; this caps a large search near a minute on one core.
-DEFAULT_MAX_SCHEDULED_ACTIONS = 5_000_000
+# Patience (``patience``): evaluations without a better plan before the search stops, PATIENCE_PER_PERCENT per
+# percent of the best plan's gap to the bound (a plan 70 % above it: 1,400; 3 % above: 60), at least MIN_PATIENCE.
+PATIENCE_PER_PERCENT = 20
+MIN_PATIENCE = 20
 BEAM_WIDTH = 3
-RESTART_KINDS = 5   # ``_Tuner.restart``'s four kinds, and the next untuned start
+RESTARTS_WITHOUT_GAIN = 6   # the first phase: restarts from the perturbed best until this many in a row gain nothing
+RESTART_KINDS = 6   # ``_Tuner.restart``'s five kinds, and the next untuned start
 STALE_RESTARTS = 50  # restarts in a row that find only candidates already scored: the search has converged
 PLACEMENT_MOVES_PER_STEP = 12
 EXCHANGE_STARTS = 4  # best distinct starts whose layers are exchanged between devices for another start
@@ -71,7 +72,7 @@ def search_plan(profile: Profile, num_devices: int, num_microbatches: int, *, cl
                 memory_limit_bytes: int | None = None, seed: int = 0, time_budget_s: float | None = None,
                 progress: Progress | None = None, cancel: Callable[[], bool] | None = None, top_k: int = 5,
                 activation_limit_bytes: int | None = None, max_evaluations: int | None = None,
-                max_scheduled_actions: int = DEFAULT_MAX_SCHEDULED_ACTIONS, target_gap: float = 0.01,
+                max_scheduled_actions: int | None = None, target_gap: float = 0.01,
                 layer_state_bytes: list[float] | None = None) -> SearchResult:
     """Search a plan for ``profile`` on ``num_devices`` devices and ``num_microbatches`` micro-batches.
 
@@ -102,7 +103,8 @@ def search_plan(profile: Profile, num_devices: int, num_microbatches: int, *, cl
                              memory_limit_bytes=memory_limit, activation_limit_bytes=activation_limit,
                              deadline=started + time_budget_s,
                              max_evaluations=float("inf") if max_evaluations is None else max_evaluations,
-                             max_scheduled_actions=max_scheduled_actions,
+                             max_scheduled_actions=float("inf") if max_scheduled_actions is None
+                             else max_scheduled_actions,
                              cancel=cancel, layer_state_bytes=state)
     scorer.on_evaluation = lambda: reporter.tick(scorer)
     tuner = _Tuner(scorer, random.Random(seed), bound["lower_bound_ms"], target_gap, state)
@@ -133,10 +135,33 @@ def search_plan(profile: Profile, num_devices: int, num_microbatches: int, *, cl
                         baseline_plans=baseline_plans)
 
 
+def rehomed_end(layout: Layout, loads: list[float], rng: random.Random) -> Layout | None:
+    """``layout`` with its last stage (the head's) or its first (the embedding's) moved to one of the two least loaded
+    other devices, the head split into a stage of its own when it shares one; ``None`` when that would leave a
+    device without a stage."""
+    starts, devices = list(layout.starts), list(layout.stage_device)
+    stage = rng.choice((0, len(starts) - 1))
+    if stage and layout.stage_end(stage) - starts[stage] > 1 and rng.random() < 0.5:
+        starts.append(layout.num_layers - 1)   # the head alone, after the rest of the last stage
+        devices.append(devices[stage])
+        stage += 1
+    lightest = sorted((device for device in range(len(loads)) if device != devices[stage]), key=loads.__getitem__)
+    devices[stage] = rng.choice(lightest[:2])
+    if set(devices) != set(range(len(loads))):
+        return None
+    return Layout(tuple(starts), tuple(devices), layout.num_layers)
+
+
+def first_phase_evaluations(num_devices: int) -> int:
+    """The evaluations the search was capped at before it had patience (200 for up to 8 devices, 300 from 16): its
+    first phase runs at least this long, unless it finishes sooner."""
+    return int(min(300, max(200, 100 + 12.5 * num_devices)))
+
+
 def patience(best: Candidate, bound_ms: float) -> float:
     """Evaluations without a better plan after which the search stops (see ``_Tuner.patience_spent``)."""
     gap = best.makespan / bound_ms - 1 if best.feasible and bound_ms > 0 else 1.0
-    return MIN_PATIENCE * (1 + gap / PATIENCE_GAP)
+    return max(MIN_PATIENCE, PATIENCE_PER_PERCENT * 100 * gap)
 
 
 class _Tuner:
@@ -178,6 +203,25 @@ class _Tuner:
                 chosen.append(candidate)
         for candidate in chosen[:BEAM_WIDTH]:
             self.tune(candidate)
+        # First the best perturbed until it stops paying, at least up to the evaluations the search used to be capped
+        # at, then the wider restarts while patience lasts: every step only keeps a better plan, so the search ends no
+        # worse than that first phase alone would.
+        fruitless = 0
+        while fruitless < RESTARTS_WITHOUT_GAIN:
+            self.scorer.check_stop()   # cached candidates do not check the time budget or cancellation
+            if self.scorer.evaluations >= first_phase_evaluations(self.scorer.num_devices) and self.patience_spent():
+                break
+            before = self.best.rank
+            layout = perturbed(self.best.layout, self.rng, self.scorer.num_devices, self.scorer.work_prefix)
+            self.tune(self.consider(layout, self.best.policy, "restart"))
+            fruitless = fruitless + 1 if self.best.rank >= before else 0
+        scorer = self.scorer
+        memory_limited = scorer.memory_limit_bytes < float("inf") or scorer.activation_limit_bytes < float("inf")
+        if memory_limited and not self.patience_spent():
+            layout = self.waves_start()
+            if layout is not None:
+                for policy in START_POLICIES:
+                    self.tune(self.consider(layout, policy, "memory waves loop"))
         untuned = chosen[BEAM_WIDTH:]
         stale = 0   # restarts in a row that scored nothing new (every candidate they reached was cached)
         while not self.patience_spent() and stale < STALE_RESTARTS:
@@ -193,14 +237,15 @@ class _Tuner:
             stale = stale + 1 if self.scorer.evaluations == evaluations else 0
 
     def patience_spent(self) -> bool:
-        """Whether the best has gone unimproved for ``MIN_PATIENCE`` evaluations, times one more for every
-        ``PATIENCE_GAP`` the best is above the bound: the farther from the bound, the longer the search persists."""
+        """Whether the best has gone unimproved for ``patience`` evaluations: the farther from the bound, the longer
+        the search persists."""
         return self.scorer.evaluations - self.improved_at >= patience(self.best, self.bound_ms)
 
     def restart(self) -> tuple[Layout, SchedulePolicy, str]:
         """The next restart, in turn: the best perturbed; another stage count and shape with balanced devices; the
-        best's layers exchanged between devices; a partition balanced on work and model state together (and, in
-        ``run``, the next start the beam did not tune)."""
+        best's layers exchanged between devices; a partition balanced on work and model state together; the stage
+        with the head or the embedding moved to a lightly loaded device (and, in ``run``, the next start the beam
+        did not tune)."""
         scorer, rng, best = self.scorer, self.rng, self.best
         num_devices, num_layers = scorer.num_devices, scorer.profile.num_layers
         kind = self.restarts % RESTART_KINDS
@@ -217,6 +262,10 @@ class _Tuner:
             return layout, policy, "restart layer exchange"
         if kind == 3:
             return rebalance_devices(best.layout, self.mixed_prefix, num_devices), policy, "restart memory balance"
+        if kind == 4:
+            layout = rehomed_end(best.layout, scorer.device_work(best.layout), rng)
+            if layout is not None:
+                return rebalance_devices(layout, scorer.work_prefix, num_devices), policy, "restart end re-homed"
         return perturbed(best.layout, rng, num_devices, scorer.work_prefix), policy, "restart"
 
     def starts(self, baseline_layouts: list[Layout]) -> list[Candidate]:
@@ -237,10 +286,6 @@ class _Tuner:
         candidates += self.exchange_starts(candidates)
         if not self.best.feasible:
             candidates += self.memory_starts(stage_counts)
-        if self.scorer.memory_limit_bytes < float("inf") or self.scorer.activation_limit_bytes < float("inf"):
-            layout = self.waves_start()
-            if layout is not None:
-                candidates += [self.consider(layout, policy, "memory waves loop") for policy in START_POLICIES]
         return candidates
 
     def waves_start(self) -> Layout | None:

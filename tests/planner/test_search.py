@@ -1,7 +1,7 @@
 """The AdaPtis search: plans that validate, fit memory, score what the simulator says, beat their starts."""
 
-import re
 import json
+import re
 
 import pytest
 
@@ -165,6 +165,10 @@ def test_progress_rises_to_one(cluster):
     fractions = [fraction for fraction, _ in reports]
     assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == 1.0
     assert all(isinstance(message, str) and message for _, message in reports)
+    # Each report says the best plan so far and its gap; the best only improves.
+    bests = [(float(best.replace(",", "")), float(gap)) for _, message in reports
+             for best, gap in re.findall(r"best ([\d,.]+) ms, ([\d.]+)% above the bound", message)]
+    assert len(bests) >= 2 and [best for best, _ in bests] == sorted((best for best, _ in bests), reverse=True)
 
 
 def test_the_result_serialises_with_candidates_and_baselines(searched):

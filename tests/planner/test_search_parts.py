@@ -256,16 +256,18 @@ def test_a_tight_memory_limit_is_named_on_the_bound_and_on_the_plan():
 
 
 def test_the_search_persists_longer_the_farther_its_plan_is_from_the_bound():
-    from planner.search.search import MIN_PATIENCE, PATIENCE_GAP, patience
-    near = SimpleNamespace(feasible=True, makespan=101.0)
+    from planner.search.search import MIN_PATIENCE, PATIENCE_PER_PERCENT, patience
+    near = SimpleNamespace(feasible=True, makespan=100.5)
+    close = SimpleNamespace(feasible=True, makespan=103.0)
     far = SimpleNamespace(feasible=True, makespan=160.0)
-    assert patience(near, 100.0) == pytest.approx(MIN_PATIENCE * (1 + 0.01 / PATIENCE_GAP))
-    assert patience(far, 100.0) == pytest.approx(MIN_PATIENCE * (1 + 0.6 / PATIENCE_GAP))
+    assert patience(near, 100.0) == MIN_PATIENCE
+    assert patience(close, 100.0) == pytest.approx(3 * PATIENCE_PER_PERCENT)
+    assert patience(far, 100.0) == pytest.approx(60 * PATIENCE_PER_PERCENT)
     result = search_plan(big_head_profile(num_decoders=12), 4, 16, cluster=small_cluster(), target_gap=0.0)
     stats = result.stats
     assert stats["stopped"] == "converged" and stats["max_evaluations"] is None
     # It stopped only once its best had gone unimproved for the patience its gap earns.
-    assert stats["evaluations"] - stats["best_found_at"] >= MIN_PATIENCE * (1 + result.gap / PATIENCE_GAP) * 0.999
+    assert stats["evaluations"] - stats["best_found_at"] >= max(MIN_PATIENCE, PATIENCE_PER_PERCENT * 100 * result.gap) * 0.999
 
 
 def _loads_by_layer(layout, work, devices):
