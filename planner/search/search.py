@@ -216,8 +216,10 @@ class _Tuner:
             self.tune(self.consider(layout, self.best.policy, "restart"))
             fruitless = fruitless + 1 if self.best.rank >= before else 0
         scorer = self.scorer
-        memory_limited = scorer.memory_limit_bytes < float("inf") or scorer.activation_limit_bytes < float("inf")
-        if memory_limited and not self.patience_spent():
+        # A start designed for the memory limit is always tried where the limit can bind: where one device could not
+        # hold the whole model state and every micro-batch's activations.
+        everything = scorer.state_prefix[-1] + scorer.num_microbatches * scorer.activation_prefix[-1]
+        if min(scorer.memory_limit_bytes, scorer.activation_limit_bytes + scorer.state_prefix[-1]) < everything:
             layout = self.waves_start()
             if layout is not None:
                 for policy in START_POLICIES:

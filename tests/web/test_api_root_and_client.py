@@ -40,6 +40,26 @@ def test_the_api_index_lists_every_documented_operation_and_nothing_else(db):
             assert entry["url"] == "http://localhost" + entry["path"]
 
 
+def test_the_schema_is_generated_once_per_process_and_served_as_generated(db, monkeypatch):
+    from adaptis_web.studio.api.schema import SchemaView
+
+    calls = []
+
+    class Counting(SchemaGenerator):
+        def get_schema(self, *args, **kwargs):
+            calls.append(1)
+            return super().get_schema(*args, **kwargs)
+
+    monkeypatch.setattr(SchemaView, "generator_class", Counting)
+    monkeypatch.setattr(SchemaView, "_documents", {})
+    client = APIClient()
+    first = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    second = client.get("/api/schema/?format=json")
+    assert first.status_code == second.status_code == 200 and len(calls) == 1
+    assert json.loads(first.content) == json.loads(second.content) == SchemaGenerator().get_schema(request=None,
+                                                                                                   public=True)
+
+
 @pytest.fixture(scope="module")
 def web(django_db_setup, tmp_path_factory):
     server = start_web_server(tmp_path_factory.mktemp("client") / "web.log", queue=TEST_QUEUE)

@@ -23,6 +23,10 @@ request's fields (``document_request_rules``).
 
 from __future__ import annotations
 
+from django.utils import translation
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.response import Response
+
 from adaptis_web.studio.planning.serializers import JOB_CREATE_RULES
 
 ERROR_ITEM = {"type": "object", "properties": {"field": {"type": "string"}, "reason": {"type": "string"}},
@@ -123,3 +127,20 @@ def document_errors(result: dict, generator, request, public) -> dict:
             for status, response in errors.items():
                 operation["responses"].setdefault(status, response)
     return result
+
+
+class SchemaView(SpectacularAPIView):
+    """``/api/schema/``: drf-spectacular's view, the document generated once per process and API version and
+    language. It describes the code, which does not change while the process runs, and generating it costs about a
+    second of CPU, which every client's fetch of it used to pay again."""
+
+    _documents: dict[tuple, dict] = {}
+
+    def _get_schema_response(self, request):
+        version = self.api_version or request.version or self._get_version_parameter(request)
+        key = (version, translation.get_language(), self.serve_public)
+        if key not in self._documents:
+            generator = self.generator_class(urlconf=self.urlconf, api_version=version, patterns=self.patterns)
+            self._documents[key] = generator.get_schema(request=request, public=self.serve_public)
+        return Response(data=self._documents[key],
+                        headers={"Content-Disposition": f'inline; filename="{self._get_filename(request, version)}"'})
