@@ -39,7 +39,7 @@ beside its model state caps how many it keeps in flight on average, and so its t
 from __future__ import annotations
 
 from collections import Counter
-from itertools import product
+from itertools import accumulate, product
 
 from planner.errors import SpecError
 from planner.profile import Profile
@@ -204,20 +204,31 @@ def layer_chain_ms(profile: Profile, num_microbatches: int) -> float:
 
 
 def activation_hold_ms(profile: Profile) -> list[float]:
-    """The least time one micro-batch's activations of each layer stay held, in any plan.
+    """The least time one micro-batch's activations of each layer stay held, in any plan: ``stage_hold_ms`` of the
+    layer alone (a stage around it holds them at least as long)."""
+    prefixes = pass_prefixes(profile)
+    return [stage_hold_ms(*prefixes, index, index + 1) for index in range(profile.num_layers)]
 
-    They are taken when the layer's stage starts its forward and freed when the stage's W (or B) ends
-    (``planner.memory.activations``). In between run, one after another: the layer's forward and the forwards
-    of every later layer, the input gradients back down to the layer (the last layer's I needs its F; each I the
-    next layer's), and the layer's own W (which needs its I). Transfers only lengthen it.
-    """
+
+def pass_prefixes(profile: Profile) -> tuple[list[float], list[float], list[float]]:
+    """Prefix sums of the layers' F, I and W times (what ``stage_hold_ms`` reads)."""
     layers = profile.layers
-    hold, downstream = [0.0] * len(layers), 0.0
-    for index in range(len(layers) - 1, -1, -1):
-        layer = layers[index]
-        hold[index] = downstream + layer.forward + layer.backward_input + layer.backward_weight
-        downstream += layer.forward + layer.backward_input
-    return hold
+    return ([0.0, *accumulate(layer.forward for layer in layers)],
+            [0.0, *accumulate(layer.backward_input for layer in layers)],
+            [0.0, *accumulate(layer.backward_weight for layer in layers)])
+
+
+def stage_hold_ms(forward_prefix: list[float], input_prefix: list[float], weight_prefix: list[float], start: int,
+                  end: int) -> float:
+    """The least time one micro-batch holds the activations of the stage of layers ``[start, end)``, in any plan.
+
+    They are taken when the stage starts its forward and freed when its W (or B) ends (``planner.memory.activations``).
+    In between run, one after another: the stage's forwards and those of every later layer, the input gradients back
+    down through the stage (the last layer's I needs its F; each I the next layer's), and the stage's W (which needs
+    its I). Transfers only lengthen it. Over prefix sums (``pass_prefixes``, or the search's own).
+    """
+    return (forward_prefix[-1] - forward_prefix[start] + input_prefix[-1] - input_prefix[start]
+            + weight_prefix[end] - weight_prefix[start])
 
 
 # Weights of the surrogate constraints tried (each a convex combination of a device's load and memory rows).
@@ -344,12 +355,9 @@ def stage_waves_ms(profile: Profile, start: int, end: int, num_microbatches: int
     """Least time for a device that holds the one stage ``[start, end)`` and room for ``fit`` micro-batches' activations
     at once: micro-batch ``j + fit`` cannot start its forward there before micro-batch ``j``'s W (or B) has freed
     them, at least the hold of the stage's activations later (its forwards and the later layers', the input
-    gradients back to it, its W: ``activation_hold_ms`` of a stage). So the micro-batches pass in
-    ``ceil(m / fit)`` waves, each at least that hold long."""
-    layers = profile.layers
-    hold = (sum(layer.forward + layer.backward_input for layer in layers[start:])
-            + sum(layer.backward_weight for layer in layers[start:end]))
-    return waves_ms(num_microbatches, fit, hold)
+    gradients back to it, its W: ``stage_hold_ms``). So the micro-batches pass in ``ceil(m / fit)`` waves, each
+    at least that hold long."""
+    return waves_ms(num_microbatches, fit, stage_hold_ms(*pass_prefixes(profile), start, end))
 
 
 def waves_ms(num_microbatches: int, fit: int, hold_ms: float) -> float:

@@ -13,6 +13,7 @@ from itertools import accumulate
 from typing import Callable
 
 from planner.actions import ACTION_KINDS
+from planner.bounds import pass_prefixes
 from planner.cluster import ClusterSpec
 from planner.memory import layer_state_bytes as unsharded_layer_state_bytes
 from planner.plan import Action, Plan
@@ -82,9 +83,7 @@ class CandidateScorer:
         self.scheduled_actions = 0
         self.cancel = cancel
         layers = profile.layers
-        self.forward_prefix = [0.0, *accumulate(layer.forward for layer in layers)]
-        self.input_prefix = [0.0, *accumulate(layer.backward_input for layer in layers)]
-        self.weight_prefix = [0.0, *accumulate(layer.backward_weight for layer in layers)]
+        self.forward_prefix, self.input_prefix, self.weight_prefix = pass_prefixes(profile)
         self.work_prefix = [0.0, *accumulate(layer.forward + layer.backward for layer in layers)]
         self.activation_prefix = [0, *accumulate(layer.activation_bytes for layer in layers)]
         self.param_prefix = [0, *accumulate(layer.param_bytes for layer in layers)]

@@ -28,7 +28,7 @@ from itertools import accumulate
 from typing import Callable
 
 from planner.baselines import BASELINE_SCHEDULES, build_baseline
-from planner.bounds import binding_term, plan_memory_limit, search_lower_bound, waves_ms
+from planner.bounds import binding_term, plan_memory_limit, search_lower_bound, stage_hold_ms, waves_ms
 from planner.cluster import ClusterSpec
 from planner.errors import SpecError
 from planner.layout import Layout, layer_codes_from_profile, plan_layout_string
@@ -296,15 +296,15 @@ class _Tuner:
         front holds each micro-batch longest, so it gets fewer layers, and more room for micro-batches in flight."""
         scorer = self.scorer
         m, num_layers = scorer.num_microbatches, scorer.profile.num_layers
-        forward, inputs, weights = scorer.forward_prefix, scorer.input_prefix, scorer.weight_prefix
+        prefixes = scorer.forward_prefix, scorer.input_prefix, scorer.weight_prefix
 
         def cost(start: int, end: int) -> float:
             activations = scorer.activation_prefix[end] - scorer.activation_prefix[start]
             left = min(scorer.memory_limit_bytes - (scorer.state_prefix[end] - scorer.state_prefix[start]),
                        scorer.activation_limit_bytes)
             fit = int(left // activations) if activations > 0 else m
-            hold = forward[-1] - forward[start] + inputs[-1] - inputs[start] + weights[end] - weights[start]
-            return max(m * (scorer.work_prefix[end] - scorer.work_prefix[start]), waves_ms(m, fit, hold))
+            return max(m * (scorer.work_prefix[end] - scorer.work_prefix[start]),
+                       waves_ms(m, fit, stage_hold_ms(*prefixes, start, end)))
 
         sizes, slowest = split_min_max(num_layers, scorer.num_devices, cost)
         if slowest == float("inf"):
