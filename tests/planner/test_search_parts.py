@@ -267,7 +267,8 @@ def test_the_search_persists_longer_the_farther_its_plan_is_from_the_bound():
     stats = result.stats
     assert stats["stopped"] == "converged" and stats["max_evaluations"] is None
     # It stopped only once its best had gone unimproved for the patience its gap earns.
-    assert stats["evaluations"] - stats["best_found_at"] >= max(MIN_PATIENCE, PATIENCE_PER_PERCENT * 100 * result.gap) * 0.999
+    earned = max(MIN_PATIENCE, PATIENCE_PER_PERCENT * 100 * result.gap)
+    assert stats["evaluations"] - stats["best_found_at"] >= earned * 0.999
 
 
 def _loads_by_layer(layout, work, devices):
