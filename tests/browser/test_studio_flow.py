@@ -32,6 +32,14 @@ BARS_BY_ROW = """(source) => {
   });
   return rows;
 }"""
+CHART_DRAWN = """() => typeof Chart !== "undefined" && Chart.getChart(document.getElementById("timeline")) !== undefined"""
+
+
+def bars_by_row(page, source: str) -> dict:
+    """``BARS_BY_ROW`` once the page's chart exists (its scripts, at the page's end, may still be loading when the
+    page shows the plan after a reload)."""
+    page.wait_for_function(CHART_DRAWN, timeout=30_000)
+    return page.evaluate(BARS_BY_ROW, source)
 
 
 @pytest.fixture
@@ -81,7 +89,7 @@ def test_upload_plan_and_run_on_cpu(celery_worker, live_server, people, spec_tex
     expect(page.locator("#plan")).to_be_visible(timeout=60_000)  # the page polls, then shows the plan
     expect(page.locator("[data-job-status]")).to_have_text("succeeded")
     expect(page.locator("[data-layout]")).to_have_text("E,t*2|t*2,L")
-    predicted_rows = page.evaluate(BARS_BY_ROW, "predicted")
+    predicted_rows = bars_by_row(page, "predicted")
     assert predicted_rows == {"device 0": 16, "device 1": 16}, "F and B of 8 micro-batches on each device"
     page.hover("#timeline")
     page.screenshot(path=str(SCREENS / "04-plan.png"), full_page=True)
@@ -162,7 +170,7 @@ def test_search_a_plan_and_compare_it_with_every_baseline(celery_worker, live_se
     assert all(float(text.rstrip("×")) >= 1.0 for text in speedups), "AdaPtis is at least as fast as each"
     expect(page.locator("#candidates tbody tr").first).to_be_visible()
     expect(page.locator("#plan h2")).to_contain_text("adaptis")
-    predicted_rows = page.evaluate(BARS_BY_ROW, "predicted")
+    predicted_rows = bars_by_row(page, "predicted")
     assert set(predicted_rows) == {f"device {device}" for device in range(4)}
     page.screenshot(path=str(SCREENS / "10-search-comparison.png"), full_page=True)
 
