@@ -45,7 +45,13 @@ class SchedulePolicy:
       through: less memory, backwards sooner), ``old`` the oldest micro-batch (breadth first);
     - ``inflight_scale``: a stage s may hold ``ceil(scale x (stages from s to the end))`` micro-batches,
       1F1B's warm-up depth generalised to any placement;
-    - ``weight_lag``: deferred W's a device may owe before W outranks a forward (memory is freed at W).
+    - ``weight_lag``: deferred W's a device may owe before W outranks a forward (memory is freed at W);
+    - ``reserve``: what a micro-batch entering a device must find room for under the byte cap. ``all``: its
+      activations on every stage of the device, beside what is held and promised to every micro-batch inside (no
+      device can starve its own later stage). ``next``: its activations on every stage beside what is held only,
+      so that one micro-batch's later stages always have room, not every one's: more micro-batches in flight on a
+      device with several stages, at the risk of a deadlock, which the scheduler breaks by letting a forward
+      through (``cap_overrides``), and the search then rejects for its peak.
     """
 
     split_backward: bool = False
@@ -53,17 +59,19 @@ class SchedulePolicy:
     forward_order: str = "deep"
     inflight_scale: float = 1.0
     weight_lag: int = 1_000_000
+    reserve: str = "all"
 
     def describe(self) -> str:
         backward = "I+W" if self.split_backward else "B"
         first = "B-first" if self.backward_first else "F-first"
         lag = "" if self.weight_lag >= 1_000_000 else f", W lag <= {self.weight_lag}"
-        return f"{backward}, {first}, {self.forward_order} F, in-flight x{self.inflight_scale:g}{lag}"
+        reserve = "" if self.reserve == "all" else f", reserve {self.reserve}"
+        return f"{backward}, {first}, {self.forward_order} F, in-flight x{self.inflight_scale:g}{lag}{reserve}"
 
     def to_dict(self) -> dict:
         return {"split_backward": self.split_backward, "backward_first": self.backward_first,
                 "forward_order": self.forward_order, "inflight_scale": self.inflight_scale,
-                "weight_lag": self.weight_lag if self.weight_lag < 1_000_000 else None}
+                "weight_lag": self.weight_lag if self.weight_lag < 1_000_000 else None, "reserve": self.reserve}
 
 
 @dataclass(frozen=True)
@@ -239,6 +247,7 @@ def _chooser(times: StageTimes, m: int, policy: SchedulePolicy, shape: _Shape, p
     in_flight, held, promised = progress.in_flight, progress.held, progress.promised
     owed_weights = progress.owed_weights
     deep_first, weight_lag = policy.forward_order == "deep", policy.weight_lag
+    reserve_all, stage_bytes = policy.reserve == "all", times.activation_bytes
     # Priorities are single integers (smaller runs first): a class times ``span`` plus a tie-break that
     # orders by micro-batch and stage, so comparing candidates needs no tuples.
     span = (num_stages + 1) * (m + 1)
@@ -250,13 +259,16 @@ def _chooser(times: StageTimes, m: int, policy: SchedulePolicy, shape: _Shape, p
         candidates = []
         add = candidates.append
         earliest = INFINITY
-        admits = ignore_caps or held[device] + promised[device] + bytes_per_microbatch[device] <= cap[device]
+        admits = ignore_caps or (held[device] + (promised[device] if reserve_all else 0) + bytes_per_microbatch[device]
+                                 <= cap[device])
         device_entry = entry_stage[device]
         for stage in device_stages[device]:
             base = stage * m
             microbatch = next_forward[stage]
             if microbatch < m and (stage == 0 or next_forward[stage - 1] > microbatch) and (
-                    ignore_caps or (in_flight[stage] < limit[stage] and (admits or stage != device_entry))):
+                    ignore_caps or (in_flight[stage] < limit[stage] and (
+                        admits if stage == device_entry
+                        else reserve_all or held[device] + stage_bytes[stage] <= cap[device]))):
                 ready = forward_done[base - m + microbatch] + forward_lag[stage] if stage else 0.0
                 if ready < earliest:
                     earliest = ready
