@@ -8,7 +8,13 @@ flow`` is the memory-aware term), the term that binds, the gap, what memory allo
 the search's seconds (CPU, one core), evaluations and why it stopped. ``--json FILE`` also writes the rows, so
 that two commits can be compared (``--compare OLD.json`` adds a "before" column from such a file).
 
-    .venv/bin/python benchmarks/preset_plans.py [--models a,b] [--json rows.json] [--compare before.json]
+``--held-out N`` plans N random heterogeneous stacks instead, profiles no preset or tuning has seen: an embedding,
+12-40 layers drawn from 2-4 kinds (each with its own time, weight-gradient share, activations and weights), a head
+2-12 decoders heavy, on 4 or 8 devices with 4 micro-batches per device and a memory limit leaving room for 0.5-4
+micro-batches' activations per device beside an even share of the weights (seeded: the same N stacks every run).
+
+    .venv/bin/python benchmarks/preset_plans.py [--models a,b | --held-out 24] [--json rows.json]
+                                                [--compare before.json]
 """
 
 from __future__ import annotations
@@ -22,8 +28,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import random  # noqa: E402
+
 from planner.cluster import load_cluster_preset  # noqa: E402
 from planner.cost import analytic_profile  # noqa: E402
+from planner.memory import layer_state_bytes  # noqa: E402
+from planner.profile import LayerProfile, Profile  # noqa: E402
 from planner.errors import SpecError  # noqa: E402
 from planner.search import check_model_state_fits, search_plan  # noqa: E402
 from planner.spec.presets import load_model_preset, model_preset_names  # noqa: E402
@@ -50,18 +60,54 @@ def preset_row(model: str) -> dict | None:
         except SpecError as error:
             print(f"{model} does not fit {name}: {error}", file=sys.stderr)
             continue
-        seconds = time.process_time() - started
-        meta = result.plan.meta
-        memory = meta.get("memory_binding") or {}
-        return {"model": model, "cluster": name, "devices": devices, "microbatches": MICROBATCHES,
-                "iteration_ms": result.iteration_ms, "layout": meta["layout"], "schedule": meta.get("schedule", ""),
-                "bound": dict(result.lower_bound), "lower_bound_ms": result.lower_bound_ms, "gap": result.gap,
-                "binding": (meta.get("binding") or {}).get("term"), "memory_device": memory.get("device"),
-                "microbatches_fit": memory.get("microbatches_fit"),
-                "plan_memory_flow_ms": memory.get("memory_flow_ms"), "seconds": seconds,
-                "evaluations": result.stats["evaluations"], "stopped": result.stats["stopped"]}
+        return _row(model, name, devices, MICROBATCHES, result, time.process_time() - started)
     print(f"skipped {model}: no named cluster fits it in pure pipeline parallelism", file=sys.stderr)
     return None
+
+
+MIB = 1 << 20
+
+
+def held_out_row(index: int) -> dict | None:
+    """The search on random heterogeneous stack ``index`` (see the module doc), with no cluster: transfers free."""
+    rng = random.Random(1000 + index)
+    kinds = [(rng.uniform(0.3, 2.0), rng.uniform(0.2, 0.6), rng.randint(16, 256), rng.randint(20, 400))
+             for _ in range(rng.randint(2, 4))]
+    layers = [LayerProfile(name="embed", kind="embedding", forward=0.05, backward_input=0.05, backward_weight=0.05,
+                           activation_bytes=16 * MIB, output_bytes=8 * MIB, param_bytes=rng.randint(100, 800) * MIB)]
+    for layer in range(rng.randint(12, 40)):
+        forward, weight_share, activation_mib, param_mib = rng.choice(kinds)
+        layers.append(LayerProfile(name=f"layers.{layer}", kind="decoder", forward=forward,
+                                   backward_input=2 * forward * (1 - weight_share),
+                                   backward_weight=2 * forward * weight_share, activation_bytes=activation_mib * MIB,
+                                   output_bytes=8 * MIB, param_bytes=param_mib * MIB))
+    head = rng.uniform(1, 6)
+    layers.append(LayerProfile(name="head", kind="head", forward=head, backward_input=head, backward_weight=head,
+                               activation_bytes=rng.randint(64, 512) * MIB, output_bytes=8 * MIB,
+                               param_bytes=rng.randint(100, 800) * MIB))
+    profile = Profile(model=f"held-out-{index}", device="test", layers=tuple(layers), seq_len=4096)
+    devices = rng.choice((4, 8))
+    state = layer_state_bytes(profile)
+    activations = sum(layer.activation_bytes for layer in layers)
+    limit = int(sum(state) / devices + max(state) + rng.uniform(0.5, 4) * activations / devices)
+    started = time.process_time()
+    try:
+        result = search_plan(profile, devices, 4 * devices, memory_limit_bytes=limit)
+    except SpecError as error:
+        print(f"{profile.model} does not fit: {error}", file=sys.stderr)
+        return None
+    return _row(profile.model, "—", devices, 4 * devices, result, time.process_time() - started)
+
+
+def _row(model: str, cluster: str, devices: int, microbatches: int, result, seconds: float) -> dict:
+    meta = result.plan.meta
+    memory = meta.get("memory_binding") or {}
+    return {"model": model, "cluster": cluster, "devices": devices, "microbatches": microbatches,
+            "iteration_ms": result.iteration_ms, "layout": meta["layout"], "schedule": meta.get("schedule", ""),
+            "bound": dict(result.lower_bound), "lower_bound_ms": result.lower_bound_ms, "gap": result.gap,
+            "binding": (meta.get("binding") or {}).get("term"), "memory_device": memory.get("device"),
+            "microbatches_fit": memory.get("microbatches_fit"), "plan_memory_flow_ms": memory.get("memory_flow_ms"),
+            "seconds": seconds, "evaluations": result.stats["evaluations"], "stopped": result.stats["stopped"]}
 
 
 def print_rows(rows: list[dict], before: dict[str, dict]) -> None:
@@ -93,6 +139,7 @@ def print_rows(rows: list[dict], before: dict[str, dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(model_preset_names()))
+    parser.add_argument("--held-out", type=int, metavar="N", help="plan N random heterogeneous stacks instead")
     parser.add_argument("--json", metavar="FILE", help="also write the rows to FILE")
     parser.add_argument("--compare", metavar="FILE", help="rows written by --json on another commit")
     args = parser.parse_args()
@@ -100,11 +147,13 @@ def main() -> None:
     if args.compare:
         before = {row["model"]: row for row in json.loads(Path(args.compare).read_text())}
     rows = []
-    for model in args.models.split(","):
-        row = preset_row(model)
+    jobs = ([lambda index=index: held_out_row(index) for index in range(args.held_out)] if args.held_out
+            else [lambda model=model: preset_row(model) for model in args.models.split(",")])
+    for job in jobs:
+        row = job()
         if row is not None:
             rows.append(row)
-            print(f"{model}: {row['iteration_ms']:,.0f} ms, gap {row['gap']:.1%}, {row['seconds']:.1f} s, "
+            print(f"{row['model']}: {row['iteration_ms']:,.0f} ms, gap {row['gap']:.1%}, {row['seconds']:.1f} s, "
                   f"{row['stopped']}", file=sys.stderr, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -176,6 +176,7 @@ class _Tuner:
         self.best: Candidate | None = None
         self.improved_at = 0      # evaluations when ``best`` last improved
         self.restarts = 0
+        self.widened = False      # past the first phase: the moves that phase did not make are open too
         # Work and model state, each as a share of its total, per layer prefix: a partition balanced on it trades
         # time balance for memory (what a device near its memory limit needs).
         work, total_state = scorer.work_prefix, sum(state) or 1.0
@@ -204,8 +205,9 @@ class _Tuner:
         for candidate in chosen[:BEAM_WIDTH]:
             self.tune(candidate)
         # First the best perturbed until it stops paying, at least up to the evaluations the search used to be capped
-        # at, then the wider restarts while patience lasts: every step only keeps a better plan, so the search ends no
-        # worse than that first phase alone would.
+        # at, with the moves the search has always made; then the wider restarts and moves (the reserve policy) while
+        # patience lasts: every step only keeps a better plan, so the search ends no worse than that first phase
+        # alone, which is the search as it was before it had patience.
         fruitless = 0
         while fruitless < RESTARTS_WITHOUT_GAIN:
             self.scorer.check_stop()   # cached candidates do not check the time budget or cancellation
@@ -215,6 +217,7 @@ class _Tuner:
             layout = perturbed(self.best.layout, self.rng, self.scorer.num_devices, self.scorer.work_prefix)
             self.tune(self.consider(layout, self.best.policy, "restart"))
             fruitless = fruitless + 1 if self.best.rank >= before else 0
+        self.widened = True
         scorer = self.scorer
         # A start designed for the memory limit is always tried where the limit can bind: where one device could not
         # hold the whole model state and every micro-batch's activations.
@@ -367,7 +370,7 @@ class _Tuner:
     def moves(self, candidate: Candidate, phase: str) -> list[tuple[Layout, SchedulePolicy]]:
         scorer, policy = self.scorer, candidate.policy
         if phase == "gaps":
-            return [(candidate.layout, other) for other in policy_moves(policy, scorer.num_devices)]
+            return [(candidate.layout, other) for other in policy_moves(policy, scorer.num_devices, self.widened)]
         if phase == "imbalance":
             return [(layout, policy) for layout in partition_moves(candidate, scorer.device_work(candidate.layout))]
         if phase == "memory":

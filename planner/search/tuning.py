@@ -108,12 +108,14 @@ def placement_moves(candidate: Candidate, num_devices: int, work_prefix: list[fl
     return [rebalance_devices(move, work_prefix, num_devices) for move in drawn]
 
 
-def policy_moves(policy: SchedulePolicy, num_devices: int) -> list[SchedulePolicy]:
+def policy_moves(policy: SchedulePolicy, num_devices: int, reserve: bool = True) -> list[SchedulePolicy]:
+    """The schedule's neighbours: each knob of ``policy`` turned; the reserve knob only with ``reserve``."""
     moves = [replace(policy, split_backward=not policy.split_backward),
              replace(policy, backward_first=not policy.backward_first)]
     moves += [replace(policy, forward_order=order) for order in FORWARD_ORDERS if order != policy.forward_order]
     moves += [replace(policy, inflight_scale=scale) for scale in INFLIGHT_SCALES if scale != policy.inflight_scale]
-    moves.append(replace(policy, reserve="next" if policy.reserve == "all" else "all"))
+    if reserve:
+        moves.append(replace(policy, reserve="next" if policy.reserve == "all" else "all"))
     if policy.split_backward:
         moves += [replace(policy, weight_lag=lag) for lag in (num_devices, 2 * num_devices, 1_000_000)
                   if lag != policy.weight_lag]
