@@ -77,6 +77,21 @@ def test_a_heavy_head_is_planned_well_ahead_of_interleaved_1f1b(cluster):
     assert result.gap < 0.08
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_patience_only_adds_to_the_search_it_continues(cluster, seed):
+    """The search cut at the evaluations it used to be capped at is a prefix of the whole search (same seed, same
+    moves until then), and the whole one only keeps better plans: it is never slower."""
+    from planner.search.search import first_phase_evaluations
+    profile = hybrid_profile()
+    state = sum(layer.param_bytes for layer in profile.layers) * 9
+    limit = state // 8 + 3 * max(layer.param_bytes for layer in profile.layers) * 9
+    cut = search_plan(profile, 8, 32, cluster=cluster, memory_limit_bytes=limit, seed=seed,
+                      max_evaluations=first_phase_evaluations(8))
+    whole = search_plan(profile, 8, 32, cluster=cluster, memory_limit_bytes=limit, seed=seed)
+    assert cut.stats["stopped"] == "evaluation budget" and whole.stats["evaluations"] > cut.stats["evaluations"]
+    assert whole.iteration_ms <= cut.iteration_ms
+
+
 def test_the_same_seed_gives_the_same_plan(cluster):
     profile = hybrid_profile()
     first = search_plan(profile, DEVICES, MICROBATCHES, cluster=cluster, seed=3, max_evaluations=60)
