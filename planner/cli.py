@@ -351,6 +351,8 @@ def search_command(args: argparse.Namespace) -> int:
     _report_written(args.out, {
         "strategy": result.plan.strategy, "layout": result.plan.meta["layout"],
         "iteration_ms": result.iteration_ms, "lower_bound_ms": result.lower_bound_ms, "gap": result.gap,
+        "bound_set_by": result.plan.meta["binding"]["text"],
+        "plan_memory": (result.plan.meta["memory_binding"] or {}).get("text"),
         "peak_memory_bytes": result.plan.predicted["peak_memory_bytes"],
         "baselines": {name: metrics["iteration_ms"] for name, metrics in result.baselines.items()},
         "search": result.stats})

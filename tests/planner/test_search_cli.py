@@ -25,6 +25,10 @@ def test_search_writes_a_valid_plan_and_a_summary(tmp_path, capsys):
     assert summary["iteration_ms"] >= summary["lower_bound_ms"]
     assert summary["iteration_ms"] <= summary["baselines"]["interleaved-1f1b"]
     assert "%]" in captured.err and "done" in captured.err
+    # What sets the bound and what memory allows the plan's partition, in words (the H100's 80 GiB is the limit).
+    assert summary["bound_set_by"] == plan.meta["binding"]["text"] and summary["bound_set_by"]
+    assert summary["plan_memory"] == plan.meta["memory_binding"]["text"] and "micro-batches in flight" in \
+        summary["plan_memory"]
 
 
 def test_a_memory_limit_too_small_exits_with_the_field(tmp_path, capsys):
