@@ -1,8 +1,5 @@
-"""Refuse runs this executor cannot run as planned (``execution_refusal``) or that cannot fit: a realistic ModelSpec
-must be scaled (``executor.model.scale_spec``) first.
-
-This executor runs pipeline parallelism: a hybrid plan (``adaptis.plan/v2``) whose tensor, context, data or expert
-parallel degree is above 1 would run as its pipeline alone, less than planned, so it is refused with the reason.
+"""Refuse runs that cannot fit (what this executor cannot run as planned at all: ``executor.running.scope``): a
+realistic ModelSpec must be scaled (``executor.model.scale_spec``) first.
 
 The estimate per rank is the model state of its layers (``planner.memory.model_state`` with the run's dtype
 and optimizer: weights, gradients and Adam's two moments in that dtype, no master copy), plus the activations
@@ -27,17 +24,6 @@ from planner.spec.model import ModelSpec
 USABLE_FRACTION = 0.8
 ACTIVATION_TENSORS_PER_LAYER = 16
 GIB = 1024 ** 3
-
-
-def execution_refusal(plan: Plan) -> SpecError | None:
-    """Why this executor cannot run ``plan`` as planned, or None (see the module docstring)."""
-    parallel = plan.parallel
-    dropped = [] if parallel is None else [f"{degree.upper()}{getattr(parallel, degree)}" for degree in
-                                           ("tp", "cp", "dp", "ep") if getattr(parallel, degree) > 1]
-    if not dropped:
-        return None
-    return SpecError("plan", f"is {parallel.short()}; the executor runs pipeline parallelism only, so its "
-                             f"{' '.join(dropped)} would not run: export it to Megatron-LM or torchtitan to run it")
 
 
 def rank_bytes(plan: Plan, spec: ModelSpec, rank: int, dtype: torch.dtype, optimizer: str,

@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 from torch.distributed import TCPStore
 
-from executor.running.capacity import check_capacity, execution_refusal
+from executor.running.capacity import check_capacity
+from executor.running.scope import execution_refusal
 from executor.running.config import RunConfig
 from executor.errors import ExecutorError, RunCancelled
 from executor.running.events import open_sink, resolved_sink

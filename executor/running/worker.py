@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from executor.running.capacity import check_capacity, execution_refusal
+from executor.running.capacity import check_capacity
+from executor.running.scope import execution_refusal
 from executor.running.config import RunConfig
 from executor.running.events import EventEmitter, open_sink
 from executor.running.cores import bind_local_rank

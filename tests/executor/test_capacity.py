@@ -58,7 +58,7 @@ def test_a_schedule_that_keeps_too_many_micro_batches_in_flight_is_refused_where
 def test_a_hybrid_plan_with_an_axis_besides_the_pipeline_is_refused_naming_it_before_any_rank_starts(
         degrees, dropped, monkeypatch):
     from executor.running import launch
-    from executor.running.capacity import execution_refusal
+    from executor.running.scope import execution_refusal
     from planner.parallel.config import ParallelConfig
 
     plan = one_f_one_b(STAGES, 4)
@@ -74,7 +74,7 @@ def test_a_hybrid_plan_with_an_axis_besides_the_pipeline_is_refused_naming_it_be
 
 
 def test_a_pipeline_plan_v1_or_v2_with_only_the_pipeline_axis_is_run():
-    from executor.running.capacity import execution_refusal
+    from executor.running.scope import execution_refusal
     from planner.parallel.config import ParallelConfig
 
     plan = one_f_one_b(STAGES, 4)

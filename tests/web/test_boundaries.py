@@ -1,26 +1,18 @@
 """The web reaches planning through one facade, ``planner.service`` (the document loaders, untrusted text or JSON
-to a checked document, included), and ``planner.errors``. Running and measuring go through the executor's own entry
-points, each named below with the reason the web calls it."""
+to a checked document, included), and ``planner.errors``; running and measuring through the executor's,
+``executor.service``. And a web process does not import torch: the facade imports what only the runs worker needs
+on first use."""
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 WEB = Path(__file__).resolve().parent.parent.parent / "adaptis_web"
-PLANNER_ANY_NAME = {"planner.service", "planner.errors"}
-EXECUTOR_ENTRY_POINTS = {
-    ("executor.running.launch", "run_plan"): "a local run's ranks, on the runs worker",
-    ("executor.errors", "ExecutorError"): "a failed run's message and its ranks' traceback",
-    ("executor.errors", "RunCancelled"): "a run stopped on request",
-    ("executor.model", "scale_spec"): "the scaled-down copy a CPU run executes",
-    ("executor.measuring.profiler", "measure_for_local_runs"): "a profile measured on the runs' host",
-    ("executor.running.cores", "usable_cores"): "the runs' host's cores, recorded with a measured profile",
-    ("executor.running.capacity", "execution_refusal"): "a plan the executor cannot run as planned, refused (and "
-                                                        "its page's run buttons replaced by the reason)",
-    ("executor.running.events", "HTTP_BATCH_EVENTS"):
-        "the ingest's bound on a batch, the one the ranks' HTTPS sink keeps to",
-}
+FACADES = {"planner.service", "planner.errors", "executor.service"}
 
 
 def _imports(tree: ast.AST):
@@ -33,14 +25,14 @@ def _imports(tree: ast.AST):
 
 
 def _allowed(module: str, name: str | None) -> bool:
-    if module.split(".")[0] == "executor":
-        return (module, name) in EXECUTOR_ENTRY_POINTS
-    if module.split(".")[0] != "planner":
+    package = module.split(".")[0]
+    if package not in ("planner", "executor"):
         return True
-    return module in PLANNER_ANY_NAME or (module == "planner" and name in ("service", "errors"))
+    return module in FACADES or (module == "planner" and name in ("service", "errors")) or (
+        module == "executor" and name == "service")
 
 
-def test_the_web_reaches_the_planner_only_through_the_facade_and_the_errors():
+def test_the_web_reaches_the_planner_and_the_executor_only_through_their_facades():
     reached = []
     for path in sorted(WEB.rglob("*.py")):
         for module, name in _imports(ast.parse(path.read_text(), filename=str(path))):
@@ -49,13 +41,27 @@ def test_the_web_reaches_the_planner_only_through_the_facade_and_the_errors():
     assert reached == []
 
 
-def test_the_rule_refuses_a_planner_internal_a_loader_beside_the_facade_and_an_unlisted_executor_module():
+def test_the_rule_refuses_a_planner_internal_a_loader_beside_the_facade_and_an_executor_module():
     tree = ast.parse("from planner.simulator import simulate\nimport planner.search\n"
                      "from executor.running.worker import x\nfrom planner.cluster import load_cluster\n"
-                     "from planner import service\n")
+                     "from executor.running.launch import run_plan\nfrom planner import service\n"
+                     "from executor import service\nfrom executor.service import run_plan\n")
     assert [pair for pair in _imports(tree) if not _allowed(*pair)] == [
         ("planner.simulator", "simulate"), ("planner.search", None), ("executor.running.worker", "x"),
-        ("planner.cluster", "load_cluster")]
+        ("planner.cluster", "load_cluster"), ("executor.running.launch", "run_plan")]
+
+
+def test_a_web_process_does_not_import_torch():
+    """Django set up, every URL's view imported, a plan page's refusal checked: torch stays out (it costs each web
+    and planning process about a second and a few hundred MiB at its start); the runs worker imports it on first use
+    of the executor's facade."""
+    probe = ("import sys, django; django.setup(); import adaptis_web.urls, adaptis_web.studio.tasks; "
+             "from executor import service; service.execution_refusal; print('torch' in sys.modules); "
+             "service.run_plan; print('torch' in sys.modules)")
+    answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                            cwd=WEB.parent, env={**os.environ, "DJANGO_SETTINGS_MODULE": "adaptis_web.settings"})
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout.split() == ["False", "True"]
 
 
 def _studio_imports(path: Path) -> set[str]:

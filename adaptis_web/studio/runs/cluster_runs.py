@@ -35,7 +35,7 @@ from adaptis_web.studio.catalog.specs import spec_check_team
 from adaptis_web.studio.models import JobStatus, Plan, Run, RunEvent
 from adaptis_web.studio.runs.live_events import event_identity, event_row, next_seq
 from adaptis_web.studio.runs.local_runs import MAX_RUN_STEPS, plan_execution_refusal
-from executor.running.events import HTTP_BATCH_EVENTS
+from executor.service import HTTP_BATCH_EVENTS
 from planner.service import load_cluster, parse_action
 from planner.errors import SpecError
 

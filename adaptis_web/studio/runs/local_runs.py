@@ -22,7 +22,8 @@ from adaptis_web.studio.runs.live_events import RunEventRelay, run_event_sink, r
 from adaptis_web.studio.runs.run_control import run_stop_reader
 from adaptis_web.studio.work.liveness import heartbeat
 from adaptis_web.studio.work.queueing import enqueue_on_commit, internal_error
-from executor.running.capacity import execution_refusal
+from executor import service as executor_service
+from executor.service import ExecutorError, RunCancelled
 from planner.errors import PlanError, SpecError
 from planner.service import ModelSpec, count_parameters, load_model_spec, load_plan
 
@@ -47,7 +48,7 @@ def cpu_run_refusal(spec: ModelSpec) -> str | None:
 
 def plan_execution_refusal(plan: Plan) -> SpecError | None:
     """Why the executor cannot run ``plan`` as planned anywhere (a hybrid plan's TP, CP, DP or EP), or None."""
-    return execution_refusal(load_plan(plan.plan_doc))
+    return executor_service.execution_refusal(load_plan(plan.plan_doc))
 
 
 def plan_run_refusal(plan: Plan) -> SpecError | None:
@@ -88,9 +89,7 @@ def _executed_spec(run: Run) -> ModelSpec:
     spec = load_model_spec(run.plan.job.spec.doc)
     if not run.scaled_down:
         return spec
-    from executor.model import scale_spec  # torch: only the worker that runs it pays for the import
-
-    return scale_spec(spec)
+    return executor_service.scale_spec(spec)  # torch: imported on first use, in the runs worker only
 
 
 def _run_fail(run_id: int, error: str) -> None:
@@ -98,14 +97,11 @@ def _run_fail(run_id: int, error: str) -> None:
 
 
 def _execute(run: Run) -> None:
-    from executor.errors import ExecutorError, RunCancelled
-    from executor.running.launch import run_plan
-
     spec = _executed_spec(run)
     Run.objects.filter(pk=run.pk).update(executed_spec=spec.to_dict())
     relay = RunEventRelay(run.pk).start()
     try:
-        result = run_plan(load_plan(run.plan.plan_doc), spec, backend=run.backend, seed=0,
+        result = executor_service.run_plan(load_plan(run.plan.plan_doc), spec, backend=run.backend, seed=0,
                           event_sink=run_event_sink(run.pk), steps=run.steps, timeout_s=settings.RUN_TIMEOUT_S,
                           should_stop=run_stop_reader(run.pk))
     except RunCancelled:

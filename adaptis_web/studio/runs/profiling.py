@@ -31,7 +31,8 @@ from adaptis_web.studio.planning.predictions import stored_plan
 from adaptis_web.studio.runs.local_runs import cpu_run_refusal
 from adaptis_web.studio.work.liveness import heartbeat
 from adaptis_web.studio.work.queueing import enqueue_on_commit, internal_error, send
-from executor.errors import ExecutorError
+from executor import service as executor_service
+from executor.service import ExecutorError
 from planner.errors import PlanError, SpecError
 from planner import service as planner_service
 from planner.service import ModelSpec, Profile, load_cluster_preset, load_model_spec, load_plan, load_profile
@@ -127,18 +128,14 @@ def profile_waiting(job: PlanningJob) -> bool:
 
 
 def _measure(record: MeasuredProfile) -> Profile:
-    from executor.measuring.profiler import measure_for_local_runs
-
-    return measure_for_local_runs(load_model_spec(record.spec.doc), ranks=record.num_ranks,
-                                  split_backward=record.split_backward,
-                                  plan=None if record.plan is None else load_plan(record.plan.plan_doc),
-                                  repeats=REPEATS, warmup=WARMUP)
+    # torch: imported on first use, in the runs worker only
+    return executor_service.measure_for_local_runs(
+        load_model_spec(record.spec.doc), ranks=record.num_ranks, split_backward=record.split_backward,
+        plan=None if record.plan is None else load_plan(record.plan.plan_doc), repeats=REPEATS, warmup=WARMUP)
 
 
 def _host() -> str:
-    from executor.running.cores import usable_cores
-
-    return f"{socket.gethostname()} ({usable_cores()} cores)"
+    return f"{socket.gethostname()} ({executor_service.usable_cores()} cores)"
 
 
 def _release_waiting_jobs(profile_id: int) -> None:

@@ -12,7 +12,7 @@ from adaptis_web.studio.runs.local_runs import DEFAULT_RUN_STEPS, MAX_RUN_STEPS
 from adaptis_web.studio.runs.profiling import MAX_PROFILE_RANKS
 from adaptis_web.studio.runs.selectors import RUN_EVENT_FIELDS, RUN_EVENTS_PAGE
 from adaptis_web.studio.url_converters import MAX_ID
-from executor.running.events import HTTP_BATCH_EVENTS
+from executor.service import HTTP_BATCH_EVENTS
 
 
 class RunCreateInput(serializers.Serializer):
