@@ -294,21 +294,11 @@ def memory_flow_ms(profile: Profile, num_devices: int, num_microbatches: int, *,
 
 
 def _packing_impossible(sizes: list[float], num_devices: int) -> bool:
-    """True only if items of ``sizes`` cannot go into ``num_devices`` bins of size 1: by volume, or because among
-    the ``k * p + 1`` largest items some bin gets ``k + 1`` of them."""
+    """True only if items of ``sizes`` cannot go into ``num_devices`` bins of size 1: by volume, by the largest item,
+    or because among the ``k * p + 1`` largest items some bin gets ``k + 1`` of them (``indivisible_layers_ms``)."""
     tolerance = 1 + 1e-9
-    if sum(sizes) > num_devices * tolerance:
-        return True
-    ordered = sorted(sizes, reverse=True)
-    if ordered[0] > tolerance:
-        return True
-    per_device = 1
-    while per_device * num_devices + 1 <= len(ordered):
-        top = per_device * num_devices + 1
-        if sum(ordered[top - per_device - 1:top]) > tolerance:
-            return True
-        per_device += 1
-    return False
+    return (sum(sizes) > num_devices * tolerance or max(sizes) > tolerance
+            or indivisible_layers_ms(sizes, num_devices, 1) > tolerance)
 
 
 def search_lower_bound(profile: Profile, num_devices: int, num_microbatches: int, *,
@@ -374,21 +364,21 @@ def plan_memory_limit(plan, profile: Profile, *, memory_limit_bytes: float, laye
     without a limit)."""
     if memory_limit_bytes == float("inf") and activation_limit_bytes == float("inf"):
         return None
+    prefixes = pass_prefixes(profile)
     hold = activation_hold_ms(profile)
     devices = []
     for device in range(plan.num_devices):
-        layers = [index for stage in plan.stages if stage.device == device for index in stage.layers]
+        own = [stage for stage in plan.stages if stage.device == device]
+        layers = [index for stage in own for index in stage.layers]
         state = sum(layer_state_bytes[index] for index in layers)
         left = min(memory_limit_bytes - state, activation_limit_bytes)
         per_microbatch = sum(profile.layers[index].activation_bytes for index in layers)
         flow = sum(profile.layers[index].activation_bytes * hold[index] for index in layers)
         bound = plan.num_microbatches * flow / left if left > 0 else float("inf")
         fits = int(left // per_microbatch) if per_microbatch > 0 else plan.num_microbatches
-        own = [stage for stage in plan.stages if stage.device == device]
         if len(own) == 1 and per_microbatch > 0:
-            stage = own[0]
-            bound = max(bound, stage_waves_ms(profile, stage.layers[0], stage.layers[-1] + 1, plan.num_microbatches,
-                                              fits))
+            hold_ms = stage_hold_ms(*prefixes, own[0].layers[0], own[0].layers[-1] + 1)
+            bound = max(bound, waves_ms(plan.num_microbatches, fits, hold_ms))   # ``stage_waves_ms``
         devices.append({"device": device, "state_bytes": state, "left_bytes": left,
                         "microbatch_bytes": per_microbatch, "microbatches_fit": min(fits, plan.num_microbatches),
                         "memory_flow_ms": bound})

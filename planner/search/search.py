@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import random
 import time
-from itertools import accumulate
 from typing import Callable
 
 from planner.baselines import BASELINE_SCHEDULES, build_baseline
@@ -107,7 +106,7 @@ def search_plan(profile: Profile, num_devices: int, num_microbatches: int, *, cl
                              else max_scheduled_actions,
                              cancel=cancel, layer_state_bytes=state)
     scorer.on_evaluation = lambda: reporter.tick(scorer)
-    tuner = _Tuner(scorer, random.Random(seed), bound["lower_bound_ms"], target_gap, state)
+    tuner = _Tuner(scorer, random.Random(seed), bound["lower_bound_ms"], target_gap)
     stopped = "converged"
     try:
         tuner.run([Layout.of_stages(plan.stages, profile.num_layers) for plan in baseline_plans.values()])
@@ -167,8 +166,7 @@ def patience(best: Candidate, bound_ms: float) -> float:
 class _Tuner:
     """The search state: every candidate scored so far lives in the scorer's cache; ``best`` is the best."""
 
-    def __init__(self, scorer: CandidateScorer, rng: random.Random, bound_ms: float, target_gap: float,
-                 state: list[float]):
+    def __init__(self, scorer: CandidateScorer, rng: random.Random, bound_ms: float, target_gap: float):
         self.scorer = scorer
         self.rng = rng
         self.bound_ms = bound_ms
@@ -179,10 +177,9 @@ class _Tuner:
         self.widened = False      # past the first phase: the moves that phase did not make are open too
         # Work and model state, each as a share of its total, per layer prefix: a partition balanced on it trades
         # time balance for memory (what a device near its memory limit needs).
-        work, total_state = scorer.work_prefix, sum(state) or 1.0
-        state_prefix = [0.0, *accumulate(state)]
-        self.mixed_prefix = [time_share / (work[-1] or 1.0) + held / total_state
-                             for time_share, held in zip(work, state_prefix)]
+        work, state = scorer.work_prefix, scorer.state_prefix
+        self.mixed_prefix = [time_share / (work[-1] or 1.0) + held / (state[-1] or 1.0)
+                             for time_share, held in zip(work, state)]
 
     def consider(self, layout: Layout, policy: SchedulePolicy, origin: str,
                  give_up_at: float = float("inf")) -> Candidate:

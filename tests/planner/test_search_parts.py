@@ -335,7 +335,7 @@ def test_the_waves_start_splits_so_that_the_slowest_device_under_memory_is_faste
     state = layer_state_bytes(profile)
     limit = sum(state) / devices + max(state) + 0.5 * sum(layer.activation_bytes for layer in profile.layers) / devices
     scorer = scorer_for(profile, devices, microbatches, memory=limit)
-    layout = _Tuner(scorer, random.Random(0), 1.0, 0.0, state).waves_start()
+    layout = _Tuner(scorer, random.Random(0), 1.0, 0.0).waves_start()
     work = [layer.forward + layer.backward for layer in profile.layers]
 
     def slowest(starts):

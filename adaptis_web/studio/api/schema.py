@@ -24,8 +24,8 @@ request's fields (``document_request_rules``).
 from __future__ import annotations
 
 from django.utils import translation
+from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.views import SpectacularAPIView
-from rest_framework.response import Response
 
 from adaptis_web.studio.planning.serializers import JOB_CREATE_RULES
 
@@ -129,18 +129,21 @@ def document_errors(result: dict, generator, request, public) -> dict:
     return result
 
 
-class SchemaView(SpectacularAPIView):
-    """``/api/schema/``: drf-spectacular's view, the document generated once per process and API version and
-    language. It describes the code, which does not change while the process runs, and generating it costs about a
-    second of CPU, which every client's fetch of it used to pay again."""
+class OnceSchemaGenerator(SchemaGenerator):
+    """drf-spectacular's generator, each document generated once per process, API version, language and
+    visibility. It describes the code, which does not change while the process runs, and generating it costs about
+    a second of CPU, which every client's fetch of ``/api/schema/`` used to pay again."""
 
     _documents: dict[tuple, dict] = {}
 
-    def _get_schema_response(self, request):
-        version = self.api_version or request.version or self._get_version_parameter(request)
-        key = (version, translation.get_language(), self.serve_public)
+    def get_schema(self, request=None, public=False):
+        key = (self.api_version or getattr(request, "version", None), translation.get_language(), public)
         if key not in self._documents:
-            generator = self.generator_class(urlconf=self.urlconf, api_version=version, patterns=self.patterns)
-            self._documents[key] = generator.get_schema(request=request, public=self.serve_public)
-        return Response(data=self._documents[key],
-                        headers={"Content-Disposition": f'inline; filename="{self._get_filename(request, version)}"'})
+            self._documents[key] = super().get_schema(request=request, public=public)
+        return self._documents[key]
+
+
+class SchemaView(SpectacularAPIView):
+    """``/api/schema/``: drf-spectacular's view on ``OnceSchemaGenerator``."""
+
+    generator_class = OnceSchemaGenerator
