@@ -3,12 +3,16 @@
     python -m executor run PLAN.json --model SPEC [--backend gloo|nccl] [--events URL_OR_PATH] [--steps N]
                            [--optimizer sgd|adamw] [--lr LR] [--dtype fp32|bf16|...] [--scale [HIDDEN]]
                            [--checkpoint-dir DIR] [--threads-per-rank N] [--no-bind-cores] [--timeout S]
-                           [--out RESULT.json]
+                           [--out RESULT.json] [--verify]
     python -m executor profile --model SPEC [--scale [HIDDEN]] [--device cpu|cuda] [--dtype D]
                                [--repeats N] [--threads N] [--ranks N] [--full-backward] [--distinct-layers]
                                [--plan PLAN.json] --out PROFILE.json
 
 SPEC is a model file (our JSON/YAML or a HuggingFace config.json) or a preset name (``tiny-hybrid``).
+
+``--verify`` then repeats the steps in one process (``executor.running.reference``), compares every layer the
+run saved with it, prints ``verified`` and the largest difference, and exits 1 where they differ by more than
+rounding. It runs in float64 unless ``--dtype`` says otherwise, so rounding cannot hide a wrong gradient.
 
 Single host: ``run`` starts one process per device of the plan itself. Several hosts: start the same
 command under torchrun on every host; each process then is one rank, reading RANK / WORLD_SIZE /
@@ -26,6 +30,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from executor.running.config import BACKENDS, OPTIMIZERS
@@ -33,7 +38,7 @@ from executor.errors import ExecutorError
 from executor.running.lowering import CAUSAL, WHOLE_STEP
 from executor.model.build import DTYPES
 from planner.errors import PlanError, SpecError
-from planner.plan import load_plan
+from planner.plan import Plan, load_plan
 from planner.spec.model import ModelSpec
 from planner.plan_check import check_plan_structure
 
@@ -76,9 +81,51 @@ def launched_by_torchrun() -> bool:
 def command_run(args) -> int:
     plan = load_plan(_read_json(args.plan, "plan"))
     spec = load_model_argument(args.model, args.scale)
+    if not args.verify:
+        _run(args, plan, spec, dtype=args.dtype, checkpoint_dir=args.checkpoint_dir)
+        return 0
+    from executor.running.reference import verify_tolerance
+
+    dtype = args.dtype or "fp64"
+    tolerance = verify_tolerance(dtype)
+    if args.checkpoint_dir:
+        return _run_and_verify(args, plan, spec, dtype, args.checkpoint_dir, tolerance)
+    if launched_by_torchrun():
+        raise SpecError("checkpoint_dir", "--verify under torchrun needs --checkpoint-dir: one directory every "
+                                          "rank saves its layers to and rank 0 reads (shared, where the ranks "
+                                          "span hosts)")
+    with tempfile.TemporaryDirectory(prefix="adaptis-verify-") as checkpoint_dir:
+        return _run_and_verify(args, plan, spec, dtype, checkpoint_dir, tolerance)
+
+
+def _run_and_verify(args, plan: Plan, spec: ModelSpec, dtype: str, checkpoint_dir: str, tolerance: float) -> int:
+    from executor.running.reference import compare_to_reference
+
+    from executor.running.scope import planned_spec
+
+    result = _run(args, plan, spec, dtype=dtype, checkpoint_dir=checkpoint_dir)
+    if result is None:   # a torchrun rank other than 0: rank 0 verifies the whole run
+        return 0
+    verification = compare_to_reference(
+        checkpoint_dir, planned_spec(plan, spec), num_microbatches=plan.num_microbatches,
+        data_parallel=plan.parallel.dp if plan.parallel is not None else 1, steps=args.steps, seed=args.seed,
+        lr=args.lr, optimizer=args.optimizer, dtype=dtype)
+    loss_relative = verification.loss_relative(result["losses"], result["balancing_losses"])
+    found = (f"largest difference {verification.largest_difference:.3g} (relative "
+             f"{verification.largest_relative:.3g}) over {verification.compared} tensors")
+    if verification.largest_relative <= tolerance and loss_relative <= tolerance:
+        print(f"verified: {found}, losses match")
+        return 0
+    print(f"NOT verified: {found}, worst {verification.worst}; losses differ by relative {loss_relative:.3g}; "
+          f"{dtype} allows relative {tolerance:g}")
+    return 1
+
+
+def _run(args, plan: Plan, spec: ModelSpec, *, dtype: str | None, checkpoint_dir: str | None) -> dict | None:
+    """Run the plan and print its summary; the result, which a torchrun rank other than 0 does not have."""
     settings = dict(backend=args.backend, seed=args.seed, event_sink=args.events, steps=args.steps,
                     event_token_file=args.token_file,
-                    optimizer=args.optimizer, lr=args.lr, dtype=args.dtype, checkpoint_dir=args.checkpoint_dir,
+                    optimizer=args.optimizer, lr=args.lr, dtype=dtype, checkpoint_dir=checkpoint_dir,
                     threads_per_rank=args.threads_per_rank, bind_cores=args.bind_cores, lookahead=args.lookahead)
     if launched_by_torchrun():
         from executor.running.config import RunConfig
@@ -89,7 +136,7 @@ def command_run(args) -> int:
         result = run_rank(job, rank=rank, world_size=int(os.environ["WORLD_SIZE"]),
                           local_rank=int(os.environ.get("LOCAL_RANK", "0")), job_dir=None)
         if rank != 0:
-            return 0
+            return None
     else:
         from executor.running.launch import run_plan
 
@@ -105,7 +152,7 @@ def command_run(args) -> int:
         print(f"warning: the event sink did not take {undelivered} events (it failed for longer than the ranks "
               f"waited); every event is in the result{' written to ' + args.out if args.out else ' (use --out)'}",
               file=sys.stderr)
-    return 0
+    return result
 
 
 def command_profile(args) -> int:
@@ -187,6 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "compute that the sender's producing action depends on (default)")
     run.add_argument("--timeout", type=float, default=600.0)
     run.add_argument("--out", help="write the full result (with every event) here")
+    run.add_argument("--verify", action="store_true",
+                     help="then repeat the steps in one process and compare every layer the run saved (in a "
+                          "temporary directory unless --checkpoint-dir; under torchrun give one) and its losses: "
+                          "print 'verified' and the largest difference, or exit 1; float64 unless --dtype")
     run.set_defaults(handler=command_run)
 
     profile = commands.add_parser("profile", help="measure per-layer F / I / W times and memory")

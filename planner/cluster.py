@@ -10,6 +10,7 @@ per GPU (one 400 Gb/s NIC per GPU: 50 GB/s). Presets are files in ``presets/clus
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -166,20 +167,40 @@ def load_cluster(doc: object) -> ClusterSpec:
 
 
 def preset_names() -> list[str]:
-    """The preset files; any ``<device>-<nodes>x<gpus per node>`` name is a preset too (``is_cluster_preset``)."""
+    """The preset files; any ``<device>-<nodes>x<gpus per node>`` name is a preset too (``is_cluster_preset``), and
+    ``cpu-<hosts>x<ranks per host>`` is ``cpu-host`` with that many local ranks (``local_cpu_document``)."""
     return sorted(path.stem for path in PRESET_DIR.glob("*.json"))
 
 
+LOCAL_CPU_CLUSTER = re.compile(r"^cpu-(?P<nodes>\d+)x(?P<per_node>\d+)$")
+
+
+def local_cpu_document(name: str) -> dict | None:
+    """``cpu-1x8``: the ``cpu-host`` preset (its CPU and loopback links as measured) with 1 host of 8 ranks, so a
+    TP x PP x DP plan can be rehearsed on a workstation; None for another name."""
+    match = LOCAL_CPU_CLUSTER.fullmatch(name)
+    if match is None:
+        return None
+    nodes, per_node = int(match.group("nodes")), int(match.group("per_node"))
+    if nodes < 1 or per_node < 1:
+        raise SpecError("cluster", f"{name!r}: hosts and ranks per host must be >= 1")
+    doc = json.loads((PRESET_DIR / "cpu-host.json").read_text())
+    return {**doc, "name": name, "description": f"{nodes} host(s) x {per_node} local gloo ranks. {doc['description']}",
+            "nodes": nodes, "devices_per_node": per_node}
+
+
 def is_cluster_preset(name: str) -> bool:
-    return name in preset_names() or parse_cluster_name(name) is not None
+    return name in preset_names() or parse_cluster_name(name) is not None or local_cpu_document(name) is not None
 
 
 @lru_cache(maxsize=None)
 def load_cluster_preset(name: str) -> ClusterSpec:
-    """A preset file by its name, else a named cluster such as ``h100-sxm-1024x8``."""
+    """A preset file by its name, else a named cluster such as ``h100-sxm-1024x8`` or ``cpu-1x8``."""
     if name in preset_names():
         return load_cluster(json.loads((PRESET_DIR / f"{name}.json").read_text()))
     if parse_cluster_name(name) is not None:
         return load_cluster(named_cluster_document(name))
+    if local_cpu_document(name) is not None:
+        return load_cluster(local_cpu_document(name))
     raise SpecError("cluster", f"unknown preset {name!r} (files: {', '.join(preset_names())}; or a name "
                                f"'<device>-<nodes>x<gpus per node>' such as 'h100-sxm-1024x8')")

@@ -5,6 +5,10 @@ and the compare page all read them here. A step's iteration time is the span fro
 devices; a device's bubble in that step is the iteration time minus its compute time. With more than one
 step the first is reported separately and left out of the averages: it pays one-off costs (allocator
 growth, first-touch of communication buffers) that a steady-state prediction does not model.
+
+In a hybrid run every (tp, cp, dp) replica of the pipeline runs the plan's device programs (the events' ``rank``
+tells them apart, ``device`` is the pipeline rank): a device's figures are the median over its replicas, with
+their spread (slowest minus fastest), and its collectives (``collective`` events) are folded the same way.
 """
 
 from __future__ import annotations
@@ -25,39 +29,54 @@ def step_spans(spans: Iterable[tuple[int, float, float]]) -> dict[int, tuple[flo
     return steps
 
 
+def _replica_sums(events: list[dict], measured_steps: set[int], key: str) -> dict[int, dict[int, dict]]:
+    """device -> replica rank -> {event[key]: ms per measured step}."""
+    sums: dict[int, dict[int, dict]] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))
+    for event in events:
+        if event["step"] in measured_steps:
+            sums[event["device"]][event.get("rank", event["device"])][event[key]] += (
+                (event["end_ms"] - event["start_ms"]) / len(measured_steps))
+    return sums
+
+
+def _folded(replicas: dict[int, dict]) -> tuple[dict, float, float]:
+    """Per key the median over the replicas, and the median and spread of their totals."""
+    if not replicas:
+        return {}, 0.0, 0.0
+    keys = {key for values in replicas.values() for key in values}
+    totals = [sum(values.values()) for values in replicas.values()]
+    return ({key: median(values.get(key, 0.0) for values in replicas.values()) for key in keys},
+            median(totals), max(totals) - min(totals))
+
+
 def summarize(events: list[dict], num_devices: int) -> dict:
     """Iteration (mean and median over the steps after the first), bubble ratio, per-step iterations and per-device
-    busy, bubble and compute by kind, from the action events of one run (other event types are skipped)."""
+    busy, bubble and compute by kind (and collectives by op, in a hybrid run), from the events of one run (other
+    event types are skipped)."""
     actions = [event for event in events if event.get("type", "action") == "action"]
-    by_step: dict[int, list[dict]] = defaultdict(list)
-    for event in actions:
-        by_step[event["step"]].append(event)
+    collectives = [event for event in events if event.get("type") == "collective"]
     spans = step_spans((event["step"], event["start_ms"], event["end_ms"]) for event in actions)
-    step_rows = []
-    for step in sorted(by_step):
-        step_events = by_step[step]
-        start, end = spans[step]
-        busy = [0.0] * num_devices
-        by_kind = [defaultdict(float) for _ in range(num_devices)]
-        for event in step_events:
-            duration = event["end_ms"] - event["start_ms"]
-            busy[event["device"]] += duration
-            by_kind[event["device"]][event["kind"]] += duration
-        step_rows.append({"step": step, "start_ms": start, "iteration_ms": end - start, "busy_ms": busy,
-                          "by_kind": by_kind})
+    step_rows = [{"step": step, "start_ms": start, "iteration_ms": end - start}
+                 for step, (start, end) in sorted(spans.items())]
     warmup = 1 if len(step_rows) > 1 else 0
     measured = step_rows[warmup:]
     if not measured:
         return {"iteration_ms": 0.0, "bubble_ratio": 0.0, "warmup_steps": 0, "steps": [], "per_device": []}
     iteration = sum(row["iteration_ms"] for row in measured) / len(measured)
+    measured_steps = {row["step"] for row in measured}
+    compute = _replica_sums(actions, measured_steps, "kind")
+    communication = _replica_sums(collectives, measured_steps, "op")
     per_device = []
     for device in range(num_devices):
-        busy = sum(row["busy_ms"][device] for row in measured) / len(measured)
-        kinds = {kind: sum(row["by_kind"][device].get(kind, 0.0) for row in measured) / len(measured)
-                 for kind in ActionKind}
-        per_device.append({"device": device, "busy_ms": busy, "bubble_ms": max(0.0, iteration - busy),
-                           "bubble_ratio": max(0.0, 1.0 - busy / iteration) if iteration else 0.0,
-                           "compute_ms": {kind: value for kind, value in kinds.items() if value}})
+        kinds, busy, spread = _folded(compute.get(device, {}))
+        row = {"device": device, "busy_ms": busy, "bubble_ms": max(0.0, iteration - busy),
+               "bubble_ratio": max(0.0, 1.0 - busy / iteration) if iteration else 0.0,
+               "compute_ms": {kind: kinds[kind] for kind in ActionKind if kinds.get(kind)}}
+        if len(compute.get(device, {})) > 1:
+            row["replicas"], row["busy_spread_ms"] = len(compute[device]), spread
+        if device in communication:
+            row["collective_ms"], _, _ = _folded(communication[device])
+        per_device.append(row)
     total_busy = sum(device["busy_ms"] for device in per_device)
     return {
         "iteration_ms": iteration,

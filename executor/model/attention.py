@@ -11,6 +11,7 @@ from torch import nn
 from executor.model.linear import Linear
 from executor.model.init import normal_
 from executor.model.norm import RMSNorm
+from executor.model.tensor_parallel import TensorParallel, gather_sequence, split_parameter
 from planner.spec.model import AttentionMixer
 
 ROPE_BASE = 10_000.0
@@ -71,6 +72,8 @@ class Attention(nn.Module):
     layers), with the mixer's optional biases, per-head QK RMSNorm (before the rotary embedding, as Qwen3) and
     sinks; without the rotary embedding where the model has none (GPT-2's learned positions, Jamba)."""
 
+    tensor_parallel = None
+
     def __init__(self, hidden_size: int, mixer: AttentionMixer):
         super().__init__()
         self.num_heads = mixer.num_heads
@@ -95,7 +98,24 @@ class Attention(nn.Module):
         if self.sinks is not None:
             normal_(self.sinks, generator, std=1.0)
 
+    def shard(self, tp: TensorParallel) -> None:
+        """Split by heads (Megatron's ``SelfAttention``): the query, key and value projections and their biases by
+        output features, query heads and key/value groups alike, so each rank keeps its heads' groups; the sinks
+        by head; the output projection by input features (row-parallel), its bias whole. The QK norms, shared
+        by every head, stay whole."""
+        for projection in (self.q_proj, self.k_proj, self.v_proj):
+            split_parameter(projection, "weight", 0, tp)
+            split_parameter(projection, "bias", 0, tp)
+        split_parameter(self.o_proj, "weight", 1, tp)
+        self.o_proj.tensor_parallel = tp
+        if self.sinks is not None:
+            split_parameter(self, "sinks", 0, tp)
+        self.num_heads //= tp.size
+        self.num_kv_heads //= tp.size
+        self.tensor_parallel = tp
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = gather_sequence(x, self.tensor_parallel)
         query = split_heads(self.q_proj(x), self.num_heads)
         key = split_heads(self.k_proj(x), self.num_kv_heads)
         if self.q_norm is not None:

@@ -29,6 +29,8 @@ def init_embedding_table(table: torch.Tensor, seed: int) -> None:
 class Embedding(nn.Module):
     """The token table, plus a learned absolute-position table when the model has one (GPT-2)."""
 
+    tensor_parallel = None
+
     def __init__(self, vocab_size: int, hidden_size: int, positions: int | None = None):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size))
@@ -40,11 +42,18 @@ class Embedding(nn.Module):
         if self.positions is not None:
             normal_(self.positions, generator)
 
+    def shard(self, tp) -> None:
+        """Whole on every TP rank (not Megatron's vocabulary-parallel table): each embeds its slice of the
+        sequence, at that slice's positions."""
+        self.tensor_parallel = tp
+
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
         hidden = F.embedding(token_ids, self.weight)
         if self.positions is None:
             return hidden
-        return hidden + self.positions[:token_ids.shape[-1]]
+        length = token_ids.shape[-1]
+        first = 0 if self.tensor_parallel is None else self.tensor_parallel.rank * length
+        return hidden + self.positions[first:first + length]
 
 
 def build_mixer(hidden_size: int, mixer) -> nn.Module:

@@ -11,6 +11,7 @@ from torch import nn
 
 from executor.model.backward import collecting_store, weight_grad
 from executor.model.init import normal_
+from executor.model.tensor_parallel import reduce_scatter_sequence
 
 
 class _DeferrableLinear(torch.autograd.Function):
@@ -67,7 +68,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 class Linear(nn.Linear):
     """A projection whose weight gradient may be deferred; an optional bias (Qwen2's q/k/v, GPT-2's projections)
-    gets its gradient with the input gradient, as the other small non-matmul parameters do."""
+    gets its gradient with the input gradient, as the other small non-matmul parameters do.
+
+    A row-parallel projection (``tensor_parallel`` set by its block's ``shard``) reduce-scatters its partial
+    sums over the TP group before the bias, which is added once, whole."""
+
+    tensor_parallel = None
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False):
         super().__init__(in_features, out_features, bias=bias)
@@ -78,5 +84,5 @@ class Linear(nn.Linear):
             normal_(self.bias, generator)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = linear(x, self.weight)
+        out = reduce_scatter_sequence(linear(x, self.weight), self.tensor_parallel)
         return out if self.bias is None else out + self.bias

@@ -7,11 +7,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from executor.model.linear import Linear
+from executor.model.tensor_parallel import TensorParallel, gather_sequence, split_parameter
 from planner.spec.model import DenseMLP, MoEMLP
 
 
 class GatedMLP(nn.Module):
     """down(silu(gate(x)) * up(x)) when gated (SwiGLU), else down(gelu(up(x))); ``bias`` on every projection."""
+
+    tensor_parallel = None
 
     def __init__(self, hidden_size: int, intermediate_size: int, gated: bool = True, bias: bool = False):
         super().__init__()
@@ -25,7 +28,19 @@ class GatedMLP(nn.Module):
             if projection is not None:
                 projection.init_weights(generator)
 
+    def shard(self, tp: TensorParallel) -> None:
+        """Split by intermediate width (Megatron's ``MLP``): up and gate column-parallel with their biases, down
+        row-parallel with its bias whole."""
+        for projection in (self.up_proj, self.gate_proj):
+            if projection is not None:
+                split_parameter(projection, "weight", 0, tp)
+                split_parameter(projection, "bias", 0, tp)
+        split_parameter(self.down_proj, "weight", 1, tp)
+        self.down_proj.tensor_parallel = tp
+        self.tensor_parallel = tp
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = gather_sequence(x, self.tensor_parallel)
         if self.gated:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
         return self.down_proj(F.gelu(self.up_proj(x)))

@@ -5,5 +5,6 @@ environment variables); ``worker`` is one rank (``run_rank``, also what ``python
 torchrun): ``lowering`` inserts the messages, ``stage`` and ``runtime`` run the program, ``timing`` aligns the
 clocks, ``events`` sends the timing events, ``capacity`` refuses what cannot fit. ``cores`` binds local ranks to
 their share of the host's cores and ``processes`` ties each child process's life to its launcher; the measuring
-package (``executor.measuring``) uses both.
+package (``executor.measuring``) uses both. ``reference`` is the single-process training a run must equal, which
+the exactness tests and ``run --verify`` compare runs with.
 """

@@ -16,6 +16,7 @@ import os
 import torch
 
 from executor.model.build import layer_parameter_counts
+from executor.running.scope import world_size
 from planner.errors import SpecError
 from planner.memory import activation_peaks, model_state, single_dtype_state, stage_activation_bytes
 from planner.plan import Plan
@@ -73,8 +74,11 @@ def check_capacity(plan: Plan, spec: ModelSpec, *, device: torch.device, dtype: 
     if ranks != list(range(plan.num_devices)):
         # One rank launched alone (torchrun): assume the other local ranks are as large.
         total *= int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    elif plan.parallel is not None:
+        # every CP x DP replica of a pipeline holds about its state (a TP group splits it over its ranks)
+        total *= plan.parallel.dp * plan.parallel.cp
     if total > capacity:
-        raise SpecError("model", f"{spec.name!r} needs ~{total / GIB:.1f} GiB across {plan.num_devices} CPU ranks "
+        raise SpecError("model", f"{spec.name!r} needs ~{total / GIB:.1f} GiB across {world_size(plan)} CPU ranks "
                                  f"(parameters, gradients, optimizer state, activations) but this host has "
                                  f"{capacity / GIB:.1f} GiB usable; scale it down with "
                                  f"executor.model.scale_spec(spec) (CLI: --scale)")

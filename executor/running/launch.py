@@ -1,4 +1,5 @@
-"""``run_plan``: run a Plan on ``plan.num_devices`` local ranks and collect what they measured.
+"""``run_plan``: run a Plan on local ranks (one per pipeline device, or per GPU of a hybrid plan) and collect what
+they measured.
 
 Each rank is a fresh ``python -m executor.running.worker`` subprocess with torchrun's environment variables, not a
 multiprocessing child: that works the same from a shell, a test, or a (daemonic) Celery worker, and it is
@@ -30,7 +31,7 @@ import torch
 from torch.distributed import TCPStore
 
 from executor.running.capacity import check_capacity
-from executor.running.scope import execution_refusal
+from executor.running.scope import execution_refusal, planned_spec, world_size
 from executor.running.config import RunConfig
 from executor.errors import ExecutorError, RunCancelled
 from executor.running.events import open_sink, resolved_sink
@@ -184,14 +185,16 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
                        event_token_file=_absolute(event_token_file), checkpoint_dir=_absolute(checkpoint_dir),
                        lookahead=lookahead, report_failures=False, step_barriers=step_barriers,
                        threads_per_rank=threads_per_rank, bind_cores=bind_cores)
+    spec = planned_spec(plan, spec)
     _refuse_before_starting(plan, spec, config)
     job_dir = Path(tempfile.mkdtemp(prefix="adaptis-run-"))
     job_file = job_dir / "job.json"
     job_file.write_text(json.dumps({"plan": plan.to_dict(), "spec": spec.to_dict(), "config": config.to_dict()}))
     processes: list[subprocess.Popen] = []
-    store = rendezvous_store(plan.num_devices)
+    ranks = world_size(plan)
+    store = rendezvous_store(ranks)
     try:
-        processes = _start_ranks(job_file, plan.num_devices, store.port, config.rank_threads(plan.num_devices))
+        processes = _start_ranks(job_file, ranks, store.port, config.rank_threads(ranks))
         _watch_ranks(processes, job_dir, config, timeout_s, should_stop)
         return _collected_result(job_dir)
     finally:
@@ -206,7 +209,7 @@ def _absolute(path: str | None) -> str | None:
 def _refuse_before_starting(plan: Plan, spec: ModelSpec, config: RunConfig) -> None:
     """Fail fast, before any process starts: a plan this executor cannot run as planned or cannot lower, a model
     that cannot fit, a malformed event sink (instead of the same error in every rank)."""
-    refusal = execution_refusal(plan)
+    refusal = execution_refusal(plan, spec)
     if refusal is not None:
         raise refusal
     lower_plan(plan, spec.num_layers, lookahead=config.lookahead)

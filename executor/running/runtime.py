@@ -3,7 +3,9 @@
 Per step: draw the synthetic batch, walk the program (issuing runs of consecutive POST_RECV / SEND ops as
 one ``batch_isend_irecv`` group per channel, each channel in its own process group
 (``executor.running.worker.open_channels``), waiting on receives just before the compute that needs them, timing every
-compute), drain the sends, all-reduce tied-embedding gradients across ranks, step the optimizer.
+compute), drain the sends, then sum the gradients where they are partial: the parameters a TP group holds whole
+(``executor.model.tensor_parallel``), a tied embedding's table across the pipeline, every gradient over the
+data-parallel replicas; step the optimizer. Every collective is an event of its own, with the rank's coordinate.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import torch.distributed as dist
 from executor.running.data import synthetic_batch
 from executor.running.events import EventEmitter
 from executor.running.lowering import Op
+from executor.running.place import RankPlace
 from executor.model.mlp import take_balancing_loss
+from executor.model.tensor_parallel import TensorParallel, replicated_parameters
 from executor.running.stage import StageRunner
 from planner.actions import ACTIVATION, GRADIENT, ActionKind
 from planner.plan import Action, Plan
@@ -37,17 +41,28 @@ class StepState:
 
 
 class RankRuntime:
-    def __init__(self, *, rank: int, plan: Plan, spec: ModelSpec, program: list[Op], runners: dict[int, StageRunner],
-                 optimizer: torch.optim.Optimizer | None, device: torch.device, dtype: torch.dtype, seed: int,
-                 clock, emitter: EventEmitter, tied_sync=None, messages_per_channel: int = 1,
-                 step_barrier_group=None, channel_groups: dict | None = None):
-        self.rank, self.plan, self.spec, self.program = rank, plan, spec, program
+    def __init__(self, *, place: RankPlace, plan: Plan, spec: ModelSpec, program: list[Op],
+                 runners: dict[int, StageRunner], optimizer: torch.optim.Optimizer | None, device: torch.device,
+                 dtype: torch.dtype, seed: int, clock, emitter: EventEmitter, tied_sync=None,
+                 messages_per_channel: int = 1, step_barrier_group=None, channel_groups: dict | None = None,
+                 tensor_parallel: TensorParallel | None = None, data_parallel=None):
+        # ``rank``: the pipeline rank, whose program this is (the plan's device); ``place.rank`` the global one
+        self.place, self.rank, self.plan, self.spec, self.program = place, place.pp, plan, spec, program
+        self.coordinate = place.coordinate
         self.runners, self.optimizer = runners, optimizer
         self.device, self.dtype, self.seed = device, dtype, seed
         self.clock, self.emitter = clock, emitter
         self.tied_sync = tied_sync
         self.tag_stride = max(1, messages_per_channel)
-        self.boundary_shape = (spec.micro_batch_size, spec.seq_len, spec.hidden_size)
+        self.tensor_parallel, self.data_parallel = tensor_parallel, data_parallel
+        self.step = 0
+        if tensor_parallel is not None:
+            tensor_parallel.clock, tensor_parallel.record = clock, self._record_collective
+        layers = [layer for runner in runners.values() for layer in runner.layers]
+        self.tp_replicated = replicated_parameters(layers) if tensor_parallel is not None else []
+        self.parameters = list({id(p): p for layer in layers for p in layer.parameters()}.values())
+        tp_size = 1 if tensor_parallel is None else tensor_parallel.size
+        self.boundary_shape = (spec.micro_batch_size, spec.seq_len // tp_size, spec.hidden_size)
         self.step_barrier_group = step_barrier_group
         # (sender, receiver) -> the process group its messages travel in (``executor.running.worker.open_channels``);
         # a channel without one uses the default group
@@ -71,11 +86,13 @@ class RankRuntime:
             group = self.channel_groups.get(channel)
             if op.type == "POST_RECV":
                 buffer = torch.empty(self.boundary_shape, dtype=self.dtype, device=self.device)
-                p2p[channel].append(dist.P2POp(dist.irecv, buffer, message.src, group, tag=self._tag(message, step)))
+                p2p[channel].append(dist.P2POp(dist.irecv, buffer, self.place.peer(message.src), group,
+                                               tag=self._tag(message, step)))
                 kept[channel].append(("recv", message, buffer))
             else:
                 tensor = state.outbox.pop((message.kind, message.stage, message.microbatch)).contiguous()
-                p2p[channel].append(dist.P2POp(dist.isend, tensor, message.dst, group, tag=self._tag(message, step)))
+                p2p[channel].append(dist.P2POp(dist.isend, tensor, self.place.peer(message.dst), group,
+                                               tag=self._tag(message, step)))
                 kept[channel].append(("send", message, tensor))
         for channel, channel_ops in p2p.items():
             for work, (direction, message, tensor) in zip(dist.batch_isend_irecv(channel_ops), kept[channel]):
@@ -99,7 +116,7 @@ class RankRuntime:
             runner.backward_weight(microbatch)
             return
         if action.type is ActionKind.F:
-            inputs, targets = batch.microbatch(microbatch)
+            inputs, targets = batch.microbatch(self.coordinate["dp"] * self.plan.num_microbatches + microbatch)
             stage_input = inputs if stage == 0 else state.local.pop((ACTIVATION, stage, microbatch))
             output = runner.forward(microbatch, stage_input, targets)
             if runner.is_last:
@@ -116,11 +133,39 @@ class RankRuntime:
             self._route(action.type.boundary, consumer, microbatch, produced, state)
 
     def _emit(self, action: Action, step: int, start, end) -> None:
-        clock, rank = self.clock, self.rank
+        clock, rank, device, coordinate = self.clock, self.place.rank, self.rank, self.coordinate
         self.emitter.emit(lambda: {
-            "type": "action", "rank": rank, "device": rank, "action": str(action), "stage": action.stage,
-            "kind": action.type, "microbatch": action.microbatch, "step": step,
+            "type": "action", "rank": rank, "device": device, "coordinate": coordinate, "action": str(action),
+            "stage": action.stage, "kind": action.type, "microbatch": action.microbatch, "step": step,
             "start_ms": clock.to_ms(start), "end_ms": clock.to_ms(end)})
+
+    def _record_collective(self, op: str, start, end, size: int) -> None:
+        """A collective as an event: ``op`` names its group first (``tp_all_gather``, ``dp_all_reduce``, ...)."""
+        clock, rank, device, coordinate, step = self.clock, self.place.rank, self.rank, self.coordinate, self.step
+        self.emitter.emit(lambda: {
+            "type": "collective", "op": op, "group": op.split("_", 1)[0], "rank": rank, "device": device,
+            "coordinate": coordinate, "step": step, "bytes": size,
+            "start_ms": clock.to_ms(start), "end_ms": clock.to_ms(end)})
+
+    def _timed(self, op: str, run, size: int = 0) -> None:
+        """Run ``run``; in a hybrid run, record it as the collective ``op`` (a pipeline-only run's events stay
+        its actions, as the ingest of cluster runs takes them)."""
+        if not self.place.hybrid:
+            run()
+            return
+        start = self.clock.mark()
+        run()
+        self._record_collective(op, start, self.clock.mark(), size)
+
+    def _all_reduce_gradients(self, op: str, parameters: list, group) -> None:
+        """Sum the gradients of ``parameters`` over ``group`` in one flat buffer (DDP's bucket, as one)."""
+        if not parameters:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
+        flat = torch._utils._flatten_dense_tensors(grads)
+        self._timed(op, lambda: dist.all_reduce(flat, group=group), flat.numel() * flat.element_size())
+        for parameter, reduced in zip(parameters, torch._utils._unflatten_dense_tensors(flat, grads)):
+            parameter.grad = reduced
 
     # -- steps ---------------------------------------------------------------------------------------
     def run_step(self, step: int) -> float | None:
@@ -135,8 +180,10 @@ class RankRuntime:
         return loss
 
     def _step(self, step: int) -> float | None:
-        batch = synthetic_batch(self.spec, self.plan.num_microbatches, seed=self.seed, step=step,
-                                dtype=self.dtype, device=self.device)
+        self.step = step
+        # every replica draws the whole step's batch and trains on its own micro-batches of it
+        batch = synthetic_batch(self.spec, self.plan.num_microbatches * self.place.config.dp, seed=self.seed,
+                                step=step, dtype=self.dtype, device=self.device)
         state = StepState()
         program, position = self.program, 0
         while position < len(program):
@@ -162,9 +209,15 @@ class RankRuntime:
         for runner in self.runners.values():
             runner.check_drained()
         self.balancing_losses.append(take_balancing_loss(self.moe))
+        if self.tensor_parallel is not None:
+            self._all_reduce_gradients("tp_grad_all_reduce", self.tp_replicated, self.tensor_parallel.group)
         if self.tied_sync is not None:
-            self.tied_sync()
+            self._timed("pp_tied_all_reduce", self.tied_sync)
+        if self.data_parallel is not None:
+            self._all_reduce_gradients("dp_all_reduce", self.parameters, self.data_parallel)
         if self.optimizer is not None:
-            self.optimizer.step()
+            # a sharded (ZeRO-1) optimizer broadcasts the parameters it updated over the data-parallel group
+            self._timed("dp_optimizer_step" if self.data_parallel is not None else "optimizer_step",
+                        self.optimizer.step)
             self.optimizer.zero_grad(set_to_none=True)
         return None if state.loss is None else float(state.loss.item())

@@ -1,21 +1,84 @@
 """What this executor runs, checked before anything imports torch: the web's plan pages and run requests ask it.
 
-This executor runs pipeline parallelism: a hybrid plan (``adaptis.plan/v2``) whose tensor, context, data or expert
-parallel degree is above 1 would run as its pipeline alone, less than planned, so it is refused with the reason.
+A hybrid plan (``adaptis.plan/v2``) runs with its pipeline, its data parallelism (gradients all-reduced at the
+step's end; with ``distributed_optimizer`` the optimizer state sharded over the data-parallel ranks, ZeRO-1) and
+its tensor parallelism (Megatron-LM's column- and row-parallel layers with sequence parallelism,
+``executor.model.tensor_parallel``) where every layer of the model has a tensor-parallel form here. What it cannot
+run as planned (context or expert parallelism, recomputation, a layer kind without a tensor-parallel form) is
+refused with the reason: run as less, it would be measured against a prediction of something else.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from planner.errors import SpecError
 from planner.plan import Plan
+from planner.spec.model import AttentionMixer, DenseMLP, ModelSpec
+
+NOT_EXECUTED = {"cp": "context parallelism", "ep": "expert parallelism"}
+EXPORT_HINT = "export it to Megatron-LM or torchtitan to run it"
 
 
-def execution_refusal(plan: Plan) -> SpecError | None:
-    """Why this executor cannot run ``plan`` as planned, or None (see the module docstring)."""
-    parallel = plan.parallel
-    dropped = [] if parallel is None else [f"{degree.upper()}{getattr(parallel, degree)}" for degree in
-                                           ("tp", "cp", "dp", "ep") if getattr(parallel, degree) > 1]
-    if not dropped:
+def world_size(plan: Plan) -> int:
+    """The ranks a run of ``plan`` starts: one per GPU of a hybrid plan, else one per pipeline device."""
+    return plan.parallel.num_gpus if plan.parallel is not None else plan.num_devices
+
+
+def planned_spec(plan: Plan, spec: ModelSpec) -> ModelSpec:
+    """``spec`` with the hybrid plan's micro-batch size (its sequences per micro-batch), which a run keeps."""
+    if plan.parallel is None or plan.parallel.microbatch_size == spec.micro_batch_size:
+        return spec
+    return replace(spec, micro_batch_size=plan.parallel.microbatch_size)
+
+
+def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
+    """Why ``spec`` cannot be split ``tp`` ways by ``executor.model.tensor_parallel``, or None.
+
+    What is split, as Megatron-Core splits it: attention by heads (query heads and key/value groups, so both
+    counts must divide), the dense MLP by its intermediate width; norms, the embedding and the head are
+    replicated, their gradients summed over the group (sequence parallelism gives each rank a slice of the
+    tokens). Mamba, linear attention, latent attention (MLA) and MoE layers have no split here yet.
+    """
+    if tp == 1:
         return None
-    return SpecError("plan", f"is {parallel.short()}; the executor runs pipeline parallelism only, so its "
-                             f"{' '.join(dropped)} would not run: export it to Megatron-LM or torchtitan to run it")
+    if spec.seq_len % tp:
+        return f"sequence parallelism splits the sequence ({spec.seq_len} tokens) over TP{tp}, which must divide it"
+    for index, layer in enumerate(spec.layers):
+        if layer.kind in ("embedding", "head"):
+            continue
+        mixer, mlp = layer.mixer, layer.mlp
+        if mixer is not None and not isinstance(mixer, AttentionMixer):
+            return f"layer {index} is a {mixer.type} layer, which the executor does not split over TP yet"
+        if mixer is not None and mixer.is_latent:
+            return f"layer {index} is latent attention (MLA), which the executor does not split over TP yet"
+        if mixer is not None and (mixer.num_heads % tp or mixer.num_kv_heads % tp):
+            return (f"layer {index} has {mixer.num_heads} query heads and {mixer.num_kv_heads} key/value heads; "
+                    f"TP{tp} splits both by heads, so it must divide both")
+        if mlp is not None and not isinstance(mlp, DenseMLP):
+            return f"layer {index} is an MoE layer, which the executor does not split over TP yet"
+        if mlp is not None and mlp.intermediate_size % tp:
+            return f"layer {index}'s MLP is {mlp.intermediate_size} wide, which TP{tp} must divide"
+    return None
+
+
+def execution_refusal(plan: Plan, spec: ModelSpec | None = None) -> SpecError | None:
+    """Why this executor cannot run ``plan`` as planned (see the module docstring), or None. Without ``spec`` the
+    layers are not checked against the plan's tensor parallelism (the run checks them)."""
+    parallel = plan.parallel
+    if parallel is None:
+        return None
+    dropped = [f"{degree.upper()}{getattr(parallel, degree)}" for degree in NOT_EXECUTED
+               if getattr(parallel, degree) > 1]
+    if dropped:
+        names = " and ".join(NOT_EXECUTED[degree] for degree in NOT_EXECUTED if getattr(parallel, degree) > 1)
+        return SpecError("plan", f"is {parallel.short()}; the executor does not run {names} yet, so its "
+                                 f"{' '.join(dropped)} would not run: {EXPORT_HINT}")
+    modes = {parallel.recompute} if isinstance(parallel.recompute, str) else set(parallel.recompute)
+    if modes != {"none"}:
+        return SpecError("plan", f"is {parallel.short()}; the executor does not recompute activations yet, so its "
+                                 f"{parallel.recompute_text()} recomputation would not run: {EXPORT_HINT}")
+    reason = tensor_parallel_refusal(spec, parallel.tp) if spec is not None else None
+    if reason is not None:
+        return SpecError("plan", f"is {parallel.short()}: {reason}")
+    return None

@@ -22,7 +22,8 @@ import torch
 import torch.distributed as dist
 
 from executor.running.capacity import check_capacity
-from executor.running.scope import execution_refusal
+from executor.running.place import MESH_DIMENSIONS, RankPlace
+from executor.running.scope import execution_refusal, planned_spec, world_size as plan_world_size
 from executor.running.config import RunConfig
 from executor.running.events import EventEmitter, open_sink
 from executor.running.cores import bind_local_rank
@@ -30,6 +31,7 @@ from executor.running.processes import die_with_launcher, exit_rank
 from executor.running.lowering import LoweredPlan, lower_plan
 from executor.model.build import build_layers, resolve_dtype
 from executor.model.linear import enable_weight_grad_deferral
+from executor.model.tensor_parallel import TensorParallel, full_state_dict, shard_layer
 from executor.running.runtime import RankRuntime
 from executor.running.stage import StageRunner
 from planner.observed import summarize
@@ -64,20 +66,25 @@ def _select_device(backend: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def build_runners(plan: Plan, spec: ModelSpec, rank: int, seed: int, device, dtype,
-                  split_backward: bool) -> dict[int, StageRunner]:
-    my_stages = plan.stages_on(rank)
+def build_runners(plan: Plan, spec: ModelSpec, pp_rank: int, seed: int, device, dtype, split_backward: bool,
+                  tensor_parallel: TensorParallel | None = None, data_parallel: int = 1) -> dict[int, StageRunner]:
+    """The stages of pipeline rank ``pp_rank``, their layers split for ``tensor_parallel`` when given; each of the
+    ``data_parallel`` replicas' micro-batches weighs 1 / (micro-batches x replicas) in the step's loss."""
+    my_stages = plan.stages_on(pp_rank)
     layer_indices = [layer for stage in my_stages for layer in plan.stages[stage].layers]
     # One call for all of this rank's layers: a tied head beside its embedding shares the table.
     modules = build_layers(spec, layer_indices, seed=seed, device=device, dtype=dtype)
+    if tensor_parallel is not None:
+        for module in modules.values():
+            shard_layer(module, tensor_parallel)
     last = plan.num_stages - 1
     return {stage: StageRunner(stage, [modules[i] for i in plan.stages[stage].layers], is_first=stage == 0,
-                               is_last=stage == last, loss_scale=1.0 / plan.num_microbatches,
-                               split_backward=split_backward)
+                               is_last=stage == last, loss_scale=1.0 / (plan.num_microbatches * data_parallel),
+                               split_backward=split_backward, sequence=tensor_parallel)
             for stage in my_stages}
 
 
-def open_channels(lowered: LoweredPlan, rank: int, device: torch.device) -> dict:
+def open_channels(lowered: LoweredPlan, place: RankPlace, device: torch.device) -> dict:
     """A process group of its own for every (sender, receiver) channel of the plan, connected up front.
 
     NCCL runs a group's point-to-point operations between two ranks on one stream, both directions in it,
@@ -87,35 +94,45 @@ def open_channels(lowered: LoweredPlan, rank: int, device: torch.device) -> dict
     which the receiver posts in the same order, so the ranks block only where ``prove_deadlock_free``'s
     model says (a compute waiting for its input). A probe message on every channel, in the same order on
     every rank, sets the communicators up (NCCL creates one at its first use) before the steps, so two
-    ranks never wait for each other's first use of different channels. Every rank must take part.
+    ranks never wait for each other's first use of different channels. Every replica of a hybrid run has
+    channels of its own. Every rank must take part. Keyed by pipeline ranks: this rank's replica's channels.
     """
     groups = {}
+    own = place.own_replica()
     for src, dst in lowered.channels():
-        group = dist.new_group([src, dst] if src < dst else [dst, src])
-        groups[(src, dst)] = group
-        if rank in (src, dst):
-            probe = torch.zeros(1, device=device)
-            if rank == src:
-                dist.send(probe, dst, group=group)
-            else:
-                dist.recv(probe, src, group=group)
+        for replica in place.replicas():
+            sender, receiver = place.rank_in(replica, src), place.rank_in(replica, dst)
+            group = dist.new_group(sorted((sender, receiver)))
+            if replica != own:
+                continue
+            groups[(src, dst)] = group
+            if place.rank in (sender, receiver):
+                probe = torch.zeros(1, device=device)
+                if place.rank == sender:
+                    dist.send(probe, receiver, group=group)
+                else:
+                    dist.recv(probe, sender, group=group)
     return groups
 
 
-def _tied_gradient_sync(plan: Plan, spec: ModelSpec, rank: int, runners: dict[int, StageRunner]):
-    """All-reduce the embedding table's gradient between the embedding's and the head's ranks, if apart.
+def _tied_gradient_sync(plan: Plan, spec: ModelSpec, place: RankPlace, runners: dict[int, StageRunner]):
+    """All-reduce the embedding table's gradient between the embedding's and the head's pipeline ranks, if apart
+    (in every replica).
 
-    Every rank must take part in creating the group, so this runs on all of them.
+    Every rank must take part in creating the groups, so this runs on all of them.
     """
     if not (spec.tie_embeddings and spec.layers[0].kind == "embedding" and spec.layers[-1].kind == "head"):
         return None
     embedding_rank, head_rank = plan.stage_device(0), plan.stage_device(plan.num_stages - 1)
     if embedding_rank == head_rank:
         return None
-    group = dist.new_group([embedding_rank, head_rank])
-    if rank not in (embedding_rank, head_rank):
+    group = None
+    for replica in place.replicas():
+        created = dist.new_group(sorted((place.rank_in(replica, embedding_rank), place.rank_in(replica, head_rank))))
+        group = created if replica == place.own_replica() else group
+    if place.pp not in (embedding_rank, head_rank):
         return None
-    stage = 0 if rank == embedding_rank else plan.num_stages - 1
+    stage = 0 if place.pp == embedding_rank else plan.num_stages - 1
     runner = runners[stage]
     table = runner.layers[0].weight if stage == 0 else runner.layers[-1].weight
 
@@ -126,36 +143,48 @@ def _tied_gradient_sync(plan: Plan, spec: ModelSpec, rank: int, runners: dict[in
     return sync
 
 
-def _optimizer(config: RunConfig, runners: dict[int, StageRunner]):
+def _optimizer(config: RunConfig, runners: dict[int, StageRunner], sharded_over=None):
+    """The run's optimizer over this rank's parameters; with ``sharded_over`` (a data-parallel group) torch's
+    ``ZeroRedundancyOptimizer`` keeps each parameter's optimizer state on one rank of the group, which updates
+    it and broadcasts the result (ZeRO-1, Rajbhandari et al. 2020; Megatron's distributed optimizer)."""
     params = list({id(p): p for runner in runners.values() for module in runner.layers
                    for p in module.parameters()}.values())
     if not params:
         return None
-    if config.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=config.lr)
-    return torch.optim.SGD(params, lr=config.lr)
+    optimizer_class = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.SGD
+    if sharded_over is not None:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(params, optimizer_class=optimizer_class, process_group=sharded_over,
+                                       lr=config.lr)
+    return optimizer_class(params, lr=config.lr)
 
 
-def _save_layers(directory: str, plan: Plan, rank: int, runners: dict[int, StageRunner]) -> None:
+def _save_layers(directory: str, plan: Plan, place: RankPlace, runners: dict[int, StageRunner],
+                 tensor_parallel: TensorParallel | None) -> None:
+    """Each layer's whole state, as one process holds it (every rank of a TP group gathers its shards)."""
     os.makedirs(directory, exist_ok=True)
     for stage, runner in runners.items():
         for layer_index, module in zip(plan.stages[stage].layers, runner.layers):
-            torch.save({k: v.detach().cpu() for k, v in module.state_dict().items()},
-                       os.path.join(directory, f"layer{layer_index:04d}.pt"))
+            state = full_state_dict(module, tensor_parallel)
+            if place.writes_checkpoint():
+                torch.save(state, os.path.join(directory, f"layer{layer_index:04d}.pt"))
 
 
 def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir: Path | None) -> dict | None:
     """Run this rank's part of the job; rank 0 returns the run's result (events, summary, losses)."""
-    plan, spec = load_plan(job["plan"]), load_model_spec(job["spec"])
+    plan = load_plan(job["plan"])
+    spec = planned_spec(plan, load_model_spec(job["spec"]))
     config = RunConfig(**job["config"])
-    if world_size != plan.num_devices:
-        raise RuntimeError(f"the plan needs {plan.num_devices} ranks, but WORLD_SIZE is {world_size}")
-    refusal = execution_refusal(plan)   # (under torchrun, no launcher checked it first)
+    if world_size != plan_world_size(plan):
+        raise RuntimeError(f"the plan needs {plan_world_size(plan)} ranks, but WORLD_SIZE is {world_size}")
+    refusal = execution_refusal(plan, spec)   # (under torchrun, no launcher checked it first)
     if refusal is not None:
         raise refusal
+    place = RankPlace.of(plan, rank)
     device = _select_device(config.backend, local_rank)
     dtype = run_dtype(config, spec, device)
-    check_capacity(plan, spec, device=device, dtype=dtype, optimizer=config.optimizer, ranks=[rank])
+    check_capacity(plan, spec, device=device, dtype=dtype, optimizer=config.optimizer, ranks=[place.pp])
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     threads = config.rank_threads(local_world_size)
     torch.set_num_threads(threads)
@@ -163,7 +192,7 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
     if device.type == "cpu" and config.bind_cores:
         cores = bind_local_rank(local_rank, local_world_size, threads)
     lowered = lower_plan(plan, spec.num_layers, lookahead=config.lookahead)
-    program = lowered.program(rank)
+    program = lowered.program(place.pp)
     # Only a rank that splits backwards into I and W pays for deferrable projections (executor.model.linear)
     # and for a separate embedding prologue (executor.running.stage).
     split_backward = any(op.action is not None and op.action.type.is_split_backward for op in program)
@@ -172,9 +201,15 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
                             **({"device_id": device} if device.type == "cuda" else {}))
     try:
         control = dist.new_group(backend="gloo") if config.backend != "gloo" else dist.group.WORLD
-        channel_groups = open_channels(lowered, rank, device)
-        runners = build_runners(plan, spec, rank, config.seed, device, dtype, split_backward)
-        tied_sync = _tied_gradient_sync(plan, spec, rank, runners)
+        groups = _parallel_groups(place, device)
+        channel_groups = open_channels(lowered, place, device)
+        tensor_parallel = (TensorParallel(groups["tp"], place.coordinate["tp"], place.config.tp)
+                           if place.config.tp > 1 else None)
+        runners = build_runners(plan, spec, place.pp, config.seed, device, dtype, split_backward,
+                                tensor_parallel=tensor_parallel, data_parallel=place.config.dp)
+        tied_sync = _tied_gradient_sync(plan, spec, place, runners)
+        data_parallel = groups["dp"] if place.config.dp > 1 else None
+        sharded = data_parallel if plan.parallel is not None and plan.parallel.distributed_optimizer else None
         emitter = EventEmitter(open_sink(config.event_sink, config.event_token_file) if config.event_sink else None)
         clock, started_at = aligned_clock(rank, world_size, control, device)
         facts = _cluster_facts(world_size, control, device)
@@ -183,18 +218,19 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
                           "steps": config.steps, "num_microbatches": plan.num_microbatches,
                           "strategy": plan.strategy, "model": spec.name, "started_at": started_at,
                           "facts": facts})
-        runtime = RankRuntime(rank=rank, plan=plan, spec=spec, program=program, runners=runners,
-                              optimizer=_optimizer(config, runners), device=device, dtype=dtype, seed=config.seed,
-                              clock=clock, emitter=emitter, tied_sync=tied_sync,
+        runtime = RankRuntime(place=place, plan=plan, spec=spec, program=program, runners=runners,
+                              optimizer=_optimizer(config, runners, sharded), device=device, dtype=dtype,
+                              seed=config.seed, clock=clock, emitter=emitter, tied_sync=tied_sync,
                               messages_per_channel=lowered.max_channel_length(),
                               step_barrier_group=control if config.step_barriers else None,
-                              channel_groups=channel_groups)
+                              channel_groups=channel_groups, tensor_parallel=tensor_parallel,
+                              data_parallel=data_parallel)
         losses = [runtime.run_step(step) for step in range(config.steps)]
         emitter.close()
         if config.checkpoint_dir:
-            _save_layers(config.checkpoint_dir, plan, rank, runners)
+            _save_layers(config.checkpoint_dir, plan, place, runners, tensor_parallel)
         gathered = [None] * world_size if rank == 0 else None
-        own_actions = [event for event in emitter.events if event["type"] == "action"]
+        own_actions = [event for event in emitter.events if event["type"] in ("action", "collective")]
         dist.gather_object({"events": own_actions, "undelivered": emitter.undelivered,
                             "losses": losses, "balancing_losses": runtime.balancing_losses,
                             "step_wall_ms": runtime.step_wall_ms,
@@ -208,6 +244,16 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
         return result
     finally:
         dist.destroy_process_group()
+
+
+def _parallel_groups(place: RankPlace, device: torch.device) -> dict:
+    """This rank's TP, CP and DP groups, from torch's ``DeviceMesh`` over every rank (none for a pipeline alone)."""
+    if not place.hybrid:
+        return {}
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(device.type, place.mesh_shape, mesh_dim_names=MESH_DIMENSIONS)
+    return {dimension: mesh.get_group(dimension) for dimension in MESH_DIMENSIONS}
 
 
 def _cluster_facts(world_size: int, group, device: torch.device) -> dict:
@@ -225,8 +271,11 @@ def _cluster_facts(world_size: int, group, device: torch.device) -> dict:
 
 def _finish(config: RunConfig, plan: Plan, gathered: list[dict], job_dir: Path | None) -> dict:
     events = sorted((e for part in gathered for e in part["events"]), key=lambda e: (e["start_ms"], e["rank"]))
-    step_losses = [next((part["losses"][step] for part in gathered if part["losses"][step] is not None), None)
-                   for step in range(config.steps)]
+    # the last stage's ranks hold the loss: in a hybrid run each TP rank its tokens', each DP replica its batch's
+    step_losses = []
+    for step in range(config.steps):
+        parts = [part["losses"][step] for part in gathered if part["losses"][step] is not None]
+        step_losses.append(sum(parts) if parts else None)
     # every rank's MoE layers add their own part of a step's balancing loss
     balancing = [[part["balancing_losses"][step] for part in gathered if part["balancing_losses"][step] is not None]
                  for step in range(config.steps)]

@@ -62,6 +62,18 @@ class ParallelConfig:
         """Data-parallel ranks that hold the same experts (Megatron-Core's expert data parallel group)."""
         return self.dp * self.cp // self.ep
 
+    def coordinate(self, rank: int) -> dict:
+        """Rank ``rank``'s (tp, cp, dp, pp, ep) position in Megatron-LM's order (``planner.parallel.mapping``):
+        tp fastest, then cp, dp, pp; the EP rank re-slices the stage's ``cp x dp`` positions."""
+        tp_rank, rest = rank % self.tp, rank // self.tp
+        cp_rank, rest = rest % self.cp, rest // self.cp
+        dp_rank, pp_rank = rest % self.dp, rest // self.dp
+        return {"tp": tp_rank, "cp": cp_rank, "dp": dp_rank, "pp": pp_rank,
+                "ep": (cp_rank + self.cp * dp_rank) % self.ep}
+
+    def rank_of(self, *, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
+        return tp + self.tp * (cp + self.cp * (dp + self.dp * pp))
+
     def recompute_of(self, stage: int) -> str:
         return self.recompute if isinstance(self.recompute, str) else self.recompute[stage]
 

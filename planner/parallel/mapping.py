@@ -68,17 +68,10 @@ class RankMapping:
         self.cluster = cluster
 
     def coordinate(self, rank: int) -> dict:
-        c = self.config
-        tp_rank, rest = rank % c.tp, rank // c.tp
-        cp_rank, rest = rest % c.cp, rest // c.cp
-        dp_rank, pp_rank = rest % c.dp, rest // c.dp
-        expert_position = cp_rank + c.cp * dp_rank
-        return {"gpu": rank, "node": self.cluster.node_of(rank), "tp": tp_rank, "cp": cp_rank, "dp": dp_rank,
-                "pp": pp_rank, "ep": expert_position % c.ep}
+        return {"gpu": rank, "node": self.cluster.node_of(rank), **self.config.coordinate(rank)}
 
     def rank_of(self, *, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
-        c = self.config
-        return tp + c.tp * (cp + c.cp * (dp + c.dp * pp))
+        return self.config.rank_of(tp=tp, cp=cp, dp=dp, pp=pp)
 
     def span(self, group: str) -> GroupSpan:
         """The TP, CP, DP, EP, expert-DP (``edp``) or PP group of rank 0 (all groups of a kind look alike)."""

@@ -1,4 +1,4 @@
-"""Hand-built plans and a single-process reference for the executor tests.
+"""Hand-built plans and model specs for the executor tests.
 
 The plans are written here rather than taken from ``planner.baselines`` so the executor's tests do not
 depend on another part being right; ``list_schedule`` orders any placement by a greedy dependency walk
@@ -8,12 +8,6 @@ interleaving and arbitrary placements.
 
 from __future__ import annotations
 
-import torch
-
-from executor.running.data import synthetic_batch
-from executor.model.build import build_layers
-from executor.model.layers import Head
-from executor.model.mlp import take_balancing_loss, weigh_balancing_losses
 from planner.plan import Action, Plan, Stage
 from planner.spec.model import load_model_spec
 
@@ -149,41 +143,3 @@ def list_schedule(stage_layers, stage_devices, num_microbatches, *, split_backwa
                 progressed = True
         assert progressed, "list_schedule stalled"
     return Plan(num_devices, num_microbatches, stages, actions, strategy=strategy)
-
-
-def reference_training(spec, *, num_microbatches: int, steps: int, seed: int, lr: float, optimizer: str,
-                       dtype=torch.float64) -> tuple[dict[int, dict[str, torch.Tensor]], list[float], list[float]]:
-    """Train the whole model in one process (no pipeline) by plain gradient accumulation: each micro-batch's
-    loss over 1/m, run through every layer and back, then one optimizer step. Per-layer state, and per step the
-    loss and the MoE balancing loss (None without one).
-
-    The language-model loss alone would give the same gradient on the full batch at once; an MoE balancing
-    loss is a statistic of each micro-batch's routing, so the reference takes them one by one too."""
-    modules = build_layers(spec, range(spec.num_layers), seed=seed, dtype=dtype)
-    moe = weigh_balancing_losses(modules.values(), 1.0 / num_microbatches)
-    params = list({id(p): p for m in modules.values() for p in m.parameters()}.values())
-    opt = torch.optim.AdamW(params, lr=lr) if optimizer == "adamw" else torch.optim.SGD(params, lr=lr)
-    losses, balancing_losses = [], []
-    for step in range(steps):
-        batch = synthetic_batch(spec, num_microbatches, seed=seed, step=step, dtype=dtype)
-        step_loss = 0.0
-        for microbatch in range(num_microbatches):
-            hidden, targets = batch.microbatch(microbatch)
-            for index in range(spec.num_layers):
-                layer = modules[index]
-                hidden = layer(hidden, targets) if isinstance(layer, Head) else layer(hidden)
-            if not isinstance(modules[spec.num_layers - 1], Head):
-                hidden = torch.nn.functional.mse_loss(hidden, targets)
-            (hidden / num_microbatches).backward()
-            step_loss += hidden.item() / num_microbatches
-        opt.step()
-        opt.zero_grad()
-        losses.append(step_loss)
-        balancing_losses.append(take_balancing_loss(moe))
-    state = {index: {k: v.detach().clone() for k, v in m.state_dict().items()} for index, m in modules.items()}
-    return state, losses, balancing_losses
-
-
-def initial_state(spec, *, seed: int, dtype=torch.float64) -> dict[int, dict[str, torch.Tensor]]:
-    modules = build_layers(spec, range(spec.num_layers), seed=seed, dtype=dtype)
-    return {index: {k: v.detach().clone() for k, v in m.state_dict().items()} for index, m in modules.items()}

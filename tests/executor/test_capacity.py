@@ -8,8 +8,9 @@ import torch
 from executor.running import capacity
 from executor.running.capacity import ACTIVATION_TENSORS_PER_LAYER, check_capacity, rank_bytes
 from executor.model import layer_parameter_counts
-from executor_plans import gpipe, one_f_one_b
+from executor_plans import every_kind_spec, gpipe, one_f_one_b
 from planner.errors import SpecError
+from planner.spec.model import load_model_spec
 from planner.spec.presets import load_model_preset
 
 SPEC = load_model_preset("tiny-llama")
@@ -53,9 +54,9 @@ def test_a_schedule_that_keeps_too_many_micro_batches_in_flight_is_refused_where
         check_capacity(plans["gpipe"], SPEC, device=torch.device("cpu"), dtype=torch.float32, optimizer="adamw")
 
 
-@pytest.mark.parametrize("degrees, dropped", [({"tp": 2}, "TP2"), ({"cp": 2}, "CP2"), ({"dp": 4}, "DP4"),
-                                               ({"dp": 2, "ep": 2}, "DP2 EP2"), ({"tp": 2, "dp": 2}, "TP2 DP2")])
-def test_a_hybrid_plan_with_an_axis_besides_the_pipeline_is_refused_naming_it_before_any_rank_starts(
+@pytest.mark.parametrize("degrees, dropped", [({"cp": 2}, "CP2"), ({"dp": 2, "ep": 2}, "EP2"),
+                                               ({"tp": 2, "cp": 2, "dp": 2, "ep": 4}, "CP2 EP4")])
+def test_a_hybrid_plan_with_an_axis_the_executor_does_not_run_is_refused_naming_it_before_any_rank_starts(
         degrees, dropped, monkeypatch):
     from executor.running import launch
     from executor.running.scope import execution_refusal
@@ -71,6 +72,46 @@ def test_a_hybrid_plan_with_an_axis_besides_the_pipeline_is_refused_naming_it_be
     with pytest.raises(SpecError) as caught:
         launch.run_plan(plan, SPEC, backend="gloo", steps=1)
     assert caught.value.reason == refusal.reason and not started
+
+
+@pytest.mark.parametrize("recompute", ["full", ("none", "selective")])
+def test_a_plan_that_recomputes_is_refused_naming_its_recomputation(recompute):
+    from executor.running.scope import execution_refusal
+    from planner.parallel.config import ParallelConfig
+
+    plan = one_f_one_b(STAGES, 4)
+    plan.parallel = ParallelConfig(pp=2, dp=2, num_microbatches=4, recompute=recompute)
+    refusal = execution_refusal(plan)
+    assert refusal.field == "plan" and "does not recompute" in refusal.reason
+    assert f"its {plan.parallel.recompute_text()} recomputation would not run" in refusal.reason
+
+
+def test_tensor_parallelism_is_refused_for_the_layers_it_cannot_split_naming_the_layer():
+    from executor.running.scope import execution_refusal, tensor_parallel_refusal
+    from planner.parallel.config import ParallelConfig
+
+    plan = one_f_one_b(STAGES, 4)
+    plan.parallel = ParallelConfig(tp=2, pp=2, num_microbatches=4)
+    assert execution_refusal(plan, SPEC) is None   # tiny-llama: attention and dense MLPs
+    refusal = execution_refusal(plan, every_kind_spec())
+    assert refusal.field == "plan" and "layer 2 has 4 query heads and 1 key/value heads" in refusal.reason
+    assert plan.parallel.short() in refusal.reason
+    attention = {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8}
+    dense = {"type": "dense", "intermediate_size": 48}
+
+    def spec(layer, seq_len=12):
+        return load_model_spec({"format": "adaptis.model/v1", "name": "t", "hidden_size": 32, "vocab_size": 64,
+                                "seq_len": seq_len, "layers": [{"kind": "embedding"}, layer, {"kind": "head"}]})
+    assert tensor_parallel_refusal(spec({"kind": "decoder", "mixer": attention, "mlp": dense}), 2) is None
+    assert "2 key/value heads" in tensor_parallel_refusal(spec({"kind": "decoder", "mixer": attention}), 4)
+    assert "must divide it" in tensor_parallel_refusal(spec({"kind": "decoder", "mixer": attention}, 10), 4)
+    mamba = {"type": "mamba2", "num_heads": 4, "head_dim": 8, "state_size": 8, "conv_kernel": 3, "n_groups": 2}
+    assert "layer 1 is a mamba2 layer" in tensor_parallel_refusal(spec({"kind": "decoder", "mixer": mamba}), 2)
+    moe = {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16}
+    assert "layer 1 is an MoE layer" in tensor_parallel_refusal(spec({"kind": "mlp", "mlp": moe}), 2)
+    latent = {**attention, "num_kv_heads": 4, "kv_lora_rank": 16, "rope_head_dim": 4}
+    assert "latent attention" in tensor_parallel_refusal(spec({"kind": "decoder", "mixer": latent}), 2)
+    assert "48 wide" in tensor_parallel_refusal(spec({"kind": "mlp", "mlp": dense}, 96), 32)
 
 
 def test_a_pipeline_plan_v1_or_v2_with_only_the_pipeline_axis_is_run():

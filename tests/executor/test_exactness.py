@@ -7,15 +7,8 @@ import pytest
 import torch
 
 from executor.running.launch import run_plan
-from executor_plans import (
-    every_kind_spec,
-    gpipe,
-    initial_state,
-    list_schedule,
-    modern_kinds_spec,
-    one_f_one_b,
-    reference_training,
-)
+from executor.running.reference import initial_state, reference_training
+from executor_plans import every_kind_spec, gpipe, list_schedule, modern_kinds_spec, one_f_one_b
 
 SEED = 3
 LR = 0.5

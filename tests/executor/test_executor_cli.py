@@ -1,4 +1,5 @@
-"""``python -m executor run`` (self-launched and under torchrun) and ``python -m executor profile``."""
+"""``python -m executor run`` (self-launched, under torchrun, verified against one process) and
+``python -m executor profile``."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from pathlib import Path
 from unittest.mock import patch
 
 import pytest
+import torch
 
 from executor.cli import main
-from executor_plans import one_f_one_b
+from executor.running.reference import compare_to_reference, reference_training
+from executor_plans import every_kind_spec, one_f_one_b
+from planner.errors import SpecError
 from planner.profile import load_profile
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +54,50 @@ def test_bad_plan_file_is_reported_with_its_field(tmp_path, capsys):
     bad.write_text("{not json")
     assert main(["run", str(bad), "--model", "tiny-llama"]) == 2
     assert "plan:" in capsys.readouterr().err
+
+
+def test_verify_repeats_the_run_in_one_process_and_finds_it_equal(tmp_path, capsys):
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps(every_kind_spec().to_dict()))
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2).to_dict()))
+    assert main(["run", str(plan), "--model", str(model), "--lr", "0.5", "--verify"]) == 0
+    verdict = capsys.readouterr().out.splitlines()[-1]
+    assert verdict.startswith("verified: largest difference ") and verdict.endswith(" tensors, losses match")
+    assert int(verdict.split(" over ")[1].split()[0]) > 40
+
+
+REFERENCE_SETTINGS = dict(num_microbatches=2, steps=1, seed=3, lr=0.5, optimizer="sgd")
+
+
+def _save_reference_as_a_run_would(spec, directory):
+    trained, _, _ = reference_training(spec, **REFERENCE_SETTINGS)
+    for layer, state in trained.items():
+        torch.save(state, directory / f"layer{layer:04d}.pt")
+    return trained
+
+
+def test_verification_names_the_tensor_a_run_got_wrong_and_by_how_much(tmp_path):
+    spec = every_kind_spec()
+    trained = _save_reference_as_a_run_would(spec, tmp_path)
+    same = compare_to_reference(tmp_path, spec, data_parallel=1, dtype="fp64", **REFERENCE_SETTINGS)
+    assert same.largest_difference == 0 and same.compared > 40
+    assert same.loss_relative(same.losses, same.balancing_losses) == 0
+    name = next(iter(trained[3]))
+    trained[3][name].view(-1)[1] += 0.25
+    torch.save(trained[3], tmp_path / "layer0003.pt")
+    wrong = compare_to_reference(tmp_path, spec, data_parallel=1, dtype="fp64", **REFERENCE_SETTINGS)
+    assert wrong.worst == f"layer 3 {name}" and wrong.largest_difference == pytest.approx(0.25, rel=1e-12)
+    assert wrong.largest_relative > 1e-3 and wrong.compared == same.compared
+    assert wrong.loss_relative([loss * 1.01 for loss in wrong.losses], wrong.balancing_losses) == pytest.approx(0.01)
+
+
+def test_verification_refuses_a_run_that_saved_no_file_for_a_layer(tmp_path):
+    spec = every_kind_spec()
+    _save_reference_as_a_run_would(spec, tmp_path)
+    (tmp_path / "layer0005.pt").unlink()
+    with pytest.raises(SpecError, match="layer 5: the run saved no layer0005.pt"):
+        compare_to_reference(tmp_path, spec, data_parallel=1, dtype="fp64", **REFERENCE_SETTINGS)
 
 
 def test_profile_measures_every_layer_and_writes_a_loadable_profile(tmp_path):

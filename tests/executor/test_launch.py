@@ -63,8 +63,11 @@ def test_redis_stream_gets_start_every_action_and_finish(three_rank_run):
     assert streamed[-1]["summary"] == result.summary
     actions = [event for event in streamed if event["type"] == "action"]
     assert len(actions) == plan.num_actions() * 2
-    expected_keys = {"type", "rank", "device", "action", "stage", "kind", "microbatch", "step", "start_ms", "end_ms"}
+    expected_keys = {"type", "rank", "device", "coordinate", "action", "stage", "kind", "microbatch", "step",
+                     "start_ms", "end_ms"}
     assert all(set(event) == expected_keys for event in actions)
+    # a pipeline alone: rank r is pipeline rank r, every other coordinate 0
+    assert all(event["coordinate"] == {"tp": 0, "cp": 0, "dp": 0, "pp": event["rank"], "ep": 0} for event in actions)
     assert sorted((e["step"], e["action"]) for e in actions) == sorted((e["step"], e["action"]) for e in result.events)
 
 

@@ -1,0 +1,135 @@
+"""Tensor parallelism with sequence parallelism, as Megatron-LM runs it (Shoeybi et al. 2019, "Megatron-LM", Sec. 3;
+Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", Sec. 4.2.2).
+
+Between the split blocks every rank of a TP group holds a slice of the sequence, ``(b, s / tp, h)``: norms,
+residual additions and pipeline transfers run on it. A split block (attention, a dense MLP) all-gathers the
+sequence (backward: reduce-scatter), runs its column-parallel projections on its share of heads or intermediate
+width, and its row-parallel output projection's partial sums are reduce-scattered back to sequence slices
+(backward: all-gather), the output bias added after. Each layer kind says what it splits (``shard`` on the
+module, with ``split_parameter``); a parameter left whole (norms, the embedding, the head, row-parallel biases)
+sees only this rank's tokens or heads, so its gradient is summed over the group before the optimizer step
+(Megatron-Core's ``allreduce_sequence_parallel_gradients``; ``replicated_parameters``).
+
+These are Megatron's layers rather than ``torch.distributed.tensor.parallel``'s styles: the executor's
+projections defer their weight gradients to a separate W step (``executor.model.linear``), which DTensor's
+``nn.Linear`` plans do not, and every collective here is timed as an event of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+# (op, start mark, end mark, bytes) -> None: the runtime turns it into a "collective" event
+Recorder = Callable[[str, object, object, int], None]
+
+
+class TensorParallel:
+    """One rank's place in its TP group, and where its collectives are timed."""
+
+    def __init__(self, group, rank: int, size: int, clock=None, record: Recorder | None = None):
+        self.group, self.rank, self.size = group, rank, size
+        self.clock, self.record = clock, record
+
+    def timed(self, op: str, tensor: torch.Tensor, run: Callable[[], None]) -> None:
+        if self.record is None:
+            run()
+            return
+        start = self.clock.mark()
+        run()
+        self.record(op, start, self.clock.mark(), tensor.numel() * tensor.element_size())
+
+    def sequence_slice(self, length: int) -> slice:
+        share = length // self.size
+        return slice(self.rank * share, (self.rank + 1) * share)
+
+    def all_gather_sequence(self, x: torch.Tensor) -> torch.Tensor:
+        """(b, s/tp, ...) slices of the group -> (b, s, ...), in rank order."""
+        local = x.transpose(0, 1).contiguous()
+        gathered = local.new_empty((local.shape[0] * self.size, *local.shape[1:]))
+        self.timed("tp_all_gather", gathered, lambda: dist.all_gather_into_tensor(gathered, local, group=self.group))
+        return gathered.transpose(0, 1)
+
+    def reduce_scatter_sequence(self, x: torch.Tensor) -> torch.Tensor:
+        """(b, s, ...) partial sums -> this rank's (b, s/tp, ...) slice of their sum over the group."""
+        full = x.transpose(0, 1).contiguous()
+        scattered = full.new_empty((full.shape[0] // self.size, *full.shape[1:]))
+        self.timed("tp_reduce_scatter", full,
+                   lambda: dist.reduce_scatter_tensor(scattered, full, op=dist.ReduceOp.SUM, group=self.group))
+        return scattered.transpose(0, 1)
+
+
+class _GatherSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, tp: TensorParallel) -> torch.Tensor:
+        ctx.tp = tp
+        return tp.all_gather_sequence(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return ctx.tp.reduce_scatter_sequence(grad), None
+
+
+class _ReduceScatterSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, tp: TensorParallel) -> torch.Tensor:
+        ctx.tp = tp
+        return tp.reduce_scatter_sequence(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return ctx.tp.all_gather_sequence(grad), None
+
+
+def gather_sequence(x: torch.Tensor, tp: TensorParallel | None) -> torch.Tensor:
+    """Enter a split block: the whole sequence from the group's slices (identity without TP)."""
+    return x if tp is None else _GatherSequence.apply(x, tp)
+
+
+def reduce_scatter_sequence(x: torch.Tensor, tp: TensorParallel | None) -> torch.Tensor:
+    """Leave a split block: this rank's sequence slice of the group's partial sums (identity without TP)."""
+    return x if tp is None else _ReduceScatterSequence.apply(x, tp)
+
+
+def split_parameter(module: nn.Module, name: str, dim: int, tp: TensorParallel) -> None:
+    """Keep this rank's contiguous ``1/tp`` of ``module.<name>`` along ``dim``; ``full_state_dict`` puts it back
+    together. (A split along the output features of a head-major projection is a split by heads.)"""
+    whole = getattr(module, name)
+    if whole is None:
+        return
+    part = nn.Parameter(torch.chunk(whole.detach(), tp.size, dim=dim)[tp.rank].clone())
+    part.tensor_parallel_dim = dim
+    setattr(module, name, part)
+
+
+def shard_layer(layer: nn.Module, tp: TensorParallel) -> None:
+    """Split every part of ``layer`` that has a tensor-parallel form (``shard(tp)``) for this rank of ``tp``."""
+    for module in list(layer.modules()):
+        shard = getattr(module, "shard", None)
+        if shard is not None:
+            shard(tp)
+
+
+def replicated_parameters(layers) -> list[nn.Parameter]:
+    """The parameters a TP group holds whole, whose gradients are partial sums (see the module docstring)."""
+    unique = {id(p): p for layer in layers for p in layer.parameters()}
+    return [p for p in unique.values() if not hasattr(p, "tensor_parallel_dim")]
+
+
+def full_state_dict(layer: nn.Module, tp: TensorParallel | None) -> dict[str, torch.Tensor]:
+    """``layer``'s state as one process holds it: split parameters all-gathered over the group (every rank of
+    the group must call it)."""
+    state = layer.state_dict(keep_vars=True)
+    full = {}
+    for name, value in state.items():
+        dim = getattr(value, "tensor_parallel_dim", None)
+        value = value.detach()
+        if tp is not None and dim is not None:
+            parts = [torch.empty_like(value) for _ in range(tp.size)]
+            dist.all_gather(parts, value.contiguous(), group=tp.group)
+            value = torch.cat(parts, dim=dim)
+        full[name] = value.cpu()
+    return full

@@ -1,0 +1,103 @@
+"""Hybrid plans run for real: tensor parallelism with sequence parallelism, data parallelism with and without the
+sharded optimizer (ZeRO-1), inside the pipeline, each equal to the one-process reference in float64 on gloo, and
+every collective an event with the rank's coordinate."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import pytest
+import torch
+
+from executor.running.launch import run_plan
+from executor.running.place import RankPlace
+from executor.running.reference import compare_to_reference
+from executor_plans import list_schedule, one_f_one_b
+from planner.parallel.config import ParallelConfig
+from planner.spec.model import load_model_spec
+
+SEED, LR = 3, 0.5
+
+# Every layer kind the executor splits over TP: grouped-query attention with biases, QK-norm, a sliding window and
+# sinks; gated and plain MLPs, one with biases; a standalone MLP layer; the embedding tied to the head.
+TP_KINDS = load_model_spec({
+    "format": "adaptis.model/v1", "name": "tp-kinds", "hidden_size": 32, "vocab_size": 96, "seq_len": 12,
+    "micro_batch_size": 2, "tie_embeddings": True,
+    "layers": [
+        {"kind": "embedding"},
+        {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8,
+                                      "qkv_bias": True, "output_bias": True, "qk_norm": True},
+         "mlp": {"type": "dense", "intermediate_size": 48}},
+        {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8,
+                                      "window": 4, "sinks": True}},
+        {"kind": "mlp", "mlp": {"type": "dense", "intermediate_size": 40, "gated": False, "bias": True}},
+        {"kind": "head"},
+    ],
+})
+SPLIT_BLOCKS = {0: 0, 1: 2, 2: 1, 3: 1, 4: 0}   # attention and MLP blocks per layer: each gathers and scatters
+
+
+def hybrid(plan, **degrees):
+    return dataclasses.replace(plan, parallel=ParallelConfig(
+        pp=plan.num_devices, num_microbatches=plan.num_microbatches, microbatch_size=TP_KINDS.micro_batch_size,
+        **degrees))
+
+
+def run_and_verify(tmp_path, plan, *, steps=1, optimizer="sgd"):
+    checkpoint = tmp_path / "layers"
+    result = run_plan(plan, TP_KINDS, seed=SEED, steps=steps, optimizer=optimizer, lr=LR, dtype="fp64",
+                      checkpoint_dir=str(checkpoint), timeout_s=240)
+    verification = compare_to_reference(checkpoint, TP_KINDS, num_microbatches=plan.num_microbatches,
+                                        data_parallel=plan.parallel.dp, steps=steps, seed=SEED, lr=LR,
+                                        optimizer=optimizer, dtype=torch.float64)
+    assert verification.compared == sum(len(torch.load(path)) for path in checkpoint.glob("layer*.pt"))
+    assert verification.largest_relative <= 1e-9, verification.worst
+    assert result.losses == pytest.approx(verification.losses, rel=1e-9)
+    return result
+
+
+def collectives(result) -> Counter:
+    return Counter((event["rank"], event["op"]) for event in result.events if event["type"] == "collective")
+
+
+def test_tp2_pp2_with_split_backward_on_a_v_shape_matches_one_process(tmp_path):
+    """TP inside a zero-bubble V: I carries the sequence collectives, W only the deferred weight matmuls."""
+    plan = hybrid(list_schedule([[0, 1], [2], [3], [4]], [0, 1, 1, 0], num_microbatches=3, split_backward=True),
+                  tp=2, distributed_optimizer=False)
+    assert any(action.type == "W" for action in plan.actions[0])
+    result = run_and_verify(tmp_path, plan, steps=2, optimizer="adamw")
+    counts = collectives(result)
+    for rank in range(4):
+        place = RankPlace.of(plan, rank)
+        layers = [layer for stage in plan.stages_on(place.pp) for layer in plan.stages[stage].layers]
+        blocks = sum(SPLIT_BLOCKS[layer] for layer in layers)
+        # per step and micro-batch: a gather and a scatter per block in F, the reverse pair in I
+        assert counts[(rank, "tp_all_gather")] == counts[(rank, "tp_reduce_scatter")] == 2 * 2 * 3 * blocks
+        assert counts[(rank, "tp_grad_all_reduce")] == 2
+
+
+def test_dp2_pp2_with_the_sharded_optimizer_matches_one_process(tmp_path):
+    plan = hybrid(one_f_one_b([[0, 1, 2], [3, 4]], num_microbatches=3), dp=2, distributed_optimizer=True)
+    result = run_and_verify(tmp_path, plan, steps=2, optimizer="adamw")
+    counts = collectives(result)
+    assert all(counts[(rank, "dp_all_reduce")] == counts[(rank, "dp_optimizer_step")] == 2 for rank in range(4))
+    assert all(counts[(rank, "pp_tied_all_reduce")] == 2 for rank in range(4))
+
+
+def test_tp2_pp2_dp2_on_eight_ranks_matches_one_process_and_folds_the_replicas(tmp_path):
+    plan = hybrid(one_f_one_b([[0, 1, 2], [3, 4]], num_microbatches=2), tp=2, dp=2, distributed_optimizer=True)
+    result = run_and_verify(tmp_path, plan)
+    events = [event for event in result.events if event["type"] in ("action", "collective")]
+    assert {event["rank"] for event in events} == set(range(8))
+    for event in events:
+        place = RankPlace.of(plan, event["rank"])
+        assert event["coordinate"] == place.coordinate and event["device"] == place.pp
+    # each pipeline rank's figures are folded over its 4 replicas: the median of their busy times
+    for device in result.summary["per_device"]:
+        busy = sorted(sum(e["end_ms"] - e["start_ms"] for e in events if e["type"] == "action"
+                          and e["rank"] == rank) for rank in range(8) if RankPlace.of(plan, rank).pp == device["device"])
+        assert device["replicas"] == 4
+        assert device["busy_ms"] == pytest.approx((busy[1] + busy[2]) / 2)
+        assert device["busy_spread_ms"] == pytest.approx(busy[-1] - busy[0])
+        assert set(device["collective_ms"]) >= {"tp_all_gather", "tp_reduce_scatter", "dp_all_reduce"}
