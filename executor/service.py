@@ -12,7 +12,7 @@ from importlib import import_module
 from executor.errors import ExecutorError, RunCancelled
 from executor.running.cores import usable_cores
 from executor.running.events import HTTP_BATCH_EVENTS
-from executor.running.scope import execution_refusal
+from executor.running.scope import execution_refusal, world_size
 
 # Name -> its home module, imported (with torch) when the name is first used.
 ON_FIRST_USE = {
@@ -28,4 +28,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = [*ON_FIRST_USE, "ExecutorError", "HTTP_BATCH_EVENTS", "RunCancelled", "execution_refusal", "usable_cores"]
+__all__ = [*ON_FIRST_USE, "ExecutorError", "HTTP_BATCH_EVENTS", "RunCancelled", "execution_refusal", "usable_cores",
+           "world_size"]

@@ -55,7 +55,7 @@ class RankRuntime:
         self.tied_sync = tied_sync
         self.tag_stride = max(1, messages_per_channel)
         self.tensor_parallel, self.data_parallel = tensor_parallel, data_parallel
-        self.step = 0
+        self.step, self.collectives_in_step = 0, 0
         if tensor_parallel is not None:
             tensor_parallel.clock, tensor_parallel.record = clock, self._record_collective
         layers = [layer for runner in runners.values() for layer in runner.layers]
@@ -140,11 +140,14 @@ class RankRuntime:
             "start_ms": clock.to_ms(start), "end_ms": clock.to_ms(end)})
 
     def _record_collective(self, op: str, start, end, size: int) -> None:
-        """A collective as an event: ``op`` names its group first (``tp_all_gather``, ``dp_all_reduce``, ...)."""
+        """A collective as an event: ``op`` names its group first (``tp_all_gather``, ``dp_all_reduce``, ...);
+        ``index`` numbers the rank's collectives in the step (with rank and step, the event's identity)."""
         clock, rank, device, coordinate, step = self.clock, self.place.rank, self.rank, self.coordinate, self.step
+        index = self.collectives_in_step
+        self.collectives_in_step += 1
         self.emitter.emit(lambda: {
             "type": "collective", "op": op, "group": op.split("_", 1)[0], "rank": rank, "device": device,
-            "coordinate": coordinate, "step": step, "bytes": size,
+            "coordinate": coordinate, "step": step, "index": index, "bytes": size,
             "start_ms": clock.to_ms(start), "end_ms": clock.to_ms(end)})
 
     def _timed(self, op: str, run, size: int = 0) -> None:
@@ -180,7 +183,7 @@ class RankRuntime:
         return loss
 
     def _step(self, step: int) -> float | None:
-        self.step = step
+        self.step, self.collectives_in_step = step, 0
         # every replica draws the whole step's batch and trains on its own micro-batches of it
         batch = synthetic_batch(self.spec, self.plan.num_microbatches * self.place.config.dp, seed=self.seed,
                                 step=step, dtype=self.dtype, device=self.device)
