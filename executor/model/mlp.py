@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from executor.model.expert_parallel import ExpertParallel, dispatch_to_experts
 from executor.model.linear import Linear
 from executor.model.tensor_parallel import TensorParallel, gather_sequence, split_parameter
 from planner.spec.model import DenseMLP, MoEMLP
@@ -79,10 +80,15 @@ class MoE(nn.Module):
     no capacity limit, so the gradient is an exact function of the micro-batch and pipelined and
     single-process runs can be compared bit for bit. With ``aux_loss_coeff`` the load-balancing loss of each
     micro-batch, times ``loss_scale`` as the language-model loss is (the stage sets it), joins the backward.
+    Under expert parallelism (``keep_experts``) the rank keeps its share of the experts and the routed tokens
+    travel to theirs (``executor.model.expert_parallel``); the router and the shared experts stay whole.
     """
+
+    expert_parallel = None
 
     def __init__(self, hidden_size: int, mlp: MoEMLP):
         super().__init__()
+        self.num_experts = mlp.num_experts
         self.top_k = mlp.top_k
         self.aux_loss_coeff = mlp.aux_loss_coeff
         self.loss_scale = 1.0
@@ -109,12 +115,17 @@ class MoE(nn.Module):
             # Renormalise over the chosen experts (Mixtral); a single expert keeps its raw probability
             # (Switch Transformer), else the router would get no gradient at all.
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        out = torch.zeros_like(tokens)
-        for expert_index, expert in enumerate(self.experts):
-            token_index, slot = torch.nonzero(chosen == expert_index, as_tuple=True)
-            if token_index.numel():
-                routed = expert(tokens[token_index]) * weights[token_index, slot, None]
-                out = out.index_add(0, token_index, routed)
+        if self.expert_parallel is not None:
+            out = dispatch_to_experts(tokens, weights, chosen, {int(index): expert for index, expert
+                                                                in self.experts.items()},
+                                      self.num_experts, self.expert_parallel)
+        else:
+            out = torch.zeros_like(tokens)
+            for expert_index, expert in enumerate(self.experts):
+                token_index, slot = torch.nonzero(chosen == expert_index, as_tuple=True)
+                if token_index.numel():
+                    routed = expert(tokens[token_index]) * weights[token_index, slot, None]
+                    out = out.index_add(0, token_index, routed)
         if self.shared is not None:
             out = out + self.shared(tokens)
         if self.aux_loss_coeff and torch.is_grad_enabled():
@@ -123,6 +134,14 @@ class MoE(nn.Module):
             weighed = aux_loss.detach() * self.loss_scale
             self._balancing_sum = weighed if self._balancing_sum is None else self._balancing_sum + weighed
         return out.view_as(x)
+
+    def keep_experts(self, ep: ExpertParallel) -> None:
+        """Keep experts ``ep.local_experts`` only, under their global index (``experts.<i>`` as before)."""
+        kept = nn.ModuleDict({str(index): self.experts[index] for index in ep.local_experts(self.num_experts)})
+        for parameter in kept.parameters():
+            parameter.expert_parallel = True
+        self.experts = kept
+        self.expert_parallel = ep
 
     def take_balancing_loss(self) -> torch.Tensor | None:
         """The weighed balancing losses of the forwards since the last call, summed (None: there were none)."""

@@ -119,17 +119,23 @@ def replicated_parameters(layers) -> list[nn.Parameter]:
     return [p for p in unique.values() if not hasattr(p, "tensor_parallel_dim")]
 
 
-def full_state_dict(layer: nn.Module, tp: TensorParallel | None) -> dict[str, torch.Tensor]:
-    """``layer``'s state as one process holds it: split parameters all-gathered over the group (every rank of
-    the group must call it)."""
+def full_state_dict(layer: nn.Module, tp: TensorParallel | None, ep=None) -> dict[str, torch.Tensor]:
+    """``layer``'s state as one process holds it: split parameters all-gathered over the TP group, and with ``ep``
+    (``executor.model.expert_parallel.ExpertParallel``) every rank's experts gathered over the EP group (every rank
+    of the groups must call it)."""
     state = layer.state_dict(keep_vars=True)
-    full = {}
+    full, experts = {}, {}
     for name, value in state.items():
         dim = getattr(value, "tensor_parallel_dim", None)
+        spread = getattr(value, "expert_parallel", False)
         value = value.detach()
         if tp is not None and dim is not None:
             parts = [torch.empty_like(value) for _ in range(tp.size)]
             dist.all_gather(parts, value.contiguous(), group=tp.group)
             value = torch.cat(parts, dim=dim)
-        full[name] = value.cpu()
-    return full
+        (experts if spread else full)[name] = value.cpu()
+    if ep is not None:
+        gathered = [None] * ep.size
+        dist.all_gather_object(gathered, experts, group=ep.group)
+        experts = {name: value for part in gathered for name, value in part.items()}
+    return {**full, **experts}

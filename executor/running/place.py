@@ -14,6 +14,8 @@ from planner.parallel.config import ParallelConfig
 from planner.plan import Plan
 
 MESH_DIMENSIONS = ("pp", "dp", "cp", "tp")   # slowest to fastest, as the ranks are numbered
+# The same ranks as MoE layers see them: a pipeline rank's dp x cp positions in EP groups of ``ep`` consecutive ones
+EXPERT_MESH_DIMENSIONS = ("pp", "edp", "ep", "tp")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,11 @@ class RankPlace:
     @property
     def mesh_shape(self) -> tuple[int, ...]:
         return tuple(getattr(self.config, dimension) for dimension in MESH_DIMENSIONS)
+
+    @property
+    def expert_mesh_shape(self) -> tuple[int, ...]:
+        c = self.config
+        return c.pp, c.expert_dp, c.ep, c.tp
 
     def replicas(self) -> list[dict]:
         """Every (tp, cp, dp) replica of the pipeline, in rank order (the same list on every rank)."""

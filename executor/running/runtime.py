@@ -22,6 +22,7 @@ from executor.running.events import EventEmitter
 from executor.running.lowering import Op
 from executor.running.place import RankPlace
 from executor.model.mlp import take_balancing_loss
+from executor.model.expert_parallel import ExpertParallel, expert_parameters
 from executor.model.tensor_parallel import TensorParallel, replicated_parameters
 from executor.running.stage import StageRunner
 from planner.actions import ACTIVATION, GRADIENT, ActionKind
@@ -42,25 +43,37 @@ class StepState:
 
 class RankRuntime:
     def __init__(self, *, place: RankPlace, plan: Plan, spec: ModelSpec, program: list[Op],
-                 runners: dict[int, StageRunner], optimizer: torch.optim.Optimizer | None, device: torch.device,
+                 runners: dict[int, StageRunner], optimizers: list[tuple[str, torch.optim.Optimizer]],
+                 device: torch.device,
                  dtype: torch.dtype, seed: int, clock, emitter: EventEmitter, tied_sync=None,
                  messages_per_channel: int = 1, step_barrier_group=None, channel_groups: dict | None = None,
-                 tensor_parallel: TensorParallel | None = None, data_parallel=None):
+                 tensor_parallel: TensorParallel | None = None, expert_parallel: ExpertParallel | None = None,
+                 groups: dict | None = None):
         # ``rank``: the pipeline rank, whose program this is (the plan's device); ``place.rank`` the global one
         self.place, self.rank, self.plan, self.spec, self.program = place, place.pp, plan, spec, program
         self.coordinate = place.coordinate
-        self.runners, self.optimizer = runners, optimizer
+        self.runners, self.optimizers = runners, optimizers
         self.device, self.dtype, self.seed = device, dtype, seed
         self.clock, self.emitter = clock, emitter
         self.tied_sync = tied_sync
         self.tag_stride = max(1, messages_per_channel)
-        self.tensor_parallel, self.data_parallel = tensor_parallel, data_parallel
+        self.tensor_parallel = tensor_parallel
+        groups = groups or {}
+        # (op, group, parameters): the gradient sums after the pipeline's last action, in this order on every rank
+        self.reductions = []
         self.step, self.collectives_in_step = 0, 0
-        if tensor_parallel is not None:
-            tensor_parallel.clock, tensor_parallel.record = clock, self._record_collective
+        for parallel in (tensor_parallel, expert_parallel):
+            if parallel is not None:
+                parallel.clock, parallel.record = clock, self._record_collective
         layers = [layer for runner in runners.values() for layer in runner.layers]
-        self.tp_replicated = replicated_parameters(layers) if tensor_parallel is not None else []
-        self.parameters = list({id(p): p for layer in layers for p in layer.parameters()}.values())
+        if tensor_parallel is not None:
+            self.reductions.append(("tp_grad_all_reduce", tensor_parallel.group, replicated_parameters(layers)))
+        parameters = list({id(p): p for layer in layers for p in layer.parameters()}.values())
+        experts = expert_parameters(layers)
+        if place.config.dp > 1:
+            self.reductions.append(("dp_all_reduce", groups["dp"], [p for p in parameters if id(p) not in experts]))
+        if experts and place.config.expert_dp > 1:
+            self.reductions.append(("edp_all_reduce", groups["edp"], [p for p in parameters if id(p) in experts]))
         tp_size = 1 if tensor_parallel is None else tensor_parallel.size
         self.boundary_shape = (spec.micro_batch_size, spec.seq_len // tp_size, spec.hidden_size)
         self.step_barrier_group = step_barrier_group
@@ -212,15 +225,12 @@ class RankRuntime:
         for runner in self.runners.values():
             runner.check_drained()
         self.balancing_losses.append(take_balancing_loss(self.moe))
-        if self.tensor_parallel is not None:
-            self._all_reduce_gradients("tp_grad_all_reduce", self.tp_replicated, self.tensor_parallel.group)
         if self.tied_sync is not None:
             self._timed("pp_tied_all_reduce", self.tied_sync)
-        if self.data_parallel is not None:
-            self._all_reduce_gradients("dp_all_reduce", self.parameters, self.data_parallel)
-        if self.optimizer is not None:
-            # a sharded (ZeRO-1) optimizer broadcasts the parameters it updated over the data-parallel group
-            self._timed("dp_optimizer_step" if self.data_parallel is not None else "optimizer_step",
-                        self.optimizer.step)
-            self.optimizer.zero_grad(set_to_none=True)
+        for op, group, parameters in self.reductions:
+            self._all_reduce_gradients(op, parameters, group)
+        for op, optimizer in self.optimizers:
+            # a sharded (ZeRO-1) optimizer broadcasts the parameters it updated over its group
+            self._timed(op, optimizer.step)
+            optimizer.zero_grad(set_to_none=True)
         return None if state.loss is None else float(state.loss.item())

@@ -1,11 +1,12 @@
 """What this executor runs, checked before anything imports torch: the web's plan pages and run requests ask it.
 
 A hybrid plan (``adaptis.plan/v2``) runs with its pipeline, its data parallelism (gradients all-reduced at the
-step's end; with ``distributed_optimizer`` the optimizer state sharded over the data-parallel ranks, ZeRO-1) and
-its tensor parallelism (Megatron-LM's column- and row-parallel layers with sequence parallelism,
-``executor.model.tensor_parallel``) where every layer of the model has a tensor-parallel form here. What it cannot
-run as planned (context or expert parallelism, recomputation, a layer kind without a tensor-parallel form) is
-refused with the reason: run as less, it would be measured against a prediction of something else.
+step's end; with ``distributed_optimizer`` the optimizer state sharded over the data-parallel ranks, ZeRO-1), its
+tensor parallelism (Megatron-LM's column- and row-parallel layers with sequence parallelism,
+``executor.model.tensor_parallel``) where every layer of the model has a tensor-parallel form here, and its expert
+parallelism (``executor.model.expert_parallel``). What it cannot run as planned (context parallelism,
+recomputation, a layer kind without a tensor-parallel form, experts that do not split evenly) is refused with the
+reason: run as less, it would be measured against a prediction of something else.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from dataclasses import replace
 
 from planner.errors import SpecError
 from planner.plan import Plan
-from planner.spec.model import AttentionMixer, DenseMLP, ModelSpec
+from planner.spec.model import AttentionMixer, DenseMLP, ModelSpec, MoEMLP
 
-NOT_EXECUTED = {"cp": "context parallelism", "ep": "expert parallelism"}
+NOT_EXECUTED = {"cp": "context parallelism"}
 EXPORT_HINT = "export it to Megatron-LM or torchtitan to run it"
 
 
@@ -62,6 +63,15 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
     return None
 
 
+def expert_parallel_refusal(spec: ModelSpec, ep: int) -> str | None:
+    """Why ``spec``'s MoE layers cannot spread their experts over ``ep`` ranks, or None: each rank holds an equal
+    share of every MoE layer's experts."""
+    for index, layer in enumerate(spec.layers):
+        if ep > 1 and isinstance(layer.mlp, MoEMLP) and layer.mlp.num_experts % ep:
+            return f"layer {index} has {layer.mlp.num_experts} experts, which EP{ep} must divide"
+    return None
+
+
 def execution_refusal(plan: Plan, spec: ModelSpec | None = None) -> SpecError | None:
     """Why this executor cannot run ``plan`` as planned (see the module docstring), or None. Without ``spec`` the
     layers are not checked against the plan's tensor parallelism (the run checks them)."""
@@ -78,7 +88,8 @@ def execution_refusal(plan: Plan, spec: ModelSpec | None = None) -> SpecError | 
     if modes != {"none"}:
         return SpecError("plan", f"is {parallel.short()}; the executor does not recompute activations yet, so its "
                                  f"{parallel.recompute_text()} recomputation would not run: {EXPORT_HINT}")
-    reason = tensor_parallel_refusal(spec, parallel.tp) if spec is not None else None
+    reason = None if spec is None else (tensor_parallel_refusal(spec, parallel.tp)
+                                        or expert_parallel_refusal(spec, parallel.ep))
     if reason is not None:
         return SpecError("plan", f"is {parallel.short()}: {reason}")
     return None

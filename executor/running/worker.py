@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from executor.running.capacity import check_capacity
-from executor.running.place import MESH_DIMENSIONS, RankPlace
+from executor.running.place import EXPERT_MESH_DIMENSIONS, MESH_DIMENSIONS, RankPlace
 from executor.running.scope import execution_refusal, planned_spec, world_size as plan_world_size
 from executor.running.config import RunConfig
 from executor.running.events import EventEmitter, open_sink
@@ -31,6 +31,7 @@ from executor.running.processes import die_with_launcher, exit_rank
 from executor.running.lowering import LoweredPlan, lower_plan
 from executor.model.build import build_layers, resolve_dtype
 from executor.model.linear import enable_weight_grad_deferral
+from executor.model.expert_parallel import ExpertParallel, shard_experts
 from executor.model.tensor_parallel import TensorParallel, full_state_dict, shard_layer
 from executor.running.runtime import RankRuntime
 from executor.running.stage import StageRunner
@@ -67,16 +68,20 @@ def _select_device(backend: str, local_rank: int) -> torch.device:
 
 
 def build_runners(plan: Plan, spec: ModelSpec, pp_rank: int, seed: int, device, dtype, split_backward: bool,
-                  tensor_parallel: TensorParallel | None = None, data_parallel: int = 1) -> dict[int, StageRunner]:
-    """The stages of pipeline rank ``pp_rank``, their layers split for ``tensor_parallel`` when given; each of the
-    ``data_parallel`` replicas' micro-batches weighs 1 / (micro-batches x replicas) in the step's loss."""
+                  tensor_parallel: TensorParallel | None = None, data_parallel: int = 1,
+                  expert_parallel: ExpertParallel | None = None) -> dict[int, StageRunner]:
+    """The stages of pipeline rank ``pp_rank``, their layers split for ``tensor_parallel`` and their experts
+    spread for ``expert_parallel`` when given; each of the ``data_parallel`` replicas' micro-batches weighs
+    1 / (micro-batches x replicas) in the step's loss."""
     my_stages = plan.stages_on(pp_rank)
     layer_indices = [layer for stage in my_stages for layer in plan.stages[stage].layers]
     # One call for all of this rank's layers: a tied head beside its embedding shares the table.
     modules = build_layers(spec, layer_indices, seed=seed, device=device, dtype=dtype)
-    if tensor_parallel is not None:
-        for module in modules.values():
+    for module in modules.values():
+        if tensor_parallel is not None:
             shard_layer(module, tensor_parallel)
+        if expert_parallel is not None:
+            shard_experts(module, expert_parallel)
     last = plan.num_stages - 1
     return {stage: StageRunner(stage, [modules[i] for i in plan.stages[stage].layers], is_first=stage == 0,
                                is_last=stage == last, loss_scale=1.0 / (plan.num_microbatches * data_parallel),
@@ -143,30 +148,40 @@ def _tied_gradient_sync(plan: Plan, spec: ModelSpec, place: RankPlace, runners: 
     return sync
 
 
-def _optimizer(config: RunConfig, runners: dict[int, StageRunner], sharded_over=None):
-    """The run's optimizer over this rank's parameters; with ``sharded_over`` (a data-parallel group) torch's
-    ``ZeroRedundancyOptimizer`` keeps each parameter's optimizer state on one rank of the group, which updates
-    it and broadcasts the result (ZeRO-1, Rajbhandari et al. 2020; Megatron's distributed optimizer)."""
+def _optimizers(config: RunConfig, runners: dict[int, StageRunner], sharded: bool, groups: dict) -> list:
+    """The run's optimizers over this rank's parameters, each with the name of its step's event. ``sharded``:
+    torch's ``ZeroRedundancyOptimizer`` keeps each parameter's optimizer state on one rank of the group that holds
+    it, which updates it and broadcasts the result (ZeRO-1, Rajbhandari et al. 2020; Megatron's distributed
+    optimizer): the data-parallel group, and for experts spread over EP the expert-data-parallel group
+    (Megatron-Core shards expert state over it too)."""
     params = list({id(p): p for runner in runners.values() for module in runner.layers
                    for p in module.parameters()}.values())
-    if not params:
-        return None
     optimizer_class = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.SGD
-    if sharded_over is not None:
-        from torch.distributed.optim import ZeroRedundancyOptimizer
+    experts = [p for p in params if getattr(p, "expert_parallel", False)]
+    dense = [p for p in params if not getattr(p, "expert_parallel", False)]
+    optimizers = []
+    for part, name in ((dense, "dp"), (experts, "edp")):
+        if not part:
+            continue
+        group = groups.get(name)
+        if sharded and group is not None and dist.get_world_size(group) > 1:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
 
-        return ZeroRedundancyOptimizer(params, optimizer_class=optimizer_class, process_group=sharded_over,
-                                       lr=config.lr)
-    return optimizer_class(params, lr=config.lr)
+            optimizers.append((f"{name}_optimizer_step", ZeroRedundancyOptimizer(
+                part, optimizer_class=optimizer_class, process_group=group, lr=config.lr)))
+        else:
+            optimizers.append(("optimizer_step", optimizer_class(part, lr=config.lr)))
+    return optimizers
 
 
 def _save_layers(directory: str, plan: Plan, place: RankPlace, runners: dict[int, StageRunner],
-                 tensor_parallel: TensorParallel | None) -> None:
-    """Each layer's whole state, as one process holds it (every rank of a TP group gathers its shards)."""
+                 tensor_parallel: TensorParallel | None, expert_parallel: ExpertParallel | None) -> None:
+    """Each layer's whole state, as one process holds it (every rank of a TP group gathers its shards, every rank
+    of an EP group its experts)."""
     os.makedirs(directory, exist_ok=True)
     for stage, runner in runners.items():
         for layer_index, module in zip(plan.stages[stage].layers, runner.layers):
-            state = full_state_dict(module, tensor_parallel)
+            state = full_state_dict(module, tensor_parallel, expert_parallel)
             if place.writes_checkpoint():
                 torch.save(state, os.path.join(directory, f"layer{layer_index:04d}.pt"))
 
@@ -205,11 +220,13 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
         channel_groups = open_channels(lowered, place, device)
         tensor_parallel = (TensorParallel(groups["tp"], place.coordinate["tp"], place.config.tp)
                            if place.config.tp > 1 else None)
+        expert_parallel = (ExpertParallel(groups["ep"], place.coordinate["ep"], place.config.ep)
+                           if place.config.ep > 1 else None)
         runners = build_runners(plan, spec, place.pp, config.seed, device, dtype, split_backward,
-                                tensor_parallel=tensor_parallel, data_parallel=place.config.dp)
+                                tensor_parallel=tensor_parallel, data_parallel=place.config.dp,
+                                expert_parallel=expert_parallel)
         tied_sync = _tied_gradient_sync(plan, spec, place, runners)
-        data_parallel = groups["dp"] if place.config.dp > 1 else None
-        sharded = data_parallel if plan.parallel is not None and plan.parallel.distributed_optimizer else None
+        sharded = plan.parallel is not None and plan.parallel.distributed_optimizer
         emitter = EventEmitter(open_sink(config.event_sink, config.event_token_file) if config.event_sink else None)
         clock, started_at = aligned_clock(rank, world_size, control, device)
         facts = _cluster_facts(world_size, control, device)
@@ -219,16 +236,16 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
                           "strategy": plan.strategy, "model": spec.name, "started_at": started_at,
                           "facts": facts})
         runtime = RankRuntime(place=place, plan=plan, spec=spec, program=program, runners=runners,
-                              optimizer=_optimizer(config, runners, sharded), device=device, dtype=dtype,
+                              optimizers=_optimizers(config, runners, sharded, groups), device=device, dtype=dtype,
                               seed=config.seed, clock=clock, emitter=emitter, tied_sync=tied_sync,
                               messages_per_channel=lowered.max_channel_length(),
                               step_barrier_group=control if config.step_barriers else None,
                               channel_groups=channel_groups, tensor_parallel=tensor_parallel,
-                              data_parallel=data_parallel)
+                              expert_parallel=expert_parallel, groups=groups)
         losses = [runtime.run_step(step) for step in range(config.steps)]
         emitter.close()
         if config.checkpoint_dir:
-            _save_layers(config.checkpoint_dir, plan, place, runners, tensor_parallel)
+            _save_layers(config.checkpoint_dir, plan, place, runners, tensor_parallel, expert_parallel)
         gathered = [None] * world_size if rank == 0 else None
         own_actions = [event for event in emitter.events if event["type"] in ("action", "collective")]
         dist.gather_object({"events": own_actions, "undelivered": emitter.undelivered,
@@ -247,13 +264,19 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
 
 
 def _parallel_groups(place: RankPlace, device: torch.device) -> dict:
-    """This rank's TP, CP and DP groups, from torch's ``DeviceMesh`` over every rank (none for a pipeline alone)."""
+    """This rank's TP, CP and DP groups, from torch's ``DeviceMesh`` over every rank, and with EP its EP and
+    expert-DP groups from a second mesh over the same ranks (none for a pipeline alone)."""
     if not place.hybrid:
         return {}
-    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
     mesh = init_device_mesh(device.type, place.mesh_shape, mesh_dim_names=MESH_DIMENSIONS)
-    return {dimension: mesh.get_group(dimension) for dimension in MESH_DIMENSIONS}
+    groups = {dimension: mesh.get_group(dimension) for dimension in MESH_DIMENSIONS}
+    if place.config.ep > 1:
+        ranks = torch.arange(place.config.num_gpus).view(place.expert_mesh_shape)
+        experts = DeviceMesh(device.type, ranks, mesh_dim_names=EXPERT_MESH_DIMENSIONS)
+        groups.update({dimension: experts.get_group(dimension) for dimension in ("ep", "edp")})
+    return groups
 
 
 def _cluster_facts(world_size: int, group, device: torch.device) -> dict:

@@ -54,8 +54,7 @@ def test_a_schedule_that_keeps_too_many_micro_batches_in_flight_is_refused_where
         check_capacity(plans["gpipe"], SPEC, device=torch.device("cpu"), dtype=torch.float32, optimizer="adamw")
 
 
-@pytest.mark.parametrize("degrees, dropped", [({"cp": 2}, "CP2"), ({"dp": 2, "ep": 2}, "EP2"),
-                                               ({"tp": 2, "cp": 2, "dp": 2, "ep": 4}, "CP2 EP4")])
+@pytest.mark.parametrize("degrees, dropped", [({"cp": 2}, "CP2"), ({"tp": 2, "cp": 2, "dp": 2, "ep": 4}, "CP2")])
 def test_a_hybrid_plan_with_an_axis_the_executor_does_not_run_is_refused_naming_it_before_any_rank_starts(
         degrees, dropped, monkeypatch):
     from executor.running import launch
@@ -87,7 +86,7 @@ def test_a_plan_that_recomputes_is_refused_naming_its_recomputation(recompute):
 
 
 def test_tensor_parallelism_is_refused_for_the_layers_it_cannot_split_naming_the_layer():
-    from executor.running.scope import execution_refusal, tensor_parallel_refusal
+    from executor.running.scope import execution_refusal, expert_parallel_refusal, tensor_parallel_refusal
     from planner.parallel.config import ParallelConfig
 
     plan = one_f_one_b(STAGES, 4)
@@ -109,6 +108,9 @@ def test_tensor_parallelism_is_refused_for_the_layers_it_cannot_split_naming_the
     assert "layer 1 is a mamba2 layer" in tensor_parallel_refusal(spec({"kind": "decoder", "mixer": mamba}), 2)
     moe = {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16}
     assert "layer 1 is an MoE layer" in tensor_parallel_refusal(spec({"kind": "mlp", "mlp": moe}), 2)
+    moe_layer = spec({"kind": "mlp", "mlp": moe})
+    assert "layer 1 has 4 experts, which EP8 must divide" in expert_parallel_refusal(moe_layer, 8)
+    assert expert_parallel_refusal(moe_layer, 4) is None
     latent = {**attention, "num_kv_heads": 4, "kv_lora_rank": 16, "rope_head_dim": 4}
     assert "latent attention" in tensor_parallel_refusal(spec({"kind": "decoder", "mixer": latent}), 2)
     assert "48 wide" in tensor_parallel_refusal(spec({"kind": "mlp", "mlp": dense}, 96), 32)

@@ -1,6 +1,6 @@
 """Hybrid plans run for real: tensor parallelism with sequence parallelism, data parallelism with and without the
-sharded optimizer (ZeRO-1), inside the pipeline, each equal to the one-process reference in float64 on gloo, and
-every collective an event with the rank's coordinate."""
+sharded optimizer (ZeRO-1) and expert parallelism, inside the pipeline, each equal to the one-process reference in
+float64 on gloo, and every collective an event with the rank's coordinate."""
 
 from __future__ import annotations
 
@@ -37,6 +37,23 @@ TP_KINDS = load_model_spec({
 })
 SPLIT_BLOCKS = {0: 0, 1: 2, 2: 1, 3: 1, 4: 0}   # attention and MLP blocks per layer: each gathers and scatters
 
+# MoE layers of every routing kind: top-2 with a shared expert and a balancing loss, top-1, biased experts
+MOE_KINDS = load_model_spec({
+    "format": "adaptis.model/v1", "name": "moe-kinds", "hidden_size": 32, "vocab_size": 96, "seq_len": 12,
+    "micro_batch_size": 2,
+    "layers": [
+        {"kind": "embedding"},
+        {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8},
+         "mlp": {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16,
+                 "num_shared_experts": 1, "shared_intermediate_size": 16, "aux_loss_coeff": 0.05}},
+        {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8},
+         "mlp": {"type": "moe", "num_experts": 4, "top_k": 1, "expert_intermediate_size": 16, "aux_loss_coeff": 0.02}},
+        {"kind": "mlp", "mlp": {"type": "moe", "num_experts": 8, "top_k": 2, "expert_intermediate_size": 8,
+                                "bias": True}},
+        {"kind": "head"},
+    ],
+})
+
 
 def hybrid(plan, **degrees):
     return dataclasses.replace(plan, parallel=ParallelConfig(
@@ -44,16 +61,20 @@ def hybrid(plan, **degrees):
         **degrees))
 
 
-def run_and_verify(tmp_path, plan, *, steps=1, optimizer="sgd"):
+def run_and_verify(tmp_path, plan, *, spec=TP_KINDS, steps=1, optimizer="sgd"):
     checkpoint = tmp_path / "layers"
-    result = run_plan(plan, TP_KINDS, seed=SEED, steps=steps, optimizer=optimizer, lr=LR, dtype="fp64",
+    result = run_plan(plan, spec, seed=SEED, steps=steps, optimizer=optimizer, lr=LR, dtype="fp64",
                       checkpoint_dir=str(checkpoint), timeout_s=240)
-    verification = compare_to_reference(checkpoint, TP_KINDS, num_microbatches=plan.num_microbatches,
+    verification = compare_to_reference(checkpoint, spec, num_microbatches=plan.num_microbatches,
                                         data_parallel=plan.parallel.dp, steps=steps, seed=SEED, lr=LR,
                                         optimizer=optimizer, dtype=torch.float64)
     assert verification.compared == sum(len(torch.load(path)) for path in checkpoint.glob("layer*.pt"))
-    assert verification.largest_relative <= 1e-9, verification.worst
+    assert verification.largest_relative <= 1e-8, verification.worst
     assert result.losses == pytest.approx(verification.losses, rel=1e-9)
+    if spec is MOE_KINDS:
+        assert result.balancing_losses == pytest.approx(verification.balancing_losses, rel=1e-9)
+    else:
+        assert result.balancing_losses == verification.balancing_losses == [None] * steps
     return result
 
 
@@ -85,6 +106,23 @@ def test_dp2_pp2_with_the_sharded_optimizer_matches_one_process(tmp_path):
     assert all(counts[(rank, "pp_tied_all_reduce")] == 2 for rank in range(4))
 
 
+def test_ep2_dp2_pp2_with_split_backward_and_sharded_expert_state_matches_one_process(tmp_path):
+    """Each rank holds half of every MoE layer's experts; its replica's tokens travel to them and back."""
+    plan = hybrid(list_schedule([[0, 1], [2], [3], [4]], [0, 1, 1, 0], num_microbatches=3, split_backward=True),
+                  dp=2, ep=2, distributed_optimizer=True)
+    result = run_and_verify(tmp_path, plan, spec=MOE_KINDS, steps=2, optimizer="adamw")
+    assert all(loss is not None for loss in result.balancing_losses)
+    counts = collectives(result)
+    for rank in range(4):
+        place = RankPlace.of(plan, rank)
+        moe_blocks = sum(1 for stage in plan.stages_on(place.pp) for layer in plan.stages[stage].layers
+                         if layer in (1, 2, 3))
+        for op in ("ep_dispatch", "ep_combine", "ep_dispatch_backward", "ep_combine_backward"):
+            assert counts[(rank, op)] == 2 * 3 * moe_blocks, (rank, op)
+        # expert parameters are summed over the EP group by the exchanges themselves: DP sums the rest only
+        assert counts[(rank, "dp_all_reduce")] == 2 and counts[(rank, "edp_all_reduce")] == 0
+
+
 def test_tp2_pp2_dp2_on_eight_ranks_matches_one_process_and_folds_the_replicas(tmp_path):
     plan = hybrid(one_f_one_b([[0, 1, 2], [3, 4]], num_microbatches=2), tp=2, dp=2, distributed_optimizer=True)
     result = run_and_verify(tmp_path, plan)
@@ -95,8 +133,9 @@ def test_tp2_pp2_dp2_on_eight_ranks_matches_one_process_and_folds_the_replicas(t
         assert event["coordinate"] == place.coordinate and event["device"] == place.pp
     # each pipeline rank's figures are folded over its 4 replicas: the median of their busy times
     for device in result.summary["per_device"]:
-        busy = sorted(sum(e["end_ms"] - e["start_ms"] for e in events if e["type"] == "action"
-                          and e["rank"] == rank) for rank in range(8) if RankPlace.of(plan, rank).pp == device["device"])
+        replicas = [rank for rank in range(8) if RankPlace.of(plan, rank).pp == device["device"]]
+        busy = sorted(sum(e["end_ms"] - e["start_ms"] for e in events if e["type"] == "action" and e["rank"] == rank)
+                      for rank in replicas)
         assert device["replicas"] == 4
         assert device["busy_ms"] == pytest.approx((busy[1] + busy[2]) / 2)
         assert device["busy_spread_ms"] == pytest.approx(busy[-1] - busy[0])
