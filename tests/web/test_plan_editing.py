@@ -24,6 +24,7 @@ from planner.plan import load_plan
 from planner.simulator import simulate
 from planner.spec.presets import load_model_preset
 from tests.conftest import HYBRID_SEQ_LEN as SEQ_LEN  # the hybrid_plan fixture's (tests/conftest.py)
+from tests.conftest import tiny_llama_hybrid_plan
 
 pytestmark = pytest.mark.django_db
 
@@ -332,27 +333,48 @@ def test_a_v2_plan_page_shows_its_parallel_configuration(client, people, hybrid_
     assert "Distributed optimizer" in page and "GiB of 80.0 GiB" in page
 
 
-def test_a_v2_plan_with_tensor_and_data_parallelism_is_refused_a_run_naming_what_would_not_run(client, people,
-                                                                                                 hybrid_plan):
-    """The executor runs pipeline parallelism only: a TP2 PP2 DP2 plan run as its pipeline alone would be less than
-    planned, so the API refuses it (nothing stored, locally or on a cluster) and the page says why instead of
-    offering a run or the executor for what an export loses."""
+def test_a_v2_plan_the_executor_runs_is_taken_as_a_run_of_every_gpu_locally_and_on_a_cluster(client, people):
+    """TP2 PP2 DP2 on the local 8-rank CPU cluster: a run starts one rank per GPU (8, not the plan's 2 pipeline
+    ranks), on the runs worker or as the cluster launch's 8 ranks of one node; the page offers the run."""
     from adaptis_web.studio.models import Run
 
-    parallel = hybrid_plan.plan_doc["parallel"]
-    assert (parallel["tp"], parallel["pp"], parallel["dp"]) == (2, 2, 2)
+    plan = tiny_llama_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2)
+    parallel = plan.plan_doc["parallel"]
+    assert (parallel["tp"], parallel["pp"], parallel["dp"], plan.plan_doc["num_devices"]) == (2, 2, 2, 2)
     api = _client(people.member)
-    for body in ({"plan": hybrid_plan.pk, "steps": 1, "scale_down": True},
-                 {"plan": hybrid_plan.pk, "steps": 1, "target": "cluster"}):
+    local = api.post("/api/runs/", {"plan": plan.pk, "steps": 1}, format="json")
+    assert local.status_code == 201, local.content
+    assert (local.json()["target"], local.json()["world_size"]) == ("local", 8)
+    cluster = api.post("/api/runs/", {"plan": plan.pk, "steps": 1, "target": "cluster"}, format="json")
+    assert cluster.status_code == 201, cluster.content
+    launch = cluster.json()["launch"]
+    assert (cluster.json()["world_size"], launch["nodes"], launch["ranks_per_node"]) == (8, 1, 8)
+    assert "--nproc-per-node=8" in launch["torchrun"]
+    assert sorted(Run.objects.values_list("world_size", flat=True)) == [8, 8]
+    client.force_login(people.member)
+    page = client.get(reverse("studio:plan", args=[plan.pk])).content.decode()
+    assert 'id="run-on-cpu"' in page and 'id="run-refusal"' not in page and "for real: 8 gloo ranks\n" in page
+
+
+def test_a_v2_plan_with_context_parallelism_is_refused_a_run_naming_what_would_not_run(client, people):
+    """The executor does not run CP: a CP2 PP2 DP2 plan run as less would be measured against a prediction of
+    something else, so the API refuses it (nothing stored, locally or on a cluster) and the page says why instead
+    of offering a run."""
+    from adaptis_web.studio.models import Run
+
+    plan = tiny_llama_hybrid_plan(people, people.owner, cp=2, pp=2, dp=2, tp=1)
+    api = _client(people.member)
+    for body in ({"plan": plan.pk, "steps": 1}, {"plan": plan.pk, "steps": 1, "target": "cluster"}):
         response = api.post("/api/runs/", body, format="json")
         assert response.status_code == 400, response.content
         error = response.json()["errors"][0]
-        assert error["field"] == "plan" and "its TP2 DP2 would not run" in error["reason"], error
+        assert error["field"] == "plan" and "its CP2 would not run" in error["reason"], error
     assert Run.objects.count() == 0
     client.force_login(people.member)
-    page = client.get(reverse("studio:plan", args=[hybrid_plan.pk])).content.decode()
-    assert 'id="run-refusal"' in page and "its TP2 DP2 would not run" in page
-    assert 'id="run-on-cpu"' not in page and "data-run-executor" not in page
+    page = client.get(reverse("studio:plan", args=[plan.pk])).content.decode()
+    assert 'id="run-refusal"' in page and "its CP2 would not run" in page and 'id="run-on-cpu"' not in page
+    # nor for what an export of it loses
+    assert "data-executor-refusal>The AdaPtis executor cannot keep them either: this plan is TP1 CP2" in page
 
 
 def test_editing_a_v2_plans_degrees_re_predicts_the_job_as_planner_hybrid_does(people, hybrid_plan):
@@ -499,7 +521,7 @@ def test_a_v1_plans_framework_export_is_a_400_naming_the_format(people, planned)
 
 
 def test_a_v2_plan_page_offers_the_framework_downloads_and_says_what_they_lose(client, people, hybrid_plan):
-    """TP2 PP2 DP2: the executor cannot run it as planned either, so it is not offered for what an export loses."""
+    """TP2 PP2 DP2: the executor runs it as planned, so it is offered for what an export loses."""
     from planner.exports import export_losses
     from planner.spec.presets import load_model_preset
 
@@ -510,8 +532,8 @@ def test_a_v2_plan_page_offers_the_framework_downloads_and_says_what_they_lose(c
         assert f'data-export="{fmt}" href="{reverse("api:plan-export", args=[hybrid_plan.pk, fmt])}"' in page
         lost = export_losses(fmt, plan, load_model_preset("llama-3-8b"), SEQ_LEN)
         if lost:
-            assert f'data-export-lost="{fmt}"' in page and f'data-run-executor="{fmt}"' not in page
-            assert "data-executor-refusal" in page
+            assert f'data-export-lost="{fmt}"' in page and f'data-run-executor="{fmt}"' in page
+            assert "data-executor-refusal" not in page
     assert "megatron-args|torchtitan-toml" in page
 
 

@@ -16,7 +16,7 @@ from adaptis_web.studio.planning.exports import FORMATS
 from adaptis_web.studio.planning.predictions import stored_plan
 from adaptis_web.studio.planning.selectors import plan_get_for_user
 from adaptis_web.studio.runs.forms import RunForm
-from adaptis_web.studio.runs.local_runs import cpu_run_refusal, host_ranks_refusal, plan_execution_refusal
+from adaptis_web.studio.runs.local_runs import cpu_run_refusal, plan_execution
 from planner import service as planner_service
 from planner.service import load_model_spec
 
@@ -28,13 +28,15 @@ POLICY_LABELS = {"auto": "keep the orders where they fit, else reschedule", "kee
 
 
 def run_card_context(plan: Plan) -> dict:
-    """What the Run on CPU card (templates/studio/_run_card.html) shows besides its form: why the plan cannot run
-    here, before anyone clicks (a hybrid plan the executor cannot run as planned, more ranks than this host starts),
-    whether the executor runs it as planned anywhere, and the plan's recent runs."""
-    execution_refusal = plan_execution_refusal(plan)   # (loads the whole plan document: once a page)
-    run_refusal = execution_refusal or host_ranks_refusal(plan)
+    """What the Run on CPU card (templates/studio/_run_card.html) shows besides its form: the ranks a run starts,
+    why the plan cannot run here, before anyone clicks (a hybrid plan the executor cannot run as planned, more
+    ranks than this host starts), whether the executor runs it as planned anywhere, and the plan's recent runs."""
+    execution = plan_execution(plan)   # (loads the whole plan document: once a page)
+    run_refusal = execution.run_refusal
     return {"cpu_refusal": cpu_run_refusal(load_model_spec(plan.job.spec.doc)),
-            "executes_as_planned": execution_refusal is None,
+            "run_world_size": execution.world_size,
+            "executes_as_planned": execution.execution_refusal is None,
+            "execution_refusal": execution.execution_refusal and execution.execution_refusal.reason,
             "run_refusal": run_refusal and f"This plan {run_refusal.reason}.",
             "runs": plan.runs.filter(deleted_at__isnull=True)[:RECENT_RUNS]}
 

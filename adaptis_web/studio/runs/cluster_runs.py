@@ -34,7 +34,7 @@ from django.utils import timezone
 from adaptis_web.studio.catalog.specs import spec_check_team
 from adaptis_web.studio.models import JobStatus, Plan, Run, RunEvent
 from adaptis_web.studio.runs.live_events import event_identity, event_row, next_seq
-from adaptis_web.studio.runs.local_runs import MAX_RUN_STEPS, plan_execution_refusal
+from adaptis_web.studio.runs.local_runs import MAX_RUN_STEPS, plan_execution
 from executor.service import HTTP_BATCH_EVENTS
 from planner.service import load_cluster, parse_action
 from planner.errors import SpecError
@@ -70,14 +70,14 @@ def cluster_run_create(*, plan: Plan, user: AbstractBaseUser, steps: int, enviro
     team = plan.job.spec.team
     spec_check_team(team=team, user=user, doing="starting a run")
     environment = environment or team.run_environment or DEFAULT_ENVIRONMENT
-    refusal = plan_execution_refusal(plan)
-    if refusal is not None:
-        raise refusal
+    execution = plan_execution(plan)   # a cluster starts as many ranks as the plan has GPUs: no host bound
+    if execution.execution_refusal is not None:
+        raise execution.execution_refusal
     if not 1 <= steps <= MAX_RUN_STEPS:
         raise SpecError("steps", f"must be between 1 and {MAX_RUN_STEPS}; got {steps}")
     secret = secrets.token_urlsafe(32)
     run = Run.objects.create(plan=plan, created_by=user, target="cluster", backend=collective_backend(plan),
-                             world_size=plan.plan_doc["num_devices"], steps=steps, secret_digest=_digest(secret),
+                             world_size=execution.world_size, steps=steps, secret_digest=_digest(secret),
                              launch_options={"environment": environment, "time_limit": time_limit},
                              celery_task_id=str(uuid.uuid4()))
     return run, secret

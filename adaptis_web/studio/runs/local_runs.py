@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -26,6 +27,7 @@ from executor import service as executor_service
 from executor.service import ExecutorError, RunCancelled
 from planner.errors import PlanError, SpecError
 from planner.service import ModelSpec, count_parameters, load_model_spec, load_plan
+from planner.service import Plan as PlannerPlan  # the loaded document; ``Plan`` here is the stored row
 
 logger = logging.getLogger(__name__)
 
@@ -46,41 +48,61 @@ def cpu_run_refusal(spec: ModelSpec) -> str | None:
             f"layer pattern at hidden size 64 (executor.model.scale_spec)")
 
 
-def plan_execution_refusal(plan: Plan) -> SpecError | None:
-    """Why the executor cannot run ``plan`` as planned anywhere (a hybrid plan's TP, CP, DP or EP), or None."""
-    return executor_service.execution_refusal(load_plan(plan.plan_doc))
+@dataclass(frozen=True)
+class PlanExecution:
+    """What running a stored plan takes, checked once (the plan document loaded once): its ranks (one per GPU of a
+    hybrid plan, ``executor.service.world_size``), why the executor cannot run it as planned anywhere (context or
+    expert parallelism, recomputation, a layer of the job's model without a tensor-parallel form) and why this
+    host cannot start its ranks (more than ``CPU_RUN_MAX_RANKS``), each None when nothing stands in the way."""
+
+    world_size: int
+    execution_refusal: SpecError | None
+    host_refusal: SpecError | None
+
+    @property
+    def run_refusal(self) -> SpecError | None:
+        """Why ``plan`` cannot run on this host's CPU at all (any steps, scaled down or not), or None: what a page
+        says instead of offering "Run on CPU", and what ``run_create`` refuses."""
+        return self.execution_refusal or self.host_refusal
 
 
-def plan_run_refusal(plan: Plan) -> SpecError | None:
-    """Why ``plan`` cannot run on this host's CPU at all (any steps, scaled down or not), or None: what a page
-    says instead of offering "Run on CPU", and what ``run_create`` refuses."""
-    return plan_execution_refusal(plan) or host_ranks_refusal(plan)
+def plan_execution(plan: Plan) -> PlanExecution:
+    loaded = load_plan(plan.plan_doc)
+    world_size = executor_service.world_size(loaded)
+    # The job's model as uploaded: a scaled-down copy keeps its layer kinds, which decide what TP can split
+    # (its head counts are checked again by the ranks that build it).
+    refusal = executor_service.execution_refusal(loaded, load_model_spec(plan.job.spec.doc))
+    return PlanExecution(world_size, refusal, _host_ranks_refusal(loaded, world_size))
 
 
-def host_ranks_refusal(plan: Plan) -> SpecError | None:
-    """Why this host cannot start ``plan``'s ranks (more than ``CPU_RUN_MAX_RANKS``), or None."""
-    world_size = plan.plan_doc["num_devices"]
-    if world_size > settings.CPU_RUN_MAX_RANKS:
-        return SpecError("plan", f"uses {world_size} devices; a CPU run starts at most "
-                                 f"{settings.CPU_RUN_MAX_RANKS} ranks (CPU_RUN_MAX_RANKS)")
-    return None
+def _host_ranks_refusal(plan: PlannerPlan, world_size: int) -> SpecError | None:
+    if world_size <= settings.CPU_RUN_MAX_RANKS:
+        return None
+    parallel = plan.parallel
+    if parallel is None:
+        uses = f"uses {world_size} devices"
+    else:
+        degrees = [f"{name.upper()}{degree}" for name, degree in
+                   (("tp", parallel.tp), ("cp", parallel.cp), ("pp", parallel.pp), ("dp", parallel.dp)) if degree > 1]
+        uses = f"uses {world_size} ranks ({' × '.join(degrees)})"
+    return SpecError("plan", f"{uses}; a CPU run starts at most {settings.CPU_RUN_MAX_RANKS} ranks "
+                             f"(CPU_RUN_MAX_RANKS)")
 
 
 @transaction.atomic
 def run_create(*, plan: Plan, user: AbstractBaseUser, steps: int = 1, scale_down: bool = False) -> Run:
     spec_check_team(team=plan.job.spec.team, user=user, doing="starting a run")
 
-    world_size = plan.plan_doc["num_devices"]
-    refusal = plan_run_refusal(plan)
-    if refusal is not None:
-        raise refusal
+    execution = plan_execution(plan)
+    if execution.run_refusal is not None:
+        raise execution.run_refusal
     if not 1 <= steps <= MAX_RUN_STEPS:
         raise SpecError("steps", f"must be between 1 and {MAX_RUN_STEPS}; got {steps}")
     refusal = None if scale_down else cpu_run_refusal(load_model_spec(plan.job.spec.doc))
     if refusal:
         raise SpecError("scale_down", refusal)
-    run = Run.objects.create(plan=plan, created_by=user, backend=CPU_BACKEND, world_size=world_size, steps=steps,
-                             scaled_down=scale_down, celery_task_id=str(uuid.uuid4()))
+    run = Run.objects.create(plan=plan, created_by=user, backend=CPU_BACKEND, world_size=execution.world_size,
+                             steps=steps, scaled_down=scale_down, celery_task_id=str(uuid.uuid4()))
     enqueue_on_commit(run)
     return run
 
