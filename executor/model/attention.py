@@ -11,18 +11,21 @@ from torch import nn
 from executor.model.linear import Linear
 from executor.model.init import normal_
 from executor.model.norm import RMSNorm
-from executor.model.tensor_parallel import TensorParallel, gather_sequence, split_parameter
+from executor.model.tensor_parallel import SequenceGroup, gather_sequence, split_parameter
 from planner.spec.model import AttentionMixer
 
 ROPE_BASE = 10_000.0
 
 
-def apply_rotary(x: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding (Su et al. 2021), half-split layout as in Llama; x is (b, heads, s, d)."""
+def apply_rotary(x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021), half-split layout as in Llama; x is (b, heads, s, d), its tokens at
+    ``positions`` (0 .. s-1 by default)."""
     seq_len, head_dim = x.shape[-2], x.shape[-1]
     half = head_dim // 2
     inv_freq = ROPE_BASE ** (-torch.arange(half, device=x.device, dtype=torch.float32) / max(half, 1))
-    angles = torch.arange(seq_len, device=x.device, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    if positions is None:
+        positions = torch.arange(seq_len, device=x.device)
+    angles = positions.to(device=x.device, dtype=torch.float32)[:, None] * inv_freq[None, :]
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     first, second = x[..., :half], x[..., half:2 * half]
     rotated = torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
@@ -30,27 +33,31 @@ def apply_rotary(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([rotated, x[..., 2 * half:]], dim=-1) if head_dim % 2 else rotated
 
 
-def sliding_window_mask(seq_len: int, window: int, device: torch.device) -> torch.Tensor:
-    """Boolean (s, s) mask, True where query i may attend key j: j <= i and i - j < window."""
-    positions = torch.arange(seq_len, device=device)
-    distance = positions[:, None] - positions[None, :]
+def sliding_window_mask(seq_len: int, window: int, device: torch.device, positions=None) -> torch.Tensor:
+    """Boolean (queries, keys) mask, True where query i may attend key j: j <= i and i - j < window, for tokens at
+    ``positions`` ((query positions, key positions); 0 .. s-1 for both by default)."""
+    queries, keys = positions if positions is not None else (torch.arange(seq_len),) * 2
+    distance = queries.to(device)[:, None] - keys.to(device)[None, :]
     return (distance >= 0) & (distance < window)
 
 
-def causal_attention(query, key, value, window: int | None) -> torch.Tensor:
-    seq_len = query.shape[-2]
-    if window is not None and window < seq_len:
-        mask = sliding_window_mask(seq_len, window, query.device)
+def causal_attention(query, key, value, window: int | None, positions=None) -> torch.Tensor:
+    """Causal (and windowed) attention; ``positions`` (query positions, key positions) where the keys are not the
+    queries' own sequence in order (context parallelism)."""
+    seq_len = key.shape[-2]
+    if positions is not None or (window is not None and window < seq_len):
+        mask = sliding_window_mask(seq_len, window if window is not None else seq_len, query.device, positions)
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
     return F.scaled_dot_product_attention(query, key, value, is_causal=True)
 
 
-def attention_with_sinks(query, key, value, window: int | None, sinks: torch.Tensor) -> torch.Tensor:
+def attention_with_sinks(query, key, value, window: int | None, sinks: torch.Tensor, positions=None) -> torch.Tensor:
     """gpt-oss's attention sinks (OpenAI 2025, gpt-oss model card Sec. 2.2): each head's learned logit joins every
     query's softmax as one more key whose value is zero, so a head can attend to nothing."""
     batch, heads, seq_len, head_dim = query.shape
     scores = (query @ key.transpose(-1, -2)) * head_dim ** -0.5
-    allowed = sliding_window_mask(seq_len, window if window is not None else seq_len, query.device)
+    keys = key.shape[-2]
+    allowed = sliding_window_mask(keys, window if window is not None else keys, query.device, positions)
     scores = scores.masked_fill(~allowed, float("-inf"))
     sink = sinks.to(scores.dtype).view(1, heads, 1, 1).expand(batch, heads, seq_len, 1)
     probabilities = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
@@ -59,7 +66,7 @@ def attention_with_sinks(query, key, value, window: int | None, sinks: torch.Ten
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     batch, seq_len, width = x.shape
-    return x.view(batch, seq_len, heads, width // heads).transpose(1, 2)
+    return x.reshape(batch, seq_len, heads, width // heads).transpose(1, 2)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
@@ -73,6 +80,8 @@ class Attention(nn.Module):
     sinks; without the rotary embedding where the model has none (GPT-2's learned positions, Jamba)."""
 
     tensor_parallel = None
+    context_parallel = None
+    positions = None    # (query positions, key positions) under context parallelism
 
     def __init__(self, hidden_size: int, mixer: AttentionMixer):
         super().__init__()
@@ -98,7 +107,7 @@ class Attention(nn.Module):
         if self.sinks is not None:
             normal_(self.sinks, generator, std=1.0)
 
-    def shard(self, tp: TensorParallel) -> None:
+    def shard(self, tp: SequenceGroup) -> None:
         """Split by heads (Megatron's ``SelfAttention``): the query, key and value projections and their biases by
         output features, query heads and key/value groups alike, so each rank keeps its heads' groups; the sinks
         by head; the output projection by input features (row-parallel), its bias whole. The QK norms, shared
@@ -114,22 +123,32 @@ class Attention(nn.Module):
         self.num_kv_heads //= tp.size
         self.tensor_parallel = tp
 
+    def use_positions(self, layout) -> None:
+        """Under context parallelism: the queries are this CP rank's tokens, the keys and values every CP rank's
+        (all-gathered), each at its global position (``executor.model.context_parallel``)."""
+        if layout.cp is not None:
+            self.context_parallel = layout.cp
+            self.positions = (layout.context_positions(), layout.key_positions())
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = gather_sequence(x, self.tensor_parallel)
+        query_positions, key_positions = self.positions or (None, None)
         query = split_heads(self.q_proj(x), self.num_heads)
-        key = split_heads(self.k_proj(x), self.num_kv_heads)
+        key = split_heads(gather_sequence(self.k_proj(x), self.context_parallel), self.num_kv_heads)
         if self.q_norm is not None:
             query, key = self.q_norm(query), self.k_norm(key)
         if self.rotary:
-            query, key = apply_rotary(query), apply_rotary(key)
-        value = split_heads(self.v_proj(x), self.num_kv_heads)
+            query, key = apply_rotary(query, query_positions), apply_rotary(key, key_positions)
+        value = split_heads(gather_sequence(self.v_proj(x), self.context_parallel), self.num_kv_heads)
         group = self.num_heads // self.num_kv_heads
         if group > 1:
             key = key.repeat_interleave(group, dim=1)
             value = value.repeat_interleave(group, dim=1)
         if self.sinks is not None:
-            return self.o_proj(merge_heads(attention_with_sinks(query, key, value, self.window, self.sinks)))
-        return self.o_proj(merge_heads(causal_attention(query, key, value, self.window)))
+            attended = attention_with_sinks(query, key, value, self.window, self.sinks, self.positions)
+        else:
+            attended = causal_attention(query, key, value, self.window, self.positions)
+        return self.o_proj(merge_heads(attended))
 
 
 class LatentAttention(nn.Module):

@@ -29,7 +29,7 @@ def init_embedding_table(table: torch.Tensor, seed: int) -> None:
 class Embedding(nn.Module):
     """The token table, plus a learned absolute-position table when the model has one (GPT-2)."""
 
-    tensor_parallel = None
+    token_positions = None
 
     def __init__(self, vocab_size: int, hidden_size: int, positions: int | None = None):
         super().__init__()
@@ -42,18 +42,18 @@ class Embedding(nn.Module):
         if self.positions is not None:
             normal_(self.positions, generator)
 
-    def shard(self, tp) -> None:
-        """Whole on every TP rank (not Megatron's vocabulary-parallel table): each embeds its slice of the
-        sequence, at that slice's positions."""
-        self.tensor_parallel = tp
+    def use_positions(self, layout) -> None:
+        """Whole on every TP and CP rank (not Megatron's vocabulary-parallel table): each embeds the tokens it holds
+        (``executor.model.context_parallel.SequenceLayout``), at their positions."""
+        self.token_positions = layout.positions()
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
         hidden = F.embedding(token_ids, self.weight)
         if self.positions is None:
             return hidden
-        length = token_ids.shape[-1]
-        first = 0 if self.tensor_parallel is None else self.tensor_parallel.rank * length
-        return hidden + self.positions[first:first + length]
+        if self.token_positions is not None:
+            return hidden + self.positions[self.token_positions.to(self.positions.device)]
+        return hidden + self.positions[:token_ids.shape[-1]]
 
 
 def build_mixer(hidden_size: int, mixer) -> nn.Module:

@@ -8,7 +8,7 @@ from torch import nn
 
 from executor.model.expert_parallel import ExpertParallel, dispatch_to_experts
 from executor.model.linear import Linear
-from executor.model.tensor_parallel import TensorParallel, gather_sequence, split_parameter
+from executor.model.tensor_parallel import SequenceGroup, gather_sequence, split_parameter
 from planner.spec.model import DenseMLP, MoEMLP
 
 
@@ -29,7 +29,7 @@ class GatedMLP(nn.Module):
             if projection is not None:
                 projection.init_weights(generator)
 
-    def shard(self, tp: TensorParallel) -> None:
+    def shard(self, tp: SequenceGroup) -> None:
         """Split by intermediate width (Megatron's ``MLP``): up and gate column-parallel with their biases, down
         row-parallel with its bias whole."""
         for projection in (self.up_proj, self.gate_proj):
@@ -64,13 +64,23 @@ class _AuxLossGradient(torch.autograd.Function):
         return grad_output, torch.full_like(aux_loss, ctx.scale), None
 
 
-def load_balancing_loss(probabilities: torch.Tensor, chosen: torch.Tensor, top_k: int) -> torch.Tensor:
+def load_balancing_loss(probabilities: torch.Tensor, chosen: torch.Tensor, top_k: int,
+                        partition: SequenceGroup | None = None) -> torch.Tensor:
     """Switch Transformer's balancing loss normalised by top-k (Megatron-LM's):
     ``E * sum_i f_i * P_i``, ``f_i`` the share of the ``tokens * top_k`` routings that went to expert ``i``
-    (no gradient), ``P_i`` the mean router probability of ``i``; 1 when routing is uniform."""
+    (no gradient), ``P_i`` the mean router probability of ``i``; 1 when routing is uniform.
+
+    Where ``partition``'s ranks each hold part of the micro-batch's tokens (context parallelism), ``f_i`` counts
+    the routings of all of them and each rank's term carries its own tokens' share of ``P_i``, so the ranks'
+    terms sum to the micro-batch's loss (Megatron-Core's ``sequence_partition_group``)."""
     tokens, num_experts = probabilities.shape
-    counts = torch.bincount(chosen.reshape(-1), minlength=num_experts).to(probabilities.dtype)
-    return num_experts * torch.sum(counts / (tokens * top_k) * probabilities.mean(dim=0))
+    counts = torch.bincount(chosen.reshape(-1), minlength=num_experts)
+    if partition is None:
+        counts = counts.to(probabilities.dtype)
+        return num_experts * torch.sum(counts / (tokens * top_k) * probabilities.mean(dim=0))
+    counts = partition.all_reduce(counts).to(probabilities.dtype)
+    total = tokens * partition.size
+    return num_experts * torch.sum(counts / (total * top_k) * probabilities.sum(dim=0) / total)
 
 
 class MoE(nn.Module):
@@ -85,6 +95,7 @@ class MoE(nn.Module):
     """
 
     expert_parallel = None
+    token_partition = None
 
     def __init__(self, hidden_size: int, mlp: MoEMLP):
         super().__init__()
@@ -129,11 +140,17 @@ class MoE(nn.Module):
         if self.shared is not None:
             out = out + self.shared(tokens)
         if self.aux_loss_coeff and torch.is_grad_enabled():
-            aux_loss = self.aux_loss_coeff * load_balancing_loss(probabilities, chosen, self.top_k)
+            aux_loss = self.aux_loss_coeff * load_balancing_loss(probabilities, chosen, self.top_k,
+                                                                 self.token_partition)
             out = _AuxLossGradient.apply(out, aux_loss, self.loss_scale)
             weighed = aux_loss.detach() * self.loss_scale
             self._balancing_sum = weighed if self._balancing_sum is None else self._balancing_sum + weighed
         return out.view_as(x)
+
+    def use_positions(self, layout) -> None:
+        """Under context parallelism the micro-batch's tokens are spread over the CP group: the balancing loss
+        counts the routings of all of them (``load_balancing_loss``)."""
+        self.token_partition = layout.cp
 
     def keep_experts(self, ep: ExpertParallel) -> None:
         """Keep experts ``ep.local_experts`` only, under their global index (``experts.<i>`` as before)."""

@@ -27,11 +27,12 @@ from torch import nn
 Recorder = Callable[[str, object, object, int], None]
 
 
-class TensorParallel:
-    """One rank's place in its TP group, and where its collectives are timed."""
+class SequenceGroup:
+    """One rank's place in a group that splits the sequence: its TP group (``name`` "tp", sequence parallelism) or
+    its CP group ("cp", ``executor.model.context_parallel``), and where its collectives are timed."""
 
-    def __init__(self, group, rank: int, size: int, clock=None, record: Recorder | None = None):
-        self.group, self.rank, self.size = group, rank, size
+    def __init__(self, group, rank: int, size: int, name: str = "tp", clock=None, record: Recorder | None = None):
+        self.group, self.rank, self.size, self.name = group, rank, size, name
         self.clock, self.record = clock, record
 
     def timed(self, op: str, tensor: torch.Tensor, run: Callable[[], None]) -> None:
@@ -42,29 +43,32 @@ class TensorParallel:
         run()
         self.record(op, start, self.clock.mark(), tensor.numel() * tensor.element_size())
 
-    def sequence_slice(self, length: int) -> slice:
-        share = length // self.size
-        return slice(self.rank * share, (self.rank + 1) * share)
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The sum of ``tensor`` over the group (a statistic of the group's tokens; no gradient)."""
+        summed = tensor.clone()
+        self.timed(f"{self.name}_all_reduce", summed, lambda: dist.all_reduce(summed, group=self.group))
+        return summed
 
     def all_gather_sequence(self, x: torch.Tensor) -> torch.Tensor:
         """(b, s/tp, ...) slices of the group -> (b, s, ...), in rank order."""
         local = x.transpose(0, 1).contiguous()
         gathered = local.new_empty((local.shape[0] * self.size, *local.shape[1:]))
-        self.timed("tp_all_gather", gathered, lambda: dist.all_gather_into_tensor(gathered, local, group=self.group))
+        self.timed(f"{self.name}_all_gather", gathered,
+                   lambda: dist.all_gather_into_tensor(gathered, local, group=self.group))
         return gathered.transpose(0, 1)
 
     def reduce_scatter_sequence(self, x: torch.Tensor) -> torch.Tensor:
         """(b, s, ...) partial sums -> this rank's (b, s/tp, ...) slice of their sum over the group."""
         full = x.transpose(0, 1).contiguous()
         scattered = full.new_empty((full.shape[0] // self.size, *full.shape[1:]))
-        self.timed("tp_reduce_scatter", full,
+        self.timed(f"{self.name}_reduce_scatter", full,
                    lambda: dist.reduce_scatter_tensor(scattered, full, op=dist.ReduceOp.SUM, group=self.group))
         return scattered.transpose(0, 1)
 
 
 class _GatherSequence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, tp: TensorParallel) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, tp: SequenceGroup) -> torch.Tensor:
         ctx.tp = tp
         return tp.all_gather_sequence(x)
 
@@ -75,7 +79,7 @@ class _GatherSequence(torch.autograd.Function):
 
 class _ReduceScatterSequence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, tp: TensorParallel) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, tp: SequenceGroup) -> torch.Tensor:
         ctx.tp = tp
         return tp.reduce_scatter_sequence(x)
 
@@ -84,17 +88,17 @@ class _ReduceScatterSequence(torch.autograd.Function):
         return ctx.tp.all_gather_sequence(grad), None
 
 
-def gather_sequence(x: torch.Tensor, tp: TensorParallel | None) -> torch.Tensor:
+def gather_sequence(x: torch.Tensor, tp: SequenceGroup | None) -> torch.Tensor:
     """Enter a split block: the whole sequence from the group's slices (identity without TP)."""
     return x if tp is None else _GatherSequence.apply(x, tp)
 
 
-def reduce_scatter_sequence(x: torch.Tensor, tp: TensorParallel | None) -> torch.Tensor:
+def reduce_scatter_sequence(x: torch.Tensor, tp: SequenceGroup | None) -> torch.Tensor:
     """Leave a split block: this rank's sequence slice of the group's partial sums (identity without TP)."""
     return x if tp is None else _ReduceScatterSequence.apply(x, tp)
 
 
-def split_parameter(module: nn.Module, name: str, dim: int, tp: TensorParallel) -> None:
+def split_parameter(module: nn.Module, name: str, dim: int, tp: SequenceGroup) -> None:
     """Keep this rank's contiguous ``1/tp`` of ``module.<name>`` along ``dim``; ``full_state_dict`` puts it back
     together. (A split along the output features of a head-major projection is a split by heads.)"""
     whole = getattr(module, name)
@@ -105,7 +109,7 @@ def split_parameter(module: nn.Module, name: str, dim: int, tp: TensorParallel) 
     setattr(module, name, part)
 
 
-def shard_layer(layer: nn.Module, tp: TensorParallel) -> None:
+def shard_layer(layer: nn.Module, tp: SequenceGroup) -> None:
     """Split every part of ``layer`` that has a tensor-parallel form (``shard(tp)``) for this rank of ``tp``."""
     for module in list(layer.modules()):
         shard = getattr(module, "shard", None)
@@ -119,7 +123,7 @@ def replicated_parameters(layers) -> list[nn.Parameter]:
     return [p for p in unique.values() if not hasattr(p, "tensor_parallel_dim")]
 
 
-def full_state_dict(layer: nn.Module, tp: TensorParallel | None, ep=None) -> dict[str, torch.Tensor]:
+def full_state_dict(layer: nn.Module, tp: SequenceGroup | None, ep=None) -> dict[str, torch.Tensor]:
     """``layer``'s state as one process holds it: split parameters all-gathered over the TP group, and with ``ep``
     (``executor.model.expert_parallel.ExpertParallel``) every rank's experts gathered over the EP group (every rank
     of the groups must call it)."""

@@ -23,7 +23,8 @@ from executor.running.lowering import Op
 from executor.running.place import RankPlace
 from executor.model.mlp import take_balancing_loss
 from executor.model.expert_parallel import ExpertParallel, expert_parameters
-from executor.model.tensor_parallel import TensorParallel, replicated_parameters
+from executor.model.context_parallel import SequenceLayout
+from executor.model.tensor_parallel import replicated_parameters
 from executor.running.stage import StageRunner
 from planner.actions import ACTIVATION, GRADIENT, ActionKind
 from planner.plan import Action, Plan
@@ -47,7 +48,7 @@ class RankRuntime:
                  device: torch.device,
                  dtype: torch.dtype, seed: int, clock, emitter: EventEmitter, tied_sync=None,
                  messages_per_channel: int = 1, step_barrier_group=None, channel_groups: dict | None = None,
-                 tensor_parallel: TensorParallel | None = None, expert_parallel: ExpertParallel | None = None,
+                 layout: SequenceLayout | None = None, expert_parallel: ExpertParallel | None = None,
                  groups: dict | None = None):
         # ``rank``: the pipeline rank, whose program this is (the plan's device); ``place.rank`` the global one
         self.place, self.rank, self.plan, self.spec, self.program = place, place.pp, plan, spec, program
@@ -57,12 +58,12 @@ class RankRuntime:
         self.clock, self.emitter = clock, emitter
         self.tied_sync = tied_sync
         self.tag_stride = max(1, messages_per_channel)
-        self.tensor_parallel = tensor_parallel
         groups = groups or {}
+        tensor_parallel, context_parallel = (layout.tp, layout.cp) if layout is not None else (None, None)
         # (op, group, parameters): the gradient sums after the pipeline's last action, in this order on every rank
         self.reductions = []
         self.step, self.collectives_in_step = 0, 0
-        for parallel in (tensor_parallel, expert_parallel):
+        for parallel in (tensor_parallel, context_parallel, expert_parallel):
             if parallel is not None:
                 parallel.clock, parallel.record = clock, self._record_collective
         layers = [layer for runner in runners.values() for layer in runner.layers]
@@ -70,12 +71,12 @@ class RankRuntime:
             self.reductions.append(("tp_grad_all_reduce", tensor_parallel.group, replicated_parameters(layers)))
         parameters = list({id(p): p for layer in layers for p in layer.parameters()}.values())
         experts = expert_parameters(layers)
-        if place.config.dp > 1:
+        if place.config.dp * place.config.cp > 1:   # (the "dp" group spans dp x cp ranks)
             self.reductions.append(("dp_all_reduce", groups["dp"], [p for p in parameters if id(p) not in experts]))
         if experts and place.config.expert_dp > 1:
             self.reductions.append(("edp_all_reduce", groups["edp"], [p for p in parameters if id(p) in experts]))
-        tp_size = 1 if tensor_parallel is None else tensor_parallel.size
-        self.boundary_shape = (spec.micro_batch_size, spec.seq_len // tp_size, spec.hidden_size)
+        shards = 1 if layout is None else layout.shards
+        self.boundary_shape = (spec.micro_batch_size, spec.seq_len // shards, spec.hidden_size)
         self.step_barrier_group = step_barrier_group
         # (sender, receiver) -> the process group its messages travel in (``executor.running.worker.open_channels``);
         # a channel without one uses the default group

@@ -1,12 +1,13 @@
 """What this executor runs, checked before anything imports torch: the web's plan pages and run requests ask it.
 
-A hybrid plan (``adaptis.plan/v2``) runs with its pipeline, its data parallelism (gradients all-reduced at the
-step's end; with ``distributed_optimizer`` the optimizer state sharded over the data-parallel ranks, ZeRO-1), its
-tensor parallelism (Megatron-LM's column- and row-parallel layers with sequence parallelism,
-``executor.model.tensor_parallel``) where every layer of the model has a tensor-parallel form here, and its expert
-parallelism (``executor.model.expert_parallel``). What it cannot run as planned (context parallelism,
-recomputation, a layer kind without a tensor-parallel form, experts that do not split evenly) is refused with the
-reason: run as less, it would be measured against a prediction of something else.
+A hybrid plan (``adaptis.plan/v2``) runs with every axis it plans, inside its pipeline: data parallelism
+(gradients all-reduced at the step's end; with ``distributed_optimizer`` the optimizer state sharded over the
+data-parallel ranks, ZeRO-1), tensor parallelism (Megatron-LM's column- and row-parallel layers with sequence
+parallelism, ``executor.model.tensor_parallel``), context parallelism (``executor.model.context_parallel``) and
+expert parallelism (``executor.model.expert_parallel``), where every layer of the model has a form for them here.
+What it cannot run as planned (recomputation, a layer kind without a TP or CP form, a sequence or experts that do
+not split evenly) is refused with the reason: run as less, it would be measured against a prediction of something
+else.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from planner.errors import SpecError
 from planner.plan import Plan
 from planner.spec.model import AttentionMixer, DenseMLP, ModelSpec, MoEMLP
 
-NOT_EXECUTED = {"cp": "context parallelism"}
 EXPORT_HINT = "export it to Megatron-LM or torchtitan to run it"
 
 
@@ -63,6 +63,23 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
     return None
 
 
+def context_parallel_refusal(spec: ModelSpec, cp: int, tp: int) -> str | None:
+    """Why ``spec`` cannot be split over ``cp`` context-parallel ranks (each then over ``tp`` sequence-parallel
+    ones), or None: the sequence is cut into 2 cp load-balanced chunks, and only softmax attention (not latent
+    attention, Mamba or linear attention, whose scans would pass state between ranks) is split here."""
+    if cp == 1:
+        return None
+    if spec.seq_len % (2 * cp * tp):
+        return (f"context parallelism cuts the sequence ({spec.seq_len} tokens) into 2 x CP{cp} chunks, each split "
+                f"over TP{tp}, so 2 x {cp} x {tp} must divide it")
+    for index, layer in enumerate(spec.layers):
+        mixer = layer.mixer
+        if mixer is not None and (not isinstance(mixer, AttentionMixer) or mixer.is_latent):
+            kind = "latent attention (MLA)" if isinstance(mixer, AttentionMixer) else f"a {mixer.type} layer"
+            return f"layer {index} is {kind}, which the executor does not split over CP yet"
+    return None
+
+
 def expert_parallel_refusal(spec: ModelSpec, ep: int) -> str | None:
     """Why ``spec``'s MoE layers cannot spread their experts over ``ep`` ranks, or None: each rank holds an equal
     share of every MoE layer's experts."""
@@ -74,21 +91,16 @@ def expert_parallel_refusal(spec: ModelSpec, ep: int) -> str | None:
 
 def execution_refusal(plan: Plan, spec: ModelSpec | None = None) -> SpecError | None:
     """Why this executor cannot run ``plan`` as planned (see the module docstring), or None. Without ``spec`` the
-    layers are not checked against the plan's tensor parallelism (the run checks them)."""
+    layers are not checked against the plan's axes (the run checks them)."""
     parallel = plan.parallel
     if parallel is None:
         return None
-    dropped = [f"{degree.upper()}{getattr(parallel, degree)}" for degree in NOT_EXECUTED
-               if getattr(parallel, degree) > 1]
-    if dropped:
-        names = " and ".join(NOT_EXECUTED[degree] for degree in NOT_EXECUTED if getattr(parallel, degree) > 1)
-        return SpecError("plan", f"is {parallel.short()}; the executor does not run {names} yet, so its "
-                                 f"{' '.join(dropped)} would not run: {EXPORT_HINT}")
     modes = {parallel.recompute} if isinstance(parallel.recompute, str) else set(parallel.recompute)
     if modes != {"none"}:
         return SpecError("plan", f"is {parallel.short()}; the executor does not recompute activations yet, so its "
                                  f"{parallel.recompute_text()} recomputation would not run: {EXPORT_HINT}")
     reason = None if spec is None else (tensor_parallel_refusal(spec, parallel.tp)
+                                        or context_parallel_refusal(spec, parallel.cp, parallel.tp)
                                         or expert_parallel_refusal(spec, parallel.ep))
     if reason is not None:
         return SpecError("plan", f"is {parallel.short()}: {reason}")

@@ -6,10 +6,10 @@ detached leaf at which I stops, so even the first stage has a real input-gradien
 embedding's (cheap) weight gradient waits for W. Where every backward is a full B the split buys nothing, and
 the embedding stays in the body: one autograd pass per B instead of two.
 
-Under tensor parallelism with sequence parallelism (``sequence``, ``executor.model.tensor_parallel``) the stage
-sees its rank's slice of the sequence: the first stage takes that slice of the data, every stage that slice of
-the targets, and the loss of the slice weighs 1/tp of the micro-batch's, so that the group's losses and their
-gradients sum to the micro-batch's.
+Under context parallelism and tensor parallelism with sequence parallelism (``layout``,
+``executor.model.context_parallel.SequenceLayout``) the stage sees its rank's tokens of the sequence: the first
+stage takes those tokens of the data, every stage those of the targets, and their loss weighs 1/(tp cp) of the
+micro-batch's, so that the group's losses and their gradients sum to the micro-batch's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from torch import nn
 from executor.model.backward import WeightGradStore, backward_full, backward_input, backward_weight
 from executor.model.layers import Embedding, Head
 from executor.model.mlp import weigh_balancing_losses
-from executor.model.tensor_parallel import TensorParallel
+from executor.model.context_parallel import SequenceLayout
 
 
 @dataclass
@@ -36,12 +36,12 @@ class InFlight:
 
 class StageRunner:
     def __init__(self, index: int, layers: list[nn.Module], *, is_first: bool, is_last: bool, loss_scale: float,
-                 split_backward: bool = True, sequence: TensorParallel | None = None):
+                 split_backward: bool = True, layout: SequenceLayout | None = None):
         self.index = index
         self.is_first, self.is_last = is_first, is_last
-        self.sequence = sequence
+        self.layout = layout
         self.moe = weigh_balancing_losses(layers, loss_scale)
-        self.loss_scale = loss_scale / (sequence.size if sequence is not None else 1)
+        self.loss_scale = loss_scale / (layout.shards if layout is not None else 1)
         starts_with_embedding = isinstance(layers[0], Embedding)
         self.prologue = layers[0] if split_backward and starts_with_embedding and len(layers) > 1 else None
         self.body = layers[1:] if self.prologue is not None else layers
@@ -53,10 +53,9 @@ class StageRunner:
         return ([self.prologue] if self.prologue is not None else []) + list(self.body)
 
     def forward(self, microbatch: int, stage_input: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        if self.sequence is not None:
-            share = self.sequence.sequence_slice(targets.shape[1])
-            targets = targets[:, share]
-            stage_input = stage_input[:, share] if self.is_first else stage_input
+        if self.layout is not None:
+            targets = self.layout.take(targets)
+            stage_input = self.layout.take(stage_input) if self.is_first else stage_input
         prologue_output = None
         if self.prologue is not None:
             prologue_output = self.prologue(stage_input)

@@ -32,7 +32,8 @@ from executor.running.lowering import LoweredPlan, lower_plan
 from executor.model.build import build_layers, resolve_dtype
 from executor.model.linear import enable_weight_grad_deferral
 from executor.model.expert_parallel import ExpertParallel, shard_experts
-from executor.model.tensor_parallel import TensorParallel, full_state_dict, shard_layer
+from executor.model.context_parallel import SequenceLayout
+from executor.model.tensor_parallel import SequenceGroup, full_state_dict, shard_layer
 from executor.running.runtime import RankRuntime
 from executor.running.stage import StageRunner
 from planner.observed import summarize
@@ -68,24 +69,26 @@ def _select_device(backend: str, local_rank: int) -> torch.device:
 
 
 def build_runners(plan: Plan, spec: ModelSpec, pp_rank: int, seed: int, device, dtype, split_backward: bool,
-                  tensor_parallel: TensorParallel | None = None, data_parallel: int = 1,
+                  layout: SequenceLayout | None = None, data_parallel: int = 1,
                   expert_parallel: ExpertParallel | None = None) -> dict[int, StageRunner]:
-    """The stages of pipeline rank ``pp_rank``, their layers split for ``tensor_parallel`` and their experts
-    spread for ``expert_parallel`` when given; each of the ``data_parallel`` replicas' micro-batches weighs
-    1 / (micro-batches x replicas) in the step's loss."""
+    """The stages of pipeline rank ``pp_rank``, their layers split for the layout's TP group, placed at its tokens'
+    positions, and their experts spread for ``expert_parallel``, when given; each of the ``data_parallel``
+    replicas' micro-batches weighs 1 / (micro-batches x replicas) in the step's loss."""
     my_stages = plan.stages_on(pp_rank)
     layer_indices = [layer for stage in my_stages for layer in plan.stages[stage].layers]
     # One call for all of this rank's layers: a tied head beside its embedding shares the table.
     modules = build_layers(spec, layer_indices, seed=seed, device=device, dtype=dtype)
     for module in modules.values():
-        if tensor_parallel is not None:
-            shard_layer(module, tensor_parallel)
+        if layout is not None and layout.tp is not None:
+            shard_layer(module, layout.tp)
+        if layout is not None:
+            layout.place(module)
         if expert_parallel is not None:
             shard_experts(module, expert_parallel)
     last = plan.num_stages - 1
     return {stage: StageRunner(stage, [modules[i] for i in plan.stages[stage].layers], is_first=stage == 0,
                                is_last=stage == last, loss_scale=1.0 / (plan.num_microbatches * data_parallel),
-                               split_backward=split_backward, sequence=tensor_parallel)
+                               split_backward=split_backward, layout=layout)
             for stage in my_stages}
 
 
@@ -175,7 +178,7 @@ def _optimizers(config: RunConfig, runners: dict[int, StageRunner], sharded: boo
 
 
 def _save_layers(directory: str, plan: Plan, place: RankPlace, runners: dict[int, StageRunner],
-                 tensor_parallel: TensorParallel | None, expert_parallel: ExpertParallel | None) -> None:
+                 tensor_parallel: SequenceGroup | None, expert_parallel: ExpertParallel | None) -> None:
     """Each layer's whole state, as one process holds it (every rank of a TP group gathers its shards, every rank
     of an EP group its experts)."""
     os.makedirs(directory, exist_ok=True)
@@ -218,12 +221,16 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
         control = dist.new_group(backend="gloo") if config.backend != "gloo" else dist.group.WORLD
         groups = _parallel_groups(place, device)
         channel_groups = open_channels(lowered, place, device)
-        tensor_parallel = (TensorParallel(groups["tp"], place.coordinate["tp"], place.config.tp)
+        tensor_parallel = (SequenceGroup(groups["tp"], place.coordinate["tp"], place.config.tp)
                            if place.config.tp > 1 else None)
+        context_parallel = (SequenceGroup(groups["cp"], place.coordinate["cp"], place.config.cp, name="cp")
+                            if place.config.cp > 1 else None)
+        layout = (SequenceLayout(spec.seq_len, tensor_parallel, context_parallel)
+                  if tensor_parallel is not None or context_parallel is not None else None)
         expert_parallel = (ExpertParallel(groups["ep"], place.coordinate["ep"], place.config.ep)
                            if place.config.ep > 1 else None)
         runners = build_runners(plan, spec, place.pp, config.seed, device, dtype, split_backward,
-                                tensor_parallel=tensor_parallel, data_parallel=place.config.dp,
+                                layout=layout, data_parallel=place.config.dp,
                                 expert_parallel=expert_parallel)
         tied_sync = _tied_gradient_sync(plan, spec, place, runners)
         sharded = plan.parallel is not None and plan.parallel.distributed_optimizer
@@ -240,7 +247,7 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
                               seed=config.seed, clock=clock, emitter=emitter, tied_sync=tied_sync,
                               messages_per_channel=lowered.max_channel_length(),
                               step_barrier_group=control if config.step_barriers else None,
-                              channel_groups=channel_groups, tensor_parallel=tensor_parallel,
+                              channel_groups=channel_groups, layout=layout,
                               expert_parallel=expert_parallel, groups=groups)
         losses = [runtime.run_step(step) for step in range(config.steps)]
         emitter.close()
@@ -272,6 +279,10 @@ def _parallel_groups(place: RankPlace, device: torch.device) -> dict:
 
     mesh = init_device_mesh(device.type, place.mesh_shape, mesh_dim_names=MESH_DIMENSIONS)
     groups = {dimension: mesh.get_group(dimension) for dimension in MESH_DIMENSIONS}
+    if place.config.cp > 1:
+        # gradients and the sharded optimizer span the data-parallel and context-parallel ranks together
+        ranks = torch.arange(place.config.num_gpus).view(place.config.pp, -1, place.config.tp)
+        groups["dp"] = DeviceMesh(device.type, ranks, mesh_dim_names=("pp", "dpcp", "tp")).get_group("dpcp")
     if place.config.ep > 1:
         ranks = torch.arange(place.config.num_gpus).view(place.expert_mesh_shape)
         experts = DeviceMesh(device.type, ranks, mesh_dim_names=EXPERT_MESH_DIMENSIONS)

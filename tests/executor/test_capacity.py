@@ -54,22 +54,26 @@ def test_a_schedule_that_keeps_too_many_micro_batches_in_flight_is_refused_where
         check_capacity(plans["gpipe"], SPEC, device=torch.device("cpu"), dtype=torch.float32, optimizer="adamw")
 
 
-@pytest.mark.parametrize("degrees, dropped", [({"cp": 2}, "CP2"), ({"tp": 2, "cp": 2, "dp": 2, "ep": 4}, "CP2")])
-def test_a_hybrid_plan_with_an_axis_the_executor_does_not_run_is_refused_naming_it_before_any_rank_starts(
-        degrees, dropped, monkeypatch):
+@pytest.mark.parametrize("degrees, expected", [
+    ({"cp": 2}, "layer 3 is a linear_attention layer, which the executor does not split over CP yet"),
+    ({"tp": 2, "cp": 2, "dp": 2, "ep": 4}, "layer 2 has 4 query heads and 1 key/value heads"),
+    ({"dp": 2, "recompute": "full"}, "its full recomputation would not run")])
+def test_a_hybrid_plan_the_executor_cannot_run_is_refused_with_the_reason_before_any_rank_starts(
+        degrees, expected, monkeypatch):
     from executor.running import launch
     from executor.running.scope import execution_refusal
     from planner.parallel.config import ParallelConfig
 
-    plan = one_f_one_b(STAGES, 4)
-    plan.parallel = ParallelConfig(pp=2, num_microbatches=4, **degrees)
-    refusal = execution_refusal(plan)
-    assert refusal.field == "plan" and f"its {dropped} would not run" in refusal.reason
-    assert plan.parallel.short() in refusal.reason and "Megatron-LM or torchtitan" in refusal.reason
+    spec = every_kind_spec(seq_len=16)
+    plan = one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], 4)
+    plan.parallel = ParallelConfig(pp=2, num_microbatches=4, microbatch_size=spec.micro_batch_size, **degrees)
+    refusal = execution_refusal(plan, spec)
+    assert refusal.field == "plan" and expected in refusal.reason
+    assert plan.parallel.short() in refusal.reason
     started = []
     monkeypatch.setattr(launch, "_start_ranks", lambda *args, **kwargs: started.append(args) or [])
     with pytest.raises(SpecError) as caught:
-        launch.run_plan(plan, SPEC, backend="gloo", steps=1)
+        launch.run_plan(plan, spec, backend="gloo", steps=1)
     assert caught.value.reason == refusal.reason and not started
 
 
@@ -86,7 +90,8 @@ def test_a_plan_that_recomputes_is_refused_naming_its_recomputation(recompute):
 
 
 def test_tensor_parallelism_is_refused_for_the_layers_it_cannot_split_naming_the_layer():
-    from executor.running.scope import execution_refusal, expert_parallel_refusal, tensor_parallel_refusal
+    from executor.running.scope import (context_parallel_refusal, execution_refusal, expert_parallel_refusal,
+                                        tensor_parallel_refusal)
     from planner.parallel.config import ParallelConfig
 
     plan = one_f_one_b(STAGES, 4)
@@ -114,6 +119,10 @@ def test_tensor_parallelism_is_refused_for_the_layers_it_cannot_split_naming_the
     latent = {**attention, "num_kv_heads": 4, "kv_lora_rank": 16, "rope_head_dim": 4}
     assert "latent attention" in tensor_parallel_refusal(spec({"kind": "decoder", "mixer": latent}), 2)
     assert "48 wide" in tensor_parallel_refusal(spec({"kind": "mlp", "mlp": dense}, 96), 32)
+    assert context_parallel_refusal(spec({"kind": "decoder", "mixer": attention}, 16), 2, 2) is None
+    assert "2 x 2 x 2 must divide it" in context_parallel_refusal(spec({"kind": "decoder", "mixer": attention}), 2, 2)
+    assert "layer 1 is a mamba2 layer, which the executor does not split over CP" in context_parallel_refusal(
+        spec({"kind": "decoder", "mixer": mamba}), 2, 1)
 
 
 def test_a_pipeline_plan_v1_or_v2_with_only_the_pipeline_axis_is_run():

@@ -1,6 +1,6 @@
-"""Hybrid plans run for real: tensor parallelism with sequence parallelism, data parallelism with and without the
-sharded optimizer (ZeRO-1) and expert parallelism, inside the pipeline, each equal to the one-process reference in
-float64 on gloo, and every collective an event with the rank's coordinate."""
+"""Hybrid plans run for real: tensor parallelism with sequence parallelism, context parallelism, data parallelism
+with and without the sharded optimizer (ZeRO-1) and expert parallelism, inside the pipeline, each equal to the
+one-process reference in float64 on gloo, and every collective an event with the rank's coordinate."""
 
 from __future__ import annotations
 
@@ -54,6 +54,25 @@ MOE_KINDS = load_model_spec({
     ],
 })
 
+# Context parallelism: learned absolute positions (GPT-2), rotary and position-free attention, windowed attention
+# with sinks, an MoE layer whose experts spread over the CP ranks (EP carved out of dp x cp)
+CP_KINDS = load_model_spec({
+    "format": "adaptis.model/v1", "name": "cp-kinds", "hidden_size": 32, "vocab_size": 96, "seq_len": 16,
+    "micro_batch_size": 2, "norm": "layernorm", "position_embeddings": 16,
+    "layers": [
+        {"kind": "embedding"},
+        {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8,
+                                      "window": 5, "sinks": True, "qkv_bias": True},
+         "mlp": {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16,
+                 "aux_loss_coeff": 0.05}},
+        {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 1, "head_dim": 8,
+                                      "rotary": False, "qk_norm": True},
+         "mlp": {"type": "dense", "intermediate_size": 48}},
+        {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 2, "num_kv_heads": 2, "head_dim": 8}},
+        {"kind": "head"},
+    ],
+})
+
 
 def hybrid(plan, **degrees):
     return dataclasses.replace(plan, parallel=ParallelConfig(
@@ -71,7 +90,7 @@ def run_and_verify(tmp_path, plan, *, spec=TP_KINDS, steps=1, optimizer="sgd"):
     assert verification.compared == sum(len(torch.load(path)) for path in checkpoint.glob("layer*.pt"))
     assert verification.largest_relative <= 1e-8, verification.worst
     assert result.losses == pytest.approx(verification.losses, rel=1e-9)
-    if spec is MOE_KINDS:
+    if spec is not TP_KINDS:
         assert result.balancing_losses == pytest.approx(verification.balancing_losses, rel=1e-9)
     else:
         assert result.balancing_losses == verification.balancing_losses == [None] * steps
@@ -121,6 +140,20 @@ def test_ep2_dp2_pp2_with_split_backward_and_sharded_expert_state_matches_one_pr
             assert counts[(rank, op)] == 2 * 3 * moe_blocks, (rank, op)
         # expert parameters are summed over the EP group by the exchanges themselves: DP sums the rest only
         assert counts[(rank, "dp_all_reduce")] == 2 and counts[(rank, "edp_all_reduce")] == 0
+
+
+def test_cp2_pp2_with_experts_spread_over_the_cp_ranks_matches_one_process(tmp_path):
+    """Each CP rank holds two of the sequence's four chunks (causal load balancing) and gathers every rank's keys and
+    values; the MoE layer's experts are spread over the same two ranks."""
+    plan = hybrid(one_f_one_b([[0, 1, 2], [3, 4]], num_microbatches=2), cp=2, ep=2, distributed_optimizer=True)
+    result = run_and_verify(tmp_path, plan, spec=CP_KINDS, steps=2, optimizer="adamw")
+    counts = collectives(result)
+    attention_layers = {0: 2, 1: 1}   # per pipeline rank: each gathers keys and values in F, scatters in B
+    for rank in range(4):
+        pp = RankPlace.of(plan, rank).pp
+        expected = 2 * 2 * 2 * attention_layers[pp]   # steps x micro-batches x (keys, values)
+        assert counts[(rank, "cp_all_gather")] == counts[(rank, "cp_reduce_scatter")] == expected
+        assert counts[(rank, "dp_all_reduce")] == 2   # over dp x cp: every parameter saw this rank's tokens only
 
 
 def test_tp2_pp2_dp2_on_eight_ranks_matches_one_process_and_folds_the_replicas(tmp_path):
