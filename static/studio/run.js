@@ -27,7 +27,7 @@
     const counter = document.querySelector("[data-event-count]");
     const badge = document.querySelector("[data-run-status]");
     const phase = document.querySelector("[data-run-phase]");
-    let lastSeq = chartData.observed.length ? chartData.observed[chartData.observed.length - 1].seq : 0;
+    let lastSeq = chartData.last_seq;  // of the actions and collectives the page was rendered with
     let count = chartData.observed.length;
 
     function showPhase(status, finished) {

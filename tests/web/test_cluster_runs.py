@@ -29,11 +29,12 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from adaptis_web.studio.catalog.specs import spec_create
-from adaptis_web.studio.models import JobStatus, PlanningJob, Run, RunEvent
+from adaptis_web.studio.models import JobStatus, PlanningJob, Run, RunCollective, RunEvent
 from adaptis_web.studio.planning.jobs import job_request_check, job_run
 from adaptis_web.studio.work.liveness import reap_stale_work
 from planner.spec.presets import load_model_preset
-from tests.conftest import REPO_ROOT, TEST_QUEUE, free_port, start_web_server, stop_worker
+from tests.conftest import (REPO_ROOT, TEST_QUEUE, free_port, start_web_server, stop_worker,
+                            tiny_llama_hybrid_plan)
 
 
 def _api(user) -> APIClient:
@@ -239,6 +240,82 @@ def test_the_ingest_stores_a_retried_batch_once_and_follows_the_runs_lifecycle(p
     assert (run.loss, run.summary["losses"], run.finished_at is not None) == (6.1, [6.3, 6.1], True)
     expired = _post(run_id, secret, _actions(plan, step=1))
     assert expired.status_code == 403 and "expired" in expired.json()["errors"][0]["reason"]
+
+
+def _hybrid_events(plan, step: int = 0) -> list[dict]:
+    """A TP2 PP2 DP2 plan's step as its 8 ranks report it (times made up): each rank's pipeline rank's actions, a TP
+    all-gather inside each, a DP all-reduce after them. Rank r is tp + 2 * (dp + 2 * pp), Megatron's order."""
+    events = []
+    for rank in range(8):
+        tp, dp, pp = rank % 2, rank // 2 % 2, rank // 4
+        coordinate = {"tp": tp, "cp": 0, "dp": dp, "pp": pp, "ep": 0}
+        where = {"rank": rank, "device": pp, "coordinate": coordinate, "step": step}
+        clock, index = 10.0 * rank, 0
+        for name in plan.plan_doc["actions"][pp]:
+            stage, kind, microbatch = re.fullmatch(r"(\d+)([FBIW])(\d+)", name).groups()
+            events.append({"type": "action", **where, "action": name, "stage": int(stage), "kind": kind,
+                           "microbatch": int(microbatch), "start_ms": clock, "end_ms": clock + 1.0})
+            events.append({"type": "collective", **where, "op": "tp_all_gather", "group": "tp", "index": index,
+                           "bytes": 4096, "start_ms": clock + 0.2, "end_ms": clock + 0.4})
+            clock, index = clock + 1.5, index + 1
+        events.append({"type": "collective", **where, "op": "dp_all_reduce", "group": "dp", "index": index,
+                       "bytes": 1 << 20, "start_ms": clock, "end_ms": clock + 2.0})
+    return events
+
+
+@pytest.mark.django_db
+def test_a_hybrid_cluster_run_stores_every_ranks_actions_and_collectives_once(people):
+    plan = tiny_llama_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2)
+    body = _create(people, plan)
+    assert (body["world_size"], body["launch"]["ranks_per_node"]) == (8, 8)
+    events = _hybrid_events(plan)
+    actions = [event for event in events if event["type"] == "action"]
+    assert _post(body["id"], body["secret"], events).json() == {"stored": len(events), "duplicates": 0,
+                                                                 "status": "running"}
+    assert _post(body["id"], body["secret"], events).json()["duplicates"] == len(events), "a retried batch"
+    run = Run.objects.get(pk=body["id"])
+    assert sorted(RunEvent.objects.filter(run=run).values_list("rank", "device", "action")) == sorted(
+        (event["rank"], event["device"], event["action"]) for event in actions)
+    stored = RunCollective.objects.filter(run=run).values_list("rank", "device", "op", "index", "bytes")
+    assert sorted(stored) == sorted((event["rank"], event["device"], event["op"], event["index"], event["bytes"])
+                                    for event in events if event["type"] == "collective")
+    # One seq over both: a client pages through actions and collectives with one cursor.
+    url = reverse("api:run-events", args=[run.pk])
+    first = _api(people.member).get(url, {"limit": 5}).json()
+    assert sorted(row["seq"] for row in first["events"] + first["collectives"]) == [1, 2, 3, 4, 5]
+    assert first["last_seq"] == 5 and set(first["collectives"][0]) == {
+        "seq", "rank", "device", "op", "group", "step", "index", "bytes", "start_ms", "end_ms"}
+    rest = _api(people.member).get(url, {"after": 5}).json()
+    assert sorted(row["seq"] for row in rest["events"] + rest["collectives"]) == list(range(6, len(events) + 1))
+    assert rest["last_seq"] == len(events) and len(first["events"] + rest["events"]) == len(actions)
+
+
+@pytest.mark.django_db
+def test_the_ingest_refuses_a_collective_or_a_rank_the_plan_does_not_have_naming_the_field(people):
+    plan = tiny_llama_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2)
+    body = _create(people, plan)
+    events = _hybrid_events(plan)
+    collective = next(event for event in events if event["type"] == "collective" and event["rank"] == 5)
+    for change, field, reason in (
+            ({"op": "allgather"}, "op", "must name the collective, its group first (as tp_all_gather)"),
+            ({"op": "cp_all_gather", "group": "cp"}, "op",
+             "this run's plan has no CP group (CP1), got 'cp_all_gather'"),
+            ({"group": "dp"}, "group", "collective tp_all_gather is of group 'tp', got 'dp'"),
+            ({"index": -1}, "index", "must be a whole number >= 0, got -1"),
+            ({"bytes": "64k"}, "bytes", "must be a whole number >= 0, got '64k'"),
+            ({"device": 5}, "device", "rank 5 runs device 1, got 5"),
+            ({"coordinate": {**collective["coordinate"], "dp": 1}}, "coordinate", "rank 5 is {'tp': 1, 'cp': 0, "
+                                                                                  "'dp': 0, 'pp': 1, 'ep': 0}"),
+            ({"end_ms": collective["start_ms"] - 1}, "end_ms", "ends before it starts"),
+            ({"rank": 8}, "rank", "must be a rank of this run (0 to 7), got 8")):
+        refused = _post(body["id"], body["secret"], [events[0], {**collective, **change}])
+        assert refused.status_code == 400, (change, refused.content)
+        (error,) = refused.json()["errors"]
+        assert error["field"] == f"events[1].{field}" and error["reason"].startswith(reason), (change, error)
+    action = next(event for event in events if event["type"] == "action" and event["rank"] == 5)
+    refused = _post(body["id"], body["secret"], [{**action, "device": 5}])
+    assert refused.json()["errors"] == [{"field": "events[0].device", "reason": "rank 5 runs device 1, got 5"}]
+    assert RunEvent.objects.count() == RunCollective.objects.count() == 0
 
 
 @pytest.mark.django_db

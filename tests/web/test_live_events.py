@@ -1,4 +1,5 @@
-"""The live-event relay against the real Redis: stream entries become RunEvents while the stream is written."""
+"""The live-event relay against the real Redis: stream entries become RunEvents (and a hybrid run's collectives
+RunCollectives) while the stream is written."""
 
 import json
 
@@ -6,7 +7,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from adaptis_web.studio.models import Run, RunEvent
+from adaptis_web.studio.models import Run, RunCollective, RunEvent
 from adaptis_web.studio.runs.live_events import RunEventRelay, run_event_sink, run_events_backfill, run_stream_key
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the relay thread has its own database connection
@@ -81,3 +82,34 @@ def test_backfill_adds_only_the_events_the_relay_missed(run):
     assert run_events_backfill(run.pk, delivered + missed + [{"type": "run_finished"}]) == 3
     rows = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", "action", "step"))
     assert rows == [(1, "0F0", 0), (2, "1F0", 0), (3, "1B0", 0), (4, "0B0", 0), (5, "0F0", 1)]
+
+
+def _collective(rank: int, device: int, op: str, index: int, start_ms: float, step: int = 0) -> dict:
+    return {"type": "collective", "op": op, "group": op.split("_")[0], "rank": rank, "device": device,
+            "coordinate": {"tp": rank % 2, "cp": 0, "dp": 0, "pp": device, "ep": 0}, "step": step, "index": index,
+            "bytes": 65536, "start_ms": start_ms, "end_ms": start_ms + 0.5}
+
+
+def test_collectives_are_stored_once_numbered_with_the_actions(run, stream, wait_for):
+    """One sequence over a run's actions and collectives, so the page's ``after=seq`` cursor pages through both; a
+    collective sent twice (a rank retrying) is its rank's index-th of the step, stored once."""
+    relay = RunEventRelay(run.pk).start()
+    try:
+        key = run_stream_key(run.pk)
+        for event in (_collective(0, 0, "tp_all_gather", 0, 0.1), _action(0, "0F0", 0.0),
+                      _collective(1, 0, "tp_all_gather", 0, 0.2), _collective(0, 0, "tp_all_gather", 0, 0.1),
+                      _collective(0, 0, "dp_all_reduce", 1, 3.0)):
+            stream.xadd(key, {"event": json.dumps(event)})
+        wait_for(lambda: RunCollective.objects.filter(run=run).count() == 3, timeout_s=5, message="the collectives")
+    finally:
+        relay.stop()
+    assert list(RunEvent.objects.filter(run=run).values_list("seq", "action")) == [(2, "0F0")]
+    assert list(RunCollective.objects.filter(run=run).values_list("seq", "rank", "device", "op", "group", "index",
+                                                                  "bytes")) == [
+        (1, 0, 0, "tp_all_gather", "tp", 0, 65536), (3, 1, 0, "tp_all_gather", "tp", 0, 65536),
+        (4, 0, 0, "dp_all_reduce", "dp", 1, 65536)]
+    assert relay.stored == 4 and relay.error is None
+    # what the relay missed comes with the run's result, after the last seq
+    assert run_events_backfill(run.pk, [_collective(0, 0, "dp_all_reduce", 1, 3.0),
+                                        _collective(1, 0, "dp_all_reduce", 1, 3.1)]) == 1
+    assert RunCollective.objects.get(run=run, rank=1, index=1).seq == 5

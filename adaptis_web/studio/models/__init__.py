@@ -17,8 +17,9 @@ from adaptis_web.studio.models.accounts import ApiToken, Invitation, Membership,
 from adaptis_web.studio.models.catalog import ClusterRecord, ModelSpecRecord
 from adaptis_web.studio.models.curation import Curated
 from adaptis_web.studio.models.planning import JobMode, Plan, PlanningJob
-from adaptis_web.studio.models.runs import MeasuredProfile, Run, RunEvent
+from adaptis_web.studio.models.runs import MeasuredProfile, Run, RunCollective, RunEvent
 from adaptis_web.studio.models.work import JobStatus, TrackedWork
 
 __all__ = ["ApiToken", "ClusterRecord", "Curated", "Invitation", "JobMode", "JobStatus", "MeasuredProfile",
-           "Membership", "ModelSpecRecord", "Plan", "PlanningJob", "Run", "RunEvent", "Team", "TrackedWork"]
+           "Membership", "ModelSpecRecord", "Plan", "PlanningJob", "Run", "RunCollective", "RunEvent", "Team",
+           "TrackedWork"]

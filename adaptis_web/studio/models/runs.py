@@ -1,4 +1,5 @@
-"""Runs of a plan, the events their ranks report, and a spec's profile measured on the runs' host."""
+"""Runs of a plan, the events their ranks report (actions, and a hybrid run's collectives), and a spec's profile
+measured on the runs' host."""
 
 from django.conf import settings
 from django.db import models
@@ -63,6 +64,36 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} on device {self.device} (run {self.run_id} #{self.seq})"
+
+
+class RunCollective(models.Model):
+    """One observed collective of a hybrid run: a TP all-gather or reduce-scatter inside an action, a DP all-reduce
+    or an optimizer step after the step's last action, ... (``op``, its ``group`` the op's prefix). ``device`` is
+    the rank's pipeline rank; ``index`` numbers the rank's collectives in the step (rank, step and index identify
+    it, as rank, step and action identify an action). ``seq`` is drawn from the run's one sequence, shared with its
+    RunEvents, so a client's ``after=seq`` cursor pages through both."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="collectives")
+    seq = models.PositiveIntegerField()
+    rank = models.PositiveIntegerField()
+    device = models.PositiveIntegerField()
+    op = models.CharField(max_length=40)
+    group = models.CharField(max_length=20)
+    step = models.PositiveIntegerField()
+    index = models.PositiveIntegerField()
+    bytes = models.PositiveBigIntegerField(default=0)
+    start_ms = models.FloatField()
+    end_ms = models.FloatField()
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="runcollective_unique_run_seq"),
+            models.UniqueConstraint(fields=["run", "rank", "step", "index"], name="runcollective_unique_identity"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.op} on rank {self.rank} (run {self.run_id} #{self.seq})"
 
 
 class MeasuredProfile(TrackedWork):

@@ -24,7 +24,7 @@ from adaptis_web.studio.runs.local_runs import run_create
 from adaptis_web.studio.runs.profiling import measured_profile_create
 from adaptis_web.studio.runs.run_control import run_cancel
 from adaptis_web.studio.runs.selectors import (RUN_EVENTS_PAGE, measured_profile_get_for_user, run_detail_for_user,
-                                               run_event_rows_after, run_get_for_user, run_state_for_user)
+                                               run_events_after, run_get_for_user, run_state_for_user)
 from adaptis_web.studio.runs.serializers import (IngestBatchInput, IngestOutput, MeasuredProfileCreateInput,
                                                  MeasuredProfileOutput, RunCreatedOutput, RunCreateInput,
                                                  RunEventsOutput, RunEventsQuery, RunOutput)
@@ -115,7 +115,8 @@ class RunEventsApi(APIView):
                    description="A cluster run's ranks report their events here (executor.running.events.HttpSink) "
                                "with the run's secret as a bearer token. A wrong, another run's or an expired "
                                "(finished run) secret is a 403 and a batch with an event the plan does not have a 400 "
-                               "naming it; either stores nothing. An action already stored is counted as a duplicate.")
+                               "naming it; either stores nothing. An action or collective already stored is counted "
+                               "as a duplicate.")
     def post(self, request, run_id: int):
         header = request.META.get("HTTP_AUTHORIZATION", "")
         secret = header[len("Bearer "):] if header.startswith("Bearer ") else None
@@ -131,11 +132,10 @@ class RunEventsApi(APIView):
         # As the paging parameters are read: an empty or repeated one is a 400 too (a serializer took ?after= as 0)
         after = checked_query_int(request, "after", 0, MAX_ID, 0)
         limit = checked_query_int(request, "limit", 1, RUN_EVENTS_PAGE, RUN_EVENTS_PAGE)
-        events = run_event_rows_after(run=run, after_seq=after, limit=limit)
+        page = run_events_after(run=run, after_seq=after, limit=limit)
         # RunEventsOutput's shape, built directly: the rows are already plain values (a page of events is polled
         # several times a second per viewer).
-        return Response({"run": run.pk, "status": str(run.status), "finished": run.is_finished,
-                         "last_seq": events[-1]["seq"] if events else after, "events": events})
+        return Response({"run": run.pk, "status": str(run.status), "finished": run.is_finished, **page})
 
 
 class SpecProfilesApi(APIView):

@@ -8,8 +8,9 @@ opens the ingest of that one run and nothing else, and no longer once the run ha
 sign of life (``heartbeat_at``): a cluster run whose ranks fall silent is reaped like a local one whose worker died, and
 one whose ranks never report is failed after ``CLUSTER_RUN_START_TIMEOUT_S``.
 
-The ingest checks each event against the plan (a rank the plan does not have, an action not among its device's
-actions, a time that is not a finite number is refused by name, nothing of the batch stored), stores an action once
+The ingest checks each event against the plan (a rank the plan does not have, a device that is not the rank's
+pipeline rank, an action not among its device's actions, a collective of a group the plan does not have, a time that
+is not a finite number is refused by name, nothing of the batch stored), stores an action or a collective once
 however often it arrives (ranks retry a batch whose answer they missed), and records the lifecycle: ``run_started``
 (with what ran it: hosts, devices, torch and NCCL versions) makes the run running, ``run_finished`` succeeded with
 its summary and losses, ``run_failed`` failed with the rank's error.
@@ -21,9 +22,11 @@ import hashlib
 import hmac
 import json
 import math
+import re
 import secrets
 import shlex
 import uuid
+from typing import Callable
 
 import yaml
 
@@ -32,11 +35,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from adaptis_web.studio.catalog.specs import spec_check_team
-from adaptis_web.studio.models import JobStatus, Plan, Run, RunEvent
-from adaptis_web.studio.runs.live_events import event_identity, event_row, next_seq
+from adaptis_web.studio.models import JobStatus, Plan, Run
+from adaptis_web.studio.runs.live_events import RunEventStore
 from adaptis_web.studio.runs.local_runs import MAX_RUN_STEPS, plan_execution
 from executor.service import HTTP_BATCH_EVENTS
-from planner.service import load_cluster, parse_action
+from planner.service import load_cluster, load_parallel, parse_action
 from planner.errors import SpecError
 
 RENDEZVOUS_PORT = 29500
@@ -47,6 +50,9 @@ IMAGE_PLACEHOLDER = "registry.example.com/your-team/adaptis-executor:latest"
 KUBERNETES_FILES_DIR = "/adaptis"  # the ConfigMap of the run's files, mounted as the ranks' working directory
 KUBERNETES_TOKEN_DIR = "/var/run/secrets/adaptis"  # the Secret of the run's secret, mounted read-only
 LIFECYCLE = ("run_started", "run_finished", "run_failed", "run_cancelled")
+TIMED = ("action", "collective")   # the events stored as rows (runs.live_events.RunEventStore)
+COLLECTIVE_OP_LENGTH = 40   # RunCollective.op
+COLLECTIVE_OP = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)+")   # its group first: tp_all_gather
 
 
 class IngestRefusal(Exception):
@@ -208,28 +214,71 @@ def _number(event: dict, key: str, where: str) -> float:
     return value
 
 
-def _checked_action(event: dict, where: str, actions_of: list[set[str]], world_size: int) -> dict:
+def _whole(event: dict, key: str, where: str) -> int:
+    value = event.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise IngestRefusal(400, f"{where}.{key}", f"must be a whole number >= 0, got {value!r}")
+    return value
+
+
+def _checked_rank(event: dict, where: str, world_size: int, coordinate_of: Callable[[int], dict]) -> int:
+    """The event's rank, checked against the plan's: its ``device`` must be that rank's pipeline rank, and its
+    ``coordinate`` (where the event has one) that rank's place in Megatron's order. Returns the pipeline rank."""
     rank = event.get("rank")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise IngestRefusal(400, f"{where}.rank", f"must be a rank of this run (0 to {world_size - 1}), got {rank!r}")
+    coordinate = coordinate_of(rank)
     device = event.get("device")
-    if device != rank:
-        raise IngestRefusal(400, f"{where}.device", f"rank {rank} runs device {rank}, got {device!r}")
+    if isinstance(device, bool) or device != coordinate["pp"]:
+        raise IngestRefusal(400, f"{where}.device", f"rank {rank} runs device {coordinate['pp']}, got {device!r}")
+    if "coordinate" in event and event["coordinate"] != coordinate:
+        raise IngestRefusal(400, f"{where}.coordinate", f"rank {rank} is {coordinate} in this run's plan, "
+                                                        f"got {event['coordinate']!r}")
+    return device
+
+
+def _checked_span(event: dict, where: str) -> None:
+    start, end = _number(event, "start_ms", where), _number(event, "end_ms", where)
+    if end < start:
+        raise IngestRefusal(400, f"{where}.end_ms", f"ends before it starts ({end} < {start})")
+
+
+def _checked_action(event: dict, where: str, actions_of: list[set[str]], world_size: int,
+                    coordinate_of: Callable[[int], dict]) -> dict:
+    device = _checked_rank(event, where, world_size, coordinate_of)
     if not isinstance(event.get("action"), str) or event["action"] not in actions_of[device]:
         raise IngestRefusal(400, f"{where}.action", f"{event.get('action')!r} is not an action of device {device} "
                                                     f"in this run's plan")
-    step = event.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise IngestRefusal(400, f"{where}.step", f"must be a whole number >= 0, got {step!r}")
+    _whole(event, "step", where)
     # The action's name says its stage, kind and micro-batch: the event must say the same.
     action = parse_action(event["action"])
     for key, expected in (("stage", action.stage), ("kind", str(action.type)), ("microbatch", action.microbatch)):
         if event.get(key) != expected or isinstance(event.get(key), bool):
             raise IngestRefusal(400, f"{where}.{key}",
                                 f"action {action} has {key} {expected!r}, got {event.get(key)!r}")
-    start, end = _number(event, "start_ms", where), _number(event, "end_ms", where)
-    if end < start:
-        raise IngestRefusal(400, f"{where}.end_ms", f"ends before it starts ({end} < {start})")
+    _checked_span(event, where)
+    return event
+
+
+def _checked_collective(event: dict, where: str, degrees: dict[str, int], world_size: int,
+                        coordinate_of: Callable[[int], dict]) -> dict:
+    """A collective of a hybrid run's rank: its op named group first (``tp_all_gather``), a group of the plan, its
+    ``index`` (the rank's n-th collective of the step: rank, step and index identify it), bytes and times."""
+    _checked_rank(event, where, world_size, coordinate_of)
+    op = event.get("op")
+    if not isinstance(op, str) or len(op) > COLLECTIVE_OP_LENGTH or not COLLECTIVE_OP.fullmatch(op):
+        raise IngestRefusal(400, f"{where}.op", f"must name the collective, its group first (as tp_all_gather), in at "
+                                                f"most {COLLECTIVE_OP_LENGTH} lowercase letters, digits and _, "
+                                                f"got {op!r}")
+    group = op.split("_", 1)[0]
+    if event.get("group", group) != group:
+        raise IngestRefusal(400, f"{where}.group", f"collective {op} is of group {group!r}, got {event['group']!r}")
+    if degrees.get(group) == 1:
+        raise IngestRefusal(400, f"{where}.op", f"this run's plan has no {group.upper()} group ({group.upper()}1), "
+                                                f"got {op!r}")
+    for key in ("step", "index", "bytes"):
+        _whole(event, key, where)
+    _checked_span(event, where)
     return event
 
 
@@ -239,17 +288,24 @@ def _checked_batch(run: Run, body) -> list[dict]:
         raise IngestRefusal(400, "events", "must be a non-empty list of events")
     if len(events) > HTTP_BATCH_EVENTS:
         raise IngestRefusal(400, "events", f"at most {HTTP_BATCH_EVENTS} events a batch, got {len(events)}")
-    actions_of = [set(device_actions) for device_actions in run.plan.plan_doc["actions"]]  # names, as stored
+    doc = run.plan.plan_doc
+    actions_of = [set(device_actions) for device_actions in doc["actions"]]  # names, as stored
+    # A plan without ``parallel`` is its pipeline alone: rank r is pipeline rank r, every other degree 1.
+    config = load_parallel(doc.get("parallel") or {"pp": doc["num_devices"]})
+    degrees = {degree: getattr(config, degree) for degree in ("tp", "cp", "pp", "dp", "ep")}
     checked = []
     for index, event in enumerate(events):
         where = f"events[{index}]"
         kind = event.get("type") if isinstance(event, dict) else None
         if kind == "action":
-            checked.append(_checked_action(event, where, actions_of, run.world_size))
+            checked.append(_checked_action(event, where, actions_of, run.world_size, config.coordinate))
+        elif kind == "collective":
+            checked.append(_checked_collective(event, where, degrees, run.world_size, config.coordinate))
         elif kind in LIFECYCLE:
             checked.append(event)
         else:
-            raise IngestRefusal(400, f"{where}.type", f"must be action or one of {', '.join(LIFECYCLE)}, got {kind!r}")
+            raise IngestRefusal(400, f"{where}.type", f"must be action, collective or one of {', '.join(LIFECYCLE)}, "
+                                                      f"got {kind!r}")
     return checked
 
 
@@ -282,21 +338,13 @@ def ingest(*, run_id: int, secret: str | None, body) -> dict:
             raise IngestRefusal(403, "authorization", f"not the secret of run {run_id}")
         _check_secret(run, secret)
         events = _checked_batch(run, body)
-        seen = {event_identity(*row) for row in RunEvent.objects.filter(run=run).values_list("rank", "step", "action")}
-        seq, rows, now, changes = next_seq(run.pk), [], timezone.now(), {}
+        now, changes = timezone.now(), {}
         for event in events:
-            if event["type"] != "action":
+            if event["type"] in LIFECYCLE:
                 changes.update(_lifecycle(run, event, now))
-                continue
-            identity = event_identity(event["rank"], event["step"], event["action"])
-            if identity in seen:
-                continue
-            seen.add(identity)
-            rows.append(event_row(run.pk, seq, event))
-            seq += 1
-        RunEvent.objects.bulk_create(rows)
-        if rows and run.status == JobStatus.QUEUED and "status" not in changes:
+        stored = RunEventStore(run.pk).store(events)   # under the run's lock: one writer of its sequence at a time
+        if stored and run.status == JobStatus.QUEUED and "status" not in changes:
             changes.update(status=JobStatus.RUNNING, started_at=now)   # its run_started was lost or comes later
         Run.objects.filter(pk=run.pk).update(heartbeat_at=now, **changes)
-    return {"stored": len(rows), "duplicates": sum(event["type"] == "action" for event in events) - len(rows),
-            "status": str(changes.get("status", run.status))}
+    timed = sum(event["type"] in TIMED for event in events)
+    return {"stored": stored, "duplicates": timed - stored, "status": str(changes.get("status", run.status))}

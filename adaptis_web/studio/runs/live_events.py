@@ -1,13 +1,16 @@
 """Live run events: the executor's ranks XADD timing events to a Redis stream; a relay thread in the Celery
-worker reads them (XREAD, blocking) and stores each action as a RunEvent as it arrives, so the run page,
-which polls the database through the API, shows a bar within a second of the rank recording it.
+worker reads them (XREAD, blocking) and stores each action as a RunEvent (and each collective of a hybrid run as a
+RunCollective) as it arrives, so the run page, which polls the database through the API, shows a bar within a
+second of the rank recording it. ``RunEventStore`` is how events become rows, here and in the ingest of cluster
+runs: once each, numbered by the run's one ``seq``.
 
 The database is the copy that lasts: once the run is over, the stream only expires.
 
 Redis may go away for a while (a restart, a failover): the relay keeps trying every ``RETRY_S`` and goes on
 from where it was; the ranks keep what they could not send and send it when Redis is back; a batch they sent
-twice is stored once (an action runs once per rank and step); and what a restarted, empty Redis lost is stored
-from the run's result when it ends (``run_events_backfill``). Stored = measured.
+twice is stored once (an action runs once per rank and step, a collective is its rank's n-th of the step); and
+what a restarted, empty Redis lost is stored from the run's result when it ends (``run_events_backfill``).
+Stored = measured.
 
 The relay runs beside the ranks it records, on the same cores: after storing a batch it waits ``BATCH_INTERVAL_S``
 before reading again (unless it read a full ``READ_COUNT``), so it wakes and commits about ten times a second
@@ -28,7 +31,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Max
 
-from adaptis_web.studio.models import RunEvent
+from adaptis_web.studio.models import RunCollective, RunEvent
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +59,10 @@ def redis_client() -> redis.Redis:
 
 
 def next_seq(run_id: int) -> int:
-    return (RunEvent.objects.filter(run_id=run_id).aggregate(last=Max("seq"))["last"] or 0) + 1
+    """The run's next ``seq``: one sequence numbers its actions and its collectives together."""
+    last = [model.objects.filter(run_id=run_id).aggregate(last=Max("seq"))["last"] or 0
+            for model in (RunEvent, RunCollective)]
+    return max(last) + 1
 
 
 def event_row(run_id: int, seq: int, event: dict) -> RunEvent:
@@ -65,13 +71,61 @@ def event_row(run_id: int, seq: int, event: dict) -> RunEvent:
                     step=event.get("step", 0), start_ms=event["start_ms"], end_ms=event["end_ms"])
 
 
+def collective_row(run_id: int, seq: int, event: dict) -> RunCollective:
+    op = event["op"]
+    return RunCollective(run_id=run_id, seq=seq, rank=event["rank"], device=event["device"], op=op,
+                         group=event.get("group") or op.split("_", 1)[0], step=event["step"], index=event["index"],
+                         bytes=event.get("bytes") or 0, start_ms=event["start_ms"], end_ms=event["end_ms"])
+
+
 def event_identity(rank: int, step: int, action: str) -> tuple[int, int, str]:
     """An action runs once per rank and step, so this identifies an observed event."""
     return rank, step, action
 
 
+def collective_identity(rank: int, step: int, index: int) -> tuple[int, int, int]:
+    """A collective is its rank's ``index``-th of the step (``executor.running.runtime``): this identifies it."""
+    return rank, step, index
+
+
+class RunEventStore:
+    """Stores a run's events as rows: each action a RunEvent, each collective a RunCollective, each once however often
+    it arrives (a rank retrying a batch sends some twice), numbered in arrival order by the run's one ``seq``. Other
+    events (the run's lifecycle) are not stored here. One store per writer of a run: it remembers what it stored."""
+
+    def __init__(self, run_id: int):
+        self.run_id = run_id
+        self.seq = next_seq(run_id)
+        self.actions = {event_identity(*row) for row in
+                        RunEvent.objects.filter(run_id=run_id).values_list("rank", "step", "action")}
+        self.collectives = {collective_identity(*row) for row in
+                            RunCollective.objects.filter(run_id=run_id).values_list("rank", "step", "index")}
+
+    def store(self, events: list[dict]) -> int:
+        """Store what of ``events`` is not stored yet; returns how many rows that made."""
+        actions, collectives = [], []
+        for event in events:
+            kind = event.get("type", "action")
+            if kind == "action":
+                seen, rows, row = self.actions, actions, event_row
+                identity = event_identity(event["rank"], event.get("step", 0), event["action"])
+            elif kind == "collective":
+                seen, rows, row = self.collectives, collectives, collective_row
+                identity = collective_identity(event["rank"], event["step"], event["index"])
+            else:
+                continue
+            if identity in seen:
+                continue
+            seen.add(identity)
+            rows.append(row(self.run_id, self.seq, event))
+            self.seq += 1
+        RunEvent.objects.bulk_create(actions)
+        RunCollective.objects.bulk_create(collectives)
+        return len(actions) + len(collectives)
+
+
 class RunEventRelay:
-    """Copies a run's stream into RunEvents on a background thread until stopped and drained."""
+    """Copies a run's stream into RunEvents and RunCollectives on a background thread until stopped and drained."""
 
     def __init__(self, run_id: int):
         self.run_id = run_id
@@ -105,9 +159,7 @@ class RunEventRelay:
             self._client.close()
 
     def _relay(self) -> None:
-        last_id, seq = "0-0", next_seq(self.run_id)
-        seen = {event_identity(rank, step, action) for rank, step, action in
-                RunEvent.objects.filter(run_id=self.run_id).values_list("rank", "step", "action")}
+        last_id, store = "0-0", RunEventStore(self.run_id)
         try:
             while True:
                 try:
@@ -122,22 +174,13 @@ class RunEventRelay:
                     if self._stop.is_set():
                         return  # stopped after the ranks exited, and nothing is left to read
                     continue
-                rows, read = [], 0
+                events, read = [], 0
                 for _, messages in batches:
                     read += len(messages)
                     for message_id, fields in messages:
                         last_id = message_id
-                        event = json.loads(fields[b"event"])
-                        if event.get("type") != "action":
-                            continue
-                        identity = event_identity(event["rank"], event.get("step", 0), event["action"])
-                        if identity in seen:  # sent twice by a rank retrying through an outage
-                            continue
-                        seen.add(identity)
-                        rows.append(event_row(self.run_id, seq, event))
-                        seq += 1
-                RunEvent.objects.bulk_create(rows)
-                self.stored += len(rows)
+                        events.append(json.loads(fields[b"event"]))
+                self.stored += store.store(events)   # what a rank retrying through an outage sent twice, once
                 if read < READ_COUNT:   # caught up; once stopped, the wait returns at once and the rest is drained
                     self._stop.wait(BATCH_INTERVAL_S)
         except BaseException as error:  # recorded for the task; the run's own result is the fallback copy
@@ -148,16 +191,6 @@ class RunEventRelay:
 
 
 def run_events_backfill(run_id: int, events: list[dict]) -> int:
-    """Store the actions of a finished run's result that the relay did not deliver; returns how many."""
-    seen = {event_identity(rank, step, action) for rank, step, action in
-            RunEvent.objects.filter(run_id=run_id).values_list("rank", "step", "action")}
-    seq, rows = next_seq(run_id), []
-    for event in events:
-        if event.get("type", "action") != "action":
-            continue
-        if event_identity(event["rank"], event.get("step", 0), event["action"]) in seen:
-            continue
-        rows.append(event_row(run_id, seq, event))
-        seq += 1
-    RunEvent.objects.bulk_create(rows)
-    return len(rows)
+    """Store the actions and collectives of a finished run's result that the relay did not deliver; returns how
+    many."""
+    return RunEventStore(run_id).store(events)

@@ -8,12 +8,15 @@ from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 
-from adaptis_web.studio.models import MeasuredProfile, ModelSpecRecord, PlanningJob, Run, RunEvent
+from adaptis_web.studio.models import (MeasuredProfile, ModelSpecRecord, PlanningJob, Run, RunCollective,
+                                      RunEvent)
 
 
 RUN_EVENTS_PAGE = 2000
 # What a client sees of an event (runs.serializers.RunEventOutput, the run page's chart): plain numbers and words.
 RUN_EVENT_FIELDS = ("seq", "rank", "device", "action", "stage", "kind", "microbatch", "step", "start_ms", "end_ms")
+# And of a hybrid run's collective (runs.serializers.RunCollectiveOutput).
+RUN_COLLECTIVE_FIELDS = ("seq", "rank", "device", "op", "group", "step", "index", "bytes", "start_ms", "end_ms")
 
 
 def runs_visible_to(user: AbstractBaseUser, deleted: bool = False) -> QuerySet[Run]:
@@ -55,11 +58,21 @@ def run_replans(*, run: Run) -> QuerySet[PlanningJob]:
     return run.replans.filter(deleted_at__isnull=True).order_by("-created_at", "-id")
 
 
-def run_event_rows_after(*, run: Run, after_seq: int = 0, limit: int = RUN_EVENTS_PAGE) -> list[dict]:
-    """The run's events with ``seq > after_seq`` in order, at most ``limit`` (clients page with ``after``), as
-    plain rows of ``RUN_EVENT_FIELDS``: the events endpoint's and the run page's shape, with no model instance and
-    no serializer field per value."""
-    return list(RunEvent.objects.filter(run=run, seq__gt=after_seq).order_by("seq").values(*RUN_EVENT_FIELDS)[:limit])
+def run_events_after(*, run: Run, after_seq: int = 0, limit: int = RUN_EVENTS_PAGE) -> dict:
+    """The run's actions and collectives with ``seq > after_seq``, at most ``limit`` of them together in ``seq``
+    order (clients page with ``after`` = ``last_seq``): ``{"events": [...], "collectives": [...], "last_seq": n}``,
+    plain rows of ``RUN_EVENT_FIELDS`` and ``RUN_COLLECTIVE_FIELDS``: the events endpoint's and the run page's
+    shape, with no model instance and no serializer field per value."""
+    actions = list(RunEvent.objects.filter(run=run, seq__gt=after_seq).order_by("seq")
+                   .values(*RUN_EVENT_FIELDS)[:limit])
+    collectives = list(RunCollective.objects.filter(run=run, seq__gt=after_seq).order_by("seq")
+                       .values(*RUN_COLLECTIVE_FIELDS)[:limit])
+    if len(actions) + len(collectives) > limit:
+        last = sorted(row["seq"] for row in actions + collectives)[limit - 1]
+        actions = [row for row in actions if row["seq"] <= last]
+        collectives = [row for row in collectives if row["seq"] <= last]
+    last_seq = max((rows[-1]["seq"] for rows in (actions, collectives) if rows), default=after_seq)
+    return {"events": actions, "collectives": collectives, "last_seq": last_seq}
 
 
 def run_event_count(*, run: Run) -> int:

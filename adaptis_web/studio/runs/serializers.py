@@ -7,10 +7,10 @@ from rest_framework import serializers
 
 from adaptis_web.studio.api.fields import IdField, StrictBooleanField, StrictCharField
 from adaptis_web.studio.api.plain_output import PlainOutputMixin
-from adaptis_web.studio.models import MeasuredProfile, Run, RunEvent
+from adaptis_web.studio.models import MeasuredProfile, Run, RunCollective, RunEvent
 from adaptis_web.studio.runs.local_runs import DEFAULT_RUN_STEPS, MAX_RUN_STEPS
 from adaptis_web.studio.runs.profiling import MAX_PROFILE_RANKS
-from adaptis_web.studio.runs.selectors import RUN_EVENT_FIELDS, RUN_EVENTS_PAGE
+from adaptis_web.studio.runs.selectors import RUN_COLLECTIVE_FIELDS, RUN_EVENT_FIELDS, RUN_EVENTS_PAGE
 from adaptis_web.studio.url_converters import MAX_ID
 from executor.service import HTTP_BATCH_EVENTS
 
@@ -46,13 +46,13 @@ class ClusterLaunchOutput(serializers.Serializer):
 
 class IngestBatchInput(serializers.Serializer):
     events = serializers.ListField(child=serializers.DictField(), min_length=1, max_length=HTTP_BATCH_EVENTS,
-                                   help_text="executor events (executor.running.events): actions and the run's "
-                                             "lifecycle")
+                                   help_text="executor events (executor.running.events): actions, a hybrid run's "
+                                             "collectives and the run's lifecycle")
 
 
 class IngestOutput(serializers.Serializer):
     stored = serializers.IntegerField()
-    duplicates = serializers.IntegerField(help_text="actions already stored (a retried batch)")
+    duplicates = serializers.IntegerField(help_text="actions and collectives already stored (a retried batch)")
     status = serializers.CharField()
 
 
@@ -84,19 +84,29 @@ class RunCreatedOutput(RunOutput):
 
 
 class RunEventOutput(serializers.ModelSerializer):
-    """The shape of an event; the events endpoint sends ``selectors.run_event_rows_after``'s rows, which have it."""
+    """The shape of an event; the events endpoint sends ``selectors.run_events_after``'s rows, which have it."""
 
     class Meta:
         model = RunEvent
         fields = list(RUN_EVENT_FIELDS)
 
 
+class RunCollectiveOutput(serializers.ModelSerializer):
+    """The shape of a hybrid run's collective (``selectors.run_events_after``'s rows have it)."""
+
+    class Meta:
+        model = RunCollective
+        fields = list(RUN_COLLECTIVE_FIELDS)
+
+
 class RunEventsOutput(serializers.Serializer):
     run = serializers.IntegerField()
     status = serializers.CharField()
     finished = serializers.BooleanField()
-    last_seq = serializers.IntegerField(help_text="pass it as 'after' to get only newer events")
-    events = RunEventOutput(many=True)
+    last_seq = serializers.IntegerField(help_text="pass it as 'after' to get only newer events and collectives")
+    events = RunEventOutput(many=True, help_text="the actions (F, B, I, W) the ranks ran")
+    collectives = RunCollectiveOutput(many=True, help_text="a hybrid run's collectives (TP, DP, optimizer, ...); "
+                                                           "one seq numbers them with the actions")
 
 
 class RunEventsQuery(serializers.Serializer):

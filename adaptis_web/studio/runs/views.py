@@ -25,7 +25,7 @@ from adaptis_web.studio.runs.forms import RunForm
 from adaptis_web.studio.runs.local_runs import run_create
 from adaptis_web.studio.runs.profiling import measured_profile_create, plan_local_prediction
 from adaptis_web.studio.runs.run_control import observed_statistic, run_cancel, run_phase, run_steps_chart
-from adaptis_web.studio.runs.selectors import run_event_rows_after, run_get_for_user, run_replans
+from adaptis_web.studio.runs.selectors import run_events_after, run_get_for_user, run_replans
 from planner.errors import SpecError
 from planner.service import load_model_spec
 
@@ -91,17 +91,18 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
     plan = run.plan
     local = plan_local_prediction(plan)  # the plan's stages timed on the runs' host, once measured
     simulation = local or plan_prediction(plan)
-    events = run_event_rows_after(run=run)  # the first page; the page polls for the rest
+    events = run_events_after(run=run)  # the first page; the page polls for the rest (after its last_seq)
     return render(request, "studio/run_detail.html", {
         "run": run, "plan": plan, "job": plan.job, "replan_error": replan_error,
         "replans": run_replans(run=run),
-        "phase": run_phase(run=run, event_count=len(events)), "local_prediction": local, "simulation": simulation,
+        "phase": run_phase(run=run, event_count=len(events["events"])), "local_prediction": local,
+        "simulation": simulation,
         "observed_statistic": observed_statistic(run.summary),
         "timeline_data": {
             "num_devices": plan.plan_doc["num_devices"], "predicted": simulation["timeline"],
             "iteration_ms": simulation["iteration_ms"],
             "stage_devices": [stage["device"] for stage in plan.plan_doc["stages"]],
-            "observed": events,
+            "observed": events["events"], "collectives": events["collectives"], "last_seq": events["last_seq"],
         },
         "device_comparison": device_comparison(simulation, run.summary),
         "steps_chart": run_steps_chart(run=run, predicted_ms=simulation["iteration_ms"],
