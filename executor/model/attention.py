@@ -11,6 +11,7 @@ from torch import nn
 from executor.model.linear import Linear
 from executor.model.init import normal_
 from executor.model.norm import RMSNorm
+from executor.model.recompute import checkpointed
 from executor.model.tensor_parallel import SequenceGroup, gather_sequence, split_parameter
 from planner.spec.model import AttentionMixer
 
@@ -82,6 +83,7 @@ class Attention(nn.Module):
     tensor_parallel = None
     context_parallel = None
     positions = None    # (query positions, key positions) under context parallelism
+    recompute_core = False   # selective recomputation (``executor.model.recompute``)
 
     def __init__(self, hidden_size: int, mixer: AttentionMixer):
         super().__init__()
@@ -144,11 +146,16 @@ class Attention(nn.Module):
         if group > 1:
             key = key.repeat_interleave(group, dim=1)
             value = value.repeat_interleave(group, dim=1)
-        if self.sinks is not None:
-            attended = attention_with_sinks(query, key, value, self.window, self.sinks, self.positions)
+        if self.recompute_core:
+            attended = checkpointed(self._core, query, key, value)
         else:
-            attended = causal_attention(query, key, value, self.window, self.positions)
+            attended = self._core(query, key, value)
         return self.o_proj(merge_heads(attended))
+
+    def _core(self, query, key, value):
+        if self.sinks is not None:
+            return attention_with_sinks(query, key, value, self.window, self.sinks, self.positions)
+        return causal_attention(query, key, value, self.window, self.positions)
 
 
 class LatentAttention(nn.Module):

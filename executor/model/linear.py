@@ -18,6 +18,9 @@ class _DeferrableLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
+        # The parameter itself, for W: under recomputation (``executor.model.recompute``) ``saved_tensors`` gives
+        # the recomputed forward's alias of it, whose ``.grad`` is not the parameter's.
+        ctx.parameter = weight
         return F.linear(x, weight)
 
     @staticmethod
@@ -30,7 +33,7 @@ class _DeferrableLinear(torch.autograd.Function):
             if store is None:
                 grad_weight = weight_grad(x, grad_output)
             else:
-                store.record(weight, x, grad_output)
+                store.record(ctx.parameter, x, grad_output)
         return grad_input, grad_weight
 
 

@@ -8,6 +8,7 @@ from torch import nn
 
 from executor.model.expert_parallel import ExpertParallel, dispatch_to_experts
 from executor.model.linear import Linear
+from executor.model.recompute import recomputing
 from executor.model.tensor_parallel import SequenceGroup, gather_sequence, split_parameter
 from planner.spec.model import DenseMLP, MoEMLP
 
@@ -143,8 +144,9 @@ class MoE(nn.Module):
             aux_loss = self.aux_loss_coeff * load_balancing_loss(probabilities, chosen, self.top_k,
                                                                  self.token_partition)
             out = _AuxLossGradient.apply(out, aux_loss, self.loss_scale)
-            weighed = aux_loss.detach() * self.loss_scale
-            self._balancing_sum = weighed if self._balancing_sum is None else self._balancing_sum + weighed
+            if not recomputing():   # reported once, not again when a recomputed forward runs it
+                weighed = aux_loss.detach() * self.loss_scale
+                self._balancing_sum = weighed if self._balancing_sum is None else self._balancing_sum + weighed
         return out.view_as(x)
 
     def use_positions(self, layout) -> None:

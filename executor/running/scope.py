@@ -5,9 +5,9 @@ A hybrid plan (``adaptis.plan/v2``) runs with every axis it plans, inside its pi
 data-parallel ranks, ZeRO-1), tensor parallelism (Megatron-LM's column- and row-parallel layers with sequence
 parallelism, ``executor.model.tensor_parallel``), context parallelism (``executor.model.context_parallel``) and
 expert parallelism (``executor.model.expert_parallel``), where every layer of the model has a form for them here.
-What it cannot run as planned (recomputation, a layer kind without a TP or CP form, a sequence or experts that do
-not split evenly) is refused with the reason: run as less, it would be measured against a prediction of something
-else.
+Each stage recomputes activations as planned (``executor.model.recompute``). What it cannot run as planned (a layer
+kind without a TP or CP form, a sequence or experts that do not split evenly) is refused with the reason: run as
+less, it would be measured against a prediction of something else.
 """
 
 from __future__ import annotations
@@ -95,13 +95,9 @@ def execution_refusal(plan: Plan, spec: ModelSpec | None = None) -> SpecError | 
     parallel = plan.parallel
     if parallel is None:
         return None
-    modes = {parallel.recompute} if isinstance(parallel.recompute, str) else set(parallel.recompute)
-    if modes != {"none"}:
-        return SpecError("plan", f"is {parallel.short()}; the executor does not recompute activations yet, so its "
-                                 f"{parallel.recompute_text()} recomputation would not run: {EXPORT_HINT}")
     reason = None if spec is None else (tensor_parallel_refusal(spec, parallel.tp)
                                         or context_parallel_refusal(spec, parallel.cp, parallel.tp)
                                         or expert_parallel_refusal(spec, parallel.ep))
     if reason is not None:
-        return SpecError("plan", f"is {parallel.short()}: {reason}")
+        return SpecError("plan", f"is {parallel.short()}: {reason}; {EXPORT_HINT}")
     return None

@@ -10,6 +10,9 @@ Under context parallelism and tensor parallelism with sequence parallelism (``la
 ``executor.model.context_parallel.SequenceLayout``) the stage sees its rank's tokens of the sequence: the first
 stage takes those tokens of the data, every stage those of the targets, and their loss weighs 1/(tp cp) of the
 micro-batch's, so that the group's losses and their gradients sum to the micro-batch's.
+
+``recompute`` (``executor.model.recompute``): ``full`` runs every layer's forward again in its backward (the head
+excepted, as Megatron's), ``selective`` the core attention of every attention layer.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from torch import nn
 from executor.model.backward import WeightGradStore, backward_full, backward_input, backward_weight
 from executor.model.layers import Embedding, Head
 from executor.model.mlp import weigh_balancing_losses
+from executor.model.recompute import checkpointed
 from executor.model.context_parallel import SequenceLayout
 
 
@@ -36,8 +40,14 @@ class InFlight:
 
 class StageRunner:
     def __init__(self, index: int, layers: list[nn.Module], *, is_first: bool, is_last: bool, loss_scale: float,
-                 split_backward: bool = True, layout: SequenceLayout | None = None):
+                 split_backward: bool = True, layout: SequenceLayout | None = None, recompute: str = "none"):
         self.index = index
+        self.recompute = recompute
+        if recompute == "selective":
+            for layer in layers:
+                for module in layer.modules():
+                    if hasattr(module, "recompute_core"):
+                        module.recompute_core = True
         self.is_first, self.is_last = is_first, is_last
         self.layout = layout
         self.moe = weigh_balancing_losses(layers, loss_scale)
@@ -66,7 +76,12 @@ class StageRunner:
             body_input = stage_input   # token ids or data: nothing to differentiate
         hidden = body_input
         for layer in self.body:
-            hidden = layer(hidden, targets, self.loss_scale) if isinstance(layer, Head) else layer(hidden)
+            if isinstance(layer, Head):
+                hidden = layer(hidden, targets, self.loss_scale)
+            elif self.recompute == "full":
+                hidden = checkpointed(layer, hidden)
+            else:
+                hidden = layer(hidden)
         if self.is_last and not isinstance(self.body[-1], Head):
             # A model without a head regresses synthetic hidden targets.
             hidden = F.mse_loss(hidden, targets) * self.loss_scale

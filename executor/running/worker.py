@@ -88,7 +88,8 @@ def build_runners(plan: Plan, spec: ModelSpec, pp_rank: int, seed: int, device, 
     last = plan.num_stages - 1
     return {stage: StageRunner(stage, [modules[i] for i in plan.stages[stage].layers], is_first=stage == 0,
                                is_last=stage == last, loss_scale=1.0 / (plan.num_microbatches * data_parallel),
-                               split_backward=split_backward, layout=layout)
+                               split_backward=split_backward, layout=layout,
+                               recompute=plan.parallel.recompute_of(stage) if plan.parallel is not None else "none")
             for stage in my_stages}
 
 

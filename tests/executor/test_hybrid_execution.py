@@ -101,19 +101,26 @@ def collectives(result) -> Counter:
     return Counter((event["rank"], event["op"]) for event in result.events if event["type"] == "collective")
 
 
-def test_tp2_pp2_with_split_backward_on_a_v_shape_matches_one_process(tmp_path):
-    """TP inside a zero-bubble V: I carries the sequence collectives, W only the deferred weight matmuls."""
+def test_tp2_pp2_with_split_backward_and_recomputation_on_a_v_shape_matches_one_process(tmp_path):
+    """TP inside a zero-bubble V: I carries the sequence collectives, W only the deferred weight matmuls; each stage
+    recomputes as planned (full, selective, none, full)."""
+    recompute = ("full", "selective", "none", "full")
     plan = hybrid(list_schedule([[0, 1], [2], [3], [4]], [0, 1, 1, 0], num_microbatches=3, split_backward=True),
-                  tp=2, distributed_optimizer=False)
+                  tp=2, distributed_optimizer=False, recompute=recompute)
     assert any(action.type == "W" for action in plan.actions[0])
     result = run_and_verify(tmp_path, plan, steps=2, optimizer="adamw")
     counts = collectives(result)
     for rank in range(4):
         place = RankPlace.of(plan, rank)
-        layers = [layer for stage in plan.stages_on(place.pp) for layer in plan.stages[stage].layers]
-        blocks = sum(SPLIT_BLOCKS[layer] for layer in layers)
-        # per step and micro-batch: a gather and a scatter per block in F, the reverse pair in I
-        assert counts[(rank, "tp_all_gather")] == counts[(rank, "tp_reduce_scatter")] == 2 * 2 * 3 * blocks
+        stages = plan.stages_on(place.pp)
+        blocks = sum(SPLIT_BLOCKS[layer] for stage in stages for layer in plan.stages[stage].layers)
+        recomputed = [SPLIT_BLOCKS[layer] for stage in stages for layer in plan.stages[stage].layers
+                      if recompute[stage] == "full" and SPLIT_BLOCKS[layer]]
+        # per step and micro-batch: a gather and a scatter per block in F, the reverse pair in I, and F's pair again
+        # where the whole layer is recomputed (selective recomputation holds no collective) but for the layer's last
+        # scatter: torch's checkpoint stops recomputing once it has every tensor the backward needs
+        assert counts[(rank, "tp_all_gather")] == 2 * 3 * (2 * blocks + sum(recomputed))
+        assert counts[(rank, "tp_reduce_scatter")] == 2 * 3 * (2 * blocks + sum(recomputed) - len(recomputed))
         assert counts[(rank, "tp_grad_all_reduce")] == 2
 
 
@@ -126,9 +133,10 @@ def test_dp2_pp2_with_the_sharded_optimizer_matches_one_process(tmp_path):
 
 
 def test_ep2_dp2_pp2_with_split_backward_and_sharded_expert_state_matches_one_process(tmp_path):
-    """Each rank holds half of every MoE layer's experts; its replica's tokens travel to them and back."""
+    """Each rank holds half of every MoE layer's experts; its replica's tokens travel to them and back; every layer
+    is recomputed (the balancing loss reported once)."""
     plan = hybrid(list_schedule([[0, 1], [2], [3], [4]], [0, 1, 1, 0], num_microbatches=3, split_backward=True),
-                  dp=2, ep=2, distributed_optimizer=True)
+                  dp=2, ep=2, distributed_optimizer=True, recompute="full")
     result = run_and_verify(tmp_path, plan, spec=MOE_KINDS, steps=2, optimizer="adamw")
     assert all(loss is not None for loss in result.balancing_losses)
     counts = collectives(result)
@@ -136,8 +144,10 @@ def test_ep2_dp2_pp2_with_split_backward_and_sharded_expert_state_matches_one_pr
         place = RankPlace.of(plan, rank)
         moe_blocks = sum(1 for stage in plan.stages_on(place.pp) for layer in plan.stages[stage].layers
                          if layer in (1, 2, 3))
-        for op in ("ep_dispatch", "ep_combine", "ep_dispatch_backward", "ep_combine_backward"):
-            assert counts[(rank, op)] == 2 * 3 * moe_blocks, (rank, op)
+        # dispatch and combine run again where the layer's forward is recomputed (every layer here)
+        for op, times in (("ep_dispatch", 2), ("ep_combine", 2), ("ep_dispatch_backward", 1),
+                          ("ep_combine_backward", 1)):
+            assert counts[(rank, op)] == 2 * 3 * moe_blocks * times, (rank, op)
         # expert parameters are summed over the EP group by the exchanges themselves: DP sums the rest only
         assert counts[(rank, "dp_all_reduce")] == 2 and counts[(rank, "edp_all_reduce")] == 0
 
