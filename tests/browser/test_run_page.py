@@ -218,10 +218,11 @@ def test_the_spec_page_charts_cost_and_memory_per_layer_analytic_beside_measured
 def test_the_baseline_table_keeps_long_layouts_inside_its_card(browser, live_server, people):
     spec = load_model_preset("gemma-2-9b")
     record = spec_create(team=people.team, owner=people.owner, spec=spec)
-    request = job_request_check(spec=spec, num_devices=8, num_microbatches=16, cluster_preset="h100-sxm-1x8",
+    # 16 devices: more ranks than a CPU run starts (CPU_RUN_MAX_RANKS, 8), so the job page shows why instead
+    request = job_request_check(spec=spec, num_devices=16, num_microbatches=16, cluster_preset="h100-sxm-2x8",
                                 schedule="adaptis", time_budget_s=2)
-    job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset="h100-sxm-1x8",
-                                     cluster_doc=request.cluster.to_dict(), num_devices=8, num_microbatches=16,
+    job = PlanningJob.objects.create(spec=record, created_by=people.owner, cluster_preset="h100-sxm-2x8",
+                                     cluster_doc=request.cluster.to_dict(), num_devices=16, num_microbatches=16,
                                      schedule="adaptis", partition="", time_budget_s=2)
     job_run(job_id=job.pk)
     page = _page(browser, live_server)
@@ -236,6 +237,6 @@ def test_the_baseline_table_keeps_long_layouts_inside_its_card(browser, live_ser
     longest = max(len(text) for text in page.locator("#comparison td.layout-cell").all_inner_texts())
     assert longest > 40, "long layouts, wrapped"
     expect(page.locator("#candidates tbody tr").first).to_have_attribute("data-kept", "")
-    expect(page.locator("#run-refusal")).to_contain_text("uses 8 devices")
+    expect(page.locator("#run-refusal")).to_contain_text("uses 16 devices")
     expect(page.locator("#run-on-cpu")).to_have_count(0)
     page.screenshot(path=str(SCREENS / "job-01-long-layouts-and-refusal.png"), full_page=True)
