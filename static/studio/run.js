@@ -1,6 +1,7 @@
 /*
  * Run page: draw the predicted iteration and the observed steps on one time axis (run_timeline.js), then page
- * through the run's events API (`after` = the last seq seen) and add observed bars as the ranks report them.
+ * through the run's events API (`after` = the last seq seen) and add observed bars (actions, and a hybrid run's
+ * collectives) as the ranks report them.
  * Until the first action ends the page says where the run is (waiting for a worker, starting its ranks). A page
  * rendered while the run was going reloads once the run has finished and every event is in, so the server
  * renders the outcome; a page rendered after the run loads the remaining events and then shows the last step.
@@ -76,6 +77,7 @@
           return response.json();
         })
         .then(function (page) {
+          timeline.addCollectives(page.collectives || []);
           timeline.addObserved(page.events);
           if (page.events.length) refreshStepOptions();
           lastSeq = page.last_seq;

@@ -1,6 +1,7 @@
 """The run page in a real browser: predicted and observed on one time axis (each observed step drawn from its own
-start), per device and per stage; the "starting ranks" state before the first event; cancelling a running run
-from the page, with a real Celery worker ending real ranks.
+start), per device and per stage; a hybrid run's replicas folded and its collectives on the same axis; the "starting
+ranks" state before the first event; cancelling a running run from the page, with a real Celery worker ending real
+ranks.
 
 Debian's Chromium driven by Playwright against pytest-django's live server. Screenshots in /tmp/team/screens/.
 """
@@ -13,13 +14,13 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from adaptis_web.studio.catalog.specs import spec_create
-from adaptis_web.studio.models import JobStatus, MeasuredProfile, PlanningJob, Run, RunEvent
+from adaptis_web.studio.models import JobStatus, MeasuredProfile, PlanningJob, Run, RunCollective, RunEvent
 from adaptis_web.studio.planning.jobs import job_request_check, job_run
 from adaptis_web.studio.planning.predictions import plan_prediction
 from planner.observed import summarize
 from planner.spec.presets import load_model_preset
 from tests.browser.conftest import SCREENS, VIEWPORT
-from tests.conftest import tiny_llama_job
+from tests.conftest import tiny_llama_hybrid_plan, tiny_llama_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -157,6 +158,95 @@ def test_a_run_whose_ranks_are_starting_says_so_until_its_first_event(browser, l
     RunEvent.objects.bulk_create(_observed_rows(run, plan, [5_000.0], stretch=1.0)[:1])
     expect(phase).to_be_hidden()
     expect(page.locator("[data-event-count]")).to_have_text("1")
+
+
+def _hybrid_rows(run: Run, plan, step_offsets_ms: list[float]) -> tuple[list[RunEvent], list[RunCollective]]:
+    """A TP2 PP2 DP2 plan's steps as its 8 ranks report them: rank r (pipeline rank r // 4, replica r % 4) runs its
+    pipeline rank's predicted actions 2, 2.5, 3 or 3.5 times as long, with a TP all-gather in the middle quarter of
+    each and, after its last, a DP all-reduce of 2 ms and the ZeRO-1 optimizer step of 0.5 ms."""
+    timeline = plan_prediction(plan)["timeline"]
+    actions, collectives, seq = [], [], 0
+    for step, offset in enumerate(step_offsets_ms):
+        for rank in range(8):
+            device, stretch = rank // 4, 2.0 + 0.5 * (rank % 4)
+            mine = [entry for entry in timeline if entry["device"] == device]
+            for index, entry in enumerate(mine):
+                start, end = offset + stretch * entry["start_ms"], offset + stretch * entry["end_ms"]
+                seq += 1
+                actions.append(RunEvent(run=run, seq=seq, rank=rank, device=device, action=entry["action"],
+                                        stage=entry["stage"], kind=entry["type"], microbatch=entry["microbatch"],
+                                        step=step, start_ms=start, end_ms=end))
+                seq += 1
+                collectives.append(RunCollective(run=run, seq=seq, rank=rank, device=device, op="tp_all_gather",
+                                                 group="tp", step=step, index=index, bytes=4096,
+                                                 start_ms=start + (end - start) / 4, end_ms=start + (end - start) / 2))
+            last = max(row.end_ms for row in actions if row.rank == rank and row.step == step)
+            for index, (op, begin, end) in enumerate((("dp_all_reduce", 0.0, 2.0), ("dp_optimizer_step", 2.0, 2.5)),
+                                                     start=len(mine)):
+                seq += 1
+                collectives.append(RunCollective(run=run, seq=seq, rank=rank, device=device, op=op, group="dp",
+                                                 step=step, index=index, bytes=1 << 20, start_ms=last + begin,
+                                                 end_ms=last + end))
+    return actions, collectives
+
+
+# Every bar of the run chart with its dataset's label and source, and what a folded bar says of its replicas.
+HYBRID_CHART = """() => {
+  const chart = Chart.getChart(document.getElementById("timeline"));
+  return {labels: chart.data.labels,
+          datasets: chart.data.datasets.map((d) => ({label: d.label, source: d.source,
+            bars: d.data.map((p) => ({row: p.y, x: p.x, action: p.info.action, collective: p.info.collective,
+                                      replicas: p.info.replicas, spread: p.info.spread_ms}))}))};
+}"""
+
+
+def test_a_hybrid_runs_page_folds_each_devices_replicas_and_draws_its_collectives_on_the_same_axis(
+        browser, live_server, people):
+    plan = tiny_llama_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2)
+    run = Run.objects.create(plan=plan, created_by=people.member, status=JobStatus.SUCCEEDED, world_size=8, steps=2,
+                             executed_spec=plan.job.spec.doc)
+    actions, collectives = _hybrid_rows(run, plan, [7_000.0, 8_500.0])
+    RunEvent.objects.bulk_create(actions)
+    RunCollective.objects.bulk_create(collectives)
+    events = [{"type": "action", "rank": r.rank, "device": r.device, "kind": r.kind, "step": r.step,
+               "start_ms": r.start_ms, "end_ms": r.end_ms} for r in actions]
+    events += [{"type": "collective", "rank": r.rank, "device": r.device, "op": r.op, "step": r.step,
+                "start_ms": r.start_ms, "end_ms": r.end_ms} for r in collectives]
+    Run.objects.filter(pk=run.pk).update(summary={**summarize(events, num_devices=2), "losses": [6.3, 6.1]})
+    page = _page(browser, live_server)
+    page.goto(f"{live_server.url}/runs/{run.pk}/")
+    expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1, timeout=30_000)
+    chart = page.evaluate(HYBRID_CHART)
+    assert chart["labels"] == [f"device {device} · {row}" for device in (0, 1) for row in (
+        "predicted", "observed", "collectives · predicted", "collectives · observed")]
+    timeline = plan_prediction(plan)["timeline"]
+    # The last step, folded: one bar per predicted action, the median of its 4 replicas (2, 2.5, 3, 3.5 times the
+    # prediction: 2.75 times), from the step's start.
+    observed = [bar for d in chart["datasets"] if d["source"] == "observed" for bar in d["bars"] if bar["action"]]
+    assert len(observed) == len(timeline)
+    for bar in observed:
+        entry = next(entry for entry in timeline if entry["action"] == bar["action"])
+        assert bar["x"] == pytest.approx([2.75 * entry["start_ms"], 2.75 * entry["end_ms"]], abs=1e-6)
+        assert bar["replicas"] == 4
+        assert bar["spread"] == pytest.approx(1.5 * (entry["end_ms"] - entry["start_ms"]), abs=1e-6)
+    by_label = {d["label"]: d["bars"] for d in chart["datasets"] if d["bars"]}
+    gathers = by_label["TP collectives · observed"]
+    assert len(gathers) == len(timeline) and {bar["replicas"] for bar in gathers} == {4}
+    for device in (0, 1):
+        lane = f"device {device} · collectives · observed"
+        last_end = max(2.75 * entry["end_ms"] for entry in timeline if entry["device"] == device)
+        (reduce,) = [bar for bar in by_label["DP collectives · observed"] if bar["row"] == lane]
+        (step,) = [bar for bar in by_label["optimizer steps · observed"] if bar["row"] == lane]
+        assert reduce["x"] == pytest.approx([last_end, last_end + 2.0]) and reduce["collective"] == "dp_all_reduce"
+        assert step["x"] == pytest.approx([last_end + 2.0, last_end + 2.5])
+    predicted_end = [bar for d in chart["datasets"] if d["source"] == "predicted" for bar in d["bars"]
+                     if bar["collective"]]
+    assert {bar["row"] for bar in predicted_end} == {f"device {d} · collectives · predicted" for d in (0, 1)}
+    assert min(bar["x"][0] for bar in predicted_end) == pytest.approx(plan_prediction(plan)["iteration_ms"])
+    expect(page.locator("[data-replicas]")).to_have_text("4")
+    expect(page.locator('[data-replicas-of="1"]')).to_have_text("4")
+    expect(page.locator('[data-collectives-of="0"]')).to_contain_text("tp_all_gather")
+    page.screenshot(path=str(SCREENS / "run-03-hybrid-replicas-and-collectives.png"), full_page=True)
 
 
 @pytest.mark.worker

@@ -27,7 +27,7 @@ from adaptis_web.studio.runs.profiling import measured_profile_create, plan_loca
 from adaptis_web.studio.runs.run_control import observed_statistic, run_cancel, run_phase, run_steps_chart
 from adaptis_web.studio.runs.selectors import run_events_after, run_get_for_user, run_replans
 from planner.errors import SpecError
-from planner.service import load_model_spec
+from planner.service import load_model_spec, load_parallel
 
 
 @login_required
@@ -92,17 +92,19 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
     local = plan_local_prediction(plan)  # the plan's stages timed on the runs' host, once measured
     simulation = local or plan_prediction(plan)
     events = run_events_after(run=run)  # the first page; the page polls for the rest (after its last_seq)
+    replicas = pipeline_replicas(plan.plan_doc)
     return render(request, "studio/run_detail.html", {
         "run": run, "plan": plan, "job": plan.job, "replan_error": replan_error,
         "replans": run_replans(run=run),
         "phase": run_phase(run=run, event_count=len(events["events"])), "local_prediction": local,
-        "simulation": simulation,
+        "simulation": simulation, "replicas": replicas,
         "observed_statistic": observed_statistic(run.summary),
         "timeline_data": {
             "num_devices": plan.plan_doc["num_devices"], "predicted": simulation["timeline"],
             "iteration_ms": simulation["iteration_ms"],
             "stage_devices": [stage["device"] for stage in plan.plan_doc["stages"]],
             "observed": events["events"], "collectives": events["collectives"], "last_seq": events["last_seq"],
+            "replicas": replicas, "predicted_step_end": predicted_step_end(plan.plan_doc) if replicas > 1 else [],
         },
         "device_comparison": device_comparison(simulation, run.summary),
         "steps_chart": run_steps_chart(run=run, predicted_ms=simulation["iteration_ms"],
@@ -113,13 +115,36 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
     }, status=status)
 
 
+def pipeline_replicas(plan_doc: dict) -> int:
+    """How many ranks run each pipeline rank of ``plan_doc``: its TP x CP x DP (1 for a plan without ``parallel``)."""
+    if not plan_doc.get("parallel"):
+        return 1
+    config = load_parallel(plan_doc["parallel"])
+    return config.tp * config.cp * config.dp
+
+
+def predicted_step_end(plan_doc: dict) -> list[dict]:
+    """What a hybrid plan's prediction charges after its pipeline, in order: the exposed data-parallel communication,
+    then the optimizer step (the planner's ``predicted``: the slowest pipeline rank's). Its TP, CP and EP
+    collectives are part of F and B, not apart. The run chart draws them after the predicted pipeline."""
+    predicted = plan_doc.get("predicted") or {}
+    parts = [("data_parallel_exposed", "dp", predicted.get("data_parallel_exposed_ms") or 0.0,
+              "the DP gradient reduction and parameter gathering left exposed at the step's end"),
+             ("optimizer_step", "optimizer", predicted.get("optimizer_ms") or 0.0, "the optimizer step")]
+    return [{"op": op, "group": group, "ms": ms, "note": f"predicted: {note} (the slowest pipeline rank's)"}
+            for op, group, ms, note in parts if ms > 0]
+
+
 def device_comparison(simulation: dict, observed_summary: dict) -> list[dict]:
-    """Per device: the observed busy/bubble of a finished run next to the predicted bubble ratio."""
+    """Per device: the observed busy/bubble of a finished run next to the predicted bubble ratio; in a hybrid run
+    also its replicas, the spread of their busy time and its collectives' median ms per step (planner.observed)."""
     predicted = {row["device"]: row for row in simulation["per_device"]}
     rows = []
     for row in (observed_summary or {}).get("per_device", []):
         expected = predicted.get(row["device"])
-        rows.append({"device": row["device"], "observed_busy_ms": row["busy_ms"], "observed_bubble_ms": row["bubble_ms"],
-                     "observed_bubble_ratio": row["bubble_ratio"],
-                     "predicted_bubble_ratio": expected["bubble_ms"] / simulation["iteration_ms"] if expected else None})
+        rows.append({"device": row["device"], "observed_busy_ms": row["busy_ms"],
+                     "observed_bubble_ms": row["bubble_ms"], "observed_bubble_ratio": row["bubble_ratio"],
+                     "predicted_bubble_ratio": expected["bubble_ms"] / simulation["iteration_ms"] if expected else None,
+                     "replicas": row.get("replicas"), "busy_spread_ms": row.get("busy_spread_ms"),
+                     "collective_ms": sorted((row.get("collective_ms") or {}).items())})
     return rows
