@@ -1,0 +1,71 @@
+"""A hybrid plan run from the web: tiny-llama's TP2 x PP2 x DP2 plan on the local 8-rank CPU cluster (``cpu-1x8``),
+launched through ``POST /api/runs/`` and executed by the real runs worker (the session's: running it here as well
+would race it for the row), with real executor ranks and the real Redis event stream. It finishes with every rank's
+actions and every collective stored, served through one events cursor, its summary folding each pipeline rank's
+replicas, and its page showing them. (A plan the executor cannot run is refused with a 400 naming ``plan``:
+tests/web/test_plan_editing.py.)"""
+
+from collections import defaultdict
+
+import pytest
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from adaptis_web.studio.models import JobStatus, Run, RunCollective, RunEvent
+from tests.conftest import tiny_llama_hybrid_plan
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the worker reads the committed rows
+ENDED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+INSIDE_ACTIONS = ("tp_all_gather", "tp_reduce_scatter")   # sequence parallelism's, part of F and B
+
+
+def test_a_tp2_pp2_dp2_plan_runs_on_8_ranks_with_every_ranks_actions_and_its_collectives(people, celery_worker,
+                                                                                         client, wait_for):
+    plan = tiny_llama_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2)
+    api = APIClient()
+    api.force_authenticate(people.member)
+    response = api.post(reverse("api:runs"), {"plan": plan.pk, "steps": 1}, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["world_size"] == 8
+    run = wait_for(lambda: Run.objects.filter(pk=response.json()["id"], status__in=ENDED).first(), timeout_s=240,
+                   message=lambda: f"the run to end\n{celery_worker.log_tail()}")
+    assert run.status == JobStatus.SUCCEEDED, run.error
+
+    # Megatron's order, tp fastest then dp: rank r is pipeline rank r // 4, which each of its 4 replicas runs whole.
+    actions = sorted(RunEvent.objects.filter(run=run).values_list("rank", "device", "action"))
+    assert actions == sorted((rank, rank // 4, action) for rank in range(8)
+                             for action in plan.plan_doc["actions"][rank // 4])
+    collectives = list(RunCollective.objects.filter(run=run).order_by("rank", "index"))
+    by_rank = defaultdict(list)
+    for collective in collectives:
+        assert collective.device == collective.rank // 4 and collective.group == collective.op.split("_")[0]
+        by_rank[collective.rank].append(collective)
+    assert sorted(by_rank) == list(range(8))
+    spans = defaultdict(list)
+    for rank, start, end in RunEvent.objects.filter(run=run).values_list("rank", "start_ms", "end_ms"):
+        spans[rank].append((start, end))
+    for rank, rows in by_rank.items():
+        assert [row.index for row in rows] == list(range(len(rows))), "each rank's collectives of the step, numbered"
+        assert {"tp", "dp"} <= {row.group for row in rows}
+        for row in rows:
+            if row.op in INSIDE_ACTIONS:
+                assert any(start <= row.start_ms <= row.end_ms <= end for start, end in spans[rank]), row
+            else:   # the gradient reductions and the optimizer step: after the step's last action
+                assert row.start_ms >= max(end for _, end in spans[rank]), row
+
+    for device in run.summary["per_device"]:
+        assert device["replicas"] == 4 and device["busy_spread_ms"] >= 0
+        assert {"tp_all_gather", "tp_reduce_scatter", "dp_all_reduce"} <= set(device["collective_ms"])
+
+    # One sequence over both: the events API pages through actions and collectives with one cursor.
+    page = api.get(reverse("api:run-events", args=[run.pk])).json()
+    total = len(actions) + len(collectives)
+    assert (len(page["events"]), len(page["collectives"]), page["last_seq"]) == (len(actions), len(collectives), total)
+    assert sorted(row["seq"] for row in page["events"] + page["collectives"]) == list(range(1, total + 1))
+
+    client.force_login(people.member)
+    html = client.get(reverse("studio:run", args=[run.pk])).content.decode()
+    assert "8 gloo ranks (<span data-replicas>4</span>" in html and 'id="replicas-note"' in html
+    for device in (0, 1):
+        assert f'data-replicas-of="{device}">4<' in html
+        assert "tp_all_gather" in html.split(f'data-collectives-of="{device}">')[1].split("</td>")[0]
