@@ -77,6 +77,7 @@ class Linear(nn.Linear):
     sums over the TP group before the bias, which is added once, whole."""
 
     tensor_parallel = None
+    partial_sum_of = None   # a split MoE expert's output projection: its TP group sums the ranks' outputs
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False):
         super().__init__(in_features, out_features, bias=bias)
@@ -88,4 +89,6 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = reduce_scatter_sequence(linear(x, self.weight), self.tensor_parallel)
-        return out if self.bias is None else out + self.bias
+        if self.bias is None or (self.partial_sum_of is not None and self.partial_sum_of.rank != 0):
+            return out
+        return out + self.bias

@@ -9,7 +9,7 @@ from torch import nn
 from executor.model.expert_parallel import ExpertParallel, dispatch_to_experts
 from executor.model.linear import Linear
 from executor.model.recompute import recomputing
-from executor.model.tensor_parallel import SequenceGroup, gather_sequence, split_parameter
+from executor.model.tensor_parallel import SequenceGroup, gather_sequence, reduce_scatter_sequence, split_parameter
 from planner.spec.model import DenseMLP, MoEMLP
 
 
@@ -17,6 +17,7 @@ class GatedMLP(nn.Module):
     """down(silu(gate(x)) * up(x)) when gated (SwiGLU), else down(gelu(up(x))); ``bias`` on every projection."""
 
     tensor_parallel = None
+    split_over = None
 
     def __init__(self, hidden_size: int, intermediate_size: int, gated: bool = True, bias: bool = False):
         super().__init__()
@@ -30,14 +31,22 @@ class GatedMLP(nn.Module):
             if projection is not None:
                 projection.init_weights(generator)
 
-    def shard(self, tp: SequenceGroup) -> None:
+    def split(self, tp: SequenceGroup) -> None:
         """Split by intermediate width (Megatron's ``MLP``): up and gate column-parallel with their biases, down
-        row-parallel with its bias whole."""
+        row-parallel with its bias whole. Its output is then this rank's partial sum."""
         for projection in (self.up_proj, self.gate_proj):
             if projection is not None:
                 split_parameter(projection, "weight", 0, tp)
                 split_parameter(projection, "bias", 0, tp)
         split_parameter(self.down_proj, "weight", 1, tp)
+        self.split_over = tp
+
+    def shard(self, tp: SequenceGroup) -> None:
+        """A block of its own: ``split``, gathering the sequence at its input and reduce-scattering its output
+        (before down's bias). An expert of an MoE block is split by the block, which gathers and scatters once."""
+        if self.split_over is not None:
+            return
+        self.split(tp)
         self.down_proj.tensor_parallel = tp
         self.tensor_parallel = tp
 
@@ -92,11 +101,14 @@ class MoE(nn.Module):
     single-process runs can be compared bit for bit. With ``aux_loss_coeff`` the load-balancing loss of each
     micro-batch, times ``loss_scale`` as the language-model loss is (the stage sets it), joins the backward.
     Under expert parallelism (``keep_experts``) the rank keeps its share of the experts and the routed tokens
-    travel to theirs (``executor.model.expert_parallel``); the router and the shared experts stay whole.
+    travel to theirs (``executor.model.expert_parallel``); the router and the shared experts stay whole. Under
+    tensor parallelism (``shard``) every expert is split as a dense MLP is (expert TP = TP, Megatron-Core's
+    default): the block gathers the sequence once, routes it whole, and reduce-scatters the experts' partial sums.
     """
 
     expert_parallel = None
     token_partition = None
+    tensor_parallel = None
 
     def __init__(self, hidden_size: int, mlp: MoEMLP):
         super().__init__()
@@ -119,7 +131,20 @@ class MoE(nn.Module):
         if self.shared is not None:
             self.shared.init_weights(generator)
 
+    def shard(self, tp: SequenceGroup) -> None:
+        """Split every expert (and the shared experts) over TP; the router stays whole. Each rank's experts give
+        partial sums, so a split expert's output bias is added on TP rank 0 only (its gradient is summed over the
+        group with the router's)."""
+        for expert in [*self.experts, *([self.shared] if self.shared is not None else [])]:
+            expert.split(tp)
+            expert.down_proj.partial_sum_of = tp
+        self.tensor_parallel = tp
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tp = self.tensor_parallel
+        x = gather_sequence(x, tp)
+        # every rank of a TP group routes the same tokens: its balancing loss weighs 1/tp of the block's
+        shares = tp.size if tp is not None else 1
         tokens = x.reshape(-1, x.shape[-1])
         probabilities = torch.softmax(self.router(tokens), dim=-1)
         weights, chosen = torch.topk(probabilities, self.top_k, dim=-1)
@@ -143,11 +168,11 @@ class MoE(nn.Module):
         if self.aux_loss_coeff and torch.is_grad_enabled():
             aux_loss = self.aux_loss_coeff * load_balancing_loss(probabilities, chosen, self.top_k,
                                                                  self.token_partition)
-            out = _AuxLossGradient.apply(out, aux_loss, self.loss_scale)
+            out = _AuxLossGradient.apply(out, aux_loss, self.loss_scale / shares)
             if not recomputing():   # reported once, not again when a recomputed forward runs it
-                weighed = aux_loss.detach() * self.loss_scale
+                weighed = aux_loss.detach() * self.loss_scale / shares
                 self._balancing_sum = weighed if self._balancing_sum is None else self._balancing_sum + weighed
-        return out.view_as(x)
+        return reduce_scatter_sequence(out.view_as(x), tp)
 
     def use_positions(self, layout) -> None:
         """Under context parallelism the micro-batch's tokens are spread over the CP group: the balancing loss

@@ -37,9 +37,10 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
     """Why ``spec`` cannot be split ``tp`` ways by ``executor.model.tensor_parallel``, or None.
 
     What is split, as Megatron-Core splits it: attention by heads (query heads and key/value groups, so both
-    counts must divide), the dense MLP by its intermediate width; norms, the embedding and the head are
-    replicated, their gradients summed over the group (sequence parallelism gives each rank a slice of the
-    tokens). Mamba, linear attention, latent attention (MLA) and MoE layers have no split here yet.
+    counts must divide), the dense MLP and every MoE expert (shared ones too; expert TP = TP) by its intermediate
+    width; norms, the router, the embedding and the head are replicated, their gradients summed over the group
+    (sequence parallelism gives each rank a slice of the tokens). Mamba, linear attention and latent attention
+    (MLA) have no split here yet.
     """
     if tp == 1:
         return None
@@ -56,10 +57,12 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
         if mixer is not None and (mixer.num_heads % tp or mixer.num_kv_heads % tp):
             return (f"layer {index} has {mixer.num_heads} query heads and {mixer.num_kv_heads} key/value heads; "
                     f"TP{tp} splits both by heads, so it must divide both")
-        if mlp is not None and not isinstance(mlp, DenseMLP):
-            return f"layer {index} is an MoE layer, which the executor does not split over TP yet"
-        if mlp is not None and mlp.intermediate_size % tp:
-            return f"layer {index}'s MLP is {mlp.intermediate_size} wide, which TP{tp} must divide"
+        widths = ([mlp.intermediate_size] if isinstance(mlp, DenseMLP) else
+                  [mlp.expert_intermediate_size, mlp.num_shared_experts * mlp.shared_intermediate_size]
+                  if isinstance(mlp, MoEMLP) else [])
+        for width in widths:
+            if width % tp:
+                return f"layer {index}'s MLP is {width} wide, which TP{tp} must divide"
     return None
 
 

@@ -99,7 +99,9 @@ def test_tensor_parallelism_is_refused_for_the_layers_it_cannot_split_naming_the
     mamba = {"type": "mamba2", "num_heads": 4, "head_dim": 8, "state_size": 8, "conv_kernel": 3, "n_groups": 2}
     assert "layer 1 is a mamba2 layer" in tensor_parallel_refusal(spec({"kind": "decoder", "mixer": mamba}), 2)
     moe = {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16}
-    assert "layer 1 is an MoE layer" in tensor_parallel_refusal(spec({"kind": "mlp", "mlp": moe}), 2)
+    assert tensor_parallel_refusal(spec({"kind": "mlp", "mlp": moe}), 2) is None
+    assert "layer 1's MLP is 16 wide, which TP32 must divide" in tensor_parallel_refusal(
+        spec({"kind": "mlp", "mlp": moe}, 96), 32)
     moe_layer = spec({"kind": "mlp", "mlp": moe})
     assert "layer 1 has 4 experts, which EP8 must divide" in expert_parallel_refusal(moe_layer, 8)
     assert expert_parallel_refusal(moe_layer, 4) is None

@@ -20,7 +20,8 @@ from planner.spec.model import load_model_spec
 SEED, LR = 3, 0.5
 
 # Every layer kind the executor splits over TP: grouped-query attention with biases, QK-norm, a sliding window and
-# sinks; gated and plain MLPs, one with biases; a standalone MLP layer; the embedding tied to the head.
+# sinks; gated and plain MLPs, one with biases; biased MoE experts with a shared expert and a balancing loss; a
+# standalone MLP layer; the embedding tied to the head.
 TP_KINDS = load_model_spec({
     "format": "adaptis.model/v1", "name": "tp-kinds", "hidden_size": 32, "vocab_size": 96, "seq_len": 12,
     "micro_batch_size": 2, "tie_embeddings": True,
@@ -30,12 +31,14 @@ TP_KINDS = load_model_spec({
                                       "qkv_bias": True, "output_bias": True, "qk_norm": True},
          "mlp": {"type": "dense", "intermediate_size": 48}},
         {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8,
-                                      "window": 4, "sinks": True}},
+                                      "window": 4, "sinks": True},
+         "mlp": {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16, "bias": True,
+                 "num_shared_experts": 1, "shared_intermediate_size": 16, "aux_loss_coeff": 0.05}},
         {"kind": "mlp", "mlp": {"type": "dense", "intermediate_size": 40, "gated": False, "bias": True}},
         {"kind": "head"},
     ],
 })
-SPLIT_BLOCKS = {0: 0, 1: 2, 2: 1, 3: 1, 4: 0}   # attention and MLP blocks per layer: each gathers and scatters
+SPLIT_BLOCKS = {0: 0, 1: 2, 2: 2, 3: 1, 4: 0}   # attention, MLP and MoE blocks per layer: each gathers and scatters
 
 # MoE layers of every routing kind: top-2 with a shared expert and a balancing loss, top-1, biased experts
 MOE_KINDS = load_model_spec({
@@ -90,10 +93,8 @@ def run_and_verify(tmp_path, plan, *, spec=TP_KINDS, steps=1, optimizer="sgd"):
     assert verification.compared == sum(len(torch.load(path)) for path in checkpoint.glob("layer*.pt"))
     assert verification.largest_relative <= 1e-8, verification.worst
     assert result.losses == pytest.approx(verification.losses, rel=1e-9)
-    if spec is not TP_KINDS:
-        assert result.balancing_losses == pytest.approx(verification.balancing_losses, rel=1e-9)
-    else:
-        assert result.balancing_losses == verification.balancing_losses == [None] * steps
+    assert result.balancing_losses == pytest.approx(verification.balancing_losses, rel=1e-9)
+    assert all(loss is not None for loss in result.balancing_losses)
     return result
 
 
