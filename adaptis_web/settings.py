@@ -194,8 +194,8 @@ WORK_QUEUED_GRACE_S = env_int("WORK_QUEUED_GRACE_S", 30, minimum=1)
 CLUSTER_RUN_START_TIMEOUT_S = env_int("CLUSTER_RUN_START_TIMEOUT_S", 3600, minimum=60)
 
 # Limits of "Run on CPU": gloo ranks on the worker's host.
-# 8 ranks: a hybrid plan's every GPU is a rank, and TP2 x PP2 x DP2 (the smallest plan with each axis the executor
-# runs) must rehearse on a workstation. More ranks than cores share them, slower but not stuck: tiny-llama's one
+# 8 ranks: a hybrid plan's every GPU is a rank, and a TP2 x PP2 x DP2 plan (three axes at their smallest) must
+# rehearse on a workstation. More ranks than cores share them, slower but not stuck: tiny-llama's one
 # TP2 x PP2 x DP2 step takes about 15 s on a 2-core host, the ranks' start (importing torch) included.
 CPU_RUN_MAX_RANKS = env_int("CPU_RUN_MAX_RANKS", 8, minimum=1)
 CPU_RUN_MAX_PARAMS = env_int("CPU_RUN_MAX_PARAMS", 50_000_000, minimum=1)

@@ -20,7 +20,7 @@ from adaptis_web.studio.planning.predictions import plan_prediction
 from planner.observed import summarize
 from planner.spec.presets import load_model_preset
 from tests.browser.conftest import SCREENS, VIEWPORT
-from tests.conftest import tiny_llama_hybrid_plan, tiny_llama_job
+from tests.conftest import cpu_hybrid_plan, tiny_llama_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -202,7 +202,7 @@ HYBRID_CHART = """() => {
 
 def test_a_hybrid_runs_page_folds_each_devices_replicas_and_draws_its_collectives_on_the_same_axis(
         browser, live_server, people):
-    plan = tiny_llama_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2)
+    plan = cpu_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2)
     run = Run.objects.create(plan=plan, created_by=people.member, status=JobStatus.SUCCEEDED, world_size=8, steps=2,
                              executed_spec=plan.job.spec.doc)
     actions, collectives = _hybrid_rows(run, plan, [7_000.0, 8_500.0])

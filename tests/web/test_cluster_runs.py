@@ -34,7 +34,7 @@ from adaptis_web.studio.planning.jobs import job_request_check, job_run
 from adaptis_web.studio.work.liveness import reap_stale_work
 from planner.spec.presets import load_model_preset
 from tests.conftest import (REPO_ROOT, TEST_QUEUE, free_port, start_web_server, stop_worker,
-                            tiny_llama_hybrid_plan)
+                            cpu_hybrid_plan)
 
 
 def _api(user) -> APIClient:
@@ -265,7 +265,7 @@ def _hybrid_events(plan, step: int = 0) -> list[dict]:
 
 @pytest.mark.django_db
 def test_a_hybrid_cluster_run_stores_every_ranks_actions_and_collectives_once(people):
-    plan = tiny_llama_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2)
+    plan = cpu_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2)
     body = _create(people, plan)
     assert (body["world_size"], body["launch"]["ranks_per_node"]) == (8, 8)
     events = _hybrid_events(plan)
@@ -292,7 +292,7 @@ def test_a_hybrid_cluster_run_stores_every_ranks_actions_and_collectives_once(pe
 
 @pytest.mark.django_db
 def test_the_ingest_refuses_a_collective_or_a_rank_the_plan_does_not_have_naming_the_field(people):
-    plan = tiny_llama_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2)
+    plan = cpu_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2)
     body = _create(people, plan)
     events = _hybrid_events(plan)
     collective = next(event for event in events if event["type"] == "collective" and event["rank"] == 5)

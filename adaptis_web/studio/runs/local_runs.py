@@ -51,9 +51,10 @@ def cpu_run_refusal(spec: ModelSpec) -> str | None:
 @dataclass(frozen=True)
 class PlanExecution:
     """What running a stored plan takes, checked once (the plan document loaded once): its ranks (one per GPU of a
-    hybrid plan, ``executor.service.world_size``), why the executor cannot run it as planned anywhere (context or
-    expert parallelism, recomputation, a layer of the job's model without a tensor-parallel form) and why this
-    host cannot start its ranks (more than ``CPU_RUN_MAX_RANKS``), each None when nothing stands in the way."""
+    hybrid plan, ``executor.service.world_size``), why the executor cannot run it as planned anywhere
+    (``executor.service.execution_refusal`` with the job's model: a layer kind without a form for the plan's TP, say)
+    and why this host cannot start its ranks (more than ``CPU_RUN_MAX_RANKS``), each None when nothing stands in the
+    way."""
 
     world_size: int
     execution_refusal: SpecError | None
