@@ -35,11 +35,17 @@ def build_layers(spec: ModelSpec, indices, *, seed: int, device: torch.device | 
         module = module.to_empty(device="cpu")
         module.init_weights(seed, index)
         modules[index] = module.to(device=device, dtype=dtype)
+    tie_tables(modules)
+    return modules
+
+
+def tie_tables(modules: dict[int, nn.Module]) -> None:
+    """A tied head beside its embedding (layer 0) shares its table: the same Parameter (again after both were
+    split over TP, ``executor.model.tensor_parallel``)."""
     embedding = modules.get(0)
     for module in modules.values():
         if isinstance(module, Head) and module.tied and isinstance(embedding, Embedding):
             module.share_table(embedding)
-    return modules
 
 
 def layer_parameter_counts(spec: ModelSpec) -> list[int]:

@@ -64,9 +64,11 @@ class SequenceLayout:
         share = len(own) // self.tp.size
         return own[self.tp.rank * share:(self.tp.rank + 1) * share]
 
-    def take(self, data: torch.Tensor) -> torch.Tensor:
-        """This rank's tokens of a (b, s, ...) micro-batch."""
-        return data.index_select(1, self.positions().to(data.device))
+    def take(self, data: torch.Tensor, sequence_parallel: bool = True) -> torch.Tensor:
+        """This rank's tokens of a (b, s, ...) micro-batch: its slice, or (``sequence_parallel`` False: for the
+        vocabulary-parallel embedding and head, which see the whole TP group's tokens) its CP share."""
+        positions = self.positions() if sequence_parallel else self.context_positions()
+        return data.index_select(1, positions.to(data.device))
 
     def place(self, layer: nn.Module) -> None:
         """Tell every part of ``layer`` that depends on positions where its tokens are (``use_positions``)."""

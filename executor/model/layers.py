@@ -18,6 +18,8 @@ from executor.model.mamba import Mamba
 from executor.model.mamba2 import Mamba2
 from executor.model.mlp import build_mlp
 from executor.model.norm import build_norm
+from executor.model.tensor_parallel import (SequenceGroup, gather_sequence, reduce_scatter_sequence, split_parameter,
+                                            vocab_parallel_cross_entropy)
 from planner.spec.model import AttentionMixer, LayerSpec, LinearAttentionMixer, Mamba2Mixer, MambaMixer, ModelSpec
 
 
@@ -30,6 +32,7 @@ class Embedding(nn.Module):
     """The token table, plus a learned absolute-position table when the model has one (GPT-2)."""
 
     token_positions = None
+    tensor_parallel = None
 
     def __init__(self, vocab_size: int, hidden_size: int, positions: int | None = None):
         super().__init__()
@@ -42,13 +45,27 @@ class Embedding(nn.Module):
         if self.positions is not None:
             normal_(self.positions, generator)
 
+    def shard(self, tp: SequenceGroup) -> None:
+        """Vocabulary-parallel (Megatron's ``VocabParallelEmbedding``): this rank keeps its rows of the table; a
+        token's row comes from the rank that holds it, the others add zeros, and the sum is reduce-scattered to the
+        ranks' sequence slices. A learned position table stays whole, added to the slice."""
+        split_parameter(self, "weight", 0, tp)
+        self.tensor_parallel = tp
+
     def use_positions(self, layout) -> None:
-        """Whole on every TP and CP rank (not Megatron's vocabulary-parallel table): each embeds the tokens it holds
-        (``executor.model.context_parallel.SequenceLayout``), at their positions."""
+        """The positions of the tokens this rank holds between blocks
+        (``executor.model.context_parallel.SequenceLayout``)."""
         self.token_positions = layout.positions()
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
-        hidden = F.embedding(token_ids, self.weight)
+        tp = self.tensor_parallel
+        if tp is None:
+            hidden = F.embedding(token_ids, self.weight)
+        else:
+            first, end = tp.vocabulary_slice(self.weight.shape[0] * tp.size)
+            elsewhere = (token_ids < first) | (token_ids >= end)
+            rows = F.embedding((token_ids - first).masked_fill(elsewhere, 0), self.weight)
+            hidden = reduce_scatter_sequence(rows.masked_fill(elsewhere[..., None], 0.0), tp)
         if self.positions is None:
             return hidden
         if self.token_positions is not None:
@@ -116,6 +133,8 @@ class Head(nn.Module):
     all-reduces with the embedding's before the optimizer step.
     """
 
+    tensor_parallel = None
+
     def __init__(self, hidden_size: int, vocab_size: int, tied: bool, norm: str = "rmsnorm"):
         super().__init__()
         self.tied = tied
@@ -133,7 +152,22 @@ class Head(nn.Module):
         else:
             normal_(self.weight, generator)
 
+    def shard(self, tp: SequenceGroup) -> None:
+        """Vocabulary-parallel (Megatron's output layer and ``vocab_parallel_cross_entropy``): this rank keeps its
+        rows of the projection; the norm runs on its sequence slice, the sequence is all-gathered, and the
+        cross-entropy of the logits of its vocabulary slice is reduced over the group. Every rank of the group
+        then has the loss of all its tokens (``labels``: those tokens, not a slice)."""
+        split_parameter(self, "weight", 0, tp)
+        self.tensor_parallel = tp
+
     def forward(self, x: torch.Tensor, labels: torch.Tensor, loss_scale: float = 1.0) -> torch.Tensor:
+        if self.tensor_parallel is not None:
+            logits = linear(gather_sequence(self.norm(x), self.tensor_parallel), self.weight)
+            if logits.dtype in (torch.float16, torch.bfloat16):
+                logits = logits.float()
+            losses = vocab_parallel_cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                                  self.tensor_parallel)
+            return losses.mean().to(x.dtype) * loss_scale
         logits = linear(self.norm(x), self.weight)
         # Half-precision logits are upcast for a stable softmax; float32/float64 stay as they are.
         if logits.dtype in (torch.float16, torch.bfloat16):

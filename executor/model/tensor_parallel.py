@@ -43,11 +43,16 @@ class SequenceGroup:
         run()
         self.record(op, start, self.clock.mark(), tensor.numel() * tensor.element_size())
 
-    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        """The sum of ``tensor`` over the group (a statistic of the group's tokens; no gradient)."""
+    def all_reduce(self, tensor: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
+        """The sum (or ``op``) of ``tensor`` over the group (a statistic of the group's tokens; no gradient)."""
         summed = tensor.clone()
-        self.timed(f"{self.name}_all_reduce", summed, lambda: dist.all_reduce(summed, group=self.group))
+        self.timed(f"{self.name}_all_reduce", summed, lambda: dist.all_reduce(summed, op=op, group=self.group))
         return summed
+
+    def vocabulary_slice(self, vocab_size: int) -> tuple[int, int]:
+        """The rows of a vocabulary-parallel table this rank holds: [first, end)."""
+        share = vocab_size // self.size
+        return self.rank * share, (self.rank + 1) * share
 
     def all_gather_sequence(self, x: torch.Tensor) -> torch.Tensor:
         """(b, s/tp, ...) slices of the group -> (b, s, ...), in rank order."""
@@ -96,6 +101,39 @@ def gather_sequence(x: torch.Tensor, tp: SequenceGroup | None) -> torch.Tensor:
 def reduce_scatter_sequence(x: torch.Tensor, tp: SequenceGroup | None) -> torch.Tensor:
     """Leave a split block: this rank's sequence slice of the group's partial sums (identity without TP)."""
     return x if tp is None else _ReduceScatterSequence.apply(x, tp)
+
+
+class _VocabParallelCrossEntropy(torch.autograd.Function):
+    """Cross-entropy over logits split by vocabulary (Megatron-LM's ``_VocabParallelCrossEntropy``): the maximum,
+    the target's logit and the sum of exponentials are reduced over the group, so no rank holds every logit; each
+    token's loss is the same on every rank, and the gradient of a rank's logits is its part of softmax - one-hot."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, tp: SequenceGroup) -> torch.Tensor:
+        first, end = tp.vocabulary_slice(logits.shape[-1] * tp.size)
+        maximum = tp.all_reduce(logits.max(dim=-1).values, op=dist.ReduceOp.MAX)
+        shifted = logits - maximum[:, None]
+        elsewhere = (targets < first) | (targets >= end)
+        local = (targets - first).masked_fill(elsewhere, 0)
+        rows = torch.arange(len(targets), device=logits.device)
+        target_logit = tp.all_reduce(shifted[rows, local].masked_fill(elsewhere, 0.0))
+        exponentials = shifted.exp()
+        total = tp.all_reduce(exponentials.sum(dim=-1))
+        ctx.save_for_backward(exponentials / total[:, None], elsewhere, local)
+        return total.log() - target_logit
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor):
+        softmax, elsewhere, local = ctx.saved_tensors
+        grad = softmax.clone()
+        rows = torch.arange(len(local), device=grad.device)
+        grad[rows, local] -= (~elsewhere).to(grad.dtype)
+        return grad * grad_loss[:, None], None, None
+
+
+def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tp: SequenceGroup) -> torch.Tensor:
+    """Each token's cross-entropy from this rank's vocabulary slice of its logits (N, V/tp) and the targets (N)."""
+    return _VocabParallelCrossEntropy.apply(logits, targets, tp)
 
 
 def split_parameter(module: nn.Module, name: str, dim: int, tp: SequenceGroup) -> None:

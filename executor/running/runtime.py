@@ -134,7 +134,7 @@ class RankRuntime:
             stage_input = inputs if stage == 0 else state.local.pop((ACTIVATION, stage, microbatch))
             output = runner.forward(microbatch, stage_input, targets)
             if runner.is_last:
-                loss = output.detach()
+                loss = output.detach() * runner.report_share
                 state.loss = loss if state.loss is None else state.loss + loss
                 return
             produced = output.detach()

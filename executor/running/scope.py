@@ -38,9 +38,9 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
 
     What is split, as Megatron-Core splits it: attention by heads (query heads and key/value groups, so both
     counts must divide), the dense MLP and every MoE expert (shared ones too; expert TP = TP) by its intermediate
-    width; norms, the router, the embedding and the head are replicated, their gradients summed over the group
-    (sequence parallelism gives each rank a slice of the tokens). Mamba, linear attention and latent attention
-    (MLA) have no split here yet.
+    width, the embedding and the head by vocabulary; norms and the router are replicated, their gradients summed
+    over the group (sequence parallelism gives each rank a slice of the tokens). Mamba, linear attention and
+    latent attention (MLA) have no split here yet.
     """
     if tp == 1:
         return None
@@ -48,6 +48,8 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
         return f"sequence parallelism splits the sequence ({spec.seq_len} tokens) over TP{tp}, which must divide it"
     for index, layer in enumerate(spec.layers):
         if layer.kind in ("embedding", "head"):
+            if spec.vocab_size % tp:
+                return f"the vocabulary ({spec.vocab_size} tokens) is split over TP{tp}, which must divide it"
             continue
         mixer, mlp = layer.mixer, layer.mlp
         if mixer is not None and not isinstance(mixer, AttentionMixer):

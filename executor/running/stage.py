@@ -8,8 +8,10 @@ the embedding stays in the body: one autograd pass per B instead of two.
 
 Under context parallelism and tensor parallelism with sequence parallelism (``layout``,
 ``executor.model.context_parallel.SequenceLayout``) the stage sees its rank's tokens of the sequence: the first
-stage takes those tokens of the data, every stage those of the targets, and their loss weighs 1/(tp cp) of the
-micro-batch's, so that the group's losses and their gradients sum to the micro-batch's.
+stage takes those tokens of the data, the last those of the targets, and their loss weighs 1/(tp cp) of the
+micro-batch's, so that the group's losses and their gradients sum to the micro-batch's. A vocabulary-parallel
+embedding or head (TP) takes the CP share instead, whole: the head's loss is then the same on every TP rank, its
+gradient weighs 1/cp, and each rank reports 1/tp of it (``report_share``).
 
 ``recompute`` (``executor.model.recompute``): ``full`` runs every layer's forward again in its backward (the head
 excepted, as Megatron's), ``selective`` the core attention of every attention layer.
@@ -51,7 +53,14 @@ class StageRunner:
         self.is_first, self.is_last = is_first, is_last
         self.layout = layout
         self.moe = weigh_balancing_losses(layers, loss_scale)
+        tp = layout.tp if layout is not None else None
+        self.vocabulary_parallel = (tp is not None and isinstance(layers[0], Embedding),
+                                    tp is not None and isinstance(layers[-1], Head))
         self.loss_scale = loss_scale / (layout.shards if layout is not None else 1)
+        self.report_share = 1.0
+        if self.vocabulary_parallel[1]:
+            self.loss_scale *= tp.size
+            self.report_share = 1.0 / tp.size
         starts_with_embedding = isinstance(layers[0], Embedding)
         self.prologue = layers[0] if split_backward and starts_with_embedding and len(layers) > 1 else None
         self.body = layers[1:] if self.prologue is not None else layers
@@ -64,8 +73,9 @@ class StageRunner:
 
     def forward(self, microbatch: int, stage_input: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if self.layout is not None:
-            targets = self.layout.take(targets)
-            stage_input = self.layout.take(stage_input) if self.is_first else stage_input
+            embeds, heads = self.vocabulary_parallel
+            targets = self.layout.take(targets, sequence_parallel=not heads)
+            stage_input = self.layout.take(stage_input, sequence_parallel=not embeds) if self.is_first else stage_input
         prologue_output = None
         if self.prologue is not None:
             prologue_output = self.prologue(stage_input)

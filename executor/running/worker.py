@@ -29,7 +29,7 @@ from executor.running.events import EventEmitter, open_sink
 from executor.running.cores import bind_local_rank
 from executor.running.processes import die_with_launcher, exit_rank
 from executor.running.lowering import LoweredPlan, lower_plan
-from executor.model.build import build_layers, resolve_dtype
+from executor.model.build import build_layers, resolve_dtype, tie_tables
 from executor.model.linear import enable_weight_grad_deferral
 from executor.model.expert_parallel import ExpertParallel, shard_experts
 from executor.model.context_parallel import SequenceLayout
@@ -85,6 +85,7 @@ def build_runners(plan: Plan, spec: ModelSpec, pp_rank: int, seed: int, device, 
             layout.place(module)
         if expert_parallel is not None:
             shard_experts(module, expert_parallel)
+    tie_tables(modules)
     last = plan.num_stages - 1
     return {stage: StageRunner(stage, [modules[i] for i in plan.stages[stage].layers], is_first=stage == 0,
                                is_last=stage == last, loss_scale=1.0 / (plan.num_microbatches * data_parallel),

@@ -96,6 +96,8 @@ def test_tensor_parallelism_is_refused_for_the_layers_it_cannot_split_naming_the
     assert tensor_parallel_refusal(spec({"kind": "decoder", "mixer": attention, "mlp": dense}), 2) is None
     assert "2 key/value heads" in tensor_parallel_refusal(spec({"kind": "decoder", "mixer": attention}), 4)
     assert "must divide it" in tensor_parallel_refusal(spec({"kind": "decoder", "mixer": attention}, 10), 4)
+    assert "vocabulary (64 tokens) is split over TP128" in tensor_parallel_refusal(
+        spec({"kind": "decoder", "mixer": attention}, 128), 128)
     mamba = {"type": "mamba2", "num_heads": 4, "head_dim": 8, "state_size": 8, "conv_kernel": 3, "n_groups": 2}
     assert "layer 1 is a mamba2 layer" in tensor_parallel_refusal(spec({"kind": "decoder", "mixer": mamba}), 2)
     moe = {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16}

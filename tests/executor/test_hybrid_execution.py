@@ -38,7 +38,11 @@ TP_KINDS = load_model_spec({
         {"kind": "head"},
     ],
 })
-SPLIT_BLOCKS = {0: 0, 1: 2, 2: 2, 3: 1, 4: 0}   # attention, MLP and MoE blocks per layer: each gathers and scatters
+# All-gathers of the sequence per micro-batch, F and I together (reduce-scatters as many): an attention, MLP or MoE
+# block gathers and scatters in F and in I; the vocabulary-parallel embedding scatters in F and gathers in I, the
+# head gathers in F and scatters in I.
+GATHERS = {0: 1, 1: 4, 2: 4, 3: 2, 4: 1}
+BLOCKS = {0: 0, 1: 2, 2: 2, 3: 1, 4: 0}   # the blocks a full recomputation runs again (not the head's)
 
 # MoE layers of every routing kind: top-2 with a shared expert and a balancing loss, top-1, biased experts
 MOE_KINDS = load_model_spec({
@@ -114,14 +118,17 @@ def test_tp2_pp2_with_split_backward_and_recomputation_on_a_v_shape_matches_one_
     for rank in range(4):
         place = RankPlace.of(plan, rank)
         stages = plan.stages_on(place.pp)
-        blocks = sum(SPLIT_BLOCKS[layer] for stage in stages for layer in plan.stages[stage].layers)
-        recomputed = [SPLIT_BLOCKS[layer] for stage in stages for layer in plan.stages[stage].layers
-                      if recompute[stage] == "full" and SPLIT_BLOCKS[layer]]
-        # per step and micro-batch: a gather and a scatter per block in F, the reverse pair in I, and F's pair again
-        # where the whole layer is recomputed (selective recomputation holds no collective) but for the layer's last
-        # scatter: torch's checkpoint stops recomputing once it has every tensor the backward needs
-        assert counts[(rank, "tp_all_gather")] == 2 * 3 * (2 * blocks + sum(recomputed))
-        assert counts[(rank, "tp_reduce_scatter")] == 2 * 3 * (2 * blocks + sum(recomputed) - len(recomputed))
+        layers = [layer for stage in stages for layer in plan.stages[stage].layers]
+        gathers = sum(GATHERS[layer] for layer in layers)
+        recomputed = [BLOCKS[layer] for stage in stages for layer in plan.stages[stage].layers
+                      if recompute[stage] == "full" and BLOCKS[layer]]
+        # per step and micro-batch, and F's pairs again where the whole layer is recomputed (selective recomputation
+        # holds no collective) but for the layer's last scatter: torch's checkpoint stops recomputing once it has
+        # every tensor the backward needs
+        assert counts[(rank, "tp_all_gather")] == 2 * 3 * (gathers + sum(recomputed))
+        assert counts[(rank, "tp_reduce_scatter")] == 2 * 3 * (gathers + sum(recomputed) - len(recomputed))
+        # the head's cross-entropy reduces its maximum, target logit and sum of exponentials over the group
+        assert counts[(rank, "tp_all_reduce")] == (2 * 3 * 3 if 4 in layers else 0)
         assert counts[(rank, "tp_grad_all_reduce")] == 2
 
 
