@@ -12,6 +12,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from adaptis_web.studio.models import JobStatus, Run, RunCollective, RunEvent
+from adaptis_web.studio.runs.run_control import run_step_tokens
 from tests.conftest import cpu_hybrid_plan
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the worker reads the committed rows
@@ -56,6 +57,8 @@ def test_a_tp2_pp2_dp2_plan_runs_on_8_ranks_with_every_ranks_actions_and_its_col
             if row.group == "dp":   # DP's reduction and optimizer step
                 assert row.start_ms >= last_end, row
 
+    # a step trains the global batch of 16 sequences of 32 tokens: every DP replica its own micro-batches
+    assert run_step_tokens(run) == 16 * 32
     for device in run.summary["per_device"]:
         assert device["replicas"] == 4 and device["busy_spread_ms"] >= 0
         assert {"tp_all_gather", "tp_reduce_scatter", "dp_all_reduce"} <= set(device["collective_ms"])

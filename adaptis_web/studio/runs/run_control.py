@@ -17,6 +17,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from adaptis_web.studio.accounts.roles import role_require_own_or_admin
 from adaptis_web.studio.models import JobStatus, Run
 from adaptis_web.studio.work.cancelling import request_cancel
+from planner.service import load_parallel
 
 CANCEL_READ_INTERVAL_S = 0.25
 
@@ -60,9 +61,13 @@ def run_phase(*, run: Run, event_count: int) -> str:
 
 def run_step_tokens(run) -> int:
     """Tokens one step of ``run`` trains: micro-batches × micro-batch size × sequence length of the model its ranks
-    ran (the scaled-down copy where it ran one), the count ``planner.simulator`` divides for a predicted tokens/s."""
+    ran (the scaled-down copy where it ran one), the count ``planner.simulator`` divides for a predicted tokens/s; a
+    hybrid plan's global batch instead (its micro-batch size, and every data-parallel replica's micro-batches)."""
     executed = run.executed_spec or run.plan.job.spec.doc
-    return run.plan.plan_doc["num_microbatches"] * executed.get("micro_batch_size", 1) * executed["seq_len"]
+    parallel = run.plan.plan_doc.get("parallel")
+    sequences = (load_parallel(parallel).global_batch if parallel else
+                 run.plan.plan_doc["num_microbatches"] * executed.get("micro_batch_size", 1))
+    return sequences * executed["seq_len"]
 
 
 def run_steps_chart(*, run, predicted_ms: float, predicted_tokens_per_s: float | None) -> dict | None:

@@ -92,7 +92,12 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
     local = plan_local_prediction(plan)  # the plan's stages timed on the runs' host, once measured
     simulation = local or plan_prediction(plan)
     events = run_events_after(run=run)  # the first page; the page polls for the rest (after its last_seq)
-    replicas = pipeline_replicas(plan.plan_doc)
+    parallel = load_parallel(plan.plan_doc["parallel"]) if plan.plan_doc.get("parallel") else None
+    replicas = parallel.tp * parallel.cp * parallel.dp if parallel else 1   # the ranks that run each pipeline rank
+    # The simulator's tokens per second are one pipeline's: the data-parallel replicas each train their own.
+    predicted_tokens_per_s = simulation.get("tokens_per_s")
+    if predicted_tokens_per_s and parallel:
+        predicted_tokens_per_s *= parallel.dp
     return render(request, "studio/run_detail.html", {
         "run": run, "plan": plan, "job": plan.job, "replan_error": replan_error,
         "replans": run_replans(run=run),
@@ -108,19 +113,11 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
         },
         "device_comparison": device_comparison(simulation, run.summary),
         "steps_chart": run_steps_chart(run=run, predicted_ms=simulation["iteration_ms"],
-                                       predicted_tokens_per_s=simulation.get("tokens_per_s")),
+                                       predicted_tokens_per_s=predicted_tokens_per_s),
         "launch": launch(run, ingest_url=request.build_absolute_uri(reverse("api:run-events", args=[run.pk])))
         if run.target == "cluster" else None,
         **role_permissions(user=request.user, team=plan.job.spec.team, creator_id=run.created_by_id),
     }, status=status)
-
-
-def pipeline_replicas(plan_doc: dict) -> int:
-    """How many ranks run each pipeline rank of ``plan_doc``: its TP x CP x DP (1 for a plan without ``parallel``)."""
-    if not plan_doc.get("parallel"):
-        return 1
-    config = load_parallel(plan_doc["parallel"])
-    return config.tp * config.cp * config.dp
 
 
 def predicted_step_end(plan_doc: dict) -> list[dict]:
