@@ -12,38 +12,27 @@ summed over the expert-data-parallel group (the replicas holding the same expert
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.distributed as dist
 
-Recorder = Callable[[str, object, object, int], None]
+from executor.model.groups import ParallelGroup
 
 
-class ExpertParallel:
-    """One rank's place in its EP group, and where its exchanges are timed."""
+class ExpertParallel(ParallelGroup):
+    """One rank's place in its EP group."""
 
-    def __init__(self, group, rank: int, size: int, clock=None, record: Recorder | None = None):
-        self.group, self.rank, self.size = group, rank, size
-        self.clock, self.record = clock, record
+    def __init__(self, group, rank: int, size: int):
+        super().__init__(group, rank, size, "ep")
 
     def local_experts(self, num_experts: int) -> range:
         share = num_experts // self.size
         return range(self.rank * share, (self.rank + 1) * share)
 
-    def _timed(self, op: str, tensor: torch.Tensor, run: Callable[[], None]) -> None:
-        if self.record is None:
-            run()
-            return
-        start = self.clock.mark()
-        run()
-        self.record(op, start, self.clock.mark(), tensor.numel() * tensor.element_size())
-
     def exchange(self, x: torch.Tensor, output_splits: list[int], input_splits: list[int], op: str) -> torch.Tensor:
         """Rows ``input_splits[r]`` of ``x`` go to rank r; rows from rank r arrive as ``output_splits[r]``."""
         out = x.new_empty((sum(output_splits), *x.shape[1:]))
-        self._timed(op, out, lambda: dist.all_to_all_single(out, x.contiguous(), output_splits, input_splits,
-                                                            group=self.group))
+        self.timed(op, lambda: dist.all_to_all_single(out, x.contiguous(), output_splits, input_splits,
+                                                      group=self.group), out)
         return out
 
 
@@ -70,7 +59,7 @@ def dispatch_to_experts(tokens: torch.Tensor, weights: torch.Tensor, chosen: tor
     per_rank = num_experts // ep.size
     send = torch.bincount(sorted_expert // per_rank, minlength=ep.size)
     receive = torch.empty_like(send)
-    ep._timed("ep_counts", send, lambda: dist.all_to_all_single(receive, send, group=ep.group))
+    ep.timed("ep_counts", lambda: dist.all_to_all_single(receive, send, group=ep.group), send)
     send_splits, receive_splits = send.tolist(), receive.tolist()
     arrived_expert = ep.exchange(sorted_expert, receive_splits, send_splits, "ep_counts")
     arrived = _Exchange.apply(tokens[order // top_k], receive_splits, send_splits, ep, "ep_dispatch")

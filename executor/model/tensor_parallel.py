@@ -17,36 +17,23 @@ projections defer their weight gradients to a separate W step (``executor.model.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.distributed as dist
 from torch import nn
 
-# (op, start mark, end mark, bytes) -> None: the runtime turns it into a "collective" event
-Recorder = Callable[[str, object, object, int], None]
+from executor.model.groups import ParallelGroup
 
-
-class SequenceGroup:
+class SequenceGroup(ParallelGroup):
     """One rank's place in a group that splits the sequence: its TP group (``name`` "tp", sequence parallelism) or
-    its CP group ("cp", ``executor.model.context_parallel``), and where its collectives are timed."""
+    its CP group ("cp", ``executor.model.context_parallel``)."""
 
-    def __init__(self, group, rank: int, size: int, name: str = "tp", clock=None, record: Recorder | None = None):
-        self.group, self.rank, self.size, self.name = group, rank, size, name
-        self.clock, self.record = clock, record
-
-    def timed(self, op: str, tensor: torch.Tensor, run: Callable[[], None]) -> None:
-        if self.record is None:
-            run()
-            return
-        start = self.clock.mark()
-        run()
-        self.record(op, start, self.clock.mark(), tensor.numel() * tensor.element_size())
+    def __init__(self, group, rank: int, size: int, name: str = "tp"):
+        super().__init__(group, rank, size, name)
 
     def all_reduce(self, tensor: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
         """The sum (or ``op``) of ``tensor`` over the group (a statistic of the group's tokens; no gradient)."""
         summed = tensor.clone()
-        self.timed(f"{self.name}_all_reduce", summed, lambda: dist.all_reduce(summed, op=op, group=self.group))
+        self.timed(f"{self.name}_all_reduce", lambda: dist.all_reduce(summed, op=op, group=self.group), summed)
         return summed
 
     def vocabulary_slice(self, vocab_size: int) -> tuple[int, int]:
@@ -58,16 +45,16 @@ class SequenceGroup:
         """(b, s/tp, ...) slices of the group -> (b, s, ...), in rank order."""
         local = x.transpose(0, 1).contiguous()
         gathered = local.new_empty((local.shape[0] * self.size, *local.shape[1:]))
-        self.timed(f"{self.name}_all_gather", gathered,
-                   lambda: dist.all_gather_into_tensor(gathered, local, group=self.group))
+        self.timed(f"{self.name}_all_gather", lambda: dist.all_gather_into_tensor(gathered, local, group=self.group),
+                   gathered)
         return gathered.transpose(0, 1)
 
     def reduce_scatter_sequence(self, x: torch.Tensor) -> torch.Tensor:
         """(b, s, ...) partial sums -> this rank's (b, s/tp, ...) slice of their sum over the group."""
         full = x.transpose(0, 1).contiguous()
         scattered = full.new_empty((full.shape[0] // self.size, *full.shape[1:]))
-        self.timed(f"{self.name}_reduce_scatter", full,
-                   lambda: dist.reduce_scatter_tensor(scattered, full, op=dist.ReduceOp.SUM, group=self.group))
+        self.timed(f"{self.name}_reduce_scatter",
+                   lambda: dist.reduce_scatter_tensor(scattered, full, op=dist.ReduceOp.SUM, group=self.group), full)
         return scattered.transpose(0, 1)
 
 

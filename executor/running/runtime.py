@@ -23,6 +23,7 @@ from executor.running.lowering import Op
 from executor.running.place import RankPlace
 from executor.model.mlp import take_balancing_loss
 from executor.model.expert_parallel import ExpertParallel, expert_parameters
+from executor.model.groups import ParallelGroup
 from executor.model.context_parallel import SequenceLayout
 from executor.model.tensor_parallel import replicated_parameters
 from executor.running.stage import StageRunner
@@ -66,6 +67,9 @@ class RankRuntime:
         for parallel in (tensor_parallel, context_parallel, expert_parallel):
             if parallel is not None:
                 parallel.clock, parallel.record = clock, self._record_collective
+        # the step's end: gradient sums and optimizer steps, recorded in a hybrid run only (a pipeline-only run's
+        # events stay its actions, as the ingest of cluster runs takes them)
+        self.timer = ParallelGroup(None, 0, 1, "step", clock, self._record_collective if place.hybrid else None)
         layers = [layer for runner in runners.values() for layer in runner.layers]
         if tensor_parallel is not None:
             self.reductions.append(("tp_grad_all_reduce", tensor_parallel.group, replicated_parameters(layers)))
@@ -164,23 +168,13 @@ class RankRuntime:
             "coordinate": coordinate, "step": step, "index": index, "bytes": size,
             "start_ms": clock.to_ms(start), "end_ms": clock.to_ms(end)})
 
-    def _timed(self, op: str, run, size: int = 0) -> None:
-        """Run ``run``; in a hybrid run, record it as the collective ``op`` (a pipeline-only run's events stay
-        its actions, as the ingest of cluster runs takes them)."""
-        if not self.place.hybrid:
-            run()
-            return
-        start = self.clock.mark()
-        run()
-        self._record_collective(op, start, self.clock.mark(), size)
-
     def _all_reduce_gradients(self, op: str, parameters: list, group) -> None:
         """Sum the gradients of ``parameters`` over ``group`` in one flat buffer (DDP's bucket, as one)."""
         if not parameters:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
         flat = torch._utils._flatten_dense_tensors(grads)
-        self._timed(op, lambda: dist.all_reduce(flat, group=group), flat.numel() * flat.element_size())
+        self.timer.timed(op, lambda: dist.all_reduce(flat, group=group), flat)
         for parameter, reduced in zip(parameters, torch._utils._unflatten_dense_tensors(flat, grads)):
             parameter.grad = reduced
 
@@ -227,11 +221,11 @@ class RankRuntime:
             runner.check_drained()
         self.balancing_losses.append(take_balancing_loss(self.moe))
         if self.tied_sync is not None:
-            self._timed("pp_tied_all_reduce", self.tied_sync)
+            self.timer.timed("pp_tied_all_reduce", self.tied_sync)
         for op, group, parameters in self.reductions:
             self._all_reduce_gradients(op, parameters, group)
         for op, optimizer in self.optimizers:
             # a sharded (ZeRO-1) optimizer broadcasts the parameters it updated over its group
-            self._timed(op, optimizer.step)
+            self.timer.timed(op, optimizer.step)
             optimizer.zero_grad(set_to_none=True)
         return None if state.loss is None else float(state.loss.item())
