@@ -45,13 +45,15 @@ from planner.plan_check import check_plan_structure
 DEFAULT_SCALED_HIDDEN = 64
 
 
-def load_model_argument(value: str, scale_hidden: int | None) -> ModelSpec:
+def load_model_argument(value: str, scale_hidden: int | None, plan: Plan | None = None) -> ModelSpec:
+    """The model file or preset, scaled to ``scale_hidden`` (so that ``plan``'s axes can split it) when given."""
     from executor.model.scale import scale_spec
     from planner.spec.files import load_model_file
     from planner.spec.presets import load_model_preset
 
     spec = load_model_file(value) if Path(value).exists() else load_model_preset(value)
-    return scale_spec(spec, hidden_size=scale_hidden) if scale_hidden else spec
+    parallel = plan.parallel if plan is not None else None
+    return scale_spec(spec, hidden_size=scale_hidden, parallel=parallel) if scale_hidden else spec
 
 
 def _read_json(path: str, field: str) -> object:
@@ -80,7 +82,7 @@ def launched_by_torchrun() -> bool:
 
 def command_run(args) -> int:
     plan = load_plan(_read_json(args.plan, "plan"))
-    spec = load_model_argument(args.model, args.scale)
+    spec = load_model_argument(args.model, args.scale, plan)
     if not args.verify:
         _run(args, plan, spec, dtype=args.dtype, checkpoint_dir=args.checkpoint_dir)
         return 0

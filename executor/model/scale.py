@@ -3,7 +3,9 @@
 What is kept: the number and order of layers and their kinds (so a plan for the full model is a valid plan
 for the scaled one), grouped-query ratios, MoE top-k and shared experts, sliding windows relative to the
 sequence, Mamba's expansion factor, and the head's cost relative to a block (the vocabulary shrinks by the
-same factor as the hidden size, so a 256k-vocabulary head stays heavy).
+same factor as the hidden size, so a 256k-vocabulary head stays heavy). For a hybrid plan (``parallel``), what its
+axes split stays divisible: key/value heads (and with them the query heads, the group kept), MLP and expert widths
+and the vocabulary by TP, the experts by EP, the sequence by 2 CP x TP (``executor.running.scope``'s rules).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.errors import SpecError
+from planner.parallel.config import ParallelConfig
 from planner.spec.model import (
     AttentionMixer,
     DenseMLP,
@@ -29,6 +32,11 @@ def _scaled(value: int, factor: float, minimum: int = MIN_WIDTH) -> int:
     return max(minimum, round(value * factor))
 
 
+def _multiple(value: int, of: int) -> int:
+    """The least multiple of ``of`` that is at least ``value``."""
+    return -(-value // of) * of
+
+
 def _even(value: int) -> int:
     return max(2, value - value % 2)
 
@@ -41,7 +49,9 @@ def _grouped_heads(heads: int, kv_heads: int, target_heads: int) -> tuple[int, i
 
 
 class _Scaler:
-    def __init__(self, spec: ModelSpec, hidden_size: int, head_dim: int, seq_len: int, max_experts: int):
+    def __init__(self, spec: ModelSpec, hidden_size: int, head_dim: int, seq_len: int, max_experts: int,
+                 tp: int = 1, ep: int = 1):
+        self.tp, self.ep = tp, ep
         self.factor = hidden_size / spec.hidden_size
         self.seq_factor = seq_len / spec.seq_len
         self.hidden_size, self.head_dim, self.seq_len, self.max_experts = hidden_size, head_dim, seq_len, max_experts
@@ -57,6 +67,8 @@ class _Scaler:
                            kv_lora_rank=_scaled(mixer.kv_lora_rank, self.factor),
                            q_lora_rank=_scaled(mixer.q_lora_rank, self.factor) if mixer.q_lora_rank else None)
         heads, kv_heads = _grouped_heads(mixer.num_heads, mixer.num_kv_heads, self.target_heads)
+        if kv_heads % self.tp:
+            heads, kv_heads = heads // kv_heads * _multiple(kv_heads, self.tp), _multiple(kv_heads, self.tp)
         changes = {"num_heads": heads, "num_kv_heads": kv_heads, "head_dim": self.head_dim, "window": window}
         if getattr(mixer, "v_head_dim", None) is not None:
             changes["v_head_dim"] = _scaled(mixer.v_head_dim, self.head_dim / mixer.head_dim, 2)
@@ -82,13 +94,17 @@ class _Scaler:
         return replace(mixer, num_heads=heads, head_dim=self.head_dim, state_size=min(mixer.state_size, 16),
                        n_groups=groups)
 
+    def width(self, value: int) -> int:
+        return _multiple(_scaled(value, self.factor), self.tp)
+
     def mlp(self, mlp):
         if isinstance(mlp, DenseMLP):
-            return replace(mlp, intermediate_size=_scaled(mlp.intermediate_size, self.factor))
-        experts = min(mlp.num_experts, self.max_experts)
+            return replace(mlp, intermediate_size=self.width(mlp.intermediate_size))
+        experts = min(mlp.num_experts, max(self.max_experts, self.ep))
+        experts -= experts % self.ep
         return replace(mlp, num_experts=experts, top_k=min(mlp.top_k, experts),
-                       expert_intermediate_size=_scaled(mlp.expert_intermediate_size, self.factor),
-                       shared_intermediate_size=(_scaled(mlp.shared_intermediate_size, self.factor)
+                       expert_intermediate_size=self.width(mlp.expert_intermediate_size),
+                       shared_intermediate_size=(self.width(mlp.shared_intermediate_size)
                                                  if mlp.shared_intermediate_size else 0))
 
     def mixer(self, mixer):
@@ -106,17 +122,21 @@ class _Scaler:
 
 
 def scale_spec(spec: ModelSpec, *, hidden_size: int = 64, head_dim: int = 16, seq_len: int = 32,
-               vocab_size: int | None = None, max_experts: int = 8, micro_batch_size: int | None = None) -> ModelSpec:
-    """A CPU-sized copy of ``spec`` with the same layer pattern (see the module docstring)."""
+               vocab_size: int | None = None, max_experts: int = 8, micro_batch_size: int | None = None,
+               parallel: ParallelConfig | None = None) -> ModelSpec:
+    """A CPU-sized copy of ``spec`` with the same layer pattern, that ``parallel``'s axes can split (see the module
+    docstring)."""
     for name, value in (("hidden_size", hidden_size), ("head_dim", head_dim), ("seq_len", seq_len),
                         ("max_experts", max_experts)):
         if value < 1:
             raise SpecError(name, f"must be >= 1, got {value}")
     if head_dim > hidden_size:
         raise SpecError("head_dim", f"must be <= hidden_size ({hidden_size}), got {head_dim}")
-    scaler = _Scaler(spec, hidden_size, head_dim, seq_len, max_experts)
+    tp, cp, ep = (parallel.tp, parallel.cp, parallel.ep) if parallel is not None else (1, 1, 1)
+    scaler = _Scaler(spec, hidden_size, head_dim, seq_len, max_experts, tp, ep)
     if vocab_size is None:
-        vocab_size = min(spec.vocab_size, _scaled(spec.vocab_size, scaler.factor, MIN_VOCAB))
+        vocab_size = _multiple(min(spec.vocab_size, _scaled(spec.vocab_size, scaler.factor, MIN_VOCAB)), tp)
+    seq_len = _multiple(seq_len, tp * (2 * cp if cp > 1 else 1))
     # Scaled layers that were identical stay identical, so repeat-folding and plan layouts still apply.
     scaled_layers: dict[LayerSpec, LayerSpec] = {}
     layers = tuple(scaled_layers.setdefault(layer, scaler.layer(layer)) for layer in spec.layers)

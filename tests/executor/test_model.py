@@ -191,6 +191,28 @@ def test_scaled_presets_keep_their_layer_pattern_and_fit_a_cpu_run(name):
     check_capacity(plan, scaled, device=torch.device("cpu"), dtype=torch.float32, optimizer="adamw")
 
 
+@pytest.mark.parametrize("name, degrees", [("llama-3-8b", {"tp": 8}), ("qwen3-30b-a3b", {"tp": 4, "cp": 2, "dp": 2, "ep": 4}),
+                                           ("gemma-2-9b", {"tp": 2, "cp": 4})])
+def test_a_model_scaled_for_a_hybrid_plan_splits_over_its_axes_and_keeps_its_query_groups(name, degrees):
+    """Llama 3 8B scaled alone has one key/value head, which TP8 cannot split: scaled for the plan it has eight."""
+    from executor.running.scope import execution_refusal
+    from planner.parallel.config import ParallelConfig
+
+    spec = load_model_preset(name)
+    parallel = ParallelConfig(pp=2, num_microbatches=2, **degrees)
+    scaled = scale_spec(spec, parallel=parallel)
+    half = scaled.num_layers // 2
+    plan = one_f_one_b([list(range(half)), list(range(half, scaled.num_layers))], num_microbatches=2)
+    plan.parallel = parallel
+    assert execution_refusal(plan, scaled) is None
+    assert execution_refusal(plan, scale_spec(spec)) is not None   # what the plan's axes could not split
+    for original, small in zip(spec.layers, scaled.layers):
+        if small.mixer is not None and small.mixer.type == "attention":
+            assert small.mixer.num_kv_heads % parallel.tp == 0
+            assert (small.mixer.num_heads // small.mixer.num_kv_heads
+                    == min(original.mixer.num_heads // original.mixer.num_kv_heads, 64 // 16))
+
+
 def test_parameter_counts_match_published_model_sizes():
     assert sum(layer_parameter_counts(load_model_preset("llama-3-8b"))) == pytest.approx(8.03e9, rel=0.01)
     assert sum(layer_parameter_counts(load_model_preset("mixtral-8x7b"))) == pytest.approx(46.7e9, rel=0.01)

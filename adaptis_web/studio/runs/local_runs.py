@@ -112,7 +112,9 @@ def _executed_spec(run: Run) -> ModelSpec:
     spec = load_model_spec(run.plan.job.spec.doc)
     if not run.scaled_down:
         return spec
-    return executor_service.scale_spec(spec)  # torch: imported on first use, in the runs worker only
+    # scaled so that the plan's axes split it as they split the model (torch: imported on first use, in the runs
+    # worker only)
+    return executor_service.scale_spec(spec, parallel=load_plan(run.plan.plan_doc).parallel)
 
 
 def _run_fail(run_id: int, error: str) -> None:
