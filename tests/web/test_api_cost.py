@@ -45,7 +45,8 @@ ENDPOINTS = {  # name: (URL, queries at most: the token, then the endpoint's own
     "plan detail": (lambda world: reverse("api:plan", args=[world.planned.plan.pk]), 2),
     "runs list": (lambda world: reverse("api:runs"), 2),
     "run detail": (lambda world: reverse("api:run", args=[world.finished_run.pk]), 2),
-    "events": (lambda world: reverse("api:run-events", args=[world.finished_run.pk]), 3),  # + the run's status
+    # + the run's status and its page of collectives (a hybrid run's; none here, the query still asked)
+    "events": (lambda world: reverse("api:run-events", args=[world.finished_run.pk]), 4),
 }
 
 

@@ -15,7 +15,9 @@ from adaptis_web.studio.models import JobStatus, Run, RunCollective, RunEvent
 from adaptis_web.studio.runs.run_control import run_step_tokens
 from tests.conftest import cpu_hybrid_plan
 
-pytestmark = pytest.mark.django_db(transaction=True)  # the worker reads the committed rows
+# the worker reads the committed rows; the ranks are the same on either database, and storing collectives once each
+# is tested on both (test_live_events.py, test_cluster_runs.py)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.any_database]
 ENDED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 INSIDE_ACTIONS = ("tp_all_gather", "tp_reduce_scatter")   # sequence parallelism's, part of F and B
 
