@@ -100,3 +100,32 @@ def observed_statistic(summary: dict) -> str:
     which = f"step {measured[0]}" if len(measured) == 1 else f"steps {measured[0]}–{measured[-1]}"
     return (f"median over {which} ({len(measured)} step{'s' if len(measured) != 1 else ''}; warm-up step "
             f"{left_out} left out); {span}")
+
+
+def plan_replicas(plan_doc: dict) -> int:
+    """The ranks that run each pipeline rank of a plan: tp x cp x dp of a hybrid plan's, else 1."""
+    parallel = plan_doc.get("parallel")
+    if not parallel:
+        return 1
+    config = load_parallel(parallel)
+    return config.tp * config.cp * config.dp
+
+
+def predicted_tokens_per_s(plan_doc: dict, simulation: dict) -> float | None:
+    """The predicted tokens per second of a whole step: the simulator's are one pipeline's, and each data-parallel
+    replica of a hybrid plan trains its own."""
+    tokens_per_s = simulation.get("tokens_per_s")
+    parallel = plan_doc.get("parallel")
+    return tokens_per_s * load_parallel(parallel).dp if tokens_per_s and parallel else tokens_per_s
+
+
+def predicted_step_end(plan_doc: dict) -> list[dict]:
+    """What a hybrid plan's prediction charges after its pipeline, in order: the exposed data-parallel communication,
+    then the optimizer step (the planner's ``predicted``: the slowest pipeline rank's). Its TP, CP and EP
+    collectives are part of F and B, not apart. The run chart draws them after the predicted pipeline."""
+    predicted = plan_doc.get("predicted") or {}
+    parts = [("data_parallel_exposed", "dp", predicted.get("data_parallel_exposed_ms") or 0.0,
+              "the DP gradient reduction and parameter gathering left exposed at the step's end"),
+             ("optimizer_step", "optimizer", predicted.get("optimizer_ms") or 0.0, "the optimizer step")]
+    return [{"op": op, "group": group, "ms": ms, "note": f"predicted: {note} (the slowest pipeline rank's)"}
+            for op, group, ms, note in parts if ms > 0]

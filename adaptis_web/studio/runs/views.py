@@ -24,10 +24,11 @@ from adaptis_web.studio.runs.cluster_runs import launch
 from adaptis_web.studio.runs.forms import RunForm
 from adaptis_web.studio.runs.local_runs import run_create
 from adaptis_web.studio.runs.profiling import measured_profile_create, plan_local_prediction
-from adaptis_web.studio.runs.run_control import observed_statistic, run_cancel, run_phase, run_steps_chart
+from adaptis_web.studio.runs.run_control import (observed_statistic, plan_replicas, predicted_step_end,
+                                                 predicted_tokens_per_s, run_cancel, run_phase, run_steps_chart)
 from adaptis_web.studio.runs.selectors import run_events_after, run_get_for_user, run_replans
 from planner.errors import SpecError
-from planner.service import load_model_spec, load_parallel
+from planner.service import load_model_spec
 
 
 @login_required
@@ -92,12 +93,7 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
     local = plan_local_prediction(plan)  # the plan's stages timed on the runs' host, once measured
     simulation = local or plan_prediction(plan)
     events = run_events_after(run=run)  # the first page; the page polls for the rest (after its last_seq)
-    parallel = load_parallel(plan.plan_doc["parallel"]) if plan.plan_doc.get("parallel") else None
-    replicas = parallel.tp * parallel.cp * parallel.dp if parallel else 1   # the ranks that run each pipeline rank
-    # The simulator's tokens per second are one pipeline's: the data-parallel replicas each train their own.
-    predicted_tokens_per_s = simulation.get("tokens_per_s")
-    if predicted_tokens_per_s and parallel:
-        predicted_tokens_per_s *= parallel.dp
+    replicas = plan_replicas(plan.plan_doc)
     return render(request, "studio/run_detail.html", {
         "run": run, "plan": plan, "job": plan.job, "replan_error": replan_error,
         "replans": run_replans(run=run),
@@ -113,23 +109,11 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
         },
         "device_comparison": device_comparison(simulation, run.summary),
         "steps_chart": run_steps_chart(run=run, predicted_ms=simulation["iteration_ms"],
-                                       predicted_tokens_per_s=predicted_tokens_per_s),
+                                       predicted_tokens_per_s=predicted_tokens_per_s(plan.plan_doc, simulation)),
         "launch": launch(run, ingest_url=request.build_absolute_uri(reverse("api:run-events", args=[run.pk])))
         if run.target == "cluster" else None,
         **role_permissions(user=request.user, team=plan.job.spec.team, creator_id=run.created_by_id),
     }, status=status)
-
-
-def predicted_step_end(plan_doc: dict) -> list[dict]:
-    """What a hybrid plan's prediction charges after its pipeline, in order: the exposed data-parallel communication,
-    then the optimizer step (the planner's ``predicted``: the slowest pipeline rank's). Its TP, CP and EP
-    collectives are part of F and B, not apart. The run chart draws them after the predicted pipeline."""
-    predicted = plan_doc.get("predicted") or {}
-    parts = [("data_parallel_exposed", "dp", predicted.get("data_parallel_exposed_ms") or 0.0,
-              "the DP gradient reduction and parameter gathering left exposed at the step's end"),
-             ("optimizer_step", "optimizer", predicted.get("optimizer_ms") or 0.0, "the optimizer step")]
-    return [{"op": op, "group": group, "ms": ms, "note": f"predicted: {note} (the slowest pipeline rank's)"}
-            for op, group, ms, note in parts if ms > 0]
 
 
 def device_comparison(simulation: dict, observed_summary: dict) -> list[dict]:
