@@ -2,6 +2,10 @@
 
 The scan runs as a plain recurrence over time, h_t = exp(dt_t A) h_{t-1} + dt_t B_t x_t^T and
 y_t = C_t h_t + D x_t, which equals the SSD chunked algorithm exactly and is fast enough at CPU scale.
+
+Under tensor parallelism (``shard``) it is split by heads and groups, as Megatron-Core's ``MambaMixer``: every head's
+scan is independent, so only the gated norm over the whole inner width (its sum of squares) and the output
+projection (row-parallel) need the group.
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ from torch import nn
 from executor.model.linear import Linear
 from executor.model.init import fill_, normal_, uniform_
 from executor.model.norm import RMSNorm
+from executor.model.tensor_parallel import SequenceGroup, gather_sequence, split_parameter
 from planner.spec.model import Mamba2Mixer
 
 
 class Mamba2(nn.Module):
+    tensor_parallel = None
+
     def __init__(self, hidden_size: int, mixer: Mamba2Mixer):
         super().__init__()
         self.num_heads = mixer.num_heads
@@ -47,7 +54,30 @@ class Mamba2(nn.Module):
         self.norm.init_weights(generator)
         normal_(self.out_proj.weight, generator)
 
+    def shard(self, tp: SequenceGroup) -> None:
+        """Split by heads and groups: the fused input projection's gate, values, B, C and dt rows and the conv's
+        value, B and C channels each keep this rank's heads or groups; A, dt's bias, D and the norm's scale by head;
+        the output projection row-parallel. Heads and groups must both divide by the group's size."""
+        group_width = self.n_groups * self.state_size
+        split_parameter(self.in_proj, "weight", 0, tp,
+                        blocks=[self.inner, self.inner, group_width, group_width, self.num_heads])
+        for name in ("weight", "bias"):
+            split_parameter(self.conv, name, 0, tp, blocks=[self.inner, group_width, group_width])
+        for name in ("A_log", "dt_bias", "D"):
+            split_parameter(self, name, 0, tp)
+        split_parameter(self.norm, "weight", 0, tp)
+        self.norm.features_split_over = tp
+        split_parameter(self.out_proj, "weight", 1, tp)
+        self.out_proj.tensor_parallel = tp
+        self.num_heads //= tp.size
+        self.n_groups //= tp.size
+        self.inner //= tp.size
+        channels = self.inner + 2 * self.n_groups * self.state_size
+        self.conv.in_channels = self.conv.out_channels = self.conv.groups = channels
+        self.tensor_parallel = tp
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = gather_sequence(x, self.tensor_parallel)
         batch, seq_len, _ = x.shape
         gate, conv_input, dt = torch.split(
             self.in_proj(x), [self.inner, self.conv.in_channels, self.num_heads], dim=-1)

@@ -8,9 +8,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from executor.model.init import fill_
+from executor.model.tensor_parallel import all_reduce
 
 
 class RMSNorm(nn.Module):
+    """``features_split_over``: a TP group over which the normalised features are split (Mamba-2's gated norm under
+    TP), whose sum of squares is then the group's."""
+
+    features_split_over = None
+
     def __init__(self, size: int, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
@@ -20,7 +26,11 @@ class RMSNorm(nn.Module):
         fill_(self.weight, 1.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        tp = self.features_split_over
+        if tp is None:
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        mean_square = all_reduce(x.pow(2).sum(-1, keepdim=True), tp) / (x.shape[-1] * tp.size)
+        return x * torch.rsqrt(mean_square + self.eps) * self.weight
 
 
 class LayerNorm(nn.Module):

@@ -90,6 +90,24 @@ def reduce_scatter_sequence(x: torch.Tensor, tp: SequenceGroup | None) -> torch.
     return x if tp is None else _ReduceScatterSequence.apply(x, tp)
 
 
+class _AllReduce(torch.autograd.Function):
+    """A sum over the group that every rank's output depends on: its gradient is the sum of theirs."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, tp: SequenceGroup) -> torch.Tensor:
+        ctx.tp = tp
+        return tp.all_reduce(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return ctx.tp.all_reduce(grad), None
+
+
+def all_reduce(x: torch.Tensor, tp: SequenceGroup | None) -> torch.Tensor:
+    """The sum of ``x`` over the group, differentiable (identity without TP)."""
+    return x if tp is None else _AllReduce.apply(x, tp)
+
+
 class _VocabParallelCrossEntropy(torch.autograd.Function):
     """Cross-entropy over logits split by vocabulary (Megatron-LM's ``_VocabParallelCrossEntropy``): the maximum,
     the target's logit and the sum of exponentials are reduced over the group, so no rank holds every logit; each
@@ -123,15 +141,26 @@ def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tp
     return _VocabParallelCrossEntropy.apply(logits, targets, tp)
 
 
-def split_parameter(module: nn.Module, name: str, dim: int, tp: SequenceGroup) -> None:
-    """Keep this rank's contiguous ``1/tp`` of ``module.<name>`` along ``dim``; ``full_state_dict`` puts it back
-    together. (A split along the output features of a head-major projection is a split by heads.)"""
+def split_parameter(module: nn.Module, name: str, dim: int, tp: SequenceGroup,
+                    blocks: list[int] | None = None) -> None:
+    """Keep this rank's ``1/tp`` of ``module.<name>`` along ``dim``; ``full_state_dict`` puts it back together. (A
+    split along the output features of a head-major projection is a split by heads.) ``blocks``: the sizes of the
+    consecutive blocks along ``dim`` that are each split (a fused projection's parts), else one block."""
     whole = getattr(module, name)
     if whole is None:
         return
-    part = nn.Parameter(torch.chunk(whole.detach(), tp.size, dim=dim)[tp.rank].clone())
+    rows = [torch.cat([torch.chunk(torch.arange(start, start + size), tp.size)[rank]
+                       for start, size in zip(_starts(blocks), blocks)]) for rank in range(tp.size)] if blocks else None
+    kept = (torch.chunk(whole.detach(), tp.size, dim=dim)[tp.rank] if rows is None
+            else whole.detach().index_select(dim, rows[tp.rank].to(whole.device)))
+    part = nn.Parameter(kept.clone())
     part.tensor_parallel_dim = dim
+    part.tensor_parallel_rows = rows
     setattr(module, name, part)
+
+
+def _starts(sizes: list[int]) -> list[int]:
+    return [sum(sizes[:index]) for index in range(len(sizes))]
 
 
 def shard_layer(layer: nn.Module, tp: SequenceGroup) -> None:
@@ -159,9 +188,12 @@ def full_state_dict(layer: nn.Module, tp: SequenceGroup | None, ep=None) -> dict
         spread = getattr(value, "expert_parallel", False)
         value = value.detach()
         if tp is not None and dim is not None:
+            rows = getattr(state[name], "tensor_parallel_rows", None)
             parts = [torch.empty_like(value) for _ in range(tp.size)]
             dist.all_gather(parts, value.contiguous(), group=tp.group)
             value = torch.cat(parts, dim=dim)
+            if rows is not None:   # each rank's rows back in their places
+                value = torch.empty_like(value).index_copy_(dim, torch.cat(rows).to(value.device), value)
         (experts if spread else full)[name] = value.cpu()
     if ep is not None:
         gathered = [None] * ep.size

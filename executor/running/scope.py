@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from planner.errors import SpecError
 from planner.plan import Plan
-from planner.spec.model import AttentionMixer, DenseMLP, ModelSpec, MoEMLP
+from planner.spec.model import AttentionMixer, DenseMLP, Mamba2Mixer, ModelSpec, MoEMLP
 
 EXPORT_HINT = "export it to Megatron-LM or torchtitan to run it"
 
@@ -39,8 +39,8 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
     What is split, as Megatron-Core splits it: attention by heads (query heads and key/value groups, so both
     counts must divide), the dense MLP and every MoE expert (shared ones too; expert TP = TP) by its intermediate
     width, the embedding and the head by vocabulary; norms and the router are replicated, their gradients summed
-    over the group (sequence parallelism gives each rank a slice of the tokens). Mamba, linear attention and
-    latent attention (MLA) have no split here yet.
+    over the group (sequence parallelism gives each rank a slice of the tokens); Mamba-2 by heads and groups.
+    Mamba-1, linear attention and latent attention (MLA) have no split here yet.
     """
     if tp == 1:
         return None
@@ -52,11 +52,15 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
                 return f"the vocabulary ({spec.vocab_size} tokens) is split over TP{tp}, which must divide it"
             continue
         mixer, mlp = layer.mixer, layer.mlp
-        if mixer is not None and not isinstance(mixer, AttentionMixer):
+        if isinstance(mixer, Mamba2Mixer):
+            if mixer.num_heads % tp or mixer.n_groups % tp:
+                return (f"layer {index} is Mamba-2 with {mixer.num_heads} heads in {mixer.n_groups} groups; TP{tp} "
+                        f"splits both, so it must divide both")
+        elif mixer is not None and not isinstance(mixer, AttentionMixer):
             return f"layer {index} is a {mixer.type} layer, which the executor does not split over TP yet"
-        if mixer is not None and mixer.is_latent:
+        if isinstance(mixer, AttentionMixer) and mixer.is_latent:
             return f"layer {index} is latent attention (MLA), which the executor does not split over TP yet"
-        if mixer is not None and (mixer.num_heads % tp or mixer.num_kv_heads % tp):
+        if isinstance(mixer, AttentionMixer) and (mixer.num_heads % tp or mixer.num_kv_heads % tp):
             return (f"layer {index} has {mixer.num_heads} query heads and {mixer.num_kv_heads} key/value heads; "
                     f"TP{tp} splits both by heads, so it must divide both")
         widths = ([mlp.intermediate_size] if isinstance(mlp, DenseMLP) else

@@ -99,7 +99,12 @@ def test_tensor_parallelism_is_refused_for_the_layers_it_cannot_split_naming_the
     assert "vocabulary (64 tokens) is split over TP128" in tensor_parallel_refusal(
         spec({"kind": "decoder", "mixer": attention}, 128), 128)
     mamba = {"type": "mamba2", "num_heads": 4, "head_dim": 8, "state_size": 8, "conv_kernel": 3, "n_groups": 2}
-    assert "layer 1 is a mamba2 layer" in tensor_parallel_refusal(spec({"kind": "decoder", "mixer": mamba}), 2)
+    assert tensor_parallel_refusal(spec({"kind": "decoder", "mixer": mamba}), 2) is None
+    assert "Mamba-2 with 4 heads in 2 groups; TP4 splits both" in tensor_parallel_refusal(
+        spec({"kind": "decoder", "mixer": mamba}), 4)
+    linear = {"type": "linear_attention", "num_heads": 2, "head_dim": 8, "variant": "lightning"}
+    assert "layer 1 is a linear_attention layer, which the executor does not split over TP yet" in (
+        tensor_parallel_refusal(spec({"kind": "decoder", "mixer": linear}), 2))
     moe = {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16}
     assert tensor_parallel_refusal(spec({"kind": "mlp", "mlp": moe}), 2) is None
     assert "layer 1's MLP is 16 wide, which TP32 must divide" in tensor_parallel_refusal(

@@ -20,8 +20,8 @@ from planner.spec.model import load_model_spec
 SEED, LR = 3, 0.5
 
 # Every layer kind the executor splits over TP: grouped-query attention with biases, QK-norm, a sliding window and
-# sinks; gated and plain MLPs, one with biases; biased MoE experts with a shared expert and a balancing loss; a
-# standalone MLP layer; the embedding tied to the head.
+# sinks; Mamba-2 (heads in groups); gated and plain MLPs, one with biases; biased MoE experts with a shared expert and
+# a balancing loss; the embedding tied to the head.
 TP_KINDS = load_model_spec({
     "format": "adaptis.model/v1", "name": "tp-kinds", "hidden_size": 32, "vocab_size": 96, "seq_len": 12,
     "micro_batch_size": 2, "tie_embeddings": True,
@@ -34,15 +34,20 @@ TP_KINDS = load_model_spec({
                                       "window": 4, "sinks": True},
          "mlp": {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16, "bias": True,
                  "num_shared_experts": 1, "shared_intermediate_size": 16, "aux_loss_coeff": 0.05}},
-        {"kind": "mlp", "mlp": {"type": "dense", "intermediate_size": 40, "gated": False, "bias": True}},
+        {"kind": "decoder", "mixer": {"type": "mamba2", "num_heads": 4, "head_dim": 8, "state_size": 8,
+                                      "conv_kernel": 3, "n_groups": 2},
+         "mlp": {"type": "dense", "intermediate_size": 40, "gated": False, "bias": True}},
         {"kind": "head"},
     ],
 })
 # All-gathers of the sequence per micro-batch, F and I together (reduce-scatters as many): an attention, MLP or MoE
 # block gathers and scatters in F and in I; the vocabulary-parallel embedding scatters in F and gathers in I, the
 # head gathers in F and scatters in I.
-GATHERS = {0: 1, 1: 4, 2: 4, 3: 2, 4: 1}
-BLOCKS = {0: 0, 1: 2, 2: 2, 3: 1, 4: 0}   # the blocks a full recomputation runs again (not the head's)
+GATHERS = {0: 1, 1: 4, 2: 4, 3: 4, 4: 1}
+BLOCKS = {0: 0, 1: 2, 2: 2, 3: 2, 4: 0}   # the blocks a full recomputation runs again (not the head's)
+# Sums over the group per micro-batch, F and I together: the head's cross-entropy reduces its maximum, target logit
+# and sum of exponentials in F; Mamba-2's gated norm its sum of squares in F and that sum's gradient in I.
+ALL_REDUCES = {0: 0, 1: 0, 2: 0, 3: 2, 4: 3}
 
 # MoE layers of every routing kind: top-2 with a shared expert and a balancing loss, top-1, biased experts
 MOE_KINDS = load_model_spec({
@@ -127,8 +132,7 @@ def test_tp2_pp2_with_split_backward_and_recomputation_on_a_v_shape_matches_one_
         # every tensor the backward needs
         assert counts[(rank, "tp_all_gather")] == 2 * 3 * (gathers + sum(recomputed))
         assert counts[(rank, "tp_reduce_scatter")] == 2 * 3 * (gathers + sum(recomputed) - len(recomputed))
-        # the head's cross-entropy reduces its maximum, target logit and sum of exponentials over the group
-        assert counts[(rank, "tp_all_reduce")] == (2 * 3 * 3 if 4 in layers else 0)
+        assert counts[(rank, "tp_all_reduce")] == 2 * 3 * sum(ALL_REDUCES[layer] for layer in layers)
         assert counts[(rank, "tp_grad_all_reduce")] == 2
 
 
