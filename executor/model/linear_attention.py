@@ -7,6 +7,10 @@ chunked kernels a production run would use. Gated delta-net first runs q, k and 
 depthwise convolution without bias and a SiLU, as Qwen3-Next does (``conv_kernel`` taps), and ends in
 a per-head gated norm; lightning attention ends, as MiniMax-01 does, in a norm over all heads and a sigmoid
 output gate.
+
+Under tensor parallelism (``shard``) both are split by heads, as attention is: every head's recurrence is
+independent, so only lightning's norm over all heads (its sum of squares) and the output projection (row-parallel)
+need the group.
 """
 
 from __future__ import annotations
@@ -20,13 +24,18 @@ from torch import nn
 from executor.model.linear import Linear
 from executor.model.init import fill_, normal_, uniform_
 from executor.model.norm import RMSNorm
+from executor.model.tensor_parallel import SequenceGroup, gather_sequence, split_parameter
 from planner.spec.model import LinearAttentionMixer
 
 
 class LinearAttention(nn.Module):
+    tensor_parallel = None
+    first_head = 0   # this rank's first head under TP (lightning's decay slopes are per global head)
+
     def __init__(self, hidden_size: int, mixer: LinearAttentionMixer):
         super().__init__()
         self.variant = mixer.variant
+        self.all_heads = mixer.num_heads
         self.num_heads = mixer.num_heads
         self.head_dim = mixer.head_dim
         # Queries and keys may have fewer heads than values (Qwen3-Next); they are broadcast over them.
@@ -61,12 +70,38 @@ class LinearAttention(nn.Module):
             bound = 1.0 / math.sqrt(self.conv.kernel_size[0])
             uniform_(self.conv.weight, generator, -bound, bound)
 
+    def shard(self, tp: SequenceGroup) -> None:
+        """Split by heads: queries and keys by key heads, values, the gate and (gated delta) beta, the decay and
+        its parameters by heads, the conv's q, k and v channels likewise; the output projection row-parallel.
+        Gated delta's per-head norm stays whole; lightning's norm over all heads is split with them."""
+        key_width, width = self.num_key_heads * self.head_dim, self.num_heads * self.head_dim
+        for projection in (self.q_proj, self.k_proj, self.v_proj, self.gate_proj):
+            split_parameter(projection, "weight", 0, tp)
+        split_parameter(self.o_proj, "weight", 1, tp)
+        self.o_proj.tensor_parallel = tp
+        if self.variant == "gated_delta":
+            for projection in (self.beta_proj, self.decay_proj):
+                split_parameter(projection, "weight", 0, tp)
+            for name in ("A_log", "dt_bias"):
+                split_parameter(self, name, 0, tp)
+            split_parameter(self.conv, "weight", 0, tp, blocks=[key_width, key_width, width])
+            channels = (2 * key_width + width) // tp.size
+            self.conv.in_channels = self.conv.out_channels = self.conv.groups = channels
+        else:
+            split_parameter(self.out_norm, "weight", 0, tp)
+            self.out_norm.features_split_over = tp
+        self.first_head = tp.rank * self.num_heads // tp.size
+        self.num_heads //= tp.size
+        self.num_key_heads //= tp.size
+        self.tensor_parallel = tp
+
     def _heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         batch, seq_len, _ = x.shape
         x = x.view(batch, seq_len, heads, self.head_dim).transpose(1, 2)
         return x.repeat_interleave(self.num_heads // heads, dim=1) if heads != self.num_heads else x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = gather_sequence(x, self.tensor_parallel)
         batch, seq_len, _ = x.shape
         query, key, value = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.variant == "gated_delta":
@@ -119,7 +154,8 @@ class LinearAttention(nn.Module):
         """o_i = sum_{j<=i} lambda_h^(i-j) (q_i . k_j) v_j with ALiBi-style per-head decay slopes."""
         query, key, value = F.silu(query), F.silu(key), F.silu(value)
         heads, seq_len = query.shape[1], query.shape[2]
-        slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)],
+        slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / self.all_heads)
+                               for h in range(self.first_head, self.first_head + heads)],
                               device=query.device, dtype=query.dtype)
         positions = torch.arange(seq_len, device=query.device)
         distance = (positions[:, None] - positions[None, :]).to(query.dtype)

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from planner.errors import SpecError
 from planner.plan import Plan
-from planner.spec.model import AttentionMixer, DenseMLP, Mamba2Mixer, ModelSpec, MoEMLP
+from planner.spec.model import AttentionMixer, DenseMLP, LinearAttentionMixer, Mamba2Mixer, ModelSpec, MoEMLP
 
 EXPORT_HINT = "export it to Megatron-LM or torchtitan to run it"
 
@@ -39,8 +39,8 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
     What is split, as Megatron-Core splits it: attention by heads (query heads and key/value groups, so both
     counts must divide), the dense MLP and every MoE expert (shared ones too; expert TP = TP) by its intermediate
     width, the embedding and the head by vocabulary; norms and the router are replicated, their gradients summed
-    over the group (sequence parallelism gives each rank a slice of the tokens); Mamba-2 by heads and groups.
-    Mamba-1, linear attention and latent attention (MLA) have no split here yet.
+    over the group (sequence parallelism gives each rank a slice of the tokens); Mamba-2 by heads and groups,
+    linear attention by heads. Mamba-1 and latent attention (MLA) have no split here yet.
     """
     if tp == 1:
         return None
@@ -56,6 +56,11 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
             if mixer.num_heads % tp or mixer.n_groups % tp:
                 return (f"layer {index} is Mamba-2 with {mixer.num_heads} heads in {mixer.n_groups} groups; TP{tp} "
                         f"splits both, so it must divide both")
+        elif isinstance(mixer, LinearAttentionMixer):
+            key_heads = getattr(mixer, "key_heads", mixer.num_heads)
+            if mixer.num_heads % tp or key_heads % tp:
+                return (f"layer {index} is linear attention with {mixer.num_heads} heads and {key_heads} key heads; "
+                        f"TP{tp} splits both, so it must divide both")
         elif mixer is not None and not isinstance(mixer, AttentionMixer):
             return f"layer {index} is a {mixer.type} layer, which the executor does not split over TP yet"
         if isinstance(mixer, AttentionMixer) and mixer.is_latent:

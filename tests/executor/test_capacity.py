@@ -102,9 +102,13 @@ def test_tensor_parallelism_is_refused_for_the_layers_it_cannot_split_naming_the
     assert tensor_parallel_refusal(spec({"kind": "decoder", "mixer": mamba}), 2) is None
     assert "Mamba-2 with 4 heads in 2 groups; TP4 splits both" in tensor_parallel_refusal(
         spec({"kind": "decoder", "mixer": mamba}), 4)
-    linear = {"type": "linear_attention", "num_heads": 2, "head_dim": 8, "variant": "lightning"}
-    assert "layer 1 is a linear_attention layer, which the executor does not split over TP yet" in (
-        tensor_parallel_refusal(spec({"kind": "decoder", "mixer": linear}), 2))
+    linear = {"type": "linear_attention", "num_heads": 4, "num_key_heads": 2, "head_dim": 8, "variant": "gated_delta"}
+    assert tensor_parallel_refusal(spec({"kind": "decoder", "mixer": linear}), 2) is None
+    assert "linear attention with 4 heads and 2 key heads; TP4 splits both" in tensor_parallel_refusal(
+        spec({"kind": "decoder", "mixer": linear}), 4)
+    selective = {"type": "mamba", "inner_size": 48, "state_size": 4, "dt_rank": 3, "conv_kernel": 3}
+    assert "layer 1 is a mamba layer, which the executor does not split over TP yet" in (
+        tensor_parallel_refusal(spec({"kind": "decoder", "mixer": selective}), 2))
     moe = {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16}
     assert tensor_parallel_refusal(spec({"kind": "mlp", "mlp": moe}), 2) is None
     assert "layer 1's MLP is 16 wide, which TP32 must divide" in tensor_parallel_refusal(
