@@ -162,7 +162,15 @@ class LatentAttention(nn.Module):
     """DeepSeek MLA: keys and values up-projected per head from a compressed latent; a shared rotary key.
 
     head_dim = non-rotary part + ``rope_head_dim``; queries come from a ``q_lora_rank`` latent when set.
+
+    Under TP (``shard``) the up-projections and the output projection are split by heads, as Megatron-Core's
+    ``MLASelfAttention``; the down-projections and their norms stay whole (their gradients summed over the group).
+    Under CP every rank projects its tokens' latents, all-gathers them and up-projects every key and value.
     """
+
+    tensor_parallel = None
+    context_parallel = None
+    positions = None    # (query positions, key positions) under context parallelism
 
     def __init__(self, hidden_size: int, mixer: AttentionMixer):
         super().__init__()
@@ -192,16 +200,33 @@ class LatentAttention(nn.Module):
             if norm is not None:
                 norm.init_weights(generator)
 
+    def shard(self, tp: SequenceGroup) -> None:
+        split_parameter(self.q_up, "weight", 0, tp)
+        split_parameter(self.kv_up, "weight", 0, tp)
+        split_parameter(self.o_proj, "weight", 1, tp)
+        self.o_proj.tensor_parallel = tp
+        self.num_heads //= tp.size
+        self.tensor_parallel = tp
+
+    def use_positions(self, layout) -> None:
+        if layout.cp is not None:
+            self.context_parallel = layout.cp
+            self.positions = (layout.context_positions(), layout.key_positions())
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = gather_sequence(x, self.tensor_parallel)
+        query_positions, key_positions = self.positions or (None, None)
         query_input = self.q_norm(self.q_down(x)) if self.q_down is not None else x
         query = split_heads(self.q_up(query_input), self.num_heads)
-        query = torch.cat([query[..., :self.nope_dim], apply_rotary(query[..., self.nope_dim:])], dim=-1)
-        latent, shared_rope_key = torch.split(self.kv_down(x), [self.kv_norm.weight.shape[0], self.rope_dim], -1)
+        query = torch.cat([query[..., :self.nope_dim], apply_rotary(query[..., self.nope_dim:], query_positions)],
+                          dim=-1)
+        latents = gather_sequence(self.kv_down(x), self.context_parallel)
+        latent, shared_rope_key = torch.split(latents, [self.kv_norm.weight.shape[0], self.rope_dim], -1)
         keys_values = split_heads(self.kv_up(self.kv_norm(latent)), self.num_heads)
         key_nope, value = torch.split(keys_values, [self.nope_dim, self.value_dim], dim=-1)
-        rope_key = apply_rotary(shared_rope_key.unsqueeze(1)).expand(-1, self.num_heads, -1, -1)
+        rope_key = apply_rotary(shared_rope_key.unsqueeze(1), key_positions).expand(-1, self.num_heads, -1, -1)
         key = torch.cat([key_nope, rope_key], dim=-1)
-        return self.o_proj(merge_heads(causal_attention(query, key, value, self.window)))
+        return self.o_proj(merge_heads(causal_attention(query, key, value, self.window, self.positions)))
 
 
 def build_attention(hidden_size: int, mixer: AttentionMixer) -> nn.Module:

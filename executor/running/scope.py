@@ -40,7 +40,7 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
     counts must divide), the dense MLP and every MoE expert (shared ones too; expert TP = TP) by its intermediate
     width, the embedding and the head by vocabulary; norms and the router are replicated, their gradients summed
     over the group (sequence parallelism gives each rank a slice of the tokens); Mamba-2 by heads and groups,
-    linear attention by heads. Mamba-1 and latent attention (MLA) have no split here yet.
+    linear attention and latent attention (MLA: its up-projections) by heads. Mamba-1 has no split here yet.
     """
     if tp == 1:
         return None
@@ -63,8 +63,6 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
                         f"TP{tp} splits both, so it must divide both")
         elif mixer is not None and not isinstance(mixer, AttentionMixer):
             return f"layer {index} is a {mixer.type} layer, which the executor does not split over TP yet"
-        if isinstance(mixer, AttentionMixer) and mixer.is_latent:
-            return f"layer {index} is latent attention (MLA), which the executor does not split over TP yet"
         if isinstance(mixer, AttentionMixer) and (mixer.num_heads % tp or mixer.num_kv_heads % tp):
             return (f"layer {index} has {mixer.num_heads} query heads and {mixer.num_kv_heads} key/value heads; "
                     f"TP{tp} splits both by heads, so it must divide both")
@@ -79,8 +77,8 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
 
 def context_parallel_refusal(spec: ModelSpec, cp: int, tp: int) -> str | None:
     """Why ``spec`` cannot be split over ``cp`` context-parallel ranks (each then over ``tp`` sequence-parallel
-    ones), or None: the sequence is cut into 2 cp load-balanced chunks, and only softmax attention (not latent
-    attention, Mamba or linear attention, whose scans would pass state between ranks) is split here."""
+    ones), or None: the sequence is cut into 2 cp load-balanced chunks, and only softmax attention, latent
+    attention included (not Mamba or linear attention, whose scans would pass state between ranks), is split here."""
     if cp == 1:
         return None
     if spec.seq_len % (2 * cp * tp):
@@ -88,9 +86,8 @@ def context_parallel_refusal(spec: ModelSpec, cp: int, tp: int) -> str | None:
                 f"over TP{tp}, so 2 x {cp} x {tp} must divide it")
     for index, layer in enumerate(spec.layers):
         mixer = layer.mixer
-        if mixer is not None and (not isinstance(mixer, AttentionMixer) or mixer.is_latent):
-            kind = "latent attention (MLA)" if isinstance(mixer, AttentionMixer) else f"a {mixer.type} layer"
-            return f"layer {index} is {kind}, which the executor does not split over CP yet"
+        if mixer is not None and not isinstance(mixer, AttentionMixer):
+            return f"layer {index} is a {mixer.type} layer, which the executor does not split over CP yet"
     return None
 
 

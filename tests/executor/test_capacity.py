@@ -117,7 +117,9 @@ def test_tensor_parallelism_is_refused_for_the_layers_it_cannot_split_naming_the
     assert "layer 1 has 4 experts, which EP8 must divide" in expert_parallel_refusal(moe_layer, 8)
     assert expert_parallel_refusal(moe_layer, 4) is None
     latent = {**attention, "num_kv_heads": 4, "kv_lora_rank": 16, "rope_head_dim": 4}
-    assert "latent attention" in tensor_parallel_refusal(spec({"kind": "decoder", "mixer": latent}), 2)
+    assert tensor_parallel_refusal(spec({"kind": "decoder", "mixer": latent}), 2) is None
+    assert "4 query heads and 4 key/value heads; TP8" in tensor_parallel_refusal(
+        spec({"kind": "decoder", "mixer": latent}, 16), 8)
     assert "48 wide" in tensor_parallel_refusal(spec({"kind": "mlp", "mlp": dense}, 96), 32)
     assert context_parallel_refusal(spec({"kind": "decoder", "mixer": attention}, 16), 2, 2) is None
     assert "2 x 2 x 2 must divide it" in context_parallel_refusal(spec({"kind": "decoder", "mixer": attention}), 2, 2)
