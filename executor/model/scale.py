@@ -61,7 +61,8 @@ class _Scaler:
         window = None if mixer.window is None else max(1, round(mixer.window * self.seq_factor))
         if getattr(mixer, "kv_lora_rank", None):
             rope = _even(round(self.head_dim * mixer.rope_head_dim / mixer.head_dim))
-            return replace(mixer, num_heads=self.target_heads, num_kv_heads=self.target_heads,
+            heads = _multiple(self.target_heads, self.tp)
+            return replace(mixer, num_heads=heads, num_kv_heads=heads,
                            head_dim=self.head_dim, window=window, rope_head_dim=min(rope, self.head_dim - 2),
                            v_head_dim=_scaled(mixer.value_dim, self.head_dim / mixer.head_dim, 2),
                            kv_lora_rank=_scaled(mixer.kv_lora_rank, self.factor),

@@ -193,7 +193,8 @@ def test_scaled_presets_keep_their_layer_pattern_and_fit_a_cpu_run(name):
 
 @pytest.mark.parametrize("name, degrees", [("llama-3-8b", {"tp": 8}),
                                            ("qwen3-30b-a3b", {"tp": 4, "cp": 2, "dp": 2, "ep": 4}),
-                                           ("gemma-2-9b", {"tp": 2, "cp": 4})])
+                                           ("gemma-2-9b", {"tp": 2, "cp": 4}),
+                                           ("deepseek-v3", {"tp": 8, "dp": 2, "ep": 2})])
 def test_a_model_scaled_for_a_hybrid_plan_splits_over_its_axes_and_keeps_its_query_groups(name, degrees):
     """Llama 3 8B scaled alone has one key/value head, which TP8 cannot split: scaled for the plan it has eight."""
     from executor.running.scope import execution_refusal
