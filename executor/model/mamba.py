@@ -5,6 +5,10 @@ projection.
 
 The scan runs as a plain recurrence over time, h_t = exp(dt_t A) h_{t-1} + dt_t B_t x_t and y_t = C_t h_t + D x_t,
 which is what the fused kernel computes, and is fast enough at CPU scale.
+
+Under tensor parallelism (``shard``) it is split by channels: every channel's scan is independent, so only
+``x_proj``, which mixes every channel into the step size's latent and B, C (its partial sums summed over the
+group), and the output projection (row-parallel) need the group.
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ from torch import nn
 
 from executor.model.init import fill_, uniform_
 from executor.model.linear import Linear
+from executor.model.tensor_parallel import SequenceGroup, all_reduce, gather_sequence, split_parameter
 from planner.spec.model import MambaMixer
 
 
 class Mamba(nn.Module):
+    tensor_parallel = None
+
     def __init__(self, hidden_size: int, mixer: MambaMixer):
         super().__init__()
         self.inner = mixer.inner_size
@@ -49,13 +56,32 @@ class Mamba(nn.Module):
         fill_(self.D, 1.0)
         self.out_proj.init_weights(generator)
 
+    def shard(self, tp: SequenceGroup) -> None:
+        """Split by channels: the input projection's value and gate rows, the conv, ``dt_proj``'s rows, A and D
+        keep this rank's channels; ``x_proj`` takes them as its input features; the output projection is
+        row-parallel."""
+        for name in ("weight", "bias"):
+            split_parameter(self.in_proj, name, 0, tp, blocks=[self.inner, self.inner])
+            split_parameter(self.conv, name, 0, tp)
+            split_parameter(self.dt_proj, name, 0, tp)
+        split_parameter(self.x_proj, "weight", 1, tp)
+        for name in ("A_log", "D"):
+            split_parameter(self, name, 0, tp)
+        split_parameter(self.out_proj, "weight", 1, tp)
+        self.out_proj.tensor_parallel = tp
+        self.inner //= tp.size
+        self.conv.in_channels = self.conv.out_channels = self.conv.groups = self.inner
+        self.tensor_parallel = tp
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = gather_sequence(x, self.tensor_parallel)
         batch, seq_len, _ = x.shape
         values, gate = torch.split(self.in_proj(x), [self.inner, self.inner], dim=-1)
         # Causal: the conv pads both sides; keeping the first seq_len outputs drops the look-ahead.
         values = F.silu(self.conv(values.transpose(1, 2))[..., :seq_len].transpose(1, 2))      # (b, s, d)
         latent, input_matrix, output_matrix = torch.split(
-            self.x_proj(values), [self.dt_rank, self.state_size, self.state_size], dim=-1)
+            all_reduce(self.x_proj(values), self.tensor_parallel), [self.dt_rank, self.state_size, self.state_size],
+            dim=-1)
         dt = F.softplus(self.dt_proj(latent))                                                  # (b, s, d)
         decay = torch.exp(dt[..., None] * -torch.exp(self.A_log))                              # (b, s, d, n)
         state = x.new_zeros(batch, self.inner, self.state_size)

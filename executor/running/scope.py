@@ -16,7 +16,8 @@ from dataclasses import replace
 
 from planner.errors import SpecError
 from planner.plan import Plan
-from planner.spec.model import AttentionMixer, DenseMLP, LinearAttentionMixer, Mamba2Mixer, ModelSpec, MoEMLP
+from planner.spec.model import (AttentionMixer, DenseMLP, LinearAttentionMixer, Mamba2Mixer, MambaMixer, ModelSpec,
+                                MoEMLP)
 
 EXPORT_HINT = "export it to Megatron-LM or torchtitan to run it"
 
@@ -40,7 +41,7 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
     counts must divide), the dense MLP and every MoE expert (shared ones too; expert TP = TP) by its intermediate
     width, the embedding and the head by vocabulary; norms and the router are replicated, their gradients summed
     over the group (sequence parallelism gives each rank a slice of the tokens); Mamba-2 by heads and groups,
-    linear attention and latent attention (MLA: its up-projections) by heads. Mamba-1 has no split here yet.
+    linear attention and latent attention (MLA: its up-projections) by heads, Mamba-1 by channels.
     """
     if tp == 1:
         return None
@@ -61,8 +62,9 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
             if mixer.num_heads % tp or key_heads % tp:
                 return (f"layer {index} is linear attention with {mixer.num_heads} heads and {key_heads} key heads; "
                         f"TP{tp} splits both, so it must divide both")
-        elif mixer is not None and not isinstance(mixer, AttentionMixer):
-            return f"layer {index} is a {mixer.type} layer, which the executor does not split over TP yet"
+        elif isinstance(mixer, MambaMixer):
+            if mixer.inner_size % tp:
+                return f"layer {index} is Mamba with {mixer.inner_size} channels, which TP{tp} must divide"
         if isinstance(mixer, AttentionMixer) and (mixer.num_heads % tp or mixer.num_kv_heads % tp):
             return (f"layer {index} has {mixer.num_heads} query heads and {mixer.num_kv_heads} key/value heads; "
                     f"TP{tp} splits both by heads, so it must divide both")

@@ -107,8 +107,9 @@ def test_tensor_parallelism_is_refused_for_the_layers_it_cannot_split_naming_the
     assert "linear attention with 4 heads and 2 key heads; TP4 splits both" in tensor_parallel_refusal(
         spec({"kind": "decoder", "mixer": linear}), 4)
     selective = {"type": "mamba", "inner_size": 48, "state_size": 4, "dt_rank": 3, "conv_kernel": 3}
-    assert "layer 1 is a mamba layer, which the executor does not split over TP yet" in (
-        tensor_parallel_refusal(spec({"kind": "decoder", "mixer": selective}), 2))
+    assert tensor_parallel_refusal(spec({"kind": "decoder", "mixer": selective}), 2) is None
+    assert "layer 1 is Mamba with 48 channels, which TP32 must divide" in (
+        tensor_parallel_refusal(spec({"kind": "decoder", "mixer": selective}, 96), 32))
     moe = {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16}
     assert tensor_parallel_refusal(spec({"kind": "mlp", "mlp": moe}), 2) is None
     assert "layer 1's MLP is 16 wide, which TP32 must divide" in tensor_parallel_refusal(

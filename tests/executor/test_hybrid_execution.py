@@ -20,9 +20,9 @@ from planner.spec.model import load_model_spec
 SEED, LR = 3, 0.5
 
 # Every layer kind the executor splits over TP: grouped-query attention with biases, QK-norm, a sliding window and
-# sinks; Mamba-2 (heads in groups); gated delta-net (fewer key heads than value heads) and lightning attention; latent
-# attention (MLA, with a query latent); gated and plain MLPs, one with biases; biased MoE experts with a shared expert
-# and a balancing loss; the embedding tied to the head.
+# sinks; Mamba-2 (heads in groups) and Mamba-1 (biased projections); gated delta-net (fewer key heads than value
+# heads) and lightning attention; latent attention (MLA, with a query latent); gated and plain MLPs, one with biases;
+# biased MoE experts with a shared expert and a balancing loss; the embedding tied to the head.
 TP_KINDS = load_model_spec({
     "format": "adaptis.model/v1", "name": "tp-kinds", "hidden_size": 32, "vocab_size": 96, "seq_len": 12,
     "micro_batch_size": 2, "tie_embeddings": True,
@@ -44,19 +44,21 @@ TP_KINDS = load_model_spec({
                                       "variant": "lightning"}},
         {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 4, "head_dim": 12,
                                       "kv_lora_rank": 16, "q_lora_rank": 12, "rope_head_dim": 4, "v_head_dim": 8}},
+        {"kind": "decoder", "mixer": {"type": "mamba", "inner_size": 64, "state_size": 8, "dt_rank": 2,
+                                      "conv_kernel": 4, "conv_bias": False, "proj_bias": True}},
         {"kind": "head"},
     ],
 })
 # All-gathers of the sequence per micro-batch, F and I together (reduce-scatters as many): an attention, MLP or MoE
 # block gathers and scatters in F and in I; the vocabulary-parallel embedding scatters in F and gathers in I, the
 # head gathers in F and scatters in I.
-GATHERS = {0: 1, 1: 4, 2: 4, 3: 4, 4: 2, 5: 2, 6: 2, 7: 1}
-BLOCKS = {0: 0, 1: 2, 2: 2, 3: 2, 4: 1, 5: 1, 6: 1, 7: 0}   # what a full recomputation runs again (not the head)
+GATHERS = {0: 1, 1: 4, 2: 4, 3: 4, 4: 2, 5: 2, 6: 2, 7: 2, 8: 1}
+BLOCKS = {0: 0, 1: 2, 2: 2, 3: 2, 4: 1, 5: 1, 6: 1, 7: 1, 8: 0}   # what a full recomputation runs again (not the head)
 # Sums over the group per micro-batch, F and I together: the head's cross-entropy reduces its maximum, target logit
-# and sum of exponentials in F; Mamba-2's gated norm and lightning's norm over all heads their sum of squares in F
-# and that sum's gradient in I.
-ALL_REDUCES = {0: 0, 1: 0, 2: 0, 3: 2, 4: 0, 5: 2, 6: 0, 7: 3}
-FORWARD_ALL_REDUCES = {3: 1, 5: 1}   # what a full recomputation runs again
+# and sum of exponentials in F; Mamba-2's gated norm and lightning's norm over all heads their sum of squares, and
+# Mamba-1 its x_proj's partial sums, in F and their gradients in I.
+ALL_REDUCES = {0: 0, 1: 0, 2: 0, 3: 2, 4: 0, 5: 2, 6: 0, 7: 2, 8: 3}
+FORWARD_ALL_REDUCES = {3: 1, 5: 1, 7: 1}   # what a full recomputation runs again
 
 # MoE layers of every routing kind: top-2 with a shared expert and a balancing loss, top-1, biased experts
 MOE_KINDS = load_model_spec({
@@ -125,7 +127,7 @@ def test_tp2_pp2_with_split_backward_and_recomputation_on_a_v_shape_matches_one_
     """TP inside a zero-bubble V: I carries the sequence collectives, W only the deferred weight matmuls; each stage
     recomputes as planned (full, selective, none, full)."""
     recompute = ("full", "selective", "none", "full")
-    plan = hybrid(list_schedule([[0, 1], [2], [3, 4], [5, 6, 7]], [0, 1, 1, 0], num_microbatches=3,
+    plan = hybrid(list_schedule([[0, 1], [2], [3, 4], [5, 6, 7, 8]], [0, 1, 1, 0], num_microbatches=3,
                                 split_backward=True), tp=2, distributed_optimizer=False, recompute=recompute)
     assert any(action.type == "W" for action in plan.actions[0])
     result = run_and_verify(tmp_path, plan, steps=2, optimizer="adamw")
@@ -149,7 +151,7 @@ def test_tp2_pp2_with_split_backward_and_recomputation_on_a_v_shape_matches_one_
 
 
 def test_dp2_pp2_with_the_sharded_optimizer_matches_one_process(tmp_path):
-    plan = hybrid(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=3), dp=2, distributed_optimizer=True)
+    plan = hybrid(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7, 8]], num_microbatches=3), dp=2, distributed_optimizer=True)
     result = run_and_verify(tmp_path, plan, steps=2, optimizer="adamw")
     counts = collectives(result)
     assert all(counts[(rank, "dp_all_reduce")] == counts[(rank, "dp_optimizer_step")] == 2 for rank in range(4))
@@ -193,7 +195,8 @@ def test_cp2_pp2_with_experts_spread_over_the_cp_ranks_matches_one_process(tmp_p
 
 
 def test_tp2_pp2_dp2_on_eight_ranks_matches_one_process_and_folds_the_replicas(tmp_path):
-    plan = hybrid(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2), tp=2, dp=2, distributed_optimizer=True)
+    plan = hybrid(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7, 8]], num_microbatches=2), tp=2, dp=2,
+                  distributed_optimizer=True)
     result = run_and_verify(tmp_path, plan)
     events = [event for event in result.events if event["type"] in ("action", "collective")]
     assert {event["rank"] for event in events} == set(range(8))

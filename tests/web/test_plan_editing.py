@@ -358,19 +358,19 @@ def test_a_v2_plan_the_executor_runs_is_taken_as_a_run_of_every_gpu_locally_and_
     assert 'id="run-on-cpu"' in page and 'id="run-refusal"' not in page and "for real: 8 gloo ranks\n" in page
 
 
-def test_a_v2_plan_whose_model_has_a_layer_without_a_tp_form_is_refused_a_run_naming_it(client, people):
-    """The executor does not split Mamba-1 over TP: tiny-llama with a Mamba-1 layer under TP2 PP2 DP2, run as less,
+def test_a_v2_plan_whose_model_has_a_layer_tp_cannot_split_is_refused_a_run_naming_it(client, people):
+    """TP2 cannot split a Mamba-1 layer of 129 channels: tiny-llama with one under TP2 PP2 DP2, run as less,
     would be measured against a prediction of something else. Only the job's model says so (the plan alone does
     not), so the API refuses it (nothing stored, locally or on a cluster) and the page says why instead of offering
     a run, or the executor for what an export loses."""
     from adaptis_web.studio.models import Run
 
-    mamba = LayerSpec(kind="decoder", mixer=MambaMixer(inner_size=128, state_size=8, dt_rank=4))
+    mamba = LayerSpec(kind="decoder", mixer=MambaMixer(inner_size=129, state_size=8, dt_rank=4))
     tiny = load_model_preset("tiny-llama")
     spec = replace(tiny, name="tiny-llama-mamba", layers=tuple(mamba if index == 3 else layer
                                                                for index, layer in enumerate(tiny.layers)))
     plan = cpu_hybrid_plan(people, people.owner, spec, tp=2, pp=2, dp=2)
-    reason = "layer 3 is a mamba layer, which the executor does not split over TP yet"
+    reason = "layer 3 is Mamba with 129 channels, which TP2 must divide"
     api = _client(people.member)
     for body in ({"plan": plan.pk, "steps": 1}, {"plan": plan.pk, "steps": 1, "target": "cluster"}):
         response = api.post("/api/runs/", body, format="json")
