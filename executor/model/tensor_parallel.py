@@ -58,54 +58,33 @@ class SequenceGroup(ParallelGroup):
         return scattered.transpose(0, 1)
 
 
-class _GatherSequence(torch.autograd.Function):
+class _Collective(torch.autograd.Function):
+    """A collective over the group whose gradient is its adjoint over the same group (Megatron's mappings): the
+    sequence's all-gather and reduce-scatter are each other's, a sum's gradient is the sum of the gradients."""
+
     @staticmethod
-    def forward(ctx, x: torch.Tensor, tp: SequenceGroup) -> torch.Tensor:
-        ctx.tp = tp
-        return tp.all_gather_sequence(x)
+    def forward(ctx, x: torch.Tensor, tp: SequenceGroup, op: str, adjoint: str) -> torch.Tensor:
+        ctx.tp, ctx.adjoint = tp, adjoint
+        return getattr(tp, op)(x)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return ctx.tp.reduce_scatter_sequence(grad), None
-
-
-class _ReduceScatterSequence(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, tp: SequenceGroup) -> torch.Tensor:
-        ctx.tp = tp
-        return tp.reduce_scatter_sequence(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return ctx.tp.all_gather_sequence(grad), None
+        return getattr(ctx.tp, ctx.adjoint)(grad), None, None, None
 
 
 def gather_sequence(x: torch.Tensor, tp: SequenceGroup | None) -> torch.Tensor:
     """Enter a split block: the whole sequence from the group's slices (identity without TP)."""
-    return x if tp is None else _GatherSequence.apply(x, tp)
+    return x if tp is None else _Collective.apply(x, tp, "all_gather_sequence", "reduce_scatter_sequence")
 
 
 def reduce_scatter_sequence(x: torch.Tensor, tp: SequenceGroup | None) -> torch.Tensor:
     """Leave a split block: this rank's sequence slice of the group's partial sums (identity without TP)."""
-    return x if tp is None else _ReduceScatterSequence.apply(x, tp)
-
-
-class _AllReduce(torch.autograd.Function):
-    """A sum over the group that every rank's output depends on: its gradient is the sum of theirs."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, tp: SequenceGroup) -> torch.Tensor:
-        ctx.tp = tp
-        return tp.all_reduce(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return ctx.tp.all_reduce(grad), None
+    return x if tp is None else _Collective.apply(x, tp, "reduce_scatter_sequence", "all_gather_sequence")
 
 
 def all_reduce(x: torch.Tensor, tp: SequenceGroup | None) -> torch.Tensor:
-    """The sum of ``x`` over the group, differentiable (identity without TP)."""
-    return x if tp is None else _AllReduce.apply(x, tp)
+    """The sum of ``x`` over the group that every rank's output depends on, differentiable (identity without TP)."""
+    return x if tp is None else _Collective.apply(x, tp, "all_reduce", "all_reduce")
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):
