@@ -76,3 +76,15 @@ def test_the_cli_takes_a_named_cluster(tmp_path, capsys):
 
     assert main(["profile", "--model", "tiny-llama", "--cluster", "mi300x-2x8", "--out", str(tmp_path / "p.json")]) == 0
     assert json.loads((tmp_path / "p.json").read_text())["device"] == ACCELERATORS["mi300x"].device_name
+
+
+def test_a_local_cpu_cluster_is_the_cpu_host_preset_with_as_many_ranks_as_named():
+    host = load_cluster_preset("cpu-host")
+    for name, nodes, ranks in (("cpu-1x8", 1, 8), ("cpu-2x3", 2, 3)):
+        assert is_cluster_preset(name)
+        cluster = load_cluster_preset(name)
+        assert (cluster.name, cluster.nodes, cluster.devices_per_node) == (name, nodes, ranks)
+        assert cluster.device == host.device and cluster.intra_node == host.intra_node
+    with pytest.raises(SpecError) as error:
+        load_cluster_preset("cpu-0x8")
+    assert error.value.field == "cluster" and "must be >= 1" in error.value.reason

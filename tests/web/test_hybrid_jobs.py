@@ -210,6 +210,16 @@ class TestApiValidation:
         assert error["field"] == field and reason in error["reason"], error
         assert not PlanningJob.objects.exists()
 
+    def test_a_local_cpu_cluster_is_named_by_its_rank_count(self, people):
+        """cpu-1x8: this host's CPU as 8 local ranks, to rehearse a TP x PP x DP plan on a workstation."""
+        tiny = spec_create(team=people.team, owner=people.owner, spec=load_model_preset("tiny-llama"))
+        response = _api(people.member).post(reverse("api:jobs"), {
+            "spec": tiny.pk, "mode": "hybrid", "cluster_preset": "cpu-1x8", "gpus": 8, "seq_len": 32,
+            "global_batch": 16, "tp": 2, "pp": 2, "dp": 2, "recompute": "none"}, format="json")
+        assert response.status_code == 201, response.content
+        job = PlanningJob.objects.get(pk=response.json()["id"])
+        assert job.cluster_doc["devices_per_node"] == 8 and job.cluster_doc["device"]["name"] == "CPU"
+
     def test_a_saved_cluster_of_no_team_of_yours_is_a_404_naming_it(self, people, llama):
         response = _api(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
                                                                   "saved_cluster": 999999}, format="json")

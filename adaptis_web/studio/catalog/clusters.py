@@ -14,7 +14,7 @@ from planner.errors import SpecError
 
 MAX_CLUSTER_FILE_BYTES = 256 * 1024
 NAMED_CLUSTER_HELP = ("or a named cluster '<device>-<nodes>x<gpus per node>' such as 'h100-sxm-1024x8' (devices: "
-                      + ", ".join(ACCELERATORS) + ")")
+                      + ", ".join(ACCELERATORS) + "; 'cpu-1x8' is this host's CPU as 8 local ranks)")
 
 
 def cluster_parse_upload(*, content: bytes, filename: str = "", field: str = "file") -> ClusterSpec:

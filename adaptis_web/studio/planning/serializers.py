@@ -24,10 +24,12 @@ def _pin(help_text: str, limit: int = MAX_GPUS) -> serializers.IntegerField:
 
 
 # Exactly the names planner.cluster.is_cluster_preset accepts (planner.limits bounds a named cluster's nodes at
-# 2^17 and its GPUs per node at 2^10), or empty when another cluster is given.
+# 2^17 and its GPUs per node at 2^10; cpu-<hosts>x<ranks> is the cpu-host preset with that many local ranks), or
+# empty when another cluster is given.
 NODES = "0*(?:[1-9][0-9]{0,4}|1[0-2][0-9]{4}|130[0-9]{3}|1310[0-6][0-9]|13107[0-2])"
 GPUS_PER_NODE = "0*(?:[1-9][0-9]{0,2}|10[01][0-9]|102[0-4])"
-CLUSTER_PRESET_PATTERN = (f"^(?:{'|'.join(preset_names())}|(?:{'|'.join(ACCELERATORS)})-{NODES}x{GPUS_PER_NODE})?$")
+CLUSTER_PRESET_PATTERN = (f"^(?:{'|'.join(preset_names())}|(?:{'|'.join([*ACCELERATORS, 'cpu'])})-{NODES}x"
+                          f"{GPUS_PER_NODE})?$")
 
 
 @extend_schema_field({"type": "string", "pattern": CLUSTER_PRESET_PATTERN})
