@@ -15,6 +15,7 @@ import socket
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -221,19 +222,11 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
                             **({"device_id": device} if device.type == "cuda" else {}))
     try:
         control = dist.new_group(backend="gloo") if config.backend != "gloo" else dist.group.WORLD
-        groups = _parallel_groups(place, device)
+        axes = _rank_axes(place, spec, device)
         channel_groups = open_channels(lowered, place, device)
-        tensor_parallel = (SequenceGroup(groups["tp"], place.coordinate["tp"], place.config.tp)
-                           if place.config.tp > 1 else None)
-        context_parallel = (SequenceGroup(groups["cp"], place.coordinate["cp"], place.config.cp, name="cp")
-                            if place.config.cp > 1 else None)
-        layout = (SequenceLayout(spec.seq_len, tensor_parallel, context_parallel)
-                  if tensor_parallel is not None or context_parallel is not None else None)
-        expert_parallel = (ExpertParallel(groups["ep"], place.coordinate["ep"], place.config.ep)
-                           if place.config.ep > 1 else None)
         runners = build_runners(plan, spec, place.pp, config.seed, device, dtype, split_backward,
-                                layout=layout, data_parallel=place.config.dp,
-                                expert_parallel=expert_parallel)
+                                layout=axes.layout, data_parallel=place.config.dp,
+                                expert_parallel=axes.expert_parallel)
         tied_sync = _tied_gradient_sync(plan, spec, place, runners)
         sharded = plan.parallel is not None and plan.parallel.distributed_optimizer
         emitter = EventEmitter(open_sink(config.event_sink, config.event_token_file) if config.event_sink else None)
@@ -245,16 +238,17 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
                           "strategy": plan.strategy, "model": spec.name, "started_at": started_at,
                           "facts": facts})
         runtime = RankRuntime(place=place, plan=plan, spec=spec, program=program, runners=runners,
-                              optimizers=_optimizers(config, runners, sharded, groups), device=device, dtype=dtype,
+                              optimizers=_optimizers(config, runners, sharded, axes.groups), device=device,
+                              dtype=dtype,
                               seed=config.seed, clock=clock, emitter=emitter, tied_sync=tied_sync,
                               messages_per_channel=lowered.max_channel_length(),
                               step_barrier_group=control if config.step_barriers else None,
-                              channel_groups=channel_groups, layout=layout,
-                              expert_parallel=expert_parallel, groups=groups)
+                              channel_groups=channel_groups, layout=axes.layout,
+                              expert_parallel=axes.expert_parallel, groups=axes.groups)
         losses = [runtime.run_step(step) for step in range(config.steps)]
         emitter.close()
         if config.checkpoint_dir:
-            _save_layers(config.checkpoint_dir, plan, place, runners, tensor_parallel, expert_parallel)
+            _save_layers(config.checkpoint_dir, plan, place, runners, axes.tensor_parallel, axes.expert_parallel)
         gathered = [None] * world_size if rank == 0 else None
         own_actions = [event for event in emitter.events if event["type"] in ("action", "collective")]
         dist.gather_object({"events": own_actions, "undelivered": emitter.undelivered,
@@ -270,6 +264,32 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
         return result
     finally:
         dist.destroy_process_group()
+
+
+@dataclass
+class RankAxes:
+    """This rank's groups besides the pipeline, and the places the model's layers need them."""
+
+    groups: dict                                  # "tp", "cp", "dp" (dp x cp with CP), "ep", "edp": process groups
+    layout: SequenceLayout | None = None          # TP and CP: which tokens the rank holds
+    expert_parallel: ExpertParallel | None = None
+
+    @property
+    def tensor_parallel(self) -> SequenceGroup | None:
+        return self.layout.tp if self.layout is not None else None
+
+
+def _rank_axes(place: RankPlace, spec: ModelSpec, device: torch.device) -> RankAxes:
+    groups = _parallel_groups(place, device)
+    tensor_parallel = (SequenceGroup(groups["tp"], place.coordinate["tp"], place.config.tp)
+                       if place.config.tp > 1 else None)
+    context_parallel = (SequenceGroup(groups["cp"], place.coordinate["cp"], place.config.cp, name="cp")
+                        if place.config.cp > 1 else None)
+    layout = (SequenceLayout(spec.seq_len, tensor_parallel, context_parallel)
+              if tensor_parallel is not None or context_parallel is not None else None)
+    expert_parallel = (ExpertParallel(groups["ep"], place.coordinate["ep"], place.config.ep)
+                       if place.config.ep > 1 else None)
+    return RankAxes(groups, layout, expert_parallel)
 
 
 def _parallel_groups(place: RankPlace, device: torch.device) -> dict:
