@@ -12,6 +12,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from adaptis_web.studio.models import JobStatus, Run, RunCollective, RunEvent
+from adaptis_web.studio.planning.comparison import compare_items
 from adaptis_web.studio.runs.run_control import run_step_tokens
 from tests.conftest import cpu_hybrid_plan
 
@@ -70,6 +71,14 @@ def test_a_tp2_pp2_dp2_plan_runs_on_8_ranks_with_every_ranks_actions_and_its_col
     total = len(actions) + len(collectives)
     assert (len(page["events"]), len(page["collectives"]), page["last_seq"]) == (len(actions), len(collectives), total)
     assert sorted(row["seq"] for row in page["events"] + page["collectives"]) == list(range(1, total + 1))
+
+    # The compare page folds the replicas as the run page does: one bar per (pipeline rank, action), its bubble that of
+    # the folded step (4 replicas' busy times summed into one device would leave none).
+    (item,), errors = compare_items(user=people.member, plan_ids=[], run_ids=[str(run.pk)])
+    assert not errors and len(item["timeline"]) == sum(len(actions) for actions in plan.plan_doc["actions"])
+    assert min(entry["start_ms"] for entry in item["timeline"]) == 0.0
+    busy = sum(entry["end_ms"] - entry["start_ms"] for entry in item["timeline"])
+    assert item["metrics"]["bubble_ratio"] == pytest.approx(1 - busy / (2 * item["span_ms"]))
 
     client.force_login(people.member)
     html = client.get(reverse("studio:run", args=[run.pk])).content.decode()

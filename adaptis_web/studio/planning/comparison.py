@@ -4,10 +4,15 @@ global batch or the GPU count differs, where iteration times do not compare).
 
 A plan contributes its predicted iteration; a run its last observed step, every event shifted so the step's first
 action starts at 0 (a run's clock counts from the ranks' start, which includes process start-up). The observed
-iteration is that step's span (first start to last end) and its bubble the idle share of devices x span.
+iteration is that step's span (first start to last end) and its bubble the idle share of devices x span. A hybrid
+run's pipeline ranks each ran on several ranks (its TP x CP x DP replicas): each action is folded to the median of
+their starts and ends, as the run page draws it.
 """
 
 from __future__ import annotations
+
+from collections import defaultdict
+from statistics import median
 
 from django.contrib.auth.models import AbstractBaseUser
 
@@ -52,10 +57,7 @@ def _plan_item(plan) -> dict:
 def _run_item(run) -> dict:
     last = RunEvent.objects.filter(run=run).order_by("-step").values_list("step", flat=True).first()
     events = list(RunEvent.objects.filter(run=run, step=last).order_by("start_ms")) if last is not None else []
-    origin = events[0].start_ms if events else 0.0
-    timeline = [{"device": event.device, "action": event.action, "stage": event.stage, "type": event.kind,
-                 "microbatch": event.microbatch, "start_ms": event.start_ms - origin, "end_ms": event.end_ms - origin}
-                for event in events if event.kind in planner_service.ACTION_KINDS]
+    timeline = _folded_timeline([event for event in events if event.kind in planner_service.ACTION_KINDS])
     num_devices = run.plan.plan_doc["num_devices"]
     observed = planner_service.summarize_observed(
         [{"step": last, "device": entry["device"], "kind": entry["type"], "start_ms": entry["start_ms"],
@@ -69,6 +71,23 @@ def _run_item(run) -> dict:
             "metrics": {"iteration_ms": span or None,
                         "bubble_ratio": observed["bubble_ratio"] if span else None,
                         "peak_memory_bytes": None, "tokens_per_s": tokens / (span / 1e3) if span else None}}
+
+
+def _folded_timeline(events: list[RunEvent]) -> list[dict]:
+    """One entry per (device, action) of the step: the median start and end over the ranks that ran it (a pipeline
+    rank's replicas; one rank in a pipeline-only run), from the step's first start."""
+    replicas = defaultdict(list)
+    for event in events:
+        replicas[(event.device, event.action)].append(event)
+    timeline = sorted(({"device": device, "action": action, "stage": ran[0].stage, "type": ran[0].kind,
+                        "microbatch": ran[0].microbatch, "start_ms": median(event.start_ms for event in ran),
+                        "end_ms": median(event.end_ms for event in ran)}
+                       for (device, action), ran in replicas.items()), key=lambda entry: entry["start_ms"])
+    origin = timeline[0]["start_ms"] if timeline else 0.0
+    for entry in timeline:
+        entry["start_ms"] -= origin
+        entry["end_ms"] -= origin
+    return timeline
 
 
 def _add_differences(items: list[dict]) -> None:
