@@ -192,9 +192,9 @@ class RankRuntime:
 
     def _step(self, step: int) -> float | None:
         self.step, self.collectives_in_step = step, 0
-        # every replica draws the whole step's batch and trains on its own micro-batches of it
-        batch = synthetic_batch(self.spec, self.plan.num_microbatches * self.place.config.dp, seed=self.seed,
-                                step=step, dtype=self.dtype, device=self.device)
+        # each data-parallel replica trains on its own micro-batches of the step, and draws only those
+        batch = synthetic_batch(self.spec, self.plan.num_microbatches, seed=self.seed, step=step, dtype=self.dtype,
+                                device=self.device, first_microbatch=self.coordinate["dp"] * self.plan.num_microbatches)
         state = StepState()
         program, position = self.program, 0
         while position < len(program):
