@@ -79,6 +79,10 @@ class Plan:
     def stage_device(self, stage: int) -> int:
         return self.stages[stage].device
 
+    def parallel_config(self) -> ParallelConfig:
+        """The hybrid configuration; for a plan without one, its pipeline alone (every other degree 1)."""
+        return self.parallel or ParallelConfig(pp=self.num_devices, num_microbatches=self.num_microbatches)
+
     def stages_on(self, device: int) -> list[int]:
         return [index for index, stage in enumerate(self.stages) if stage.device == device]
 

@@ -25,8 +25,7 @@ class RankPlace:
 
     @classmethod
     def of(cls, plan: Plan, rank: int) -> RankPlace:
-        return cls(rank, plan.parallel or ParallelConfig(pp=plan.num_devices,
-                                                         num_microbatches=plan.num_microbatches))
+        return cls(rank, plan.parallel_config())
 
     @property
     def coordinate(self) -> dict:

@@ -24,7 +24,7 @@ EXPORT_HINT = "export it to Megatron-LM or torchtitan to run it"
 
 def world_size(plan: Plan) -> int:
     """The ranks a run of ``plan`` starts: one per GPU of a hybrid plan, else one per pipeline device."""
-    return plan.parallel.num_gpus if plan.parallel is not None else plan.num_devices
+    return plan.parallel_config().num_gpus
 
 
 def planned_spec(plan: Plan, spec: ModelSpec) -> ModelSpec:
