@@ -4,10 +4,14 @@ Each row asks the hybrid planner (``planner.parallel.planning.search``) for a pl
 local CPU cluster (``cpu-1x<ranks>``), runs it on that many local gloo ranks in float64 for two AdamW steps, and
 compares every layer's update and every step's loss with the same steps in one process
 (``executor.running.reference``, what ``python -m executor run --verify`` prints). The table gives the largest
-difference of an update relative to that parameter's largest update, the largest absolute difference, and how
-many collectives each rank ran per step (the run's events), with the run's wall time on this host.
+difference of an update relative to that parameter's largest update (and the tensor where it is largest), the largest
+absolute difference, and how many collectives each rank ran per step (the run's events), with the run's wall time on
+this host.
 
-    .venv/bin/python benchmarks/hybrid_exactness.py [--steps 2]
+``--backend nccl`` runs the rows on this host's GPUs, one per rank (NCCL allows no two ranks on one GPU), in float64
+on CUDA against the reference on the CPU; rows with more ranks than GPUs are listed as not run.
+
+    .venv/bin/python benchmarks/hybrid_exactness.py [--steps 2] [--backend nccl]
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from planner.spec.presets import load_model_preset  # noqa: E402
 
 # (what the row shows, model preset, pinned degrees)
 ROWS = [
+    ("one rank, every layer kind", "tiny-hybrid", {"tp": 1, "pp": 1, "dp": 1}),
     ("TP2 x PP2", "tiny-llama", {"tp": 2, "pp": 2, "dp": 1}),
     ("CP2 x PP2", "tiny-llama", {"cp": 2, "pp": 2, "dp": 1}),
     ("DP2 x PP2, ZeRO-1", "tiny-llama", {"dp": 2, "pp": 2, "tp": 1}),
@@ -55,11 +60,14 @@ def plan_for(model: str, pins: dict):
     return spec, result.best.plan
 
 
-def row(name: str, model: str, pins: dict, steps: int) -> list[str]:
+def row(name: str, model: str, pins: dict, steps: int, backend: str) -> list[str]:
     spec, plan = plan_for(model, pins)
+    if backend == "nccl" and world_size(plan) > torch.cuda.device_count():
+        return [name, model, plan.parallel.short(), str(world_size(plan)),
+                f"not run: {torch.cuda.device_count()} GPU(s) here", "", "", "", "", ""]
     with tempfile.TemporaryDirectory() as checkpoint:
         started = time.perf_counter()
-        result = run_plan(plan, spec, seed=1, steps=steps, optimizer="adamw", lr=LR, dtype="fp64",
+        result = run_plan(plan, spec, backend=backend, seed=1, steps=steps, optimizer="adamw", lr=LR, dtype="fp64",
                           checkpoint_dir=checkpoint, timeout_s=300)
         seconds = time.perf_counter() - started
         verification = compare_to_reference(checkpoint, spec, num_microbatches=plan.num_microbatches,
@@ -69,19 +77,21 @@ def row(name: str, model: str, pins: dict, steps: int) -> list[str]:
     per_rank = Counter(event["rank"] for event in result.events if event["type"] == "collective")
     collectives = statistics.median(per_rank[rank] for rank in range(world_size(plan))) / steps
     return [name, model, plan.parallel.short(), str(world_size(plan)), f"{verification.largest_relative:.1e}",
-            f"{verification.largest_difference:.1e}", f"{loss:.1e}", f"{collectives:.0f}", f"{seconds:.1f}"]
+            f"{verification.largest_difference:.1e}", f"{loss:.1e}", verification.worst, f"{collectives:.0f}",
+            f"{seconds:.1f}"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     args = parser.parse_args()
-    header = ["axes", "model", "plan", "ranks", "update rel. diff", "abs. diff", "loss rel. diff",
+    header = ["axes", "model", "plan", "ranks", "update rel. diff", "abs. diff", "loss rel. diff", "worst tensor",
               "collectives / rank / step", "run s"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for name, model, pins in ROWS:
-        print("| " + " | ".join(row(name, model, pins, args.steps)) + " |", flush=True)
+        print("| " + " | ".join(row(name, model, pins, args.steps, args.backend)) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -171,7 +171,8 @@ def _measure_distinct_layers(spec: ModelSpec, **measure) -> tuple[LayerProfile, 
 
 def _measure_layers(spec: ModelSpec, *, device: torch.device, dtype: torch.dtype, repeats: int, warmup: int,
                     seed: int) -> tuple[LayerProfile, ...]:
-    modules = list(build_layers(spec, range(spec.num_layers), seed=seed, device=device, dtype=dtype).values())
+    modules = list(build_layers(spec, range(spec.num_layers), seed=seed, device=device, dtype=dtype,
+                                draw_on_device=True).values())
     kinds = [layer.kind for layer in spec.layers]
     first_input, labels = _model_input(spec, device, dtype, seed)
     memory = _layer_memory(modules, first_input, labels)

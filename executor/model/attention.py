@@ -23,10 +23,13 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor | None = None) -> torc
     ``positions`` (0 .. s-1 by default)."""
     seq_len, head_dim = x.shape[-2], x.shape[-1]
     half = head_dim // 2
-    inv_freq = ROPE_BASE ** (-torch.arange(half, device=x.device, dtype=torch.float32) / max(half, 1))
+    # The angles in float32 for bf16/fp16/fp32 runs (as Llama's and Megatron's rotary tables), in float64 for a float64
+    # run: float32 sines differ between the CPU and CUDA by an ulp (6e-8), which a float64 check must not see.
+    angle_dtype = torch.promote_types(x.dtype, torch.float32)
+    inv_freq = ROPE_BASE ** (-torch.arange(half, device=x.device, dtype=angle_dtype) / max(half, 1))
     if positions is None:
         positions = torch.arange(seq_len, device=x.device)
-    angles = positions.to(device=x.device, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    angles = positions.to(device=x.device, dtype=angle_dtype)[:, None] * inv_freq[None, :]
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     first, second = x[..., :half], x[..., half:2 * half]
     rotated = torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)

@@ -12,20 +12,25 @@ import torch
 INIT_STD = 0.02
 
 
-def layer_generator(seed: int, layer_index: int) -> torch.Generator:
+def layer_generator(seed: int, layer_index: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """The layer's generator: on the CPU for every run (values shared by each rank and the reference); on another
+    device only where nothing compares values (a profile, ``build_layers(draw_on_device=True)``)."""
     # Large odd multiplier keeps (seed, layer) pairs from colliding for any realistic depth.
-    return torch.Generator(device="cpu").manual_seed(seed * 1_000_003 + layer_index)
+    return torch.Generator(device=device).manual_seed(seed * 1_000_003 + layer_index)
 
 
 def normal_(tensor: torch.Tensor, generator: torch.Generator, std: float = INIT_STD) -> None:
-    """Fill in float32 on the CPU, then copy: the values do not depend on the target device or dtype."""
-    values = torch.empty(tensor.shape, dtype=torch.float32).normal_(0.0, std, generator=generator)
+    """Fill in float32 on the generator's device (the CPU but for profiles), then copy: the values do not depend on
+    the target device or dtype."""
+    values = torch.empty(tensor.shape, dtype=torch.float32, device=generator.device)
+    values.normal_(0.0, std, generator=generator)
     with torch.no_grad():
         tensor.copy_(values)
 
 
 def uniform_(tensor: torch.Tensor, generator: torch.Generator, low: float, high: float) -> None:
-    values = torch.empty(tensor.shape, dtype=torch.float32).uniform_(low, high, generator=generator)
+    values = torch.empty(tensor.shape, dtype=torch.float32, device=generator.device)
+    values.uniform_(low, high, generator=generator)
     with torch.no_grad():
         tensor.copy_(values)
 

@@ -23,9 +23,9 @@ from executor.model.tensor_parallel import (SequenceGroup, gather_sequence, redu
 from planner.spec.model import AttentionMixer, LayerSpec, LinearAttentionMixer, Mamba2Mixer, MambaMixer, ModelSpec
 
 
-def init_embedding_table(table: torch.Tensor, seed: int) -> None:
+def init_embedding_table(table: torch.Tensor, seed: int, device: torch.device | str = "cpu") -> None:
     """The embedding table is layer 0's first draw; a tied head on another rank repeats the same draw."""
-    normal_(table, layer_generator(seed, 0))
+    normal_(table, layer_generator(seed, 0, device))
 
 
 class Embedding(nn.Module):
@@ -39,8 +39,8 @@ class Embedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size))
         self.positions = nn.Parameter(torch.empty(positions, hidden_size)) if positions else None
 
-    def init_weights(self, seed: int, layer_index: int) -> None:
-        generator = layer_generator(seed, 0)
+    def init_weights(self, seed: int, layer_index: int, device: torch.device | str = "cpu") -> None:
+        generator = layer_generator(seed, 0, device)
         normal_(self.weight, generator)   # the draw init_embedding_table repeats for a tied head
         if self.positions is not None:
             normal_(self.positions, generator)
@@ -95,8 +95,8 @@ class Decoder(nn.Module):
         self.mlp_norm = build_norm(norm, hidden_size) if layer.mlp is not None else None
         self.mlp = build_mlp(hidden_size, layer.mlp) if layer.mlp is not None else None
 
-    def init_weights(self, seed: int, layer_index: int) -> None:
-        generator = layer_generator(seed, layer_index)
+    def init_weights(self, seed: int, layer_index: int, device: torch.device | str = "cpu") -> None:
+        generator = layer_generator(seed, layer_index, device)
         for part in (self.mixer_norm, self.mixer, self.mlp_norm, self.mlp):
             if part is not None:
                 part.init_weights(generator)
@@ -116,8 +116,8 @@ class MLPLayer(nn.Module):
         self.norm = build_norm(norm, hidden_size)
         self.mlp = build_mlp(hidden_size, layer.mlp)
 
-    def init_weights(self, seed: int, layer_index: int) -> None:
-        generator = layer_generator(seed, layer_index)
+    def init_weights(self, seed: int, layer_index: int, device: torch.device | str = "cpu") -> None:
+        generator = layer_generator(seed, layer_index, device)
         self.norm.init_weights(generator)
         self.mlp.init_weights(generator)
 
@@ -144,11 +144,11 @@ class Head(nn.Module):
     def share_table(self, embedding: Embedding) -> None:
         self.weight = embedding.weight
 
-    def init_weights(self, seed: int, layer_index: int) -> None:
-        generator = layer_generator(seed, layer_index)
+    def init_weights(self, seed: int, layer_index: int, device: torch.device | str = "cpu") -> None:
+        generator = layer_generator(seed, layer_index, device)
         self.norm.init_weights(generator)
         if self.tied:
-            init_embedding_table(self.weight, seed)
+            init_embedding_table(self.weight, seed, device)
         else:
             normal_(self.weight, generator)
 

@@ -112,7 +112,7 @@ def compare_to_reference(checkpoint_dir: str | Path, spec: ModelSpec, *, num_mic
         path = Path(checkpoint_dir) / f"layer{layer:04d}.pt"
         if not path.is_file():
             raise SpecError("checkpoint_dir", f"layer {layer}: the run saved no {path.name} in {checkpoint_dir}")
-        saved = torch.load(path, weights_only=True)
+        saved = torch.load(path, weights_only=True, map_location="cpu")
         if saved.keys() != reference.keys():
             raise SpecError("checkpoint_dir", f"layer {layer}: {path.name} holds {sorted(saved)}, the reference's "
                                               f"layer holds {sorted(reference)}")

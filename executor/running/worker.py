@@ -189,7 +189,9 @@ def _save_layers(directory: str, plan: Plan, place: RankPlace, runners: dict[int
         for layer_index, module in zip(plan.stages[stage].layers, runner.layers):
             state = full_state_dict(module, tensor_parallel, expert_parallel)
             if place.writes_checkpoint():
-                torch.save(state, os.path.join(directory, f"layer{layer_index:04d}.pt"))
+                # On the CPU: a checkpoint loads on any host, with or without the run's GPUs.
+                torch.save({name: value.cpu() for name, value in state.items()},
+                           os.path.join(directory, f"layer{layer_index:04d}.pt"))
 
 
 def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir: Path | None) -> dict | None:
