@@ -52,7 +52,18 @@ starts once the CPUs are idle and is repeated (up to 3 times, the least disturbe
 programs used more than 10 % of the host's CPU meanwhile (``shared_host.measure_quietly``); the table
 shows that share for each run, and the load average at start and end.
 
-    .venv/bin/python benchmarks/prediction_fidelity.py [--steps 12] [--warmup 3]
+Hybrid plans (``--hybrid``): plans with TP, CP and DP beside the pipeline, planned on a local CPU cluster
+(``cpu-1x<ranks>``) by the hybrid planner. Their prediction cannot come from a profile of whole layers timed alone
+(each rank runs a TP or CP shard of its layers, its collectives inside its actions), so it comes from the closed
+loop: one run of the first plan (TP2 x PP2) calibrates the cluster, as `planner calibrate` would a user's (each
+link class's collective latency and bandwidth fitted to its collective events,
+``planner.calibrate.fit_collective_links``; the device's per-kernel overhead fitted so that the analytic shards of
+the plan's layers take what its actions took, ``fit_run_kernel_overhead``), and every plan, that first one's next
+launches included, is then planned and predicted by the hybrid planner on the calibrated cluster and run. The
+table gives the prediction on the cluster as shipped beside it, and per collective op the fitted model's median
+time against the observed median.
+
+    .venv/bin/python benchmarks/prediction_fidelity.py [--steps 12] [--warmup 3] [--hybrid]
 """
 
 from __future__ import annotations
@@ -73,9 +84,16 @@ from executor.model.scale import scale_spec  # noqa: E402
 from executor.measuring.profiler import measure_profile_alongside  # noqa: E402
 from executor.measuring.stage_timing import measure_stage_timings  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402
-from planner.calibrate import (after_warmup, fit_message_overhead, measure_message_overhead,  # noqa: E402
-                               recalibrate, recalibrate_durations, stage_durations, with_message_overhead)
-from planner.cluster import load_cluster  # noqa: E402
+from planner.calibrate import (EXECUTED_GROUPS, after_warmup, fit_collective_links,  # noqa: E402
+                               fit_message_overhead, fit_run_kernel_overhead, measure_message_overhead,
+                               observed_iteration_ms, recalibrate, recalibrate_durations, stage_durations,
+                               with_fitted_links, with_kernel_overhead, with_message_overhead)
+from planner.cluster import load_cluster, load_cluster_preset  # noqa: E402
+from planner.parallel.config import ParallelConfig  # noqa: E402
+from planner.parallel.cost import collective_ms  # noqa: E402
+from planner.parallel.mapping import RankMapping  # noqa: E402
+from planner.parallel.planning import predict as hybrid_predict  # noqa: E402
+from planner.parallel.planning import search as hybrid_search  # noqa: E402
 from planner.simulator import simulate  # noqa: E402
 from planner.spec.presets import load_model_preset  # noqa: E402
 from shared_host import load_average, measure_quietly, retried_once  # noqa: E402
@@ -160,6 +178,84 @@ def run_spread(runs, warmup: int, num_devices: int) -> float:
     return (max(medians) - min(medians)) / statistics.median(medians)
 
 
+# (row, pinned degrees): every plan on HYBRID_RANKS local ranks; the first one's run calibrates the cluster.
+HYBRID_CASES = [("TP2 x PP2", {"tp": 2, "cp": 1, "dp": 1, "pp": 2}),
+                ("DP2 x PP2, ZeRO-1", {"tp": 1, "cp": 1, "dp": 2, "pp": 2}),
+                ("CP2 x PP2", {"tp": 1, "cp": 2, "dp": 1, "pp": 2}),
+                ("TP2 x CP2", {"tp": 2, "cp": 2, "dp": 1, "pp": 1})]
+HYBRID_RANKS, HYBRID_MICROBATCHES = 4, 8
+HYBRID_MODEL, HYBRID_SCALE = "llama-3-8b", {"hidden_size": 128, "head_dim": 32, "seq_len": 128}
+
+
+def hybrid_plan(spec, cluster, pins: dict):
+    """The hybrid planner's plan with ``pins`` on ``cluster`` (a name or a ClusterSpec) and its prediction there."""
+    pins = {"ep": 1, "recompute": "none", "microbatch_size": spec.micro_batch_size, **pins}
+    global_batch = spec.micro_batch_size * pins["dp"] * HYBRID_MICROBATCHES
+    best = hybrid_search(spec, cluster, HYBRID_RANKS, spec.seq_len, global_batch, pins).best
+    return best.plan
+
+
+def hybrid_observed(plan, spec, args) -> tuple[float, list[dict], list]:
+    """(median steady iteration over ``args.runs`` launches, their steady events, the runs)."""
+    runs = [measure_quietly(lambda: retried_once(lambda: run_plan(plan, spec, steps=args.steps, timeout_s=600)))
+            for _ in range(args.runs)]
+    steady = [[event for event in run.value.events if event.get("step", 0) >= args.warmup] for run in runs]
+    iterations = [observed_iteration_ms(plan, events) for events in steady]
+    return statistics.median(iterations), [event for events in steady for event in events], runs
+
+
+def hybrid_main(args) -> None:
+    shipped = load_cluster_preset(f"cpu-1x{HYBRID_RANKS}")
+    spec = scale_spec(load_model_preset(HYBRID_MODEL), **HYBRID_SCALE,
+                      parallel=ParallelConfig(tp=2, cp=2, pp=1, dp=1, num_microbatches=HYBRID_MICROBATCHES))
+    print(f"{usable_cores()} CPU cores, {HYBRID_RANKS} gloo ranks; {spec.name} ({spec.num_layers} layers, hidden "
+          f"{spec.hidden_size}, sequence {spec.seq_len}), {HYBRID_MICROBATCHES} micro-batches per pipeline; observed "
+          f"= median over {args.runs} launches of each launch's median iteration over {args.steps - args.warmup} "
+          f"steps after {args.warmup} warm-up steps; load average {load_average()} at start\n")
+    calibrating = hybrid_plan(spec, shipped, HYBRID_CASES[0][1])
+    _, events, _ = hybrid_observed(calibrating, spec, args)
+    fits = fit_collective_links(calibrating.parallel, shipped, events)
+    linked = with_fitted_links(shipped, fits)
+    overhead_us = fit_run_kernel_overhead(calibrating, spec, linked, spec.seq_len, events)
+    calibrated = with_kernel_overhead(linked, overhead_us)
+    for fit in fits:
+        bandwidth = "not told" if fit.bandwidth_gb_s is None else f"{fit.bandwidth_gb_s:.2f} GB/s"
+        print(f"calibrated on {HYBRID_CASES[0][0]}'s run: {fit.link} latency {fit.latency_us:.0f} us, bandwidth "
+              f"{bandwidth} ({fit.samples} collectives, median fit error {fit.median_error:.0%}); per-kernel "
+              f"overhead {overhead_us:.1f} us (shipped: {shipped.device.kernel_overhead_us:.1f} us)")
+    print("\n| plan | planned | predicted ms, shipped cluster | predicted ms, calibrated | observed ms | error "
+          "| error, shipped | run-to-run spread | other programs' CPU, worst run |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    errors, collectives = [], defaultdict(lambda: ([], []))
+    for name, pins in HYBRID_CASES:
+        plan = hybrid_plan(spec, calibrated, pins)
+        predicted = hybrid_predict(plan, spec, calibrated, spec.seq_len)["predicted"]["pipeline_ms"]
+        uncalibrated = hybrid_predict(plan, spec, shipped, spec.seq_len)["predicted"]["pipeline_ms"]
+        observed, events, runs = hybrid_observed(plan, spec, args)
+        iterations = [observed_iteration_ms(plan, [e for e in run.value.events if e.get("step", 0) >= args.warmup])
+                      for run in runs]
+        errors.append(abs(predicted - observed) / observed)
+        mapping = RankMapping(plan.parallel, calibrated)
+        for event in events:
+            group, _, kind = event.get("op", "").partition("_")
+            if event.get("type") == "collective" and group in EXECUTED_GROUPS and "optimizer" not in kind:
+                span = mapping.span(EXECUTED_GROUPS[group])
+                kind = "all_reduce" if kind.endswith("all_reduce") else kind
+                collectives[event["op"]][0].append(collective_ms(kind, event["bytes"], span))
+                collectives[event["op"]][1].append(event["end_ms"] - event["start_ms"])
+        print(f"| {name} | {plan.parallel.short()} {plan.strategy} | {uncalibrated:.1f} | {predicted:.1f} | "
+              f"{observed:.1f} | {(predicted - observed) / observed:+.1%} "
+              f"| {(uncalibrated - observed) / observed:+.1%} | {(max(iterations) - min(iterations)) / observed:.0%} "
+              f"| {max(run.other_load for run in runs):.0%} |", flush=True)
+    print(f"\nmedian |error| {statistics.median(errors):.1%} over {len(errors)} plans (the first, "
+          f"{HYBRID_CASES[0][0]}, the calibration's own plan on later launches); load average {load_average()} at end")
+    print("\n| collective | count | fitted model median ms | observed median ms |")
+    print("|---|---:|---:|---:|")
+    for op, (model_ms, observed_ms) in sorted(collectives.items()):
+        print(f"| {op} | {len(observed_ms)} | {statistics.median(model_ms):.3f} "
+              f"| {statistics.median(observed_ms):.3f} |")
+
+
 def bubbles(iteration_ms: float, busy_ms: list[float]) -> str:
     return " / ".join(f"{max(0.0, 1 - busy / iteration_ms):.0%}" for busy in busy_ms)
 
@@ -172,9 +268,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="executor runs per plan, their steps pooled")
     parser.add_argument("--repeats", type=int, default=15, help="profiler timings per layer and kind")
     parser.add_argument("--only", help="run only the cases whose 'model/schedule' contains this text")
+    parser.add_argument("--hybrid", action="store_true", help="the hybrid plans' table instead (see above)")
     args = parser.parse_args()
     if args.steps <= args.warmup:
         parser.error("--steps must exceed --warmup")
+    if args.hybrid:
+        hybrid_main(args)
+        return
     devices, threads = args.devices, fair_share_threads(args.devices)
     link = measure_quietly(lambda: measure_link(launches=5)).value
     probed = load_cluster(local_cluster(devices, link))

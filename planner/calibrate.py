@@ -21,14 +21,20 @@ of models the device has not run start from its real fixed cost per op.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from statistics import fmean, median
+
+import numpy as np
 
 from planner.actions import ActionKind
 from planner.cluster import ClusterSpec
 from planner.cost import analytic_profile
 from planner.errors import SpecError
 from planner.observed import step_spans
+from planner.parallel.config import ParallelConfig
+from planner.parallel.cost import collective_terms
+from planner.parallel.mapping import RankMapping
+from planner.parallel.planning import pipeline
 from planner.plan import Action, Plan
 from planner.profile import Profile
 from planner.simulator import simulate
@@ -145,14 +151,18 @@ def recalibrate_durations(profile: Profile, plan: Plan, durations: dict[tuple[in
     return replace(profile, layers=tuple(layers), source="calibrated")
 
 
+def action_ms(profile: Profile, plan: Plan, stage: int, kind: str) -> float:
+    """What ``profile`` predicts one ``kind`` action of ``stage`` takes (its layers' parts that kind covers)."""
+    parts = ActionKind.parse(kind, "durations").profile_parts
+    return sum(getattr(profile.layers[index], part) for index in plan.stages[stage].layers for part in parts)
+
+
 def _factors(profile: Profile, plan: Plan, stage: int, kind: str, observed_ms: float) -> dict[str, float]:
     """Observed / predicted for the parts an action of ``kind`` covers; none when nothing was predicted."""
-    parts = ActionKind.parse(kind, "durations").profile_parts
-    layers = [profile.layers[index] for index in plan.stages[stage].layers]
-    predicted = sum(getattr(layer, part) for layer in layers for part in parts)
+    predicted = action_ms(profile, plan, stage, kind)
     if predicted <= 0:
         return {}
-    return {part: observed_ms / predicted for part in parts}
+    return {part: observed_ms / predicted for part in ActionKind.parse(kind, "durations").profile_parts}
 
 
 def fit_kernel_overhead(spec: ModelSpec, cluster: ClusterSpec, measured: Profile) -> float:
@@ -168,20 +178,149 @@ def fit_kernel_overhead(spec: ModelSpec, cluster: ClusterSpec, measured: Profile
         raise SpecError("measured", f"has {measured.num_layers} layers, the model {len(spec.layers)}")
 
     def total_ms(overhead_us: float) -> float:
-        device = replace(cluster.device, kernel_overhead_us=overhead_us)
-        profile = analytic_profile(spec, replace(cluster, device=device))
+        profile = analytic_profile(spec, with_kernel_overhead(cluster, overhead_us))
         return sum(layer.forward + layer.backward_input + layer.backward_weight for layer in profile.layers)
 
-    without = total_ms(0.0)
-    kernels_ms_per_us = total_ms(1.0) - without
     observed = sum(layer.forward + layer.backward_input + layer.backward_weight for layer in measured.layers)
-    return max(0.0, (observed - without) / kernels_ms_per_us)
+    return _linear_overhead(total_ms, observed)
+
+
+def fit_run_kernel_overhead(plan: Plan, model: ModelSpec, cluster: ClusterSpec, seq_len: int,
+                            observed_events: list[dict]) -> float:
+    """The per-kernel overhead (us) at which the analytic pipeline profile of the v2 ``plan`` on ``cluster``
+    (``planner.parallel.planning.pipeline``: one TP x CP GPU's share of every layer, its collectives on the
+    cluster's links) takes, over all the plan's actions, as long as the run's actions took (each (stage, kind) at
+    its mean observed duration): ``fit_kernel_overhead`` for a run whose layers were never profiled alone, such as
+    a hybrid run's shards. Fit the links first (``fit_collective_links``): what the collectives inside the actions
+    take is not the overhead's to explain. SpecError when the events hold no action of the plan."""
+    durations = observed_durations(plan, observed_events)
+    if not durations:
+        raise SpecError("observed_events", "hold no action events to calibrate from")
+    counts: dict[tuple[int, str], int] = {}
+    for actions in plan.actions:
+        for action in actions:
+            counts[(action.stage, action.type)] = counts.get((action.stage, action.type), 0) + 1
+    observed = sum(fmean(durations[key]) * count for key, count in counts.items() if key in durations)
+
+    def total_ms(overhead_us: float) -> float:
+        profile = pipeline(plan, model, with_kernel_overhead(cluster, overhead_us), seq_len)[0]
+        return sum(action_ms(profile, plan, stage, kind) * count
+                   for (stage, kind), count in counts.items() if (stage, kind) in durations)
+
+    return _linear_overhead(total_ms, observed)
+
+
+def with_kernel_overhead(cluster: ClusterSpec, overhead_us: float) -> ClusterSpec:
+    """``cluster`` whose device pays ``overhead_us`` per kernel."""
+    return replace(cluster, device=replace(cluster.device, kernel_overhead_us=overhead_us))
+
+
+def _linear_overhead(total_ms, observed_ms: float) -> float:
+    """The overhead at which ``total_ms(overhead)``, linear in it, equals ``observed_ms``; 0 when it is already
+    longer without any."""
+    without = total_ms(0.0)
+    return max(0.0, (observed_ms - without) / (total_ms(1.0) - without))
 
 
 def with_message_overhead(cluster: ClusterSpec, overhead_us: float) -> ClusterSpec:
     """``cluster`` with every link's per-message overhead set to ``overhead_us``."""
     return replace(cluster, intra_node=replace(cluster.intra_node, overhead_us=overhead_us),
                    inter_node=replace(cluster.inter_node, overhead_us=overhead_us))
+
+
+# The executor's group names (a collective event's ``group``) as the planner's group spans: its data-parallel group
+# holds dp x cp ranks when CP is on (gradients of a context-parallel rank are summed over both).
+EXECUTED_GROUPS = {"tp": "tp", "cp": "cp", "dp": "dpcp", "ep": "ep", "edp": "edp"}
+LINK_CLASSES = ("intra_node", "inter_node")
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """A link class's latency and bandwidth fitted to a run's collectives, and how well they explain them."""
+
+    link: str                  # "intra_node" (inside an NVLink domain) or "inter_node"
+    latency_us: float
+    bandwidth_gb_s: float | None   # None: the collectives' sizes did not tell it (every one moved the same bytes)
+    samples: int
+    median_error: float        # median |fitted - observed| / observed over the samples
+
+    def to_dict(self) -> dict:
+        return {"link": self.link, "latency_us": self.latency_us, "bandwidth_gb_s": self.bandwidth_gb_s,
+                "samples": self.samples, "median_error": self.median_error}
+
+
+def collective_samples(config: ParallelConfig, cluster: ClusterSpec, observed_events: list[dict]
+                       ) -> dict[str, list[tuple[float, float, float]]]:
+    """Per link class, ``(latencies, bytes, observed ms)`` of every collective event the cost model charges
+    (``planner.parallel.cost.collective_terms``); optimizer steps, the tied embedding's all-reduce and groups of one
+    rank are left out. SpecError naming the event's field when one is malformed."""
+    mapping = RankMapping(config, cluster)
+    samples: dict[str, list[tuple[float, float, float]]] = {}
+    for index, event in enumerate(observed_events):
+        if not isinstance(event, dict) or event.get("type") != "collective":
+            continue
+        field = f"observed_events[{index}]"
+        op = event.get("op")
+        if not isinstance(op, str) or "_" not in op:
+            raise SpecError(f"{field}.op", f"must name a group and a collective ('tp_all_gather'), got {op!r}")
+        group, kind = op.split("_", 1)
+        if group not in EXECUTED_GROUPS or kind.endswith("optimizer_step"):
+            continue
+        if kind.endswith("all_reduce"):   # tp_grad_all_reduce: a TP group's partial gradients of its whole norms
+            kind = "all_reduce"
+        values = {key: event.get(key) for key in ("bytes", "start_ms", "end_ms")}
+        for key, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise SpecError(f"{field}.{key}", f"must be a number, got {value!r}")
+        if values["end_ms"] < values["start_ms"]:
+            raise SpecError(f"{field}.end_ms", f"ends ({values['end_ms']}) before it starts ({values['start_ms']})")
+        span = mapping.span(EXECUTED_GROUPS[group])
+        if span.size == 1:
+            continue
+        latencies, moved = collective_terms(kind, values["bytes"], span)
+        link = LINK_CLASSES[span.crosses_domains]
+        samples.setdefault(link, []).append((latencies, moved, values["end_ms"] - values["start_ms"]))
+    return samples
+
+
+def fit_collective_links(config: ParallelConfig, cluster: ClusterSpec, observed_events: list[dict]) -> list[LinkFit]:
+    """Each link class's latency and bandwidth fitted to a hybrid run's collective events: the least-squares
+    ``observed ms = latencies x latency + bytes / bandwidth`` over its collectives, with the latencies and bytes the
+    cost model charges each (non-negative: where the unconstrained fit makes one term negative, the other alone).
+    The time a collective waits for the last rank of its group to arrive is part of what it costs the run, so it
+    is fitted as well. SpecError when the events hold no such collective."""
+    fits = []
+    for link, rows in sorted(collective_samples(config, cluster, observed_events).items()):
+        terms = np.array([(latencies, moved) for latencies, moved, _ in rows], dtype=float)
+        observed = np.array([ms for *_, ms in rows], dtype=float)
+        candidates = []
+        solution = np.linalg.lstsq(terms, observed, rcond=None)[0]
+        if (solution >= 0).all():
+            candidates.append(solution)
+        for column in (0, 1):   # one term alone, the other zero
+            alone = terms[:, column]
+            if alone.any():
+                coefficient = max(0.0, float(alone @ observed / (alone @ alone)))
+                candidates.append(np.array([coefficient, 0.0] if column == 0 else [0.0, coefficient]))
+        latency_ms, ms_per_byte = min(candidates, key=lambda c: float(((terms @ c - observed) ** 2).sum()))
+        fitted = terms @ np.array([latency_ms, ms_per_byte])
+        errors = np.abs(fitted - observed) / np.maximum(observed, 1e-9)
+        fits.append(LinkFit(link=link, latency_us=float(latency_ms) * 1e3,
+                            bandwidth_gb_s=1.0 / (float(ms_per_byte) * 1e6) if ms_per_byte > 0 else None,
+                            samples=len(rows), median_error=float(np.median(errors))))
+    if not fits:
+        raise SpecError("observed_events", "hold no collective of a group of more than one rank to fit links to")
+    return fits
+
+
+def with_fitted_links(cluster: ClusterSpec, fits: list[LinkFit]) -> ClusterSpec:
+    """``cluster`` with each fitted link class's latency and bandwidth (a bandwidth the fit could not tell stays)."""
+    links = {"intra_node": cluster.intra_node, "inter_node": cluster.inter_node}
+    for fit in fits:
+        link = links[fit.link]
+        links[fit.link] = replace(link, latency_us=fit.latency_us,
+                                  bandwidth_gb_s=fit.bandwidth_gb_s or link.bandwidth_gb_s)
+    return replace(cluster, **links)
 
 
 def _message_ends(plan: Plan, action: Action) -> tuple[int, int]:

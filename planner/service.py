@@ -35,7 +35,8 @@ from planner.parallel import planning as planner_hybrid
 from planner.baselines import BASELINE_SCHEDULES, PARTITIONS, build_baseline
 from planner.actions import ACTION_KINDS, ActionKind
 from planner.comparison import plan_gpus, throughput_difference
-from planner.calibrate import after_warmup, measure_message_overhead, recalibrate, with_message_overhead
+from planner.calibrate import (after_warmup, fit_collective_links, fit_run_kernel_overhead, measure_message_overhead,
+                               recalibrate, with_fitted_links, with_kernel_overhead, with_message_overhead)
 from planner.cluster import ClusterSpec, is_cluster_preset, load_cluster, load_cluster_preset, preset_names
 from planner.cost import analytic_profile
 from planner.cost.analytic import count_parameters
@@ -231,9 +232,10 @@ class HybridJobOutcome:
 @dataclass(frozen=True)
 class Calibration:
     """A profile recalibrated from a run's observed actions, the cluster with the per-message overhead measured
-    between them (the cluster given when there was none to measure), and what to record about both."""
+    between them (the cluster given when there was none to measure), and what to record about both. A hybrid
+    run calibrates the cluster alone (its links and per-kernel overhead; ``profile`` None)."""
 
-    profile: Profile
+    profile: Profile | None
     cluster: ClusterSpec
     overhead_measured: bool
     record: dict
@@ -431,6 +433,36 @@ def calibrate_from_run(*, plan_doc: dict, profile_doc: dict, cluster_doc: dict, 
         "observed_actions": len(events), **overhead})
 
 
+def calibrate_hybrid_from_run(*, plan_doc: dict, model_doc: dict, cluster_doc: dict, events: list[dict],
+                              warmup_steps: int) -> Calibration:
+    """The cluster a hybrid run's events calibrate (after its warm-up steps; all of them when it had no other
+    step): each link class's collective latency and bandwidth fitted to its collectives
+    (``planner.calibrate.fit_collective_links``), then the device's per-kernel overhead fitted so that the plan's
+    analytic shards take what its actions took (``fit_run_kernel_overhead``). ``model_doc`` is the model the run
+    executed (a scaled-down copy, where it was one). The hybrid search plans on that cluster alone: ``profile`` is
+    None. ``record`` has the plan's pipeline (what a run's iteration spans) predicted on the cluster given, with the
+    fitted overhead alone and with both fits, and the fits. SpecError naming
+    ``observed_events`` when the run has no collective or no action to fit to."""
+    plan, model, cluster = load_plan(plan_doc), load_model_spec(model_doc), load_cluster(cluster_doc)
+    if plan.parallel is None:
+        raise SpecError("plan", "is a pipeline plan (adaptis.plan/v1): calibrate its profile (calibrate_from_run)")
+    steady = [event for event in events if event.get("step", 0) >= warmup_steps] or events
+    fits = fit_collective_links(plan.parallel, cluster, steady)
+    linked = with_fitted_links(cluster, fits)
+    overhead_us = fit_run_kernel_overhead(plan, model, linked, model.seq_len, steady)
+    calibrated = with_kernel_overhead(linked, overhead_us)
+
+    def pipeline_ms(on: ClusterSpec) -> float:
+        return planner_hybrid.predict(plan, model, on, model.seq_len)["predicted"]["pipeline_ms"]
+
+    return Calibration(profile=None, cluster=calibrated, overhead_measured=True, record={
+        "predicted_compute_calibrated_ms": pipeline_ms(with_kernel_overhead(cluster, overhead_us)),
+        "predicted_after_ms": pipeline_ms(calibrated), "predicted_before_ms": pipeline_ms(cluster),
+        "observed_actions": sum(1 for event in steady if event.get("type", "action") == "action"),
+        "observed_collectives": sum(fit.samples for fit in fits), "kernel_overhead_us": overhead_us,
+        "links": [fit.to_dict() for fit in fits], "message_overhead_us": None, "message_overhead_note": ""})
+
+
 def simulate_on_profile(stored: StoredPlan, profile_doc: dict) -> dict:
     """``stored_plan_simulation`` of the plan on another profile of its model (one measured on the runs' host)."""
     return stored_plan_simulation(replace(stored, profile_doc=profile_doc))
@@ -458,4 +490,5 @@ __all__ = [*LOADERS, "ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "Action
            "derive_plan", "export_stored_plan", "is_cluster_preset", "kept_plan_first", "model_preset_names",
            "model_with_shape", "parse_action", "plan_gpus", "plan_hybrid_job", "plan_pipeline_job", "plan_run_shape", "predict_stored_plan",
            "preset_names", "repredict_edit", "simulate_on_profile", "stored_plan_page", "stored_plan_simulation",
-           "binary_bytes", "signed_binary_bytes", "summarize_observed", "throughput_difference"]
+           "binary_bytes", "calibrate_hybrid_from_run", "signed_binary_bytes", "summarize_observed",
+           "throughput_difference"]

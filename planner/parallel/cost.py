@@ -48,6 +48,7 @@ from planner.cost.analytic import DTYPE_BYTES, layer_cost
 from planner.cost.attention import attention_core, mean_keys_per_query
 from planner.cost.roofline import bandwidth_bytes_per_ms, compute_rate_flops_per_ms
 from planner.cost.work import Kernel
+from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig
 from planner.parallel.mapping import GroupSpan, RankMapping
 from planner.parallel.params import LayerParams, layer_params
@@ -155,12 +156,24 @@ def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_
 
 # ---- collectives --------------------------------------------------------------------------------------
 
+def ring_terms(nbytes: float, size: int) -> tuple[int, float]:
+    """(latencies, bytes each GPU moves) of one ring all-gather or reduce-scatter of an ``nbytes`` buffer (the full,
+    gathered size) over ``size`` GPUs: ``size - 1`` steps of ``nbytes / size`` each."""
+    return size - 1, (size - 1) / size * nbytes
+
+
+def all_to_all_terms(nbytes: float, group: GroupSpan) -> tuple[float, float]:
+    """(bytes over NVLink, bytes over the NIC) each GPU sends in an all-to-all of ``nbytes`` spread evenly over the
+    group: the share for GPUs in its own NVLink domain, and the rest."""
+    return (group.per_domain - 1) / group.size * nbytes, (group.size - group.per_domain) / group.size * nbytes
+
+
 def ring_collective_ms(nbytes: float, group: GroupSpan) -> float:
     """One ring all-gather or reduce-scatter of an ``nbytes`` buffer (the full, gathered size)."""
     if group.size == 1 or nbytes == 0:
         return 0.0
-    return (group.size - 1) / group.size * nbytes / (group.ring_bandwidth_gb_s() * 1e6) \
-        + (group.size - 1) * group.latency_us() * 1e-3
+    latencies, moved = ring_terms(nbytes, group.size)
+    return moved / (group.ring_bandwidth_gb_s() * 1e6) + latencies * group.latency_us() * 1e-3
 
 
 def all_to_all_ms(nbytes: float, group: GroupSpan) -> float:
@@ -168,10 +181,38 @@ def all_to_all_ms(nbytes: float, group: GroupSpan) -> float:
     its own NVLink domain goes over NVLink, the rest over its NIC, both at once."""
     if group.size == 1:
         return 0.0
-    inside = (group.per_domain - 1) / group.size * nbytes
-    outside = (group.size - group.per_domain) / group.size * nbytes
+    inside, outside = all_to_all_terms(nbytes, group)
     return max(inside / (group.intra.bandwidth_gb_s * 1e6),
                outside / (group.inter.bandwidth_gb_s * 1e6)) + group.latency_us() * 1e-3
+
+
+def collective_terms(op: str, nbytes: float, group: GroupSpan) -> tuple[float, float]:
+    """(latencies, bytes at the link's bandwidth) the model charges one collective ``op`` (``all_gather``,
+    ``reduce_scatter``, ``all_reduce`` or an all-to-all: ``dispatch``, ``combine``, ``counts``) of ``nbytes`` (the
+    gathered or reduced buffer; an all-to-all's received rows) over ``group``, on the link of ``group`` (NVLink
+    inside a domain, the NIC across): the terms a fit of that link's latency and bandwidth to observed collectives
+    solves for (``planner.calibrate.fit_collective_links``). An all-reduce is a reduce-scatter and an all-gather;
+    across domains a ring is taken as NIC-bound and an all-to-all is charged its NIC share (what ``all_to_all_ms``
+    finds slower wherever NVLink is the faster link)."""
+    if op in ("all_gather", "reduce_scatter", "all_reduce"):
+        latencies, moved = ring_terms(nbytes, group.size)
+        if group.crosses_domains:   # the NICs of a domain carry the ring in parallel (ring_bandwidth_gb_s)
+            moved /= group.per_domain
+        return (2 * latencies, 2 * moved) if op == "all_reduce" else (latencies, moved)
+    if op in ("dispatch", "combine", "counts"):
+        inside, outside = all_to_all_terms(nbytes, group)
+        return 1, outside if group.crosses_domains else inside
+    raise SpecError("op", f"{op!r} is no collective the cost model charges (all_gather, reduce_scatter, all_reduce, "
+                          f"dispatch, combine, counts)")
+
+
+def collective_ms(op: str, nbytes: float, group: GroupSpan) -> float:
+    """One collective ``op`` as ``collective_terms`` charges it on the group's link (what a fit is checked by)."""
+    if group.size == 1:
+        return 0.0
+    latencies, moved = collective_terms(op, nbytes, group)
+    link = group.inter if group.crosses_domains else group.intra
+    return latencies * link.latency_us * 1e-3 + moved / (link.bandwidth_gb_s * 1e6)
 
 
 def point_to_point_ms(nbytes: float, group: GroupSpan) -> float:

@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from adaptis_web.studio.models import JobStatus, Run, RunCollective, RunEvent
+from adaptis_web.studio.models import JobStatus, PlanningJob, Run, RunCollective, RunEvent
 from adaptis_web.studio.planning.comparison import compare_items
 from adaptis_web.studio.runs.run_control import run_step_tokens
 from tests.conftest import cpu_hybrid_plan
@@ -83,8 +83,32 @@ def test_a_tp2_pp2_dp2_plan_runs_on_8_ranks_with_every_ranks_actions_and_its_col
     client.force_login(people.member)
     html = client.get(reverse("studio:run", args=[run.pk])).content.decode()
     assert "8 gloo ranks (<span data-replicas>4</span>" in html and 'id="replicas-note"' in html
-    # re-planning from a hybrid run is not offered (its collectives are not fitted yet): the page says so
-    assert 'id="replan-hybrid"' in html and 'id="replan-button"' not in html
+    # re-planning from a hybrid run is offered, and the page says what it fits
+    assert 'id="replan-hybrid"' in html and 'id="replan-button"' in html
     for device in (0, 1):
         assert f'data-replicas-of="{device}">4<' in html
         assert "tp_all_gather" in html.split(f'data-collectives-of="{device}">')[1].split("</td>")[0]
+
+    # Re-planning calibrates the cluster: its one link class fitted to every collective of a group of two ranks the
+    # run stored (TP and DP; not the optimizer steps), the device's per-kernel overhead to the actions. The plan's
+    # pipeline on the calibrated cluster is then nearer what the run took than on the cluster as shipped, and the
+    # new job searches on that cluster with the source job's GPUs, batch and pins.
+    response = api.post(reverse("api:run-replan", args=[run.pk]))
+    assert response.status_code == 201, response.content
+    job = PlanningJob.objects.get(pk=response.json()["id"])
+    calibration = job.calibration
+    fitted = [row for row in collectives if not row.op.endswith("optimizer_step")]
+    [link] = calibration["links"]
+    assert link["link"] == "intra_node" and link["samples"] == len(fitted)
+    assert job.cluster_doc["links"]["intra_node"]["latency_us"] == pytest.approx(link["latency_us"])
+    assert job.cluster_doc["device"]["kernel_overhead_us"] == pytest.approx(calibration["kernel_overhead_us"])
+    observed = calibration["observed_iteration_ms"]
+    assert observed > 0
+    assert abs(calibration["predicted_after_ms"] - observed) < abs(calibration["predicted_before_ms"] - observed)
+    assert (job.is_hybrid, job.gpus, job.global_batch, job.pins, job.cluster_preset) == (
+        True, plan.job.gpus, plan.job.global_batch, plan.job.pins, "")
+    job = wait_for(lambda: PlanningJob.objects.filter(pk=job.pk, status__in=ENDED).first(), timeout_s=120,
+                   message=lambda: f"the re-plan to end\n{celery_worker.log_tail()}")
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    page = client.get(reverse("studio:job", args=[job.pk])).content.decode()
+    assert "Calibrated cluster." in page and f"{link['latency_us']:.0f} µs" in page
