@@ -90,7 +90,7 @@ from planner.calibrate import (EXECUTED_GROUPS, after_warmup, fit_collective_lin
                                with_fitted_links, with_kernel_overhead, with_message_overhead)
 from planner.cluster import load_cluster, load_cluster_preset  # noqa: E402
 from planner.parallel.config import ParallelConfig  # noqa: E402
-from planner.parallel.cost import collective_ms  # noqa: E402
+from planner.parallel.cost import EXECUTOR_OPTIONS, collective_ms  # noqa: E402
 from planner.parallel.mapping import RankMapping  # noqa: E402
 from planner.parallel.planning import predict as hybrid_predict  # noqa: E402
 from planner.parallel.planning import search as hybrid_search  # noqa: E402
@@ -191,7 +191,7 @@ def hybrid_plan(spec, cluster, pins: dict):
     """The hybrid planner's plan with ``pins`` on ``cluster`` (a name or a ClusterSpec) and its prediction there."""
     pins = {"ep": 1, "recompute": "none", "microbatch_size": spec.micro_batch_size, **pins}
     global_batch = spec.micro_batch_size * pins["dp"] * HYBRID_MICROBATCHES
-    best = hybrid_search(spec, cluster, HYBRID_RANKS, spec.seq_len, global_batch, pins).best
+    best = hybrid_search(spec, cluster, HYBRID_RANKS, spec.seq_len, global_batch, pins, options=EXECUTOR_OPTIONS).best
     return best.plan
 
 
@@ -229,8 +229,8 @@ def hybrid_main(args) -> None:
     errors, collectives = [], defaultdict(lambda: ([], []))
     for name, pins in HYBRID_CASES:
         plan = hybrid_plan(spec, calibrated, pins)
-        predicted = hybrid_predict(plan, spec, calibrated, spec.seq_len)["predicted"]["pipeline_ms"]
-        uncalibrated = hybrid_predict(plan, spec, shipped, spec.seq_len)["predicted"]["pipeline_ms"]
+        predicted = hybrid_predict(plan, spec, calibrated, spec.seq_len, EXECUTOR_OPTIONS)["predicted"]["pipeline_ms"]
+        uncalibrated = hybrid_predict(plan, spec, shipped, spec.seq_len, EXECUTOR_OPTIONS)["predicted"]["pipeline_ms"]
         observed, events, runs = hybrid_observed(plan, spec, args)
         iterations = [observed_iteration_ms(plan, [e for e in run.value.events if e.get("step", 0) >= args.warmup])
                       for run in runs]

@@ -32,7 +32,7 @@ from planner.cost import analytic_profile
 from planner.errors import SpecError
 from planner.observed import step_spans
 from planner.parallel.config import ParallelConfig
-from planner.parallel.cost import collective_terms
+from planner.parallel.cost import EXECUTOR_OPTIONS, CostOptions, collective_terms
 from planner.parallel.mapping import RankMapping
 from planner.parallel.planning import pipeline
 from planner.plan import Action, Plan
@@ -186,13 +186,14 @@ def fit_kernel_overhead(spec: ModelSpec, cluster: ClusterSpec, measured: Profile
 
 
 def fit_run_kernel_overhead(plan: Plan, model: ModelSpec, cluster: ClusterSpec, seq_len: int,
-                            observed_events: list[dict]) -> float:
+                            observed_events: list[dict], options: CostOptions = EXECUTOR_OPTIONS) -> float:
     """The per-kernel overhead (us) at which the analytic pipeline profile of the v2 ``plan`` on ``cluster``
     (``planner.parallel.planning.pipeline``: one TP x CP GPU's share of every layer, its collectives on the
     cluster's links) takes, over all the plan's actions, as long as the run's actions took (each (stage, kind) at
     its mean observed duration): ``fit_kernel_overhead`` for a run whose layers were never profiled alone, such as
     a hybrid run's shards. Fit the links first (``fit_collective_links``): what the collectives inside the actions
-    take is not the overhead's to explain. SpecError when the events hold no action of the plan."""
+    take is not the overhead's to explain. ``options``: the software that ran (this project's executor by default).
+    SpecError when the events hold no action of the plan."""
     durations = observed_durations(plan, observed_events)
     if not durations:
         raise SpecError("observed_events", "hold no action events to calibrate from")
@@ -203,7 +204,7 @@ def fit_run_kernel_overhead(plan: Plan, model: ModelSpec, cluster: ClusterSpec, 
     observed = sum(fmean(durations[key]) * count for key, count in counts.items() if key in durations)
 
     def total_ms(overhead_us: float) -> float:
-        profile = pipeline(plan, model, with_kernel_overhead(cluster, overhead_us), seq_len)[0]
+        profile = pipeline(plan, model, with_kernel_overhead(cluster, overhead_us), seq_len, options)[0]
         return sum(action_ms(profile, plan, stage, kind) * count
                    for (stage, kind), count in counts.items() if (stage, kind) in durations)
 
@@ -232,6 +233,8 @@ def with_message_overhead(cluster: ClusterSpec, overhead_us: float) -> ClusterSp
 # holds dp x cp ranks when CP is on (gradients of a context-parallel rank are summed over both).
 EXECUTED_GROUPS = {"tp": "tp", "cp": "cp", "dp": "dpcp", "ep": "ep", "edp": "edp"}
 LINK_CLASSES = ("intra_node", "inter_node")
+# A link's bandwidth is fitted only to collectives whose bytes span this factor (else the latency alone).
+BANDWIDTH_SPAN = 4.0
 
 
 @dataclass(frozen=True)
@@ -288,22 +291,24 @@ def fit_collective_links(config: ParallelConfig, cluster: ClusterSpec, observed_
     ``observed ms = latencies x latency + bytes / bandwidth`` over its collectives, with the latencies and bytes the
     cost model charges each (non-negative: where the unconstrained fit makes one term negative, the other alone).
     The time a collective waits for the last rank of its group to arrive is part of what it costs the run, so it
-    is fitted as well. SpecError when the events hold no such collective."""
+    is fitted as well. The bandwidth only where the collectives' bytes span at least ``BANDWIDTH_SPAN`` times
+    (a run whose collectives all move about the same bytes cannot tell a slow link from a long latency): else the
+    latency alone, with the cluster's bandwidth kept (``bandwidth_gb_s`` None). SpecError when the events hold no
+    such collective."""
+    links = {"intra_node": cluster.intra_node, "inter_node": cluster.inter_node}
     fits = []
     for link, rows in sorted(collective_samples(config, cluster, observed_events).items()):
         terms = np.array([(latencies, moved) for latencies, moved, _ in rows], dtype=float)
         observed = np.array([ms for *_, ms in rows], dtype=float)
-        candidates = []
-        solution = np.linalg.lstsq(terms, observed, rcond=None)[0]
-        if (solution >= 0).all():
-            candidates.append(solution)
-        for column in (0, 1):   # one term alone, the other zero
-            alone = terms[:, column]
-            if alone.any():
-                coefficient = max(0.0, float(alone @ observed / (alone @ alone)))
-                candidates.append(np.array([coefficient, 0.0] if column == 0 else [0.0, coefficient]))
-        latency_ms, ms_per_byte = min(candidates, key=lambda c: float(((terms @ c - observed) ** 2).sum()))
-        fitted = terms @ np.array([latency_ms, ms_per_byte])
+        moved = terms[:, 1][terms[:, 1] > 0]
+        if moved.size and moved.max() >= BANDWIDTH_SPAN * moved.min():
+            latency_ms, ms_per_byte = _nonnegative_least_squares(terms, observed)
+            transfer = terms[:, 1] * ms_per_byte
+        else:
+            ms_per_byte = 0.0
+            transfer = terms[:, 1] / (links[link].bandwidth_gb_s * 1e6)
+            latency_ms = _nonnegative_least_squares(terms[:, :1], observed - transfer)[0]
+        fitted = terms[:, 0] * latency_ms + transfer
         errors = np.abs(fitted - observed) / np.maximum(observed, 1e-9)
         fits.append(LinkFit(link=link, latency_us=float(latency_ms) * 1e3,
                             bandwidth_gb_s=1.0 / (float(ms_per_byte) * 1e6) if ms_per_byte > 0 else None,
@@ -311,6 +316,24 @@ def fit_collective_links(config: ParallelConfig, cluster: ClusterSpec, observed_
     if not fits:
         raise SpecError("observed_events", "hold no collective of a group of more than one rank to fit links to")
     return fits
+
+
+def _nonnegative_least_squares(terms: np.ndarray, observed: np.ndarray) -> np.ndarray:
+    """The least-squares coefficients of ``terms`` (one column each) for ``observed``, none negative: the
+    unconstrained solution where it is so, else the best of each column alone (the others zero)."""
+    candidates = []
+    solution = np.linalg.lstsq(terms, observed, rcond=None)[0]
+    if (solution >= 0).all():
+        candidates.append(solution)
+    for column in range(terms.shape[1]):
+        alone = terms[:, column]
+        if alone.any():
+            coefficients = np.zeros(terms.shape[1])
+            coefficients[column] = max(0.0, float(alone @ observed / (alone @ alone)))
+            candidates.append(coefficients)
+    if not candidates:
+        return np.zeros(terms.shape[1])
+    return min(candidates, key=lambda c: float(((terms @ c - observed) ** 2).sum()))
 
 
 def with_fitted_links(cluster: ClusterSpec, fits: list[LinkFit]) -> ClusterSpec:

@@ -71,6 +71,7 @@ from planner.limits import (
 )
 from planner.observed import summarize as summarize_observed
 from planner.parallel.config import RECOMPUTE_MODES, load_parallel
+from planner.parallel.cost import EXECUTOR_OPTIONS
 from planner.parallel.evaluate import shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.parallel.search import HybridResult, SearchCancelled
@@ -452,8 +453,8 @@ def calibrate_hybrid_from_run(*, plan_doc: dict, model_doc: dict, cluster_doc: d
     overhead_us = fit_run_kernel_overhead(plan, model, linked, model.seq_len, steady)
     calibrated = with_kernel_overhead(linked, overhead_us)
 
-    def pipeline_ms(on: ClusterSpec) -> float:
-        return planner_hybrid.predict(plan, model, on, model.seq_len)["predicted"]["pipeline_ms"]
+    def pipeline_ms(on: ClusterSpec) -> float:   # as the executor that ran it runs it
+        return planner_hybrid.predict(plan, model, on, model.seq_len, EXECUTOR_OPTIONS)["predicted"]["pipeline_ms"]
 
     return Calibration(profile=None, cluster=calibrated, overhead_measured=True, record={
         "predicted_compute_calibrated_ms": pipeline_ms(with_kernel_overhead(cluster, overhead_us)),

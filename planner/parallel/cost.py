@@ -13,7 +13,9 @@ Communication charged inside F and B (Megatron-LM does not overlap these by defa
   all-gather or reduce-scatter moves ``(t-1)/t`` of the buffer per GPU at the group's bus bandwidth (NCCL).
 - CP ring attention (Megatron-Core / Transformer Engine ``context_parallel``, Liu et al. 2023 "Ring
   Attention"): ``cp - 1`` exchanges of the local K and V chunk in F, of K, V and their gradients in B,
-  overlapped with the attention kernel, so only what exceeds the core attention's time is charged. Linear
+  overlapped with the attention kernel, so only what exceeds the core attention's time is charged. With
+  ``CostOptions.cp_comm = "allgather"`` (Megatron's ``--cp-comm-type allgather``, what the executor runs): the keys
+  and values all-gathered in F and their gradients reduce-scattered in B, not overlapped. Linear
   attention and SSM mixers pass their recurrent state along the ring (not overlapped).
 - EP (Megatron-Core's all-to-all token dispatcher; DeepSeek-V3 report, Sec. 3.2.2): dispatch and combine
   all-to-alls of ``top_k`` copies of each local token in F, and again in B; the part bound for GPUs
@@ -67,7 +69,19 @@ class CostOptions:
     grad_reduce_bytes: int = FP32_BYTES   # Megatron reduces fp32 main gradients in bf16 training
     overlap_dp: bool = True               # Megatron-Core --overlap-grad-reduce / --overlap-param-gather
     flash_attention: bool = True          # False: scores materialised (see the module doc)
+    # Megatron-Core's --cp-comm-type: "p2p" (the ring, overlapped with attention; its default) or "allgather" (keys
+    # and values all-gathered before attention, their gradients reduce-scattered after, not overlapped: what this
+    # project's executor runs, executor/model/context_parallel.py)
+    cp_comm: str = "p2p"
 
+    def __post_init__(self):
+        if self.cp_comm not in ("p2p", "allgather"):
+            raise SpecError("cp_comm", f"must be 'p2p' or 'allgather', got {self.cp_comm!r}")
+
+
+# What this project's executor runs (executor/running/): CP by all-gather, the DP reduction after the step's last
+# backward (not overlapped): a run of it is predicted, and calibrated, with these.
+EXECUTOR_OPTIONS = CostOptions(cp_comm="allgather", overlap_dp=False)
 
 SCORE_BYTES_FORWARD, SCORE_BYTES_BACKWARD, SCORE_ACTIVATION_BYTES = 13, 17, 5
 
@@ -242,8 +256,9 @@ def _sublayers(layer: LayerSpec) -> int:
 
 
 def layer_comm_ms(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config: ParallelConfig,
-                  mapping: RankMapping, seq_len: int) -> tuple[float, float]:
-    """(F, B) communication of one layer for one micro-batch on one GPU, exposed time only."""
+                  mapping: RankMapping, seq_len: int, cp_comm: str = "p2p") -> tuple[float, float]:
+    """(F, B) communication of one layer for one micro-batch on one GPU, exposed time only; ``cp_comm`` as
+    ``CostOptions.cp_comm``."""
     dtype_bytes = DTYPE_BYTES[spec.dtype]
     tokens = config.microbatch_size * seq_len
     hidden_bytes = tokens / config.cp * spec.hidden_size * dtype_bytes
@@ -256,7 +271,18 @@ def layer_comm_ms(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config: Pa
     if config.cp > 1 and layer.mixer is not None:
         cp_group = mapping.span("cp")
         mixer = layer.mixer
-        if isinstance(mixer, AttentionMixer):
+        if isinstance(mixer, AttentionMixer) and cp_comm == "allgather":
+            # each gathered buffer whole: MLA's latents (and shared rotary key), else keys and values (the rank's
+            # heads of them under TP), one all-gather each in F and one reduce-scatter each in B
+            if mixer.kv_lora_rank:
+                widths = (mixer.kv_lora_rank + (mixer.rope_head_dim or 0),)
+            else:
+                heads = max(mixer.num_kv_heads / config.tp, 1)
+                widths = (heads * mixer.head_dim, heads * mixer.value_dim)
+            gathers = sum(ring_collective_ms(tokens * width * dtype_bytes, cp_group) for width in widths)
+            forward += gathers
+            backward += gathers
+        elif isinstance(mixer, AttentionMixer):
             kv_width = mixer.num_kv_heads * (mixer.head_dim + mixer.value_dim)
             chunk = tokens / config.cp * max(kv_width / config.tp, mixer.head_dim + mixer.value_dim) * dtype_bytes
             ring = (config.cp - 1) * point_to_point_ms(chunk, cp_group)
@@ -287,7 +313,7 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
     result = []
     for layer, work, mode in zip(spec.layers, works, recompute):
         if layer not in comm_cache:
-            comm_cache[layer] = layer_comm_ms(layer, work, spec, config, mapping, seq_len)
+            comm_cache[layer] = layer_comm_ms(layer, work, spec, config, mapping, seq_len, options.cp_comm)
         comm_forward, comm_backward = comm_cache[layer]
         forward = work.forward.on(shards, overhead_ms) + comm_forward
         recomputes = mode == "full" and layer.kind not in ("embedding", "head")
