@@ -4,14 +4,16 @@ from dataclasses import replace
 
 import pytest
 
-from planner.calibrate import action_ms, fit_collective_links, with_fitted_links, with_kernel_overhead
+from planner.calibrate import (action_ms, fit_collective_links, fit_run_iteration_overhead, with_fitted_links,
+                               with_kernel_overhead)
 from planner.cluster import Link, load_cluster_preset
 from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig
-from planner.parallel.cost import all_to_all_ms, collective_ms, layer_comm_ms, layer_work, ring_collective_ms
+from planner.parallel.cost import EXECUTOR_OPTIONS, all_to_all_ms, collective_ms, layer_comm_ms, layer_work, ring_collective_ms
 from planner.parallel.mapping import RankMapping
 from planner.parallel.planning import pipeline, search
 from planner.service import calibrate_hybrid_from_run
+from planner.simulator import simulate
 from planner.spec.presets import load_model_preset
 
 LATENCY_US, BANDWIDTH_GB_S = 80.0, 1.5
@@ -173,3 +175,18 @@ def test_context_parallel_as_the_executor_runs_it_charges_keys_and_values_gather
     assert backward == pytest.approx(forward, rel=1e-12)
     ring_forward, _ = layer_comm_ms(spec.layers[1], work, spec, config, mapping, tokens)   # Megatron's default
     assert ring_forward < forward
+
+
+def test_the_overhead_fitted_to_a_runs_iteration_simulates_that_iteration():
+    spec = load_model_preset("tiny-llama")
+    pins = {"tp": 2, "cp": 1, "pp": 2, "dp": 1, "ep": 1, "microbatch_size": 1, "recompute": "none"}
+    cluster = load_cluster_preset("cpu-1x4")
+    plan = search(spec, cluster, 4, spec.seq_len, 4, pins).best.plan
+    observed = 40.0   # one step's span: the first action at 0 ms, the last ending at 40 ms
+    events = [{"type": "action", "action": str(plan.actions[0][0]), "step": 0, "start_ms": 0.0, "end_ms": 1.0},
+              {"type": "action", "action": str(plan.actions[0][-1]), "step": 0, "start_ms": 39.0, "end_ms": observed}]
+    overhead_us = fit_run_iteration_overhead(plan, spec, cluster, spec.seq_len, events)
+    profile, ranks = pipeline(plan, spec, with_kernel_overhead(cluster, overhead_us), spec.seq_len, EXECUTOR_OPTIONS)
+    assert simulate(plan, profile, ranks).iteration_ms == pytest.approx(observed, rel=2e-3)
+    fast = [{**event, "end_ms": event["end_ms"] / 1000, "start_ms": event["start_ms"] / 1000} for event in events]
+    assert fit_run_iteration_overhead(plan, spec, cluster, spec.seq_len, fast) == 0.0   # faster than any overhead
