@@ -313,8 +313,10 @@ def collective_samples(config: ParallelConfig, cluster: ClusterSpec, observed_ev
 
 def fit_collective_links(config: ParallelConfig, cluster: ClusterSpec, observed_events: list[dict]) -> list[LinkFit]:
     """Each link class's latency and bandwidth fitted to a hybrid run's collective events: the least-squares
-    ``observed ms = latencies x latency + bytes / bandwidth`` over its collectives, with the latencies and bytes the
-    cost model charges each (non-negative: where the unconstrained fit makes one term negative, the other alone).
+    ``mean ms = latencies x latency + bytes / bandwidth`` over its kinds of collective (each op and size at its mean
+    time), with the latencies and bytes the cost model charges each (non-negative: where the unconstrained fit makes
+    one term negative, the other alone; a bandwidth the fit finds infinite keeps the cluster's). ``median_error``
+    is over every collective.
     The time a collective waits for the last rank of its group to arrive is part of what it costs the run, so it
     is fitted as well. The bandwidth only where the collectives' bytes span at least ``BANDWIDTH_SPAN`` times
     (a run whose collectives all move about the same bytes cannot tell a slow link from a long latency): else the
@@ -323,17 +325,24 @@ def fit_collective_links(config: ParallelConfig, cluster: ClusterSpec, observed_
     links = {"intra_node": cluster.intra_node, "inter_node": cluster.inter_node}
     fits = []
     for link, rows in sorted(collective_samples(config, cluster, observed_events).items()):
-        terms = np.array([(latencies, moved) for latencies, moved, _ in rows], dtype=float)
-        observed = np.array([ms for *_, ms in rows], dtype=float)
+        # one point per kind of collective (its latencies and bytes) at its mean time: thousands of activation-sized
+        # TP collectives must not drown the few large gradient reductions that tell the bandwidth
+        kinds: dict[tuple[float, float], list[float]] = {}
+        for latencies, moved, ms in rows:
+            kinds.setdefault((latencies, moved), []).append(ms)
+        terms = np.array(list(kinds), dtype=float)
+        means = np.array([fmean(times) for times in kinds.values()])
         moved = terms[:, 1][terms[:, 1] > 0]
         if moved.size and moved.max() >= BANDWIDTH_SPAN * moved.min():
-            latency_ms, ms_per_byte = _nonnegative_least_squares(terms, observed)
-            transfer = terms[:, 1] * ms_per_byte
+            latency_ms, ms_per_byte = _nonnegative_least_squares(terms, means)
         else:
             ms_per_byte = 0.0
-            transfer = terms[:, 1] / (links[link].bandwidth_gb_s * 1e6)
-            latency_ms = _nonnegative_least_squares(terms[:, :1], observed - transfer)[0]
-        fitted = terms[:, 0] * latency_ms + transfer
+            kept = terms[:, 1] / (links[link].bandwidth_gb_s * 1e6)
+            latency_ms = _nonnegative_least_squares(terms[:, :1], means - kept)[0]
+        bandwidth_ms_per_byte = ms_per_byte or 1 / (links[link].bandwidth_gb_s * 1e6)
+        sample_terms = np.array([(latencies, moved) for latencies, moved, _ in rows], dtype=float)
+        observed = np.array([ms for *_, ms in rows], dtype=float)
+        fitted = sample_terms @ np.array([latency_ms, bandwidth_ms_per_byte])
         errors = np.abs(fitted - observed) / np.maximum(observed, 1e-9)
         fits.append(LinkFit(link=link, latency_us=float(latency_ms) * 1e3,
                             bandwidth_gb_s=1.0 / (float(ms_per_byte) * 1e6) if ms_per_byte > 0 else None,
