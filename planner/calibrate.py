@@ -258,8 +258,10 @@ def with_message_overhead(cluster: ClusterSpec, overhead_us: float) -> ClusterSp
 # holds dp x cp ranks when CP is on (gradients of a context-parallel rank are summed over both).
 EXECUTED_GROUPS = {"tp": "tp", "cp": "cp", "dp": "dpcp", "ep": "ep", "edp": "edp"}
 LINK_CLASSES = ("intra_node", "inter_node")
-# A link's bandwidth is fitted only to collectives whose bytes span this factor (else the latency alone).
-BANDWIDTH_SPAN = 4.0
+# A link's bandwidth is fitted only to collectives whose bytes span this factor and whose largest would take, at the
+# link's bandwidth so far, this share of a typical collective's time (else the latency alone: collectives too small
+# for their bytes to show under the time their ranks take to meet cannot tell the bandwidth).
+BANDWIDTH_SPAN, TRANSFER_SHARE = 4.0, 0.25
 
 
 @dataclass(frozen=True)
@@ -318,9 +320,10 @@ def fit_collective_links(config: ParallelConfig, cluster: ClusterSpec, observed_
     one term negative, the other alone; a bandwidth the fit finds infinite keeps the cluster's). ``median_error``
     is over every collective.
     The time a collective waits for the last rank of its group to arrive is part of what it costs the run, so it
-    is fitted as well. The bandwidth only where the collectives' bytes span at least ``BANDWIDTH_SPAN`` times
-    (a run whose collectives all move about the same bytes cannot tell a slow link from a long latency): else the
-    latency alone, with the cluster's bandwidth kept (``bandwidth_gb_s`` None). SpecError when the events hold no
+    is fitted as well. The bandwidth only where the collectives' bytes span at least ``BANDWIDTH_SPAN`` times and
+    the largest would take at least ``TRANSFER_SHARE`` of the kinds' median time at the cluster's bandwidth (a run
+    whose collectives all move about the same bytes, or too few for them to show, cannot tell a slow link from a
+    long latency): else the latency alone, with the cluster's bandwidth kept (``bandwidth_gb_s`` None). SpecError when the events hold no
     such collective."""
     links = {"intra_node": cluster.intra_node, "inter_node": cluster.inter_node}
     fits = []
@@ -332,14 +335,15 @@ def fit_collective_links(config: ParallelConfig, cluster: ClusterSpec, observed_
             kinds.setdefault((latencies, moved), []).append(ms)
         terms = np.array(list(kinds), dtype=float)
         means = np.array([fmean(times) for times in kinds.values()])
+        link_ms_per_byte = 1 / (links[link].bandwidth_gb_s * 1e6)
         moved = terms[:, 1][terms[:, 1] > 0]
-        if moved.size and moved.max() >= BANDWIDTH_SPAN * moved.min():
+        if moved.size and moved.max() >= BANDWIDTH_SPAN * moved.min() \
+                and moved.max() * link_ms_per_byte >= TRANSFER_SHARE * float(np.median(means)):
             latency_ms, ms_per_byte = _nonnegative_least_squares(terms, means)
         else:
             ms_per_byte = 0.0
-            kept = terms[:, 1] / (links[link].bandwidth_gb_s * 1e6)
-            latency_ms = _nonnegative_least_squares(terms[:, :1], means - kept)[0]
-        bandwidth_ms_per_byte = ms_per_byte or 1 / (links[link].bandwidth_gb_s * 1e6)
+            latency_ms = _nonnegative_least_squares(terms[:, :1], means - terms[:, 1] * link_ms_per_byte)[0]
+        bandwidth_ms_per_byte = ms_per_byte or link_ms_per_byte
         sample_terms = np.array([(latencies, moved) for latencies, moved, _ in rows], dtype=float)
         observed = np.array([ms for *_, ms in rows], dtype=float)
         fitted = sample_terms @ np.array([latency_ms, bandwidth_ms_per_byte])

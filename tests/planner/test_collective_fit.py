@@ -190,3 +190,16 @@ def test_the_overhead_fitted_to_a_runs_iteration_simulates_that_iteration():
     assert simulate(plan, profile, ranks).iteration_ms == pytest.approx(observed, rel=2e-3)
     fast = [{**event, "end_ms": event["end_ms"] / 1000, "start_ms": event["start_ms"] / 1000} for event in events]
     assert fit_run_iteration_overhead(plan, spec, cluster, spec.seq_len, fast) == 0.0   # faster than any overhead
+
+
+def test_collectives_too_small_for_their_bytes_to_show_fit_the_latency_alone():
+    # 1 to 64 KB take about 1 ms each on a host whose ranks time-share their cores: at the link's 5 GB/s even the
+    # largest would move in 10 us, so the times say nothing of the bandwidth, which is kept
+    cluster = load_cluster_preset("cpu-1x8")
+    events = [_event("tp_all_gather", nbytes, 3 * 0.33 + 0.01 * (index % 2))
+              for index, nbytes in enumerate([1_024, 4_096, 16_384, 65_536] * 5)]
+    [fit] = fit_collective_links(CONFIG, cluster, events)
+    assert fit.bandwidth_gb_s is None
+    transfer_ms = sum(3 / 4 * event["bytes"] for event in events) / (cluster.intra_node.bandwidth_gb_s * 1e6)
+    mean_ms = sum(event["end_ms"] - event["start_ms"] for event in events) / len(events)
+    assert fit.latency_us == pytest.approx((mean_ms - transfer_ms / len(events)) / 3 * 1e3, rel=1e-9)
