@@ -196,13 +196,13 @@ def hybrid_plan(spec, cluster, pins: dict):
     return best.plan
 
 
-def hybrid_observed(plan, spec, args) -> tuple[float, list[dict], list]:
-    """(median steady iteration over ``args.runs`` launches, their steady events, the runs)."""
+def hybrid_observed(plan, spec, args, launches: int | None = None) -> tuple[float, list[list[dict]], list]:
+    """(median steady iteration over ``launches`` launches (``args.runs``), each one's steady events, the runs)."""
     runs = [measure_quietly(lambda: retried_once(lambda: run_plan(plan, spec, steps=args.steps, timeout_s=600)))
-            for _ in range(args.runs)]
+            for _ in range(launches or args.runs)]
     steady = [[event for event in run.value.events if event.get("step", 0) >= args.warmup] for run in runs]
     iterations = [observed_iteration_ms(plan, events) for events in steady]
-    return statistics.median(iterations), [event for events in steady for event in events], runs
+    return statistics.median(iterations), steady, runs
 
 
 def hybrid_main(args) -> None:
@@ -214,7 +214,7 @@ def hybrid_main(args) -> None:
           f"= median over {args.runs} launches of each launch's median iteration over {args.steps - args.warmup} "
           f"steps after {args.warmup} warm-up steps; load average {load_average()} at start\n")
     calibrating = hybrid_plan(spec, shipped, HYBRID_CASES[0][1])
-    _, events, _ = hybrid_observed(calibrating, spec, args)
+    _, (events,), _ = hybrid_observed(calibrating, spec, args, launches=1)   # one run, as a user's re-plan
     fits = fit_collective_links(calibrating.parallel, shipped, events)
     linked = with_fitted_links(shipped, fits)
     overhead_us = fit_run_kernel_overhead(calibrating, spec, linked, spec.seq_len, events)
@@ -237,9 +237,9 @@ def hybrid_main(args) -> None:
         predicted, uncalibrated, fitted_to_iteration = (
             hybrid_predict(plan, spec, cluster, spec.seq_len, EXECUTOR_OPTIONS)["predicted"]["pipeline_ms"]
             for cluster in (calibrated, shipped, to_iteration))
-        observed, events, runs = hybrid_observed(plan, spec, args)
-        iterations = [observed_iteration_ms(plan, [e for e in run.value.events if e.get("step", 0) >= args.warmup])
-                      for run in runs]
+        observed, launches, runs = hybrid_observed(plan, spec, args)
+        iterations = [observed_iteration_ms(plan, events) for events in launches]
+        events = [event for events in launches for event in events]
         errors.append(abs(predicted - observed) / observed)
         iteration_errors.append(abs(fitted_to_iteration - observed) / observed)
         mapping = RankMapping(plan.parallel, calibrated)

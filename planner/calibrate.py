@@ -259,7 +259,7 @@ def with_message_overhead(cluster: ClusterSpec, overhead_us: float) -> ClusterSp
 EXECUTED_GROUPS = {"tp": "tp", "cp": "cp", "dp": "dpcp", "ep": "ep", "edp": "edp"}
 LINK_CLASSES = ("intra_node", "inter_node")
 # A link's bandwidth is fitted only to collectives whose bytes span this factor and whose largest would take, at the
-# link's bandwidth so far, this share of a typical collective's time (else the latency alone: collectives too small
+# link's bandwidth so far, this share of the median collective's time (else the latency alone: collectives too small
 # for their bytes to show under the time their ranks take to meet cannot tell the bandwidth).
 BANDWIDTH_SPAN, TRANSFER_SHARE = 4.0, 0.25
 
@@ -315,38 +315,30 @@ def collective_samples(config: ParallelConfig, cluster: ClusterSpec, observed_ev
 
 def fit_collective_links(config: ParallelConfig, cluster: ClusterSpec, observed_events: list[dict]) -> list[LinkFit]:
     """Each link class's latency and bandwidth fitted to a hybrid run's collective events: the least-squares
-    ``mean ms = latencies x latency + bytes / bandwidth`` over its kinds of collective (each op and size at its mean
-    time), with the latencies and bytes the cost model charges each (non-negative: where the unconstrained fit makes
-    one term negative, the other alone; a bandwidth the fit finds infinite keeps the cluster's). ``median_error``
-    is over every collective.
+    ``observed ms = latencies x latency + bytes / bandwidth`` over its collectives, with the latencies and bytes the
+    cost model charges each (non-negative: where the unconstrained fit makes one term negative, the other alone; a
+    bandwidth the fit finds infinite keeps the cluster's).
     The time a collective waits for the last rank of its group to arrive is part of what it costs the run, so it
     is fitted as well. The bandwidth only where the collectives' bytes span at least ``BANDWIDTH_SPAN`` times and
-    the largest would take at least ``TRANSFER_SHARE`` of the kinds' median time at the cluster's bandwidth (a run
+    the largest would take at least ``TRANSFER_SHARE`` of their median time at the cluster's bandwidth (a run
     whose collectives all move about the same bytes, or too few for them to show, cannot tell a slow link from a
     long latency): else the latency alone, with the cluster's bandwidth kept (``bandwidth_gb_s`` None). SpecError when the events hold no
     such collective."""
     links = {"intra_node": cluster.intra_node, "inter_node": cluster.inter_node}
     fits = []
     for link, rows in sorted(collective_samples(config, cluster, observed_events).items()):
-        # one point per kind of collective (its latencies and bytes) at its mean time: thousands of activation-sized
-        # TP collectives must not drown the few large gradient reductions that tell the bandwidth
-        kinds: dict[tuple[float, float], list[float]] = {}
-        for latencies, moved, ms in rows:
-            kinds.setdefault((latencies, moved), []).append(ms)
-        terms = np.array(list(kinds), dtype=float)
-        means = np.array([fmean(times) for times in kinds.values()])
+        # every collective counts once: a step pays for each, so the fit is to what the collectives took in all
+        terms = np.array([(latencies, moved) for latencies, moved, _ in rows], dtype=float)
+        observed = np.array([ms for *_, ms in rows], dtype=float)
         link_ms_per_byte = 1 / (links[link].bandwidth_gb_s * 1e6)
         moved = terms[:, 1][terms[:, 1] > 0]
         if moved.size and moved.max() >= BANDWIDTH_SPAN * moved.min() \
-                and moved.max() * link_ms_per_byte >= TRANSFER_SHARE * float(np.median(means)):
-            latency_ms, ms_per_byte = _nonnegative_least_squares(terms, means)
+                and moved.max() * link_ms_per_byte >= TRANSFER_SHARE * float(np.median(observed)):
+            latency_ms, ms_per_byte = _nonnegative_least_squares(terms, observed)
         else:
             ms_per_byte = 0.0
-            latency_ms = _nonnegative_least_squares(terms[:, :1], means - terms[:, 1] * link_ms_per_byte)[0]
-        bandwidth_ms_per_byte = ms_per_byte or link_ms_per_byte
-        sample_terms = np.array([(latencies, moved) for latencies, moved, _ in rows], dtype=float)
-        observed = np.array([ms for *_, ms in rows], dtype=float)
-        fitted = sample_terms @ np.array([latency_ms, bandwidth_ms_per_byte])
+            latency_ms = _nonnegative_least_squares(terms[:, :1], observed - terms[:, 1] * link_ms_per_byte)[0]
+        fitted = terms @ np.array([latency_ms, ms_per_byte or link_ms_per_byte])
         errors = np.abs(fitted - observed) / np.maximum(observed, 1e-9)
         fits.append(LinkFit(link=link, latency_us=float(latency_ms) * 1e3,
                             bandwidth_gb_s=1.0 / (float(ms_per_byte) * 1e6) if ms_per_byte > 0 else None,
