@@ -258,6 +258,8 @@ def with_message_overhead(cluster: ClusterSpec, overhead_us: float) -> ClusterSp
 # holds dp x cp ranks when CP is on (gradients of a context-parallel rank are summed over both).
 EXECUTED_GROUPS = {"tp": "tp", "cp": "cp", "dp": "dpcp", "ep": "ep", "edp": "edp"}
 LINK_CLASSES = ("intra_node", "inter_node")
+# The axes of a (tp, cp, dp, pp) coordinate each executed group spans; EP's groups are the expert mesh's, not paired.
+GROUP_AXES = {"tp": ("tp",), "cp": ("cp",), "dp": ("dp", "cp")}
 # A link's bandwidth is fitted only to collectives whose bytes span this factor and whose largest would take, at the
 # link's bandwidth so far, this share of the median collective's time (else the latency alone: collectives too small
 # for their bytes to show under the time their ranks take to meet cannot tell the bandwidth).
@@ -281,11 +283,16 @@ class LinkFit:
 
 def collective_samples(config: ParallelConfig, cluster: ClusterSpec, observed_events: list[dict]
                        ) -> dict[str, list[tuple[float, float, float]]]:
-    """Per link class, ``(latencies, bytes, observed ms)`` of every collective event the cost model charges
+    """Per link class, ``(latencies, bytes, observed ms)`` of every collective the cost model charges
     (``planner.parallel.cost.collective_terms``); optimizer steps, the tied embedding's all-reduce and groups of one
-    rank are left out. SpecError naming the event's field when one is malformed."""
+    rank are left out. SpecError naming the event's field when one is malformed.
+
+    A collective's time is its last rank's: the ranks of one TP, CP or DP group that report the same collective
+    (their ``step``, ``index`` and ``op``; the group from each event's ``rank``, Megatron's order) count once, at
+    the shortest of their times, as NCCL's tests time one after a barrier: the others' longer times are their wait
+    for that rank, which is the compute before it (what the per-kernel overhead fit is given), not the link."""
     mapping = RankMapping(config, cluster)
-    samples: dict[str, list[tuple[float, float, float]]] = {}
+    instances: dict[tuple, tuple[str, float, float, float]] = {}
     for index, event in enumerate(observed_events):
         if not isinstance(event, dict) or event.get("type") != "collective":
             continue
@@ -308,8 +315,20 @@ def collective_samples(config: ParallelConfig, cluster: ClusterSpec, observed_ev
         if span.size == 1:
             continue
         latencies, moved = collective_terms(kind, values["bytes"], span)
-        link = LINK_CLASSES[span.crosses_domains]
-        samples.setdefault(link, []).append((latencies, moved, values["end_ms"] - values["start_ms"]))
+        took = values["end_ms"] - values["start_ms"]
+        key = (index,)   # a rank's own collective, where the event says no rank or step to pair it by
+        rank, step, number = (event.get(name) for name in ("rank", "step", "index"))
+        if all(isinstance(value, int) and not isinstance(value, bool) for value in (rank, step, number)) \
+                and 0 <= rank < config.num_gpus and group in GROUP_AXES:
+            coordinate = config.coordinate(rank)
+            key = (op, step, number, *(coordinate[axis] for axis in ("tp", "cp", "dp", "pp")
+                                       if axis not in GROUP_AXES[group]))
+        previous = instances.get(key)
+        if previous is None or took < previous[3]:
+            instances[key] = (LINK_CLASSES[span.crosses_domains], latencies, moved, took)
+    samples: dict[str, list[tuple[float, float, float]]] = {}
+    for link, latencies, moved, took in instances.values():
+        samples.setdefault(link, []).append((latencies, moved, took))
     return samples
 
 

@@ -1,5 +1,6 @@
 """Fitting a link class's latency and bandwidth to a hybrid run's collective events (planner.calibrate)."""
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -21,9 +22,14 @@ INTER_LATENCY_US, INTER_BANDWIDTH_GB_S = 300.0, 0.4
 CONFIG = ParallelConfig(tp=4, pp=1, dp=2, num_microbatches=4)   # 8 ranks: TP groups of 4, DP groups of 2
 
 
-def _event(op: str, nbytes: int, ms: float, start: float = 10.0) -> dict:
-    return {"type": "collective", "op": op, "group": op.split("_", 1)[0], "rank": 0, "device": 0, "step": 1,
-            "index": 0, "bytes": nbytes, "start_ms": start, "end_ms": start + ms}
+_NUMBERS = itertools.count()
+
+
+def _event(op: str, nbytes: int, ms: float, start: float = 10.0, rank: int = 0, index: int | None = None) -> dict:
+    """A collective of ``rank`` (each one its own, numbered apart, unless ``index`` says which of the step's)."""
+    return {"type": "collective", "op": op, "group": op.split("_", 1)[0], "rank": rank, "device": 0, "step": 1,
+            "index": next(_NUMBERS) if index is None else index, "bytes": nbytes, "start_ms": start,
+            "end_ms": start + ms}
 
 
 def _ring_ms(nbytes: int, size: int, latency_us: float, bandwidth_gb_s: float, passes: int = 1) -> float:
@@ -203,3 +209,18 @@ def test_collectives_too_small_for_their_bytes_to_show_fit_the_latency_alone():
     transfer_ms = sum(3 / 4 * event["bytes"] for event in events) / (cluster.intra_node.bandwidth_gb_s * 1e6)
     mean_ms = sum(event["end_ms"] - event["start_ms"] for event in events) / len(events)
     assert fit.latency_us == pytest.approx((mean_ms - transfer_ms / len(events)) / 3 * 1e3, rel=1e-9)
+
+
+def test_a_collective_counts_once_at_the_time_of_its_groups_last_rank():
+    # TP groups of 4 (ranks 0-3 and 4-7): each rank reports the same all-gather; the three that waited for the
+    # last took longer. Ranks 4-7's collective with the same number is another group's: it counts too.
+    took = _ring_ms(1_048_576, 4, LATENCY_US, BANDWIDTH_GB_S)
+    events = [_event("tp_all_gather", 1_048_576, took + wait, rank=rank, index=7)
+              for rank, wait in zip(range(4), (2.0, 0.0, 0.5, 1.0))]
+    events += [_event("tp_all_gather", 1_048_576, took + 0.25 * (rank - 4), rank=rank, index=7) for rank in range(4, 8)]
+    events += [_event("tp_all_gather", 8_388_608, _ring_ms(8_388_608, 4, LATENCY_US, BANDWIDTH_GB_S) + wait,
+                      rank=rank, index=9) for rank, wait in zip(range(4), (0.0, 3.0, 3.0, 3.0))]
+    [fit] = fit_collective_links(CONFIG, load_cluster_preset("cpu-1x8"), events)
+    assert fit.samples == 3
+    assert fit.latency_us == pytest.approx(LATENCY_US, rel=1e-9)
+    assert fit.bandwidth_gb_s == pytest.approx(BANDWIDTH_GB_S, rel=1e-9)
