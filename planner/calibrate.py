@@ -336,13 +336,12 @@ def fit_collective_links(config: ParallelConfig, cluster: ClusterSpec, observed_
     """Each link class's latency and bandwidth fitted to a hybrid run's collective events: the least-squares
     ``observed ms = latencies x latency + bytes / bandwidth`` over its collectives, with the latencies and bytes the
     cost model charges each (non-negative: where the unconstrained fit makes one term negative, the other alone; a
-    bandwidth the fit finds infinite keeps the cluster's).
-    The time a collective waits for the last rank of its group to arrive is part of what it costs the run, so it
-    is fitted as well. The bandwidth only where the collectives' bytes span at least ``BANDWIDTH_SPAN`` times and
-    the largest would take at least ``TRANSFER_SHARE`` of their median time at the cluster's bandwidth (a run
-    whose collectives all move about the same bytes, or too few for them to show, cannot tell a slow link from a
-    long latency): else the latency alone, with the cluster's bandwidth kept (``bandwidth_gb_s`` None). SpecError when the events hold no
-    such collective."""
+    bandwidth the fit finds infinite keeps the cluster's). Each collective counts once, at its group's last rank's
+    time (``collective_samples``). The bandwidth only where the collectives' bytes span at least ``BANDWIDTH_SPAN``
+    times and the largest would take at least ``TRANSFER_SHARE`` of their median time at the cluster's bandwidth (a
+    run whose collectives all move about the same bytes, or too few for them to show, cannot tell a slow link from
+    a long latency): else the latency alone, with the cluster's bandwidth kept (``bandwidth_gb_s`` None).
+    SpecError when the events hold no such collective."""
     links = {"intra_node": cluster.intra_node, "inter_node": cluster.inter_node}
     fits = []
     for link, rows in sorted(collective_samples(config, cluster, observed_events).items()):

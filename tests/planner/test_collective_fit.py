@@ -10,7 +10,8 @@ from planner.calibrate import (action_ms, fit_collective_links, fit_run_iteratio
 from planner.cluster import Link, load_cluster_preset
 from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig
-from planner.parallel.cost import EXECUTOR_OPTIONS, all_to_all_ms, collective_ms, layer_comm_ms, layer_work, ring_collective_ms
+from planner.parallel.cost import (EXECUTOR_OPTIONS, all_to_all_ms, collective_ms, layer_comm_ms, layer_work,
+                                   ring_collective_ms)
 from planner.parallel.mapping import RankMapping
 from planner.parallel.planning import pipeline, search
 from planner.service import calibrate_hybrid_from_run

@@ -97,9 +97,13 @@ def test_a_tp2_pp2_dp2_plan_runs_on_8_ranks_with_every_ranks_actions_and_its_col
     assert response.status_code == 201, response.content
     job = PlanningJob.objects.get(pk=response.json()["id"])
     calibration = job.calibration
-    fitted = [row for row in collectives if not row.op.endswith("optimizer_step")]
+    # each collective once, for its group: rank = tp + 2·(dp + 2·pp), a TP group the ranks 2k and 2k + 1, a DP group
+    # the ranks of one (tp, pp) with dp 0 and 1
+    fitted = {(row.op, row.step, row.index, ("tp", row.rank // 2) if row.group == "tp" else
+               ("dp", row.rank % 2, row.rank // 4)) for row in collectives if not row.op.endswith("optimizer_step")}
     [link] = calibration["links"]
-    assert link["link"] == "intra_node" and link["samples"] == len(fitted)
+    every = [row for row in collectives if not row.op.endswith("optimizer_step")]
+    assert link["link"] == "intra_node" and link["samples"] == len(fitted) == len(every) // 2
     assert job.cluster_doc["links"]["intra_node"]["latency_us"] == pytest.approx(link["latency_us"])
     assert job.cluster_doc["device"]["kernel_overhead_us"] == pytest.approx(calibration["kernel_overhead_us"])
     observed = calibration["observed_iteration_ms"]
