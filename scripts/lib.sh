@@ -48,9 +48,7 @@ PY
     local stamp="$VENV/.installed-$(basename "$lock" .txt)-$(sha256sum "$lock" | cut -c1-16)"
     if [ ! -f "$stamp" ]; then
         say "installing Python dependencies from $1"
-        # --no-compile: pip would byte-compile every module of every package (half the install's time, torch's
-        # tests and all); Python compiles the ones it imports on first use and keeps them in __pycache__.
-        quiet_pip install -q --no-compile --require-hashes -r "$lock" || die "pip could not install $1 (see above)"
+        quiet_pip install -q --require-hashes -r "$lock" || die "pip could not install $1 (see above)"
         (cd "$ROOT" && quiet_pip install -q --no-deps --no-build-isolation -e .) \
             || die "pip could not install the project itself (see above)"
         "$PY" -c "import django, celery, kombu.transport.redis, redis, torch, rest_framework" \
