@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from adaptis_web.studio.catalog.clusters import cluster_create
 from adaptis_web.studio.catalog.specs import spec_create
-from adaptis_web.studio.models import JobStatus, Plan, PlanningJob, Run
+from adaptis_web.studio.models import JobStatus, Plan, PlanningJob, Run, RunEvent
 from adaptis_web.studio.planning.hybrid_pages import PICTURE_FIRST_NODES, cluster_picture, memory_bars
 from adaptis_web.studio.planning.jobs import job_create, job_request_check, job_run
 from adaptis_web.studio.runs.calibration import job_replan_from_run
@@ -171,12 +171,17 @@ class TestPlanned:
         plan = Plan.objects.get(job=hybrid_job)
         assert f'<a href="{reverse("studio:plan", args=[plan.pk])}" id="open-plan-page">plan #{plan.pk}</a>' in page
 
-    def test_a_run_of_its_plan_does_not_recalibrate_it(self, people, hybrid_job):
-        run = Run.objects.create(plan=Plan.objects.get(job=hybrid_job), created_by=people.member,
-                                 status=JobStatus.SUCCEEDED, world_size=1)
+    def test_a_run_of_its_plan_without_collectives_cannot_recalibrate_it(self, people, hybrid_job):
+        # a hybrid run re-plans on the cluster fitted to its collectives (tests/web/test_hybrid_runs.py); one that
+        # observed actions but no collective has nothing to fit the links to, which its state refuses (409)
+        plan = Plan.objects.get(job=hybrid_job)
+        run = Run.objects.create(plan=plan, created_by=people.member, status=JobStatus.SUCCEEDED, world_size=1)
+        action = plan.plan_doc["actions"][0][0]
+        RunEvent.objects.create(run=run, seq=1, rank=0, device=0, action=action, stage=int(action.split("F")[0]),
+                                kind="F", microbatch=0, step=0, start_ms=0.0, end_ms=1.0)
         with pytest.raises(SpecError) as caught:
             job_replan_from_run(run=run, user=people.member)
-        assert caught.value.field == "run" and "hybrid-parallel job" in caught.value.reason
+        assert caught.value.field == "run" and "no collective" in caught.value.reason
         assert PlanningJob.objects.count() == 1
 
     def test_a_model_that_fits_nowhere_is_a_400_from_the_api(self, people):
