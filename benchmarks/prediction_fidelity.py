@@ -84,7 +84,7 @@ from executor.model.scale import scale_spec  # noqa: E402
 from executor.measuring.profiler import measure_profile_alongside  # noqa: E402
 from executor.measuring.stage_timing import measure_stage_timings  # noqa: E402
 from planner.baselines import build_baseline  # noqa: E402
-from planner.calibrate import (EXECUTED_GROUPS, after_warmup, fit_collective_links,  # noqa: E402
+from planner.calibrate import (EXECUTED_GROUPS, after_warmup, executed_collective, fit_collective_links,  # noqa: E402
                                fit_message_overhead, fit_run_iteration_overhead, fit_run_kernel_overhead,
                                measure_message_overhead,
                                observed_iteration_ms, recalibrate, recalibrate_durations, stage_durations,
@@ -189,7 +189,7 @@ HYBRID_MODEL, HYBRID_SCALE = "llama-3-8b", {"hidden_size": 128, "head_dim": 32, 
 
 
 def hybrid_plan(spec, cluster, pins: dict):
-    """The hybrid planner's plan with ``pins`` on ``cluster`` (a name or a ClusterSpec) and its prediction there."""
+    """The hybrid planner's plan with ``pins`` on ``cluster`` (a name or a ClusterSpec), costed as the executor runs."""
     pins = {"ep": 1, "recompute": "none", "microbatch_size": spec.micro_batch_size, **pins}
     global_batch = spec.micro_batch_size * pins["dp"] * HYBRID_MICROBATCHES
     best = hybrid_search(spec, cluster, HYBRID_RANKS, spec.seq_len, global_batch, pins, options=EXECUTOR_OPTIONS).best
@@ -244,11 +244,11 @@ def hybrid_main(args) -> None:
         iteration_errors.append(abs(fitted_to_iteration - observed) / observed)
         mapping = RankMapping(plan.parallel, calibrated)
         for event in events:
-            group, _, kind = event.get("op", "").partition("_")
-            if event.get("type") == "collective" and group in EXECUTED_GROUPS and "optimizer" not in kind:
-                span = mapping.span(EXECUTED_GROUPS[group])
-                kind = "all_reduce" if kind.endswith("all_reduce") else kind
-                collectives[event["op"]][0].append(collective_ms(kind, event["bytes"], span))
+            charged = executed_collective(event["op"]) if event.get("type") == "collective" else None
+            if charged is not None:
+                group, kind = charged
+                collectives[event["op"]][0].append(collective_ms(kind, event["bytes"],
+                                                                 mapping.span(EXECUTED_GROUPS[group])))
                 collectives[event["op"]][1].append(event["end_ms"] - event["start_ms"])
         print(f"| {name} | {plan.parallel.short()} {plan.strategy} | {uncalibrated:.1f} | {predicted:.1f} | "
               f"{fitted_to_iteration:.1f} | {observed:.1f} | {(uncalibrated - observed) / observed:+.1%} "

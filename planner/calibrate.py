@@ -56,19 +56,28 @@ def observed_spans(plan: Plan, observed_events: list[dict]) -> list[tuple[int, A
         action = Action.parse(event.get("action"), f"{field}.action")
         if not 0 <= action.stage < plan.num_stages:
             raise SpecError(f"{field}.action", f"stage {action.stage} is not in the plan ({plan.num_stages} stages)")
-        times = []
-        for key in ("start_ms", "end_ms"):
-            value = event.get(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise SpecError(f"{field}.{key}", f"must be a number, got {value!r}")
-            times.append(float(value))
-        if times[1] < times[0]:
-            raise SpecError(f"{field}.end_ms", f"ends ({times[1]}) before it starts ({times[0]})")
+        start, end = _event_span(event, field)
         step = event.get("step", 0)
         if isinstance(step, bool) or not isinstance(step, int):
             raise SpecError(f"{field}.step", f"must be an integer, got {step!r}")
-        spans.append((step, action, times[0], times[1]))
+        spans.append((step, action, start, end))
     return spans
+
+
+def _number(event: dict, key: str, field: str) -> float:
+    value = event.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{field}.{key}", f"must be a number, got {value!r}")
+    return float(value)
+
+
+def _event_span(event: dict, field: str) -> tuple[float, float]:
+    """An event's ``(start_ms, end_ms)``; SpecError naming ``field``'s key when one is not a number or it ends
+    before it starts."""
+    start, end = _number(event, "start_ms", field), _number(event, "end_ms", field)
+    if end < start:
+        raise SpecError(f"{field}.end_ms", f"ends ({end}) before it starts ({start})")
+    return start, end
 
 
 def after_warmup(plan: Plan, observed_events: list[dict], warmup_steps: int) -> list[dict]:
@@ -272,13 +281,24 @@ class LinkFit:
 
     link: str                  # "intra_node" (inside an NVLink domain) or "inter_node"
     latency_us: float
-    bandwidth_gb_s: float | None   # None: the collectives' sizes did not tell it (every one moved the same bytes)
+    bandwidth_gb_s: float | None   # None: the collectives' bytes did not tell it (the cluster's is kept)
     samples: int
     median_error: float        # median |fitted - observed| / observed over the samples
 
     def to_dict(self) -> dict:
         return {"link": self.link, "latency_us": self.latency_us, "bandwidth_gb_s": self.bandwidth_gb_s,
                 "samples": self.samples, "median_error": self.median_error}
+
+
+def executed_collective(op: str) -> tuple[str, str] | None:
+    """An executed collective's ``op`` (``tp_all_gather``, ``tp_grad_all_reduce``, ...) as (its group, a key of
+    ``EXECUTED_GROUPS``; the collective ``planner.parallel.cost.collective_terms`` charges for it); None for what the
+    cost model charges elsewhere or not at all: optimizer steps, the tied embedding's all-reduce."""
+    group, _, kind = op.partition("_")
+    if group not in EXECUTED_GROUPS or kind.endswith("optimizer_step"):
+        return None
+    # tp_grad_all_reduce: a TP group's partial gradients of its whole norms, an all-reduce like any
+    return group, "all_reduce" if kind.endswith("all_reduce") else kind
 
 
 def collective_samples(config: ParallelConfig, cluster: ClusterSpec, observed_events: list[dict]
@@ -300,22 +320,17 @@ def collective_samples(config: ParallelConfig, cluster: ClusterSpec, observed_ev
         op = event.get("op")
         if not isinstance(op, str) or "_" not in op:
             raise SpecError(f"{field}.op", f"must name a group and a collective ('tp_all_gather'), got {op!r}")
-        group, kind = op.split("_", 1)
-        if group not in EXECUTED_GROUPS or kind.endswith("optimizer_step"):
+        charged = executed_collective(op)
+        if charged is None:
             continue
-        if kind.endswith("all_reduce"):   # tp_grad_all_reduce: a TP group's partial gradients of its whole norms
-            kind = "all_reduce"
-        values = {key: event.get(key) for key in ("bytes", "start_ms", "end_ms")}
-        for key, value in values.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise SpecError(f"{field}.{key}", f"must be a number, got {value!r}")
-        if values["end_ms"] < values["start_ms"]:
-            raise SpecError(f"{field}.end_ms", f"ends ({values['end_ms']}) before it starts ({values['start_ms']})")
+        group, kind = charged
+        nbytes = _number(event, "bytes", field)
+        start, end = _event_span(event, field)
         span = mapping.span(EXECUTED_GROUPS[group])
         if span.size == 1:
             continue
-        latencies, moved = collective_terms(kind, values["bytes"], span)
-        took = values["end_ms"] - values["start_ms"]
+        latencies, moved = collective_terms(kind, nbytes, span)
+        took = end - start
         key = (index,)   # a rank's own collective, where the event says no rank or step to pair it by
         rank, step, number = (event.get(name) for name in ("rank", "step", "index"))
         if all(isinstance(value, int) and not isinstance(value, bool) for value in (rank, step, number)) \
