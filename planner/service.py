@@ -72,7 +72,7 @@ from planner.limits import (
 from planner.observed import summarize as summarize_observed
 from planner.parallel.config import RECOMPUTE_MODES, load_parallel
 from planner.parallel.cost import EXECUTOR_OPTIONS
-from planner.parallel.evaluate import shard_profile
+from planner.parallel.evaluate import STEP_PARTS, shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.parallel.search import HybridResult, SearchCancelled
 from planner.plan import Action, Plan, load_plan

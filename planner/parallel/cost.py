@@ -247,6 +247,19 @@ class LayerTime:
     executed_flops: float
     activation_bytes: float
     output_bytes: float
+    # what F + B + W holds of each kind of time (``STEP_PARTS``' per-layer ones): the TP, CP and EP communication of F
+    # and B, the recomputed forward (its communication included); the rest is compute
+    comm_ms: tuple[tuple[str, float], ...] = ()
+    recompute_ms: float = 0.0
+
+    @property
+    def total_ms(self) -> float:
+        return self.forward + self.backward_input + self.backward_weight
+
+    def parts_ms(self) -> dict[str, float]:
+        """F + B + W of one micro-batch by kind: ``compute``, ``recompute`` and each axis' communication."""
+        parts = {"recompute": self.recompute_ms, **dict(self.comm_ms)}
+        return {"compute": self.total_ms - sum(parts.values()), **parts}
 
 
 def _sublayers(layer: LayerSpec) -> int:
@@ -259,15 +272,28 @@ def layer_comm_ms(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config: Pa
                   mapping: RankMapping, seq_len: int, cp_comm: str = "p2p") -> tuple[float, float]:
     """(F, B) communication of one layer for one micro-batch on one GPU, exposed time only; ``cp_comm`` as
     ``CostOptions.cp_comm``."""
+    return _comm_totals(layer_comm_parts(layer, work, spec, config, mapping, seq_len, cp_comm))
+
+
+def _comm_totals(parts: dict[str, tuple[float, float]]) -> tuple[float, float]:
+    return sum(forward for forward, _ in parts.values()), sum(backward for _, backward in parts.values())
+
+
+COMM_AXES = ("tp", "cp", "ep")
+
+
+def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config: ParallelConfig,
+                     mapping: RankMapping, seq_len: int, cp_comm: str = "p2p") -> dict[str, tuple[float, float]]:
+    """``layer_comm_ms`` by parallel axis: ``{"tp": (F, B), "cp": (F, B), "ep": (F, B)}``."""
     dtype_bytes = DTYPE_BYTES[spec.dtype]
     tokens = config.microbatch_size * seq_len
     hidden_bytes = tokens / config.cp * spec.hidden_size * dtype_bytes
-    forward = backward = 0.0
+    parts = {axis: (0.0, 0.0) for axis in COMM_AXES}
     if config.tp > 1:
         collectives = 2 * _sublayers(layer) if layer.kind not in ("embedding", "head") else 1
         tp_ms = collectives * ring_collective_ms(hidden_bytes, mapping.span("tp"))
-        forward += tp_ms
-        backward += tp_ms
+        parts["tp"] = (tp_ms, tp_ms)
+    forward = backward = 0.0
     if config.cp > 1 and layer.mixer is not None:
         cp_group = mapping.span("cp")
         mixer = layer.mixer
@@ -293,12 +319,12 @@ def layer_comm_ms(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config: Pa
             state = mixer.num_heads * mixer.head_dim * mixer.head_dim * FP32_BYTES * config.microbatch_size / config.tp
             forward += (config.cp - 1) * point_to_point_ms(state, cp_group)
             backward += (config.cp - 1) * point_to_point_ms(state, cp_group)
+    parts["cp"] = (forward, backward)
     if config.ep > 1 and isinstance(layer.mlp, MoEMLP):
         routed = tokens / (config.tp * config.cp) * layer.mlp.top_k * spec.hidden_size * dtype_bytes
         exchange = 2 * all_to_all_ms(routed, mapping.span("ep"))   # dispatch and combine
-        forward += exchange
-        backward += exchange
-    return forward, backward
+        parts["ep"] = (exchange, exchange)
+    return parts
 
 
 def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, mapping: RankMapping,
@@ -309,12 +335,13 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
     overhead_ms = cluster.device.kernel_overhead_us * 1e-3
     dtype_bytes = DTYPE_BYTES[spec.dtype]
     output_bytes = config.microbatch_size * seq_len * spec.hidden_size * dtype_bytes / shards
-    comm_cache: dict[LayerSpec, tuple[float, float]] = {}
+    comm_cache: dict[LayerSpec, dict[str, tuple[float, float]]] = {}
     result = []
     for layer, work, mode in zip(spec.layers, works, recompute):
         if layer not in comm_cache:
-            comm_cache[layer] = layer_comm_ms(layer, work, spec, config, mapping, seq_len, options.cp_comm)
-        comm_forward, comm_backward = comm_cache[layer]
+            comm_cache[layer] = layer_comm_parts(layer, work, spec, config, mapping, seq_len, options.cp_comm)
+        comm = comm_cache[layer]
+        comm_forward, comm_backward = _comm_totals(comm)
         forward = work.forward.on(shards, overhead_ms) + comm_forward
         recomputes = mode == "full" and layer.kind not in ("embedding", "head")
         backward_input = work.backward_input.on(shards, overhead_ms) + comm_backward + (forward if recomputes else 0.0)
@@ -327,7 +354,9 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
         result.append(LayerTime(forward=forward, backward_input=backward_input,
                                 backward_weight=work.backward_weight.on(shards, overhead_ms),
                                 executed_flops=executed / shards, activation_bytes=activation,
-                                output_bytes=4 if layer.kind == "head" else output_bytes))
+                                output_bytes=4 if layer.kind == "head" else output_bytes,
+                                comm_ms=tuple((axis, f + b) for axis, (f, b) in comm.items()),
+                                recompute_ms=forward if recomputes else 0.0))
     return result
 
 

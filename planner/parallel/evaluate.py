@@ -55,6 +55,13 @@ class Job:
     options: CostOptions = CostOptions()
 
 
+# What a step's time is made of (``Score.breakdown_ms``), in the order the job page stacks them: on the pipeline's
+# critical rank (the one busiest per step), its compute, its recomputed forwards, the TP, CP and EP communication left
+# exposed inside its F and B (``planner.parallel.cost``), the pipeline transfers it waited for and the rest of its idle
+# time (the bubble); then the step's end: the exposed data-parallel communication and the optimizer step.
+STEP_PARTS = ("compute", "recompute", "tp", "cp", "ep", "pipeline_transfers", "bubble", "dp", "optimizer")
+
+
 @dataclass
 class Score:
     """A configuration's predicted step: times in ms, memory per pipeline rank, metrics."""
@@ -72,10 +79,17 @@ class Score:
     plan: Plan | None = None
     estimated: bool = True
     extra: dict = field(default_factory=dict)
+    pipeline_parts: dict = field(default_factory=dict)   # the pipeline's share of STEP_PARTS (critical_rank_parts)
 
     @property
     def iteration_ms(self) -> float:
         return self.pipeline_ms + self.data_parallel_ms + self.optimizer_ms
+
+    @property
+    def breakdown_ms(self) -> dict[str, float]:
+        """``STEP_PARTS`` in ms, summing to ``iteration_ms``."""
+        parts = {**self.pipeline_parts, "dp": self.data_parallel_ms, "optimizer": self.optimizer_ms}
+        return {part: parts.get(part, 0.0) for part in STEP_PARTS}
 
     @property
     def fits(self) -> bool:
@@ -102,7 +116,8 @@ class Score:
                 "mfu": self.model_flops / seconds / (gpus * device.peak_tflops * 1e12),
                 "hardware_tflops_per_gpu": self.executed_flops / seconds / gpus / 1e12,
                 "peak_memory_bytes": round(self.peak_memory_bytes), "fits": self.fits,
-                "schedule": self.schedule, "chunks": self.chunks, "estimated": self.estimated}
+                "schedule": self.schedule, "chunks": self.chunks, "estimated": self.estimated,
+                "breakdown_ms": self.breakdown_ms}
 
     def to_dict(self) -> dict:
         return {"parallel": self.config.to_dict(), "short": self.config.short(), "predicted": self.metrics(),
@@ -177,6 +192,26 @@ def step_end_ms(job: Job, config: ParallelConfig, mapping: RankMapping, held: li
     return exposed, optimizer
 
 
+def critical_rank_parts(times: list[LayerTime], rank_layers: list[list[int]], microbatches: int, pipeline_ms: float,
+                        rank_transfers_ms: list[float]) -> dict[str, float]:
+    """The pipeline's makespan split on its critical rank, the one with the most work per step (every rank's work and
+    idle time add up to the makespan; this one idles least): its work by kind (``LayerTime.parts_ms`` of its layers
+    for every micro-batch), ``rank_transfers_ms[rank]`` of its idle time as the transfers it waited for, and the rest
+    of its idle time as the bubble."""
+    work = [microbatches * sum(times[index].total_ms for index in layers) for layers in rank_layers]
+    rank = max(range(len(work)), key=work.__getitem__)
+    parts = dict.fromkeys(STEP_PARTS[:5], 0.0)
+    for index in rank_layers[rank]:
+        for part, ms in times[index].parts_ms().items():
+            parts[part] += microbatches * ms
+    idle = max(pipeline_ms - work[rank], 0.0)
+    parts["pipeline_transfers"] = min(max(rank_transfers_ms[rank], 0.0), idle)
+    parts["bubble"] = idle - parts["pipeline_transfers"]
+    # compute takes the rounding of these sums, so that the parts add up to the makespan exactly
+    parts["compute"] = pipeline_ms - sum(ms for part, ms in parts.items() if part != "compute")
+    return parts
+
+
 def _two_ends(mapping: RankMapping) -> GroupSpan:
     pipeline = mapping.span("pp")
     return GroupSpan("embedding", 2, 1 if pipeline.crosses_domains else 2, pipeline.intra, pipeline.inter)
@@ -197,7 +232,8 @@ def estimate(job: Job, config: ParallelConfig, chunks: int = 1) -> Score:
                for layers in rank_layers]
     transfer = point_to_point_ms(times[0].output_bytes, mapping.span("pp")) if pp > 1 else 0.0
     slowest = max(rank_ms)
-    pipeline_ms = m * slowest + (sum(rank_ms) - slowest) / chunks + 2 * (pp - 1) * chunks * transfer
+    transfers_ms = 2 * (pp - 1) * chunks * transfer
+    pipeline_ms = m * slowest + (sum(rank_ms) - slowest) / chunks + transfers_ms
     params = rank_params(job.model, _layer_params(job), rank_layers)
     memory = []
     for rank, layers in enumerate(rank_layers):
@@ -208,7 +244,8 @@ def estimate(job: Job, config: ParallelConfig, chunks: int = 1) -> Score:
     model_flops, executed = step_flops(job, config, times)
     return Score(config=config, schedule="1f1b" if chunks == 1 else "interleaved-1f1b", chunks=chunks,
                  pipeline_ms=pipeline_ms, data_parallel_ms=exposed, optimizer_ms=optimizer, memory=memory,
-                 model_flops=model_flops, executed_flops=executed, job=job)
+                 model_flops=model_flops, executed_flops=executed, job=job,
+                 pipeline_parts=critical_rank_parts(times, rank_layers, m, pipeline_ms, [transfers_ms] * pp))
 
 
 def _works(job: Job, config: ParallelConfig):
@@ -254,10 +291,14 @@ def score_plan(job: Job, config: ParallelConfig, plan: Plan, schedule: str, chun
               for rank in range(config.pp)]
     exposed, optimizer = step_end_ms(job, config, mapping, params, times, rank_layers)
     model_flops, executed = step_flops(job, config, times)
+    # a rank's transfers: the idle time that would vanish were they free, and the posting of its messages
+    transfers = [stats.time.exposed_comm_ms + stats.time.message_ms for stats in simulation.per_device]
     return Score(config=config, schedule=schedule, chunks=chunks, pipeline_ms=simulation.iteration_ms,
                  data_parallel_ms=exposed, optimizer_ms=optimizer, memory=memory, model_flops=model_flops,
                  executed_flops=executed, job=job, plan=plan, estimated=False,
-                 extra={"bubble_ratio": simulation.bubble_ratio})
+                 extra={"bubble_ratio": simulation.bubble_ratio},
+                 pipeline_parts=critical_rank_parts(times, rank_layers, config.num_microbatches,
+                                                    simulation.iteration_ms, transfers))
 
 
 def _plan_layer_times(job: Job, config: ParallelConfig, plan: Plan, mapping: RankMapping):

@@ -108,6 +108,20 @@ def test_qwen3_next_on_64_h100s_as_a_whole_training_job(celery_worker, live_serv
         assert 0 < total <= capacity == 80.0
         assert bar.locator(".part").count() == 5
     expect(page.locator("#memory h2")).to_contain_text("GiB")
+
+    # Where each configuration's step goes: a bar each, its parts adding up to its step; the widest is the longest.
+    steps = page.locator("#step-breakdown .memory-bar")
+    expect(steps).to_have_count(rows.count())
+    widths = []
+    for bar, score in zip(steps.all(), [best, *job.result["runners_up"]]):
+        parts = bar.locator(".part")
+        seconds = [float(value) for value in parts.evaluate_all("parts => parts.map(p => p.dataset.seconds)")]
+        assert sum(seconds) == pytest.approx(score["predicted"]["iteration_ms"] / 1e3, abs=1e-5)
+        assert seconds[0] == pytest.approx(score["predicted"]["breakdown_ms"]["compute"] / 1e3, abs=1e-6)
+        widths.append(sum(parts.evaluate_all("parts => parts.map(p => p.getBoundingClientRect().width)")))
+    steps_s = [score["predicted"]["iteration_ms"] for score in [best, *job.result["runners_up"]]]
+    assert widths.index(max(widths)) == steps_s.index(max(steps_s))
+    page.locator("#step-breakdown").screenshot(path=str(SCREENS / "hybrid-04b-step-breakdown.png"))
     page.screenshot(path=str(SCREENS / "hybrid-02-job.png"), full_page=True)
     page.locator("#cluster-picture").screenshot(path=str(SCREENS / "hybrid-03-cluster.png"))
     page.locator("#memory").screenshot(path=str(SCREENS / "hybrid-04-memory.png"))

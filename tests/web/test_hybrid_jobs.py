@@ -13,12 +13,13 @@ from rest_framework.test import APIClient
 from adaptis_web.studio.catalog.clusters import cluster_create
 from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, Plan, PlanningJob, Run, RunEvent
-from adaptis_web.studio.planning.hybrid_pages import PICTURE_FIRST_NODES, cluster_picture, memory_bars
+from adaptis_web.studio.planning.hybrid_pages import PICTURE_FIRST_NODES, cluster_picture, memory_bars, step_bars
 from adaptis_web.studio.planning.jobs import job_create, job_request_check, job_run
 from adaptis_web.studio.runs.calibration import job_replan_from_run
 from planner.cluster import load_cluster_preset
 from planner.errors import SpecError
 from planner.limits import MAX_SEQ_LEN
+from planner.parallel.evaluate import STEP_PARTS
 from planner.plan import load_plan
 from planner.spec.presets import load_model_preset
 
@@ -167,6 +168,15 @@ class TestPlanned:
         assert len(totals) == best["parallel"]["pp"] and capacities == {80.0}
         assert all(total <= 80.0 for total in totals)
         assert "Memory per GPU, by pipeline rank (GiB)" in page
+        # where each configuration's step goes: one bar each, its parts adding up to its step
+        scores = [best, *hybrid_job.result["runners_up"]]
+        bars = re.findall(r'data-iteration-s="([0-9.]+)">(.*?)</div>\s*</div>', page, re.S)
+        assert len(bars) == len(scores)
+        for (step_s, parts), score in zip(bars, scores):
+            seconds = [float(value) for value in re.findall(r'data-seconds="([0-9.]+)"', parts)]
+            assert len(seconds) == len(STEP_PARTS)
+            assert float(step_s) == pytest.approx(score["predicted"]["iteration_ms"] / 1e3, abs=1e-6)
+            assert sum(seconds) == pytest.approx(float(step_s), abs=1e-5)
         assert 'id="timeline"' not in page, "a hybrid job shows no pure-PP plan section"
         plan = Plan.objects.get(job=hybrid_job)
         assert f'<a href="{reverse("studio:plan", args=[plan.pk])}" id="open-plan-page">plan #{plan.pk}</a>' in page
@@ -291,6 +301,24 @@ class TestPicture:
         [bar] = memory_bars([rank])["bars"]
         assert [part["percent"] for part in bar["parts"]] == [12.5, 25.0, 6.25, 31.25, 2.5]
         assert bar["capacity_percent"] == 100.0 and bar["total_gib"] == 62
+
+    def test_step_bars_are_in_percent_of_the_longest_step(self):
+        def score(short, **parts):
+            breakdown = {part: float(parts.get(part, 0)) for part in STEP_PARTS}
+            return {"short": short, "predicted": {"iteration_ms": sum(breakdown.values()), "breakdown_ms": breakdown,
+                                                  "schedule": "1f1b", "chunks": 1}}
+
+        # stored before steps were broken down
+        old = {"short": "old", "predicted": {"iteration_ms": 500.0, "schedule": "1f1b", "chunks": 1}}
+        steps = step_bars({"best": score("a", compute=600, bubble=200),
+                           "runners_up": [score("b", compute=700, tp=250, optimizer=50), old]})
+        chosen, runner, before = steps["bars"]
+        assert [part["key"] for part in steps["parts"]] == list(STEP_PARTS)
+        assert chosen["chosen"] and not runner["chosen"]
+        assert {part["key"]: part["percent"] for part in chosen["parts"] if part["percent"]} == {"compute": 60,
+                                                                                                "bubble": 20}
+        assert sum(part["percent"] for part in runner["parts"]) == 100 and runner["iteration_s"] == 1.0
+        assert before["parts"] is None and before["iteration_s"] == 0.5
 
 
 @pytest.mark.worker

@@ -1,5 +1,5 @@
-"""What a hybrid job's page shows of its result: the configurations table, the picture of the cluster and the
-memory of each pipeline rank. Pure functions of the stored job; the template only lays them out.
+"""What a hybrid job's page shows of its result: the configurations table, where each one's step goes, the picture of
+the cluster and the memory of each pipeline rank. Pure functions of the stored job; the template only lays them out.
 
 The picture draws every GPU (a cell labelled with its (tp, cp, dp, pp, ep) coordinate, coloured by pipeline
 rank) for jobs of up to ``PICTURE_ALL_UP_TO`` GPUs; a larger job shows its first ``PICTURE_FIRST_NODES`` nodes
@@ -9,7 +9,7 @@ elements at 16,384 GPUs.
 
 from __future__ import annotations
 
-from planner.service import ClusterSpec, RankMapping, load_cluster, load_parallel
+from planner.service import STEP_PARTS, ClusterSpec, RankMapping, load_cluster, load_parallel
 from planner import service as planner_service
 
 GIB = 2**30
@@ -17,6 +17,11 @@ PICTURE_ALL_UP_TO = 256
 PICTURE_FIRST_NODES = 8
 MEMORY_PARTS = (("params_bytes", "parameters"), ("gradients_bytes", "gradients"), ("optimizer_bytes", "optimizer"),
                 ("activations_bytes", "activations"), ("buffers_overhead_bytes", "buffers & overhead"))
+
+# the labels of the planner's step parts (``predicted.breakdown_ms``), in its order
+STEP_LABELS = {"compute": "compute", "recompute": "recomputation", "tp": "exposed TP comm.", "cp": "exposed CP comm.",
+               "ep": "exposed EP comm.", "pipeline_transfers": "pipeline transfers", "bubble": "pipeline bubble",
+               "dp": "exposed DP comm.", "optimizer": "optimizer step"}
 
 
 def stage_colour(pp_rank: int, pp: int) -> str:
@@ -51,19 +56,42 @@ def configuration_rows(result: dict) -> list[dict]:
     return rows
 
 
+def _stacked(amounts: dict, parts: list[tuple[str, str]], scale: float, unit: float) -> list[dict]:
+    """One stacked bar's parts: ``(key, label)`` in order, each amount in ``unit`` and in percent of ``scale``."""
+    return [{"key": key, "label": label, "amount": amounts[key] / unit, "percent": 100 * amounts[key] / scale}
+            for key, label in parts]
+
+
 def memory_bars(memory: list[dict]) -> dict:
     """One stacked bar per pipeline rank, widths in percent of the largest of capacity and use."""
     scale = max(max(rank["capacity_bytes"], rank["total_bytes"]) for rank in memory)
+    parts = [(key.removesuffix("_bytes"), label) for key, label in MEMORY_PARTS]
     bars = []
     for rank in memory:
-        amounts = {**rank, "buffers_overhead_bytes": rank["buffers_bytes"] + rank["overhead_bytes"]}
+        amounts = {key.removesuffix("_bytes"): value for key, value in rank.items()}
+        amounts["buffers_overhead"] = rank["buffers_bytes"] + rank["overhead_bytes"]
         bars.append({
             "pipeline_rank": rank["pipeline_rank"], "fits": rank["fits"], "total_gib": rank["total_bytes"] / GIB,
             "capacity_gib": rank["capacity_bytes"] / GIB,
-            "capacity_percent": 100 * rank["capacity_bytes"] / scale,
-            "parts": [{"key": key.removesuffix("_bytes"), "label": label, "gib": amounts[key] / GIB,
-                       "percent": 100 * amounts[key] / scale} for key, label in MEMORY_PARTS]})
-    return {"bars": bars, "parts": [{"key": key.removesuffix("_bytes"), "label": label} for key, label in MEMORY_PARTS]}
+            "capacity_percent": 100 * rank["capacity_bytes"] / scale, "parts": _stacked(amounts, parts, scale, GIB)})
+    return {"bars": bars, "parts": [{"key": key, "label": label} for key, label in parts]}
+
+
+def step_bars(result: dict) -> dict:
+    """Where each configuration's step goes (``predicted.breakdown_ms``): one stacked bar for the chosen one and each
+    runner-up, widths in percent of the longest step; a configuration predicted before steps were broken down has
+    no bar."""
+    scores = [result["best"], *result["runners_up"]]
+    scale = max(score["predicted"]["iteration_ms"] for score in scores)
+    parts = [(part, STEP_LABELS[part]) for part in STEP_PARTS]
+    bars = []
+    for index, score in enumerate(scores):
+        predicted = score["predicted"]
+        breakdown = predicted.get("breakdown_ms")
+        bars.append({"chosen": index == 0, "short": score["short"], "schedule": predicted["schedule"],
+                     "chunks": predicted["chunks"], "iteration_s": predicted["iteration_ms"] / 1e3,
+                     "parts": _stacked(breakdown, parts, scale, 1e3) if breakdown else None})
+    return {"bars": bars, "parts": [{"key": key, "label": label} for key, label in parts]}
 
 
 def cluster_picture(parallel: dict, cluster: ClusterSpec) -> dict:
@@ -101,6 +129,7 @@ def hybrid_page_context(job) -> dict:
     return {"hybrid": {
         "result": result, "best": best, "predicted": best["predicted"], "rows": configuration_rows(result),
         "picture": cluster_picture(best["parallel"], cluster), "memory": memory_bars(best["memory"]),
+        "steps": step_bars(result),
         "recompute": load_parallel(best["parallel"]).recompute_text(), "device": cluster.device.name,
         "peak_memory_gib": best["predicted"]["peak_memory_bytes"] / GIB,
         "capacity_gib": cluster.device.memory_bytes / GIB,

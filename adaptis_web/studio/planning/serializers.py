@@ -15,7 +15,8 @@ from adaptis_web.studio.planning.hybrid import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_S
 from adaptis_web.studio.planning.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE, JOB_SCHEDULES, MAX_MICROBATCHES
 from adaptis_web.studio.planning.plan_json import plan_json
 from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, MAX_TIME_BUDGET_S, MIN_TIME_BUDGET_S
-from planner.service import ACCELERATORS, MAX_PIPELINE_DEVICES, PARTITIONS, RANGES, RECOMPUTE_MODES, preset_names
+from planner.service import (ACCELERATORS, MAX_PIPELINE_DEVICES, PARTITIONS, RANGES, RECOMPUTE_MODES, STEP_PARTS,
+                             preset_names)
 
 
 def _pin(help_text: str, limit: int = MAX_GPUS) -> serializers.IntegerField:
@@ -159,6 +160,11 @@ class PlanListOutput(PlainOutputMixin, serializers.ModelSerializer):
                   "bubble_ratio", "created_at", "archived_at"]
 
 
+# one field per part of a step, in ms (planner.parallel.evaluate.STEP_PARTS)
+StepBreakdownOutput = type("StepBreakdownOutput", (serializers.Serializer,),
+                           {part: serializers.FloatField() for part in STEP_PARTS})
+
+
 class HybridPredictedOutput(serializers.Serializer):
     iteration_ms = serializers.FloatField(help_text="one training step: pipeline + exposed DP + optimizer")
     pipeline_ms = serializers.FloatField()
@@ -172,6 +178,10 @@ class HybridPredictedOutput(serializers.Serializer):
     schedule = serializers.CharField(help_text="1f1b, interleaved-1f1b or adaptis")
     chunks = serializers.IntegerField()
     estimated = serializers.BooleanField(help_text="true: the closed form's estimate, not a simulated pipeline")
+    breakdown_ms = StepBreakdownOutput(required=False, help_text=(
+        "the step by kind, summing to iteration_ms: on the pipeline's critical rank its compute, recomputation, "
+        "exposed TP, CP and EP communication, the pipeline transfers it waited for and its bubble; then the exposed "
+        "DP communication and the optimizer step (absent from plans predicted before breakdowns)"))
 
 
 class HybridMemoryOutput(serializers.Serializer):
