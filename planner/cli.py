@@ -397,6 +397,39 @@ def _hybrid_search(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@subcommand("capacity", "How many GPUs: the best hybrid configuration at each GPU count of --cluster's kind and the "
+                       "days and GPU-hours --token-budget tokens take there; progress on stderr.", [
+    argument("--model", required=True, metavar="M", help="model preset, adaptis.model/v1 file or HF config.json"),
+    argument("--cluster", required=True, metavar="C",
+             help="the kind of GPU and its links (a preset or a named cluster); grown to each count"),
+    argument("--token-budget", required=True, type=float, metavar="T", help="tokens to train on, e.g. 15e12"),
+    argument("--gpu-counts", metavar="N,N,...", help="GPU counts (default: 64 to 16384, doubling)"),
+    argument("--seq-len", required=True, type=int, metavar="S", help="tokens per sequence"),
+    argument("--global-batch", required=True, type=int, metavar="B", help="sequences per step, at every count"),
+    *(argument(f"--{pin.replace('_', '-')}", type=int, metavar="K", help=f"pin {pin}")
+      for pin in ("tp", "cp", "pp", "dp", "ep", "microbatch_size")),
+    argument("--recompute", choices=("none", "selective", "full"), help="pin activation recomputation"),
+    OUT,
+])
+def capacity_command(args: argparse.Namespace) -> int:
+    from planner.parallel.capacity import DEFAULT_GPU_COUNTS, capacity_sweep
+
+    counts = DEFAULT_GPU_COUNTS
+    if args.gpu_counts:
+        try:
+            counts = tuple(int(count) for count in args.gpu_counts.split(","))
+        except ValueError:
+            raise UsageError(f"--gpu-counts must be integers separated by commas, got {args.gpu_counts!r}") from None
+    if args.token_budget != int(args.token_budget):
+        raise UsageError(f"--token-budget must be a whole number of tokens, got {args.token_budget!r}")
+    pins = {key: getattr(args, key) for key in HYBRID_PINS if getattr(args, key) is not None}
+    result = capacity_sweep(read_model(args.model), read_cluster(args.cluster), counts, args.seq_len, args.global_batch,
+                            int(args.token_budget), pins, progress=_progress)
+    write_output(args.out, json.dumps(result, indent=2) + "\n")
+    _report_written(args.out, {key: result[key] for key in ("fastest_gpus", "cheapest_gpus", "device")})
+    return EXIT_OK
+
+
 @subcommand("calibrate", "Fit a profile, and optionally the cluster's per-message overhead, to a run's timings.", [
     argument("plan", help="the plan that ran (adaptis.plan/v1)"),
     PROFILE,

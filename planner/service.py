@@ -70,6 +70,8 @@ from planner.limits import (
     pipeline_slots_reason,
 )
 from planner.observed import summarize as summarize_observed
+from planner.parallel.capacity import (DEFAULT_GPU_COUNTS, MAX_GPU_COUNTS, MAX_TOKEN_BUDGET, capacity_check,
+                                       capacity_sweep)
 from planner.parallel.config import RECOMPUTE_MODES, load_parallel
 from planner.parallel.cost import EXECUTOR_OPTIONS
 from planner.parallel.evaluate import STEP_PARTS, shard_profile
@@ -84,12 +86,13 @@ from planner.simulator import simulate, simulate_summary
 from planner.spec.files import parse_model_document
 from planner.spec.model import ModelSpec, load_model_spec
 from planner.spec.presets import load_model_preset, model_preset_names
-from planner.units import binary_bytes, signed_binary_bytes
+from planner.units import binary_bytes, decimal_count, signed_binary_bytes
 
 ADAPTIS_STRATEGY = "adaptis"
 JOB_SCHEDULES = (ADAPTIS_STRATEGY, *BASELINE_SCHEDULES)
 BASELINE_CHUNKS = 2  # model chunks per device where the schedule lets us choose (interleaved 1F1B)
 HYBRID_SCHEDULE = "hybrid"
+CAPACITY_SCHEDULE = "capacity"
 MAX_STORED_RANKS = 1024  # GPU coordinates kept in a hybrid job's summary; the rest follow from the configuration
 Progress = Callable[[float, str], None]
 Cancel = Callable[[], bool]
@@ -228,6 +231,15 @@ class HybridJobOutcome:
     done: str
     cancelled: str
     short: str
+
+
+@dataclass(frozen=True)
+class CapacityOutcome:
+    """A capacity job's sweep (``planner.parallel.capacity.capacity_sweep``) with its closing messages."""
+
+    summary: dict
+    done: str
+    cancelled: str
 
 
 @dataclass(frozen=True)
@@ -379,6 +391,25 @@ def plan_hybrid_job(*, spec: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len
                             short=result.best.config.short())
 
 
+def plan_capacity_job(*, spec: ModelSpec, cluster: ClusterSpec, gpu_counts: list[int], seq_len: int, global_batch: int,
+                      token_budget: int, pins: dict, progress: Progress | None = None,
+                      cancel: Cancel | None = None) -> CapacityOutcome | None:
+    """The best configuration at each GPU count of ``cluster``'s kind and what ``token_budget`` tokens cost there;
+    None when cancelled before the first count. SpecError (no count has a configuration) propagates."""
+    try:
+        summary = capacity_sweep(spec, cluster, tuple(gpu_counts), seq_len, global_batch, token_budget, pins,
+                                 progress=progress, cancel=cancel)
+    except SearchCancelled:
+        return None
+    planned = {point["gpus"]: point for point in summary["points"] if "error" not in point}
+    fastest, cheapest = planned[summary["fastest_gpus"]], planned[summary["cheapest_gpus"]]
+    found = (f"{len(planned)} of {len(summary['points'])} GPU counts planned; fastest {fastest['gpus']:,} GPUs "
+             f"({fastest['days']:,.1f} days), cheapest {cheapest['gpus']:,} GPUs "
+             f"({cheapest['gpu_hours']:,.0f} GPU-hours)")
+    return CapacityOutcome(summary=summary, done=f"Capacity plan ready: {found}",
+                           cancelled=f"Cancelled: kept the counts searched so far ({found})")
+
+
 def _hybrid_record(result: HybridResult) -> PlanRecord:
     """The best plan: the v2 document, the profile of its pipeline ranks and their simulation."""
     best = result.best
@@ -481,15 +512,16 @@ def plan_run_shape(plan_doc: dict, spec: ModelSpec) -> tuple[int, bool]:
 LOADERS = ["load_cluster", "load_cluster_preset", "load_model_preset", "load_model_spec", "load_parallel", "load_plan",
            "load_profile", "parse_document", "parse_model_document"]
 __all__ = [*LOADERS, "ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "ActionKind", "BASELINE_SCHEDULES", "EXPORTS",
-           "DEFAULT_TIME_BUDGET_S", "EXPORT_FORMATS",
-           "HYBRID_SCHEDULE",
-           "JOB_SCHEDULES", "LIST_POLICIES", "MAX_GLOBAL_BATCH", "MAX_GPUS", "MAX_MICROBATCHES", "MAX_PIPELINE_DEVICES",
-           "MAX_SEQ_LEN", "PARTITIONS", "RANGES",
-           "RECOMPUTE_MODES", "SCHEDULE_POLICIES", "Calibration", "ClusterSpec", "HybridJobOutcome", "ModelSpec",
-           "PipelineJobOutcome", "PlanRecord", "Profile", "RankMapping", "StoredPlan", "analytic_profile",
-           "calibrate_from_run", "check_hybrid_job", "check_pipeline_job", "count_parameters", "depth_reason",
-           "derive_plan", "export_stored_plan", "is_cluster_preset", "kept_plan_first", "model_preset_names",
-           "model_with_shape", "parse_action", "plan_gpus", "plan_hybrid_job", "plan_pipeline_job", "plan_run_shape", "predict_stored_plan",
+           "DEFAULT_TIME_BUDGET_S", "EXPORT_FORMATS", "HYBRID_SCHEDULE", "CAPACITY_SCHEDULE", "DEFAULT_GPU_COUNTS",
+           "MAX_GPU_COUNTS", "MAX_TOKEN_BUDGET", "STEP_PARTS", "CapacityOutcome", "capacity_check",
+           "plan_capacity_job", "JOB_SCHEDULES", "LIST_POLICIES", "MAX_GLOBAL_BATCH", "MAX_GPUS", "MAX_MICROBATCHES",
+           "MAX_PIPELINE_DEVICES", "MAX_SEQ_LEN", "PARTITIONS", "RANGES", "RECOMPUTE_MODES", "SCHEDULE_POLICIES",
+           "Calibration", "ClusterSpec", "HybridJobOutcome", "ModelSpec", "PipelineJobOutcome", "PlanRecord",
+           "Profile", "RankMapping", "StoredPlan", "analytic_profile", "calibrate_from_run", "check_hybrid_job",
+           "check_pipeline_job", "count_parameters", "depth_reason", "derive_plan", "export_stored_plan",
+           "is_cluster_preset", "kept_plan_first", "model_preset_names", "model_with_shape", "parse_action",
+           "plan_gpus", "plan_hybrid_job", "plan_pipeline_job", "plan_run_shape", "predict_stored_plan",
            "preset_names", "repredict_edit", "simulate_on_profile", "stored_plan_page", "stored_plan_simulation",
-           "binary_bytes", "calibrate_hybrid_from_run", "signed_binary_bytes", "summarize_observed",
+           "binary_bytes", "decimal_count", "calibrate_hybrid_from_run", "signed_binary_bytes",
+           "summarize_observed",
            "throughput_difference"]

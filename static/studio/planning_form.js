@@ -1,12 +1,13 @@
-/* Planning form: show the fields of the chosen mode (pipeline only, or the whole hybrid-parallel job). Without
-   JavaScript both sets show; the server reads only the chosen mode's. */
+/* Planning form: show the fields of the chosen mode (pipeline only, the whole hybrid-parallel job, or capacity: a
+   block names the modes it serves, space-separated). Without JavaScript every set shows; the server reads only the
+   chosen mode's. */
 (function () {
   "use strict";
 
   function apply(select) {
     const form = select.form;
     form.querySelectorAll("[data-mode]").forEach(function (block) {
-      block.hidden = block.dataset.mode !== select.value;
+      block.hidden = block.dataset.mode.split(" ").indexOf(select.value) < 0;
     });
   }
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from django.db import connections
 from django.test.utils import override_settings
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import expect, sync_playwright
 
 from tests.conftest import TEST_QUEUE, start_web_server, stop_worker
 
@@ -16,6 +16,22 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 SCREENS = Path("/tmp/team/screens")
 VIEWPORT = {"width": 1360, "height": 900}
+
+
+def log_in(page, live_server, username: str = "bob"):
+    """Sign ``page`` in as one of the test people (``tests.conftest.people``: password ``<name>-pass-2026``) and wait
+    for the dashboard; returns the page."""
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", f"{username}-pass-2026")
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Dashboard")
+    return page
+
+
+def logged_in(browser, live_server, username: str = "bob"):
+    """A page of its own (a browser context: its own cookies) signed in as ``username``."""
+    return log_in(browser.new_context(viewport=VIEWPORT).new_page(), live_server, username)
 
 
 class ProductServer:

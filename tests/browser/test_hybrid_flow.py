@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 
 from adaptis_web.studio.models import ClusterRecord, PlanningJob
 from planner.spec.presets import MODEL_PRESET_DIR
-from tests.browser.conftest import SCREENS, VIEWPORT
+from tests.browser.conftest import SCREENS, VIEWPORT, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -28,11 +28,7 @@ def page(browser):
 
 
 def test_qwen3_next_on_64_h100s_as_a_whole_training_job(celery_worker, live_server, people, page):
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", "bob")
-    page.fill("#id_password", "bob-pass-2026")
-    page.click("button[type=submit]")
-    expect(page.locator("h1")).to_have_text("Dashboard")
+    log_in(page, live_server)
 
     # The team's pod, saved once as a copy of the named cluster: every job form of the team offers it.
     page.click("text=Clusters >> nth=0")

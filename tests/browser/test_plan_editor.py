@@ -26,7 +26,7 @@ from adaptis_web.studio.models import Plan, PlanningJob
 from adaptis_web.studio.planning.jobs import job_request_check, job_run
 from adaptis_web.studio.templatetags.units import binary_bytes
 from planner.spec.presets import load_model_preset
-from tests.browser.conftest import SCREENS, VIEWPORT
+from tests.browser.conftest import SCREENS, VIEWPORT, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -54,14 +54,6 @@ def searched(people) -> PlanningJob:
     return job
 
 
-def _log_in(page, live_server):
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", "bob")
-    page.fill("#id_password", "bob-pass-2026")
-    page.click("button[type=submit]")
-    expect(page.locator("h1")).to_have_text("Dashboard")
-
-
 def _edits_done(page, count):
     expect(page.locator("#edit-log li")).to_have_count(count, timeout=15_000)
     page.wait_for_function(f"() => window.adaptisEditor.timings.length >= {count}")
@@ -83,7 +75,7 @@ def _drag_boundary(page, boundary, layers):
 
 def test_edit_a_searched_plan_save_it_compare_it_and_download_every_export(live_server, people, searched, page):
     plan = searched.plans.get(strategy="adaptis")
-    _log_in(page, live_server)
+    log_in(page, live_server)
     page.goto(f"{live_server.url}/plans/{plan.pk}/")
     expect(page.locator("h1")).to_contain_text(f"Plan #{plan.pk}")
     expect(page.locator("#per-device tbody tr")).to_have_count(8)
@@ -237,7 +229,7 @@ def test_the_hybrid_editor_changes_tp_and_dp_together_keeping_the_gpus_and_the_b
 
     before = hybrid_plan.plan_doc["parallel"]
     assert (before["tp"], before["pp"], before["dp"], before["cp"]) == (2, 2, 2, 1)
-    _log_in(page, live_server)
+    log_in(page, live_server)
     page.goto(f"{live_server.url}/plans/{hybrid_plan.pk}/")
     expect(page.locator("#parallel-fields")).to_be_visible()
 

@@ -19,7 +19,7 @@ from adaptis_web.studio.planning.jobs import job_request_check, job_run
 from adaptis_web.studio.planning.predictions import plan_prediction
 from planner.observed import summarize
 from planner.spec.presets import load_model_preset
-from tests.browser.conftest import SCREENS, VIEWPORT
+from tests.browser.conftest import SCREENS, logged_in
 from tests.conftest import cpu_hybrid_plan, tiny_llama_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -55,16 +55,6 @@ def _planned(people, *, microbatches: int):
     return job_run(job_id=job.pk)
 
 
-def _page(browser, live_server, username="bob"):
-    page = browser.new_context(viewport=VIEWPORT).new_page()
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", f"{username}-pass-2026")
-    page.click("button[type=submit]")
-    expect(page.locator("h1")).to_have_text("Dashboard")
-    return page
-
-
 def _observed_rows(run: Run, plan, step_offsets_ms: list[float], stretch: float) -> list[RunEvent]:
     """Each step's actions as predicted, ``stretch`` times longer, starting ``step_offsets_ms[step]`` after the
     ranks' aligned start (as a CPU run's steps do: thousands of ms in)."""
@@ -88,7 +78,7 @@ def test_predicted_and_observed_share_one_time_axis_each_step_from_its_start(bro
                           "end_ms": r.end_ms} for r in rows], num_devices=2)
     Run.objects.filter(pk=run.pk).update(summary={**summary, "losses": [6.3, 6.1, 5.9]},
                                          executed_spec=plan.job.spec.doc)
-    page = _page(browser, live_server)
+    page = logged_in(browser, live_server)
     page.goto(f"{live_server.url}/runs/{run.pk}/")
     expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1, timeout=30_000)  # after its reload, if any
     chart = page.evaluate(CHART_DATASETS)
@@ -133,7 +123,7 @@ def test_a_run_cancelled_in_its_second_step_opens_on_its_one_complete_step(brows
     rows = _observed_rows(run, plan, [8_000.0, 9_200.0], stretch=2.0)
     partial = len(rows) - 3  # the cancel cut step 1 short of its last three actions
     RunEvent.objects.bulk_create(rows[:partial])
-    page = _page(browser, live_server)
+    page = logged_in(browser, live_server)
     page.goto(f"{live_server.url}/runs/{run.pk}/")
     expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1, timeout=30_000)
     expect(page.locator("#observed-step")).to_have_value("0")
@@ -148,7 +138,7 @@ def test_a_run_cancelled_in_its_second_step_opens_on_its_one_complete_step(brows
 
 def test_a_run_whose_ranks_are_starting_says_so_until_its_first_event(browser, live_server, people, plan):
     run = Run.objects.create(plan=plan, created_by=people.member, status=JobStatus.RUNNING, world_size=2, steps=1)
-    page = _page(browser, live_server)
+    page = logged_in(browser, live_server)
     page.goto(f"{live_server.url}/runs/{run.pk}/")
     phase = page.locator("[data-run-phase]")
     expect(phase).to_be_visible()
@@ -213,7 +203,7 @@ def test_a_hybrid_runs_page_folds_each_devices_replicas_and_draws_its_collective
     events += [{"type": "collective", "rank": r.rank, "device": r.device, "op": r.op, "step": r.step,
                 "start_ms": r.start_ms, "end_ms": r.end_ms} for r in collectives]
     Run.objects.filter(pk=run.pk).update(summary={**summarize(events, num_devices=2), "losses": [6.3, 6.1]})
-    page = _page(browser, live_server)
+    page = logged_in(browser, live_server)
     page.goto(f"{live_server.url}/runs/{run.pk}/")
     expect(page.locator("[data-run][data-loaded=true]")).to_have_count(1, timeout=30_000)
     chart = page.evaluate(HYBRID_CHART)
@@ -251,7 +241,7 @@ def test_a_hybrid_runs_page_folds_each_devices_replicas_and_draws_its_collective
 
 @pytest.mark.worker
 def test_cancel_a_running_run_from_its_page(celery_worker, browser, live_server, people, long_plan, wait_for):
-    page = _page(browser, live_server)
+    page = logged_in(browser, live_server)
     page.goto(f"{live_server.url}/jobs/{long_plan.job_id}/?plan={long_plan.pk}")
     page.fill("#id_steps", "50")
     page.click("#run-on-cpu")
@@ -288,7 +278,7 @@ def test_the_spec_page_charts_cost_and_memory_per_layer_analytic_beside_measured
     MeasuredProfile.objects.create(spec=record, created_by=people.owner, num_ranks=1, split_backward=True,
                                    status=JobStatus.SUCCEEDED, host="this-host (2 cores)",
                                    profile_doc=measured.to_dict(), finished_at=timezone.now())
-    page = _page(browser, live_server)
+    page = logged_in(browser, live_server)
     page.goto(f"{live_server.url}/specs/{record.pk}/")
     charts = page.evaluate("""() => Object.fromEntries(Object.entries(window.adaptisLayerCharts).map(([name, chart]) =>
       [name, {labels: chart.data.labels, sets: chart.data.datasets.map((d) => ({label: d.label, data: d.data}))}]))""")
@@ -315,7 +305,7 @@ def test_the_baseline_table_keeps_long_layouts_inside_its_card(browser, live_ser
                                      cluster_doc=request.cluster.to_dict(), num_devices=16, num_microbatches=16,
                                      schedule="adaptis", partition="", time_budget_s=2)
     job_run(job_id=job.pk)
-    page = _page(browser, live_server)
+    page = logged_in(browser, live_server)
     page.goto(f"{live_server.url}/jobs/{job.pk}/")
     expect(page.locator("#comparison")).to_be_visible()
     overflow = page.evaluate("""() => {

@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 
 from adaptis_web.studio.models import JobStatus
 from adaptis_web.studio.planning import progress
-from tests.browser.conftest import SCREENS, VIEWPORT
+from tests.browser.conftest import SCREENS, VIEWPORT, log_in
 from tests.conftest import tiny_llama_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -45,14 +45,6 @@ def bars_by_row(page, source: str) -> dict:
 @pytest.fixture
 def browser_page(browser):
     return browser.new_page(viewport=VIEWPORT)
-
-
-def _log_in(page, live_server):
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", "bob")
-    page.fill("#id_password", "bob-pass-2026")
-    page.click("button[type=submit]")
-    expect(page.locator("h1")).to_have_text("Dashboard")
 
 
 def test_upload_plan_and_run_on_cpu(celery_worker, live_server, people, spec_text, tmp_path, browser_page):
@@ -143,7 +135,7 @@ def test_upload_plan_and_run_on_cpu(celery_worker, live_server, people, spec_tex
 def test_search_a_plan_and_compare_it_with_every_baseline(celery_worker, live_server, people, spec_text, tmp_path,
                                                           browser_page):
     page = browser_page
-    _log_in(page, live_server)
+    log_in(page, live_server)
     page.goto(f"{live_server.url}/upload/")
     expect(page.locator("#id_schedule")).to_have_value("adaptis")
     spec_file = tmp_path / "tiny-hybrid.json"
@@ -187,7 +179,7 @@ def test_the_job_page_follows_a_search_as_its_worker_reports_it(live_server, peo
     page = browser_page
     _, job = tiny_llama_job(people, people.member, num_microbatches=8, schedule="adaptis",  # bob's
                             progress_message=progress.waiting_message(None))
-    _log_in(page, live_server)
+    log_in(page, live_server)
     page.goto(f"{live_server.url}/jobs/{job.pk}/")
     bar, message = page.locator("[data-job-progress] .progress .bar"), page.locator(".progress-message")
     expect(page.locator("[data-job-status]")).to_have_text("queued")

@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 
 from adaptis_web.studio.accounts.teams import membership_add, team_create
 from adaptis_web.studio.models import Membership, Plan, Run
-from tests.browser.conftest import SCREENS, VIEWPORT
+from tests.browser.conftest import SCREENS, logged_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -40,16 +40,6 @@ def team(django_user_model):
     membership_add(team=team, user=users["bob"], role=Membership.Role.MEMBER)
     membership_add(team=team, user=users["victor"], role=Membership.Role.VIEWER)
     return team
-
-
-def logged_in(browser, live_server, username):
-    page = browser.new_context(viewport=VIEWPORT).new_page()
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", f"{username}-pass-2026")
-    page.click("button[type=submit]")
-    expect(page.locator("h1")).to_have_text("Dashboard")
-    return page
 
 
 def plan_through_the_page(page, live_server, spec_file, schedule) -> int:
@@ -85,10 +75,13 @@ def test_two_members_share_and_filter_the_history_and_a_viewer_cannot_run(celery
     # Bob's History holds both jobs, newest first; filtering by who made them keeps the filter in the address.
     bob.click("text=History")
     bob.click("#history-kinds >> text=jobs")
+    expect(bob).to_have_url(re.compile(r"kind=jobs"))   # the jobs' page, not the one it left (under load, it lags)
+    expect(bob.locator("#history tbody tr")).to_have_count(2)
     assert history_rows(bob) == [bob_job, alice_job]
     bob.fill("#id_user", "alice")
     bob.click("#apply-filters")
     expect(bob).to_have_url(re.compile(r"kind=jobs.*user=alice"))
+    expect(bob.locator("#history tbody tr")).to_have_count(1)
     assert history_rows(bob) == [alice_job]
     bob.screenshot(path=str(SCREENS / "20-history-bob-filtered.png"), full_page=True)
 

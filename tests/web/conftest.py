@@ -4,12 +4,28 @@ from dataclasses import dataclass
 
 import pytest
 from django.utils import timezone
+from rest_framework.test import APIClient
 
+from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import ClusterRecord, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, RunEvent
 from adaptis_web.studio.planning.jobs import job_run
 from adaptis_web.studio.planning.predictions import plan_prediction
 from planner.cluster import load_cluster_preset
+from planner.spec.presets import load_model_preset
 from tests.conftest import tiny_llama_job
+
+
+@pytest.fixture
+def llama(people) -> ModelSpecRecord:
+    """Llama 3 8B stored as a spec of the team."""
+    return spec_create(team=people.team, owner=people.owner, spec=load_model_preset("llama-3-8b"))
+
+
+def api_as(user) -> APIClient:
+    """An API client signed in as ``user``."""
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
 
 
 @dataclass

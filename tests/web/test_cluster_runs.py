@@ -35,12 +35,7 @@ from adaptis_web.studio.work.liveness import reap_stale_work
 from planner.spec.presets import load_model_preset
 from tests.conftest import (REPO_ROOT, TEST_QUEUE, free_port, start_web_server, stop_worker,
                             cpu_hybrid_plan)
-
-
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
+from tests.web.conftest import api_as
 
 
 def _plan_on(people, cluster_doc=None):
@@ -54,7 +49,7 @@ def _plan_on(people, cluster_doc=None):
 
 
 def _create(people, plan, **body):
-    response = _api(people.member).post(reverse("api:runs"), {"plan": plan.pk, "target": "cluster", "steps": 3,
+    response = api_as(people.member).post(reverse("api:runs"), {"plan": plan.pk, "target": "cluster", "steps": 3,
                                                               **body}, format="json")
     assert response.status_code == 201, response.content
     return response.json()
@@ -99,7 +94,7 @@ def test_a_cluster_run_is_created_with_a_secret_shown_once_and_its_launch(people
     assert "--gpus-per-node" not in script, "a CPU cluster asks Slurm for no GPUs"
     assert "module load python/3.11" in script and f"srun --kill-on-bad-exit=1 {launch['torchrun']}" in script
     assert body["secret"] not in script and body["secret"] not in launch["torchrun"]
-    detail = _api(people.member).get(reverse("api:run", args=[run.pk])).json()
+    detail = api_as(people.member).get(reverse("api:run", args=[run.pk])).json()
     assert "secret" not in detail and detail["target"] == "cluster"
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0, "the script parses"
     client = Client()
@@ -151,10 +146,10 @@ def test_a_team_saves_its_run_environment_once_and_its_cluster_runs_start_from_i
     plan = _plan_on(people)
     assert "source .venv/bin/activate" in _create(people, plan)["launch"]["sbatch"], "none saved: the default"
     saved = "module load python/3.11 && source /shared/adaptis/.venv/bin/activate"
-    answer = _api(crew.admin).patch(reverse("api:team", args=[team.pk]), {"run_environment": f"  {saved} "},
+    answer = api_as(crew.admin).patch(reverse("api:team", args=[team.pk]), {"run_environment": f"  {saved} "},
                                     format="json")
     assert answer.status_code == 200 and answer.json()["run_environment"] == saved
-    assert _api(people.member).patch(reverse("api:team", args=[team.pk]), {"run_environment": "source x"},
+    assert api_as(people.member).patch(reverse("api:team", args=[team.pk]), {"run_environment": "source x"},
                                      format="json").status_code == 403, "admins only"
     script = _create(people, plan)["launch"]["sbatch"]
     assert f"\n{saved}\n" in script and "source .venv/bin/activate" not in script
@@ -163,7 +158,7 @@ def test_a_team_saves_its_run_environment_once_and_its_cluster_runs_start_from_i
     for value, reason in [("", "This field may not be blank."), ("   ", "This field may not be blank."),
                           ("source a\nrm -rf b", "must be a single line"), ("source a\rb", "must be a single line"),
                           ("x" * 501, "Ensure this field has no more than 500 characters.")]:
-        refused = _api(crew.admin).patch(reverse("api:team", args=[team.pk]), {"run_environment": value},
+        refused = api_as(crew.admin).patch(reverse("api:team", args=[team.pk]), {"run_environment": value},
                                          format="json")
         assert refused.status_code == 400, value
         (error,) = refused.json()["errors"]
@@ -201,7 +196,7 @@ def test_the_ingest_refuses_other_secrets_and_foreign_events_and_stores_nothing_
     for secret in (None, "guess", second["secret"]):
         refused = _post(first["id"], secret, events)
         assert refused.status_code == 403 and refused.json()["errors"][0]["field"] == "authorization"
-    local = _api(people.member).post(reverse("api:runs"), {"plan": plan.pk}, format="json").json()
+    local = api_as(people.member).post(reverse("api:runs"), {"plan": plan.pk}, format="json").json()
     assert _post(local["id"], first["secret"], events).status_code == 403, "a local run takes no reports"
     foreign = [dict(event) for event in events]
     foreign[3]["action"] = "1F9"
@@ -281,11 +276,11 @@ def test_a_hybrid_cluster_run_stores_every_ranks_actions_and_collectives_once(pe
                                     for event in events if event["type"] == "collective")
     # One seq over both: a client pages through actions and collectives with one cursor.
     url = reverse("api:run-events", args=[run.pk])
-    first = _api(people.member).get(url, {"limit": 5}).json()
+    first = api_as(people.member).get(url, {"limit": 5}).json()
     assert sorted(row["seq"] for row in first["events"] + first["collectives"]) == [1, 2, 3, 4, 5]
     assert first["last_seq"] == 5 and set(first["collectives"][0]) == {
         "seq", "rank", "device", "op", "group", "step", "index", "bytes", "start_ms", "end_ms"}
-    rest = _api(people.member).get(url, {"after": 5}).json()
+    rest = api_as(people.member).get(url, {"after": 5}).json()
     assert sorted(row["seq"] for row in rest["events"] + rest["collectives"]) == list(range(6, len(events) + 1))
     assert rest["last_seq"] == len(events) and len(first["events"] + rest["events"]) == len(actions)
 

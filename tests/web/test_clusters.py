@@ -8,26 +8,20 @@ import pytest
 import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from adaptis_web.studio.catalog.clusters import cluster_create
 from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import ClusterRecord, PlanningJob
 from planner.cluster import load_cluster_preset
 from planner.spec.presets import load_model_preset
+from tests.web.conftest import api_as
 
 POD = load_cluster_preset("h100-sxm-2x8").to_dict()
 
 
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
 class TestApi:
     def test_an_inline_document_is_saved_for_the_team(self, people):
-        response = _api(people.member).post(reverse("api:clusters"), {"doc": POD, "name": "our pod"}, format="json")
+        response = api_as(people.member).post(reverse("api:clusters"), {"doc": POD, "name": "our pod"}, format="json")
         assert response.status_code == 201, response.content
         body = response.json()
         assert (body["name"], body["num_devices"], body["device_name"], body["owner"]) == (
@@ -36,7 +30,7 @@ class TestApi:
 
     def test_a_yaml_file_is_saved_under_the_documents_name(self, people):
         upload = SimpleUploadedFile("pod.yaml", yaml.safe_dump(POD).encode())
-        response = _api(people.member).post(reverse("api:clusters"), {"file": upload}, format="multipart")
+        response = api_as(people.member).post(reverse("api:clusters"), {"file": upload}, format="multipart")
         assert response.status_code == 201, response.content
         assert response.json()["name"] == POD["name"] and response.json()["source_filename"] == "pod.yaml"
 
@@ -49,21 +43,21 @@ class TestApi:
     def test_a_bad_document_is_a_400_naming_the_field_inside_it(self, people, change, field, reason):
         doc = json.loads(json.dumps(POD))
         change(doc)
-        response = _api(people.member).post(reverse("api:clusters"), {"doc": doc}, format="json")
+        response = api_as(people.member).post(reverse("api:clusters"), {"doc": doc}, format="json")
         assert response.status_code == 400
         [error] = response.json()["errors"]
         assert error["field"] == field and reason in error["reason"], error
         assert not ClusterRecord.objects.exists()
 
     def test_exactly_one_of_file_and_doc(self, people):
-        response = _api(people.member).post(reverse("api:clusters"), {"name": "empty"}, format="json")
+        response = api_as(people.member).post(reverse("api:clusters"), {"name": "empty"}, format="json")
         assert response.status_code == 400 and response.json()["errors"][0]["field"] == "file"
 
     def test_the_list_is_the_teams_history_filtered_by_device(self, people):
         cluster_create(team=people.team, owner=people.owner, cluster=load_cluster_preset("h100-sxm-2x8"))
         mine = cluster_create(team=people.team, owner=people.member, cluster=load_cluster_preset("mi300x-4x8"))
         cluster_create(team=people.outsider_team, owner=people.outsider, cluster=load_cluster_preset("b200-1x8"))
-        client = _api(people.member)
+        client = api_as(people.member)
         names = [row["name"] for row in client.get(reverse("api:clusters")).json()["results"]]
         assert names == [load_cluster_preset(name).name for name in ("mi300x-4x8", "h100-sxm-2x8")], \
             "newest first, only the team's"
@@ -74,7 +68,7 @@ class TestApi:
 
     def test_rename_archive_delete_and_an_admins_restore(self, people):
         record = cluster_create(team=people.team, owner=people.member, cluster=load_cluster_preset("h100-sxm-2x8"))
-        member, owner = _api(people.member), _api(people.owner)
+        member, owner = api_as(people.member), api_as(people.owner)
         url = reverse("api:cluster", args=[record.pk])
         assert member.patch(url, {"name": "the big pod"}, format="json").json()["name"] == "the big pod"
         assert member.patch(url, {"name": " "}, format="json").json() == {
@@ -94,7 +88,7 @@ class TestApi:
     def test_a_job_planned_on_a_deleted_cluster_keeps_its_document(self, people, django_capture_on_commit_callbacks):
         record = cluster_create(team=people.team, owner=people.member, cluster=load_cluster_preset("h100-sxm-2x8"))
         spec = spec_create(team=people.team, owner=people.member, spec=load_model_preset("tiny-llama"))
-        client = _api(people.member)
+        client = api_as(people.member)
         with django_capture_on_commit_callbacks(execute=False):
             job_id = client.post(reverse("api:jobs"), {"spec": spec.pk, "saved_cluster": record.pk, "num_devices": 2,
                                                        "num_microbatches": 4}, format="json").json()["id"]

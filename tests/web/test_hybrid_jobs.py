@@ -8,7 +8,6 @@ import time
 
 import pytest
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from adaptis_web.studio.catalog.clusters import cluster_create
 from adaptis_web.studio.catalog.specs import spec_create
@@ -22,21 +21,11 @@ from planner.limits import MAX_SEQ_LEN
 from planner.parallel.evaluate import STEP_PARTS
 from planner.plan import load_plan
 from planner.spec.presets import load_model_preset
+from tests.web.conftest import api_as
 
 LLAMA = load_model_preset("llama-3-8b")
 HYBRID_JOB = {"mode": "hybrid", "cluster_preset": "h100-sxm-2x8", "gpus": 16, "seq_len": 4096, "global_batch": 64,
               "time_budget_s": 3}
-
-
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
-@pytest.fixture
-def llama(people):
-    return spec_create(team=people.team, owner=people.owner, spec=LLAMA)
 
 
 def _hybrid_request(**overrides):
@@ -125,7 +114,7 @@ class TestPlanned:
 
     def test_the_stored_plan_is_simulated_on_its_pipeline_ranks(self, people, hybrid_job):
         plan = Plan.objects.get(job=hybrid_job)
-        body = _api(people.owner).get(reverse("api:plan", args=[plan.pk])).json()
+        body = api_as(people.owner).get(reverse("api:plan", args=[plan.pk])).json()
         assert body["plan"]["format"] == "adaptis.plan/v2"
         simulation = body["simulation"]
         assert len(simulation["per_device"]) == hybrid_job.result["best"]["parallel"]["pp"]
@@ -141,12 +130,12 @@ class TestPlanned:
             [rank["total_bytes"] for rank in best["memory"]]
 
     def test_the_api_returns_what_it_took(self, people, hybrid_job):
-        body = _api(people.owner).get(reverse("api:job", args=[hybrid_job.pk])).json()
+        body = api_as(people.owner).get(reverse("api:job", args=[hybrid_job.pk])).json()
         assert (body["mode"], body["gpus"], body["seq_len"], body["global_batch"]) == ("hybrid", 16, 4096, 64)
         assert body["pins"] == {"tp": 2} and body["schedule"] == "hybrid" and body["num_devices"] == 16
         assert body["result"]["best"]["short"].startswith("TP2 ")
         assert body["plans"][0]["id"] == body["result"]["best"]["plan_id"]
-        listed = _api(people.owner).get(reverse("api:jobs") + "?mode=hybrid").json()["results"]
+        listed = api_as(people.owner).get(reverse("api:jobs") + "?mode=hybrid").json()["results"]
         assert [row["id"] for row in listed] == [hybrid_job.pk]
 
     def test_the_job_page_shows_configurations_cluster_and_memory(self, client, people, hybrid_job):
@@ -196,7 +185,7 @@ class TestPlanned:
 
     def test_a_model_that_fits_nowhere_is_a_400_from_the_api(self, people):
         record = spec_create(team=people.team, owner=people.owner, spec=load_model_preset("qwen3-next-80b-a3b"))
-        response = _api(people.member).post(reverse("api:jobs"), {"spec": record.pk, **HYBRID_JOB,
+        response = api_as(people.member).post(reverse("api:jobs"), {"spec": record.pk, **HYBRID_JOB,
                                                                   "global_batch": 512}, format="json")
         assert response.status_code == 400
         [error] = response.json()["errors"]
@@ -218,7 +207,7 @@ class TestApiValidation:
         ({"cluster_preset": "b300-1x8"}, "cluster_preset", "unknown preset 'b300-1x8'"),
     ])
     def test_bad_input_is_a_400_naming_the_field(self, people, llama, changes, field, reason):
-        response = _api(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB, **changes},
+        response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB, **changes},
                                             format="json")
         assert response.status_code == 400, response.content
         [error] = response.json()["errors"]
@@ -228,7 +217,7 @@ class TestApiValidation:
     def test_a_local_cpu_cluster_is_named_by_its_rank_count(self, people):
         """cpu-1x8: this host's CPU as 8 local ranks, to rehearse a TP x PP x DP plan on a workstation."""
         tiny = spec_create(team=people.team, owner=people.owner, spec=load_model_preset("tiny-llama"))
-        response = _api(people.member).post(reverse("api:jobs"), {
+        response = api_as(people.member).post(reverse("api:jobs"), {
             "spec": tiny.pk, "mode": "hybrid", "cluster_preset": "cpu-1x8", "gpus": 8, "seq_len": 32,
             "global_batch": 16, "tp": 2, "pp": 2, "dp": 2, "recompute": "none"}, format="json")
         assert response.status_code == 201, response.content
@@ -236,7 +225,7 @@ class TestApiValidation:
         assert job.cluster_doc["devices_per_node"] == 8 and job.cluster_doc["device"]["name"] == "CPU"
 
     def test_a_saved_cluster_of_no_team_of_yours_is_a_404_naming_it(self, people, llama):
-        response = _api(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
+        response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
                                                                   "saved_cluster": 999999}, format="json")
         assert response.status_code == 404, response.content
         assert response.json()["errors"] == [{"field": "saved_cluster",
@@ -244,7 +233,7 @@ class TestApiValidation:
         assert not PlanningJob.objects.exists()
 
     def test_a_pipeline_job_still_needs_its_devices(self, people, llama):
-        response = _api(people.member).post(reverse("api:jobs"), {"spec": llama.pk, "cluster_preset": "cpu-host",
+        response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, "cluster_preset": "cpu-host",
                                                                   "num_microbatches": 4}, format="json")
         assert response.status_code == 400
         assert response.json()["errors"] == [{"field": "num_devices", "reason": "is required for a pipeline-only job"}]
@@ -253,7 +242,7 @@ class TestApiValidation:
         saved = cluster_create(team=people.team, owner=people.member, cluster=load_cluster_preset("h100-sxm-2x8"),
                                name="our pod")
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
-            response = _api(people.member).post(reverse("api:jobs"), {
+            response = api_as(people.member).post(reverse("api:jobs"), {
                 "spec": llama.pk, **{**HYBRID_JOB, "cluster_preset": ""}, "saved_cluster": saved.pk, "tp": 2,
                 "distributed_optimizer": False}, format="json")
         assert response.status_code == 201, response.content
@@ -326,7 +315,7 @@ class TestPicture:
 class TestThroughTheWorker:
     def test_a_hybrid_job_is_searched_by_the_worker_and_served_by_the_api(self, celery_worker, people, llama,
                                                                           wait_for):
-        client = _api(people.member)
+        client = api_as(people.member)
         response = client.post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB}, format="json")
         assert response.status_code == 201, response.content
         url = reverse("api:job", args=[response.json()["id"]])
@@ -341,7 +330,7 @@ class TestThroughTheWorker:
 
     def test_a_running_hybrid_search_is_cancelled_within_the_search(self, celery_worker, people, wait_for):
         record = spec_create(team=people.team, owner=people.owner, spec=load_model_preset("deepseek-v3"))
-        client = _api(people.member)
+        client = api_as(people.member)
         response = client.post(reverse("api:jobs"), {
             "spec": record.pk, "mode": "hybrid", "cluster_preset": "h800-sxm-256x8", "gpus": 2048, "seq_len": 4096,
             "global_batch": 15360, "time_budget_s": 60}, format="json")

@@ -10,7 +10,6 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import escape
-from rest_framework.test import APIClient
 
 from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, MeasuredProfile, Plan
@@ -18,12 +17,7 @@ from adaptis_web.studio.planning.jobs import job_run
 from planner.cluster import load_cluster_preset
 from planner.cost import analytic_profile
 from planner.spec.presets import load_model_preset
-
-
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
+from tests.web.conftest import api_as
 
 
 def _profiles_url(spec_id: int) -> str:
@@ -33,26 +27,26 @@ def _profiles_url(spec_id: int) -> str:
 @pytest.mark.django_db
 def test_who_may_measure_a_profile_and_what_is_refused(crew):
     spec_id = crew.planned.spec.pk
-    assert _api(crew.viewer).post(_profiles_url(spec_id), {}, format="json").status_code == 403
-    assert _api(crew.people.outsider).post(_profiles_url(spec_id), {}, format="json").status_code == 404
+    assert api_as(crew.viewer).post(_profiles_url(spec_id), {}, format="json").status_code == 403
+    assert api_as(crew.people.outsider).post(_profiles_url(spec_id), {}, format="json").status_code == 404
     for body, field in (({"num_ranks": 0}, "num_ranks"), ({"num_ranks": 99}, "num_ranks")):
-        response = _api(crew.people.member).post(_profiles_url(spec_id), body, format="json")
+        response = api_as(crew.people.member).post(_profiles_url(spec_id), body, format="json")
         assert response.status_code == 400 and response.json()["errors"][0]["field"] == field, response.json()
     big = spec_create(team=crew.people.team, owner=crew.people.owner, spec=load_model_preset("llama-3-8b"))
-    response = _api(crew.people.member).post(_profiles_url(big.pk), {}, format="json")
+    response = api_as(crew.people.member).post(_profiles_url(big.pk), {}, format="json")
     assert response.status_code == 400 and response.json()["errors"][0]["field"] == "spec"
-    response = _api(crew.people.member).post(_profiles_url(big.pk), {"plan": crew.planned.plan.pk}, format="json")
+    response = api_as(crew.people.member).post(_profiles_url(big.pk), {"plan": crew.planned.plan.pk}, format="json")
     assert response.status_code == 400 and response.json()["errors"][0] == {
         "field": "plan", "reason": f"plan {crew.planned.plan.pk} is a plan of another spec"}
     assert MeasuredProfile.objects.count() == 0, "nothing refused is stored"
-    response = _api(crew.people.member).post(_profiles_url(spec_id), {"num_ranks": 2}, format="json")
+    response = api_as(crew.people.member).post(_profiles_url(spec_id), {"num_ranks": 2}, format="json")
     assert response.status_code == 201 and response.json()["status"] == "queued"
-    assert _api(crew.viewer).get(reverse("api:profile", args=[response.json()["id"]])).status_code == 200
-    assert _api(crew.people.outsider).get(reverse("api:profile", args=[response.json()["id"]])).status_code == 404
+    assert api_as(crew.viewer).get(reverse("api:profile", args=[response.json()["id"]])).status_code == 200
+    assert api_as(crew.people.outsider).get(reverse("api:profile", args=[response.json()["id"]])).status_code == 404
 
 
 def _cpu_host_job(user, spec_id: int) -> dict:
-    response = _api(user).post(reverse("api:jobs"), {"spec": spec_id, "cluster_preset": "cpu-host", "num_devices": 2,
+    response = api_as(user).post(reverse("api:jobs"), {"spec": spec_id, "cluster_preset": "cpu-host", "num_devices": 2,
                                                      "num_microbatches": 4, "schedule": "1f1b"}, format="json")
     assert response.status_code == 201, response.json()
     return response.json()
@@ -72,12 +66,12 @@ def test_a_job_whose_profile_failed_to_measure_says_it_planned_on_the_analytic_p
     MeasuredProfile.objects.filter(pk=created["measured_profile"]).update(status=JobStatus.FAILED, error=error,
                                                                            finished_at=timezone.now())
     job_run(job_id=created["id"])
-    body = _api(people.member).get(reverse("api:job", args=[created["id"]])).json()
+    body = api_as(people.member).get(reverse("api:job", args=[created["id"]])).json()
     assert body["status"] == "succeeded"
     reason = f"measuring profile {created['measured_profile']} on the runs' host failed: {error}"
     assert body["analytic_profile_reason"] == reason
     assert Plan.objects.get(job_id=created["id"]).profile_doc["source"] == "analytic", "what the reason says it did"
-    assert [job["analytic_profile_reason"] for job in _api(people.member).get(reverse("api:jobs")).json()["results"]
+    assert [job["analytic_profile_reason"] for job in api_as(people.member).get(reverse("api:jobs")).json()["results"]
             if job["id"] == created["id"]] == [reason], "the job list says it too"
     page = _page(client, people.member, created["id"])
     assert '<div class="alert note" id="analytic-profile-reason"><strong>Planned on the analytic profile</strong>' in page
@@ -106,7 +100,7 @@ def test_a_job_planned_on_its_measured_profile_gives_no_reason(people, client):
         profile_doc=replace(analytic_profile(load_model_preset("tiny-llama"), load_cluster_preset("cpu-host")),
                             source="measured").to_dict())
     job_run(job_id=created["id"])
-    body = _api(people.member).get(reverse("api:job", args=[created["id"]])).json()
+    body = api_as(people.member).get(reverse("api:job", args=[created["id"]])).json()
     assert (body["status"], body["analytic_profile_reason"]) == ("succeeded", "")
     assert "analytic-profile-reason" not in _page(client, people.member, created["id"])
 

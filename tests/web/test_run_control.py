@@ -10,19 +10,13 @@ from pathlib import Path
 
 import pytest
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from adaptis_web.studio.models import JobStatus, Run, RunEvent
 from adaptis_web.studio.runs.run_control import observed_statistic, run_phase
 from adaptis_web.studio.tasks import run_execute
 from planner.observed import summarize
 from tests.conftest import parent_of, runs_queue
-
-
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
+from tests.web.conftest import api_as
 
 
 @pytest.fixture
@@ -32,7 +26,7 @@ def queued_run(crew) -> Run:
 
 
 def _cancel(user, run_id):
-    return _api(user).post(reverse("api:run-cancel", args=[run_id]))
+    return api_as(user).post(reverse("api:run-cancel", args=[run_id]))
 
 
 @pytest.mark.django_db

@@ -13,13 +13,13 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 from drf_spectacular.generators import SchemaGenerator
-from rest_framework.test import APIClient
 
 from adaptis_web.studio.api.fields import WHITE_SPACE
 from adaptis_web.studio.api.schema_links import ENDS, MEMBER_ENDS
 from adaptis_web.studio.catalog.clusters import cluster_create
 from adaptis_web.studio.models import ClusterRecord, Invitation, Plan, PlanningJob
 from planner.cluster import load_cluster_preset
+from tests.web.conftest import api_as
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +45,6 @@ def _valid(schema: dict, path: str, method: str, body, media_type: str = "applic
     # Schemathesis' validator: its regular expressions are ECMA 262's, as JSON Schema says (Python's $ would also
     # match before a final newline)
     return jsonschema_rs.Draft4Validator(document).is_valid(body)
-
-
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 def _refused(response, field: str) -> None:
@@ -80,13 +74,13 @@ def test_white_space_is_what_python_strips():
 ])
 def test_a_token_name_is_valid_by_the_schema_exactly_when_the_api_takes_it(schema, people, name, accepted):
     assert _valid(schema, "/api/tokens/", "post", {"name": name}) is accepted
-    response = _api(people.owner).post("/api/tokens/", {"name": name}, format="json")
+    response = api_as(people.owner).post("/api/tokens/", {"name": name}, format="json")
     assert response.status_code == (201 if accepted else 400), response.content
 
 
 def test_a_blank_name_is_valid_where_the_api_takes_it(schema, people, planned):
     """drf-spectacular wrote a blank-allowed text as oneOf(its pattern, empty), and an empty text matches both."""
-    owner = _api(people.owner)
+    owner = api_as(people.owner)
     assert _valid(schema, "/api/jobs/{job_id}/", "patch", {"name": ""})
     assert owner.patch(reverse("api:job", args=[planned.job.pk]), {"name": ""}, format="json").status_code == 200
     for name in ("", " "):  # a spec keeps a name
@@ -99,7 +93,7 @@ class TestJobs:
         return {"spec": planned.spec.pk, "num_devices": 2, "num_microbatches": 4, **fields}
 
     def test_a_job_names_one_cluster(self, schema, people, planned):
-        owner = _api(people.owner)
+        owner = api_as(people.owner)
         saved = cluster_create(team=people.team, owner=people.owner, cluster=load_cluster_preset("cpu-host"))
         body = self._body(planned, cluster_preset="cpu-host")
         assert _valid(schema, "/api/jobs/", "post", body)
@@ -112,7 +106,7 @@ class TestJobs:
         assert PlanningJob.objects.count() == 2  # the planned job and the one above
 
     def test_a_pipeline_job_needs_its_devices_a_hybrid_job_its_gpus(self, schema, people, planned):
-        owner = _api(people.owner)
+        owner = api_as(people.owner)
         pipeline = {"spec": planned.spec.pk, "cluster_preset": "cpu-host", "num_devices": 2}
         hybrid = {"spec": planned.spec.pk, "cluster_preset": "h100-sxm-1x8", "mode": "hybrid", "gpus": 8,
                   "seq_len": 4096}
@@ -130,14 +124,14 @@ class TestJobs:
                                                                                      preset, accepted):
         body = self._body(planned, cluster_preset=preset, num_devices=1)
         assert _valid(schema, "/api/jobs/", "post", body) is accepted
-        response = _api(people.owner).post("/api/jobs/", body, format="json")
+        response = api_as(people.owner).post("/api/jobs/", body, format="json")
         if accepted:
             assert response.status_code == 201, response.content
         else:
             _refused(response, "cluster_preset")
 
     def test_a_form_sends_an_optional_choice_or_flag_as_null(self, people, planned):
-        owner = _api(people.owner)
+        owner = api_as(people.owner)
         form = {**self._body(planned, cluster_preset="cpu-host"), "recompute": "null",
                 "distributed_optimizer": "null"}
         assert owner.post("/api/jobs/", form, format="multipart").status_code == 201
@@ -149,11 +143,11 @@ class TestJobs:
     def test_a_custom_cluster_is_a_document(self, schema, people, planned):
         body = self._body(planned, cluster=[])
         assert not _valid(schema, "/api/jobs/", "post", body)
-        _refused(_api(people.owner).post("/api/jobs/", body, format="json"), "cluster")
+        _refused(api_as(people.owner).post("/api/jobs/", body, format="json"), "cluster")
 
 
 def test_documents_are_objects(schema, people, planned):
-    owner = _api(people.owner)
+    owner = api_as(people.owner)
     derive = reverse("api:plan-derive", args=[planned.plan.pk])
     for body, field in (({"plan": []}, "plan"), ({"plan": None}, "plan"), ({"plan": {}, "name": 5}, "name")):
         assert not _valid(schema, "/api/plans/{plan_id}/derive/", "post", body)
@@ -171,7 +165,7 @@ def test_a_saved_cluster_is_sent_as_a_document_in_json_or_a_file_in_a_form(schem
 
 def test_a_multipart_body_whose_parts_name_no_field_is_refused(people):
     """An array is no form: Django skipped the part without a name and the invitation went out with the defaults."""
-    owner, url = _api(people.owner), reverse("api:team-invitations", args=[people.team.pk])
+    owner, url = api_as(people.owner), reverse("api:team-invitations", args=[people.team.pk])
     boundary = "b0undary"
     for body in (f"--{boundary}\r\n[]--{boundary}--\r\n",
                  f"--{boundary}\r\nContent-Type: text/plain\r\n\r\nx\r\n--{boundary}--\r\n"):
@@ -194,8 +188,8 @@ def test_an_empty_or_repeated_events_cursor_is_refused(schema, people, finished_
     assert parameters["after"]["type"] == parameters["limit"]["type"] == "integer"
     url = reverse("api:run-events", args=[finished_run.pk])
     for query, field in (("after=", "after"), ("limit=", "limit"), ("after=1&after=2", "after"), ("after=+1", "after")):
-        _refused(_api(people.owner).get(f"{url}?{query}"), field)
-    assert _api(people.owner).get(f"{url}?after=1&limit=2").json()["last_seq"] == 3
+        _refused(api_as(people.owner).get(f"{url}?{query}"), field)
+    assert api_as(people.owner).get(f"{url}?after=1&limit=2").json()["last_seq"] == 3
 
 
 def _pointed(schema: dict, node: dict, pointer: str) -> bool:

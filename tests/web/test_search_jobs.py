@@ -8,7 +8,6 @@ import time
 
 import pytest
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, Plan, PlanningJob
@@ -22,6 +21,7 @@ from planner.plan import load_plan
 from planner.profile import load_profile
 from planner.simulator import simulate
 from planner.spec.presets import load_model_preset
+from tests.web.conftest import api_as
 
 HYBRID = load_model_preset("tiny-hybrid")
 CPU_HOST_MEMORY = load_cluster_preset("cpu-host").device.memory_bytes
@@ -42,12 +42,6 @@ def _search_job(people, **overrides) -> PlanningJob:
         cluster_doc=request.cluster.to_dict(), num_devices=request.num_devices,
         num_microbatches=request.num_microbatches, schedule=request.schedule, partition=request.partition,
         seed=request.seed, time_budget_s=request.time_budget_s, memory_limit_bytes=request.memory_limit_bytes)
-
-
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 class TestSearchRequestCheck:
@@ -233,7 +227,7 @@ class TestSearchApi:
     def test_create_a_search_job(self, people, django_capture_on_commit_callbacks):
         record = spec_create(team=people.team, owner=people.owner, spec=HYBRID)
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
-            response = _api(people.member).post(reverse("api:jobs"), {
+            response = api_as(people.member).post(reverse("api:jobs"), {
                 "spec": record.pk, "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": 8,
                 "schedule": "adaptis", "seed": 5, "time_budget_s": 3, "memory_limit_bytes": 2**30}, format="json")
         assert response.status_code == 201
@@ -258,7 +252,7 @@ class TestSearchApi:
         data = {"spec": record.pk, "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": 8,
                 "schedule": "adaptis"}
         data.update(changes)
-        response = _api(people.member).post(reverse("api:jobs"), data, format="json")
+        response = api_as(people.member).post(reverse("api:jobs"), data, format="json")
         assert response.status_code == 400
         [error] = response.json()["errors"]
         assert error["field"] == field and reason in error["reason"], error
@@ -267,7 +261,7 @@ class TestSearchApi:
     def test_detail_returns_the_summary_and_every_plan(self, people):
         job = _search_job(people)
         plan = job_run(job_id=job.pk)
-        body = _api(people.member).get(reverse("api:job", args=[job.pk])).json()
+        body = api_as(people.member).get(reverse("api:job", args=[job.pk])).json()
         assert body["status"] == "succeeded" and body["progress"] == 1.0
         assert body["plans"][0] == {"id": plan.pk, "name": "", "strategy": "adaptis", "iteration_ms": plan.iteration_ms,
                                     "bubble_ratio": plan.bubble_ratio, "parent": None}
@@ -278,14 +272,14 @@ class TestSearchApi:
 
     def test_cancel_a_queued_job(self, people):
         job = _search_job(people)
-        response = _api(people.member).post(reverse("api:job-cancel", args=[job.pk]))
+        response = api_as(people.member).post(reverse("api:job-cancel", args=[job.pk]))
         assert response.status_code == 200
         assert (response.json()["status"], response.json()["cancel_requested"]) == ("cancelled", True)
 
     def test_cancel_of_a_finished_job_is_a_409_naming_status(self, people):
         job = _search_job(people)
         job_run(job_id=job.pk)
-        response = _api(people.member).post(reverse("api:job-cancel", args=[job.pk]))
+        response = api_as(people.member).post(reverse("api:job-cancel", args=[job.pk]))
         assert response.status_code == 409
         assert response.json() == {"errors": [{
             "field": "status", "reason": "the job has already succeeded; only a queued or running job can be "
@@ -293,13 +287,13 @@ class TestSearchApi:
 
     def test_an_outsider_cannot_cancel(self, people):
         job = _search_job(people)
-        assert _api(people.outsider).post(reverse("api:job-cancel", args=[job.pk])).status_code == 404
+        assert api_as(people.outsider).post(reverse("api:job-cancel", args=[job.pk])).status_code == 404
         job.refresh_from_db()
         assert job.status == JobStatus.QUEUED and not job.cancel_requested
 
     def test_presets_and_schema_offer_the_search(self, people):
-        assert "adaptis" in _api(people.member).get(reverse("api:presets")).json()["schedules"]
-        schema = json.loads(_api(people.member).get(reverse("api-schema"), {"format": "json"}).content)
+        assert "adaptis" in api_as(people.member).get(reverse("api:presets")).json()["schedules"]
+        schema = json.loads(api_as(people.member).get(reverse("api-schema"), {"format": "json"}).content)
         assert "/api/jobs/{job_id}/cancel/" in schema["paths"]
 
 

@@ -9,7 +9,6 @@ import pytest
 import redis
 from django.conf import settings
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from adaptis_web.studio.catalog.specs import spec_create
 from adaptis_web.studio.models import JobStatus, Plan, PlanningJob, Run, RunEvent
@@ -19,14 +18,9 @@ from adaptis_web.studio.runs.live_events import run_stream_key
 from planner.cluster import load_cluster_preset
 from planner.simulator import simulate
 from planner.spec.presets import load_model_preset
+from tests.web.conftest import api_as
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
-
-
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 def _finished(model, pk):
@@ -35,9 +29,9 @@ def _finished(model, pk):
 
 
 def test_the_worker_plans_an_uploaded_spec(celery_worker, people, spec_text, wait_for):
-    response = _api(people.member).post(reverse("api:specs"), {"doc": json.loads(spec_text())}, format="json")
+    response = api_as(people.member).post(reverse("api:specs"), {"doc": json.loads(spec_text())}, format="json")
     spec_id = response.json()["id"]
-    response = _api(people.member).post(reverse("api:jobs"), {
+    response = api_as(people.member).post(reverse("api:jobs"), {
         "spec": spec_id, "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": 8}, format="json")
     assert response.status_code == 201
     job = wait_for(lambda: _finished(PlanningJob, response.json()["id"]), timeout_s=60,
@@ -56,7 +50,7 @@ def test_the_worker_plans_an_uploaded_spec(celery_worker, people, spec_text, wai
     expected = simulate(load_plan(plan.plan_doc), load_profile(job.measured_profile.profile_doc), cluster)
     assert plan.iteration_ms == pytest.approx(expected.iteration_ms)
     assert {entry["device"] for entry in plan_prediction(plan)["timeline"]} == {0, 1}
-    body = _api(people.owner).get(reverse("api:job", args=[job.pk])).json()
+    body = api_as(people.owner).get(reverse("api:job", args=[job.pk])).json()
     assert [entry["id"] for entry in body["plans"]] == [plan.pk] and body["status"] == "succeeded"
 
 
@@ -77,7 +71,7 @@ def test_the_worker_records_a_planning_failure_on_the_job(celery_worker, people,
 
 def _search_job_over_api(people, spec: str, **fields) -> int:
     record = spec_create(team=people.team, owner=people.owner, spec=load_model_preset(spec))
-    response = _api(people.member).post(reverse("api:jobs"), {"spec": record.pk, "schedule": "adaptis", **fields},
+    response = api_as(people.member).post(reverse("api:jobs"), {"spec": record.pk, "schedule": "adaptis", **fields},
                                         format="json")
     assert response.status_code == 201, response.json()
     return response.json()["id"]
@@ -104,7 +98,7 @@ def test_a_search_that_cannot_fit_its_memory_limit_fails_naming_the_field(celery
     record = spec_create(team=people.team, owner=people.owner, spec=load_model_preset("tiny-hybrid"))
     body = {"spec": record.pk, "schedule": "adaptis", "cluster_preset": "cpu-host", "num_devices": 2,
             "num_microbatches": 8}
-    refused = _api(people.member).post(reverse("api:jobs"), {**body, "memory_limit_bytes": 1024}, format="json")
+    refused = api_as(people.member).post(reverse("api:jobs"), {**body, "memory_limit_bytes": 1024}, format="json")
     assert refused.status_code == 400 and refused.json()["errors"][0]["field"] == "memory_limit_bytes"
     assert "no partition can fit it" in refused.json()["errors"][0]["reason"] and not PlanningJob.objects.exists()
     job_id = _search_job_over_api(people, "tiny-hybrid", cluster_preset="cpu-host", num_devices=2,
@@ -146,7 +140,7 @@ def test_a_running_search_is_cancelled_over_the_api_and_keeps_its_best_plan_so_f
     searching = wait_for(searched_some, timeout_s=60, interval_s=0.05,
                          message=f"the search to report progress\n{celery_worker.log_tail()}")
     assert searching.progress < 0.85, "the search reports into its share of the job's progress"
-    response = _api(people.member).post(reverse("api:job-cancel", args=[job_id]))
+    response = api_as(people.member).post(reverse("api:job-cancel", args=[job_id]))
     assert response.status_code == 200 and response.json()["cancel_requested"] is True
     job = wait_for(lambda: _finished(PlanningJob, job_id), timeout_s=60, interval_s=0.05,
                    message=f"the search to stop\n{celery_worker.log_tail()}")
@@ -156,13 +150,13 @@ def test_a_running_search_is_cancelled_over_the_api_and_keeps_its_best_plan_so_f
     assert job.result["cancelled"] and job.result["stats"]["stopped"] == "cancelled"
     assert 0 < job.result["stats"]["seconds"] < job.result["stats"]["time_budget_s"]
     assert Plan.objects.filter(job=job, strategy="adaptis").exists(), "the best plan so far is kept"
-    response = _api(people.member).post(reverse("api:job-cancel", args=[job_id]))
+    response = api_as(people.member).post(reverse("api:job-cancel", args=[job_id]))
     assert response.status_code == 409 and response.json()["errors"][0]["field"] == "status"
 
 
 def test_a_cpu_run_streams_events_into_redis_and_the_database_while_it_runs(celery_worker, people, planned,
                                                                             wait_for):
-    response = _api(people.member).post(reverse("api:runs"), {"plan": planned.plan.pk, "steps": 8}, format="json")
+    response = api_as(people.member).post(reverse("api:runs"), {"plan": planned.plan.pk, "steps": 8}, format="json")
     assert response.status_code == 201
     run_id = response.json()["id"]
     stream = redis.Redis.from_url(settings.REDIS_URL)
@@ -192,7 +186,7 @@ def test_a_cpu_run_streams_events_into_redis_and_the_database_while_it_runs(cele
     assert run.loss is not None and len(run.summary["per_device"]) == 2
     assert run.executed_spec == planned.spec.doc
     assert stream.ttl(key) > 0
-    events = _api(people.owner).get(reverse("api:run-events", args=[run_id]), {"after": total - 3}).json()
+    events = api_as(people.owner).get(reverse("api:run-events", args=[run_id]), {"after": total - 3}).json()
     assert events["finished"] and [event["seq"] for event in events["events"]] == [total - 2, total - 1, total]
     stream.close()
 
@@ -203,7 +197,7 @@ def test_a_run_the_executor_refuses_ends_failed_with_its_reason(celery_worker, p
     # executor's lowering proves before any rank starts.
     plan_doc["actions"] = [["0B0", "0F0", "0F1", "0B1", "0F2", "0B2", "0F3", "0B3"], plan_doc["actions"][1]]
     Plan.objects.filter(pk=planned.plan.pk).update(plan_doc=plan_doc)
-    response = _api(people.member).post(reverse("api:runs"), {"plan": planned.plan.pk}, format="json")
+    response = api_as(people.member).post(reverse("api:runs"), {"plan": planned.plan.pk}, format="json")
     run = wait_for(lambda: _finished(Run, response.json()["id"]), timeout_s=60,
                    message=f"the refused run\n{celery_worker.log_tail()}")
     assert run.status == JobStatus.FAILED

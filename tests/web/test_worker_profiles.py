@@ -9,7 +9,6 @@ import json
 import pytest
 from celery import current_app
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from adaptis_web.studio.models import JobStatus, MeasuredProfile, Plan, PlanningJob, Run
 from planner.cluster import load_cluster_preset
@@ -17,12 +16,7 @@ from planner.plan import load_plan
 from planner.profile import load_profile
 from planner.simulator import simulate
 from planner.spec.presets import load_model_preset
-
-
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
+from tests.web.conftest import api_as
 
 
 def route_of_runs() -> str:
@@ -38,11 +32,11 @@ def _finished(model, pk):
 @pytest.mark.django_db(transaction=True)
 def test_a_cpu_host_job_waits_for_the_profile_measured_on_the_runs_worker_and_plans_on_it(
         celery_worker, people, spec_text, wait_for, client):
-    spec_id = _api(people.member).post(reverse("api:specs"), {"doc": json.loads(spec_text("tiny-llama"))},
+    spec_id = api_as(people.member).post(reverse("api:specs"), {"doc": json.loads(spec_text("tiny-llama"))},
                                        format="json").json()["id"]
     job_body = {"spec": spec_id, "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": 4,
                 "schedule": "1f1b"}
-    response = _api(people.member).post(reverse("api:jobs"), job_body, format="json")
+    response = api_as(people.member).post(reverse("api:jobs"), job_body, format="json")
     assert response.status_code == 201
     job_id, profile_id = response.json()["id"], response.json()["measured_profile"]
     assert profile_id is not None and response.json()["progress_message"].startswith(f"Waiting for profile {profile_id}")
@@ -60,7 +54,7 @@ def test_a_cpu_host_job_waits_for_the_profile_measured_on_the_runs_worker_and_pl
     plan = Plan.objects.get(job=job)
     assert plan.profile_doc == measured.profile_doc, "the plan was built on the measured profile"
     # Measured once per spec, ranks and backward split, then reused.
-    again = _api(people.member).post(reverse("api:jobs"), job_body, format="json").json()
+    again = api_as(people.member).post(reverse("api:jobs"), job_body, format="json").json()
     assert again["measured_profile"] == profile_id
     assert MeasuredProfile.objects.filter(plan__isnull=True).count() == 1
     # The job's plan then has its stages timed on the runs' host, and its local-run prediction is made on that.
@@ -84,7 +78,7 @@ def test_a_cpu_host_job_waits_for_the_profile_measured_on_the_runs_worker_and_pl
 @pytest.mark.django_db(transaction=True)
 def test_a_profile_with_a_plan_is_scaled_to_the_stages_timed_as_its_ranks_run_them(celery_worker, people, planned,
                                                                                   wait_for):
-    response = _api(people.member).post(reverse("api:spec-profiles", args=[planned.spec.pk]),
+    response = api_as(people.member).post(reverse("api:spec-profiles", args=[planned.spec.pk]),
                                         {"plan": planned.plan.pk, "num_ranks": 7}, format="json")
     assert response.status_code == 201, response.json()
     body = response.json()

@@ -11,6 +11,7 @@ from adaptis_web.studio.models.work import TrackedWork
 class JobMode(models.TextChoices):
     PIPELINE = "pipeline", "Pipeline only"
     HYBRID = "hybrid", "Hybrid parallel"
+    CAPACITY = "capacity", "Capacity (GPU counts)"
 
 
 class PlanningJob(TrackedWork):
@@ -56,10 +57,19 @@ class PlanningJob(TrackedWork):
                                       "microbatch_size, recompute, distributed_optimizer)")
     cluster_record = models.ForeignKey(ClusterRecord, null=True, blank=True, on_delete=models.SET_NULL,
                                        related_name="jobs", help_text="the saved cluster it was planned on")
+    # A capacity job (mode "capacity", schedule "capacity") finds the best configuration at each of gpu_counts GPUs
+    # of the cluster's kind (seq_len, global_batch and pins as a hybrid job's) and what training on token_budget tokens
+    # costs there; num_devices is its largest count.
+    token_budget = models.BigIntegerField(null=True, blank=True, help_text="capacity: tokens to train on")
+    gpu_counts = models.JSONField(default=list, blank=True, help_text="capacity: the GPU counts swept, ascending")
 
     @property
     def is_hybrid(self) -> bool:
         return self.mode == JobMode.HYBRID
+
+    @property
+    def is_capacity(self) -> bool:
+        return self.mode == JobMode.CAPACITY
 
     @property
     def own_plan(self) -> "Plan | None":

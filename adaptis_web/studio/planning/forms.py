@@ -12,6 +12,7 @@ from adaptis_web.studio.catalog.selectors import cluster_choices_for_team, clust
 from adaptis_web.studio.catalog.specs import read_upload, spec_parse_upload
 from adaptis_web.studio.common.forms import SpecErrorFormMixin
 from adaptis_web.studio.models import ClusterRecord, JobMode, ModelSpecRecord
+from adaptis_web.studio.planning.capacity import parse_gpu_counts
 from adaptis_web.studio.planning.jobs import ADAPTIS_SCHEDULE, DEFAULT_PARTITION, JobRequest, job_request_check
 from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S
 from planner import service as planner_service
@@ -43,9 +44,11 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
     file from the list, or instead a named cluster typed in, a saved cluster of the team, or a file."""
 
     mode = forms.ChoiceField(label="What to plan", choices=[
-        (JobMode.PIPELINE, "The pipeline (N devices)"), (JobMode.HYBRID, "The whole job (TP × CP × PP × DP × EP)")],
+        (JobMode.PIPELINE, "The pipeline (N devices)"), (JobMode.HYBRID, "The whole job (TP × CP × PP × DP × EP)"),
+        (JobMode.CAPACITY, "How many GPUs (capacity: days and GPU-hours per count)")],
         initial=JobMode.PIPELINE, required=False,
-        help_text="the pipeline: partition, placement and schedule; the whole job: every parallel degree too")
+        help_text="the pipeline: partition, placement and schedule; the whole job: every parallel degree too; "
+                  "capacity: the whole job's best configuration at each GPU count, and what training costs there")
     cluster_preset = forms.ChoiceField(label="Cluster", required=False)
     cluster_name = forms.CharField(label="…or a named cluster", required=False, max_length=100,
                                    widget=forms.TextInput(attrs={"placeholder": "h100-sxm-1024x8"}),
@@ -72,6 +75,12 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
     gpus = forms.IntegerField(label="GPUs", min_value=1, initial=8, required=False)
     seq_len = forms.IntegerField(label="Sequence length", min_value=1, initial=4096, required=False)
     global_batch = forms.IntegerField(label="Global batch (sequences)", min_value=1, initial=256, required=False)
+    token_budget_b = forms.FloatField(label="Tokens to train (billions)", min_value=0, required=False, initial=1000,
+                                      help_text="e.g. 15,000 for Llama 3's 15.6 T tokens")
+    gpu_counts = forms.CharField(label="GPU counts", required=False, max_length=200,
+                                 widget=forms.TextInput(attrs={"placeholder": "64-16384"}),
+                                 help_text="'64, 128, 256' or a doubling range '64-16384' (empty: 64 to 16,384); "
+                                           "the cluster's GPU kind and links, grown to each count")
     tp = _pin_field("TP")
     cp = _pin_field("CP")
     pp = _pin_field("PP")
@@ -82,7 +91,7 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
                                   choices=[("", "search"), *((mode, mode) for mode in RECOMPUTE_MODES)])
     distributed_optimizer = forms.ChoiceField(label="Distributed optimizer", initial="on", required=False,
                                               choices=[("on", "ZeRO-1"), ("off", "off")])
-    field_aliases = {"memory_limit_bytes": "memory_limit_gib"}
+    field_aliases = {"memory_limit_bytes": "memory_limit_gib", "token_budget": "token_budget_b"}
     PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "recompute")
 
     def __init__(self, *args, clusters=None, **kwargs):
@@ -132,6 +141,11 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
             pins = {key: cleaned.get(key) for key in self.PINS}
             if cleaned.get("distributed_optimizer") == "off":  # on is the search's default: not a pin
                 pins["distributed_optimizer"] = False
+            mode = cleaned.get("mode") or JobMode.PIPELINE
+            token_budget_b = cleaned.get("token_budget_b")
+            capacity_fields = {} if mode != JobMode.CAPACITY else {
+                "gpu_counts": parse_gpu_counts(cleaned.get("gpu_counts") or ""),
+                "token_budget": None if token_budget_b is None else round(token_budget_b * 1e9)}
             self.job_request = job_request_check(
                 spec=self.spec, num_devices=cleaned.get("num_devices"),
                 num_microbatches=cleaned.get("num_microbatches"), cluster_preset=preset,
@@ -140,9 +154,9 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
                 seed=0 if seed is None else seed,
                 time_budget_s=DEFAULT_TIME_BUDGET_S if time_budget_s is None else time_budget_s,
                 memory_limit_bytes=None if memory_limit_gib is None else round(memory_limit_gib * GIB),
-                mode=cleaned.get("mode") or JobMode.PIPELINE, saved_cluster=saved, team=self.team,
+                mode=mode, saved_cluster=saved, team=self.team,
                 gpus=cleaned.get("gpus"), seq_len=cleaned.get("seq_len"), global_batch=cleaned.get("global_batch"),
-                pins=pins)
+                pins=pins, **capacity_fields)
         except SpecError as error:
             self.add_spec_error(error)
         return cleaned

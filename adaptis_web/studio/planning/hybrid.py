@@ -39,14 +39,13 @@ def _positive(field: str, value: object, limit: int) -> int:
     return value
 
 
-def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object, seq_len: object,
-                          global_batch: object, pins: dict | None) -> HybridSettings:
-    """The job's shape and pins, checked as the search would check them (``planner.parallel.planning.check``): a pin
-    that cannot split the GPUs or the batch, or a model that fits nowhere, is a SpecError naming the field."""
-    for field, value in (("gpus", gpus), ("seq_len", seq_len), ("global_batch", global_batch)):
+def job_shape_check(*, seq_len: object, global_batch: object, pins: dict | None, gpus: int,
+                    kind: str) -> tuple[int, int, dict]:
+    """The sequence length, global batch and pins of a job on up to ``gpus`` GPUs (a hybrid job's, a capacity
+    job's): present, in range, pins of known keys within ``gpus``; SpecError naming the field otherwise."""
+    for field, value in (("seq_len", seq_len), ("global_batch", global_batch)):
         if value is None:
-            raise SpecError(field, "is required for a hybrid-parallel job")
-    gpus = _positive("gpus", gpus, MAX_GPUS)
+            raise SpecError(field, f"is required for {kind}")
     seq_len = _positive("seq_len", seq_len, MAX_SEQ_LEN)
     global_batch = _positive("global_batch", global_batch, MAX_GLOBAL_BATCH)
     pins = {key: value for key, value in (pins or {}).items() if value not in (None, "")}
@@ -58,6 +57,18 @@ def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object
     if "recompute" in pins and pins["recompute"] not in planner_service.RECOMPUTE_MODES:
         raise SpecError("recompute", f"must be one of {', '.join(planner_service.RECOMPUTE_MODES)}; "
                                      f"got {pins['recompute']!r}")
+    return seq_len, global_batch, pins
+
+
+def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object, seq_len: object,
+                          global_batch: object, pins: dict | None) -> HybridSettings:
+    """The job's shape and pins, checked as the search would check them (``planner.parallel.planning.check``): a pin
+    that cannot split the GPUs or the batch, or a model that fits nowhere, is a SpecError naming the field."""
+    if gpus is None:
+        raise SpecError("gpus", "is required for a hybrid-parallel job")
+    gpus = _positive("gpus", gpus, MAX_GPUS)
+    seq_len, global_batch, pins = job_shape_check(seq_len=seq_len, global_batch=global_batch, pins=pins, gpus=gpus,
+                                                  kind="a hybrid-parallel job")
     if gpus > cluster.num_devices:
         raise SpecError("gpus", f"the cluster {cluster.name!r} has {cluster.num_devices:,} GPUs; asked for {gpus:,}")
     planner_service.check_hybrid_job(spec=spec, cluster=cluster, gpus=gpus, seq_len=seq_len,

@@ -21,7 +21,7 @@ from adaptis_web.studio.accounts.roles import role_require_own_or_admin
 from adaptis_web.studio.catalog.clusters import cluster_resolve
 from adaptis_web.studio.catalog.specs import spec_check_team, spec_create, spec_for_shape
 from adaptis_web.studio.models import ClusterRecord, JobMode, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, Team
-from adaptis_web.studio.planning import hybrid, progress
+from adaptis_web.studio.planning import capacity, hybrid, progress
 from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S, job_plan, search_settings_check
 from adaptis_web.studio.runs.profiling import (
     LOCAL_CLUSTER_PRESET,
@@ -64,6 +64,7 @@ class JobRequest:
     mode: str = JobMode.PIPELINE
     hybrid: hybrid.HybridSettings | None = None
     cluster_record: ClusterRecord | None = None
+    capacity: capacity.CapacitySettings | None = None
 
 
 def job_request_check(*, spec: ModelSpec, num_devices: int | None = None, num_microbatches: int | None = None,
@@ -72,17 +73,25 @@ def job_request_check(*, spec: ModelSpec, num_devices: int | None = None, num_mi
                       time_budget_s: float = DEFAULT_TIME_BUDGET_S, memory_limit_bytes: int | None = None,
                       mode: str = JobMode.PIPELINE, saved_cluster: ClusterRecord | None = None,
                       team: Team | None = None, gpus: int | None = None, seq_len: int | None = None,
-                      global_batch: int | None = None, pins: dict | None = None) -> JobRequest:
+                      global_batch: int | None = None, pins: dict | None = None, gpu_counts: list | None = None,
+                      token_budget: int | None = None) -> JobRequest:
     """Everything about a planning request that can be checked before queueing it; SpecError otherwise.
 
     The cluster is a preset (a file or a name like ``h100-sxm-1024x8``), ``cluster_doc``, or ``saved_cluster``
     of ``team`` (the spec's). ``mode="hybrid"`` takes ``gpus``, ``seq_len``, ``global_batch`` and ``pins``
-    instead of the pipeline's devices, micro-batches, schedule and partition."""
+    instead of the pipeline's devices, micro-batches, schedule and partition; ``mode="capacity"`` takes
+    ``gpu_counts`` (default 64 to 16,384, doubling) and ``token_budget`` instead of ``gpus``."""
     if mode not in JobMode.values:
         raise SpecError("mode", f"must be one of {', '.join(JobMode.values)}; got {mode!r}")
     cluster = cluster_resolve(cluster_preset=cluster_preset, cluster_doc=cluster_doc, saved=saved_cluster,
                               team=team, cluster_field=cluster_field)
     preset = cluster_preset if cluster_doc is None and saved_cluster is None else ""
+    if mode == JobMode.CAPACITY:
+        settings = capacity.capacity_settings_check(gpu_counts=gpu_counts, token_budget=token_budget, seq_len=seq_len,
+                                                    global_batch=global_batch, pins=pins)
+        return JobRequest(cluster_preset=preset, cluster=cluster, num_devices=max(settings.gpu_counts),
+                          num_microbatches=0, schedule=capacity.CAPACITY_SCHEDULE, partition="",
+                          mode=JobMode.CAPACITY, capacity=settings, cluster_record=saved_cluster)
     if mode == JobMode.HYBRID:
         search_settings_check(seed=0, time_budget_s=time_budget_s, memory_limit_bytes=None, cluster=cluster)
         settings = hybrid.hybrid_settings_check(spec=spec, cluster=cluster, gpus=gpus, seq_len=seq_len,
@@ -115,7 +124,7 @@ def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request:
     the local CPU cluster plans on the spec's profile measured on the runs' host (``runs.profiling``)."""
     spec_check_team(team=spec_record.team, user=user, doing="planning a spec")
     measured, unmeasured_reason = None, ""
-    if profile is None and request.cluster_preset == LOCAL_CLUSTER_PRESET and request.hybrid is None:
+    if profile is None and request.cluster_preset == LOCAL_CLUSTER_PRESET and request.mode == JobMode.PIPELINE:
         measured, unmeasured_reason = profile_for_cpu_job(spec_record=spec_record, user=user,
                                                           num_devices=request.num_devices, schedule=request.schedule)
     job = PlanningJob.objects.create(
@@ -128,7 +137,7 @@ def job_create(*, spec_record: ModelSpecRecord, user: AbstractBaseUser, request:
         celery_task_id=str(uuid.uuid4()),
         progress_message=progress.waiting_message(measured),
         mode=request.mode, cluster_record=request.cluster_record,
-        **(vars(request.hybrid) if request.hybrid else {}))
+        **(vars(request.hybrid) if request.hybrid else {}), **(vars(request.capacity) if request.capacity else {}))
     enqueue_on_commit(job)
     return job
 
@@ -189,7 +198,20 @@ def _hybrid_job(job: PlanningJob) -> Plan | None:
     return plan
 
 
+def _capacity_job(job: PlanningJob) -> None:
+    cluster = load_cluster(job.cluster_doc)
+    progress.report(job.pk, 0.1, f"Searching the best configuration at {len(job.gpu_counts)} GPU counts of "
+                               f"{cluster.device.name}, {job.gpu_counts[0]:,} to {job.gpu_counts[-1]:,}")
+    outcome = capacity.capacity_plan(job, cluster)
+    if outcome is None:
+        progress.finish(job.pk, done="", cancelled="Cancelled before the first GPU count was searched", result={})
+    else:
+        progress.finish(job.pk, done=outcome.done, cancelled=outcome.cancelled, result=outcome.summary)
+
+
 def _plan_job(job: PlanningJob) -> Plan | None:
+    if job.is_capacity:
+        return _capacity_job(job)
     if job.is_hybrid:
         return _hybrid_job(job)
     spec = load_model_spec(job.spec.doc)

@@ -15,8 +15,8 @@ from adaptis_web.studio.planning.hybrid import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_S
 from adaptis_web.studio.planning.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE, JOB_SCHEDULES, MAX_MICROBATCHES
 from adaptis_web.studio.planning.plan_json import plan_json
 from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, MAX_TIME_BUDGET_S, MIN_TIME_BUDGET_S
-from planner.service import (ACCELERATORS, MAX_PIPELINE_DEVICES, PARTITIONS, RANGES, RECOMPUTE_MODES, STEP_PARTS,
-                             preset_names)
+from planner.service import (ACCELERATORS, MAX_GPU_COUNTS, MAX_PIPELINE_DEVICES, MAX_TOKEN_BUDGET, PARTITIONS, RANGES,
+                             RECOMPUTE_MODES, STEP_PARTS, preset_names)
 
 
 def _pin(help_text: str, limit: int = MAX_GPUS) -> serializers.IntegerField:
@@ -48,10 +48,13 @@ JOB_CREATE_RULES = {"allOf": [
                {"required": ["cluster"]},
                {"required": ["saved_cluster"], "properties": {"saved_cluster": {"type": "integer"}}}]},
     {"description": "a pipeline job takes num_devices and num_microbatches, a hybrid job gpus, seq_len and "
-                   "global_batch",
+                   "global_batch, a capacity job token_budget, seq_len and global_batch (gpu_counts optional)",
      "oneOf": [{"required": ["num_devices", "num_microbatches"], "properties": {"mode": {"enum": ["pipeline"]}}},
                {"required": ["mode", "gpus", "seq_len", "global_batch"],
                 "properties": {"mode": {"enum": ["hybrid"]}, "gpus": {"type": "integer"},
+                               "seq_len": {"type": "integer"}, "global_batch": {"type": "integer"}}},
+               {"required": ["mode", "token_budget", "seq_len", "global_batch"],
+                "properties": {"mode": {"enum": ["capacity"]}, "token_budget": {"type": "integer"},
                                "seq_len": {"type": "integer"}, "global_batch": {"type": "integer"}}}]},
 ]}
 
@@ -62,7 +65,10 @@ class JobCreateInput(serializers.Serializer):
                                    help_text='"pipeline": plan the pipeline of num_devices devices (the fields below '
                                              'up to memory_limit_bytes); "hybrid": choose TP, CP, PP, DP, EP, '
                                              "micro-batch size and recomputation for gpus GPUs (gpus, seq_len, "
-                                             "global_batch and the optional pins)")
+                                             'global_batch and the optional pins); "capacity": the hybrid search at '
+                                             "each of gpu_counts GPUs of the cluster's kind and what token_budget "
+                                             "tokens cost there (token_budget, gpu_counts, seq_len, global_batch, "
+                                             "pins)")
     cluster_preset = ClusterPresetField(required=False, allow_blank=True, default="",
                                         help_text="a preset file (see /api/presets/) or a named cluster "
                                                   "'<device>-<nodes>x<gpus per node>', e.g. h100-sxm-1024x8")
@@ -95,6 +101,14 @@ class JobCreateInput(serializers.Serializer):
     global_batch = OptionalIntegerField(required=False, allow_null=True, default=None, min_value=1,
                                             max_value=MAX_GLOBAL_BATCH,
                                             help_text="hybrid only (required there): sequences per step")
+    token_budget = OptionalIntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                        max_value=MAX_TOKEN_BUDGET,
+                                        help_text="capacity only (required there): tokens to train on")
+    gpu_counts = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_GPUS), required=False, allow_null=True,
+        default=None, min_length=1, max_length=MAX_GPU_COUNTS,
+        help_text="capacity only: the GPU counts to search (default 64 to 16,384, doubling); the cluster given is the "
+                  "kind of GPU and its links, grown to each count")
     tp = _pin("tensor-parallel degree (with sequence parallelism)")
     cp = _pin("context-parallel degree")
     pp = _pin("pipeline ranks")
@@ -144,7 +158,8 @@ class JobOutput(PlainOutputMixin, serializers.ModelSerializer):
         model = PlanningJob
         fields = ["id", "name", "spec", "spec_name", "created_by", "mode", "cluster_preset", "saved_cluster",
                   "num_devices", "num_microbatches", "schedule", "partition", "seed", "time_budget_s",
-                  "memory_limit_bytes", "gpus", "seq_len", "global_batch", "pins", "status", "progress",
+                  "memory_limit_bytes", "gpus", "seq_len", "global_batch", "pins", "token_budget", "gpu_counts",
+                  "status", "progress",
                   "progress_message", "cancel_requested", "error", "analytic_profile_reason", "plan", "plans",
                   "created_at",
                   "started_at", "finished_at", "archived_at"]
@@ -241,6 +256,29 @@ class HybridResultOutput(serializers.Serializer):
     cancelled = serializers.BooleanField(help_text="cancelled while searching: best is the best simulated so far")
 
 
+class CapacityPointOutput(serializers.Serializer):
+    gpus = serializers.IntegerField()
+    nodes = serializers.IntegerField(help_text="nodes of the cluster's kind that many GPUs take")
+    short = serializers.CharField(required=False, help_text="the best configuration (absent where error says why none)")
+    parallel = serializers.JSONField(required=False)
+    predicted = HybridPredictedOutput(required=False)
+    days = serializers.FloatField(required=False, help_text="token_budget / tokens_per_s, in days")
+    gpu_hours = serializers.FloatField(required=False, help_text="gpus x the days, in hours")
+    error = serializers.JSONField(required=False, help_text="{field, reason}: why this count has no configuration")
+
+
+class CapacityResultOutput(serializers.Serializer):
+    points = CapacityPointOutput(many=True, help_text="one per GPU count, ascending")
+    token_budget = serializers.IntegerField()
+    seq_len = serializers.IntegerField()
+    global_batch = serializers.IntegerField()
+    device = serializers.CharField()
+    gpus_per_node = serializers.IntegerField()
+    fastest_gpus = serializers.IntegerField(allow_null=True, help_text="the count that trains in the fewest days")
+    cheapest_gpus = serializers.IntegerField(allow_null=True, help_text="the count that takes the fewest GPU-hours")
+    cancelled = serializers.BooleanField(help_text="cancelled while sweeping: the counts searched before")
+
+
 class SearchResultOutput(serializers.Serializer):
     iteration_ms = serializers.FloatField()
     bubble_ratio = serializers.FloatField()
@@ -262,11 +300,12 @@ class SearchResultOutput(serializers.Serializer):
 class JobDetailOutput(JobOutput):
     cluster = serializers.JSONField(source="cluster_doc")
     result = serializers.SerializerMethodField(
-        help_text="a pipeline search's summary (SearchResult), a hybrid job's (HybridResult); empty for a baseline "
-                  "job and until the job succeeds")
+        help_text="a pipeline search's summary (SearchResult), a hybrid job's (HybridResult), a capacity job's "
+                  "(CapacityResult); empty for a baseline job and until the job succeeds")
 
     @extend_schema_field(PolymorphicProxySerializer(component_name="JobResult", resource_type_field_name=None,
-                                                    serializers=[SearchResultOutput, HybridResultOutput]))
+                                                    serializers=[SearchResultOutput, HybridResultOutput,
+                                                                                 CapacityResultOutput]))
     def get_result(self, job: PlanningJob) -> dict:
         return job.result
     calibration = serializers.JSONField(help_text="for a job planned with a profile calibrated from a run: run_id, "

@@ -17,6 +17,7 @@ from adaptis_web.studio.accounts.views import current_team
 from adaptis_web.studio.catalog.selectors import spec_get_for_user
 from adaptis_web.studio.history.views import RECENT_ROWS
 from adaptis_web.studio.models import Plan, PlanningJob
+from adaptis_web.studio.planning.capacity import capacity_page_context
 from adaptis_web.studio.planning.forms import SpecPlanningForm, UploadForm
 from adaptis_web.studio.planning.hybrid_pages import hybrid_page_context
 from adaptis_web.studio.planning.jobs import job_cancel, job_create_for_shape, spec_create_with_job
@@ -87,9 +88,11 @@ def job_page(request: HttpRequest, job: PlanningJob, run_form: RunForm, plan: Pl
     memory instead (``hybrid_pages``)."""
     plan = plan or job_own_plan(job=job)
     context = {"job": job, "plan": plan, "run_form": run_form,
-               "comparison": None if job.is_hybrid else search_comparison(job.result),
+               "comparison": None if job.is_hybrid or job.is_capacity else search_comparison(job.result),
                **role_permissions(user=request.user, team=job.spec.team, creator_id=job.created_by_id)}
-    if job.is_hybrid:
+    if job.is_capacity:
+        context.update(capacity_page_context(job))
+    elif job.is_hybrid:
         context.update(hybrid_page_context(job), plan=None, hybrid_plan=plan)
     elif plan is not None:
         context.update(plan_context(plan))

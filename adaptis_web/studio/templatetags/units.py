@@ -10,3 +10,4 @@ register = template.Library()
 # The formatting itself lives in the planner (planner/units.py), which writes the same units into its messages.
 binary_bytes = register.filter("binary_bytes", planner_service.binary_bytes)
 signed_binary_bytes = register.filter("signed_binary_bytes", planner_service.signed_binary_bytes)
+decimal_count = register.filter("decimal_count", planner_service.decimal_count)
