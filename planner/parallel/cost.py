@@ -11,6 +11,11 @@ Communication charged inside F and B (Megatron-LM does not overlap these by defa
   all-gather and one reduce-scatter of the ``tokens/cp x hidden`` activation in F, the same two in B; the
   vocabulary-parallel embedding reduce-scatters its output and the head all-gathers its input. A ring
   all-gather or reduce-scatter moves ``(t-1)/t`` of the buffer per GPU at the group's bus bandwidth (NCCL).
+  With ``CostOptions.overlap_tp`` (Megatron-Core's ``--tp-comm-overlap``: Transformer Engine's userbuffers split
+  each all-gather and reduce-scatter of a block's linear layers into chunks pipelined with the GEMMs that consume or
+  produce them; Wang et al. 2023, "Overlap Communication with Dependent Computation via Decomposition in Large Deep
+  Learning Models", ASPLOS) a block's collectives are charged only where they outlast its GEMMs in the same pass
+  (F: the forward's; B: the input- and weight-gradient GEMMs'); the embedding's and the head's stay exposed.
 - CP ring attention (Megatron-Core / Transformer Engine ``context_parallel``, Liu et al. 2023 "Ring
   Attention"): ``cp - 1`` exchanges of the local K and V chunk in F, of K, V and their gradients in B,
   overlapped with the attention kernel, so only what exceeds the core attention's time is charged. With
@@ -73,6 +78,7 @@ class CostOptions:
     # and values all-gathered before attention, their gradients reduce-scattered after, not overlapped: what this
     # project's executor runs, executor/model/context_parallel.py)
     cp_comm: str = "p2p"
+    overlap_tp: bool = False              # Megatron-Core --tp-comm-overlap (see the module doc); off by default there
 
     def __post_init__(self):
         if self.cp_comm not in ("p2p", "allgather"):
@@ -269,10 +275,11 @@ def _sublayers(layer: LayerSpec) -> int:
 
 
 def layer_comm_ms(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config: ParallelConfig,
-                  mapping: RankMapping, seq_len: int, cp_comm: str = "p2p") -> tuple[float, float]:
-    """(F, B) communication of one layer for one micro-batch on one GPU, exposed time only; ``cp_comm`` as
-    ``CostOptions.cp_comm``."""
-    return _comm_totals(layer_comm_parts(layer, work, spec, config, mapping, seq_len, cp_comm))
+                  mapping: RankMapping, seq_len: int, cp_comm: str = "p2p", overlap_tp: bool = False
+                  ) -> tuple[float, float]:
+    """(F, B) communication of one layer for one micro-batch on one GPU, exposed time only; ``cp_comm`` and
+    ``overlap_tp`` as ``CostOptions``'."""
+    return _comm_totals(layer_comm_parts(layer, work, spec, config, mapping, seq_len, cp_comm, overlap_tp))
 
 
 def _comm_totals(parts: dict[str, tuple[float, float]]) -> tuple[float, float]:
@@ -283,16 +290,24 @@ COMM_AXES = ("tp", "cp", "ep")
 
 
 def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config: ParallelConfig,
-                     mapping: RankMapping, seq_len: int, cp_comm: str = "p2p") -> dict[str, tuple[float, float]]:
+                     mapping: RankMapping, seq_len: int, cp_comm: str = "p2p", overlap_tp: bool = False
+                     ) -> dict[str, tuple[float, float]]:
     """``layer_comm_ms`` by parallel axis: ``{"tp": (F, B), "cp": (F, B), "ep": (F, B)}``."""
     dtype_bytes = DTYPE_BYTES[spec.dtype]
     tokens = config.microbatch_size * seq_len
     hidden_bytes = tokens / config.cp * spec.hidden_size * dtype_bytes
     parts = {axis: (0.0, 0.0) for axis in COMM_AXES}
     if config.tp > 1:
-        collectives = 2 * _sublayers(layer) if layer.kind not in ("embedding", "head") else 1
+        block = layer.kind not in ("embedding", "head")
+        collectives = 2 * _sublayers(layer) if block else 1
         tp_ms = collectives * ring_collective_ms(hidden_bytes, mapping.span("tp"))
-        parts["tp"] = (tp_ms, tp_ms)
+        if overlap_tp and block:   # hidden behind the block's GEMMs of the same pass (module doc)
+            shards = config.tp * config.cp
+            forward_gemms = work.forward.roofline_ms / shards
+            backward_gemms = (work.backward_input.roofline_ms + work.backward_weight.roofline_ms) / shards
+            parts["tp"] = (max(0.0, tp_ms - forward_gemms), max(0.0, tp_ms - backward_gemms))
+        else:
+            parts["tp"] = (tp_ms, tp_ms)
     forward = backward = 0.0
     if config.cp > 1 and layer.mixer is not None:
         cp_group = mapping.span("cp")
@@ -339,7 +354,8 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
     result = []
     for layer, work, mode in zip(spec.layers, works, recompute):
         if layer not in comm_cache:
-            comm_cache[layer] = layer_comm_parts(layer, work, spec, config, mapping, seq_len, options.cp_comm)
+            comm_cache[layer] = layer_comm_parts(layer, work, spec, config, mapping, seq_len, options.cp_comm,
+                                                 options.overlap_tp)
         comm = comm_cache[layer]
         comm_forward, comm_backward = _comm_totals(comm)
         forward = work.forward.on(shards, overhead_ms) + comm_forward

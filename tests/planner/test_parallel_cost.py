@@ -2,13 +2,15 @@
 mapping puts them on, recomputation, and the published Megatron-LM runs it must reproduce."""
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from planner.cluster import load_cluster_preset
 from planner.parallel.config import ParallelConfig
-from planner.parallel.cost import CostOptions, all_to_all_ms, layer_comm_ms, layer_times, layer_work
+from planner.parallel.cost import (CostOptions, all_to_all_ms, layer_comm_ms, layer_comm_parts, layer_times,
+                                   layer_work)
 from planner.parallel.mapping import RankMapping
 from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, ModelSpec
 from planner.spec.presets import load_model_preset
@@ -102,6 +104,19 @@ def test_the_benchmarks_gpt_models_have_the_published_parameter_counts(run):
     assert count_parameters(published_runs.gpt_model(run)) == pytest.approx(paper, rel=0.005)
 
 
+@pytest.mark.parametrize("run", published_runs.MEGATRON_CORE_H100, ids=lambda run: run.name)
+def test_the_h100_tables_models_have_the_published_sizes_and_flop_count(run):
+    from planner.cost.analytic import count_parameters
+
+    params = count_parameters(published_runs.core_model(run))
+    assert params / 1e9 == pytest.approx(float(run.name.rstrip("B")), rel=0.03)
+    # Megatron-Core r0.8.0's count is 6 FLOPs per parameter a token passes through (the input embedding is a lookup)
+    # plus the whole attention square, 12·l·h·s a token
+    l, h, s, vocab = run.layers, run.hidden, published_runs.CORE_SEQ_LEN, published_runs.CORE_VOCAB
+    assert published_runs.core_flops_per_token(run) == pytest.approx(6 * (params - vocab * h) + 12 * l * h * s,
+                                                                     rel=1e-3)
+
+
 def test_data_parallel_reduce_scatter_and_gather_cross_the_nics_and_hide_behind_compute_when_overlapped():
     from planner.parallel.cost import data_parallel_ms, exposed_data_parallel_ms
 
@@ -130,3 +145,28 @@ def test_context_parallel_ring_is_charged_only_where_it_outlasts_the_attention_k
     chunk = 2048 / 8 * 32 * (128 + 128) * 2                   # local K and V, bf16
     ring = 7 * (chunk / 450e9 * 1e3 + 3e-3)
     assert forward == pytest.approx(max(0.0, ring - work.attention_core_ms / 8))
+
+
+def test_tp_overlap_hides_a_blocks_collectives_behind_its_gemms_and_no_more():
+    model = gpt(hidden=8192, heads=64)
+    config = ParallelConfig(tp=8, microbatch_size=1)
+    mapping = RankMapping(config, H100)
+    works = layer_work(model, H100, 1, 2048)
+    block, head = model.layers[1], model.layers[-1]
+    exposed = layer_comm_parts(block, works[1], model, config, mapping, 2048)["tp"]
+    hidden = layer_comm_parts(block, works[1], model, config, mapping, 2048, overlap_tp=True)["tp"]
+    forward_gemms = works[1].forward.roofline_ms / 8
+    backward_gemms = (works[1].backward_input.roofline_ms + works[1].backward_weight.roofline_ms) / 8
+    assert exposed[0] > 0 and hidden == (max(0.0, exposed[0] - forward_gemms), max(0.0, exposed[1] - backward_gemms))
+    # on NVLink a large block's GEMMs outlast its collectives; the head's all-gather is never overlapped
+    assert hidden == (0.0, 0.0)
+    assert (layer_comm_parts(head, works[-1], model, config, mapping, 2048, overlap_tp=True)["tp"]
+            == layer_comm_parts(head, works[-1], model, config, mapping, 2048)["tp"])
+    # over a slow link the overlap hides the GEMMs' length of it and the rest stays exposed
+    slow = replace(H100, intra_node=replace(H100.intra_node, bandwidth_gb_s=1.0))
+    slow_mapping = RankMapping(config, slow)
+    slow_exposed = layer_comm_parts(block, works[1], model, config, slow_mapping, 2048)["tp"]
+    slow_hidden = layer_comm_parts(block, works[1], model, config, slow_mapping, 2048, overlap_tp=True)["tp"]
+    assert slow_hidden[0] == pytest.approx(slow_exposed[0] - forward_gemms) and slow_hidden[0] > 0
+    assert sum(time.total_ms for time in times_of(model, config, options=CostOptions(overlap_tp=True))) < sum(
+        time.total_ms for time in times_of(model, config))
