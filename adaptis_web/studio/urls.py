@@ -20,6 +20,7 @@ urlpatterns = [
     path("clusters/<id:cluster_id>/", catalog.cluster_detail, name="cluster"),
     path("jobs/<id:job_id>/", planning.job_detail, name="job"),
     path("jobs/<id:job_id>/cancel/", planning.job_cancel_view, name="job-cancel"),
+    path("jobs/<id:job_id>/plan-count/", planning.job_plan_count_view, name="job-plan-count"),
     path("plans/<id:plan_id>/", plan_views.plan_detail, name="plan"),
     path("plans/<id:plan_id>/run/", runs.plan_run, name="plan-run"),
     path("compare/", plan_views.plan_compare, name="compare"),

@@ -1,7 +1,8 @@
 """How many GPUs, in a real browser: a member picks the Llama 3 8B preset, asks for a capacity plan (15 T tokens,
 sequence 4096, global batch 1024) over 64 to 1,024 H100s, first with a malformed range (the form says which field and
 why, nothing is stored), then right; the real Celery worker sweeps the counts with progress, and the job page charts
-days to train against GPU-hours, one labelled point per count, beside the table with the fastest and cheapest marked.
+days to train against GPU-hours, one labelled point per count, beside the table with the fastest and cheapest marked
+and where each count's step goes; one count is then planned in full as a whole job from its row.
 
 Debian's Chromium driven by Playwright against pytest-django's live server. Screenshots in /tmp/team/screens/.
 """
@@ -68,4 +69,15 @@ def test_llama_3_8b_from_64_to_1024_h100s(celery_worker, live_server, people, pa
     cheapest = max(point["gpus"] for point in points if point["gpu_hours"] <= 1.01 * fewest)
     expect(page.locator(f"[data-capacity-gpus='{cheapest}']")).to_contain_text("cheapest")
     expect(page.locator("#capacity-table").get_by_text("cheapest")).to_have_count(1)
+    bars = page.locator("#capacity-steps .memory-bar")
+    expect(bars).to_have_count(5)
     page.locator("#capacity").screenshot(path=str(SCREENS / "capacity-02-chart.png"))
+
+    # The count to train on, planned in full: a hybrid job on 512 of the same GPUs, with the same batch.
+    page.click("[data-plan-count='512']")
+    expect(page.locator(".subtitle").first).to_contain_text("512 GPUs · sequence 4096 · global batch 1024")
+    expect(page.locator("#hybrid-configuration")).to_be_visible(timeout=120_000)
+    hybrid = PlanningJob.objects.exclude(pk=job.pk).get()
+    degrees = hybrid.result["best"]["parallel"]
+    assert degrees["tp"] * degrees["cp"] * degrees["pp"] * degrees["dp"] == 512
+    expect(page.locator("[data-configuration]")).to_have_text(hybrid.result["best"]["short"])

@@ -92,3 +92,25 @@ def test_the_worker_sweeps_the_counts_and_the_api_and_page_show_days_and_gpu_hou
     assert "studio/capacity.js" in page
     dashboard = client.get(reverse("studio:dashboard")).content.decode()
     assert f'href="{reverse("studio:job", args=[created["id"]])}"' in dashboard
+    # where each count's step goes: its parts add up to its step
+    for point in result["points"]:
+        bar = re.search(rf'data-step-gpus="{point["gpus"]}">(.*?)</div>\s*<div class="amount">', page, re.S).group(1)
+        seconds = [float(value) for value in re.findall(r'data-seconds="([0-9.]+)"', bar)]
+        assert sum(seconds) == pytest.approx(point["predicted"]["iteration_ms"] / 1e3, abs=1e-5)
+
+    # a count the sweep planned is planned in full as a hybrid job on the cluster grown to it; another is refused
+    plan_count = reverse("studio:job-plan-count", args=[created["id"]])
+    refused = client.post(plan_count, {"gpus": "96"})
+    assert refused.status_code == 409 and "gpus: 96 is no GPU count this sweep planned (64, 128, 256)" in (
+        refused.content.decode())
+    assert PlanningJob.objects.count() == 1
+    response = client.post(plan_count, {"gpus": "128"})
+    hybrid = PlanningJob.objects.exclude(pk=created["id"]).get()
+    assert response.status_code == 302 and response["Location"] == reverse("studio:job", args=[hybrid.pk])
+    assert (hybrid.mode, hybrid.gpus, hybrid.seq_len, hybrid.global_batch) == ("hybrid", 128, 4096, 1024)
+    assert (hybrid.cluster_doc["nodes"], hybrid.cluster_doc["device"]["name"]) == (16, "H100-SXM-80GB")
+    body = wait_for(lambda: (lambda job: job if job["status"] in ("succeeded", "failed") else None)(
+        api.get(reverse("api:job", args=[hybrid.pk])).json()), timeout_s=120, message="the count's hybrid job")
+    assert body["status"] == JobStatus.SUCCEEDED, body["error"]
+    assert body["result"]["best"]["parallel"]["tp"] * body["result"]["best"]["parallel"]["dp"] * (
+        body["result"]["best"]["parallel"]["pp"] * body["result"]["best"]["parallel"]["cp"]) == 128

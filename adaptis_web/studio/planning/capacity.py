@@ -4,7 +4,7 @@
 A capacity job searches the best configuration at each GPU count of ``gpu_counts`` (the cluster given is the kind of
 GPU and its links, grown to each count) for the job's sequence length, global batch and pins, and says what training
 on ``token_budget`` tokens costs at each: days and GPU-hours. ``job.result`` is the sweep (``points``); no plan is
-stored: the count a user picks is then planned as a hybrid job.
+stored: the count a user picks is then planned as a hybrid job (``planning.jobs.job_from_capacity_count``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from adaptis_web.studio.models import PlanningJob
 from adaptis_web.studio.planning import progress
 from adaptis_web.studio.planning.hybrid import job_shape_check
+from adaptis_web.studio.planning.hybrid_pages import STEP_LABELS, stacked
 from planner import service as planner_service
 from planner.errors import SpecError
-from planner.service import MAX_GPUS, ClusterSpec, load_model_spec
+from planner.service import MAX_GPUS, STEP_PARTS, ClusterSpec, load_model_spec
 
 CAPACITY_SCHEDULE = planner_service.CAPACITY_SCHEDULE
 DEFAULT_GPU_COUNTS = planner_service.DEFAULT_GPU_COUNTS
@@ -86,12 +87,27 @@ def capacity_chart(result: dict) -> dict:
             "token_budget": result["token_budget"], "device": result["device"]}
 
 
+def capacity_step_bars(result: dict) -> dict:
+    """Where each count's step goes (``predicted.breakdown_ms``): a stacked bar per planned count, in percent of its
+    own step, so the shares of bubble and communication read across the counts."""
+    parts = [(part, STEP_LABELS[part]) for part in STEP_PARTS]
+    bars = []
+    for point in result["points"]:
+        if "error" in point:
+            continue
+        predicted = point["predicted"]
+        bars.append({"gpus": point["gpus"], "iteration_s": predicted["iteration_ms"] / 1e3,
+                     "parts": stacked(predicted["breakdown_ms"], parts, predicted["iteration_ms"], 1e3)})
+    return {"bars": bars, "parts": [{"key": key, "label": label} for key, label in parts]}
+
+
 def capacity_page_context(job: PlanningJob) -> dict:
     """The capacity section of the job page; empty until the job has a result."""
     result = job.result or {}
     if "points" not in result:
         return {"capacity": None}
     return {"capacity": {"result": result, "rows": capacity_rows(result), "chart": capacity_chart(result),
+                         "steps": capacity_step_bars(result),
                          "planned": sum(1 for point in result["points"] if "error" not in point)}}
 
 

@@ -56,7 +56,7 @@ def configuration_rows(result: dict) -> list[dict]:
     return rows
 
 
-def _stacked(amounts: dict, parts: list[tuple[str, str]], scale: float, unit: float) -> list[dict]:
+def stacked(amounts: dict, parts: list[tuple[str, str]], scale: float, unit: float) -> list[dict]:
     """One stacked bar's parts: ``(key, label)`` in order, each amount in ``unit`` and in percent of ``scale``."""
     return [{"key": key, "label": label, "amount": amounts[key] / unit, "percent": 100 * amounts[key] / scale}
             for key, label in parts]
@@ -73,7 +73,7 @@ def memory_bars(memory: list[dict]) -> dict:
         bars.append({
             "pipeline_rank": rank["pipeline_rank"], "fits": rank["fits"], "total_gib": rank["total_bytes"] / GIB,
             "capacity_gib": rank["capacity_bytes"] / GIB,
-            "capacity_percent": 100 * rank["capacity_bytes"] / scale, "parts": _stacked(amounts, parts, scale, GIB)})
+            "capacity_percent": 100 * rank["capacity_bytes"] / scale, "parts": stacked(amounts, parts, scale, GIB)})
     return {"bars": bars, "parts": [{"key": key, "label": label} for key, label in parts]}
 
 
@@ -90,7 +90,7 @@ def step_bars(result: dict) -> dict:
         breakdown = predicted.get("breakdown_ms")
         bars.append({"chosen": index == 0, "short": score["short"], "schedule": predicted["schedule"],
                      "chunks": predicted["chunks"], "iteration_s": predicted["iteration_ms"] / 1e3,
-                     "parts": _stacked(breakdown, parts, scale, 1e3) if breakdown else None})
+                     "parts": stacked(breakdown, parts, scale, 1e3) if breakdown else None})
     return {"bars": bars, "parts": [{"key": key, "label": label} for key, label in parts]}
 
 

@@ -20,6 +20,7 @@ from django.db import transaction
 from adaptis_web.studio.accounts.roles import role_require_own_or_admin
 from adaptis_web.studio.catalog.clusters import cluster_resolve
 from adaptis_web.studio.catalog.specs import spec_check_team, spec_create, spec_for_shape
+from adaptis_web.studio.common.refusals import Conflict
 from adaptis_web.studio.models import ClusterRecord, JobMode, JobStatus, ModelSpecRecord, Plan, PlanningJob, Run, Team
 from adaptis_web.studio.planning import capacity, hybrid, progress
 from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S, job_plan, search_settings_check
@@ -162,6 +163,22 @@ def job_create_for_shape(*, spec_record: ModelSpecRecord, spec: ModelSpec, user:
     shape (``catalog.specs.spec_for_shape``, stored the first time) and the job are stored together or not at all."""
     return job_create(spec_record=spec_for_shape(record=spec_record, spec=spec, user=user), user=user,
                       request=request)
+
+
+def job_from_capacity_count(*, job: PlanningJob, user: AbstractBaseUser, gpus: int) -> PlanningJob:
+    """A hybrid job planning ``gpus`` GPUs of capacity job ``job``'s sweep in full (the AdaPtis search inside its best
+    configurations): its cluster grown to that count, its sequence length, global batch and pins. Conflict (409) on
+    ``gpus`` for a count the sweep did not plan, on ``job`` for a job that is no succeeded capacity job."""
+    if not job.is_capacity or job.status != JobStatus.SUCCEEDED:
+        raise Conflict("job", "only a succeeded capacity job's GPU counts can be planned from it")
+    planned = [point["gpus"] for point in job.result["points"] if "error" not in point]
+    if gpus not in planned:
+        raise Conflict("gpus", f"{gpus!r} is no GPU count this sweep planned ({', '.join(map(str, planned))})")
+    cluster = planner_service.cluster_of(load_cluster(job.cluster_doc), gpus)
+    request = job_request_check(spec=load_model_spec(job.spec.doc), mode=JobMode.HYBRID, cluster_doc=cluster.to_dict(),
+                                team=job.spec.team, gpus=gpus, seq_len=job.seq_len, global_batch=job.global_batch,
+                                pins=job.pins)
+    return job_create(spec_record=job.spec, user=user, request=request)
 
 
 def job_cancel(*, job: PlanningJob, user: AbstractBaseUser) -> PlanningJob:

@@ -20,7 +20,8 @@ from adaptis_web.studio.models import Plan, PlanningJob
 from adaptis_web.studio.planning.capacity import capacity_page_context
 from adaptis_web.studio.planning.forms import SpecPlanningForm, UploadForm
 from adaptis_web.studio.planning.hybrid_pages import hybrid_page_context
-from adaptis_web.studio.planning.jobs import job_cancel, job_create_for_shape, spec_create_with_job
+from adaptis_web.studio.planning.jobs import (job_cancel, job_create_for_shape, job_from_capacity_count,
+                                             spec_create_with_job)
 from adaptis_web.studio.planning.plan_views import run_card_context
 from adaptis_web.studio.planning.predictions import plan_prediction
 from adaptis_web.studio.planning.selectors import job_get_for_user, job_own_plan, job_plan_from_query
@@ -82,7 +83,7 @@ def spec_page(request: HttpRequest, record, spec, form, *, profile_error: str = 
 
 
 def job_page(request: HttpRequest, job: PlanningJob, run_form: RunForm, plan: Plan | None = None,
-              status: int = 200) -> HttpResponse:
+              status: int = 200, capacity_error: str = "") -> HttpResponse:
     """The job, its search comparison (if any), and one of its plans: ``plan``, else the one the job made (plans
     edited from it are listed, never shown in its place). A hybrid job shows its configurations, cluster and
     memory instead (``hybrid_pages``)."""
@@ -91,7 +92,7 @@ def job_page(request: HttpRequest, job: PlanningJob, run_form: RunForm, plan: Pl
                "comparison": None if job.is_hybrid or job.is_capacity else search_comparison(job.result),
                **role_permissions(user=request.user, team=job.spec.team, creator_id=job.created_by_id)}
     if job.is_capacity:
-        context.update(capacity_page_context(job))
+        context.update(capacity_page_context(job), capacity_error=capacity_error)
     elif job.is_hybrid:
         context.update(hybrid_page_context(job), plan=None, hybrid_plan=plan)
     elif plan is not None:
@@ -144,3 +145,21 @@ def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
     with suppress(SpecError):  # it finished meanwhile: the page it returns to shows how
         job_cancel(job=job, user=request.user)
     return redirect("studio:job", job_id=job.pk)
+
+
+@login_required
+@require_POST
+def job_plan_count_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    """A capacity job's count planned in full as a hybrid job (``job_from_capacity_count``); its page, or this one
+    saying why not."""
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    try:
+        gpus = int(request.POST.get("gpus", ""))
+    except ValueError:
+        return job_page(request, job, RunForm(), status=400,
+                        capacity_error=f"gpus: must be a GPU count; got {request.POST.get('gpus', '')!r}")
+    try:
+        hybrid_job = job_from_capacity_count(job=job, user=request.user, gpus=gpus)
+    except SpecError as error:
+        return job_page(request, job, RunForm(), status=getattr(error, "status", 400), capacity_error=str(error))
+    return redirect("studio:job", job_id=hybrid_job.pk)
