@@ -63,7 +63,9 @@ TOLERANCE = 0.15
 
 
 @dataclass(frozen=True)
-class PublishedRun:
+class GptRun:
+    """A published run of a GPT (multi-head attention, a 4h MLP): its shape, TP and PP, GPUs and global batch."""
+
     name: str
     heads: int
     hidden: int
@@ -72,6 +74,18 @@ class PublishedRun:
     pp: int
     gpus: int
     batch: int
+
+    def model(self, vocab: int, seq_len: int, tied: bool, dtype: str = "bf16") -> ModelSpec:
+        block = LayerSpec(kind="decoder", mixer=AttentionMixer(num_heads=self.heads, num_kv_heads=self.heads,
+                                                               head_dim=self.hidden // self.heads),
+                          mlp=DenseMLP(intermediate_size=4 * self.hidden, gated=False))
+        return ModelSpec(name=f"gpt-{self.name}", hidden_size=self.hidden, vocab_size=vocab, seq_len=seq_len,
+                         layers=(LayerSpec(kind="embedding"),) + (block,) * self.layers + (LayerSpec(kind="head"),),
+                         tie_embeddings=tied, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class PublishedRun(GptRun):
     microbatch_size: int
     chunks: int              # model chunks per pipeline rank (interleaved schedule), 1 = plain 1F1B
     ddp_overlap: bool        # PyTorch DDP (torch) overlaps; Megatron's local DDP does not
@@ -94,42 +108,30 @@ MEGATRON_TABLE_1 = (
 
 
 @dataclass(frozen=True)
-class CoreRun:
+class CoreRun(GptRun):
     """A row of Megatron-Core's H100 weak-scaling table (r0.8.0)."""
 
-    name: str
-    heads: int
-    hidden: int
-    layers: int
-    tp: int
-    pp: int
     dp: int
-    gpus: int
-    batch: int
     tflops_per_gpu: float    # published, Megatron-Core r0.8.0's count
 
 
 CORE_SEQ_LEN, CORE_VOCAB = 4096, 131072
 MEGATRON_CORE_H100 = (
-    CoreRun("1.7B", 16, 2048, 24, 1, 1, 48, 48, 192, 408.8),
-    CoreRun("7.1B", 32, 4096, 30, 2, 1, 48, 96, 192, 465.9),
-    CoreRun("16B", 48, 6144, 32, 4, 1, 48, 192, 192, 489.1),
-    CoreRun("32B", 56, 7168, 48, 8, 1, 48, 384, 192, 459.6),
-    CoreRun("70B", 64, 8192, 84, 8, 2, 48, 768, 384, 419.7),
-    CoreRun("119B", 80, 10240, 92, 8, 4, 48, 1536, 768, 420.5),
-    CoreRun("177B", 96, 12288, 96, 8, 6, 48, 2304, 1152, 432.8),
-    CoreRun("314B", 128, 16384, 96, 8, 8, 48, 3072, 1536, 474.4),
-    CoreRun("462B", 144, 18432, 112, 8, 16, 48, 6144, 3072, 459.9),
+    CoreRun("1.7B", 16, 2048, 24, 1, 1, 48, 192, 48, 408.8),
+    CoreRun("7.1B", 32, 4096, 30, 2, 1, 96, 192, 48, 465.9),
+    CoreRun("16B", 48, 6144, 32, 4, 1, 192, 192, 48, 489.1),
+    CoreRun("32B", 56, 7168, 48, 8, 1, 384, 192, 48, 459.6),
+    CoreRun("70B", 64, 8192, 84, 8, 2, 768, 384, 48, 419.7),
+    CoreRun("119B", 80, 10240, 92, 8, 4, 1536, 768, 48, 420.5),
+    CoreRun("177B", 96, 12288, 96, 8, 6, 2304, 1152, 48, 432.8),
+    CoreRun("314B", 128, 16384, 96, 8, 8, 3072, 1536, 48, 474.4),
+    CoreRun("462B", 144, 18432, 112, 8, 16, 6144, 3072, 48, 459.9),
 )
 
 
 def core_model(run: CoreRun) -> ModelSpec:
-    """Megatron-Core's GPT of the table: multi-head attention, a 4h MLP, untied embeddings."""
-    block = LayerSpec(kind="decoder", mixer=AttentionMixer(num_heads=run.heads, num_kv_heads=run.heads,
-                                                           head_dim=run.hidden // run.heads),
-                      mlp=DenseMLP(intermediate_size=4 * run.hidden, gated=False))
-    return ModelSpec(name=f"gpt-{run.name}", hidden_size=run.hidden, vocab_size=CORE_VOCAB, seq_len=CORE_SEQ_LEN,
-                     layers=(LayerSpec(kind="embedding"),) + (block,) * run.layers + (LayerSpec(kind="head"),))
+    """Megatron-Core's GPT of the table: untied embeddings, BF16."""
+    return run.model(CORE_VOCAB, CORE_SEQ_LEN, tied=False)
 
 
 def core_flops_per_token(run: CoreRun) -> float:
@@ -222,13 +224,8 @@ def plan_llama_3(run: Llama3Run):
 
 
 def gpt_model(run: PublishedRun) -> ModelSpec:
-    """The paper's GPT: multi-head attention, a 4h GeLU MLP, tied input and output embeddings."""
-    block = LayerSpec(kind="decoder", mixer=AttentionMixer(num_heads=run.heads, num_kv_heads=run.heads,
-                                                           head_dim=run.hidden // run.heads),
-                      mlp=DenseMLP(intermediate_size=4 * run.hidden, gated=False))
-    return ModelSpec(name=f"gpt-{run.name}", hidden_size=run.hidden, vocab_size=VOCAB, seq_len=SEQ_LEN,
-                     layers=(LayerSpec(kind="embedding"),) + (block,) * run.layers + (LayerSpec(kind="head"),),
-                     tie_embeddings=True, dtype="fp16")
+    """The paper's GPT: a 4h GeLU MLP, tied input and output embeddings, fp16."""
+    return run.model(VOCAB, SEQ_LEN, tied=True, dtype="fp16")
 
 
 def megatron_flops_per_step(run: PublishedRun) -> float:

@@ -18,6 +18,12 @@ SCREENS = Path("/tmp/team/screens")
 VIEWPORT = {"width": 1360, "height": 900}
 
 
+@pytest.fixture
+def page(browser):
+    """A page of the test's browser at the tests' viewport."""
+    return browser.new_page(viewport=VIEWPORT)
+
+
 def log_in(page, live_server, username: str = "bob"):
     """Sign ``page`` in as one of the test people (``tests.conftest.people``: password ``<name>-pass-2026``) and wait
     for the dashboard; returns the page."""

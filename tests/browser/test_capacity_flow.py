@@ -11,14 +11,9 @@ import pytest
 from playwright.sync_api import expect
 
 from adaptis_web.studio.models import PlanningJob
-from tests.browser.conftest import SCREENS, VIEWPORT, log_in
+from tests.browser.conftest import SCREENS, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def page(browser):
-    return browser.new_page(viewport=VIEWPORT)
 
 
 def test_llama_3_8b_from_64_to_1024_h100s(celery_worker, live_server, people, page):

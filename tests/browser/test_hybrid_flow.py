@@ -16,15 +16,9 @@ from playwright.sync_api import expect
 
 from adaptis_web.studio.models import ClusterRecord, PlanningJob
 from planner.spec.presets import MODEL_PRESET_DIR
-from tests.browser.conftest import SCREENS, VIEWPORT, log_in
+from tests.browser.conftest import SCREENS, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
-
-
-
-@pytest.fixture
-def page(browser):
-    return browser.new_page(viewport=VIEWPORT)
 
 
 def test_qwen3_next_on_64_h100s_as_a_whole_training_job(celery_worker, live_server, people, page):
