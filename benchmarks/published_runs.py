@@ -246,7 +246,7 @@ def software_of(run: PublishedRun) -> CostOptions:
 def plan_published(run: PublishedRun):
     """The published configuration, pinned, with Megatron's schedule (no AdaPtis refinement)."""
     pins = {"tp": run.tp, "pp": run.pp, "cp": 1, "ep": 1, "microbatch_size": run.microbatch_size,
-            "recompute": "full", "distributed_optimizer": False, "chunks": run.chunks}
+            "recompute": "full", "distributed_optimizer": False, "vpp": run.chunks}
     return search(gpt_model(run), cluster_for(run), run.gpus, SEQ_LEN, run.batch, pins, options=software_of(run),
                   refine=False)
 

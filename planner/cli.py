@@ -322,6 +322,8 @@ def presets_command(args: argparse.Namespace) -> int:
     argument("--dp", type=int, metavar="D", help="hybrid: pin data parallelism"),
     argument("--ep", type=int, metavar="E", help="hybrid: pin expert parallelism"),
     argument("--microbatch-size", type=int, metavar="K", help="hybrid: pin the micro-batch size"),
+    argument("--vpp", type=int, metavar="V", help="hybrid: pin the virtual pipeline stages per pipeline rank "
+                                                  "(Megatron's interleaving; 1 = plain 1F1B)"),
     argument("--recompute", choices=("none", "selective", "full"), help="hybrid: pin activation recomputation"),
     CLUSTER,
     argument("--memory-limit", type=int, metavar="BYTES",
@@ -363,7 +365,7 @@ def _progress(fraction: float, message: str) -> None:
     sys.stderr.write(f"[{fraction:4.0%}] {message}\n")
 
 
-HYBRID_PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "recompute")
+HYBRID_PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "vpp", "recompute")
 
 
 def _hybrid_search(args: argparse.Namespace) -> int:
@@ -407,7 +409,7 @@ def _hybrid_search(args: argparse.Namespace) -> int:
     argument("--seq-len", required=True, type=int, metavar="S", help="tokens per sequence"),
     argument("--global-batch", required=True, type=int, metavar="B", help="sequences per step, at every count"),
     *(argument(f"--{pin.replace('_', '-')}", type=int, metavar="K", help=f"pin {pin}")
-      for pin in ("tp", "cp", "pp", "dp", "ep", "microbatch_size")),
+      for pin in ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "vpp")),
     argument("--recompute", choices=("none", "selective", "full"), help="pin activation recomputation"),
     OUT,
 ])

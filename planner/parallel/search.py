@@ -31,7 +31,7 @@ from planner.parallel.evaluate import Job, Score, estimate, pipeline_memory_budg
 from planner.parallel.mapping import RankMapping
 from planner.spec.model import AttentionMixer, LinearAttentionMixer, Mamba2Mixer, ModelSpec, MoEMLP
 
-PIN_KEYS = DEGREES + ("microbatch_size", "recompute", "distributed_optimizer", "chunks")
+PIN_KEYS = DEGREES + ("microbatch_size", "recompute", "distributed_optimizer", "vpp")
 MICROBATCH_SIZES = (1, 2, 4, 8)
 SEARCHED_RECOMPUTE = ("none", "full")   # selective equals none under FlashAttention (planner.parallel.cost)
 MAX_CHUNKS = 4
@@ -122,7 +122,7 @@ def check_job(job: Job, pins: dict) -> None:
     for key in pins:
         if key not in PIN_KEYS:
             raise SpecError(key, f"cannot be pinned (pins: {', '.join(PIN_KEYS)})")
-    for key in DEGREES + ("microbatch_size", "chunks"):
+    for key in DEGREES + ("microbatch_size", "vpp"):
         if key in pins and (isinstance(pins[key], bool) or not isinstance(pins[key], int) or pins[key] < 1):
             raise SpecError(key, f"must be an integer >= 1, got {pins[key]!r}")
     if "distributed_optimizer" in pins and not isinstance(pins["distributed_optimizer"], bool):
@@ -173,10 +173,11 @@ def _check_pins_split(job: Job, pins: dict) -> None:
 def check_memory(job: Job, pins: dict) -> None:
     """SpecError on ``memory`` when no configuration the job allows can fit, found without the search: only the
     most frugal configurations are scored (full recomputation unless pinned otherwise, the smallest micro-batch
-    each split allows, one chunk: more of any holds more activations), which takes a fraction of a second where
-    the search scores thousands."""
+    each split allows, one chunk unless ``vpp`` is pinned: more of any holds more activations), which takes a
+    fraction of a second where the search scores thousands."""
     frugal: dict[tuple, ParallelConfig] = {}
-    for config, chunks in candidates(job, {**pins, "chunks": 1}):
+    chunks = pins.get("vpp", 1)
+    for config, _ in candidates(job, {"vpp": 1, **pins}):
         if "recompute" not in pins and config.recompute != "full":
             continue
         key = (config.tp, config.cp, config.pp, config.dp, config.ep)
@@ -184,7 +185,7 @@ def check_memory(job: Job, pins: dict) -> None:
             frugal[key] = config
     if not frugal:
         raise _no_split(job, pins)
-    scores = [estimate(job, config, 1) for config in frugal.values()]
+    scores = [estimate(job, config, chunks) for config in frugal.values()]
     if not any(score.fits for score in scores):
         raise _no_fit(job, scores)
 
@@ -244,8 +245,11 @@ def candidates(job: Job, pins: dict) -> list[tuple[ParallelConfig, int]]:
 
 
 def _chunk_choices(pp: int, blocks: int, microbatches: int, pins: dict) -> list[int]:
-    if "chunks" in pins:
-        return [pins["chunks"]]
+    """Model chunks per pipeline rank: Megatron's virtual pipeline stages (``--virtual-pipeline-model-parallel-size``),
+    1 for plain 1F1B. A pinned ``vpp`` above 1 needs a pipeline with a block for each of its ``pp x vpp`` stages."""
+    if "vpp" in pins:
+        vpp = pins["vpp"]
+        return [vpp] if vpp == 1 or (pp > 1 and microbatches >= pp and blocks >= pp * vpp) else []
     choices = [1]
     if pp > 1 and microbatches >= pp:
         choices += [chunks for chunks in range(2, MAX_CHUNKS + 1) if blocks >= pp * chunks]
@@ -261,7 +265,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, glob
     """The best hybrid-parallel plan for ``model`` on ``gpus`` GPUs of ``cluster``.
 
     ``pins`` fixes any of ``tp``, ``cp``, ``pp``, ``dp``, ``ep``, ``microbatch_size``, ``recompute``,
-    ``distributed_optimizer`` and ``chunks`` (model chunks per pipeline rank: 1 for 1F1B, 2+ interleaved).
+    ``distributed_optimizer`` and ``vpp`` (virtual pipeline stages per pipeline rank, Megatron's interleaving: 1 for
+    1F1B, 2+ interleaved; pinned, the AdaPtis refinement is left out, as its plans are no interleaving of that degree).
     Raises ``SpecError`` naming the field when the input is invalid or no configuration fits in memory.
     ``cancel`` is asked between configurations: once it answers True the search stops and returns the best
     plan simulated so far (``stats["cancelled"]``), or raises ``SearchCancelled`` when none was yet.
@@ -293,10 +298,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, glob
     for score in _distinct(fitting, SIMULATED):
         if simulated and stop():
             break
-        simulated.append(_simulate_schedule(job, score))
+        simulated.append(_simulate_schedule(job, score, keep_chunks="vpp" in pins))
     simulated = sorted((score for score in simulated if score.fits), key=lambda score: score.iteration_ms) or simulated
     refined = 0
-    if refine and not stop():
+    if refine and "vpp" not in pins and not stop():
         deadline = started + time_budget_s
         chosen, configs = [], set()
         for score in simulated:   # the best few distinct configurations the AdaPtis search can afford
@@ -363,9 +368,10 @@ def _distinct(scores: list[Score], count: int, exclude: tuple | None = None) -> 
     return chosen
 
 
-def _simulate_schedule(job: Job, score: Score) -> Score:
+def _simulate_schedule(job: Job, score: Score, keep_chunks: bool = False) -> Score:
     """The closed form's schedule built as a plan on the pipeline ranks and simulated; 1F1B when the
-    micro-batch count does not suit the interleaved schedule's rounds."""
+    micro-batch count does not suit the interleaved schedule's rounds, unless ``keep_chunks`` (a pinned ``vpp``):
+    then the closed form's estimate stays."""
     config = score.config
     profile, pipeline_cluster = shard_profile(job, config, score.chunks)
     if score.chunks > 1:
@@ -374,7 +380,7 @@ def _simulate_schedule(job: Job, score: Score) -> Score:
                                   cluster=pipeline_cluster, chunks=score.chunks)
             return _finish(job, score, plan, "interleaved-1f1b")
         except SpecError:
-            if not isinstance(config.recompute, str):
+            if keep_chunks or not isinstance(config.recompute, str):
                 return score
             score = estimate(job, config, 1)
     plan = build_baseline("1f1b", profile, config.pp, config.num_microbatches, cluster=pipeline_cluster)

@@ -142,6 +142,23 @@ def test_a_v2_plan_is_refused_on_a_model_it_cannot_split(tmp_path, capsys):
     assert json.loads(capsys.readouterr().err)["error"]["field"] == "ep"
 
 
+def test_a_pinned_vpp_is_megatrons_interleaving_of_that_degree_or_plain_1f1b():
+    job = ("llama-3-8b", "h100-sxm-4x8", 32, 4096, 128)
+    for vpp, schedule in ((2, "interleaved-1f1b"), (1, "1f1b")):
+        result = search(*job, {"pp": 4, "vpp": vpp}, time_budget_s=5)
+        for score in [result.best] + result.runners_up:
+            assert score.chunks == vpp and score.schedule == schedule, (vpp, score.schedule, score.chunks)
+        plan = result.best.plan
+        assert {len(plan.stages_on(device)) for device in range(4)} == {vpp}
+    # 32 blocks cannot be 4 ranks x 16 virtual stages of a block or more each
+    with pytest.raises(SpecError) as error:
+        search(*job, {"pp": 4, "vpp": 16}, refine=False)
+    assert error.value.field == "gpus" and "'vpp': 16" in error.value.reason
+    code = main(["search", "--model", "llama-3-8b", "--cluster", "h100-sxm-4x8", "--gpus", "32", "--seq-len", "4096",
+                 "--global-batch", "128", "--pp", "4", "--vpp", "2", "--out", "-"])
+    assert code == 0
+
+
 def test_check_refuses_what_the_search_would_without_searching():
     from planner.parallel.planning import check
 
@@ -157,6 +174,7 @@ def test_check_refuses_what_the_search_would_without_searching():
     (16, 24, {"dp": 16}, "global_batch", "24 sequences cannot be split"),
     (16, 64, {"tp": 0}, "tp", "must be an integer >= 1"),
     (16, 64, {"distributed_optimizer": "yes"}, "distributed_optimizer", "must be true or false"),
+    (16, 64, {"vpp": 0}, "vpp", "must be an integer >= 1"),
 ])
 def test_pins_that_cannot_split_the_gpus_or_the_batch_name_the_pin(gpus, batch, pins, field, reason):
     with pytest.raises(SpecError) as error:

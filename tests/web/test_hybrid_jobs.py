@@ -205,6 +205,8 @@ class TestApiValidation:
         ({"gpus": 0}, "gpus", "greater than or equal to 1"),
         ({"mode": "both"}, "mode", '"both" is not a valid choice.'),
         ({"cluster_preset": "b300-1x8"}, "cluster_preset", "unknown preset 'b300-1x8'"),
+        ({"vpp": 0}, "vpp", "greater than or equal to 1"),
+        ({"pp": 4, "vpp": 16}, "gpus", "'vpp': 16"),   # 32 blocks make no 4 x 16 virtual stages
     ])
     def test_bad_input_is_a_400_naming_the_field(self, people, llama, changes, field, reason):
         response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB, **changes},
@@ -244,19 +246,19 @@ class TestApiValidation:
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
             response = api_as(people.member).post(reverse("api:jobs"), {
                 "spec": llama.pk, **{**HYBRID_JOB, "cluster_preset": ""}, "saved_cluster": saved.pk, "tp": 2,
-                "distributed_optimizer": False}, format="json")
+                "vpp": 2, "distributed_optimizer": False}, format="json")
         assert response.status_code == 201, response.content
         body = response.json()
         assert (body["status"], body["mode"], body["saved_cluster"], body["cluster_preset"]) == ("queued", "hybrid",
                                                                                                saved.pk, "")
-        assert body["pins"] == {"tp": 2, "distributed_optimizer": False}
+        assert body["pins"] == {"tp": 2, "vpp": 2, "distributed_optimizer": False}
         assert body["cluster"] == saved.doc and len(callbacks) == 1
 
     def test_the_schema_documents_the_hybrid_fields(self, client):
         schema = client.get(reverse("api-schema"), HTTP_ACCEPT="application/json").json()
         job_input = schema["components"]["schemas"]["JobCreateInputRequest"]["properties"]
         for field in ("mode", "gpus", "seq_len", "global_batch", "tp", "cp", "pp", "dp", "ep", "microbatch_size",
-                      "recompute", "distributed_optimizer", "saved_cluster"):
+                      "vpp", "recompute", "distributed_optimizer", "saved_cluster", "token_budget", "gpu_counts"):
             assert field in job_input, field
         hybrid = schema["components"]["schemas"]["HybridResultOutput"]["properties"]
         assert {"best", "runners_up", "considered", "pruned_by_memory"} <= set(hybrid)

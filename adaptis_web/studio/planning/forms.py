@@ -87,12 +87,13 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
     dp = _pin_field("DP")
     ep = _pin_field("EP")
     microbatch_size = _pin_field("Micro-batch size")
+    vpp = _pin_field("Virtual stages per rank")
     recompute = forms.ChoiceField(label="Recomputation", required=False,
                                   choices=[("", "search"), *((mode, mode) for mode in RECOMPUTE_MODES)])
     distributed_optimizer = forms.ChoiceField(label="Distributed optimizer", initial="on", required=False,
                                               choices=[("on", "ZeRO-1"), ("off", "off")])
     field_aliases = {"memory_limit_bytes": "memory_limit_gib", "token_budget": "token_budget_b"}
-    PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "recompute")
+    PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "vpp", "recompute")
 
     def __init__(self, *args, clusters=None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -21,7 +21,7 @@ from planner.service import (
     MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, ClusterSpec, ModelSpec, load_model_spec)  # limits: planner.limits
 
 HYBRID_SCHEDULE = planner_service.HYBRID_SCHEDULE
-DEGREE_PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size")
+DEGREE_PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "vpp")
 PIN_FIELDS = DEGREE_PINS + ("recompute", "distributed_optimizer")
 
 

@@ -115,12 +115,14 @@ class JobCreateInput(serializers.Serializer):
     dp = _pin("data-parallel degree")
     ep = _pin("expert-parallel degree (carved out of dp x cp)")
     microbatch_size = _pin("sequences per micro-batch", MAX_GLOBAL_BATCH)
+    vpp = _pin("virtual pipeline stages per pipeline rank (Megatron's interleaving; 1 = plain 1F1B; pinned, the "
+               "AdaPtis refinement is left out)")
     recompute = OptionalChoiceField(choices=RECOMPUTE_MODES, required=False, allow_null=True, default=None,
                                     help_text="hybrid only, optional: activation recomputation on every stage")
     distributed_optimizer = OptionalBooleanField(required=False, allow_null=True, default=None,
                                                  help_text="hybrid only: ZeRO-1 over DP (default true)")
 
-    PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "recompute", "distributed_optimizer")
+    PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "vpp", "recompute", "distributed_optimizer")
 
     def pins(self) -> dict:
         return {key: self.validated_data[key] for key in self.PINS if self.validated_data[key] is not None}
@@ -148,8 +150,8 @@ class JobOutput(PlainOutputMixin, serializers.ModelSerializer):
                                              help_text="the saved cluster it was planned on, if any")
     num_devices = serializers.IntegerField(help_text="pipeline devices; a hybrid job's GPUs")
     num_microbatches = serializers.IntegerField(help_text="0 for a hybrid job: the search chooses them")
-    pins = serializers.JSONField(help_text="hybrid: the pinned tp, cp, pp, dp, ep, microbatch_size, recompute, "
-                                           "distributed_optimizer")
+    pins = serializers.JSONField(help_text="hybrid and capacity: the pinned tp, cp, pp, dp, ep, microbatch_size, vpp, "
+                                           "recompute, distributed_optimizer")
     analytic_profile_reason = serializers.CharField(
         help_text="why this job on cpu-host planned on the analytic profile instead of one measured on the runs' host "
                   "(measuring it failed, or the runs' host does not measure this model); empty when it did not")
