@@ -125,6 +125,11 @@ def check_job(job: Job, pins: dict) -> None:
     for key in DEGREES + ("microbatch_size", "vpp"):
         if key in pins and (isinstance(pins[key], bool) or not isinstance(pins[key], int) or pins[key] < 1):
             raise SpecError(key, f"must be an integer >= 1, got {pins[key]!r}")
+    vpp, pp = pins.get("vpp", 1), pins.get("pp")
+    if vpp > 1 and pp is not None and (pp == 1 or _blocks(job.model) < pp * vpp):
+        raise SpecError("vpp", f"{vpp} virtual stages on each of {pp} pipeline ranks need a pipeline of "
+                               f"{pp * vpp} stages of a block or more; {job.model.name} has {_blocks(job.model)} blocks"
+                        if pp > 1 else f"{vpp} virtual stages per rank need pp > 1 (pinned pp 1)")
     if "distributed_optimizer" in pins and not isinstance(pins["distributed_optimizer"], bool):
         raise SpecError("distributed_optimizer", f"must be true or false, got {pins['distributed_optimizer']!r}")
     for key, value in (("gpus", job.gpus), ("seq_len", job.seq_len), ("global_batch", job.global_batch)):

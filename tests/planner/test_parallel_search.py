@@ -150,10 +150,17 @@ def test_a_pinned_vpp_is_megatrons_interleaving_of_that_degree_or_plain_1f1b():
             assert score.chunks == vpp and score.schedule == schedule, (vpp, score.schedule, score.chunks)
         plan = result.best.plan
         assert {len(plan.stages_on(device)) for device in range(4)} == {vpp}
-    # 32 blocks cannot be 4 ranks x 16 virtual stages of a block or more each
+    # 32 blocks cannot be 4 ranks x 16 virtual stages of a block or more each; nor is there interleaving without PP
     with pytest.raises(SpecError) as error:
         search(*job, {"pp": 4, "vpp": 16}, refine=False)
-    assert error.value.field == "gpus" and "'vpp': 16" in error.value.reason
+    assert error.value.field == "vpp" and "need a pipeline of 64 stages" in error.value.reason
+    assert "has 32 blocks" in error.value.reason
+    with pytest.raises(SpecError) as error:
+        search(*job, {"pp": 1, "vpp": 2}, refine=False)
+    assert error.value.field == "vpp" and "need pp > 1" in error.value.reason
+    with pytest.raises(SpecError) as error:   # pp left to the search: no pipeline takes 32 virtual stages a rank
+        search(*job, {"vpp": 32, "dp": 4}, refine=False)
+    assert error.value.field == "gpus" and "'vpp': 32" in error.value.reason
     code = main(["search", "--model", "llama-3-8b", "--cluster", "h100-sxm-4x8", "--gpus", "32", "--seq-len", "4096",
                  "--global-batch", "128", "--pp", "4", "--vpp", "2", "--out", "-"])
     assert code == 0

@@ -206,7 +206,7 @@ class TestApiValidation:
         ({"mode": "both"}, "mode", '"both" is not a valid choice.'),
         ({"cluster_preset": "b300-1x8"}, "cluster_preset", "unknown preset 'b300-1x8'"),
         ({"vpp": 0}, "vpp", "greater than or equal to 1"),
-        ({"pp": 4, "vpp": 16}, "gpus", "'vpp': 16"),   # 32 blocks make no 4 x 16 virtual stages
+        ({"pp": 4, "vpp": 16}, "vpp", "need a pipeline of 64 stages"),   # llama-3-8b has 32 blocks
     ])
     def test_bad_input_is_a_400_naming_the_field(self, people, llama, changes, field, reason):
         response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB, **changes},
