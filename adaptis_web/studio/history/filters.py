@@ -3,8 +3,8 @@
 Every list filters by ``team``, ``user`` (who created it), ``created_after`` / ``created_before`` (dates),
 ``q`` (name contains), ``archived`` (default: left out; ``true``: only archived) and, where it applies, by
 ``model`` (the spec's name contains), ``strategy`` (a job's schedule, a plan's or run's plan strategy) and
-``status``; clusters by ``device`` (its name contains) and jobs by ``mode`` (``pipeline`` or ``hybrid``). An
-unknown value is a 400 naming the filter.
+``status``; clusters by ``device`` (its name contains) and jobs by ``mode`` (``pipeline``, ``hybrid`` or
+``capacity``). An unknown value is a 400 naming the filter.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ class JobFilter(HistoryFilter):
     strategy = TextFilter(field_name="schedule", label="schedule (adaptis, 1f1b, ...)")
     status = django_filters.ChoiceFilter(choices=STATUS_CHOICES)
     cluster = TextFilter(field_name="cluster_preset", label="cluster preset")
-    mode = django_filters.ChoiceFilter(choices=JobMode.choices, label="pipeline only or hybrid parallel")
+    mode = django_filters.ChoiceFilter(choices=JobMode.choices, label="pipeline only, hybrid parallel or capacity")
     sort = sort_filter(PlanningJob)
 
     class Meta:
