@@ -395,7 +395,7 @@ def plan_capacity_job(*, spec: ModelSpec, cluster: ClusterSpec, gpu_counts: list
                       token_budget: int, pins: dict, progress: Progress | None = None,
                       cancel: Cancel | None = None) -> CapacityOutcome | None:
     """The best configuration at each GPU count of ``cluster``'s kind and what ``token_budget`` tokens cost there;
-    None when cancelled before the first count. SpecError (no count has a configuration) propagates."""
+    None when cancelled before any count had a configuration. SpecError (no count has one) propagates."""
     try:
         summary = capacity_sweep(spec, cluster, tuple(gpu_counts), seq_len, global_batch, token_budget, pins,
                                  progress=progress, cancel=cancel)

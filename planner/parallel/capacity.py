@@ -81,7 +81,7 @@ def capacity_sweep(model: ModelSpec, template: ClusterSpec, gpu_counts: tuple[in
                    cancel: Callable[[], bool] | None = None) -> dict:
     """Every count of ``gpu_counts`` (``capacity_point``), in order, reporting progress between counts. ``cancel``
     is asked before each count: once it answers True the sweep returns the counts done (``cancelled``), or raises
-    ``SearchCancelled`` when none was. ``fastest_gpus`` trains in the fewest days, ``cheapest_gpus`` in the fewest
+    ``SearchCancelled`` when none of them has a configuration. ``fastest_gpus`` trains in the fewest days, ``cheapest_gpus`` in the fewest
     GPU-hours (the fastest of those within ``CHEAPEST_TOLERANCE`` of the fewest). Raises SpecError when no count has
     a configuration (how many counts, and the largest count's reason)."""
     gpu_counts, token_budget = capacity_check(list(gpu_counts), token_budget)
@@ -96,16 +96,18 @@ def capacity_sweep(model: ModelSpec, template: ClusterSpec, gpu_counts: tuple[in
         report(index / len(gpu_counts), f"searching {gpus:,} GPUs ({index + 1} of {len(gpu_counts)})")
         points.append(capacity_point(model, template, gpus, seq_len, global_batch, token_budget, pins, options))
     planned = [point for point in points if "error" not in point]
-    if not planned and not cancelled:
+    if not planned and cancelled:
+        raise SearchCancelled(f"cancelled after {len(points)} GPU counts, none of which had a configuration")
+    if not planned:
         last = points[-1]["error"]
         raise SpecError(last["field"], f"none of the {len(points)} GPU counts of the sweep has a configuration; at "
                                        f"{points[-1]['gpus']:,} GPUs: {last['reason']}")
-    fastest = min(planned, key=lambda point: point["days"], default=None)
-    fewest = min((point["gpu_hours"] for point in planned), default=None)
+    fastest = min(planned, key=lambda point: point["days"])
+    fewest = min(point["gpu_hours"] for point in planned)
     cheapest = min((point for point in planned if point["gpu_hours"] <= fewest * (1 + CHEAPEST_TOLERANCE)),
-                   key=lambda point: point["days"], default=None)
+                   key=lambda point: point["days"])
     report(1.0, f"{'cancelled' if cancelled else 'done'}: {len(planned)} of {len(gpu_counts)} counts planned")
     return {"points": points, "token_budget": token_budget, "seq_len": seq_len, "global_batch": global_batch,
             "device": template.device.name, "gpus_per_node": template.devices_per_node,
-            "fastest_gpus": fastest and fastest["gpus"], "cheapest_gpus": cheapest and cheapest["gpus"],
+            "fastest_gpus": fastest["gpus"], "cheapest_gpus": cheapest["gpus"],
             "cancelled": cancelled}

@@ -81,6 +81,10 @@ def test_a_cancel_keeps_the_counts_searched_and_one_before_any_count_raises():
     result = capacity_sweep(LLAMA, H100, (64, 128, 256), 4096, 1024, TOKENS,
                             cancel=lambda: asked.append(1) or len(asked) > 1)
     assert result["cancelled"] and [point["gpus"] for point in result["points"]] == [64]
+    # cancelled after counts of which none had a configuration: nothing to show, as before the first count
+    asked.clear()
+    with pytest.raises(SearchCancelled):
+        capacity_sweep(MIXTRAL, H100, (1, 2, 64), 4096, 256, TOKENS, cancel=lambda: asked.append(1) or len(asked) > 2)
 
 
 def test_the_cli_sweeps_the_counts_and_names_a_bad_field(tmp_path, capsys):

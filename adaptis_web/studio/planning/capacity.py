@@ -52,7 +52,7 @@ def capacity_settings_check(*, gpu_counts: object, token_budget: object, seq_len
 
 def capacity_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.CapacityOutcome | None:
     """The sweep for a claimed job, its progress written to the row and its cancel read from it; None when it was
-    cancelled before the first count. SpecError (no count has a configuration) propagates."""
+    cancelled before any count had a configuration. SpecError (no count has one) propagates."""
     return planner_service.plan_capacity_job(
         spec=load_model_spec(job.spec.doc), cluster=cluster, gpu_counts=job.gpu_counts, seq_len=job.seq_len,
         global_batch=job.global_batch, token_budget=job.token_budget, pins=job.pins,

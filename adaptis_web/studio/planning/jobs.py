@@ -221,7 +221,7 @@ def _capacity_job(job: PlanningJob) -> None:
                                f"{cluster.device.name}, {job.gpu_counts[0]:,} to {job.gpu_counts[-1]:,}")
     outcome = capacity.capacity_plan(job, cluster)
     if outcome is None:
-        progress.finish(job.pk, done="", cancelled="Cancelled before the first GPU count was searched", result={})
+        progress.finish(job.pk, done="", cancelled="Cancelled before any GPU count had a configuration", result={})
     else:
         progress.finish(job.pk, done=outcome.done, cancelled=outcome.cancelled, result=outcome.summary)
 
