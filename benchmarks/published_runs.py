@@ -45,6 +45,7 @@ recomputation and TP overlap are not published, so those rows are shown, not val
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -176,9 +177,8 @@ def print_megatron_core_h100(with_search: bool = True) -> list[float]:
               f"{'yes' if overlapped.fits else 'NO'} ({overlapped.peak_memory_bytes / 2**30:.1f}) | "
               + (_unpinned_cells(run, exposed) if with_search else "- | - |"))
     within = sum(abs(error) <= TOLERANCE for error in errors)
-    ordered = sorted(abs(error) for error in errors)
     print(f"\nTP overlapped: {within} of {len(errors)} rows within ±{TOLERANCE:.0%}; median |error| "
-          f"{ordered[len(ordered) // 2]:.1%}, largest {max(errors, key=abs):+.1%}")
+          f"{statistics.median(abs(error) for error in errors):.1%}, largest {max(errors, key=abs):+.1%}")
     return errors
 
 

@@ -28,6 +28,7 @@ from planner.cost import analytic_profile
 from planner.errors import PlanError, SpecError
 from planner.exports import EXPORT_FORMATS, EXPORTS, export_plan
 from planner.exports.plan_json import plan_json
+from planner.parallel.config import RECOMPUTE_MODES
 from planner.plan import Plan, load_plan
 from planner.profile import Profile, load_profile
 from planner.simulator import simulate
@@ -307,6 +308,22 @@ def presets_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# The hybrid search's integer pins: (name, metavar, help)
+INTEGER_PINS = (("tp", "T", "pin tensor parallelism"), ("cp", "C", "pin context parallelism"),
+                ("pp", "P", "pin pipeline parallelism"), ("dp", "D", "pin data parallelism"),
+                ("ep", "E", "pin expert parallelism"), ("microbatch_size", "K", "pin the micro-batch size"),
+                ("vpp", "V", "pin the virtual pipeline stages per pipeline rank (Megatron's interleaving; 1 = plain "
+                             "1F1B)"))
+HYBRID_PINS = (*(pin for pin, _, _ in INTEGER_PINS), "recompute")
+
+
+def hybrid_pin_arguments(prefix: str = "") -> list:
+    """The hybrid search's pins (``HYBRID_PINS``) as options, each help text after ``prefix``."""
+    return [*(argument(f"--{pin.replace('_', '-')}", type=int, metavar=metavar, help=prefix + text)
+              for pin, metavar, text in INTEGER_PINS),
+            argument("--recompute", choices=RECOMPUTE_MODES, help=f"{prefix}pin activation recomputation")]
+
+
 @subcommand("search", "Search a plan: the pure-PP AdaPtis plan (--profile/--devices/--microbatches) or the whole "
                      "hybrid-parallel job (--model/--cluster/--gpus/--seq-len/--global-batch); progress on stderr.", [
     argument("--profile", metavar="P", help="pure PP: profile file or model preset (analytic on --cluster)"),
@@ -316,15 +333,7 @@ def presets_command(args: argparse.Namespace) -> int:
     argument("--gpus", type=int, metavar="N", help="hybrid: GPUs of the job"),
     argument("--seq-len", type=int, metavar="S", help="hybrid: tokens per sequence"),
     argument("--global-batch", type=int, metavar="B", help="hybrid: sequences per step"),
-    argument("--tp", type=int, metavar="T", help="hybrid: pin tensor parallelism"),
-    argument("--cp", type=int, metavar="C", help="hybrid: pin context parallelism"),
-    argument("--pp", type=int, metavar="P", help="hybrid: pin pipeline parallelism"),
-    argument("--dp", type=int, metavar="D", help="hybrid: pin data parallelism"),
-    argument("--ep", type=int, metavar="E", help="hybrid: pin expert parallelism"),
-    argument("--microbatch-size", type=int, metavar="K", help="hybrid: pin the micro-batch size"),
-    argument("--vpp", type=int, metavar="V", help="hybrid: pin the virtual pipeline stages per pipeline rank "
-                                                  "(Megatron's interleaving; 1 = plain 1F1B)"),
-    argument("--recompute", choices=("none", "selective", "full"), help="hybrid: pin activation recomputation"),
+    *hybrid_pin_arguments("hybrid: "),
     CLUSTER,
     argument("--memory-limit", type=int, metavar="BYTES",
              help="pure PP: per-device memory (default: the cluster's device memory; unlimited without a cluster)"),
@@ -365,9 +374,6 @@ def _progress(fraction: float, message: str) -> None:
     sys.stderr.write(f"[{fraction:4.0%}] {message}\n")
 
 
-HYBRID_PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "vpp", "recompute")
-
-
 def _hybrid_search(args: argparse.Namespace) -> int:
     """``--model``: choose tp, cp, pp, dp, ep, micro-batch size and recomputation with the pipeline plan."""
     from planner.parallel.search import DEFAULT_TIME_BUDGET_S, search
@@ -405,23 +411,17 @@ def _hybrid_search(args: argparse.Namespace) -> int:
     argument("--cluster", required=True, metavar="C",
              help="the kind of GPU and its links (a preset or a named cluster); grown to each count"),
     argument("--token-budget", required=True, type=float, metavar="T", help="tokens to train on, e.g. 15e12"),
-    argument("--gpu-counts", metavar="N,N,...", help="GPU counts (default: 64 to 16384, doubling)"),
+    argument("--gpu-counts", metavar="N,N,...", default="",
+             help="GPU counts, '64,256,1024' or a doubling range '64-16384' (the default)"),
     argument("--seq-len", required=True, type=int, metavar="S", help="tokens per sequence"),
     argument("--global-batch", required=True, type=int, metavar="B", help="sequences per step, at every count"),
-    *(argument(f"--{pin.replace('_', '-')}", type=int, metavar="K", help=f"pin {pin}")
-      for pin in ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "vpp")),
-    argument("--recompute", choices=("none", "selective", "full"), help="pin activation recomputation"),
+    *hybrid_pin_arguments(),
     OUT,
 ])
 def capacity_command(args: argparse.Namespace) -> int:
-    from planner.parallel.capacity import DEFAULT_GPU_COUNTS, capacity_sweep
+    from planner.parallel.capacity import capacity_sweep, parse_gpu_counts
 
-    counts = DEFAULT_GPU_COUNTS
-    if args.gpu_counts:
-        try:
-            counts = tuple(int(count) for count in args.gpu_counts.split(","))
-        except ValueError:
-            raise UsageError(f"--gpu-counts must be integers separated by commas, got {args.gpu_counts!r}") from None
+    counts = parse_gpu_counts(args.gpu_counts)
     if args.token_budget != int(args.token_budget):
         raise UsageError(f"--token-budget must be a whole number of tokens, got {args.token_budget!r}")
     pins = {key: getattr(args, key) for key in HYBRID_PINS if getattr(args, key) is not None}

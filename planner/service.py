@@ -71,7 +71,7 @@ from planner.limits import (
 )
 from planner.observed import summarize as summarize_observed
 from planner.parallel.capacity import (DEFAULT_GPU_COUNTS, MAX_GPU_COUNTS, MAX_TOKEN_BUDGET, capacity_check,
-                                       capacity_sweep, cluster_of)
+                                       capacity_sweep, cluster_of, parse_gpu_counts)
 from planner.parallel.config import RECOMPUTE_MODES, load_parallel
 from planner.parallel.cost import EXECUTOR_OPTIONS
 from planner.parallel.evaluate import STEP_PARTS, shard_profile
@@ -514,6 +514,7 @@ LOADERS = ["load_cluster", "load_cluster_preset", "load_model_preset", "load_mod
 __all__ = [*LOADERS, "ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "ActionKind", "BASELINE_SCHEDULES", "EXPORTS",
            "DEFAULT_TIME_BUDGET_S", "EXPORT_FORMATS", "HYBRID_SCHEDULE", "CAPACITY_SCHEDULE", "DEFAULT_GPU_COUNTS",
            "MAX_GPU_COUNTS", "MAX_TOKEN_BUDGET", "STEP_PARTS", "CapacityOutcome", "capacity_check", "cluster_of",
+           "parse_gpu_counts",
            "plan_capacity_job", "JOB_SCHEDULES", "LIST_POLICIES", "MAX_GLOBAL_BATCH", "MAX_GPUS", "MAX_MICROBATCHES",
            "MAX_PIPELINE_DEVICES", "MAX_SEQ_LEN", "PARTITIONS", "RANGES", "RECOMPUTE_MODES", "SCHEDULE_POLICIES",
            "Calibration", "ClusterSpec", "HybridJobOutcome", "ModelSpec", "PipelineJobOutcome", "PlanRecord",

@@ -14,6 +14,7 @@ schedules), so a sweep of the whole range takes seconds per count: the job it pi
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Callable
 
@@ -52,6 +53,24 @@ def capacity_check(gpu_counts: object, token_budget: object) -> tuple[tuple[int,
     return tuple(sorted(set(gpu_counts))), token_budget
 
 
+def parse_gpu_counts(text: str) -> list[int]:
+    """GPU counts as a person writes them: "64, 128, 256", or a doubling range "64-16384"; ``DEFAULT_GPU_COUNTS``
+    when empty. SpecError naming ``gpu_counts`` otherwise (``capacity_check`` bounds them)."""
+    text = text.strip()
+    if not text:
+        return list(DEFAULT_GPU_COUNTS)
+    try:
+        if "-" in text and "," not in text:
+            low, high = (int(end) for end in text.split("-", 1))
+            if not 1 <= low <= high <= MAX_GPUS:
+                raise SpecError("gpu_counts", f"a range must run from 1 up to at most {MAX_GPUS:,}; got {text!r}")
+            return [low << step for step in range(int(math.log2(high / low)) + 1)]
+        return [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise SpecError("gpu_counts", f"write counts as '64, 128, 256' or a doubling range '64-16384'; "
+                                      f"got {text!r}") from None
+
+
 def cluster_of(template: ClusterSpec, gpus: int) -> ClusterSpec:
     """``template`` with the nodes ``gpus`` GPUs need (its device, links and NVLink domain)."""
     nodes = -(-gpus // template.devices_per_node)
@@ -70,8 +89,9 @@ def capacity_point(model: ModelSpec, template: ClusterSpec, gpus: int, seq_len: 
     except SpecError as error:
         return {**point, "error": {"field": error.field, "reason": error.reason}}
     best = result.best
-    seconds = token_budget / best.metrics()["tokens_per_s"]
-    return {**point, "short": best.config.short(), "parallel": best.config.to_dict(), "predicted": best.metrics(),
+    predicted = best.metrics()
+    seconds = token_budget / predicted["tokens_per_s"]
+    return {**point, "short": best.config.short(), "parallel": best.config.to_dict(), "predicted": predicted,
             "days": seconds / 86400, "gpu_hours": gpus * seconds / 3600}
 
 
@@ -81,9 +101,9 @@ def capacity_sweep(model: ModelSpec, template: ClusterSpec, gpu_counts: tuple[in
                    cancel: Callable[[], bool] | None = None) -> dict:
     """Every count of ``gpu_counts`` (``capacity_point``), in order, reporting progress between counts. ``cancel``
     is asked before each count: once it answers True the sweep returns the counts done (``cancelled``), or raises
-    ``SearchCancelled`` when none of them has a configuration. ``fastest_gpus`` trains in the fewest days, ``cheapest_gpus`` in the fewest
-    GPU-hours (the fastest of those within ``CHEAPEST_TOLERANCE`` of the fewest). Raises SpecError when no count has
-    a configuration (how many counts, and the largest count's reason)."""
+    ``SearchCancelled`` when none of them has a configuration. ``fastest_gpus`` trains in the fewest days,
+    ``cheapest_gpus`` in the fewest GPU-hours (the fastest of those within ``CHEAPEST_TOLERANCE`` of the fewest).
+    Raises SpecError when no count has a configuration (how many counts, and the largest count's reason)."""
     gpu_counts, token_budget = capacity_check(list(gpu_counts), token_budget)
     report = progress or (lambda fraction, message: None)
     points, cancelled = [], False

@@ -23,7 +23,7 @@ from planner.cluster import ClusterSpec
 from planner.memory import activation_peaks, in_flight_activation_bytes, stage_activation_bytes
 from planner.memory.buffers import ALLOCATOR_OVERHEAD, overhead_bytes
 from planner.parallel.config import ParallelConfig
-from planner.parallel.cost import (CostOptions, LayerTime, data_parallel_ms, exposed_data_parallel_ms,
+from planner.parallel.cost import (COMM_AXES, CostOptions, LayerTime, data_parallel_ms, exposed_data_parallel_ms,
                                    layer_times, layer_work, optimizer_step_ms, point_to_point_ms,
                                    ring_collective_ms)
 from planner.parallel.mapping import GroupSpan, RankMapping
@@ -200,7 +200,7 @@ def critical_rank_parts(times: list[LayerTime], rank_layers: list[list[int]], mi
     of its idle time as the bubble."""
     work = [microbatches * sum(times[index].total_ms for index in layers) for layers in rank_layers]
     rank = max(range(len(work)), key=work.__getitem__)
-    parts = dict.fromkeys(STEP_PARTS[:5], 0.0)
+    parts = dict.fromkeys(("compute", "recompute", *COMM_AXES), 0.0)
     for index in rank_layers[rank]:
         for part, ms in times[index].parts_ms().items():
             parts[part] += microbatches * ms

@@ -126,7 +126,7 @@ def check_job(job: Job, pins: dict) -> None:
         if key in pins and (isinstance(pins[key], bool) or not isinstance(pins[key], int) or pins[key] < 1):
             raise SpecError(key, f"must be an integer >= 1, got {pins[key]!r}")
     vpp, pp = pins.get("vpp", 1), pins.get("pp")
-    if vpp > 1 and pp is not None and (pp == 1 or _blocks(job.model) < pp * vpp):
+    if vpp > 1 and pp is not None and not _interleaves(pp, _blocks(job.model), vpp):
         raise SpecError("vpp", f"{vpp} virtual stages on each of {pp} pipeline ranks need a pipeline of "
                                f"{pp * vpp} stages of a block or more; {job.model.name} has {_blocks(job.model)} blocks"
                         if pp > 1 else f"{vpp} virtual stages per rank need pp > 1 (pinned pp 1)")
@@ -254,11 +254,16 @@ def _chunk_choices(pp: int, blocks: int, microbatches: int, pins: dict) -> list[
     1 for plain 1F1B. A pinned ``vpp`` above 1 needs a pipeline with a block for each of its ``pp x vpp`` stages."""
     if "vpp" in pins:
         vpp = pins["vpp"]
-        return [vpp] if vpp == 1 or (pp > 1 and microbatches >= pp and blocks >= pp * vpp) else []
+        return [vpp] if vpp == 1 or (microbatches >= pp and _interleaves(pp, blocks, vpp)) else []
     choices = [1]
-    if pp > 1 and microbatches >= pp:
-        choices += [chunks for chunks in range(2, MAX_CHUNKS + 1) if blocks >= pp * chunks]
+    if microbatches >= pp:
+        choices += [chunks for chunks in range(2, MAX_CHUNKS + 1) if _interleaves(pp, blocks, chunks)]
     return choices
+
+
+def _interleaves(pp: int, blocks: int, chunks: int) -> bool:
+    """Whether ``blocks`` make ``chunks`` virtual stages of a block or more on each of ``pp`` pipeline ranks."""
+    return pp > 1 and blocks >= pp * chunks
 
 
 # ---- the search ---------------------------------------------------------------------------------------

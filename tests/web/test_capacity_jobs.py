@@ -8,11 +8,10 @@ import pytest
 from django.urls import reverse
 
 from adaptis_web.studio.models import JobStatus, PlanningJob
-from adaptis_web.studio.planning.capacity import parse_gpu_counts
 from adaptis_web.studio.templatetags.units import decimal_count
 from planner.cluster import load_cluster_preset
 from planner.errors import SpecError
-from planner.parallel.capacity import cluster_of
+from planner.parallel.capacity import cluster_of, parse_gpu_counts
 from planner.parallel.search import search
 from planner.spec.presets import load_model_preset
 from tests.web.conftest import api_as

@@ -9,16 +9,15 @@ stored: the count a user picks is then planned as a hybrid job (``planning.jobs.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from adaptis_web.studio.models import PlanningJob
 from adaptis_web.studio.planning import progress
 from adaptis_web.studio.planning.hybrid import job_shape_check
-from adaptis_web.studio.planning.hybrid_pages import STEP_LABELS, stacked
+from adaptis_web.studio.planning.hybrid_pages import STEP_BAR_PARTS, legend, stacked
 from planner import service as planner_service
 from planner.errors import SpecError
-from planner.service import MAX_GPUS, STEP_PARTS, ClusterSpec, load_model_spec
+from planner.service import ClusterSpec, load_model_spec
 
 CAPACITY_SCHEDULE = planner_service.CAPACITY_SCHEDULE
 DEFAULT_GPU_COUNTS = planner_service.DEFAULT_GPU_COUNTS
@@ -90,15 +89,14 @@ def capacity_chart(result: dict) -> dict:
 def capacity_step_bars(result: dict) -> dict:
     """Where each count's step goes (``predicted.breakdown_ms``): a stacked bar per planned count, in percent of its
     own step, so the shares of bubble and communication read across the counts."""
-    parts = [(part, STEP_LABELS[part]) for part in STEP_PARTS]
     bars = []
     for point in result["points"]:
         if "error" in point:
             continue
         predicted = point["predicted"]
         bars.append({"gpus": point["gpus"], "iteration_s": predicted["iteration_ms"] / 1e3,
-                     "parts": stacked(predicted["breakdown_ms"], parts, predicted["iteration_ms"], 1e3)})
-    return {"bars": bars, "parts": [{"key": key, "label": label} for key, label in parts]}
+                     "parts": stacked(predicted["breakdown_ms"], STEP_BAR_PARTS, predicted["iteration_ms"], 1e3)})
+    return {"bars": bars, "parts": legend(STEP_BAR_PARTS)}
 
 
 def capacity_page_context(job: PlanningJob) -> dict:
@@ -110,24 +108,3 @@ def capacity_page_context(job: PlanningJob) -> dict:
                          "steps": capacity_step_bars(result),
                          "planned": sum(1 for point in result["points"] if "error" not in point)}}
 
-
-def parse_gpu_counts(text: str) -> list[int]:
-    """The form's list of counts ("64, 128, 256" or "64-16384", doubling); SpecError naming ``gpu_counts``."""
-    text = text.strip()
-    if not text:
-        return list(DEFAULT_GPU_COUNTS)
-    if "-" in text and "," not in text:
-        low, _, high = text.partition("-")
-        try:
-            low, high = int(low), int(high)
-        except ValueError:
-            raise SpecError("gpu_counts", f"write counts as '64, 128, 256' or a doubling range '64-16384'; "
-                                          f"got {text!r}") from None
-        if not 1 <= low <= high <= MAX_GPUS:
-            raise SpecError("gpu_counts", f"a range must run from 1 up to at most {MAX_GPUS:,}; got {text!r}")
-        return [low << step for step in range(int(math.log2(high / low)) + 1)]
-    try:
-        return [int(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError:
-        raise SpecError("gpu_counts", f"write counts as '64, 128, 256' or a doubling range '64-16384'; "
-                                      f"got {text!r}") from None

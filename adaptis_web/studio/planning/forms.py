@@ -12,7 +12,6 @@ from adaptis_web.studio.catalog.selectors import cluster_choices_for_team, clust
 from adaptis_web.studio.catalog.specs import read_upload, spec_parse_upload
 from adaptis_web.studio.common.forms import SpecErrorFormMixin
 from adaptis_web.studio.models import ClusterRecord, JobMode, ModelSpecRecord
-from adaptis_web.studio.planning.capacity import parse_gpu_counts
 from adaptis_web.studio.planning.jobs import ADAPTIS_SCHEDULE, DEFAULT_PARTITION, JobRequest, job_request_check
 from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S
 from planner import service as planner_service
@@ -145,7 +144,7 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
             mode = cleaned.get("mode") or JobMode.PIPELINE
             token_budget_b = cleaned.get("token_budget_b")
             capacity_fields = {} if mode != JobMode.CAPACITY else {
-                "gpu_counts": parse_gpu_counts(cleaned.get("gpu_counts") or ""),
+                "gpu_counts": planner_service.parse_gpu_counts(cleaned.get("gpu_counts") or ""),
                 "token_budget": None if token_budget_b is None else round(token_budget_b * 1e9)}
             self.job_request = job_request_check(
                 spec=self.spec, num_devices=cleaned.get("num_devices"),

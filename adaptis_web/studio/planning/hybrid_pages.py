@@ -18,10 +18,11 @@ PICTURE_FIRST_NODES = 8
 MEMORY_PARTS = (("params_bytes", "parameters"), ("gradients_bytes", "gradients"), ("optimizer_bytes", "optimizer"),
                 ("activations_bytes", "activations"), ("buffers_overhead_bytes", "buffers & overhead"))
 
-# the labels of the planner's step parts (``predicted.breakdown_ms``), in its order
+# the planner's step parts (``predicted.breakdown_ms``), in its order, with their labels
 STEP_LABELS = {"compute": "compute", "recompute": "recomputation", "tp": "exposed TP comm.", "cp": "exposed CP comm.",
                "ep": "exposed EP comm.", "pipeline_transfers": "pipeline transfers", "bubble": "pipeline bubble",
                "dp": "exposed DP comm.", "optimizer": "optimizer step"}
+STEP_BAR_PARTS = tuple((part, STEP_LABELS[part]) for part in STEP_PARTS)
 
 
 def stage_colour(pp_rank: int, pp: int) -> str:
@@ -62,6 +63,11 @@ def stacked(amounts: dict, parts: list[tuple[str, str]], scale: float, unit: flo
             for key, label in parts]
 
 
+def legend(parts) -> list[dict]:
+    """The legend of stacked bars of ``(key, label)`` parts."""
+    return [{"key": key, "label": label} for key, label in parts]
+
+
 def memory_bars(memory: list[dict]) -> dict:
     """One stacked bar per pipeline rank, widths in percent of the largest of capacity and use."""
     scale = max(max(rank["capacity_bytes"], rank["total_bytes"]) for rank in memory)
@@ -74,7 +80,7 @@ def memory_bars(memory: list[dict]) -> dict:
             "pipeline_rank": rank["pipeline_rank"], "fits": rank["fits"], "total_gib": rank["total_bytes"] / GIB,
             "capacity_gib": rank["capacity_bytes"] / GIB,
             "capacity_percent": 100 * rank["capacity_bytes"] / scale, "parts": stacked(amounts, parts, scale, GIB)})
-    return {"bars": bars, "parts": [{"key": key, "label": label} for key, label in parts]}
+    return {"bars": bars, "parts": legend(parts)}
 
 
 def step_bars(result: dict) -> dict:
@@ -83,15 +89,14 @@ def step_bars(result: dict) -> dict:
     no bar."""
     scores = [result["best"], *result["runners_up"]]
     scale = max(score["predicted"]["iteration_ms"] for score in scores)
-    parts = [(part, STEP_LABELS[part]) for part in STEP_PARTS]
     bars = []
     for index, score in enumerate(scores):
         predicted = score["predicted"]
         breakdown = predicted.get("breakdown_ms")
         bars.append({"chosen": index == 0, "short": score["short"], "schedule": predicted["schedule"],
                      "chunks": predicted["chunks"], "iteration_s": predicted["iteration_ms"] / 1e3,
-                     "parts": stacked(breakdown, parts, scale, 1e3) if breakdown else None})
-    return {"bars": bars, "parts": [{"key": key, "label": label} for key, label in parts]}
+                     "parts": stacked(breakdown, STEP_BAR_PARTS, scale, 1e3) if breakdown else None})
+    return {"bars": bars, "parts": legend(STEP_BAR_PARTS)}
 
 
 def cluster_picture(parallel: dict, cluster: ClusterSpec) -> dict:
