@@ -145,7 +145,7 @@ def core_flops_per_token(run: CoreRun) -> float:
 def plan_core(run: CoreRun, overlap_tp: bool):
     """The published degrees and batch pinned, the distributed optimizer, DP overlapped; the search chooses the
     unpublished micro-batch size, recomputation and chunks (Megatron's schedules only)."""
-    pins = {"tp": run.tp, "pp": run.pp, "dp": run.dp, "cp": 1, "ep": 1, "distributed_optimizer": True}
+    pins = {"tp": run.tp, "pp": run.pp, "dp": run.dp, "cp": 1, "ep": 1, "sharding": "optimizer"}
     return search(core_model(run), load_cluster_preset(f"h100-sxm-{run.gpus // 8}x8"), run.gpus, CORE_SEQ_LEN,
                   run.batch, pins, options=CostOptions(overlap_tp=overlap_tp), refine=False)
 
@@ -246,7 +246,7 @@ def software_of(run: PublishedRun) -> CostOptions:
 def plan_published(run: PublishedRun):
     """The published configuration, pinned, with Megatron's schedule (no AdaPtis refinement)."""
     pins = {"tp": run.tp, "pp": run.pp, "cp": 1, "ep": 1, "microbatch_size": run.microbatch_size,
-            "recompute": "full", "distributed_optimizer": False, "vpp": run.chunks}
+            "recompute": "full", "sharding": "none", "vpp": run.chunks}
     return search(gpt_model(run), cluster_for(run), run.gpus, SEQ_LEN, run.batch, pins, options=software_of(run),
                   refine=False)
 
@@ -254,7 +254,7 @@ def plan_published(run: PublishedRun):
 def plan_unpinned(run: PublishedRun, time_budget_s: float = 20.0):
     """What the search picks for the same GPUs, batch and software (no CP or distributed optimizer yet)."""
     return search(gpt_model(run), cluster_for(run), run.gpus, SEQ_LEN, run.batch,
-                  {"cp": 1, "distributed_optimizer": False}, options=software_of(run), time_budget_s=time_budget_s)
+                  {"cp": 1, "sharding": "none"}, options=software_of(run), time_budget_s=time_budget_s)
 
 
 def predicted_tflops_per_gpu(run: PublishedRun, iteration_ms: float) -> float:

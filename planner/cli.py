@@ -28,7 +28,7 @@ from planner.cost import analytic_profile
 from planner.errors import PlanError, SpecError
 from planner.exports import EXPORT_FORMATS, EXPORTS, export_plan
 from planner.exports.plan_json import plan_json
-from planner.parallel.config import RECOMPUTE_MODES
+from planner.parallel.config import PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES
 from planner.plan import Plan, load_plan
 from planner.profile import Profile, load_profile
 from planner.simulator import simulate
@@ -311,17 +311,25 @@ def presets_command(args: argparse.Namespace) -> int:
 # The hybrid search's integer pins: (name, metavar, help)
 INTEGER_PINS = (("tp", "T", "pin tensor parallelism"), ("cp", "C", "pin context parallelism"),
                 ("pp", "P", "pin pipeline parallelism"), ("dp", "D", "pin data parallelism"),
-                ("ep", "E", "pin expert parallelism"), ("microbatch_size", "K", "pin the micro-batch size"),
+                ("ep", "E", "pin expert parallelism"),
+                ("etp", "X", "pin expert tensor parallelism (MoE parallel folding; the search tries TP and 1)"),
+                ("microbatch_size", "K", "pin the micro-batch size"),
                 ("vpp", "V", "pin the virtual pipeline stages per pipeline rank (Megatron's interleaving; 1 = plain "
                              "1F1B)"))
-HYBRID_PINS = (*(pin for pin, _, _ in INTEGER_PINS), "recompute")
+# ... and the ones chosen from a list: (name, choices, help)
+CHOICE_PINS = (("recompute", RECOMPUTE_MODES, "pin activation recomputation"),
+               ("sharding", SHARDING_MODES, "pin what the data-parallel ranks shard: none, optimizer (ZeRO-1, the "
+                                            "distributed optimizer) or full (FSDP, ZeRO-3)"),
+               ("precision", PRECISIONS, "the GEMMs' precision: bf16 (default) or fp8 (Transformer Engine's linear "
+                                         "layers; the search never picks it for you)"))
+HYBRID_PINS = (*(pin for pin, _, _ in INTEGER_PINS), *(pin for pin, _, _ in CHOICE_PINS))
 
 
 def hybrid_pin_arguments(prefix: str = "") -> list:
     """The hybrid search's pins (``HYBRID_PINS``) as options, each help text after ``prefix``."""
     return [*(argument(f"--{pin.replace('_', '-')}", type=int, metavar=metavar, help=prefix + text)
               for pin, metavar, text in INTEGER_PINS),
-            argument("--recompute", choices=RECOMPUTE_MODES, help=f"{prefix}pin activation recomputation")]
+            *(argument(f"--{pin}", choices=choices, help=prefix + text) for pin, choices, text in CHOICE_PINS)]
 
 
 @subcommand("search", "Search a plan: the pure-PP AdaPtis plan (--profile/--devices/--microbatches) or the whole "

@@ -42,10 +42,13 @@ class DeviceType:
     # fixed time every kernel pays besides its FLOPs and bytes: ~5 us to launch one on a GPU, tens of us for
     # an eager PyTorch op (dispatch, autograd bookkeeping) on a CPU core
     kernel_overhead_us: float = DEFAULT_KERNEL_OVERHEAD_US
+    fp8_tflops: float = 0.0     # dense FP8 tensor-core peak; 0: no FP8 tensor cores (A100, CPUs)
 
     def to_dict(self) -> dict:
         doc = {"name": self.name, "memory_bytes": self.memory_bytes, "peak_tflops": self.peak_tflops,
                "efficiency": self.efficiency, "memory_bandwidth_gb_s": self.memory_bandwidth_gb_s}
+        if self.fp8_tflops:
+            doc["fp8_tflops"] = self.fp8_tflops
         if self.kernel_overhead_us != DEFAULT_KERNEL_OVERHEAD_US:
             doc["kernel_overhead_us"] = self.kernel_overhead_us
         return doc
@@ -135,8 +138,8 @@ def load_cluster(doc: object) -> ClusterSpec:
     reject_unknown(doc, {"format", "name", "nodes", "devices_per_node", "nvlink_domain", "device", "links",
                          "description"}, "")
     device = require_mapping(doc.get("device"), "device")
-    reject_unknown(device, {"name", "memory_bytes", "peak_tflops", "efficiency", "memory_bandwidth_gb_s",
-                            "kernel_overhead_us"}, "device")
+    reject_unknown(device, {"name", "memory_bytes", "peak_tflops", "fp8_tflops", "efficiency",
+                            "memory_bandwidth_gb_s", "kernel_overhead_us"}, "device")
     efficiency = get_number(device, "efficiency", "device", default=0.5, exclusive_minimum=True)
     if efficiency > 1:
         raise SpecError("device.efficiency", f"must be a fraction in (0, 1], got {efficiency}")
@@ -160,6 +163,7 @@ def load_cluster(doc: object) -> ClusterSpec:
             efficiency=efficiency,
             memory_bandwidth_gb_s=get_number(device, "memory_bandwidth_gb_s", "device", exclusive_minimum=True),
             kernel_overhead_us=get_number(device, "kernel_overhead_us", "device", default=DEFAULT_KERNEL_OVERHEAD_US),
+            fp8_tflops=get_number(device, "fp8_tflops", "device", default=0.0),
         ),
         intra_node=intra,
         inter_node=_load_link(links["inter_node"], "links.inter_node") if "inter_node" in links else intra,

@@ -32,6 +32,7 @@ class Accelerator:
     device_name: str
     memory_bytes: int
     peak_tflops: float              # dense BF16, no sparsity
+    fp8_tflops: float               # dense FP8, no sparsity; 0: no FP8 tensor cores
     memory_bandwidth_gb_s: float
     nvlink_gb_s: float              # per GPU, one direction, to the NVSwitch / Infinity Fabric
     nic_gbit_s: float               # scale-out network per GPU
@@ -40,23 +41,24 @@ class Accelerator:
 
 
 ACCELERATORS: dict[str, Accelerator] = {
-    # DGX H100: 80 GB HBM3 at 3.35 TB/s, 989 TFLOP/s BF16 dense, NVLink 4 900 GB/s both ways, 8x ConnectX-7 400 Gb/s
-    "h100-sxm": Accelerator("H100-SXM-80GB", 80 * GIB, 989.0, 3350.0, 450.0, 400.0, 0.55,
+    # DGX H100: 80 GB HBM3 at 3.35 TB/s, 989 TFLOP/s BF16 and 1,979 FP8 dense, NVLink 4 900 GB/s both ways,
+    # 8x ConnectX-7 400 Gb/s
+    "h100-sxm": Accelerator("H100-SXM-80GB", 80 * GIB, 989.0, 1979.0, 3350.0, 450.0, 400.0, 0.55,
                             "H100 SXM, NVLink 4 / NVSwitch in the node, 400 Gb/s InfiniBand per GPU"),
     # H800: H100 silicon with NVLink cut to 400 GB/s both ways (DeepSeek-V3 report, Sec. 3.1: 8x 400 Gb/s IB)
-    "h800-sxm": Accelerator("H800-SXM-80GB", 80 * GIB, 989.0, 3350.0, 200.0, 400.0, 0.55,
+    "h800-sxm": Accelerator("H800-SXM-80GB", 80 * GIB, 989.0, 1979.0, 3350.0, 200.0, 400.0, 0.55,
                             "H800 SXM, NVLink 400 GB/s bidirectional, 400 Gb/s InfiniBand per GPU"),
     # H200: 141 GB HBM3e at 4.8 TB/s, otherwise H100
-    "h200-sxm": Accelerator("H200-SXM-141GB", 141 * 10**9, 989.0, 4800.0, 450.0, 400.0, 0.55,
+    "h200-sxm": Accelerator("H200-SXM-141GB", 141 * 10**9, 989.0, 1979.0, 4800.0, 450.0, 400.0, 0.55,
                             "H200 SXM, NVLink 4 / NVSwitch in the node, 400 Gb/s InfiniBand per GPU"),
-    # HGX B200: 180 GB HBM3e at 8 TB/s, 2.25 PFLOP/s BF16 dense, NVLink 5 1.8 TB/s both ways
-    "b200": Accelerator("B200-180GB", 180 * 10**9, 2250.0, 8000.0, 900.0, 400.0, 0.55,
+    # HGX B200: 180 GB HBM3e at 8 TB/s, 2.25 PFLOP/s BF16 and 4.5 FP8 dense, NVLink 5 1.8 TB/s both ways
+    "b200": Accelerator("B200-180GB", 180 * 10**9, 2250.0, 4500.0, 8000.0, 900.0, 400.0, 0.55,
                         "B200, NVLink 5 / NVSwitch in the node, 400 Gb/s InfiniBand per GPU"),
-    # DGX A100 80 GB: 312 TFLOP/s BF16, 2.039 TB/s, NVLink 3 600 GB/s both ways, 8x HDR 200 Gb/s
-    "a100-80gb-sxm": Accelerator("A100-SXM-80GB", 80 * GIB, 312.0, 2039.0, 300.0, 200.0, 0.62,
+    # DGX A100 80 GB: 312 TFLOP/s BF16 (no FP8 tensor cores), 2.039 TB/s, NVLink 3 600 GB/s both ways, 8x HDR 200 Gb/s
+    "a100-80gb-sxm": Accelerator("A100-SXM-80GB", 80 * GIB, 312.0, 0.0, 2039.0, 300.0, 200.0, 0.62,
                                  "A100 SXM 80 GB, NVLink 3 / NVSwitch in the node, 200 Gb/s HDR InfiniBand per GPU"),
-    # MI300X: 192 GB HBM3 at 5.3 TB/s, 1307 TFLOP/s BF16 dense, 7 Infinity Fabric links of 64 GB/s each way
-    "mi300x": Accelerator("MI300X-192GB", 192 * 10**9, 1307.4, 5300.0, 448.0, 400.0, 0.55,
+    # MI300X: 192 GB HBM3 at 5.3 TB/s, 1307 TFLOP/s BF16 and 2615 FP8 dense, 7 Infinity Fabric links of 64 GB/s each way
+    "mi300x": Accelerator("MI300X-192GB", 192 * 10**9, 1307.4, 2614.9, 5300.0, 448.0, 400.0, 0.55,
                           "MI300X, Infinity Fabric mesh in the node, 400 Gb/s network per GPU"),
 }
 NAMED_CLUSTER = re.compile(r"^(?P<device>[a-z0-9-]+?)-(?P<nodes>\d+)x(?P<per_node>\d+)$")
@@ -85,7 +87,8 @@ def named_cluster_document(name: str) -> dict:
             "description": f"{nodes} node(s) x {per_node} {accelerator.description}",
             "nodes": nodes, "devices_per_node": per_node, "nvlink_domain": per_node,
             "device": {"name": accelerator.device_name, "memory_bytes": accelerator.memory_bytes,
-                       "peak_tflops": accelerator.peak_tflops, "efficiency": accelerator.efficiency,
+                       "peak_tflops": accelerator.peak_tflops, "fp8_tflops": accelerator.fp8_tflops,
+                       "efficiency": accelerator.efficiency,
                        "memory_bandwidth_gb_s": accelerator.memory_bandwidth_gb_s},
             "links": {"intra_node": {"bandwidth_gb_s": accelerator.nvlink_gb_s, "latency_us": NVLINK_LATENCY_US},
                       "inter_node": {"bandwidth_gb_s": accelerator.nic_gbit_s * GBIT_PER_S_TO_GB_PER_S,

@@ -100,6 +100,12 @@ class Plan:
         neighbour = None if offset is None else stage + offset
         return neighbour if neighbour is not None and 0 <= neighbour < self.num_stages else None
 
+    def virtual_stages(self) -> int | None:
+        """Stages per device when every device holds as many (Megatron's ``vpp``), else None (AdaPtis' uneven
+        placements)."""
+        counts = {len(self.stages_on(device)) for device in range(self.num_devices)}
+        return counts.pop() if len(counts) == 1 else None
+
     def num_actions(self) -> int:
         return sum(len(device_actions) for device_actions in self.actions)
 
@@ -114,6 +120,8 @@ class Plan:
                "predicted": self.predicted}
         if self.parallel is not None:
             doc["parallel"] = self.parallel.to_dict()
+            if self.virtual_stages() is not None:
+                doc["parallel"]["vpp"] = self.virtual_stages()
         if self.meta:
             doc["meta"] = self.meta
         return doc
@@ -167,6 +175,13 @@ def _load_parallel_of_plan(doc: dict) -> ParallelConfig:
         raise SpecError("parallel.num_microbatches",
                         f"must equal num_microbatches ({doc.get('num_microbatches')}), got {parallel.num_microbatches}")
     stages = doc.get("stages")
+    vpp = get_int(doc["parallel"], "vpp", "parallel", default=None)
+    if vpp is not None and isinstance(stages, list) and isinstance(num_devices, int):
+        held = [sum(1 for stage in stages if isinstance(stage, dict) and stage.get("device") == device)
+                for device in range(num_devices)]
+        if any(count != vpp for count in held):
+            raise SpecError("parallel.vpp", f"says {vpp} stages on each pipeline rank, but the plan's stages put "
+                                            f"{held} on them")
     if not isinstance(parallel.recompute, str) and isinstance(stages, list) and len(parallel.recompute) != len(stages):
         raise SpecError("parallel.recompute", f"a per-stage list needs one mode per stage ({len(stages)}), got "
                                               f"{len(parallel.recompute)}")

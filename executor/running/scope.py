@@ -1,7 +1,7 @@
 """What this executor runs, checked before anything imports torch: the web's plan pages and run requests ask it.
 
 A hybrid plan (``adaptis.plan/v2``) runs with every axis it plans, inside its pipeline: data parallelism
-(gradients all-reduced at the step's end; with ``distributed_optimizer`` the optimizer state sharded over the
+(gradients all-reduced at the step's end; with ``sharding`` ``optimizer`` the optimizer state sharded over the
 data-parallel ranks, ZeRO-1), tensor parallelism (Megatron-LM's column- and row-parallel layers with sequence
 parallelism, ``executor.model.tensor_parallel``), context parallelism (``executor.model.context_parallel``) and
 expert parallelism (``executor.model.expert_parallel``), where every layer of the model has a form for them here.
@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.errors import SpecError
+from planner.parallel.config import ParallelConfig
 from planner.plan import Plan
 from planner.spec.model import (AttentionMixer, DenseMLP, LinearAttentionMixer, Mamba2Mixer, MambaMixer, ModelSpec,
                                 MoEMLP)
@@ -108,9 +109,22 @@ def execution_refusal(plan: Plan, spec: ModelSpec | None = None) -> SpecError | 
     parallel = plan.parallel
     if parallel is None:
         return None
-    reason = None if spec is None else (tensor_parallel_refusal(spec, parallel.tp)
-                                        or context_parallel_refusal(spec, parallel.cp, parallel.tp)
-                                        or expert_parallel_refusal(spec, parallel.ep))
+    reason = unrun_settings_refusal(parallel)
+    if reason is None and spec is not None:
+        reason = (tensor_parallel_refusal(spec, parallel.tp) or context_parallel_refusal(spec, parallel.cp, parallel.tp)
+                  or expert_parallel_refusal(spec, parallel.ep))
     if reason is not None:
         return SpecError("plan", f"is {parallel.short()}: {reason}; {EXPORT_HINT}")
+    return None
+
+
+def unrun_settings_refusal(parallel: ParallelConfig) -> str | None:
+    """Why the plan's sharding, precision or expert TP is none this executor runs (it runs ZeRO-1 or no sharding,
+    in the run's dtype, with expert TP = TP), or None."""
+    if parallel.sharding == "full":
+        return "full sharding (FSDP) gathers each layer's weights per pass, which this executor does not run"
+    if parallel.precision == "fp8":
+        return "FP8 GEMMs need Transformer Engine, which this executor does not use"
+    if parallel.etp != parallel.tp:
+        return f"expert TP {parallel.etp} apart from TP {parallel.tp} (MoE parallel folding) is not run here"
     return None

@@ -13,7 +13,7 @@ grow with ``num_experts``. Experts are assumed gated (every MoE family imported 
 
 from __future__ import annotations
 
-from planner.cost.primitives import FP32_BYTES, GRAD_ACCUMULATE_BYTES, elementwise, linear
+from planner.cost.primitives import FP8_CAST_TRANSPOSE_BYTES, FP32_BYTES, GRAD_ACCUMULATE_BYTES, elementwise, linear
 from planner.cost.work import Cost, Kernel, saved
 from planner.spec.model import DenseMLP, MoEMLP
 
@@ -44,9 +44,11 @@ def expert_projection(*, routed_tokens: float, d_in: int, d_out: int, experts: i
     touched = min(experts, routed_tokens)
     weight_bytes = dtype_bytes * touched * weight
     activations = dtype_bytes * routed_tokens * (d_in + d_out)
-    return Cost(forward=(Kernel(flops, activations + weight_bytes),),
-                backward_input=(Kernel(flops, activations + weight_bytes),),
-                backward_weight=(Kernel(flops, activations + GRAD_ACCUMULATE_BYTES * touched * weight),),
+    # FP8 (Transformer Engine's GroupedLinear): the routed input cast in F, the output gradient in B
+    cast_in, cast_out = (FP8_CAST_TRANSPOSE_BYTES * routed_tokens * d for d in (d_in, d_out))
+    return Cost(forward=(Kernel(flops, activations + weight_bytes, fp8=True, fp8_cast_bytes=cast_in),),
+                backward_input=(Kernel(flops, activations + weight_bytes, fp8=True, fp8_cast_bytes=cast_out),),
+                backward_weight=(Kernel(flops, activations + GRAD_ACCUMULATE_BYTES * touched * weight, fp8=True),),
                 params=experts * weight, active_params=top_k * weight)
 
 
@@ -54,7 +56,7 @@ def _routing(tokens: float, hidden: int, experts: int, top_k: int, dtype_bytes: 
     routed = tokens * top_k
     scores = tokens * experts
     permute = Kernel(0.0, dtype_bytes * (tokens * hidden + routed * hidden))
-    return (linear(tokens, hidden, experts, dtype_bytes, bias=bias)
+    return (linear(tokens, hidden, experts, dtype_bytes, bias=bias, fp8=False)
             + Cost(forward=(Kernel(ROUTER_FLOPS_PER_LOGIT * scores, FP32_BYTES * 2 * scores), permute),
                    backward_input=(Kernel(2 * ROUTER_FLOPS_PER_LOGIT * scores, FP32_BYTES * 3 * scores), permute),
                    activation_bytes=FP32_BYTES * scores))

@@ -16,19 +16,30 @@ GRAD_ACCUMULATE_BYTES = 8
 FP32_BYTES = 4
 
 
-def linear(tokens: float, d_in: int, d_out: int, dtype_bytes: int, *, bias: bool = False) -> Cost:
+# Transformer Engine's FP8 recipes (delayed or current per-tensor scaling) cast a GEMM's bf16 operand to FP8 and
+# its transpose in one fused cast-transpose kernel: 2 bytes read, 1 + 1 written per element (TE's
+# ``cast_transpose``); the forward casts the input, the backward the output gradient, and the weight-gradient GEMM
+# reuses both transposes. Weights are cast once per step (Megatron's ``is_first_microbatch``), not counted.
+FP8_CAST_TRANSPOSE_BYTES = 4
+
+
+def linear(tokens: float, d_in: int, d_out: int, dtype_bytes: int, *, bias: bool = False, fp8: bool = True) -> Cost:
     """A projection, bias-free unless ``bias``. Its input is saved by the caller (several projections may share
     one input). A bias is added in the matmul's epilogue and its gradient (a sum of the output gradient over the
-    tokens) is ``tokens·d_out`` FLOPs in W."""
+    tokens) is ``tokens·d_out`` FLOPs in W. ``fp8``: FP8 training runs it in FP8 (Transformer Engine's linear
+    layers); the router and the output layer stay in BF16 (``fp8=False``), as in Megatron-Core and NeMo."""
     flops = 2.0 * tokens * d_in * d_out
     weight = d_in * d_out + (d_out if bias else 0)
     bias_flops = tokens * d_out if bias else 0.0
     activations_in, activations_out = tokens * d_in, tokens * d_out
+    cast = FP8_CAST_TRANSPOSE_BYTES if fp8 else 0
     return Cost(
-        forward=(Kernel(flops, dtype_bytes * (activations_in + weight + activations_out)),),
-        backward_input=(Kernel(flops, dtype_bytes * (activations_out + weight + activations_in)),),
+        forward=(Kernel(flops, dtype_bytes * (activations_in + weight + activations_out), fp8=fp8,
+                        fp8_cast_bytes=cast * activations_in),),
+        backward_input=(Kernel(flops, dtype_bytes * (activations_out + weight + activations_in), fp8=fp8,
+                               fp8_cast_bytes=cast * activations_out),),
         backward_weight=(Kernel(flops + bias_flops, dtype_bytes * (activations_in + activations_out)
-                                + GRAD_ACCUMULATE_BYTES * weight),),
+                                + GRAD_ACCUMULATE_BYTES * weight, fp8=fp8),),
         params=weight, active_params=weight)
 
 

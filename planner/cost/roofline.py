@@ -11,8 +11,9 @@ from __future__ import annotations
 from planner.cluster import DeviceType
 from planner.cost.work import Kernel
 
-def compute_rate_flops_per_ms(device: DeviceType) -> float:
-    return device.peak_tflops * 1e12 * device.efficiency / 1e3
+def compute_rate_flops_per_ms(device: DeviceType, fp8: bool = False) -> float:
+    """The achievable matmul rate: the dense BF16 peak (``fp8``: the FP8 one) at the device's efficiency."""
+    return (device.fp8_tflops if fp8 else device.peak_tflops) * 1e12 * device.efficiency / 1e3
 
 
 def bandwidth_bytes_per_ms(device: DeviceType) -> float:

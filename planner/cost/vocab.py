@@ -43,4 +43,4 @@ def cross_entropy(tokens: int, vocab: int, dtype_bytes: int) -> Cost:
 
 def head_cost(*, vocab: int, hidden: int, tokens: int, dtype_bytes: int, norm_kind: str = "rmsnorm") -> Cost:
     return (norm(norm_kind, tokens, hidden, dtype_bytes) + saved(dtype_bytes * tokens * hidden)
-            + linear(tokens, hidden, vocab, dtype_bytes) + cross_entropy(tokens, vocab, dtype_bytes))
+            + linear(tokens, hidden, vocab, dtype_bytes, fp8=False) + cross_entropy(tokens, vocab, dtype_bytes))

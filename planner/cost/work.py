@@ -14,11 +14,14 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Kernel:
     """One kernel: the FLOPs the model needs, FLOPs it re-executes (e.g. FlashAttention's recomputed scores),
-    and the bytes it moves to and from device memory."""
+    and the bytes it moves to and from device memory. ``fp8`` marks a GEMM that FP8 training runs in FP8 (a linear
+    layer Transformer Engine covers); ``fp8_cast_bytes`` is what casting its operands to FP8 then moves."""
 
     flops: float = 0.0
     bytes: float = 0.0
     recomputed_flops: float = 0.0
+    fp8: bool = False
+    fp8_cast_bytes: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -82,8 +82,7 @@ def _arguments(plan: Plan, model: ModelSpec, seq_len: int | None) -> tuple[list[
     args += _pipeline_layout(plan, model, lost)
     args += [("--context-parallel-size", str(config.cp))]
     if config.ep > 1 or _has_moe(model):
-        # expert tensor parallelism is the dense TP (planner.parallel.config), Megatron's default; said explicitly
-        args += [("--expert-model-parallel-size", str(config.ep)), ("--expert-tensor-parallel-size", str(config.tp))]
+        args += [("--expert-model-parallel-size", str(config.ep)), ("--expert-tensor-parallel-size", str(config.etp))]
     if config.tp > 1:
         args.append(("--sequence-parallel",))
     args += [("--micro-batch-size", str(config.microbatch_size)),
@@ -97,8 +96,12 @@ def _arguments(plan: Plan, model: ModelSpec, seq_len: int | None) -> tuple[list[
     elif mode == "full":   # every layer: Megatron's uniform method with one layer per recomputed chunk
         args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                  ("--recompute-num-layers", "1")]
-    if config.distributed_optimizer:
+    if config.sharding == "optimizer":
         args.append(("--use-distributed-optimizer",))
+    elif config.sharding == "full":   # Megatron-FSDP (Megatron-Core 0.14+): ZeRO-3 over the data-parallel ranks
+        args += [("--use-megatron-fsdp",), ("--data-parallel-sharding-strategy", "optim_grads_params")]
+    if config.precision == "fp8":   # Transformer Engine's hybrid recipe: E4M3 forward, E5M2 gradients
+        args += [("--fp8-format", "hybrid"), ("--fp8-recipe", "delayed")]
     args += _model_shape(plan, model, seq_len, lost)
     if model.dtype in ("bf16", "fp16"):
         args.append((f"--{model.dtype}",))

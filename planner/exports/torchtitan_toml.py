@@ -91,8 +91,10 @@ def _config(plan: Plan, model: ModelSpec, seq_len: int | None, schedule_csv: str
         parallelism.update(_pipeline(plan, model, schedule_csv, lost, notes))
     parallelism["pipeline_parallel_microbatch_size"] = config.microbatch_size
     parallelism["expert_parallel_degree"] = config.ep
-    if config.ep > 1:   # expert TP is the dense TP (planner.parallel.config); torchtitan takes ETP = TP or 1
-        parallelism["expert_tensor_parallel_degree"] = config.tp
+    if config.ep > 1:   # torchtitan takes expert TP = TP or 1
+        parallelism["expert_tensor_parallel_degree"] = config.etp
+        if config.etp not in (1, config.tp):
+            lost.append(f"expert TP {config.etp}: torchtitan's experts take TP{config.tp} or 1")
     mode, recompute_lost = recompute_mode(config)
     if recompute_lost:
         lost.append(recompute_lost)
@@ -110,16 +112,26 @@ def _config(plan: Plan, model: ModelSpec, seq_len: int | None, schedule_csv: str
         "parallelism": parallelism,
         "activation_checkpoint": {"mode": mode},
     }
+    if config.precision == "fp8":
+        # torchtitan's float8 model converter (torchao's Float8Linear) swaps the transformer blocks' linear layers;
+        # the embedding, the output layer, norms and attention stay in bf16, as the prediction assumes
+        sections["model"]["converters"] = (["float8"], "FP8 linear layers (torchao), as planned")
+        sections["float8"] = {"recipe_name": ("tensorwise", "per-tensor scaling, the recipe the prediction costs"),
+                              "filter_fqns": ["output"]}
     return sections, lost, notes
 
 
 def _data_parallel(config, lost: list[str]) -> dict:
-    """ZeRO-1 (the distributed optimizer) becomes FSDP over the data-parallel ranks, torchtitan's only sharding, kept
+    """Full sharding is torchtitan's FSDP2 over the data-parallel ranks. ZeRO-1 (the distributed optimizer) becomes
+    FSDP, kept
     unsharded between forward and backward (``fsdp_reshard_after_forward = "never"``, ZeRO-2's memory); plain data
     parallelism is DDP (replicate), unless experts need FSDP ranks to borrow (EP must divide dp_shard x CP)."""
     if config.dp == 1:
         return {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 1}
-    if config.distributed_optimizer:
+    if config.sharding == "full":   # FSDP2 as planned: resharded after each forward
+        return {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": config.dp,
+                "fsdp_reshard_after_forward": "always"}
+    if config.sharding == "optimizer":
         lost.append(f"ZeRO-1 (the distributed optimizer over DP{config.dp}): torchtitan shards with FSDP2, "
                     "parameters and gradients too; fsdp_reshard_after_forward = \"never\" keeps the parameters "
                     "gathered from forward to backward, so memory and communication differ from the prediction")

@@ -28,6 +28,10 @@ class StatePrecision:
 
 # bf16 weights, fp32 main gradients, Adam's fp32 master copy and two moments (Megatron's 2 + 4 + 12)
 MIXED_PRECISION_ADAM = StatePrecision(weight=2, gradient=4, optimizer=12)
+# Full sharding (ZeRO-3): FSDP2 as torchtitan applies it (``MixedPrecisionPolicy(param_dtype=bfloat16,
+# reduce_dtype=float32)``) keeps fp32 sharded parameters, which are the master weights, fp32 sharded gradients and
+# Adam's two moments: 4 + 4 + 8 bytes per parameter of the shard; the bf16 weights exist only while gathered.
+FULLY_SHARDED_ADAM = StatePrecision(weight=4, gradient=4, optimizer=8)
 
 
 def single_dtype_state(element_bytes: int, *, adam: bool) -> StatePrecision:

@@ -7,8 +7,9 @@ routed ``top_k`` ways and it serves as many routed tokens as it sends), plus the
 
 Communication charged inside F and B (Megatron-LM does not overlap these by default):
 
-- TP with sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2, Fig. 5): per sublayer (mixer, MLP) one
-  all-gather and one reduce-scatter of the ``tokens/cp x hidden`` activation in F, the same two in B; the
+- TP with sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2, Fig. 5): per sublayer (mixer, dense MLP, an
+  MoE's shared experts) one all-gather and one reduce-scatter of the ``tokens/cp x hidden`` activation in F, the
+  same two in B; the
   vocabulary-parallel embedding reduce-scatters its output and the head all-gathers its input. A ring
   all-gather or reduce-scatter moves ``(t-1)/t`` of the buffer per GPU at the group's bus bandwidth (NCCL).
   With ``CostOptions.overlap_tp`` (Megatron-Core's ``--tp-comm-overlap``: Transformer Engine's userbuffers split
@@ -23,8 +24,17 @@ Communication charged inside F and B (Megatron-LM does not overlap these by defa
   and values all-gathered in F and their gradients reduce-scattered in B, not overlapped. Linear
   attention and SSM mixers pass their recurrent state along the ring (not overlapped).
 - EP (Megatron-Core's all-to-all token dispatcher; DeepSeek-V3 report, Sec. 3.2.2): dispatch and combine
-  all-to-alls of ``top_k`` copies of each local token in F, and again in B; the part bound for GPUs
-  outside the NVLink domain goes over the GPU's NIC, the rest over NVLink.
+  all-to-alls of ``top_k`` copies of each local (sequence-parallel) token in F, and again in B; the part bound for
+  GPUs outside the NVLink domain goes over the GPU's NIC, the rest over NVLink. With expert TP (``etp`` > 1) the
+  dispatcher then all-gathers the received tokens over the ETP group and the combine reduce-scatters the experts'
+  output (``MoEAlltoAllTokenDispatcher``'s ``gather_from_sequence_parallel_region`` over the expert-TP group).
+  Without EP, Megatron's all-gather dispatcher gathers the ``tokens/cp x hidden`` states over the ETP group and
+  reduce-scatters the output, as a dense MLP's sequence parallelism does.
+- Full sharding (``sharding`` ``full``; ZeRO-3, Rajbhandari et al. 2020, Sec. 7.2.2: 1.5x the data-parallel volume
+  of an all-reduce): each layer's bf16 weights all-gathered before its forward and again before its backward, its
+  gradients reduce-scattered after its backward, every micro-batch (FSDP2 with gradient accumulation, resharding
+  after the forward); FSDP2 prefetches the next layer's gather while this one computes, so each pass is charged
+  only what its collectives outlast the layer's compute. Nothing is left to the step's end but the optimizer.
 
 Recomputation (Korthikanti et al. 2022, Sec. 5; Megatron's ``--recompute-granularity``): ``full`` runs each
 layer's forward (with its TP/CP/EP communication) again before its backward; ``selective`` recomputes the
@@ -58,6 +68,7 @@ from planner.cost.work import Kernel
 from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig
 from planner.parallel.mapping import GroupSpan, RankMapping
+from planner.parallel.memory import held_parameters
 from planner.parallel.params import LayerParams, layer_params
 from planner.spec.model import AttentionMixer, LayerSpec, ModelSpec, MoEMLP
 
@@ -118,10 +129,22 @@ class LayerWork:
     params: LayerParams
 
 
-def _pass_time(kernels: tuple[Kernel, ...], cluster: ClusterSpec) -> PassTime:
-    rate, bandwidth = compute_rate_flops_per_ms(cluster.device), bandwidth_bytes_per_ms(cluster.device)
-    return PassTime(sum(max((k.flops + k.recomputed_flops) / rate, k.bytes / bandwidth) for k in kernels),
-                    len(kernels))
+def _pass_time(kernels: tuple[Kernel, ...], cluster: ClusterSpec, precision: str = "bf16") -> PassTime:
+    """Under ``precision`` ``fp8`` the GEMMs Transformer Engine covers run at the FP8 peak, each after a cast
+    kernel of its own (``planner.cost.primitives.FP8_CAST_TRANSPOSE_BYTES``)."""
+    device = cluster.device
+    rate, bandwidth = compute_rate_flops_per_ms(device), bandwidth_bytes_per_ms(device)
+    fp8_rate = compute_rate_flops_per_ms(device, fp8=True) if precision == "fp8" else 0.0
+    total, count = 0.0, len(kernels)
+    for k in kernels:
+        if fp8_rate and k.fp8:
+            total += max((k.flops + k.recomputed_flops) / fp8_rate, k.bytes / bandwidth)
+            if k.fp8_cast_bytes:
+                total += k.fp8_cast_bytes / bandwidth
+                count += 1
+        else:
+            total += max((k.flops + k.recomputed_flops) / rate, k.bytes / bandwidth)
+    return PassTime(total, count)
 
 
 def _materialised_scores(mixer: AttentionMixer, microbatch_size: int, seq_len: int, core) -> tuple:
@@ -140,8 +163,9 @@ def _materialised_scores(mixer: AttentionMixer, microbatch_size: int, seq_len: i
 
 @lru_cache(maxsize=64)
 def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_len: int,
-               flash_attention: bool = True) -> tuple[LayerWork, ...]:
-    """Every layer's work at ``microbatch_size x seq_len`` tokens (distinct layers costed once)."""
+               flash_attention: bool = True, precision: str = "bf16") -> tuple[LayerWork, ...]:
+    """Every layer's work at ``microbatch_size x seq_len`` tokens (distinct layers costed once), its GEMMs in
+    ``precision`` (``_pass_time``)."""
     sized = replace(spec, micro_batch_size=microbatch_size, seq_len=seq_len)
     dtype_bytes = DTYPE_BYTES[spec.dtype]
     params = layer_params(spec)
@@ -165,8 +189,9 @@ def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_
                                    activation_bytes=cost.activation_bytes + extra_bytes)
             kernels = cost.forward + cost.backward_input + cost.backward_weight
             by_layer[layer] = LayerWork(
-                forward=_pass_time(cost.forward, cluster), backward_input=_pass_time(cost.backward_input, cluster),
-                backward_weight=_pass_time(cost.backward_weight, cluster), attention_core_ms=core_ms,
+                forward=_pass_time(cost.forward, cluster, precision),
+                backward_input=_pass_time(cost.backward_input, cluster, precision),
+                backward_weight=_pass_time(cost.backward_weight, cluster, precision), attention_core_ms=core_ms,
                 model_flops=cost.model_flops(), recomputed_flops=sum(k.recomputed_flops for k in kernels),
                 forward_flops=sum(k.flops for k in cost.forward), activation_bytes=cost.activation_bytes,
                 params=layer_param)
@@ -269,50 +294,52 @@ class LayerTime:
 
 
 def _sublayers(layer: LayerSpec) -> int:
+    """The layer's sequence-parallel regions, each an all-gather in and a reduce-scatter out over TP: the mixer, a
+    dense MLP and an MoE's shared experts; the routed experts are reached by the token dispatcher instead."""
     if layer.kind in ("embedding", "head"):
         return 1
-    return (layer.mixer is not None) + (layer.mlp is not None)
+    mlp = layer.mlp
+    return (layer.mixer is not None) + (mlp is not None and (not isinstance(mlp, MoEMLP) or mlp.num_shared_experts > 0))
 
 
 def layer_comm_ms(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config: ParallelConfig,
-                  mapping: RankMapping, seq_len: int, cp_comm: str = "p2p", overlap_tp: bool = False
-                  ) -> tuple[float, float]:
-    """(F, B) communication of one layer for one micro-batch on one GPU, exposed time only; ``cp_comm`` and
-    ``overlap_tp`` as ``CostOptions``'."""
-    return _comm_totals(layer_comm_parts(layer, work, spec, config, mapping, seq_len, cp_comm, overlap_tp))
+                  mapping: RankMapping, seq_len: int, options: CostOptions = CostOptions()) -> tuple[float, float]:
+    """(F, B) communication of one layer for one micro-batch on one GPU, exposed time only."""
+    return _comm_totals(layer_comm_parts(layer, work, spec, config, mapping, seq_len, options))
 
 
 def _comm_totals(parts: dict[str, tuple[float, float]]) -> tuple[float, float]:
     return sum(forward for forward, _ in parts.values()), sum(backward for _, backward in parts.values())
 
 
-COMM_AXES = ("tp", "cp", "ep")
+COMM_AXES = ("tp", "cp", "ep", "dp")
 
 
 def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config: ParallelConfig,
-                     mapping: RankMapping, seq_len: int, cp_comm: str = "p2p", overlap_tp: bool = False
+                     mapping: RankMapping, seq_len: int, options: CostOptions = CostOptions()
                      ) -> dict[str, tuple[float, float]]:
-    """``layer_comm_ms`` by parallel axis: ``{"tp": (F, B), "cp": (F, B), "ep": (F, B)}``."""
+    """``layer_comm_ms`` by parallel axis: ``{"tp": (F, B), "cp": (F, B), "ep": (F, B), "dp": (F, B)}`` (``dp``:
+    full sharding's gathers and reductions, module doc)."""
     dtype_bytes = DTYPE_BYTES[spec.dtype]
     tokens = config.microbatch_size * seq_len
     hidden_bytes = tokens / config.cp * spec.hidden_size * dtype_bytes
     parts = {axis: (0.0, 0.0) for axis in COMM_AXES}
+    shards = config.tp * config.cp
+    forward_compute = work.forward.roofline_ms / shards
+    backward_compute = (work.backward_input.roofline_ms + work.backward_weight.roofline_ms) / shards
     if config.tp > 1:
         block = layer.kind not in ("embedding", "head")
         collectives = 2 * _sublayers(layer) if block else 1
         tp_ms = collectives * ring_collective_ms(hidden_bytes, mapping.span("tp"))
-        if overlap_tp and block:   # hidden behind the block's GEMMs of the same pass (module doc)
-            shards = config.tp * config.cp
-            forward_gemms = work.forward.roofline_ms / shards
-            backward_gemms = (work.backward_input.roofline_ms + work.backward_weight.roofline_ms) / shards
-            parts["tp"] = (max(0.0, tp_ms - forward_gemms), max(0.0, tp_ms - backward_gemms))
+        if options.overlap_tp and block:   # hidden behind the block's GEMMs of the same pass (module doc)
+            parts["tp"] = (max(0.0, tp_ms - forward_compute), max(0.0, tp_ms - backward_compute))
         else:
             parts["tp"] = (tp_ms, tp_ms)
     forward = backward = 0.0
     if config.cp > 1 and layer.mixer is not None:
         cp_group = mapping.span("cp")
         mixer = layer.mixer
-        if isinstance(mixer, AttentionMixer) and cp_comm == "allgather":
+        if isinstance(mixer, AttentionMixer) and options.cp_comm == "allgather":
             # each gathered buffer whole: MLA's latents (and shared rotary key), else keys and values (the rank's
             # heads of them under TP), one all-gather each in F and one reduce-scatter each in B
             if mixer.kv_lora_rank:
@@ -335,29 +362,45 @@ def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config:
             forward += (config.cp - 1) * point_to_point_ms(state, cp_group)
             backward += (config.cp - 1) * point_to_point_ms(state, cp_group)
     parts["cp"] = (forward, backward)
-    if config.ep > 1 and isinstance(layer.mlp, MoEMLP):
+    if isinstance(layer.mlp, MoEMLP) and config.ep > 1:
         routed = tokens / (config.tp * config.cp) * layer.mlp.top_k * spec.hidden_size * dtype_bytes
         exchange = 2 * all_to_all_ms(routed, mapping.span("ep"))   # dispatch and combine
+        # the expert TP group gathers what its ranks received and reduce-scatters the experts' output
+        exchange += 2 * ring_collective_ms(routed * config.etp, mapping.span("etp"))
         parts["ep"] = (exchange, exchange)
+    elif isinstance(layer.mlp, MoEMLP) and config.etp > 1:
+        # no EP: Megatron's all-gather dispatcher, the sequence-parallel hidden states gathered over the expert TP
+        # group and the output reduce-scattered, as a dense MLP's
+        exchange = 2 * ring_collective_ms(hidden_bytes, mapping.span("etp"))
+        parts["ep"] = (exchange, exchange)
+    if config.sharding == "full" and work.params.total:
+        # FSDP2: the layer's bf16 weights gathered before F and again before B, its gradients reduce-scattered after
+        # B, each group of its parameters over the ranks that shard them; prefetched, so hidden behind the layer's
+        # compute of the same pass (torchtitan's per-block fully_shard)
+        dense, expert = held_parameters([work.params], config)
+        gather = (ring_collective_ms(dense * 2, mapping.span("dpcp"))
+                  + ring_collective_ms(expert * 2, mapping.span("edp")))
+        reduce = (ring_collective_ms(dense * options.grad_reduce_bytes, mapping.span("dpcp"))
+                  + ring_collective_ms(expert * options.grad_reduce_bytes, mapping.span("edp")))
+        parts["dp"] = (max(0.0, gather - forward_compute), max(0.0, gather + reduce - backward_compute))
     return parts
 
 
 def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, mapping: RankMapping,
                 seq_len: int, recompute: list[str], options: CostOptions = CostOptions()) -> list[LayerTime]:
     """Every layer of ``spec`` on one GPU under ``config``; ``recompute[i]`` is layer i's mode."""
-    works = layer_work(spec, cluster, config.microbatch_size, seq_len, options.flash_attention)
+    works = layer_work(spec, cluster, config.microbatch_size, seq_len, options.flash_attention, config.precision)
     shards = config.tp * config.cp
     overhead_ms = cluster.device.kernel_overhead_us * 1e-3
     dtype_bytes = DTYPE_BYTES[spec.dtype]
     output_bytes = config.microbatch_size * seq_len * spec.hidden_size * dtype_bytes / shards
-    comm_cache: dict[LayerSpec, dict[str, tuple[float, float]]] = {}
+    comm_cache: dict[LayerSpec, tuple] = {}
     result = []
     for layer, work, mode in zip(spec.layers, works, recompute):
         if layer not in comm_cache:
-            comm_cache[layer] = layer_comm_parts(layer, work, spec, config, mapping, seq_len, options.cp_comm,
-                                                 options.overlap_tp)
-        comm = comm_cache[layer]
-        comm_forward, comm_backward = _comm_totals(comm)
+            parts = layer_comm_parts(layer, work, spec, config, mapping, seq_len, options)
+            comm_cache[layer] = (_comm_totals(parts), tuple((axis, f + b) for axis, (f, b) in parts.items()))
+        (comm_forward, comm_backward), comm_ms = comm_cache[layer]
         forward = work.forward.on(shards, overhead_ms) + comm_forward
         recomputes = mode == "full" and layer.kind not in ("embedding", "head")
         backward_input = work.backward_input.on(shards, overhead_ms) + comm_backward + (forward if recomputes else 0.0)
@@ -371,7 +414,7 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
                                 backward_weight=work.backward_weight.on(shards, overhead_ms),
                                 executed_flops=executed / shards, activation_bytes=activation,
                                 output_bytes=4 if layer.kind == "head" else output_bytes,
-                                comm_ms=tuple((axis, f + b) for axis, (f, b) in comm.items()),
+                                comm_ms=comm_ms,
                                 recompute_ms=forward if recomputes else 0.0))
     return result
 
@@ -380,12 +423,15 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
 
 def data_parallel_ms(dense_params: float, expert_params: float, config: ParallelConfig, mapping: RankMapping,
                      options: CostOptions) -> tuple[float, float]:
-    """(gradient reduction, parameter gather) of one GPU's parameters at the step's end, before any overlap."""
+    """(gradient reduction, parameter gather) of one GPU's parameters at the step's end, before any overlap; none
+    with full sharding, which gathers and reduces layer by layer (``layer_comm_parts``)."""
+    if config.sharding == "full":
+        return 0.0, 0.0
     grad = options.grad_reduce_bytes
     dense_group, expert_group = mapping.span("dpcp"), mapping.span("edp")
     reduce_scatter = ring_collective_ms(dense_params * grad, dense_group) + ring_collective_ms(expert_params * grad,
                                                                                               expert_group)
-    if config.distributed_optimizer:
+    if config.sharding == "optimizer":
         # reduce-scatter the gradients; all-gather the updated bf16 parameters
         return reduce_scatter, (ring_collective_ms(dense_params * 2, dense_group)
                                 + ring_collective_ms(expert_params * 2, expert_group))

@@ -88,7 +88,8 @@ class Score:
     @property
     def breakdown_ms(self) -> dict[str, float]:
         """``STEP_PARTS`` in ms, summing to ``iteration_ms``."""
-        parts = {**self.pipeline_parts, "dp": self.data_parallel_ms, "optimizer": self.optimizer_ms}
+        parts = {**self.pipeline_parts, "optimizer": self.optimizer_ms}
+        parts["dp"] = parts.get("dp", 0.0) + self.data_parallel_ms   # full sharding's per layer, and the step end's
         return {part: parts.get(part, 0.0) for part in STEP_PARTS}
 
     @property
@@ -119,8 +120,14 @@ class Score:
                 "schedule": self.schedule, "chunks": self.chunks, "estimated": self.estimated,
                 "breakdown_ms": self.breakdown_ms}
 
+    def parallel_dict(self) -> dict:
+        """The configuration as plan v2's ``parallel`` writes it: with ``vpp`` where every pipeline rank holds as
+        many stages (always for Megatron's schedules; not for AdaPtis' uneven placements)."""
+        vpp = self.chunks if self.plan is None else self.plan.virtual_stages()
+        return {**self.config.to_dict(), **({"vpp": vpp} if vpp is not None else {})}
+
     def to_dict(self) -> dict:
-        return {"parallel": self.config.to_dict(), "short": self.config.short(), "predicted": self.metrics(),
+        return {"parallel": self.parallel_dict(), "short": self.config.short(), "predicted": self.metrics(),
                 "memory": [memory.to_dict() for memory in self.memory]}
 
 
@@ -160,7 +167,8 @@ def pipeline_profile(job: Job, times: list[LayerTime], params: list[LayerParams]
     layers = tuple(
         LayerProfile(name=name, kind=layer.kind, forward=time.forward, backward_input=time.backward_input,
                      backward_weight=time.backward_weight, activation_bytes=round(time.activation_bytes),
-                     output_bytes=round(time.output_bytes), param_bytes=round(2 * param.per_gpu(config.tp, config.ep)))
+                     output_bytes=round(time.output_bytes),
+                     param_bytes=round(2 * param.per_gpu(config.tp, config.ep, config.etp)))
         for name, layer, time, param in zip(names, job.model.layers, times, params))
     return Profile(model=job.model.name, device=job.cluster.device.name, layers=layers,
                    microbatch_size=config.microbatch_size, seq_len=job.seq_len, source="analytic")
@@ -249,7 +257,8 @@ def estimate(job: Job, config: ParallelConfig, chunks: int = 1) -> Score:
 
 
 def _works(job: Job, config: ParallelConfig):
-    return layer_work(job.model, job.cluster, config.microbatch_size, job.seq_len, job.options.flash_attention)
+    return layer_work(job.model, job.cluster, config.microbatch_size, job.seq_len, job.options.flash_attention,
+                      config.precision)
 
 
 def _layer_params(job: Job) -> list[LayerParams]:
@@ -322,7 +331,7 @@ def pipeline_memory_budget(job: Job, config: ParallelConfig, profile: Profile) -
     (communication buffers, the CUDA context, the recomputation workspace; any rank may hold any layer).
     ``config`` has one recomputation mode for every stage: a per-stage one belongs to a fixed partition."""
     modes = [config.recompute] * job.model.num_layers
-    fixed = (gpu_buffer_bytes(job.model, config, job.seq_len) + overhead_bytes(0.0)
+    fixed = (gpu_buffer_bytes(job.model, config, job.seq_len, _layer_params(job)) + overhead_bytes(0.0)
              + recompute_workspace_bytes(job, config, list(range(job.model.num_layers)), modes))
     with_overhead = replace(profile, layers=tuple(
         replace(layer, activation_bytes=round(layer.activation_bytes * (1 + ALLOCATOR_OVERHEAD)))

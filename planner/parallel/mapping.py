@@ -5,9 +5,9 @@ tensor-parallel rank varies fastest, then context, then data, then pipeline, so
 ``rank = tp_rank + tp·(cp_rank + cp·(dp_rank + dp·pp_rank))``, and rank r runs on device r of the cluster
 (devices are numbered node-major). A TP group is then ``tp`` consecutive GPUs — inside one NVLink domain
 whenever ``tp`` divides the domain — and a pipeline neighbour is ``tp·cp·dp`` ranks away. Expert
-parallelism re-slices the same ``cp x dp`` ranks of a pipeline stage for the MoE layers (expert TP = ``tp``):
-the ``ep`` consecutive (cp, dp) positions form an EP group, so an EP group spans ``tp·ep`` consecutive GPUs
-with stride ``tp``.
+parallelism re-slices the same ``tp x cp x dp`` ranks of a pipeline stage for the MoE layers as ``etp x ep x
+expert dp``, etp fastest (Megatron-Core's MoE parallel folding; ``etp`` = ``tp`` by default): an EP group is ``ep``
+GPUs ``etp`` apart and spans ``etp·ep`` consecutive GPUs.
 """
 
 from __future__ import annotations
@@ -74,10 +74,12 @@ class RankMapping:
         return self.config.rank_of(tp=tp, cp=cp, dp=dp, pp=pp)
 
     def span(self, group: str) -> GroupSpan:
-        """The TP, CP, DP, EP, expert-DP (``edp``) or PP group of rank 0 (all groups of a kind look alike)."""
+        """The TP, CP, DP, EP, expert-TP (``etp``), expert-DP (``edp``) or PP group of rank 0 (all groups of a kind
+        look alike)."""
         c = self.config
         size, stride = {"tp": (c.tp, 1), "cp": (c.cp, c.tp), "dp": (c.dp, c.tp * c.cp),
-                        "dpcp": (c.dp * c.cp, c.tp), "ep": (c.ep, c.tp), "edp": (c.expert_dp, c.tp * c.ep),
+                        "dpcp": (c.dp * c.cp, c.tp), "ep": (c.ep, c.etp), "etp": (c.etp, 1),
+                        "edp": (c.expert_dp, c.etp * c.ep),
                         "pp": (c.pp, c.tp * c.cp * c.dp)}[group]
         return GroupSpan(group, size, _members_per_domain(size, stride, self.cluster.domain_size),
                          self.cluster.intra_node, self.cluster.inter_node)
@@ -95,5 +97,5 @@ class RankMapping:
         count = self.config.num_gpus if limit is None else min(limit, self.config.num_gpus)
         return {"order": "tp-cp-dp-pp", "gpus_per_node": self.cluster.devices_per_node,
                 "nvlink_domain": self.cluster.domain_size,
-                "groups": {name: self.span(name).to_dict() for name in ("tp", "cp", "dp", "ep", "edp", "pp")},
+                "groups": {name: self.span(name).to_dict() for name in ("tp", "cp", "dp", "ep", "etp", "edp", "pp")},
                 "ranks": [self.coordinate(rank) for rank in range(count)]}

@@ -3,7 +3,7 @@
 The split follows Megatron-LM's ``megatron/training/theoretical_memory_usage.py``
 (``compute_weight_and_optimizer_memory``): attention, dense-MLP and shared-expert weights are TP-sharded;
 layer norms and the MoE router are replicated on every TP rank; routed experts are sharded over expert
-tensor x expert model parallelism (expert TP = TP here, Megatron-Core's default); the vocabulary
+tensor x expert model parallelism (expert TP ``etp``, TP by default as in Megatron-Core); the vocabulary
 embedding and the output layer are TP-sharded (vocab-parallel). With tied embeddings the first and the last
 pipeline stage each hold the table (Megatron keeps a copy on both and all-reduces its gradient).
 """
@@ -26,9 +26,9 @@ class LayerParams:
     def total(self) -> int:
         return self.tp_sharded + self.replicated + self.expert
 
-    def per_gpu(self, tp: int, ep: int) -> float:
-        """Parameters one GPU holds of this layer."""
-        return self.tp_sharded / tp + self.replicated + self.expert / (tp * ep)
+    def per_gpu(self, tp: int, ep: int, etp: int) -> float:
+        """Parameters one GPU holds of this layer under TP, EP and expert TP."""
+        return self.tp_sharded / tp + self.replicated + self.expert / (etp * ep)
 
 
 def _replicated_and_expert(layer: LayerSpec, hidden: int) -> tuple[int, int]:

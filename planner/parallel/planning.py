@@ -4,8 +4,9 @@
 and a ``ClusterSpec`` or a cluster preset name (``h100-sxm-1024x8``), and returns a
 ``planner.parallel.search.HybridResult``; ``HybridResult.to_dict()`` is plain JSON::
 
-    {"best": {"parallel": {tp, cp, pp, dp, ep, microbatch_size, num_microbatches, recompute,
-                           distributed_optimizer},
+    {"best": {"parallel": {tp, cp, pp, dp, ep, etp (only where it differs from tp), microbatch_size,
+                           num_microbatches, recompute, sharding, precision, vpp (where every rank holds as many
+                           stages)},
               "short": "TP8 CP1 PP4 DP32 EP1 mbs1 m56 full ZeRO-1",
               "predicted": {iteration_ms, pipeline_ms, data_parallel_exposed_ms, optimizer_ms, tokens_per_s, mfu,
                             hardware_tflops_per_gpu, peak_memory_bytes, fits, schedule, chunks, estimated,
@@ -38,7 +39,8 @@ from planner.cluster import ClusterSpec, load_cluster_preset
 from planner.errors import SpecError
 from planner.parallel.cost import CostOptions
 from planner.parallel.evaluate import Job, plan_pipeline, score_plan
-from planner.parallel.search import PIN_KEYS, HybridResult, SearchCancelled, check_job, check_memory
+from planner.parallel.search import (PIN_KEYS, HybridResult, SearchCancelled, check_job, check_memory,
+                                     normalized_pins)
 from planner.parallel.search import search as search_configuration
 from planner.plan import Plan
 from planner.profile import Profile
@@ -58,7 +60,7 @@ def check(model: ModelSpec | str, cluster: ClusterSpec | str, gpus: int, seq_len
     configuration that fits in memory), without searching."""
     job = Job(model=_model(model), cluster=_cluster(cluster), gpus=gpus, seq_len=seq_len, global_batch=global_batch,
               options=options)
-    pins = dict(pins or {})
+    pins = normalized_pins(pins)
     check_job(job, pins)
     check_memory(job, pins)
 

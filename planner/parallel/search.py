@@ -17,6 +17,7 @@ Everything the web needs comes out of ``HybridResult.to_dict()`` as plain JSON v
 from __future__ import annotations
 
 import time
+import itertools
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -25,15 +26,18 @@ from planner.cluster import ClusterSpec
 from planner.errors import SpecError
 from planner.layout import layer_codes_from_spec, plan_layout_string
 from planner.limits import bounds
-from planner.parallel.config import DEGREES, RECOMPUTE_MODES, ParallelConfig
+from planner.parallel.config import DEGREES, PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES, ParallelConfig
 from planner.parallel.cost import CostOptions
 from planner.parallel.evaluate import Job, Score, estimate, pipeline_memory_budget, score_plan, shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.spec.model import AttentionMixer, LinearAttentionMixer, Mamba2Mixer, ModelSpec, MoEMLP
 
-PIN_KEYS = DEGREES + ("microbatch_size", "recompute", "distributed_optimizer", "vpp")
+PIN_KEYS = DEGREES + ("etp", "microbatch_size", "recompute", "sharding", "precision", "vpp", "distributed_optimizer")
 MICROBATCH_SIZES = (1, 2, 4, 8)
 SEARCHED_RECOMPUTE = ("none", "full")   # selective equals none under FlashAttention (planner.parallel.cost)
+# no sharding moves more bytes than ZeRO-1 (an fp32 all-reduce against an fp32 reduce-scatter and a bf16 all-gather)
+# and keeps more, so it never wins: searched only when pinned
+SEARCHED_SHARDING = ("optimizer", "full")
 MAX_CHUNKS = 4
 PARTIAL_RECOMPUTE_TRIES = 16            # fully recomputed configurations tried with recomputation on fewer ranks
 SIMULATED = 4                           # configurations simulated after the closed form
@@ -118,11 +122,31 @@ def _blocks(model: ModelSpec) -> int:
     return sum(1 for layer in model.layers if layer.kind not in ("embedding", "head"))
 
 
+def normalized_pins(pins: dict | None) -> dict:
+    """``pins`` with the older ``distributed_optimizer`` (true: ``sharding`` ``optimizer``, false: ``none``) said as
+    ``sharding``, which it must agree with when both are given."""
+    pins = dict(pins or {})
+    if "distributed_optimizer" in pins:
+        legacy = pins.pop("distributed_optimizer")
+        if not isinstance(legacy, bool):
+            raise SpecError("distributed_optimizer", f"must be true or false, got {legacy!r}")
+        sharding = pins.setdefault("sharding", "optimizer" if legacy else "none")
+        if (sharding == "none") == legacy:
+            raise SpecError("distributed_optimizer", f"says {legacy} but sharding is {sharding!r}; give sharding alone")
+    return pins
+
+
 def check_job(job: Job, pins: dict) -> None:
     for key in pins:
         if key not in PIN_KEYS:
             raise SpecError(key, f"cannot be pinned (pins: {', '.join(PIN_KEYS)})")
-    for key in DEGREES + ("microbatch_size", "vpp"):
+    for key, choices in (("sharding", SHARDING_MODES), ("precision", PRECISIONS)):
+        if key in pins and pins[key] not in choices:
+            raise SpecError(key, f"must be one of {', '.join(choices)}, got {pins[key]!r}")
+    if pins.get("precision") == "fp8" and not job.cluster.device.fp8_tflops:
+        raise SpecError("precision", f"fp8 needs FP8 tensor cores; {job.cluster.device.name} has none (H100, H200, "
+                                     f"H800, B200 and MI300X have)")
+    for key in DEGREES + ("etp", "microbatch_size", "vpp"):
         if key in pins and (isinstance(pins[key], bool) or not isinstance(pins[key], int) or pins[key] < 1):
             raise SpecError(key, f"must be an integer >= 1, got {pins[key]!r}")
     vpp, pp = pins.get("vpp", 1), pins.get("pp")
@@ -130,8 +154,6 @@ def check_job(job: Job, pins: dict) -> None:
         raise SpecError("vpp", f"{vpp} virtual stages on each of {pp} pipeline ranks need a pipeline of "
                                f"{pp * vpp} stages of a block or more; {job.model.name} has {_blocks(job.model)} blocks"
                         if pp > 1 else f"{vpp} virtual stages per rank need pp > 1 (pinned pp 1)")
-    if "distributed_optimizer" in pins and not isinstance(pins["distributed_optimizer"], bool):
-        raise SpecError("distributed_optimizer", f"must be true or false, got {pins['distributed_optimizer']!r}")
     for key, value in (("gpus", job.gpus), ("seq_len", job.seq_len), ("global_batch", job.global_batch)):
         limit = int(bounds(key)[1])  # planner.limits, the one table of input limits
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
@@ -146,6 +168,10 @@ def check_job(job: Job, pins: dict) -> None:
     experts = _num_experts(job.model)
     if pins.get("ep", 1) > 1 and (not experts or experts % pins["ep"]):
         raise SpecError("ep", f"must divide the number of experts ({experts}), got {pins['ep']}")
+    if "etp" in pins and not experts:
+        raise SpecError("etp", f"expert tensor parallelism needs MoE layers; {job.model.name} has none")
+    if pins.get("etp", 1) > 1 and _expert_tp_limit(job.model, pins["etp"]):
+        raise SpecError("etp", f"{pins['etp']} cannot split the experts: {_expert_tp_limit(job.model, pins['etp'])}")
     if "pp" in pins and pins["pp"] > _blocks(job.model):
         raise SpecError("pp", f"{job.model.name} has {_blocks(job.model)} blocks, fewer than pp {pins['pp']}")
     _check_pins_split(job, pins)
@@ -165,9 +191,11 @@ def _check_pins_split(job: Job, pins: dict) -> None:
                                      f"{named} = {product} does not")
     if len(pinned) == 4 and product != job.gpus:
         raise SpecError("dp", f"tp x cp x pp x dp = {product} must equal gpus ({job.gpus})")
-    if "dp" in pins and "cp" in pins and "ep" in pins and (pins["dp"] * pins["cp"]) % pins["ep"]:
-        raise SpecError("ep", f"expert parallelism is carved out of dp x cp ({pins['dp']} x {pins['cp']}) and must "
-                              f"divide it, got {pins['ep']}")
+    if all(key in pins for key in ("tp", "dp", "cp", "ep")):
+        stage, etp = pins["tp"] * pins["dp"] * pins["cp"], pins.get("etp", pins["tp"])
+        if stage % (etp * pins["ep"]):
+            raise SpecError("ep", f"the experts re-slice a stage's tp x cp x dp = {stage} GPUs as etp x ep x expert "
+                                  f"dp; etp {etp} x ep {pins['ep']} does not divide them")
     per_step = pins.get("dp", 1) * pins.get("microbatch_size", 1)
     if job.global_batch % per_step:
         named = " x ".join(f"{name} {pins[name]}" for name in ("dp", "microbatch_size") if name in pins)
@@ -185,7 +213,9 @@ def check_memory(job: Job, pins: dict) -> None:
     for config, _ in candidates(job, {"vpp": 1, **pins}):
         if "recompute" not in pins and config.recompute != "full":
             continue
-        key = (config.tp, config.cp, config.pp, config.dp, config.ep)
+        if "sharding" not in pins and config.sharding != "full":
+            continue
+        key = (config.tp, config.cp, config.pp, config.dp, config.ep, config.etp)
         if key not in frugal or config.microbatch_size < frugal[key].microbatch_size:
             frugal[key] = config
     if not frugal:
@@ -211,8 +241,9 @@ def candidates(job: Job, pins: dict) -> list[tuple[ParallelConfig, int]]:
     """Every (configuration, chunks) the job allows under ``pins``."""
     model, gpus = job.model, job.gpus
     domain = job.cluster.domain_size
-    experts = _num_experts(model)
     found = []
+    shardings = [pins["sharding"]] if "sharding" in pins else SEARCHED_SHARDING
+    precision = pins.get("precision", "bf16")   # FP8 changes the numerics: the user's recipe, never chosen for them
     tps = [pins["tp"]] if "tp" in pins else [tp for tp in _powers_of_two(domain)
                                             if not tensor_parallel_limit(model, tp)]
     cps = [pins["cp"]] if "cp" in pins else [cp for cp in _powers_of_two(16) if cp == 1 or (job.seq_len % (2 * cp) == 0
@@ -229,24 +260,45 @@ def candidates(job: Job, pins: dict) -> list[tuple[ParallelConfig, int]]:
                 dp = rest // pp
                 if "dp" in pins and pins["dp"] != dp:
                     continue
-                eps = [pins["ep"]] if "ep" in pins else (
-                    [ep for ep in _divisors(dp * cp) if experts % ep == 0] if experts else [1])
-                for ep in eps:
-                    if (dp * cp) % ep:
-                        continue
+                for etp, ep in _expert_splits(model, tp, cp, dp, pins):
                     sizes = [pins["microbatch_size"]] if "microbatch_size" in pins else MICROBATCH_SIZES
                     for size in sizes:
                         if job.global_batch % (size * dp):
                             continue
                         microbatches = job.global_batch // (size * dp)
                         modes = [pins["recompute"]] if "recompute" in pins else SEARCHED_RECOMPUTE
-                        for mode in modes:
-                            config = ParallelConfig(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, microbatch_size=size,
-                                                    num_microbatches=microbatches, recompute=mode,
-                                                    distributed_optimizer=pins.get("distributed_optimizer", True))
+                        for mode, sharding in itertools.product(modes, shardings):
+                            config = ParallelConfig(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, microbatch_size=size,
+                                                    num_microbatches=microbatches, recompute=mode, sharding=sharding,
+                                                    precision=precision)
                             for chunks in _chunk_choices(pp, _blocks(model), microbatches, pins):
                                 found.append((config, chunks))
     return found
+
+
+def _expert_splits(model: ModelSpec, tp: int, cp: int, dp: int, pins: dict) -> list[tuple[int, int]]:
+    """(etp, ep) the experts of a stage of ``tp x cp x dp`` GPUs may take: expert TP ``tp`` (Megatron's default) or
+    1 (MoE parallel folding: the experts unsplit, EP over the TP ranks too), EP any divisor of what is left that
+    divides the experts; (tp, 1) for a dense model."""
+    experts = _num_experts(model)
+    if not experts:
+        return [(tp, 1)]
+    etps = [pins["etp"]] if "etp" in pins else sorted({tp, 1} - ({tp} if _expert_tp_limit(model, tp) else set()))
+    splits = []
+    for etp in etps:
+        if (tp * cp * dp) % etp:
+            continue
+        eps = [pins["ep"]] if "ep" in pins else [ep for ep in _divisors(tp * cp * dp // etp) if experts % ep == 0]
+        splits += [(etp, ep) for ep in eps if (tp * cp * dp) % (etp * ep) == 0]
+    return splits
+
+
+def _expert_tp_limit(model: ModelSpec, etp: int) -> str | None:
+    """Why ``etp`` cannot split every expert by its intermediate width, or None."""
+    for layer in model.layers:
+        if isinstance(layer.mlp, MoEMLP) and layer.mlp.expert_intermediate_size % etp:
+            return f"experts {layer.mlp.expert_intermediate_size} wide"
+    return None
 
 
 def _chunk_choices(pp: int, blocks: int, microbatches: int, pins: dict) -> list[int]:
@@ -274,15 +326,16 @@ def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, glob
            progress: Progress | None = None, cancel: Cancel | None = None) -> HybridResult:
     """The best hybrid-parallel plan for ``model`` on ``gpus`` GPUs of ``cluster``.
 
-    ``pins`` fixes any of ``tp``, ``cp``, ``pp``, ``dp``, ``ep``, ``microbatch_size``, ``recompute``,
-    ``distributed_optimizer`` and ``vpp`` (virtual pipeline stages per pipeline rank, Megatron's interleaving: 1 for
-    1F1B, 2+ interleaved; pinned, the AdaPtis refinement is left out, as its plans are no interleaving of that degree).
+    ``pins`` fixes any of ``tp``, ``cp``, ``pp``, ``dp``, ``ep``, ``etp``, ``microbatch_size``, ``recompute``,
+    ``sharding`` (or the older ``distributed_optimizer``), ``precision`` (bf16 unless pinned: FP8 is a recipe the user
+    chooses) and ``vpp`` (virtual pipeline stages per pipeline rank, Megatron's interleaving: 1 for 1F1B, 2+
+    interleaved; pinned, the AdaPtis refinement is left out, as its plans are no interleaving of that degree).
     Raises ``SpecError`` naming the field when the input is invalid or no configuration fits in memory.
     ``cancel`` is asked between configurations: once it answers True the search stops and returns the best
     plan simulated so far (``stats["cancelled"]``), or raises ``SearchCancelled`` when none was yet.
     """
     started = time.monotonic()
-    pins = dict(pins or {})
+    pins = normalized_pins(pins)
     job = Job(model=model, cluster=cluster, gpus=gpus, seq_len=seq_len, global_batch=global_batch, options=options)
     check_job(job, pins)
     report = progress or (lambda fraction, message: None)

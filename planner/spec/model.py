@@ -8,7 +8,7 @@ consecutive identical layers may be written once with ``"repeat": n``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Union
 
 from planner.errors import SpecError
@@ -208,8 +208,29 @@ Mixer = Union[AttentionMixer, LinearAttentionMixer, MambaMixer, Mamba2Mixer]
 MLP = Union[DenseMLP, MoEMLP]
 
 
+class HashedOnce:
+    """A frozen dataclass whose hash is computed once: models and their layers key every cost cache (a search
+    looks them up millions of times), and hashing one walks all its layers. The cached hash is not pickled: string
+    hashes differ between interpreters."""
+
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, item.name) for item in fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict:
+        return {key: value for key, value in self.__dict__.items() if key != "_hash"}
+
+    def __setstate__(self, state: dict) -> None:
+        for key, value in state.items():
+            object.__setattr__(self, key, value)
+
+
 @dataclass(frozen=True)
-class LayerSpec:
+class LayerSpec(HashedOnce):
+    __hash__ = HashedOnce.__hash__   # in the body, so that dataclass keeps it
     kind: str
     mixer: Mixer | None = None
     mlp: MLP | None = None
@@ -237,7 +258,8 @@ class LayerSpec:
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(HashedOnce):
+    __hash__ = HashedOnce.__hash__
     name: str
     hidden_size: int
     vocab_size: int

@@ -250,8 +250,10 @@
     if (parallel) {
       document.querySelectorAll("[data-degree]").forEach(function (input) {
         const key = input.dataset.degree;
-        if (input.type === "checkbox") input.checked = Boolean(parallel[key]);
-        else input.value = typeof parallel[key] === "string" ? parallel[key] : parallel[key];
+        // expert TP is written only where it differs from TP
+        const value = key === "etp" && parallel.etp === undefined ? parallel.tp : parallel[key];
+        if (input.type === "checkbox") input.checked = Boolean(value);
+        else input.value = value;
       });
     }
     $("#undo").disabled = undoStack.length === 0;
@@ -294,6 +296,8 @@
     doc.meta = doc.meta || {};
     delete doc.meta.baseline;
     delete doc.meta.partition;
+    // vpp says how many stages each pipeline rank holds; an edit may change that, and the server writes it anew
+    if (doc.parallel) delete doc.parallel.vpp;
     doc.meta.schedule_policy = $("#edit-policy").value;
     return doc;
   }
@@ -417,6 +421,10 @@
       doc.parallel[input.dataset.degree] = degreeValue(input);
     });
     const p = doc.parallel;
+    // expert TP left as TP follows a new TP unless it is edited itself (Megatron's default: ETP = TP, unwritten)
+    const beforeEtp = before.etp === undefined ? before.tp : before.etp;
+    if (p.etp === beforeEtp && beforeEtp === before.tp) p.etp = p.tp;
+    if (p.etp === p.tp) delete p.etp;
     const keep = $("#edit-keep").value;
     if (keep === "gpus") {
       const gpus = before.tp * before.cp * before.pp * before.dp;

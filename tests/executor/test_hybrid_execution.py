@@ -128,7 +128,7 @@ def test_tp2_pp2_with_split_backward_and_recomputation_on_a_v_shape_matches_one_
     recomputes as planned (full, selective, none, full)."""
     recompute = ("full", "selective", "none", "full")
     plan = hybrid(list_schedule([[0, 1], [2], [3, 4], [5, 6, 7, 8]], [0, 1, 1, 0], num_microbatches=3,
-                                split_backward=True), tp=2, distributed_optimizer=False, recompute=recompute)
+                                split_backward=True), tp=2, sharding="none", recompute=recompute)
     assert any(action.type == "W" for action in plan.actions[0])
     result = run_and_verify(tmp_path, plan, steps=2, optimizer="adamw")
     counts = collectives(result)
@@ -151,7 +151,7 @@ def test_tp2_pp2_with_split_backward_and_recomputation_on_a_v_shape_matches_one_
 
 
 def test_dp2_pp2_with_the_sharded_optimizer_matches_one_process(tmp_path):
-    plan = hybrid(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7, 8]], num_microbatches=3), dp=2, distributed_optimizer=True)
+    plan = hybrid(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7, 8]], num_microbatches=3), dp=2, sharding="optimizer")
     result = run_and_verify(tmp_path, plan, steps=2, optimizer="adamw")
     counts = collectives(result)
     assert all(counts[(rank, "dp_all_reduce")] == counts[(rank, "dp_optimizer_step")] == 2 for rank in range(4))
@@ -162,7 +162,7 @@ def test_ep2_dp2_pp2_with_split_backward_and_sharded_expert_state_matches_one_pr
     """Each rank holds half of every MoE layer's experts; its replica's tokens travel to them and back; every layer
     is recomputed (the balancing loss reported once)."""
     plan = hybrid(list_schedule([[0, 1], [2], [3], [4]], [0, 1, 1, 0], num_microbatches=3, split_backward=True),
-                  dp=2, ep=2, distributed_optimizer=True, recompute="full")
+                  dp=2, ep=2, sharding="optimizer", recompute="full")
     result = run_and_verify(tmp_path, plan, spec=MOE_KINDS, optimizer="adamw")
     assert all(loss is not None for loss in result.balancing_losses)
     counts = collectives(result)
@@ -181,7 +181,7 @@ def test_ep2_dp2_pp2_with_split_backward_and_sharded_expert_state_matches_one_pr
 def test_cp2_pp2_with_experts_spread_over_the_cp_ranks_matches_one_process(tmp_path):
     """Each CP rank holds two of the sequence's four chunks (causal load balancing) and gathers every rank's keys and
     values; the MoE layer's experts are spread over the same two ranks."""
-    plan = hybrid(one_f_one_b([[0, 1, 2], [3, 4]], num_microbatches=2), cp=2, ep=2, distributed_optimizer=True)
+    plan = hybrid(one_f_one_b([[0, 1, 2], [3, 4]], num_microbatches=2), cp=2, ep=2, sharding="optimizer")
     result = run_and_verify(tmp_path, plan, spec=CP_KINDS, optimizer="adamw")
     counts = collectives(result)
     # per pipeline rank and micro-batch: attention gathers keys and values in F and scatters their gradients in B, MLA
@@ -196,7 +196,7 @@ def test_cp2_pp2_with_experts_spread_over_the_cp_ranks_matches_one_process(tmp_p
 
 def test_tp2_pp2_dp2_on_eight_ranks_matches_one_process_and_folds_the_replicas(tmp_path):
     plan = hybrid(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7, 8]], num_microbatches=2), tp=2, dp=2,
-                  distributed_optimizer=True)
+                  sharding="optimizer")
     result = run_and_verify(tmp_path, plan)
     events = [event for event in result.events if event["type"] in ("action", "collective")]
     assert {event["rank"] for event in events} == set(range(8))

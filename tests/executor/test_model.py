@@ -218,3 +218,17 @@ def test_a_model_scaled_for_a_hybrid_plan_splits_over_its_axes_and_keeps_its_que
 def test_parameter_counts_match_published_model_sizes():
     assert sum(layer_parameter_counts(load_model_preset("llama-3-8b"))) == pytest.approx(8.03e9, rel=0.01)
     assert sum(layer_parameter_counts(load_model_preset("mixtral-8x7b"))) == pytest.approx(46.7e9, rel=0.01)
+
+
+def test_what_the_executor_cannot_run_it_refuses_by_name():
+    from executor.running.scope import execution_refusal
+    from planner.plan import load_plan
+
+    doc = {"format": "adaptis.plan/v2", "strategy": "1f1b", "num_devices": 1, "num_microbatches": 1,
+           "stages": [{"layers": [0], "device": 0}], "actions": [["0F0", "0B0"]],
+           "parallel": {"pp": 1, "dp": 2, "num_microbatches": 1}}
+    assert execution_refusal(load_plan(doc)) is None
+    for knob, words in (({"sharding": "full"}, "full sharding (FSDP)"), ({"precision": "fp8"}, "Transformer Engine"),
+                        ({"tp": 2, "etp": 1}, "expert TP 1 apart from TP 2")):
+        refusal = execution_refusal(load_plan({**doc, "parallel": {**doc["parallel"], **knob}}))
+        assert refusal is not None and refusal.field == "plan" and words in refusal.reason

@@ -10,8 +10,8 @@ from planner.calibrate import (action_ms, fit_collective_links, fit_run_iteratio
 from planner.cluster import Link, load_cluster_preset
 from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig
-from planner.parallel.cost import (EXECUTOR_OPTIONS, all_to_all_ms, collective_ms, layer_comm_ms, layer_work,
-                                   ring_collective_ms)
+from planner.parallel.cost import (EXECUTOR_OPTIONS, CostOptions, all_to_all_ms, collective_ms, layer_comm_ms,
+                                   layer_work, ring_collective_ms)
 from planner.parallel.mapping import RankMapping
 from planner.parallel.planning import pipeline, search
 from planner.service import calibrate_hybrid_from_run
@@ -174,7 +174,8 @@ def test_context_parallel_as_the_executor_runs_it_charges_keys_and_values_gather
     config = ParallelConfig(tp=2, cp=2, pp=1, dp=2, num_microbatches=4)
     mapping = RankMapping(config, cluster)
     work = layer_work(spec, cluster, 1, tokens)[1]
-    forward, backward = layer_comm_ms(spec.layers[1], work, spec, config, mapping, tokens, "allgather")
+    forward, backward = layer_comm_ms(spec.layers[1], work, spec, config, mapping, tokens,
+                                      CostOptions(cp_comm="allgather"))
     # sequence parallelism: an all-gather and a reduce-scatter per sublayer of this CP rank's tokens
     tp_ms = 4 * ring_collective_ms(tokens / 2 * 4096 * 2, mapping.span("tp"))
     keys = tokens * (8 / 2) * 128 * 2      # every token's keys of this TP rank's 4 of 8 key/value heads, bf16

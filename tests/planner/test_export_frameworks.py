@@ -89,13 +89,16 @@ ARGS = [
     ("--mamba-num-groups", "mamba_num_groups", int),
     ("--mamba-num-heads", "mamba_num_heads", int),
     ("--bf16", "bf16", True),
+    ("--fp8-format", "fp8", str),
+    ("--fp8-recipe", "fp8_recipe", str),
     ("--fp16", "fp16", True),
 ]
 # options that are not configuration fields: the training loop's, the GPT/Mamba model builder's
 LOOP_ARGS = [("--micro-batch-size", int), ("--global-batch-size", int), ("--seq-length", int),
              ("--use-distributed-optimizer", True), ("--group-query-attention", True),
              ("--untie-embeddings-and-output-weights", True), ("--position-embedding-type", str),
-             ("--max-position-embeddings", int), ("--hybrid-override-pattern", str)]
+             ("--max-position-embeddings", int), ("--hybrid-override-pattern", str),
+             ("--use-megatron-fsdp", True), ("--data-parallel-sharding-strategy", str)]
 
 
 def megatron_parse(argv: list[str]) -> tuple[dict, dict]:
@@ -134,6 +137,8 @@ PLANS = {   # name: (model, cluster, GPUs, sequence length, global batch, pins)
     "qwen-moe-ep": ("qwen3-30b-a3b", "h100-sxm-4x8", 32, 4096, 128, {"ep": 8, "tp": 1, "pp": 2}),
     "deepseek-mla": ("deepseek-v2-lite", "h100-sxm-2x8", 16, 4096, 128, {"ep": 4, "pp": 2}),
     "nemotron-mamba": ("nemotron-h-8b", "h100-sxm-1x8", 8, 4096, 128, {"pp": 2}),
+    "llama-fsdp-fp8": ("llama-3-8b", "h100-sxm-2x8", 16, 4096, 64,
+                       {"tp": 2, "pp": 2, "sharding": "full", "precision": "fp8"}),
 }
 
 
@@ -166,8 +171,14 @@ def test_megatron_args_build_megatron_cores_config_with_the_plans_degrees(plans,
                                                    False, 0)
     assert calculator.get() == config.num_microbatches and loop["micro_batch_size"] == config.microbatch_size
     assert loop["seq_length"] == plan.meta["seq_len"]
-    ddp = DistributedDataParallelConfig(use_distributed_optimizer=loop["use_distributed_optimizer"])
-    assert ddp.use_distributed_optimizer == config.distributed_optimizer
+    ddp = DistributedDataParallelConfig(use_distributed_optimizer=loop["use_distributed_optimizer"],
+                                        use_megatron_fsdp=loop["use_megatron_fsdp"],
+                                        data_parallel_sharding_strategy=loop["data_parallel_sharding_strategy"]
+                                        or "no_shard")
+    assert ddp.use_distributed_optimizer == (config.sharding == "optimizer")
+    assert (ddp.use_megatron_fsdp, ddp.data_parallel_sharding_strategy) == (
+        (True, "optim_grads_params") if config.sharding == "full" else (False, "no_shard"))
+    assert (built.fp8, built.fp8_recipe) == (("hybrid", "delayed") if config.precision == "fp8" else (None, "delayed"))
     blocks = [layer for layer in model.layers if layer.kind in ("decoder", "mlp")]
     if loop["hybrid_override_pattern"]:   # Megatron's hybrid model: one symbol per Megatron layer
         assert built.num_layers == len(loop["hybrid_override_pattern"]) and "M" in loop["hybrid_override_pattern"]

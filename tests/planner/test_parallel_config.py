@@ -78,12 +78,37 @@ def test_v1_plans_still_load_and_carry_no_parallel_configuration():
 
 def test_a_v2_plan_round_trips_with_its_parallel_object():
     doc = dict(V1_PLAN, format="adaptis.plan/v2",
-               parallel={"tp": 8, "cp": 1, "pp": 2, "dp": 4, "ep": 1, "microbatch_size": 1, "num_microbatches": 1,
-                         "recompute": ["full", "selective"], "distributed_optimizer": True})
+               parallel={"tp": 8, "cp": 1, "pp": 2, "dp": 4, "ep": 1, "etp": 1, "vpp": 1, "microbatch_size": 1,
+                         "num_microbatches": 1, "recompute": ["full", "selective"], "sharding": "full",
+                         "precision": "fp8"})
     plan = load_plan(json.loads(json.dumps(doc)))
     assert plan.parallel.tp == 8 and plan.parallel.recompute_of(1) == "selective"
     assert plan.to_dict()["parallel"] == doc["parallel"]
     assert plan.to_dict()["format"] == "adaptis.plan/v2"
+
+
+@pytest.mark.parametrize("legacy, sharding", [(True, "optimizer"), (False, "none"), (None, "optimizer")])
+def test_documents_without_the_new_knobs_still_load_with_what_they_meant(legacy, sharding):
+    parallel = {"tp": 2, "pp": 2, "dp": 2, "num_microbatches": 1}
+    if legacy is not None:
+        parallel["distributed_optimizer"] = legacy
+    plan = load_plan(dict(V1_PLAN, format="adaptis.plan/v2", parallel=parallel))
+    assert (plan.parallel.sharding, plan.parallel.precision, plan.parallel.etp) == (sharding, "bf16", 2)
+    assert plan.parallel.distributed_optimizer is (sharding != "none")
+    assert plan.to_dict()["parallel"]["vpp"] == 1   # V1_PLAN's one stage on each of its two devices
+
+
+@pytest.mark.parametrize("parallel, field", [
+    ({"distributed_optimizer": False, "sharding": "full"}, "parallel.distributed_optimizer"),
+    ({"sharding": "zero3"}, "parallel.sharding"),
+    ({"precision": "fp4"}, "parallel.precision"),
+    ({"vpp": 2}, "parallel.vpp"),
+    ({"dp": 2, "ep": 4, "etp": 2}, "parallel.etp"),
+])
+def test_bad_knobs_name_their_field(parallel, field):
+    with pytest.raises(SpecError) as error:
+        load_plan(dict(V1_PLAN, format="adaptis.plan/v2", parallel={"pp": 2, "num_microbatches": 1, **parallel}))
+    assert error.value.field == field
 
 
 @pytest.mark.parametrize("change, field", [

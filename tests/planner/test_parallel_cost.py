@@ -10,7 +10,7 @@ import pytest
 from planner.cluster import load_cluster_preset
 from planner.parallel.config import ParallelConfig
 from planner.parallel.cost import (CostOptions, all_to_all_ms, layer_comm_ms, layer_comm_parts, layer_times,
-                                   layer_work)
+                                   layer_work, ring_collective_ms)
 from planner.parallel.mapping import RankMapping
 from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, ModelSpec
 from planner.spec.presets import load_model_preset
@@ -72,15 +72,31 @@ def test_expert_all_to_all_goes_over_nvlink_inside_a_node_and_the_nic_outside():
 
 def test_moe_layers_charge_dispatch_and_combine_for_top_k_copies_of_the_local_tokens():
     model = load_model_preset("mixtral-8x7b")
-    config = ParallelConfig(tp=2, dp=8, ep=8)
-    mapping = RankMapping(config, H100)
     layer = model.layers[1]
     work = layer_work(model, H100, 1, 4096)[1]
-    with_ep = layer_comm_ms(layer, work, model, config, mapping, 4096)[0]
-    plain = ParallelConfig(tp=2, dp=8)
-    without_ep = layer_comm_ms(layer, work, model, plain, RankMapping(plain, H100), 4096)[0]
-    routed_bytes = 4096 / 2 * 2 * 4096 * 2              # tokens per GPU x top-2 x hidden x bf16
-    assert with_ep - without_ep == pytest.approx(2 * all_to_all_ms(routed_bytes, mapping.span("ep")))
+    routed_bytes = 4096 / 2 * 2 * 4096 * 2              # tokens per GPU (SP over TP2) x top-2 x hidden x bf16
+    hidden_bytes = 4096 * 4096 * 2                      # the micro-batch's hidden states, gathered whole
+
+    def parts(**degrees):
+        config = ParallelConfig(tp=2, dp=8, **degrees)
+        mapping = RankMapping(config, H100)
+        return layer_comm_parts(layer, work, model, config, mapping, 4096), mapping
+
+    tp_only = ring_collective_ms(hidden_bytes, RankMapping(ParallelConfig(tp=2, dp=8), H100).span("tp"))
+    # EP8 with expert TP = TP2: all-to-all dispatch and combine, then the expert-TP group gathers what it received
+    # (x2) and reduce-scatters the output; the attention's SP gathers stay on TP (Mixtral has no shared experts)
+    with_ep, mapping = parts(ep=8)
+    assert mapping.span("etp").size == 2 and mapping.span("ep").size == 8
+    assert with_ep["ep"][0] == pytest.approx(2 * all_to_all_ms(routed_bytes, mapping.span("ep"))
+                                            + 2 * ring_collective_ms(2 * routed_bytes, mapping.span("etp")))
+    assert with_ep["tp"][0] == pytest.approx(2 * tp_only)
+    # MoE parallel folding: expert TP 1, so EP8 runs over 8 GPUs one apart and nothing is gathered after it
+    folded, mapping = parts(ep=8, etp=1)
+    assert mapping.span("ep").per_domain == 8
+    assert folded["ep"][0] == pytest.approx(2 * all_to_all_ms(routed_bytes, mapping.span("ep")))
+    # no EP: the all-gather dispatcher gathers the hidden states over expert TP, as a dense MLP's SP
+    plain, mapping = parts()
+    assert plain["ep"][0] == pytest.approx(2 * tp_only)
 
 
 @pytest.mark.parametrize("run", published_runs.MEGATRON_TABLE_1, ids=lambda run: run.name)
@@ -126,7 +142,7 @@ def test_data_parallel_reduce_scatter_and_gather_cross_the_nics_and_hide_behind_
     # one GPU per node in each DP group: the ring runs at the NIC's 50 GB/s, 8 us a hop
     assert grad_ms == pytest.approx(15 / 16 * 4e9 / 50e9 * 1e3 + 15 * 8e-3)
     assert param_ms == pytest.approx(15 / 16 * 2e9 / 50e9 * 1e3 + 15 * 8e-3)
-    without_zero = data_parallel_ms(1e9, 0.0, ParallelConfig(tp=8, dp=16, distributed_optimizer=False), mapping,
+    without_zero = data_parallel_ms(1e9, 0.0, ParallelConfig(tp=8, dp=16, sharding="none"), mapping,
                                     CostOptions())
     assert without_zero == (pytest.approx(2 * grad_ms), 0.0)   # all-reduce, nothing to gather
     assert exposed_data_parallel_ms(grad_ms, param_ms, 50.0, 20.0, CostOptions()) == pytest.approx(
@@ -154,19 +170,20 @@ def test_tp_overlap_hides_a_blocks_collectives_behind_its_gemms_and_no_more():
     works = layer_work(model, H100, 1, 2048)
     block, head = model.layers[1], model.layers[-1]
     exposed = layer_comm_parts(block, works[1], model, config, mapping, 2048)["tp"]
-    hidden = layer_comm_parts(block, works[1], model, config, mapping, 2048, overlap_tp=True)["tp"]
+    hidden = layer_comm_parts(block, works[1], model, config, mapping, 2048, CostOptions(overlap_tp=True))["tp"]
     forward_gemms = works[1].forward.roofline_ms / 8
     backward_gemms = (works[1].backward_input.roofline_ms + works[1].backward_weight.roofline_ms) / 8
     assert exposed[0] > 0 and hidden == (max(0.0, exposed[0] - forward_gemms), max(0.0, exposed[1] - backward_gemms))
     # on NVLink a large block's GEMMs outlast its collectives; the head's all-gather is never overlapped
     assert hidden == (0.0, 0.0)
-    assert (layer_comm_parts(head, works[-1], model, config, mapping, 2048, overlap_tp=True)["tp"]
+    assert (layer_comm_parts(head, works[-1], model, config, mapping, 2048, CostOptions(overlap_tp=True))["tp"]
             == layer_comm_parts(head, works[-1], model, config, mapping, 2048)["tp"])
     # over a slow link the overlap hides the GEMMs' length of it and the rest stays exposed
     slow = replace(H100, intra_node=replace(H100.intra_node, bandwidth_gb_s=1.0))
     slow_mapping = RankMapping(config, slow)
     slow_exposed = layer_comm_parts(block, works[1], model, config, slow_mapping, 2048)["tp"]
-    slow_hidden = layer_comm_parts(block, works[1], model, config, slow_mapping, 2048, overlap_tp=True)["tp"]
+    slow_hidden = layer_comm_parts(block, works[1], model, config, slow_mapping, 2048,
+                                   CostOptions(overlap_tp=True))["tp"]
     assert slow_hidden[0] == pytest.approx(slow_exposed[0] - forward_gemms) and slow_hidden[0] > 0
     assert sum(time.total_ms for time in times_of(model, config, options=CostOptions(overlap_tp=True))) < sum(
         time.total_ms for time in times_of(model, config))

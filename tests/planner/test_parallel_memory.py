@@ -19,8 +19,10 @@ H100 = load_cluster_preset("h100-sxm-16x8")
 
 
 def megatron_weight_and_optimizer_bytes(*, hidden, heads, query_groups, kv_channels, ffn, layers, vocab, tp, dp,
-                                        experts=None, moe_ffn=0, ep=1, world, distributed_optimizer=True):
-    """Megatron-LM's formula, swiglu, RMSNorm, untied embeddings, pp = 1, expert TP = TP."""
+                                        experts=None, moe_ffn=0, ep=1, etp=None, world, sharding="optimizer"):
+    """Megatron-LM's formula, swiglu, RMSNorm, untied embeddings, pp = 1; ``full`` sharding as FSDP2's 16 bytes
+    per parameter of the shard (fp32 parameters, fp32 gradients, two fp32 moments)."""
+    etp = tp if etp is None else etp
     gated = 3 / 2
     query_projection = kv_channels * heads
     attention = 2 * hidden * hidden * ((1 + query_groups / heads) * query_projection / hidden)
@@ -38,11 +40,11 @@ def megatron_weight_and_optimizer_bytes(*, hidden, heads, query_groups, kv_chann
         replicated = layernorm * layers + hidden
         expert_sharded = 0
     tp_sharded_shard = (tp_sharded + embedding) / tp + embedding / tp   # untied output layer at pp = 1
-    expert_shard = expert_sharded / (tp * ep)
-    expert_dp = world // (tp * ep)
+    expert_shard = expert_sharded / (etp * ep)
+    expert_dp = world // (etp * ep)
 
     def per_parameter(data_parallel):
-        return 18 if not distributed_optimizer else 6 + 12 / data_parallel
+        return {"none": 18, "optimizer": 6 + 12 / data_parallel, "full": 16 / data_parallel}[sharding]
     return (tp_sharded_shard + replicated) * per_parameter(dp) + expert_shard * per_parameter(expert_dp)
 
 
@@ -51,25 +53,37 @@ def model_state(score):
     return memory.params + memory.gradients + memory.optimizer
 
 
-@pytest.mark.parametrize("distributed_optimizer", [True, False])
-def test_dense_model_state_matches_megatrons_theoretical_memory(distributed_optimizer):
+@pytest.mark.parametrize("sharding", ["none", "optimizer", "full"])
+def test_dense_model_state_matches_megatrons_theoretical_memory(sharding):
     model = load_model_preset("llama-3-8b")
-    config = ParallelConfig(tp=2, pp=1, dp=8, num_microbatches=4, distributed_optimizer=distributed_optimizer)
+    config = ParallelConfig(tp=2, pp=1, dp=8, num_microbatches=4, sharding=sharding)
     job = Job(model, H100, 16, 4096, 32)
     expected = megatron_weight_and_optimizer_bytes(hidden=4096, heads=32, query_groups=8, kv_channels=128,
                                                    ffn=14336, layers=32, vocab=128256, tp=2, dp=8, world=16,
-                                                   distributed_optimizer=distributed_optimizer)
+                                                   sharding=sharding)
     assert model_state(estimate(job, config)) == pytest.approx(expected, rel=1e-9)
 
 
-def test_moe_model_state_shards_experts_over_ep_and_their_optimizer_over_expert_dp():
+@pytest.mark.parametrize("etp, ep, sharding", [(2, 4, "optimizer"), (1, 8, "optimizer"), (1, 8, "full")])
+def test_moe_model_state_shards_experts_over_etp_x_ep_and_their_optimizer_over_expert_dp(etp, ep, sharding):
     model = load_model_preset("mixtral-8x7b")
-    config = ParallelConfig(tp=2, pp=1, dp=8, ep=4, num_microbatches=4)
+    config = ParallelConfig(tp=2, pp=1, dp=8, ep=ep, etp=etp, num_microbatches=4, sharding=sharding)
     job = Job(model, H100, 16, 4096, 32)
     expected = megatron_weight_and_optimizer_bytes(hidden=4096, heads=32, query_groups=8, kv_channels=128, ffn=0,
                                                    layers=32, vocab=32000, tp=2, dp=8, experts=8, moe_ffn=14336,
-                                                   ep=4, world=16)
+                                                   ep=ep, etp=etp, world=16, sharding=sharding)
     assert model_state(estimate(job, config)) == pytest.approx(expected, rel=1e-9)
+
+
+def test_full_sharding_holds_one_layer_gathered_and_the_next_prefetched_beside_its_shards():
+    model = load_model_preset("llama-3-8b")
+    job = Job(model, H100, 16, 4096, 32)
+    optimizer, full = (estimate(job, ParallelConfig(tp=2, dp=8, num_microbatches=4, sharding=sharding)).memory[0]
+                       for sharding in ("optimizer", "full"))
+    # the largest unit FSDP gathers at pp 1 is the output layer (128256 x 4096 over TP2) with the final norm (4096,
+    # replicated): two bf16 copies and its fp32 gradient
+    assert full.buffers - optimizer.buffers == pytest.approx((128256 * 4096 / 2 + 4096) * (2 + 2 + 4))
+    assert full.activations == optimizer.activations
 
 
 def gpt(hidden=4096, heads=32, layers=8, tie=True):

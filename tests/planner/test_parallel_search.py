@@ -22,7 +22,8 @@ def test_every_candidate_uses_exactly_the_gpus_and_the_global_batch():
     for config, chunks in space:
         assert config.num_gpus == 64
         assert config.global_batch == 256
-        assert 8 % config.ep == 0 and (config.dp * config.cp) % config.ep == 0
+        assert 8 % config.ep == 0 and (config.tp * config.dp * config.cp) % (config.etp * config.ep) == 0
+        assert config.etp in (1, config.tp) and config.sharding in ("optimizer", "full")
         assert 32 % config.tp == 0 and 8 % config.tp == 0      # heads and key-value heads split evenly
         assert config.tp <= 8                                  # TP stays in the NVLink domain
 
@@ -40,8 +41,9 @@ def test_the_best_plan_is_a_v2_plan_of_the_pipeline_ranks_that_loads_back():
     plan_doc = doc["best"]["plan"]
     plan = load_plan(plan_doc)
     assert plan_doc["format"] == "adaptis.plan/v2"
-    assert set(plan_doc["parallel"]) == {"tp", "cp", "pp", "dp", "ep", "microbatch_size", "num_microbatches",
-                                         "recompute", "distributed_optimizer"}
+    assert set(plan_doc["parallel"]) >= {"tp", "cp", "pp", "dp", "ep", "microbatch_size", "num_microbatches",
+                                         "recompute", "sharding", "precision"}
+    assert plan_doc["parallel"].get("vpp") == plan.virtual_stages()
     assert plan.num_devices == plan.parallel.pp == 4
     for key in ("iteration_ms", "tokens_per_s", "mfu", "hardware_tflops_per_gpu", "peak_memory_bytes"):
         assert plan_doc["predicted"][key] > 0
@@ -170,7 +172,7 @@ def test_check_refuses_what_the_search_would_without_searching():
     from planner.parallel.planning import check
 
     with pytest.raises(SpecError) as error:
-        check("qwen3-next-80b-a3b", "h100-sxm-2x8", 16, 4096, 512)
+        check("qwen3-next-80b-a3b", "h100-sxm-1x8", 8, 4096, 512)   # 80 B parameters' 16 bytes over 8 GPUs
     assert error.value.field == "memory" and "no configuration fits" in error.value.reason
     assert check("qwen3-next-80b-a3b", "h100-sxm-8x8", 64, 4096, 512) is None
 

@@ -143,12 +143,12 @@ class TestPages:
         with django_capture_on_commit_callbacks(execute=False):
             response = client.post(reverse("studio:spec", args=[spec.pk]), {
                 "mode": "hybrid", "cluster_preset": "cpu-host", "saved_cluster": record.pk, "gpus": 16,
-                "seq_len": 4096, "global_batch": 64, "tp": 2, "recompute": "", "distributed_optimizer": "off",
+                "seq_len": 4096, "global_batch": 64, "tp": 2, "recompute": "", "sharding": "none", "precision": "fp8",
                 "schedule": "adaptis", "time_budget_s": 5})
         assert response.status_code == 302, response.content.decode()[-2000:]
         job = PlanningJob.objects.get()
         assert (job.mode, job.cluster_record, job.cluster_preset, job.gpus) == ("hybrid", record, "", 16)
-        assert job.pins == {"tp": 2, "distributed_optimizer": False}
+        assert job.pins == {"tp": 2, "sharding": "none", "precision": "fp8"}
 
     def test_a_named_cluster_typed_in_overrides_the_preset_and_its_errors_go_there(self, client, people):
         spec = spec_create(team=people.team, owner=people.member, spec=load_model_preset("llama-3-8b"))

@@ -230,7 +230,7 @@ PAGE_CASES = [
     Case("plan a spec, hybrid, on a saved cluster", "post", lambda c: reverse("studio:spec", args=[c.planned.spec.pk]),
          (302, 302, 302, 403, 404, 302),
          lambda c: {"mode": "hybrid", "cluster_preset": "cpu-host", "saved_cluster": c.cluster.pk, "gpus": 4,
-                    "seq_len": 256, "global_batch": 8, "schedule": "adaptis", "distributed_optimizer": "on"}),
+                    "seq_len": 256, "global_batch": 8, "schedule": "adaptis", "sharding": ""}),
 ]
 
 

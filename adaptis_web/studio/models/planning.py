@@ -54,7 +54,7 @@ class PlanningJob(TrackedWork):
     global_batch = models.PositiveIntegerField(null=True, blank=True, help_text="hybrid: sequences per step")
     pins = models.JSONField(default=dict, blank=True,
                             help_text="hybrid: the degrees and settings the user fixed (tp, cp, pp, dp, ep, "
-                                      "microbatch_size, vpp, recompute, distributed_optimizer)")
+                                      "etp, microbatch_size, vpp, recompute, sharding, precision)")
     cluster_record = models.ForeignKey(ClusterRecord, null=True, blank=True, on_delete=models.SET_NULL,
                                        related_name="jobs", help_text="the saved cluster it was planned on")
     # A capacity job (mode "capacity", schedule "capacity") finds the best configuration at each of gpu_counts GPUs

@@ -85,14 +85,19 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
     pp = _pin_field("PP")
     dp = _pin_field("DP")
     ep = _pin_field("EP")
+    etp = _pin_field("Expert TP")
     microbatch_size = _pin_field("Micro-batch size")
     vpp = _pin_field("Virtual stages per rank")
     recompute = forms.ChoiceField(label="Recomputation", required=False,
                                   choices=[("", "search"), *((mode, mode) for mode in RECOMPUTE_MODES)])
-    distributed_optimizer = forms.ChoiceField(label="Distributed optimizer", initial="on", required=False,
-                                              choices=[("on", "ZeRO-1"), ("off", "off")])
+    sharding = forms.ChoiceField(label="Sharding", required=False,
+                                 choices=[("", "search"), ("none", "none"), ("optimizer", "optimizer (ZeRO-1)"),
+                                          ("full", "full (FSDP)")])
+    precision = forms.ChoiceField(label="Precision", initial="bf16", required=False,
+                                  choices=[("bf16", "BF16"), ("fp8", "FP8 (Transformer Engine)")],
+                                  help_text="FP8 changes the numerics: never chosen for you")
     field_aliases = {"memory_limit_bytes": "memory_limit_gib", "token_budget": "token_budget_b"}
-    PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "vpp", "recompute")
+    PINS = ("tp", "cp", "pp", "dp", "ep", "etp", "microbatch_size", "vpp", "recompute", "sharding")
 
     def __init__(self, *args, clusters=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -139,8 +144,8 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
                                                      ("seed", "time_budget_s", "memory_limit_gib"))
             self._apply_pipeline_shape(cleaned)
             pins = {key: cleaned.get(key) for key in self.PINS}
-            if cleaned.get("distributed_optimizer") == "off":  # on is the search's default: not a pin
-                pins["distributed_optimizer"] = False
+            if cleaned.get("precision") == "fp8":  # bf16 is the search's default: not a pin
+                pins["precision"] = "fp8"
             mode = cleaned.get("mode") or JobMode.PIPELINE
             token_budget_b = cleaned.get("token_budget_b")
             capacity_fields = {} if mode != JobMode.CAPACITY else {

@@ -1,7 +1,8 @@
 """Hybrid-parallel planning jobs: the request's checks, and ``planner.service.plan_hybrid_job`` with the job's
 progress and cancellation.
 
-A hybrid job chooses TP, CP, PP, DP, EP, micro-batch size and recomputation for a whole training job (GPUs,
+A hybrid job chooses TP, CP, PP, DP, EP, expert TP, micro-batch size, recomputation and sharding for a whole
+training job (GPUs,
 sequence length, global batch; any of those degrees can be pinned) together with the pipeline plan inside it.
 Its best plan (``adaptis.plan/v2``, whose devices are the pipeline ranks) is stored as a Plan row with the
 profile of one GPU of each TP x CP group and the pipeline simulated on the links between pipeline ranks, so a
@@ -21,8 +22,9 @@ from planner.service import (
     MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, ClusterSpec, ModelSpec, load_model_spec)  # limits: planner.limits
 
 HYBRID_SCHEDULE = planner_service.HYBRID_SCHEDULE
-DEGREE_PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "vpp")
-PIN_FIELDS = DEGREE_PINS + ("recompute", "distributed_optimizer")
+DEGREE_PINS = ("tp", "cp", "pp", "dp", "ep", "etp", "microbatch_size", "vpp")
+# distributed_optimizer: the older name of sharding optimizer (true) or none (false), still taken
+PIN_FIELDS = DEGREE_PINS + ("recompute", "sharding", "precision", "distributed_optimizer")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ elements at 16,384 GPUs.
 
 from __future__ import annotations
 
-from planner.service import STEP_PARTS, ClusterSpec, RankMapping, load_cluster, load_parallel
+from planner.service import SHARDING_LABELS, STEP_PARTS, ClusterSpec, RankMapping, load_cluster, load_parallel
 from planner import service as planner_service
 
 GIB = 2**30
@@ -131,11 +131,14 @@ def hybrid_page_context(job) -> dict:
         return {"hybrid": None}
     best = result["best"]
     cluster = load_cluster(job.cluster_doc)
+    config = load_parallel(best["parallel"])
     return {"hybrid": {
         "result": result, "best": best, "predicted": best["predicted"], "rows": configuration_rows(result),
         "picture": cluster_picture(best["parallel"], cluster), "memory": memory_bars(best["memory"]),
         "steps": step_bars(result),
-        "recompute": load_parallel(best["parallel"]).recompute_text(), "device": cluster.device.name,
+        "recompute": config.recompute_text(), "sharding": SHARDING_LABELS[config.sharding],
+        "precision": config.precision.upper(), "etp": config.etp, "moe": config.ep > 1 or config.etp != config.tp,
+        "device": cluster.device.name,
         "peak_memory_gib": best["predicted"]["peak_memory_bytes"] / GIB,
         "capacity_gib": cluster.device.memory_bytes / GIB,
     }}

@@ -61,6 +61,7 @@ def plan_page(request: HttpRequest, plan, *, run_form: RunForm, status: int = 20
         "policies": [{"name": name, "label": POLICY_LABELS[name]} for name in planner_service.SCHEDULE_POLICIES],
         "baselines": list(planner_service.BASELINE_SCHEDULES), "partitions": list(planner_service.PARTITIONS),
         "recompute_modes": list(planner_service.RECOMPUTE_MODES),
+        "sharding_modes": list(planner_service.SHARDING_MODES), "precisions": list(planner_service.PRECISIONS),
         "max_microbatches": planner_service.MAX_MICROBATCHES,
         "plan_url_template": reverse("studio:plan", args=[0]).replace("/0/", "/{id}/"),
     }
@@ -72,7 +73,8 @@ def plan_page(request: HttpRequest, plan, *, run_form: RunForm, status: int = 20
         "children": plan.derived.filter(deleted_at__isnull=True).order_by("-created_at", "-id"),
         "downloads": _downloads(plan, page["megatron_reason"], page["exports"]), "export_formats": "|".join(FORMATS),
         "capacity_bytes": page["capacity_bytes"],
-        "memory_rows": _memory_rows(output["per_device"]), "degrees": ("tp", "cp", "pp", "dp", "ep"), **permissions,
+        "memory_rows": _memory_rows(output["per_device"]), "degrees": ("tp", "cp", "pp", "dp", "ep", "etp"),
+        **permissions,
         "run_form": run_form, **run_card_context(plan),
     }, status=status)
 

@@ -16,7 +16,7 @@ from adaptis_web.studio.planning.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE
 from adaptis_web.studio.planning.plan_json import plan_json
 from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, MAX_TIME_BUDGET_S, MIN_TIME_BUDGET_S
 from planner.service import (ACCELERATORS, MAX_GPU_COUNTS, MAX_PIPELINE_DEVICES, MAX_TOKEN_BUDGET, PARTITIONS, RANGES,
-                             RECOMPUTE_MODES, STEP_PARTS, preset_names)
+                             PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES, STEP_PARTS, preset_names)
 
 
 def _pin(help_text: str, limit: int = MAX_GPUS) -> serializers.IntegerField:
@@ -113,16 +113,25 @@ class JobCreateInput(serializers.Serializer):
     cp = _pin("context-parallel degree")
     pp = _pin("pipeline ranks")
     dp = _pin("data-parallel degree")
-    ep = _pin("expert-parallel degree (carved out of dp x cp)")
+    ep = _pin("expert-parallel degree (the experts re-slice a stage's tp x cp x dp GPUs as etp x ep x expert dp)")
+    etp = _pin("expert tensor-parallel degree (MoE parallel folding; the search tries tp and 1)")
     microbatch_size = _pin("sequences per micro-batch", MAX_GLOBAL_BATCH)
     vpp = _pin("virtual pipeline stages per pipeline rank (Megatron's interleaving; 1 = plain 1F1B; pinned, the "
                "AdaPtis refinement is left out)")
     recompute = OptionalChoiceField(choices=RECOMPUTE_MODES, required=False, allow_null=True, default=None,
                                     help_text="hybrid only, optional: activation recomputation on every stage")
+    sharding = OptionalChoiceField(choices=SHARDING_MODES, required=False, allow_null=True, default=None,
+                                   help_text="hybrid only, optional: what the data-parallel ranks shard: none, "
+                                             "optimizer (ZeRO-1) or full (FSDP); the search tries optimizer and full")
+    precision = OptionalChoiceField(choices=PRECISIONS, required=False, allow_null=True, default=None,
+                                    help_text="hybrid only, optional: bf16 (default) or fp8 (Transformer Engine's "
+                                              "linear layers; needs FP8 tensor cores); never chosen for you")
     distributed_optimizer = OptionalBooleanField(required=False, allow_null=True, default=None,
-                                                 help_text="hybrid only: ZeRO-1 over DP (default true)")
+                                                 help_text="hybrid only, deprecated: sharding optimizer (true) or none "
+                                                           "(false)")
 
-    PINS = ("tp", "cp", "pp", "dp", "ep", "microbatch_size", "vpp", "recompute", "distributed_optimizer")
+    PINS = ("tp", "cp", "pp", "dp", "ep", "etp", "microbatch_size", "vpp", "recompute", "sharding", "precision",
+            "distributed_optimizer")
 
     def pins(self) -> dict:
         return {key: self.validated_data[key] for key in self.PINS if self.validated_data[key] is not None}
@@ -150,8 +159,8 @@ class JobOutput(PlainOutputMixin, serializers.ModelSerializer):
                                              help_text="the saved cluster it was planned on, if any")
     num_devices = serializers.IntegerField(help_text="pipeline devices; a hybrid job's GPUs")
     num_microbatches = serializers.IntegerField(help_text="0 for a hybrid job: the search chooses them")
-    pins = serializers.JSONField(help_text="hybrid and capacity: the pinned tp, cp, pp, dp, ep, microbatch_size, vpp, "
-                                           "recompute, distributed_optimizer")
+    pins = serializers.JSONField(help_text="hybrid and capacity: the pinned tp, cp, pp, dp, ep, etp, microbatch_size, "
+                                           "vpp, recompute, sharding, precision")
     analytic_profile_reason = serializers.CharField(
         help_text="why this job on cpu-host planned on the analytic profile instead of one measured on the runs' host "
                   "(measuring it failed, or the runs' host does not measure this model); empty when it did not")
@@ -215,8 +224,9 @@ class HybridMemoryOutput(serializers.Serializer):
 
 
 class HybridScoreOutput(serializers.Serializer):
-    parallel = serializers.JSONField(help_text="tp, cp, pp, dp, ep, microbatch_size, num_microbatches, recompute "
-                                               "(a mode, or one per stage), distributed_optimizer")
+    parallel = serializers.JSONField(help_text="tp, cp, pp, dp, ep, etp, microbatch_size, num_microbatches, recompute "
+                                               "(a mode, or one per stage), sharding, precision, and vpp where every "
+                                               "pipeline rank holds as many stages")
     short = serializers.CharField(help_text='e.g. "TP2 CP4 PP4 DP2 EP4 mbs8 m32 none ZeRO-1"')
     predicted = HybridPredictedOutput()
     memory = HybridMemoryOutput(many=True, help_text="one GPU of each pipeline rank (all its GPUs hold the same)")

@@ -1,0 +1,108 @@
+"""The knobs of today's training runs in the cost model: FP8 GEMMs, full sharding (FSDP), expert TP apart from TP;
+each checked against a computation of its own from the datasheet figures and the collectives' ring formula."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.cluster import load_cluster_preset
+from planner.cost.analytic import layer_cost
+from planner.errors import SpecError
+from planner.parallel import planning as hybrid
+from planner.parallel.config import ParallelConfig
+from planner.parallel.cost import layer_comm_parts, layer_times, layer_work
+from planner.parallel.evaluate import Job, estimate
+from planner.parallel.mapping import RankMapping
+from planner.spec.presets import load_model_preset
+
+H100 = load_cluster_preset("h100-sxm-16x8")
+LLAMA = load_model_preset("llama-3-8b")
+
+
+def roofline_ms(kernels, peak_tflops, bandwidth_gb_s, efficiency=0.55):
+    return sum(max((k.flops + k.recomputed_flops) / (peak_tflops * 1e9 * efficiency), k.bytes / (bandwidth_gb_s * 1e6))
+               for k in kernels)
+
+
+def test_fp8_runs_the_linear_layers_gemms_at_the_fp8_peak_after_their_casts_and_keeps_the_rest_in_bf16():
+    block, head = LLAMA.layers[1], LLAMA.layers[-1]
+    sized = LLAMA.__class__(**{**LLAMA.__dict__, "seq_len": 4096, "micro_batch_size": 1})
+    bf16, fp8 = (layer_work(LLAMA, H100, 1, 4096, True, precision) for precision in ("bf16", "fp8"))
+    forward = layer_cost(block, sized).forward
+    gemms = [k for k in forward if k.fp8]
+    others = [k for k in forward if not k.fp8]
+    # q/k/v (one fused), output, gate/up (fused) and down projections: TE's linear layers
+    assert len(gemms) == 4 and all(k.flops > 0 for k in gemms)
+    cast_ms = sum(k.fp8_cast_bytes for k in gemms) / (3350 * 1e6)   # cast-transpose: 4 bytes per input element
+    assert sum(k.fp8_cast_bytes for k in gemms) == pytest.approx(4 * 4096 * (4096 + 4096 + 4096 + 14336))
+    expected = roofline_ms(gemms, 1979, 3350) + roofline_ms(others, 989, 3350) + cast_ms
+    assert fp8[1].forward.roofline_ms == pytest.approx(expected)
+    assert bf16[1].forward.roofline_ms == pytest.approx(roofline_ms(forward, 989, 3350))
+    assert fp8[1].forward.kernels == bf16[1].forward.kernels + 4      # one cast kernel per GEMM
+    # the output layer and the loss stay in BF16
+    assert fp8[-1].forward == bf16[-1].forward and head.kind == "head"
+    assert fp8[1].model_flops == bf16[1].model_flops                  # the same model FLOPs, sooner
+
+
+def test_fp8_needs_fp8_tensor_cores_and_is_never_chosen_unpinned():
+    with pytest.raises(SpecError) as error:
+        hybrid.check(LLAMA, "a100-80gb-sxm-2x8", 16, 4096, 64, {"precision": "fp8"})
+    assert error.value.field == "precision" and "A100-SXM-80GB has none" in error.value.reason
+    result = hybrid.search(LLAMA, "h100-sxm-2x8", 16, 4096, 64, {"tp": 2, "pp": 2}, refine=False)
+    assert all(score.config.precision == "bf16" for score in [result.best, *result.runners_up])
+
+
+def ring_ms(nbytes, size, bandwidth_gb_s, latency_us):
+    return (size - 1) / size * nbytes / (bandwidth_gb_s * 1e6) + (size - 1) * latency_us * 1e-3
+
+
+def test_full_sharding_gathers_each_layer_in_f_and_b_and_reduces_its_gradients_behind_its_compute():
+    config = ParallelConfig(tp=8, dp=16, num_microbatches=4, sharding="full")   # DP over 16 nodes' NICs
+    mapping = RankMapping(config, H100)
+    work = layer_work(LLAMA, H100, 1, 4096)[1]
+    held = work.params.tp_sharded / 8 + work.params.replicated
+    gather, reduce = ring_ms(2 * held, 16, 50, 8), ring_ms(4 * held, 16, 50, 8)
+    forward_compute = work.forward.roofline_ms / 8
+    backward_compute = (work.backward_input.roofline_ms + work.backward_weight.roofline_ms) / 8
+    forward, backward = layer_comm_parts(LLAMA.layers[1], work, LLAMA, config, mapping, 4096)["dp"]
+    assert forward == pytest.approx(max(0.0, gather - forward_compute))
+    assert backward == pytest.approx(max(0.0, gather + reduce - backward_compute))
+    assert forward > 0   # 16 nodes' NICs do not hide a layer's gather behind one micro-batch of it
+    optimizer = ParallelConfig(tp=8, dp=16, num_microbatches=4)
+    assert layer_comm_parts(LLAMA.layers[1], work, LLAMA, optimizer, RankMapping(optimizer, H100), 4096)["dp"] == (
+        0.0, 0.0)
+
+
+def test_full_sharding_leaves_nothing_to_the_step_end_but_the_optimizer_and_its_step_adds_up():
+    job = Job(LLAMA, H100, 128, 4096, 64)
+    full = estimate(job, ParallelConfig(tp=8, dp=16, num_microbatches=4, sharding="full"))
+    zero1 = estimate(job, ParallelConfig(tp=8, dp=16, num_microbatches=4))
+    assert full.data_parallel_ms == 0.0 and zero1.data_parallel_ms > 0
+    layers = layer_times(LLAMA, H100, full.config, RankMapping(full.config, H100), 4096, ["none"] * LLAMA.num_layers)
+    per_layer = 4 * sum(dict(time.comm_ms)["dp"] for time in layers)
+    assert full.breakdown_ms["dp"] == pytest.approx(per_layer)
+    assert sum(full.breakdown_ms.values()) == pytest.approx(full.iteration_ms)
+    assert full.peak_memory_bytes < zero1.peak_memory_bytes
+
+
+def test_the_search_shards_fully_where_only_that_fits():
+    # Qwen3-Next's 80 B parameters on 16 H100s: 16 bytes each over the shards fit, ZeRO-1's 6 unsharded do not
+    result = hybrid.search("qwen3-next-80b-a3b", "h100-sxm-2x8", 16, 4096, 512, refine=False, runners_up=2)
+    assert result.best.config.sharding == "full" and result.best.fits
+
+
+def test_expert_tp_apart_from_tp_holds_the_experts_over_etp_x_ep_and_routes_over_ep():
+    model = load_model_preset("mixtral-8x7b")
+    job = Job(model, H100, 16, 4096, 32)
+    folded = ParallelConfig(tp=2, dp=8, ep=8, etp=1, num_microbatches=4)
+    assert folded.expert_dp == 2 and folded.short() == "TP2 CP1 PP1 DP8 EP8 ETP1 mbs1 m4 none ZeRO-1"
+    mapping = RankMapping(folded, H100)
+    assert [folded.coordinate(rank)["ep"] for rank in range(10)] == [0, 1, 2, 3, 4, 5, 6, 7, 0, 1]
+    assert (mapping.span("ep").size, mapping.span("edp").size) == (8, 2)
+    # every GPU holds one of the 8 experts whole: the routed experts' 3 x 4096 x 14336 per layer, 32 layers
+    memory = estimate(job, folded).memory[0]
+    usual = estimate(job, ParallelConfig(tp=2, dp=8, ep=4, num_microbatches=4)).memory[0]
+    assert memory.params == pytest.approx(usual.params)   # 1/(1 x 8) of the experts = 1/(2 x 4)
+    with pytest.raises(SpecError) as error:
+        ParallelConfig(tp=2, dp=2, ep=8, etp=1)
+    assert error.value.field == "parallel.etp"
