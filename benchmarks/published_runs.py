@@ -39,6 +39,15 @@ H100's as set before the table was run (``planner.hardware``: efficiency 0.55), 
 Llama 3 405B (the Llama 3 paper, Table 4) follows, with its published degrees and batch pinned; its
 recomputation and TP overlap are not published, so those rows are shown, not validated.
 
+torchtitan's Llama 3.1 benchmarks follow (``benchmarks/llama3_h100_202412_torchtitan.md`` in pytorch/torchtitan,
+December 2024): FSDP2 (full sharding) alone, with CP and with TP, BF16 and Float8 (torchao's tensorwise recipe), on
+8 to 256 Grand Teton H100s (96 GB HBM2e, 500 W: ``h100-hbm2e-96gb``), every row's degrees, batch, sequence length,
+recomputation and precision as published; their torch.compile rows (the cost model's kernels are fused ones),
+compared by tokens/s per GPU (they publish no MFU, as Float8 mixes two peaks). That GPU's efficiency was set once,
+on the first row; the others are held out. Their "selective" is torchtitan's per-op checkpointing, which saves less
+than the cost model's selective (the attention core only: nothing under FlashAttention), and their memory is the
+caching allocator's reserved peak, not what is allocated: both columns are shown, neither is a target here.
+
     .venv/bin/python benchmarks/published_runs.py [--rows 1.7B,1T] [--no-search]
 """
 
@@ -54,7 +63,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.cluster import load_cluster_preset  # noqa: E402
+from planner.parallel.config import ParallelConfig  # noqa: E402
 from planner.parallel.cost import CostOptions  # noqa: E402
+from planner.parallel.evaluate import Job, estimate  # noqa: E402
 from planner.parallel.search import search  # noqa: E402
 from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, ModelSpec  # noqa: E402
 
@@ -207,20 +218,83 @@ LLAMA_3_TABLE_4 = (
 )
 
 
-def llama_3_405b() -> ModelSpec:
-    """126 blocks, hidden 16,384, 128 heads with 8 key-value heads, SwiGLU 53,248, vocabulary 128,256."""
-    block = LayerSpec(kind="decoder", mixer=AttentionMixer(num_heads=128, num_kv_heads=8, head_dim=128),
-                      mlp=DenseMLP(intermediate_size=53248, gated=True))
-    return ModelSpec(name="llama-3.1-405b", hidden_size=16384, vocab_size=128256, seq_len=8192,
-                     layers=(LayerSpec(kind="embedding"),) + (block,) * 126 + (LayerSpec(kind="head"),))
-
-
 def plan_llama_3(run: Llama3Run):
     """Its published degrees and batch pinned; recomputation, micro-batch size 1 and the schedule's chunks are
     not published, so the search chooses recomputation and chunks."""
     pins = {"tp": run.tp, "cp": run.cp, "pp": run.pp, "dp": run.dp, "microbatch_size": 1}
-    return search(llama_3_405b(), load_cluster_preset(f"h100-sxm-{run.gpus // 8}x8"), run.gpus, run.seq_len,
+    return search(llama_3_1("405B"), load_cluster_preset(f"h100-sxm-{run.gpus // 8}x8"), run.gpus, run.seq_len,
                   run.dp * run.sequences_per_dp, pins, refine=False)
+
+
+@dataclass(frozen=True)
+class TitanRun:
+    """A row of torchtitan's Llama 3.1 benchmarks: FSDP over ``gpus / (tp·cp)`` ranks, pipeline-free."""
+
+    table: str
+    size: str            # Llama 3.1 8B or 70B
+    gpus: int
+    tp: int
+    cp: int
+    seq_len: int
+    local_batch: int     # sequences per FSDP rank per step, one micro-batch
+    recompute: str
+    precision: str
+    async_tp: bool       # TP communication overlapped with the GEMMs (CostOptions.overlap_tp: an upper bound)
+    tokens_per_gpu_s: float
+    memory_gib: float    # the caching allocator's reserved peak
+
+
+TITAN_LLAMA_3_1 = (
+    TitanRun("1: FSDP + compile", "8B", 8, 1, 1, 8192, 2, "selective", "bf16", False, 6667, 77.0),
+    TitanRun("1: FSDP + compile + Float8", "8B", 8, 1, 1, 8192, 2, "selective", "fp8", False, 8532, 76.8),
+    TitanRun("3: FSDP + compile", "8B", 128, 1, 1, 8192, 2, "selective", "bf16", False, 6514, 62.0),
+    TitanRun("3: FSDP + compile + Float8", "8B", 128, 1, 1, 8192, 2, "selective", "fp8", False, 8380, 61.8),
+    TitanRun("2: FSDP 8, CP 1", "8B", 8, 1, 1, 32768, 1, "full", "fp8", False, 3890, 83.9),
+    TitanRun("2: FSDP 4, CP 2", "8B", 8, 1, 2, 65536, 1, "full", "fp8", False, 2540, 84.2),
+    TitanRun("2: FSDP 2, CP 4", "8B", 8, 1, 4, 131072, 1, "full", "fp8", False, 1071, 84.0),
+    TitanRun("2: FSDP 1, CP 8", "8B", 8, 1, 8, 262144, 1, "full", "fp8", False, 548, 84.5),
+    TitanRun("4: FSDP 32, TP 8", "70B", 256, 8, 1, 8192, 16, "full", "fp8", False, 829, 71.9),
+    TitanRun("4: FSDP 32, TP 8 + AsyncTP", "70B", 256, 8, 1, 8192, 16, "full", "fp8", True, 876, 67.6),
+)
+# Llama 3.1: (blocks, hidden, attention heads, SwiGLU width); 8 key-value heads of 128, vocabulary 128,256
+LLAMA_3_1_SHAPES = {"8B": (32, 4096, 32, 14336), "70B": (80, 8192, 64, 28672), "405B": (126, 16384, 128, 53248)}
+
+
+def llama_3_1(size: str) -> ModelSpec:
+    blocks, hidden, heads, ffn = LLAMA_3_1_SHAPES[size]
+    block = LayerSpec(kind="decoder", mixer=AttentionMixer(num_heads=heads, num_kv_heads=8, head_dim=128),
+                      mlp=DenseMLP(intermediate_size=ffn, gated=True))
+    return ModelSpec(name=f"llama-3.1-{size.lower()}", hidden_size=hidden, vocab_size=128256, seq_len=8192,
+                     layers=(LayerSpec(kind="embedding"),) + (block,) * blocks + (LayerSpec(kind="head"),))
+
+
+def plan_titan(run: TitanRun):
+    """The published configuration, scored as is (one micro-batch, no pipeline: the closed form is exact), whether or
+    not the planner's accounting fits it (torchtitan's selective checkpointing keeps less than this one's)."""
+    dp = run.gpus // (run.tp * run.cp)
+    job = Job(llama_3_1(run.size), load_cluster_preset(f"h100-hbm2e-96gb-{run.gpus // 8}x8"), run.gpus, run.seq_len,
+              run.local_batch * dp, CostOptions(overlap_tp=run.async_tp))
+    return estimate(job, ParallelConfig(tp=run.tp, cp=run.cp, dp=dp, microbatch_size=run.local_batch,
+                                        recompute=run.recompute, sharding="full", precision=run.precision))
+
+
+def print_torchtitan() -> list[float]:
+    print("\n| torchtitan Table | Llama 3.1 | GPUs | TP | CP | seq | local batch | recompute | precision | "
+          "published tokens/s/GPU | predicted | error | predicted peak GiB (fits) | reserved GiB |")
+    print("|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|")
+    errors = []
+    for run in TITAN_LLAMA_3_1:
+        score = plan_titan(run)
+        predicted = score.job.global_batch * run.seq_len / (score.iteration_ms / 1e3) / run.gpus
+        errors.append(predicted / run.tokens_per_gpu_s - 1)
+        print(f"| {run.table} | {run.size} | {run.gpus} | {run.tp} | {run.cp} | {run.seq_len} | {run.local_batch} | "
+              f"{run.recompute} | {run.precision} | {run.tokens_per_gpu_s:,.0f} | {predicted:,.0f} | "
+              f"{errors[-1]:+.1%} | {score.peak_memory_bytes / 2**30:.1f} ({'yes' if score.fits else 'no'}) | "
+              f"{run.memory_gib} |")
+    held_out = errors[1:]
+    print(f"\nheld out (all but the first row): {sum(abs(e) <= TOLERANCE for e in held_out)} of {len(held_out)} "
+          f"within ±{TOLERANCE:.0%}; median |error| {statistics.median(abs(e) for e in held_out):.1%}")
+    return errors
 
 
 def gpt_model(run: PublishedRun) -> ModelSpec:
@@ -297,6 +371,7 @@ def main() -> int:
     if rows == list(MEGATRON_TABLE_1):
         print_megatron_core_h100(with_search=not args.no_search)
         print_llama_3()
+        print_torchtitan()
     return 0 if within == len(errors) else 1
 
 

@@ -278,8 +278,8 @@ def candidates(job: Job, pins: dict) -> list[tuple[ParallelConfig, int]]:
 
 def _expert_splits(model: ModelSpec, tp: int, cp: int, dp: int, pins: dict) -> list[tuple[int, int]]:
     """(etp, ep) the experts of a stage of ``tp x cp x dp`` GPUs may take: expert TP ``tp`` (Megatron's default) or
-    1 (MoE parallel folding: the experts unsplit, EP over the TP ranks too), EP any divisor of what is left that
-    divides the experts; (tp, 1) for a dense model."""
+    1 (MoE parallel folding: the experts unsplit, EP over the TP ranks too, at least as many EP ranks as TP ranks),
+    EP any divisor of what is left that divides the experts; (tp, 1) for a dense model."""
     experts = _num_experts(model)
     if not experts:
         return [(tp, 1)]
@@ -288,7 +288,9 @@ def _expert_splits(model: ModelSpec, tp: int, cp: int, dp: int, pins: dict) -> l
     for etp in etps:
         if (tp * cp * dp) % etp:
             continue
-        eps = [pins["ep"]] if "ep" in pins else [ep for ep in _divisors(tp * cp * dp // etp) if experts % ep == 0]
+        # folded (etp < tp), fewer EP than TP ranks would leave each GPU more experts than ETP = TP does
+        eps = [pins["ep"]] if "ep" in pins else [ep for ep in _divisors(tp * cp * dp // etp)
+                                                 if experts % ep == 0 and (etp == tp or ep * etp >= tp)]
         splits += [(etp, ep) for ep in eps if (tp * cp * dp) % (etp * ep) == 0]
     return splits
 

@@ -41,10 +41,10 @@ def test_qwen3_next_on_64_h100s_as_a_whole_training_job(celery_worker, live_serv
     expect(page.locator("#id_num_devices")).to_be_hidden()
     expect(page.locator(f"#id_saved_cluster option[value='{saved.pk}']")).to_have_text(
         "our H100 pod (64 × H100-SXM-80GB, team pipeline-team)")
-    # First on 16 GPUs, as a new user might: 80 B parameters fit in no configuration of 16 H100s, and the form
-    # says so before anything is stored or queued.
-    page.fill("#id_cluster_name", "h100-sxm-2x8")
-    page.fill("#id_gpus", "16")
+    # First on 8 GPUs, as a new user might: 80 B parameters fit in no configuration of 8 H100s (even fully sharded,
+    # 16 bytes a parameter), and the form says so before anything is stored or queued.
+    page.fill("#id_cluster_name", "h100-sxm-1x8")
+    page.fill("#id_gpus", "8")
     page.fill("#id_seq_len", "4096")
     page.fill("#id_global_batch", "512")
     page.fill("#id_time_budget_s", "5")
@@ -52,7 +52,7 @@ def test_qwen3_next_on_64_h100s_as_a_whole_training_job(celery_worker, live_serv
     expect(page.locator("#form-errors")).to_contain_text("memory: no configuration fits H100-SXM-80GB's "
                                                          "85,899,345,920 bytes: the closest")
     assert PlanningJob.objects.count() == 0
-    page.screenshot(path=str(SCREENS / "hybrid-01-refused-on-16-gpus.png"), full_page=True)
+    page.screenshot(path=str(SCREENS / "hybrid-01-refused-on-8-gpus.png"), full_page=True)
 
     page.set_input_files("#id_file", str(MODEL_PRESET_DIR / "qwen3-next-80b-a3b.json"))
     expect(page.locator("#id_gpus")).to_be_visible()  # the form came back in the hybrid mode

@@ -3,6 +3,8 @@ each checked against a computation of its own from the datasheet figures and the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from planner.cluster import load_cluster_preset
@@ -26,7 +28,7 @@ def roofline_ms(kernels, peak_tflops, bandwidth_gb_s, efficiency=0.55):
 
 def test_fp8_runs_the_linear_layers_gemms_at_the_fp8_peak_after_their_casts_and_keeps_the_rest_in_bf16():
     block, head = LLAMA.layers[1], LLAMA.layers[-1]
-    sized = LLAMA.__class__(**{**LLAMA.__dict__, "seq_len": 4096, "micro_batch_size": 1})
+    sized = replace(LLAMA, seq_len=4096, micro_batch_size=1)
     bf16, fp8 = (layer_work(LLAMA, H100, 1, 4096, True, precision) for precision in ("bf16", "fp8"))
     forward = layer_cost(block, sized).forward
     gemms = [k for k in forward if k.fp8]
