@@ -346,13 +346,18 @@ def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, glob
     if not space:
         raise _no_split(job, pins)
     report(0.05, f"scoring {len(space)} configurations")
-    scores = []
+    scores, zero_1, dominated = [], {}, 0
     for index, (config, chunks) in enumerate(space):
         if index % CANCEL_CHECK_EVERY == 0 and index:
             if stop():
                 raise SearchCancelled(f"cancelled after scoring {index} of {len(space)} configurations")
             report(0.05 + 0.15 * index / len(space), f"scored {index} of {len(space)} configurations")
+        if config.sharding == "full" and _fsdp_dominated(zero_1.get((replace(config, sharding="optimizer"), chunks))):
+            dominated += 1
+            continue
         scores.append(estimate(job, config, chunks))
+        if config.sharding == "optimizer":
+            zero_1[(config, chunks)] = scores[-1]
     fitting = sorted((score for score in scores if score.fits), key=lambda score: score.iteration_ms)
     if not fitting:
         raise _no_fit(job, scores)
@@ -394,7 +399,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, glob
     report(1.0, f"{'cancelled' if cancelled else 'done'}: {best.config.short()} {best.iteration_ms:.0f} ms")
     return HybridResult(best=best, runners_up=others, considered=len(scores),
                         pruned_by_memory=pruned, seconds=time.monotonic() - started,
-                        stats={"simulated": len(simulated), "refined_by_adaptis": refined, "cancelled": cancelled})
+                        stats={"simulated": len(simulated), "refined_by_adaptis": refined, "cancelled": cancelled,
+                               "fsdp_dominated": dominated})
 
 
 def _key(score: Score) -> tuple:
@@ -419,6 +425,14 @@ def _partial_recompute(job: Job, fitting: list[Score], pins: dict) -> list[Score
                 found.append(partial)
                 break
     return found
+
+
+def _fsdp_dominated(zero_1: Score | None) -> bool:
+    """Whether full sharding of a configuration cannot beat its ZeRO-1 twin ``zero_1`` (scored first): where ZeRO-1
+    fits and leaves no data-parallel communication exposed, FSDP's step is the same pipeline with its gathers added
+    (each layer's F and B no shorter) and the same optimizer step, so it is never faster and needs no less memory
+    than fitting."""
+    return zero_1 is not None and zero_1.fits and zero_1.data_parallel_ms == 0.0
 
 
 def _distinct(scores: list[Score], count: int, exclude: tuple | None = None) -> list[Score]:

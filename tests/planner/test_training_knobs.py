@@ -108,3 +108,17 @@ def test_expert_tp_apart_from_tp_holds_the_experts_over_etp_x_ep_and_routes_over
     with pytest.raises(SpecError) as error:
         ParallelConfig(tp=2, dp=2, ep=8, etp=1)
     assert error.value.field == "parallel.etp"
+
+
+def test_fsdp_is_skipped_only_where_its_zero_1_twin_fits_and_is_no_slower():
+    from planner.parallel.search import _fsdp_dominated, candidates
+
+    job = Job(load_model_preset("mixtral-8x7b"), H100, 64, 4096, 256)
+    checked = 0
+    for config, chunks in candidates(job, {"sharding": "optimizer", "recompute": "full"}):
+        zero_1 = estimate(job, config, chunks)
+        if _fsdp_dominated(zero_1):
+            full = estimate(job, replace(config, sharding="full"), chunks)
+            assert full.iteration_ms >= zero_1.iteration_ms - 1e-9, config.short()
+            checked += 1
+    assert checked > 10
