@@ -308,6 +308,14 @@ def presets_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# Which communication overlaps with compute in the cost model (planner.parallel.cost.overlap_options)
+OVERLAP = argument("--overlap", metavar="tp,dp,ep", default="dp",
+                   help="communication overlapped with compute: any of tp (TP with the GEMMs, userbuffers), dp (the "
+                        "DP reduction with the backward; Megatron's --overlap-grad-reduce) and ep (the MoE all-to-alls "
+                        "with another micro-batch's compute), comma-separated, or none; default dp. tp and ep are "
+                        "upper bounds: they hide all that the compute beside them can")
+
+
 # The hybrid search's integer pins: (name, metavar, help)
 INTEGER_PINS = (("tp", "T", "pin tensor parallelism"), ("cp", "C", "pin context parallelism"),
                 ("pp", "P", "pin pipeline parallelism"), ("dp", "D", "pin data parallelism"),
@@ -342,6 +350,7 @@ def hybrid_pin_arguments(prefix: str = "") -> list:
     argument("--seq-len", type=int, metavar="S", help="hybrid: tokens per sequence"),
     argument("--global-batch", type=int, metavar="B", help="hybrid: sequences per step"),
     *hybrid_pin_arguments("hybrid: "),
+    OVERLAP,
     CLUSTER,
     argument("--memory-limit", type=int, metavar="BYTES",
              help="pure PP: per-device memory (default: the cluster's device memory; unlimited without a cluster)"),
@@ -384,6 +393,7 @@ def _progress(fraction: float, message: str) -> None:
 
 def _hybrid_search(args: argparse.Namespace) -> int:
     """``--model``: choose tp, cp, pp, dp, ep, micro-batch size and recomputation with the pipeline plan."""
+    from planner.parallel.cost import overlap_options
     from planner.parallel.search import DEFAULT_TIME_BUDGET_S, search
 
     stray = [flag for flag, value in (("--profile", args.profile), ("--devices", args.devices),
@@ -400,7 +410,7 @@ def _hybrid_search(args: argparse.Namespace) -> int:
     pins = {key: getattr(args, key) for key in HYBRID_PINS if getattr(args, key) is not None}
     budget = args.time_budget if args.time_budget is not None else DEFAULT_TIME_BUDGET_S
     result = search(model, cluster, args.gpus, args.seq_len, args.global_batch, pins, time_budget_s=budget,
-                    progress=_progress)
+                    progress=_progress, options=overlap_options(args.overlap))
     write_output(args.out, json.dumps(result.plan_document(), indent=2) + "\n")
     summary = result.to_dict(ranks=False)
     best = summary["best"]
@@ -424,17 +434,19 @@ def _hybrid_search(args: argparse.Namespace) -> int:
     argument("--seq-len", required=True, type=int, metavar="S", help="tokens per sequence"),
     argument("--global-batch", required=True, type=int, metavar="B", help="sequences per step, at every count"),
     *hybrid_pin_arguments(),
+    OVERLAP,
     OUT,
 ])
 def capacity_command(args: argparse.Namespace) -> int:
     from planner.parallel.capacity import capacity_sweep, parse_gpu_counts
+    from planner.parallel.cost import overlap_options
 
     counts = parse_gpu_counts(args.gpu_counts)
     if args.token_budget != int(args.token_budget):
         raise UsageError(f"--token-budget must be a whole number of tokens, got {args.token_budget!r}")
     pins = {key: getattr(args, key) for key in HYBRID_PINS if getattr(args, key) is not None}
     result = capacity_sweep(read_model(args.model), read_cluster(args.cluster), counts, args.seq_len, args.global_batch,
-                            int(args.token_budget), pins, progress=_progress)
+                            int(args.token_budget), pins, progress=_progress, options=overlap_options(args.overlap))
     write_output(args.out, json.dumps(result, indent=2) + "\n")
     _report_written(args.out, {key: result[key] for key in ("fastest_gpus", "cheapest_gpus", "device")})
     return EXIT_OK

@@ -29,7 +29,10 @@ Communication charged inside F and B (Megatron-LM does not overlap these by defa
   dispatcher then all-gathers the received tokens over the ETP group and the combine reduce-scatters the experts'
   output (``MoEAlltoAllTokenDispatcher``'s ``gather_from_sequence_parallel_region`` over the expert-TP group).
   Without EP, Megatron's all-gather dispatcher gathers the ``tokens/cp x hidden`` states over the ETP group and
-  reduce-scatters the output, as a dense MLP's sequence parallelism does.
+  reduce-scatters the output, as a dense MLP's sequence parallelism does. With ``CostOptions.overlap_ep`` (DeepSeek-V3
+  report, Sec. 3.2.1: DualPipe hides the all-to-alls of one micro-batch behind another's compute; Megatron-Core's
+  ``--overlap-moe-expert-parallel-comm`` does the same between the forward and backward of two micro-batches) the
+  exchange is charged only where it outlasts the layer's compute of the same pass: an upper bound, off by default.
 - Full sharding (``sharding`` ``full``; ZeRO-3, Rajbhandari et al. 2020, Sec. 7.2.2: 1.5x the data-parallel volume
   of an all-reduce): each layer's bf16 weights all-gathered before its forward and again before its backward, its
   gradients reduce-scattered after its backward, every micro-batch (FSDP2 with gradient accumulation, resharding
@@ -90,10 +93,27 @@ class CostOptions:
     # project's executor runs, executor/model/context_parallel.py)
     cp_comm: str = "p2p"
     overlap_tp: bool = False              # Megatron-Core --tp-comm-overlap (see the module doc); off by default there
+    overlap_ep: bool = False              # EP dispatch and combine behind compute (see the module doc); off by default
 
     def __post_init__(self):
         if self.cp_comm not in ("p2p", "allgather"):
             raise SpecError("cp_comm", f"must be 'p2p' or 'allgather', got {self.cp_comm!r}")
+
+
+OVERLAPS = ("tp", "dp", "ep")
+
+
+def overlap_options(text: str) -> CostOptions:
+    """``CostOptions`` with the overlaps named in ``text`` (``tp,dp,ep``, any of them, or ``none``) on and the others
+    off; Megatron's defaults with DP overlapped are ``dp``."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if names == ["none"]:
+        names = []
+    unknown = [name for name in names if name not in OVERLAPS]
+    if unknown:
+        raise SpecError("overlap", f"{', '.join(unknown)} is no overlap; give any of {', '.join(OVERLAPS)} "
+                                   f"(comma-separated) or none")
+    return CostOptions(overlap_tp="tp" in names, overlap_dp="dp" in names, overlap_ep="ep" in names)
 
 
 # What this project's executor runs (executor/running/): CP by all-gather, the DP reduction after the step's last
@@ -367,7 +387,10 @@ def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config:
         exchange = 2 * all_to_all_ms(routed, mapping.span("ep"))   # dispatch and combine
         # the expert TP group gathers what its ranks received and reduce-scatters the experts' output
         exchange += 2 * ring_collective_ms(routed * config.etp, mapping.span("etp"))
-        parts["ep"] = (exchange, exchange)
+        if options.overlap_ep:   # hidden behind compute (module doc)
+            parts["ep"] = (max(0.0, exchange - forward_compute), max(0.0, exchange - backward_compute))
+        else:
+            parts["ep"] = (exchange, exchange)
     elif isinstance(layer.mlp, MoEMLP) and config.etp > 1:
         # no EP: Megatron's all-gather dispatcher, the sequence-parallel hidden states gathered over the expert TP
         # group and the output reduce-scattered, as a dense MLP's

@@ -122,3 +122,23 @@ def test_fsdp_is_skipped_only_where_its_zero_1_twin_fits_and_is_no_slower():
             assert full.iteration_ms >= zero_1.iteration_ms - 1e-9, config.short()
             checked += 1
     assert checked > 10
+
+
+def test_the_overlaps_are_options_and_ep_hides_behind_the_layers_compute_only_as_far_as_it_lasts():
+    from planner.parallel.cost import CostOptions, overlap_options
+
+    assert overlap_options("dp") == CostOptions()
+    assert overlap_options("tp, ep") == CostOptions(overlap_tp=True, overlap_dp=False, overlap_ep=True)
+    assert overlap_options("none") == CostOptions(overlap_dp=False)
+    with pytest.raises(SpecError) as error:
+        overlap_options("tp,pp")
+    assert error.value.field == "overlap" and "pp is no overlap" in error.value.reason
+    model = load_model_preset("mixtral-8x7b")
+    config = ParallelConfig(tp=2, dp=8, ep=8, etp=1)
+    mapping = RankMapping(config, H100)
+    work = layer_work(model, H100, 1, 4096)[1]
+    exposed = layer_comm_parts(model.layers[1], work, model, config, mapping, 4096)["ep"]
+    hidden = layer_comm_parts(model.layers[1], work, model, config, mapping, 4096, CostOptions(overlap_ep=True))["ep"]
+    compute = (work.forward.roofline_ms / 2, (work.backward_input.roofline_ms + work.backward_weight.roofline_ms) / 2)
+    assert hidden == pytest.approx(tuple(max(0.0, e - c) for e, c in zip(exposed, compute)))
+    assert exposed[0] > 0
