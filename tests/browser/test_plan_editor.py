@@ -256,3 +256,17 @@ def test_the_hybrid_editor_changes_tp_and_dp_together_keeping_the_gpus_and_the_b
     expect(page.locator("#edit-log li")).to_contain_text("tp 2 → 1")
     expect(page.locator("#edit-log li")).to_contain_text("dp 2 → 4")
     page.locator("#editor").screenshot(path=str(SCREENS / "editor-hybrid-whole-configuration.png"))
+
+    # Full sharding (FSDP) in the same editor: the weights and gradients shard over DP too, so every GPU holds less,
+    # and the page's prediction is again the planner's
+    expect(page.locator("[data-degree=sharding]")).to_have_value("optimizer")
+    page.select_option("[data-degree=sharding]", "full")
+    page.click("#apply-degrees")
+    _edits_done(page, 2)
+    sharded = page.evaluate("() => window.adaptisEditor.current()")
+    assert sharded["plan"]["parallel"]["sharding"] == "full"
+    expected = hybrid.predict(load_plan(sharded["plan"]), "llama-3-8b", "h100-sxm-1x8", HYBRID_SEQ_LEN)
+    assert sharded["metrics"]["iteration_ms"] == pytest.approx(expected["predicted"]["iteration_ms"])
+    assert (max(row["memory_bytes"] for row in sharded["per_device"])
+            < max(row["memory_bytes"] for row in answer["per_device"]))
+    expect(page.locator("#edit-log li").last).to_contain_text("sharding optimizer → full")
