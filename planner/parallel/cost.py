@@ -103,17 +103,29 @@ class CostOptions:
 OVERLAPS = ("tp", "dp", "ep")
 
 
-def overlap_options(text: str) -> CostOptions:
+def overlap_options(text: object, field: str = "overlap") -> CostOptions:
     """``CostOptions`` with the overlaps named in ``text`` (``tp,dp,ep``, any of them, or ``none``) on and the others
-    off; Megatron's defaults with DP overlapped are ``dp``."""
+    off; Megatron's defaults with DP overlapped are ``dp``. SpecError on ``field`` for anything else."""
+    if not isinstance(text, str) or not text.strip():
+        raise SpecError(field, f"must name the overlaps, any of {', '.join(OVERLAPS)} (comma-separated) or none; "
+                               f"got {text!r}")
     names = [name.strip() for name in text.split(",") if name.strip()]
     if names == ["none"]:
         names = []
     unknown = [name for name in names if name not in OVERLAPS]
     if unknown:
-        raise SpecError("overlap", f"{', '.join(unknown)} is no overlap; give any of {', '.join(OVERLAPS)} "
-                                   f"(comma-separated) or none")
+        raise SpecError(field, f"{', '.join(unknown)} is no overlap; give any of {', '.join(OVERLAPS)} "
+                               f"(comma-separated) or none")
     return CostOptions(overlap_tp="tp" in names, overlap_dp="dp" in names, overlap_ep="ep" in names)
+
+
+def overlap_text(options: CostOptions) -> str:
+    """``options``' overlaps as ``overlap_options`` reads them: ``dp`` for the defaults, ``none`` for none."""
+    names = [name for name, on in zip(OVERLAPS, (options.overlap_tp, options.overlap_dp, options.overlap_ep)) if on]
+    return ",".join(names) or "none"
+
+
+DEFAULT_OVERLAP = overlap_text(CostOptions())
 
 
 # What this project's executor runs (executor/running/): CP by all-gather, the DP reduction after the step's last

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from planner.cluster import ClusterSpec, load_cluster_preset
 from planner.errors import SpecError
-from planner.parallel.cost import CostOptions
+from planner.parallel.cost import DEFAULT_OVERLAP, CostOptions, overlap_options
 from planner.parallel.evaluate import Job, plan_pipeline, score_plan
 from planner.parallel.search import (PIN_KEYS, HybridResult, SearchCancelled, check_job, check_memory,
                                      normalized_pins)
@@ -66,23 +66,26 @@ def check(model: ModelSpec | str, cluster: ClusterSpec | str, gpus: int, seq_len
 
 
 def predict(plan: Plan, model: ModelSpec | str, cluster: ClusterSpec | str, seq_len: int,
-            options: CostOptions = CostOptions()) -> dict:
+            options: CostOptions | None = None) -> dict:
     """The job-level prediction of a v2 plan: its pipeline simulated on the ranks' links, plus DP, optimizer and
-    every GPU's memory. The GPU count and global batch follow from ``plan.parallel``."""
+    every GPU's memory. The GPU count and global batch follow from ``plan.parallel``; ``options`` default to the
+    overlaps the plan was searched with (its ``meta.overlap``, ``dp`` without one)."""
     job = _plan_job(plan, model, cluster, seq_len, options)
     chunks = max(len(plan.stages_on(device)) for device in range(plan.num_devices))
     return score_plan(job, plan.parallel, plan, plan.strategy, chunks).to_dict()
 
 
 def pipeline(plan: Plan, model: ModelSpec | str, cluster: ClusterSpec | str, seq_len: int,
-             options: CostOptions = CostOptions()) -> tuple[Profile, ClusterSpec]:
+             options: CostOptions | None = None) -> tuple[Profile, ClusterSpec]:
     """The profile and pipeline-rank cluster ``predict`` simulates a v2 plan's pipeline on: simulate the plan on
     them for its timeline (``planner.simulator.simulate``)."""
     return plan_pipeline(_plan_job(plan, model, cluster, seq_len, options), plan.parallel, plan)
 
 
 def _plan_job(plan: Plan, model: ModelSpec | str, cluster: ClusterSpec | str, seq_len: int,
-              options: CostOptions) -> Job:
+              options: CostOptions | None) -> Job:
+    if options is None:
+        options = overlap_options(plan.meta.get("overlap", DEFAULT_OVERLAP), "meta.overlap")
     if plan.parallel is None:
         raise SpecError("parallel", "the plan has no parallel configuration (an adaptis.plan/v1 plan): simulate it "
                                     "on a profile instead")

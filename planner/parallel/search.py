@@ -27,7 +27,7 @@ from planner.errors import SpecError
 from planner.layout import layer_codes_from_spec, plan_layout_string
 from planner.limits import bounds
 from planner.parallel.config import DEGREES, PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES, ParallelConfig
-from planner.parallel.cost import CostOptions
+from planner.parallel.cost import DEFAULT_OVERLAP, CostOptions, overlap_text
 from planner.parallel.evaluate import Job, Score, estimate, pipeline_memory_budget, score_plan, shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.spec.model import AttentionMixer, LinearAttentionMixer, Mamba2Mixer, ModelSpec, MoEMLP
@@ -73,7 +73,11 @@ class HybridResult:
         predicted["memory"] = [memory.to_dict() for memory in self.best.memory]
         predicted["per_device"] = self.best.gpu_memory_rows(predicted.get("per_device", []))
         doc["predicted"] = predicted
-        doc.setdefault("meta", {})["memory_limit_bytes"] = self.best.job.cluster.device.memory_bytes
+        meta = doc.setdefault("meta", {})
+        meta["memory_limit_bytes"] = self.best.job.cluster.device.memory_bytes
+        overlap = overlap_text(self.best.job.options)
+        if overlap != DEFAULT_OVERLAP:   # what a re-prediction of the plan assumes (planning.predict)
+            meta["overlap"] = overlap
         return doc
 
     def to_dict(self, ranks: bool = True) -> dict:

@@ -15,6 +15,7 @@ from planner.parallel.config import ParallelConfig
 from planner.parallel.cost import layer_comm_parts, layer_times, layer_work
 from planner.parallel.evaluate import Job, estimate
 from planner.parallel.mapping import RankMapping
+from planner.plan import load_plan
 from planner.spec.presets import load_model_preset
 
 H100 = load_cluster_preset("h100-sxm-16x8")
@@ -142,3 +143,24 @@ def test_the_overlaps_are_options_and_ep_hides_behind_the_layers_compute_only_as
     compute = (work.forward.roofline_ms / 2, (work.backward_input.roofline_ms + work.backward_weight.roofline_ms) / 2)
     assert hidden == pytest.approx(tuple(max(0.0, e - c) for e, c in zip(exposed, compute)))
     assert exposed[0] > 0
+
+
+def test_a_plan_searched_with_overlaps_is_re_predicted_with_them():
+    from planner.parallel.cost import CostOptions
+
+    model = load_model_preset("mixtral-8x7b")
+    pins = {"tp": 2, "pp": 2, "ep": 8, "etp": 1}
+    hidden = hybrid.search(model, "h100-sxm-2x8", 16, 4096, 64, pins, refine=False,
+                           options=CostOptions(overlap_ep=True))
+    doc = hidden.plan_document()
+    assert doc["meta"]["overlap"] == "dp,ep"
+    plan = load_plan(doc)
+    assert hybrid.predict(plan, model, "h100-sxm-2x8", 4096)["predicted"]["iteration_ms"] == pytest.approx(
+        hidden.best.iteration_ms)
+    exposed = hybrid.predict(plan, model, "h100-sxm-2x8", 4096, CostOptions())["predicted"]["iteration_ms"]
+    assert exposed > hidden.best.iteration_ms
+    assert "overlap" not in hybrid.search(model, "h100-sxm-2x8", 16, 4096, 64, pins, refine=False).plan_document()[
+        "meta"]
+    with pytest.raises(SpecError) as error:
+        hybrid.predict(load_plan({**doc, "meta": {**doc["meta"], "overlap": 3}}), model, "h100-sxm-2x8", 4096)
+    assert error.value.field == "meta.overlap"

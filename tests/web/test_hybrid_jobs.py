@@ -15,6 +15,7 @@ from adaptis_web.studio.models import JobStatus, Plan, PlanningJob, Run, RunEven
 from adaptis_web.studio.planning.hybrid_pages import PICTURE_FIRST_NODES, cluster_picture, memory_bars, step_bars
 from adaptis_web.studio.planning.jobs import job_create, job_request_check, job_run
 from adaptis_web.studio.runs.calibration import job_replan_from_run
+from planner import service as planner_service
 from planner.cluster import load_cluster_preset
 from planner.errors import SpecError
 from planner.limits import MAX_SEQ_LEN
@@ -366,3 +367,35 @@ def test_the_pipeline_jobs_page_is_unchanged_beside_hybrid_ones(client, people, 
     page = client.get(reverse("studio:job", args=[planned.job.pk])).content.decode()
     assert 'id="timeline"' in page and 'id="hybrid-configuration"' not in page
     assert json.loads(re.search(r'id="timeline-data" type="application/json">(.*?)</script>', page).group(1))
+
+
+class TestOverlap:
+    def test_a_job_searches_with_the_overlaps_it_names_and_its_plan_keeps_them(self, people, llama,
+                                                                              django_capture_on_commit_callbacks):
+        from adaptis_web.studio.planning.jobs import job_request_check
+
+        request = _hybrid_request(overlap=" tp, ep ")
+        assert request.hybrid.overlap == "tp,ep"
+        assert _hybrid_request().hybrid.overlap == "dp"
+        with pytest.raises(SpecError) as caught:
+            job_request_check(spec=LLAMA, cluster_preset="h100-sxm-2x8", mode="hybrid", gpus=16, seq_len=4096,
+                              global_batch=64, overlap="tp,pp")
+        assert caught.value.field == "overlap" and "pp is no overlap" in caught.value.reason
+        response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
+                                                                  "overlap": "dp,xp"}, format="json")
+        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "overlap"
+        assert not PlanningJob.objects.exists()
+        with django_capture_on_commit_callbacks(execute=False):
+            response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
+                                                                      "overlap": "tp,dp"}, format="json")
+        assert response.status_code == 201, response.content
+        assert response.json()["overlap"] == "tp,dp" and PlanningJob.objects.get().overlap == "tp,dp"
+
+    def test_the_service_searches_with_the_overlaps_and_writes_them_into_the_plan(self):
+        outcomes = [planner_service.plan_hybrid_job(spec=load_model_preset("mixtral-8x7b"),
+                                                    cluster=load_cluster_preset("h100-sxm-2x8"), gpus=16, seq_len=4096,
+                                                    global_batch=64, pins={"tp": 2, "pp": 2, "ep": 8, "etp": 1},
+                                                    time_budget_s=2, overlap=overlap) for overlap in ("dp", "dp,ep")]
+        plain, hidden = (outcome.plan.plan_doc for outcome in outcomes)
+        assert "overlap" not in plain["meta"] and hidden["meta"]["overlap"] == "dp,ep"
+        assert hidden["predicted"]["breakdown_ms"]["ep"] < plain["predicted"]["breakdown_ms"]["ep"]

@@ -93,6 +93,9 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
     sharding = forms.ChoiceField(label="Sharding", required=False,
                                  choices=[("", "search"), ("none", "none"), ("optimizer", "optimizer (ZeRO-1)"),
                                           ("full", "full (FSDP)")])
+    overlap = forms.CharField(label="Overlapped with compute", initial="dp", required=False, max_length=20,
+                              help_text="tp, dp, ep (comma-separated) or none; tp and ep hide all the compute beside "
+                                        "them can (an upper bound)")
     precision = forms.ChoiceField(label="Precision", initial="bf16", required=False,
                                   choices=[("bf16", "BF16"), ("fp8", "FP8 (Transformer Engine)")],
                                   help_text="FP8 changes the numerics: never chosen for you")
@@ -161,7 +164,7 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
                 memory_limit_bytes=None if memory_limit_gib is None else round(memory_limit_gib * GIB),
                 mode=mode, saved_cluster=saved, team=self.team,
                 gpus=cleaned.get("gpus"), seq_len=cleaned.get("seq_len"), global_batch=cleaned.get("global_batch"),
-                pins=pins, **capacity_fields)
+                pins=pins, overlap=cleaned.get("overlap") or None, **capacity_fields)
         except SpecError as error:
             self.add_spec_error(error)
         return cleaned

@@ -33,6 +33,7 @@ class HybridSettings:
     seq_len: int
     global_batch: int
     pins: dict
+    overlap: str
 
 
 def _positive(field: str, value: object, limit: int) -> int:
@@ -62,8 +63,17 @@ def job_shape_check(*, seq_len: object, global_batch: object, pins: dict | None,
     return seq_len, global_batch, pins
 
 
+def overlap_check(overlap: object) -> str:
+    """The job's overlaps (``planner.service.overlap_options``), written as the planner writes them; ``dp`` when
+    not given."""
+    if overlap in (None, ""):
+        return planner_service.DEFAULT_OVERLAP
+    planner_service.overlap_options(overlap)
+    return ",".join(name.strip() for name in overlap.split(",") if name.strip())
+
+
 def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object, seq_len: object,
-                          global_batch: object, pins: dict | None) -> HybridSettings:
+                          global_batch: object, pins: dict | None, overlap: object = None) -> HybridSettings:
     """The job's shape and pins, checked as the search would check them (``planner.parallel.planning.check``): a pin
     that cannot split the GPUs or the batch, or a model that fits nowhere, is a SpecError naming the field."""
     if gpus is None:
@@ -75,7 +85,8 @@ def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object
         raise SpecError("gpus", f"the cluster {cluster.name!r} has {cluster.num_devices:,} GPUs; asked for {gpus:,}")
     planner_service.check_hybrid_job(spec=spec, cluster=cluster, gpus=gpus, seq_len=seq_len,
                                      global_batch=global_batch, pins=pins)
-    return HybridSettings(gpus=gpus, seq_len=seq_len, global_batch=global_batch, pins=pins)
+    return HybridSettings(gpus=gpus, seq_len=seq_len, global_batch=global_batch, pins=pins,
+                          overlap=overlap_check(overlap))
 
 
 def hybrid_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.HybridJobOutcome | None:
@@ -83,6 +94,6 @@ def hybrid_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.Hybri
     cancel read from it; None when it was cancelled before any plan was simulated. SpecError propagates."""
     return planner_service.plan_hybrid_job(
         spec=load_model_spec(job.spec.doc), cluster=cluster, gpus=job.gpus, seq_len=job.seq_len,
-        global_batch=job.global_batch, pins=job.pins, time_budget_s=job.time_budget_s,
+        global_batch=job.global_batch, pins=job.pins, time_budget_s=job.time_budget_s, overlap=job.overlap,
         progress=progress.search_reporter(job.pk, *progress.HYBRID_SEARCH_SPAN),
         cancel=progress.cancel_reader(job.pk))

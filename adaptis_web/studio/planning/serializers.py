@@ -126,6 +126,10 @@ class JobCreateInput(serializers.Serializer):
     precision = OptionalChoiceField(choices=PRECISIONS, required=False, allow_null=True, default=None,
                                     help_text="hybrid only, optional: bf16 (default) or fp8 (Transformer Engine's "
                                               "linear layers; needs FP8 tensor cores); never chosen for you")
+    overlap = serializers.CharField(required=False, allow_null=True, default=None, max_length=20,
+                                    help_text="hybrid and capacity, optional: the communication the cost model hides "
+                                              "behind compute: any of tp, dp, ep (comma-separated) or none; default "
+                                              "dp (Megatron's defaults); tp and ep are upper bounds")
     distributed_optimizer = OptionalBooleanField(required=False, allow_null=True, default=None,
                                                  help_text="hybrid only, deprecated: sharding optimizer (true) or none "
                                                            "(false)")
@@ -169,7 +173,8 @@ class JobOutput(PlainOutputMixin, serializers.ModelSerializer):
         model = PlanningJob
         fields = ["id", "name", "spec", "spec_name", "created_by", "mode", "cluster_preset", "saved_cluster",
                   "num_devices", "num_microbatches", "schedule", "partition", "seed", "time_budget_s",
-                  "memory_limit_bytes", "gpus", "seq_len", "global_batch", "pins", "token_budget", "gpu_counts",
+                  "memory_limit_bytes", "gpus", "seq_len", "global_batch", "pins", "overlap", "token_budget",
+                  "gpu_counts",
                   "status", "progress",
                   "progress_message", "cancel_requested", "error", "analytic_profile_reason", "plan", "plans",
                   "created_at",
