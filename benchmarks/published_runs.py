@@ -37,7 +37,8 @@ hidden wherever the block's GEMMs outlast it: an upper bound on what the overlap
 H100's as set before the table was run (``planner.hardware``: efficiency 0.55), not fitted to it.
 
 Llama 3 405B (the Llama 3 paper, Table 4) follows, with its published degrees and batch pinned; its
-recomputation and TP overlap are not published, so those rows are shown, not validated.
+recomputation and TP overlap are not published, so those rows are shown, not validated. NeMo 24.07's H100 FP8
+performance summary follows, with its published degrees, virtual stages and batch pinned.
 
 torchtitan's Llama 3.1 benchmarks follow (``benchmarks/llama3_h100_202412_torchtitan.md`` in pytorch/torchtitan,
 December 2024): FSDP2 (full sharding) alone, with CP and with TP, BF16 and Float8 (torchao's tensorwise recipe), on
@@ -222,7 +223,7 @@ def plan_llama_3(run: Llama3Run):
     """Its published degrees and batch pinned; recomputation, micro-batch size 1 and the schedule's chunks are
     not published, so the search chooses recomputation and chunks."""
     pins = {"tp": run.tp, "cp": run.cp, "pp": run.pp, "dp": run.dp, "microbatch_size": 1}
-    return search(llama_3_1("405B"), load_cluster_preset(f"h100-sxm-{run.gpus // 8}x8"), run.gpus, run.seq_len,
+    return search(llama("Llama 3 405B"), load_cluster_preset(f"h100-sxm-{run.gpus // 8}x8"), run.gpus, run.seq_len,
                   run.dp * run.sequences_per_dp, pins, refine=False)
 
 
@@ -231,7 +232,7 @@ class TitanRun:
     """A row of torchtitan's Llama 3.1 benchmarks: FSDP over ``gpus / (tp·cp)`` ranks, pipeline-free."""
 
     table: str
-    size: str            # Llama 3.1 8B or 70B
+    size: str            # Llama 3 8B or 70B (3.1's blocks are 3's)
     gpus: int
     tp: int
     cp: int
@@ -245,26 +246,29 @@ class TitanRun:
 
 
 TITAN_LLAMA_3_1 = (
-    TitanRun("1: FSDP + compile", "8B", 8, 1, 1, 8192, 2, "selective", "bf16", False, 6667, 77.0),
-    TitanRun("1: FSDP + compile + Float8", "8B", 8, 1, 1, 8192, 2, "selective", "fp8", False, 8532, 76.8),
-    TitanRun("3: FSDP + compile", "8B", 128, 1, 1, 8192, 2, "selective", "bf16", False, 6514, 62.0),
-    TitanRun("3: FSDP + compile + Float8", "8B", 128, 1, 1, 8192, 2, "selective", "fp8", False, 8380, 61.8),
-    TitanRun("2: FSDP 8, CP 1", "8B", 8, 1, 1, 32768, 1, "full", "fp8", False, 3890, 83.9),
-    TitanRun("2: FSDP 4, CP 2", "8B", 8, 1, 2, 65536, 1, "full", "fp8", False, 2540, 84.2),
-    TitanRun("2: FSDP 2, CP 4", "8B", 8, 1, 4, 131072, 1, "full", "fp8", False, 1071, 84.0),
-    TitanRun("2: FSDP 1, CP 8", "8B", 8, 1, 8, 262144, 1, "full", "fp8", False, 548, 84.5),
-    TitanRun("4: FSDP 32, TP 8", "70B", 256, 8, 1, 8192, 16, "full", "fp8", False, 829, 71.9),
-    TitanRun("4: FSDP 32, TP 8 + AsyncTP", "70B", 256, 8, 1, 8192, 16, "full", "fp8", True, 876, 67.6),
+    TitanRun("1: FSDP + compile", "Llama 3 8B", 8, 1, 1, 8192, 2, "selective", "bf16", False, 6667, 77.0),
+    TitanRun("1: FSDP + compile + Float8", "Llama 3 8B", 8, 1, 1, 8192, 2, "selective", "fp8", False, 8532, 76.8),
+    TitanRun("3: FSDP + compile", "Llama 3 8B", 128, 1, 1, 8192, 2, "selective", "bf16", False, 6514, 62.0),
+    TitanRun("3: FSDP + compile + Float8", "Llama 3 8B", 128, 1, 1, 8192, 2, "selective", "fp8", False, 8380, 61.8),
+    TitanRun("2: FSDP 8, CP 1", "Llama 3 8B", 8, 1, 1, 32768, 1, "full", "fp8", False, 3890, 83.9),
+    TitanRun("2: FSDP 4, CP 2", "Llama 3 8B", 8, 1, 2, 65536, 1, "full", "fp8", False, 2540, 84.2),
+    TitanRun("2: FSDP 2, CP 4", "Llama 3 8B", 8, 1, 4, 131072, 1, "full", "fp8", False, 1071, 84.0),
+    TitanRun("2: FSDP 1, CP 8", "Llama 3 8B", 8, 1, 8, 262144, 1, "full", "fp8", False, 548, 84.5),
+    TitanRun("4: FSDP 32, TP 8", "Llama 3 70B", 256, 8, 1, 8192, 16, "full", "fp8", False, 829, 71.9),
+    TitanRun("4: FSDP 32, TP 8 + AsyncTP", "Llama 3 70B", 256, 8, 1, 8192, 16, "full", "fp8", True, 876, 67.6),
 )
-# Llama 3.1: (blocks, hidden, attention heads, SwiGLU width); 8 key-value heads of 128, vocabulary 128,256
-LLAMA_3_1_SHAPES = {"8B": (32, 4096, 32, 14336), "70B": (80, 8192, 64, 28672), "405B": (126, 16384, 128, 53248)}
+# Llama (Touvron et al. 2023; the Llama 3 paper, Table 3): (blocks, hidden, attention heads, key-value heads, SwiGLU
+# width, vocabulary); heads of 128, untied embeddings
+LLAMA_SHAPES = {"Llama 2 7B": (32, 4096, 32, 32, 11008, 32000), "Llama 2 13B": (40, 5120, 40, 40, 13824, 32000),
+                "Llama 2 70B": (80, 8192, 64, 8, 28672, 32000), "Llama 3 8B": (32, 4096, 32, 8, 14336, 128256),
+                "Llama 3 70B": (80, 8192, 64, 8, 28672, 128256), "Llama 3 405B": (126, 16384, 128, 8, 53248, 128256)}
 
 
-def llama_3_1(size: str) -> ModelSpec:
-    blocks, hidden, heads, ffn = LLAMA_3_1_SHAPES[size]
-    block = LayerSpec(kind="decoder", mixer=AttentionMixer(num_heads=heads, num_kv_heads=8, head_dim=128),
+def llama(name: str) -> ModelSpec:
+    blocks, hidden, heads, kv_heads, ffn, vocab = LLAMA_SHAPES[name]
+    block = LayerSpec(kind="decoder", mixer=AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=128),
                       mlp=DenseMLP(intermediate_size=ffn, gated=True))
-    return ModelSpec(name=f"llama-3.1-{size.lower()}", hidden_size=hidden, vocab_size=128256, seq_len=8192,
+    return ModelSpec(name=name.lower().replace(" ", "-"), hidden_size=hidden, vocab_size=vocab, seq_len=8192,
                      layers=(LayerSpec(kind="embedding"),) + (block,) * blocks + (LayerSpec(kind="head"),))
 
 
@@ -272,14 +276,14 @@ def plan_titan(run: TitanRun):
     """The published configuration, scored as is (one micro-batch, no pipeline: the closed form is exact), whether or
     not the planner's accounting fits it (torchtitan's selective checkpointing keeps less than this one's)."""
     dp = run.gpus // (run.tp * run.cp)
-    job = Job(llama_3_1(run.size), load_cluster_preset(f"h100-hbm2e-96gb-{run.gpus // 8}x8"), run.gpus, run.seq_len,
+    job = Job(llama(run.size), load_cluster_preset(f"h100-hbm2e-96gb-{run.gpus // 8}x8"), run.gpus, run.seq_len,
               run.local_batch * dp, CostOptions(overlap_tp=run.async_tp))
     return estimate(job, ParallelConfig(tp=run.tp, cp=run.cp, dp=dp, microbatch_size=run.local_batch,
                                         recompute=run.recompute, sharding="full", precision=run.precision))
 
 
 def print_torchtitan() -> list[float]:
-    print("\n| torchtitan Table | Llama 3.1 | GPUs | TP | CP | seq | local batch | recompute | precision | "
+    print("\n| torchtitan Table | model | GPUs | TP | CP | seq | local batch | recompute | precision | "
           "published tokens/s/GPU | predicted | error | predicted peak GiB (fits) | reserved GiB |")
     print("|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|")
     errors = []
@@ -294,6 +298,77 @@ def print_torchtitan() -> list[float]:
     held_out = errors[1:]
     print(f"\nheld out (all but the first row): {sum(abs(e) <= TOLERANCE for e in held_out)} of {len(held_out)} "
           f"within ±{TOLERANCE:.0%}; median |error| {statistics.median(abs(e) for e in held_out):.1%}")
+    return errors
+
+
+@dataclass(frozen=True)
+class NemoRun:
+    """A row of NeMo's performance summary (NeMo 24.07, DGX H100, FP8): the published degrees and batch."""
+
+    model: str
+    gpus: int
+    batch: int
+    microbatch_size: int
+    seq_len: int
+    tp: int
+    pp: int
+    cp: int
+    vpp: int
+    tokens_per_gpu_s: float
+    tflops_per_gpu: float    # NeMo's model TFLOP/s
+
+
+# NVIDIA NeMo, docs/source/performance/performance_summary.md (removed in December 2024, last at d31653f792^):
+# pre-training at FP8 on DGX H100 with NeMo 24.07. Nemotron rows left out (squared-ReLU MLPs, not shapes here).
+NEMO_H100_FP8 = (
+    NemoRun("GPT3-5B", 64, 2048, 4, 2048, 1, 1, 1, 1, 23406, 765),
+    NemoRun("GPT3-20B", 64, 256, 2, 2048, 2, 1, 1, 1, 5851, 750),
+    NemoRun("GPT3-175B", 128, 256, 1, 2048, 4, 8, 1, 6, 716, 771),
+    NemoRun("GPT3-175B", 512, 2048, 2, 2048, 4, 8, 1, 6, 825, 888),
+    NemoRun("Llama 2 7B", 8, 128, 1, 4096, 1, 1, 1, 1, 16934, 780),
+    NemoRun("Llama 2 13B", 16, 128, 1, 4096, 1, 4, 1, 10, 8715, 760),
+    NemoRun("Llama 2 70B", 64, 128, 1, 4096, 4, 4, 1, 20, 1728, 768),
+    NemoRun("Llama 3 8B", 8, 128, 1, 8192, 1, 1, 2, 1, 12273, 711),
+    NemoRun("Llama 3 70B", 64, 128, 1, 8192, 4, 4, 2, 5, 1524, 734),
+)
+# NeMo's GPT-3 (Brown et al. 2020, Table 2.1): (heads, hidden, blocks); a 4h GeLU MLP, tied embeddings
+NEMO_GPT3 = {"GPT3-5B": (32, 4096, 24), "GPT3-20B": (48, 6144, 44), "GPT3-175B": (96, 12288, 96)}
+
+
+def nemo_model(run: NemoRun) -> ModelSpec:
+    if run.model in NEMO_GPT3:
+        heads, hidden, layers = NEMO_GPT3[run.model]
+        return GptRun(run.model, heads, hidden, layers, run.tp, run.pp, run.gpus, run.batch).model(
+            VOCAB, run.seq_len, tied=True)
+    return llama(run.model)
+
+
+def plan_nemo(run: NemoRun, overlap_tp: bool):
+    """The published degrees, micro-batch size, virtual stages and batch pinned, FP8, the distributed optimizer
+    with DP overlapped; recomputation (not published) is the search's."""
+    dp = run.gpus // (run.tp * run.pp * run.cp)
+    pins = {"tp": run.tp, "pp": run.pp, "cp": run.cp, "dp": dp, "ep": 1, "vpp": run.vpp,
+            "microbatch_size": run.microbatch_size, "sharding": "optimizer", "precision": "fp8"}
+    return search(nemo_model(run), load_cluster_preset(f"h100-sxm-{max(run.gpus // 8, 1)}x8"), run.gpus, run.seq_len,
+                  run.batch, pins, options=CostOptions(overlap_tp=overlap_tp), refine=False)
+
+
+def print_nemo() -> list[float]:
+    print("\n| NeMo 24.07, FP8 | GPUs | TP | PP | CP | VP | mbs | batch | seq | published tokens/s/GPU (TFLOP/s) | "
+          "predicted, TP exposed | error | predicted, TP overlapped | error | chosen recompute | fits (peak GiB) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    errors = []
+    for run in NEMO_H100_FP8:
+        exposed, overlapped = (plan_nemo(run, overlap).best for overlap in (False, True))
+        predicted = [run.batch * run.seq_len / (best.iteration_ms / 1e3) / run.gpus for best in (exposed, overlapped)]
+        errors.append(predicted[0] / run.tokens_per_gpu_s - 1)
+        print(f"| {run.model} | {run.gpus} | {run.tp} | {run.pp} | {run.cp} | {run.vpp} | {run.microbatch_size} | "
+              f"{run.batch} | {run.seq_len} | {run.tokens_per_gpu_s:,.0f} ({run.tflops_per_gpu:.0f}) | "
+              f"{predicted[0]:,.0f} | {errors[-1]:+.1%} | {predicted[1]:,.0f} | "
+              f"{predicted[1] / run.tokens_per_gpu_s - 1:+.1%} | {exposed.config.recompute_text()} | "
+              f"{'yes' if exposed.fits else 'NO'} ({exposed.peak_memory_bytes / 2**30:.1f}) |")
+    print(f"\nTP exposed: {sum(abs(e) <= TOLERANCE for e in errors)} of {len(errors)} rows within ±{TOLERANCE:.0%}; "
+          f"median |error| {statistics.median(abs(e) for e in errors):.1%}, largest {max(errors, key=abs):+.1%}")
     return errors
 
 
@@ -372,6 +447,7 @@ def main() -> int:
         print_megatron_core_h100(with_search=not args.no_search)
         print_llama_3()
         print_torchtitan()
+        print_nemo()
     return 0 if within == len(errors) else 1
 
 
