@@ -333,6 +333,7 @@ def test_a_v2_plan_page_shows_its_parallel_configuration(client, people, hybrid_
     assert (f'data-config="parallel">TP{parallel["tp"]} CP{parallel["cp"]} PP{parallel["pp"]} DP{parallel["dp"]} '
             f'EP{parallel["ep"]}<') in page
     assert "Sharding over DP" in page and "GiB of 80.0 GiB" in page
+    assert 'id="plan-overlap">dp<' in page   # searched with the default overlaps
 
 
 def test_a_v2_plan_the_executor_runs_is_taken_as_a_run_of_every_gpu_locally_and_on_a_cluster(client, people):
