@@ -145,6 +145,16 @@ class TestPlanned:
         listed = api_as(people.owner).get(reverse("api:jobs") + "?mode=hybrid").json()["results"]
         assert [row["id"] for row in listed] == [hybrid_job.pk]
 
+    def test_the_job_page_says_its_sharding_precision_overlap_and_whose_mfu(self, client, people, hybrid_job):
+        client.force_login(people.member)
+        page = client.get(reverse("studio:job", args=[hybrid_job.pk])).content.decode()
+        assert 'id="sharding">over DP: ' in page and 'id="job-overlap">overlapped: dp<' in page
+        assert "(of the BF16 peak)" not in page   # a BF16 plan's MFU needs no caveat
+        hybrid_job.result["best"]["parallel"]["precision"] = "fp8"   # as an FP8 search stores it
+        hybrid_job.save(update_fields=["result"])
+        page = client.get(reverse("studio:job", args=[hybrid_job.pk])).content.decode()
+        assert "MFU (of the BF16 peak)" in page and "<tr><th>Precision</th><td>FP8" in page
+
     def test_the_job_page_shows_configurations_cluster_and_memory(self, client, people, hybrid_job):
         client.force_login(people.member)
         page = client.get(reverse("studio:job", args=[hybrid_job.pk])).content.decode()
