@@ -75,6 +75,18 @@ A100_PEAK_TFLOPS = 312.0
 TOLERANCE = 0.15
 
 
+def tokens_per_gpu_s(score) -> float:
+    """A predicted step's tokens per second per GPU: what every table compares, whatever its source counts as FLOPs."""
+    return score.metrics()["tokens_per_s"] / score.config.num_gpus
+
+
+def agreement(errors: list[float]) -> str:
+    """How a table's rows agree: how many within ``TOLERANCE``, the median and the largest error."""
+    return (f"{sum(abs(error) <= TOLERANCE for error in errors)} of {len(errors)} rows within ±{TOLERANCE:.0%}; "
+            f"median |error| {statistics.median(abs(error) for error in errors):.1%}, "
+            f"largest {max(errors, key=abs):+.1%}")
+
+
 @dataclass(frozen=True)
 class GptRun:
     """A published run of a GPT (multi-head attention, a 4h MLP): its shape, TP and PP, GPUs and global batch."""
@@ -180,7 +192,7 @@ def print_megatron_core_h100(with_search: bool = True) -> list[float]:
     for run in MEGATRON_CORE_H100:
         published = run.tflops_per_gpu * 1e12 / core_flops_per_token(run)
         exposed, overlapped = (plan_core(run, overlap).best for overlap in (False, True))
-        predicted = [run.batch * CORE_SEQ_LEN / (best.iteration_ms / 1e3) / run.gpus for best in (exposed, overlapped)]
+        predicted = [tokens_per_gpu_s(best) for best in (exposed, overlapped)]
         errors.append(predicted[1] / published - 1)
         print(f"| {run.name} | {run.gpus} | {run.tp} | {run.pp} | {run.dp} | {run.batch} | {published:,.0f} "
               f"({run.tflops_per_gpu:.0f}) | {predicted[0]:,.0f} | {predicted[0] / published - 1:+.1%} | "
@@ -188,9 +200,7 @@ def print_megatron_core_h100(with_search: bool = True) -> list[float]:
               f"{overlapped.config.recompute_text()} {overlapped.schedule} v={overlapped.chunks} | "
               f"{'yes' if overlapped.fits else 'NO'} ({overlapped.peak_memory_bytes / 2**30:.1f}) | "
               + (_unpinned_cells(run, exposed) if with_search else "- | - |"))
-    within = sum(abs(error) <= TOLERANCE for error in errors)
-    print(f"\nTP overlapped: {within} of {len(errors)} rows within ±{TOLERANCE:.0%}; median |error| "
-          f"{statistics.median(abs(error) for error in errors):.1%}, largest {max(errors, key=abs):+.1%}")
+    print(f"\nTP overlapped: {agreement(errors)}")
     return errors
 
 
@@ -289,15 +299,13 @@ def print_torchtitan() -> list[float]:
     errors = []
     for run in TITAN_LLAMA_3_1:
         score = plan_titan(run)
-        predicted = score.job.global_batch * run.seq_len / (score.iteration_ms / 1e3) / run.gpus
+        predicted = tokens_per_gpu_s(score)
         errors.append(predicted / run.tokens_per_gpu_s - 1)
         print(f"| {run.table} | {run.size} | {run.gpus} | {run.tp} | {run.cp} | {run.seq_len} | {run.local_batch} | "
               f"{run.recompute} | {run.precision} | {run.tokens_per_gpu_s:,.0f} | {predicted:,.0f} | "
               f"{errors[-1]:+.1%} | {score.peak_memory_bytes / 2**30:.1f} ({'yes' if score.fits else 'no'}) | "
               f"{run.memory_gib} |")
-    held_out = errors[1:]
-    print(f"\nheld out (all but the first row): {sum(abs(e) <= TOLERANCE for e in held_out)} of {len(held_out)} "
-          f"within ±{TOLERANCE:.0%}; median |error| {statistics.median(abs(e) for e in held_out):.1%}")
+    print(f"\nheld out (all but the first row): {agreement(errors[1:])}")
     return errors
 
 
@@ -360,15 +368,14 @@ def print_nemo() -> list[float]:
     errors = []
     for run in NEMO_H100_FP8:
         exposed, overlapped = (plan_nemo(run, overlap).best for overlap in (False, True))
-        predicted = [run.batch * run.seq_len / (best.iteration_ms / 1e3) / run.gpus for best in (exposed, overlapped)]
+        predicted = [tokens_per_gpu_s(best) for best in (exposed, overlapped)]
         errors.append(predicted[0] / run.tokens_per_gpu_s - 1)
         print(f"| {run.model} | {run.gpus} | {run.tp} | {run.pp} | {run.cp} | {run.vpp} | {run.microbatch_size} | "
               f"{run.batch} | {run.seq_len} | {run.tokens_per_gpu_s:,.0f} ({run.tflops_per_gpu:.0f}) | "
               f"{predicted[0]:,.0f} | {errors[-1]:+.1%} | {predicted[1]:,.0f} | "
               f"{predicted[1] / run.tokens_per_gpu_s - 1:+.1%} | {exposed.config.recompute_text()} | "
               f"{'yes' if exposed.fits else 'NO'} ({exposed.peak_memory_bytes / 2**30:.1f}) |")
-    print(f"\nTP exposed: {sum(abs(e) <= TOLERANCE for e in errors)} of {len(errors)} rows within ±{TOLERANCE:.0%}; "
-          f"median |error| {statistics.median(abs(e) for e in errors):.1%}, largest {max(errors, key=abs):+.1%}")
+    print(f"\nTP exposed: {agreement(errors)}")
     return errors
 
 

@@ -120,8 +120,9 @@ class Plan:
                "predicted": self.predicted}
         if self.parallel is not None:
             doc["parallel"] = self.parallel.to_dict()
-            if self.virtual_stages() is not None:
-                doc["parallel"]["vpp"] = self.virtual_stages()
+            vpp = self.virtual_stages()
+            if vpp is not None:
+                doc["parallel"]["vpp"] = vpp
         if self.meta:
             doc["meta"] = self.meta
         return doc

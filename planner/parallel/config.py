@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.errors import SpecError
-from planner.fields import get_bool, get_int, get_str, reject_unknown, require_mapping
+from planner.fields import get_bool, get_int, get_str, join, reject_unknown, require_mapping
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 DEGREES = ("tp", "cp", "pp", "dp", "ep")
@@ -70,10 +70,9 @@ class ParallelConfig:
             if mode not in RECOMPUTE_MODES:
                 raise SpecError("parallel.recompute", f"must be one of {', '.join(RECOMPUTE_MODES)} (or a list "
                                                       f"of them, one per stage); got {mode!r}")
-        if (self.tp * self.cp * self.dp) % (self.etp * self.ep):
-            field = "parallel.ep" if self.etp == self.tp else "parallel.etp"
-            raise SpecError(field, f"the experts re-slice a stage's tp x cp x dp = {self.tp * self.cp * self.dp} GPUs "
-                                   f"as etp x ep x expert dp; etp {self.etp} x ep {self.ep} does not divide them")
+        reason = expert_split_refusal(self.tp * self.cp * self.dp, self.etp, self.ep)
+        if reason:
+            raise SpecError("parallel.ep" if self.etp == self.tp else "parallel.etp", reason)
 
     @property
     def num_gpus(self) -> int:
@@ -132,6 +131,15 @@ class ParallelConfig:
                 f"m{self.num_microbatches} {recompute}{sharding}{' FP8' if self.precision == 'fp8' else ''}")
 
 
+def expert_split_refusal(stage_gpus: int, etp: int, ep: int) -> str | None:
+    """Why the experts cannot re-slice a stage's ``tp x cp x dp`` = ``stage_gpus`` GPUs as etp x ep x expert dp, or
+    None."""
+    if stage_gpus % (etp * ep):
+        return (f"the experts re-slice a stage's tp x cp x dp = {stage_gpus} GPUs as etp x ep x expert dp; etp {etp} "
+                f"x ep {ep} does not divide them")
+    return None
+
+
 def _runs(modes: tuple[str, ...]) -> list[tuple[str, int]]:
     runs: list[tuple[str, int]] = []
     for mode in modes:
@@ -166,6 +174,6 @@ def load_sharding(doc: dict, path: str) -> str:
         return sharding or "optimizer"
     legacy = "optimizer" if get_bool(doc, "distributed_optimizer", path, default=True) else "none"
     if sharding is not None and (sharding == "none") != (legacy == "none"):
-        raise SpecError(f"{path}.distributed_optimizer", f"says {doc['distributed_optimizer']!r} but sharding is "
-                                                         f"{sharding!r}; give sharding alone")
+        raise SpecError(join(path, "distributed_optimizer"), f"says {doc['distributed_optimizer']!r} but sharding is "
+                                                             f"{sharding!r}; give sharding alone")
     return sharding or legacy

@@ -166,16 +166,14 @@ def _pass_time(kernels: tuple[Kernel, ...], cluster: ClusterSpec, precision: str
     kernel of its own (``planner.cost.primitives.FP8_CAST_TRANSPOSE_BYTES``)."""
     device = cluster.device
     rate, bandwidth = compute_rate_flops_per_ms(device), bandwidth_bytes_per_ms(device)
-    fp8_rate = compute_rate_flops_per_ms(device, fp8=True) if precision == "fp8" else 0.0
+    fp8_rate = compute_rate_flops_per_ms(device, fp8=True)
     total, count = 0.0, len(kernels)
     for k in kernels:
-        if fp8_rate and k.fp8:
-            total += max((k.flops + k.recomputed_flops) / fp8_rate, k.bytes / bandwidth)
-            if k.fp8_cast_bytes:
-                total += k.fp8_cast_bytes / bandwidth
-                count += 1
-        else:
-            total += max((k.flops + k.recomputed_flops) / rate, k.bytes / bandwidth)
+        in_fp8 = precision == "fp8" and k.fp8 and fp8_rate > 0
+        total += max((k.flops + k.recomputed_flops) / (fp8_rate if in_fp8 else rate), k.bytes / bandwidth)
+        if in_fp8 and k.fp8_cast_bytes:
+            total += k.fp8_cast_bytes / bandwidth
+            count += 1
     return PassTime(total, count)
 
 
@@ -357,16 +355,19 @@ def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config:
     hidden_bytes = tokens / config.cp * spec.hidden_size * dtype_bytes
     parts = {axis: (0.0, 0.0) for axis in COMM_AXES}
     shards = config.tp * config.cp
-    forward_compute = work.forward.roofline_ms / shards
-    backward_compute = (work.backward_input.roofline_ms + work.backward_weight.roofline_ms) / shards
+    compute = (work.forward.roofline_ms / shards,
+               (work.backward_input.roofline_ms + work.backward_weight.roofline_ms) / shards)
+
+    def behind_compute(forward: float, backward: float) -> tuple[float, float]:
+        """(F, B) communication overlapped with the layer's compute of the same pass: what outlasts it."""
+        return max(0.0, forward - compute[0]), max(0.0, backward - compute[1])
+
     if config.tp > 1:
         block = layer.kind not in ("embedding", "head")
         collectives = 2 * _sublayers(layer) if block else 1
         tp_ms = collectives * ring_collective_ms(hidden_bytes, mapping.span("tp"))
-        if options.overlap_tp and block:   # hidden behind the block's GEMMs of the same pass (module doc)
-            parts["tp"] = (max(0.0, tp_ms - forward_compute), max(0.0, tp_ms - backward_compute))
-        else:
-            parts["tp"] = (tp_ms, tp_ms)
+        # hidden behind the block's GEMMs of the same pass (module doc)
+        parts["tp"] = behind_compute(tp_ms, tp_ms) if options.overlap_tp and block else (tp_ms, tp_ms)
     forward = backward = 0.0
     if config.cp > 1 and layer.mixer is not None:
         cp_group = mapping.span("cp")
@@ -399,10 +400,7 @@ def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config:
         exchange = 2 * all_to_all_ms(routed, mapping.span("ep"))   # dispatch and combine
         # the expert TP group gathers what its ranks received and reduce-scatters the experts' output
         exchange += 2 * ring_collective_ms(routed * config.etp, mapping.span("etp"))
-        if options.overlap_ep:   # hidden behind compute (module doc)
-            parts["ep"] = (max(0.0, exchange - forward_compute), max(0.0, exchange - backward_compute))
-        else:
-            parts["ep"] = (exchange, exchange)
+        parts["ep"] = behind_compute(exchange, exchange) if options.overlap_ep else (exchange, exchange)
     elif isinstance(layer.mlp, MoEMLP) and config.etp > 1:
         # no EP: Megatron's all-gather dispatcher, the sequence-parallel hidden states gathered over the expert TP
         # group and the output reduce-scattered, as a dense MLP's
@@ -417,7 +415,7 @@ def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config:
                   + ring_collective_ms(expert * 2, mapping.span("edp")))
         reduce = (ring_collective_ms(dense * options.grad_reduce_bytes, mapping.span("dpcp"))
                   + ring_collective_ms(expert * options.grad_reduce_bytes, mapping.span("edp")))
-        parts["dp"] = (max(0.0, gather - forward_compute), max(0.0, gather + reduce - backward_compute))
+        parts["dp"] = behind_compute(gather, gather + reduce)
     return parts
 
 

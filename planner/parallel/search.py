@@ -16,17 +16,19 @@ Everything the web needs comes out of ``HybridResult.to_dict()`` as plain JSON v
 
 from __future__ import annotations
 
-import time
 import itertools
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from planner.baselines import build_baseline
 from planner.cluster import ClusterSpec
 from planner.errors import SpecError
+from planner.fields import get_str
 from planner.layout import layer_codes_from_spec, plan_layout_string
 from planner.limits import bounds
-from planner.parallel.config import DEGREES, PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES, ParallelConfig
+from planner.parallel.config import (DEGREES, PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES, ParallelConfig,
+                                     expert_split_refusal, load_sharding)
 from planner.parallel.cost import DEFAULT_OVERLAP, CostOptions, overlap_text
 from planner.parallel.evaluate import Job, Score, estimate, pipeline_memory_budget, score_plan, shard_profile
 from planner.parallel.mapping import RankMapping
@@ -127,16 +129,12 @@ def _blocks(model: ModelSpec) -> int:
 
 
 def normalized_pins(pins: dict | None) -> dict:
-    """``pins`` with the older ``distributed_optimizer`` (true: ``sharding`` ``optimizer``, false: ``none``) said as
-    ``sharding``, which it must agree with when both are given."""
+    """``pins`` with the older ``distributed_optimizer`` said as ``sharding``, as a plan's ``parallel`` reads it
+    (``planner.parallel.config.load_sharding``)."""
     pins = dict(pins or {})
     if "distributed_optimizer" in pins:
-        legacy = pins.pop("distributed_optimizer")
-        if not isinstance(legacy, bool):
-            raise SpecError("distributed_optimizer", f"must be true or false, got {legacy!r}")
-        sharding = pins.setdefault("sharding", "optimizer" if legacy else "none")
-        if (sharding == "none") == legacy:
-            raise SpecError("distributed_optimizer", f"says {legacy} but sharding is {sharding!r}; give sharding alone")
+        pins["sharding"] = load_sharding(pins, "")
+        del pins["distributed_optimizer"]
     return pins
 
 
@@ -145,8 +143,7 @@ def check_job(job: Job, pins: dict) -> None:
         if key not in PIN_KEYS:
             raise SpecError(key, f"cannot be pinned (pins: {', '.join(PIN_KEYS)})")
     for key, choices in (("sharding", SHARDING_MODES), ("precision", PRECISIONS)):
-        if key in pins and pins[key] not in choices:
-            raise SpecError(key, f"must be one of {', '.join(choices)}, got {pins[key]!r}")
+        get_str(pins, key, "", default=None, choices=choices)
     if pins.get("precision") == "fp8" and not job.cluster.device.fp8_tflops:
         raise SpecError("precision", f"fp8 needs FP8 tensor cores; {job.cluster.device.name} has none (H100, H200, "
                                      f"H800, B200 and MI300X have)")
@@ -196,10 +193,9 @@ def _check_pins_split(job: Job, pins: dict) -> None:
     if len(pinned) == 4 and product != job.gpus:
         raise SpecError("dp", f"tp x cp x pp x dp = {product} must equal gpus ({job.gpus})")
     if all(key in pins for key in ("tp", "dp", "cp", "ep")):
-        stage, etp = pins["tp"] * pins["dp"] * pins["cp"], pins.get("etp", pins["tp"])
-        if stage % (etp * pins["ep"]):
-            raise SpecError("ep", f"the experts re-slice a stage's tp x cp x dp = {stage} GPUs as etp x ep x expert "
-                                  f"dp; etp {etp} x ep {pins['ep']} does not divide them")
+        reason = expert_split_refusal(pins["tp"] * pins["dp"] * pins["cp"], pins.get("etp", pins["tp"]), pins["ep"])
+        if reason:
+            raise SpecError("ep", reason)
     per_step = pins.get("dp", 1) * pins.get("microbatch_size", 1)
     if job.global_batch % per_step:
         named = " x ".join(f"{name} {pins[name]}" for name in ("dp", "microbatch_size") if name in pins)

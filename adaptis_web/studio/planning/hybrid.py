@@ -68,8 +68,7 @@ def overlap_check(overlap: object) -> str:
     not given."""
     if overlap in (None, ""):
         return planner_service.DEFAULT_OVERLAP
-    planner_service.overlap_options(overlap)
-    return ",".join(name.strip() for name in overlap.split(",") if name.strip())
+    return planner_service.overlap_text(planner_service.overlap_options(overlap))
 
 
 def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object, seq_len: object,
