@@ -96,7 +96,7 @@ def _plan_job(plan: Plan, model: ModelSpec | str, cluster: ClusterSpec | str, se
                                   f"{model.name} has {model.num_layers}")
     job = Job(model=model, cluster=cluster, gpus=config.num_gpus, seq_len=seq_len, global_batch=config.global_batch,
               options=options)
-    check_job(job, {"tp": config.tp, "pp": config.pp, "ep": config.ep})
+    check_job(job, {"tp": config.tp, "pp": config.pp, "ep": config.ep, "precision": config.precision})
     return job
 
 

@@ -164,3 +164,13 @@ def test_a_plan_searched_with_overlaps_is_re_predicted_with_them():
     with pytest.raises(SpecError) as error:
         hybrid.predict(load_plan({**doc, "meta": {**doc["meta"], "overlap": 3}}), model, "h100-sxm-2x8", 4096)
     assert error.value.field == "meta.overlap"
+
+
+def test_an_fp8_plan_is_refused_on_gpus_without_fp8_instead_of_predicted_in_bf16():
+    result = hybrid.search(LLAMA, "h100-sxm-2x8", 16, 4096, 64, {"tp": 2, "pp": 2, "precision": "fp8"}, refine=False)
+    plan = load_plan(result.plan_document())
+    assert hybrid.predict(plan, LLAMA, "h100-sxm-2x8", 4096)["predicted"]["iteration_ms"] == pytest.approx(
+        result.best.iteration_ms)
+    with pytest.raises(SpecError) as error:
+        hybrid.predict(plan, LLAMA, "a100-80gb-sxm-2x8", 4096)
+    assert error.value.field == "precision" and "A100-SXM-80GB has none" in error.value.reason
