@@ -287,7 +287,7 @@ def plan_titan(run: TitanRun):
     not the planner's accounting fits it (torchtitan's selective checkpointing keeps less than this one's)."""
     dp = run.gpus // (run.tp * run.cp)
     job = Job(llama(run.size), load_cluster_preset(f"h100-hbm2e-96gb-{run.gpus // 8}x8"), run.gpus, run.seq_len,
-              run.local_batch * dp, CostOptions(overlap_tp=run.async_tp))
+              run.local_batch * dp, CostOptions(overlap_tp=run.async_tp, attention_kernel="flash2"))
     return estimate(job, ParallelConfig(tp=run.tp, cp=run.cp, dp=dp, microbatch_size=run.local_batch,
                                         recompute=run.recompute, sharding="full", precision=run.precision))
 

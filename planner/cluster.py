@@ -37,12 +37,15 @@ class DeviceType:
     name: str
     memory_bytes: int
     peak_tflops: float          # dense bf16 peak
-    efficiency: float           # achievable fraction of peak for large matmuls
+    efficiency: float           # achievable fraction of peak for large matmuls (planner.cost.roofline)
     memory_bandwidth_gb_s: float
     # fixed time every kernel pays besides its FLOPs and bytes: ~5 us to launch one on a GPU, tens of us for
     # an eager PyTorch op (dispatch, autograd bookkeeping) on a CPU core
     kernel_overhead_us: float = DEFAULT_KERNEL_OVERHEAD_US
     fp8_tflops: float = 0.0     # dense FP8 tensor-core peak; 0: no FP8 tensor cores (A100, CPUs)
+    # streaming multiprocessors (AMD: compute units); 0: unknown, and every GEMM of any shape runs at ``efficiency``
+    # (a CPU, a GPU described by hand); given, the kernels' rates follow their shapes (planner.cost.roofline)
+    multiprocessors: int = 0
 
     def to_dict(self) -> dict:
         doc = {"name": self.name, "memory_bytes": self.memory_bytes, "peak_tflops": self.peak_tflops,
@@ -51,6 +54,8 @@ class DeviceType:
             doc["fp8_tflops"] = self.fp8_tflops
         if self.kernel_overhead_us != DEFAULT_KERNEL_OVERHEAD_US:
             doc["kernel_overhead_us"] = self.kernel_overhead_us
+        if self.multiprocessors:
+            doc["multiprocessors"] = self.multiprocessors
         return doc
 
 
@@ -139,7 +144,7 @@ def load_cluster(doc: object) -> ClusterSpec:
                          "description"}, "")
     device = require_mapping(doc.get("device"), "device")
     reject_unknown(device, {"name", "memory_bytes", "peak_tflops", "fp8_tflops", "efficiency",
-                            "memory_bandwidth_gb_s", "kernel_overhead_us"}, "device")
+                            "memory_bandwidth_gb_s", "kernel_overhead_us", "multiprocessors"}, "device")
     efficiency = get_number(device, "efficiency", "device", default=0.5, exclusive_minimum=True)
     if efficiency > 1:
         raise SpecError("device.efficiency", f"must be a fraction in (0, 1], got {efficiency}")
@@ -164,6 +169,7 @@ def load_cluster(doc: object) -> ClusterSpec:
             memory_bandwidth_gb_s=get_number(device, "memory_bandwidth_gb_s", "device", exclusive_minimum=True),
             kernel_overhead_us=get_number(device, "kernel_overhead_us", "device", default=DEFAULT_KERNEL_OVERHEAD_US),
             fp8_tflops=get_number(device, "fp8_tflops", "device", default=0.0),
+            multiprocessors=get_int(device, "multiprocessors", "device", default=0, minimum=0),
         ),
         intra_node=intra,
         inter_node=_load_link(links["inter_node"], "links.inter_node") if "inter_node" in links else intra,

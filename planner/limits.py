@@ -80,6 +80,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "overhead_us": (None, 1e7),
     "kernel_overhead_us": (None, 1e6),
     "efficiency": (1e-3, 1.0),
+    "multiprocessors": (None, 1 << 12),   # MI300X has 304 compute units, B200 148 SMs
     # plans and jobs
     "num_devices": (None, MAX_PIPELINE_DEVICES),
     "num_microbatches": (None, MAX_MICROBATCHES),

@@ -25,7 +25,7 @@ while it rescales the row, so ``heads`` parameters and ``2·T·heads`` FLOPs eac
 from __future__ import annotations
 
 from planner.cost.primitives import FP32_BYTES, elementwise, linear, rms_norm
-from planner.cost.work import Cost, Kernel, saved
+from planner.cost.work import AttentionShape, Cost, Kernel, saved
 from planner.spec.model import AttentionMixer
 
 ROTARY_FLOPS_PER_ELEMENT = 3   # x·cos + rotate(x)·sin
@@ -46,12 +46,14 @@ def attention_core(*, batch: int, seq_len: int, heads: int, kv_heads: int, qk_di
     queries, keys_, values = tokens * heads * qk_dim, tokens * kv_heads * qk_dim, tokens * kv_heads * v_dim
     outputs = tokens * heads * v_dim
     logsumexp = FP32_BYTES * tokens * heads
+    span = float(seq_len if window is None else min(window, seq_len))
     return Cost(
         forward=(Kernel(score_flops + value_flops,
-                        dtype_bytes * (queries + keys_ + values + outputs) + logsumexp),),
+                        dtype_bytes * (queries + keys_ + values + outputs) + logsumexp,
+                        shape=AttentionShape(max(qk_dim, v_dim), span)),),
         backward_input=(Kernel(2 * (score_flops + value_flops),
                                dtype_bytes * (2 * (queries + keys_ + values) + 2 * outputs) + logsumexp,
-                               recomputed_flops=score_flops),),
+                               recomputed_flops=score_flops, shape=AttentionShape(max(qk_dim, v_dim), span, True)),),
         activation_bytes=dtype_bytes * (queries + keys_ + values + outputs) + logsumexp)
 
 
@@ -103,6 +105,7 @@ def attention_cost(mixer: AttentionMixer, *, hidden: int, batch: int, seq_len: i
                           qk_dim=mixer.head_dim, v_dim=mixer.value_dim, window=mixer.window,
                           dtype_bytes=dtype_bytes)
     # The output projection's input is the attention output, already held by the core.
-    output = linear(tokens, mixer.num_heads * mixer.value_dim, hidden, dtype_bytes, bias=mixer.output_bias)
+    output = linear(tokens, mixer.num_heads * mixer.value_dim, hidden, dtype_bytes, bias=mixer.output_bias,
+                    parallel="row")
     cost = projections + core + output
     return cost + _sinks(mixer.num_heads, tokens) if mixer.sinks else cost

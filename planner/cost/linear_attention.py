@@ -78,6 +78,6 @@ def linear_attention_cost(mixer: LinearAttentionMixer, *, hidden: int, batch: in
         projections = _lightning_projections(mixer, hidden, tokens, dtype_bytes)
         norm = rms_norm(tokens, width, dtype_bytes)
     gate = elementwise(2 * tokens * width, tokens * width, 4, dtype_bytes)
-    output = linear(tokens, width, hidden, dtype_bytes) + saved(dtype_bytes * tokens * width)
+    output = linear(tokens, width, hidden, dtype_bytes, parallel="row") + saved(dtype_bytes * tokens * width)
     return (projections + linear_attention_core(mixer, batch=batch, seq_len=seq_len, dtype_bytes=dtype_bytes)
             + norm + gate + output)

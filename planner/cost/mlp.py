@@ -13,7 +13,8 @@ grow with ``num_experts``. Experts are assumed gated (every MoE family imported 
 
 from __future__ import annotations
 
-from planner.cost.primitives import FP8_CAST_TRANSPOSE_BYTES, FP32_BYTES, GRAD_ACCUMULATE_BYTES, elementwise, linear
+from planner.cost.primitives import (FP8_CAST_TRANSPOSE_BYTES, FP32_BYTES, GRAD_ACCUMULATE_BYTES, elementwise, linear,
+                                     projection_shapes)
 from planner.cost.work import Cost, Kernel, saved
 from planner.spec.model import DenseMLP, MoEMLP
 
@@ -26,7 +27,8 @@ def _mlp_body(tokens: float, hidden: int, inner: int, gated: bool, dtype_bytes: 
     up_width = 2 * inner if gated else inner
     return (linear(tokens, hidden, up_width, dtype_bytes, bias=bias) + saved(dtype_bytes * tokens * up_width)
             + elementwise(tokens * up_width, tokens * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
-            + linear(tokens, inner, hidden, dtype_bytes, bias=bias) + saved(dtype_bytes * tokens * inner))
+            + linear(tokens, inner, hidden, dtype_bytes, bias=bias, parallel="row")
+            + saved(dtype_bytes * tokens * inner))
 
 
 def dense_mlp_cost(mlp: DenseMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
@@ -35,7 +37,7 @@ def dense_mlp_cost(mlp: DenseMLP, *, hidden: int, tokens: int, dtype_bytes: int)
 
 
 def expert_projection(*, routed_tokens: float, d_in: int, d_out: int, experts: int, top_k: int,
-                      dtype_bytes: int, bias: bool = False) -> Cost:
+                      dtype_bytes: int, bias: bool = False, parallel: str = "column") -> Cost:
     """A grouped projection over all experts: FLOPs for the routed tokens only, weight bytes for the experts
     that receive at least one token (all of them once ``routed_tokens >= experts``). ``bias``: each expert
     adds its own bias (gpt-oss)."""
@@ -46,9 +48,12 @@ def expert_projection(*, routed_tokens: float, d_in: int, d_out: int, experts: i
     activations = dtype_bytes * routed_tokens * (d_in + d_out)
     # FP8 (Transformer Engine's GroupedLinear): the routed input cast in F, the output gradient in B
     cast_in, cast_out = (FP8_CAST_TRANSPOSE_BYTES * routed_tokens * d for d in (d_in, d_out))
-    return Cost(forward=(Kernel(flops, activations + weight_bytes, fp8=True, fp8_cast_bytes=cast_in),),
-                backward_input=(Kernel(flops, activations + weight_bytes, fp8=True, fp8_cast_bytes=cast_out),),
-                backward_weight=(Kernel(flops, activations + GRAD_ACCUMULATE_BYTES * touched * weight, fp8=True),),
+    forward, backward, weight_gradient = projection_shapes(routed_tokens, d_in, d_out, parallel, experts)
+    return Cost(forward=(Kernel(flops, activations + weight_bytes, fp8=True, fp8_cast_bytes=cast_in, shape=forward),),
+                backward_input=(Kernel(flops, activations + weight_bytes, fp8=True, fp8_cast_bytes=cast_out,
+                                       shape=backward),),
+                backward_weight=(Kernel(flops, activations + GRAD_ACCUMULATE_BYTES * touched * weight, fp8=True,
+                                        shape=weight_gradient),),
                 params=experts * weight, active_params=top_k * weight)
 
 
@@ -56,7 +61,7 @@ def _routing(tokens: float, hidden: int, experts: int, top_k: int, dtype_bytes: 
     routed = tokens * top_k
     scores = tokens * experts
     permute = Kernel(0.0, dtype_bytes * (tokens * hidden + routed * hidden))
-    return (linear(tokens, hidden, experts, dtype_bytes, bias=bias, fp8=False)
+    return (linear(tokens, hidden, experts, dtype_bytes, bias=bias, fp8=False, parallel="replicated")
             + Cost(forward=(Kernel(ROUTER_FLOPS_PER_LOGIT * scores, FP32_BYTES * 2 * scores), permute),
                    backward_input=(Kernel(2 * ROUTER_FLOPS_PER_LOGIT * scores, FP32_BYTES * 3 * scores), permute),
                    activation_bytes=FP32_BYTES * scores))
@@ -75,13 +80,13 @@ def moe_cost(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost
     experts, top_k, inner = mlp.num_experts, mlp.top_k, mlp.expert_intermediate_size
     routed = tokens * top_k
 
-    def projection(d_in: int, d_out: int) -> Cost:
+    def projection(d_in: int, d_out: int, parallel: str = "column") -> Cost:
         return expert_projection(routed_tokens=routed, d_in=d_in, d_out=d_out, experts=experts, top_k=top_k,
-                                 dtype_bytes=dtype_bytes, bias=mlp.bias)
+                                 dtype_bytes=dtype_bytes, bias=mlp.bias, parallel=parallel)
     routed_experts = (saved(dtype_bytes * routed * hidden) + projection(hidden, 2 * inner)
                       + saved(dtype_bytes * routed * 2 * inner)
                       + elementwise(routed * 2 * inner, routed * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
-                      + projection(inner, hidden) + saved(dtype_bytes * routed * inner))
+                      + projection(inner, hidden, "row") + saved(dtype_bytes * routed * inner))
     cost = (saved(dtype_bytes * tokens * hidden) + _routing(tokens, hidden, experts, top_k, dtype_bytes, mlp.bias)
             + routed_experts + _combine(tokens, hidden, top_k, dtype_bytes))
     if mlp.num_shared_experts:

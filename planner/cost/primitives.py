@@ -8,7 +8,7 @@ Bytes are what the kernel reads and writes once in device memory.
 
 from __future__ import annotations
 
-from planner.cost.work import Cost, Kernel
+from planner.cost.work import Cost, Gemm, Kernel
 
 # Weight gradients accumulate into an fp32 main gradient (read and write, 4 bytes each), as Megatron's
 # gradient-accumulation fusion does.
@@ -23,23 +23,42 @@ FP32_BYTES = 4
 FP8_CAST_TRANSPOSE_BYTES = 4
 
 
-def linear(tokens: float, d_in: int, d_out: int, dtype_bytes: int, *, bias: bool = False, fp8: bool = True) -> Cost:
+# How tensor parallelism splits a projection (Megatron-LM, Shoeybi et al. 2019, Sec. 3): "column" divides its
+# outputs (QKV, the MLP's up and gate, the vocabulary head), "row" its inputs (the attention's and the MLP's output
+# projections), "replicated" none (the MoE router: every TP rank routes its own sequence-parallel tokens).
+# For each pass (F: x·Wᵀ, B: dy·W, W: dyᵀ·x), the GEMM dimension that split divides, as Gemm's tp_dim.
+TP_SPLIT_DIMS = {"column": (1, 2, 0), "row": (2, 1, 1), "replicated": (None, None, None)}
+
+
+def projection_shapes(tokens: float, d_in: int, d_out: int, parallel: str = "column",
+                      experts: int = 0) -> tuple[Gemm, Gemm, Gemm]:
+    """The (F, B, W) GEMMs of a ``d_in -> d_out`` projection over ``tokens`` (routed tokens of ``experts``)."""
+    forward_dim, backward_dim, weight_dim = TP_SPLIT_DIMS[parallel]
+    return (Gemm(tokens, d_out, d_in, token_dim=0, tp_dim=forward_dim, experts=experts),
+            Gemm(tokens, d_in, d_out, token_dim=0, tp_dim=backward_dim, experts=experts),
+            Gemm(d_out, d_in, tokens, token_dim=2, tp_dim=weight_dim, experts=experts))
+
+
+def linear(tokens: float, d_in: int, d_out: int, dtype_bytes: int, *, bias: bool = False, fp8: bool = True,
+           parallel: str = "column") -> Cost:
     """A projection, bias-free unless ``bias``. Its input is saved by the caller (several projections may share
     one input). A bias is added in the matmul's epilogue and its gradient (a sum of the output gradient over the
     tokens) is ``tokens·d_out`` FLOPs in W. ``fp8``: FP8 training runs it in FP8 (Transformer Engine's linear
-    layers); the router and the output layer stay in BF16 (``fp8=False``), as in Megatron-Core and NeMo."""
+    layers); the router and the output layer stay in BF16 (``fp8=False``), as in Megatron-Core and NeMo.
+    ``parallel``: how TP splits it (``TP_SPLIT_DIMS``)."""
     flops = 2.0 * tokens * d_in * d_out
     weight = d_in * d_out + (d_out if bias else 0)
     bias_flops = tokens * d_out if bias else 0.0
     activations_in, activations_out = tokens * d_in, tokens * d_out
     cast = FP8_CAST_TRANSPOSE_BYTES if fp8 else 0
+    forward, backward, weight_gradient = projection_shapes(tokens, d_in, d_out, parallel)
     return Cost(
         forward=(Kernel(flops, dtype_bytes * (activations_in + weight + activations_out), fp8=fp8,
-                        fp8_cast_bytes=cast * activations_in),),
+                        fp8_cast_bytes=cast * activations_in, shape=forward),),
         backward_input=(Kernel(flops, dtype_bytes * (activations_out + weight + activations_in), fp8=fp8,
-                               fp8_cast_bytes=cast * activations_out),),
+                               fp8_cast_bytes=cast * activations_out, shape=backward),),
         backward_weight=(Kernel(flops + bias_flops, dtype_bytes * (activations_in + activations_out)
-                                + GRAD_ACCUMULATE_BYTES * weight, fp8=fp8),),
+                                + GRAD_ACCUMULATE_BYTES * weight, fp8=fp8, shape=weight_gradient),),
         params=weight, active_params=weight)
 
 

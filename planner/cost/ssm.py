@@ -61,7 +61,7 @@ def mamba2_cost(mixer: Mamba2Mixer, *, hidden: int, batch: int, seq_len: int, dt
             + weights(3 * mixer.num_heads)                        # A_log, D and dt_bias
             + elementwise(2 * tokens * inner, tokens * inner, 4, dtype_bytes)   # y · silu(z)
             + rms_norm(tokens, inner, dtype_bytes)
-            + linear(tokens, inner, hidden, dtype_bytes) + saved(dtype_bytes * tokens * inner))
+            + linear(tokens, inner, hidden, dtype_bytes, parallel="row") + saved(dtype_bytes * tokens * inner))
 
 
 SELECTIVE_SCAN_FLOPS_PER_STATE = 9   # mamba_ssm's selective_scan_flop_jit
@@ -86,4 +86,5 @@ def mamba_cost(mixer: MambaMixer, *, hidden: int, batch: int, seq_len: int, dtyp
             + linear(tokens, mixer.dt_rank, inner, dtype_bytes, bias=True) + saved(dtype_bytes * tokens * mixer.dt_rank)
             + selective_scan(mixer, tokens=tokens, dtype_bytes=dtype_bytes)
             + weights(inner * state + inner)                               # A_log and D
-            + linear(tokens, inner, hidden, dtype_bytes, bias=mixer.proj_bias) + saved(dtype_bytes * tokens * inner))
+            + linear(tokens, inner, hidden, dtype_bytes, bias=mixer.proj_bias, parallel="row")
+            + saved(dtype_bytes * tokens * inner))

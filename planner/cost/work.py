@@ -12,16 +12,45 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class Gemm:
+    """A matrix product's shape, ``[m, k] x [k, n]``, for the whole micro-batch (before any split): what sets its
+    efficiency on a GPU (``planner.cost.roofline.kernel_efficiency``). ``token_dim`` (0, 1 or 2 for m, n, k) holds
+    the tokens, which context parallelism divides; ``tp_dim`` the dimension tensor parallelism divides (a column-
+    parallel layer's outputs, a row-parallel one's inputs), None where the weight is replicated over TP and its
+    tokens are divided instead (sequence parallelism). ``experts`` > 0: one grouped GEMM over that many experts,
+    its token dimension the routed tokens of all of them."""
+
+    m: float
+    n: float
+    k: float
+    token_dim: int
+    tp_dim: int | None
+    experts: int = 0
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """The fused attention kernel's shape: head dimension, the keys a query sees at most (the sequence, or the
+    window), and whether it is the backward kernel."""
+
+    head_dim: int
+    keys: float
+    backward: bool = False
+
+
+@dataclass(frozen=True)
 class Kernel:
     """One kernel: the FLOPs the model needs, FLOPs it re-executes (e.g. FlashAttention's recomputed scores),
     and the bytes it moves to and from device memory. ``fp8`` marks a GEMM that FP8 training runs in FP8 (a linear
-    layer Transformer Engine covers); ``fp8_cast_bytes`` is what casting its operands to FP8 then moves."""
+    layer Transformer Engine covers); ``fp8_cast_bytes`` is what casting its operands to FP8 then moves. ``shape``
+    is a GEMM's or fused attention's shape, where the rate depends on it."""
 
     flops: float = 0.0
     bytes: float = 0.0
     recomputed_flops: float = 0.0
     fp8: bool = False
     fp8_cast_bytes: float = 0.0
+    shape: Gemm | AttentionShape | None = None
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ from functools import lru_cache
 from planner.cluster import ClusterSpec
 from planner.cost.analytic import DTYPE_BYTES, layer_cost
 from planner.cost.attention import attention_core, mean_keys_per_query
-from planner.cost.roofline import bandwidth_bytes_per_ms, compute_rate_flops_per_ms
+from planner.cost.roofline import ATTENTION_KERNELS, WHOLE, Split, bandwidth_bytes_per_ms, roofline_ms
 from planner.cost.work import Kernel
 from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig
@@ -94,10 +94,16 @@ class CostOptions:
     cp_comm: str = "p2p"
     overlap_tp: bool = False              # Megatron-Core --tp-comm-overlap (see the module doc); off by default there
     overlap_ep: bool = False              # EP dispatch and combine behind compute (see the module doc); off by default
+    # the fused attention kernel the framework runs on a GPU (planner.cost.roofline.ATTENTION_KERNELS): "cudnn"
+    # (Transformer Engine's, Megatron-Core and NeMo) or "flash2" (PyTorch SDPA's FlashAttention-2, torchtitan)
+    attention_kernel: str = "cudnn"
 
     def __post_init__(self):
         if self.cp_comm not in ("p2p", "allgather"):
             raise SpecError("cp_comm", f"must be 'p2p' or 'allgather', got {self.cp_comm!r}")
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise SpecError("attention_kernel", f"must be one of {', '.join(ATTENTION_KERNELS)}, "
+                                                f"got {self.attention_kernel!r}")
 
 
 OVERLAPS = ("tp", "dp", "ep")
@@ -161,16 +167,17 @@ class LayerWork:
     params: LayerParams
 
 
-def _pass_time(kernels: tuple[Kernel, ...], cluster: ClusterSpec, precision: str = "bf16") -> PassTime:
-    """Under ``precision`` ``fp8`` the GEMMs Transformer Engine covers run at the FP8 peak, each after a cast
-    kernel of its own (``planner.cost.primitives.FP8_CAST_TRANSPOSE_BYTES``)."""
+def _pass_time(kernels: tuple[Kernel, ...], cluster: ClusterSpec, precision: str = "bf16",
+               split: Split = WHOLE, attention: str = "cudnn") -> PassTime:
+    """Each kernel at the rate its share under ``split`` reaches (``planner.cost.roofline``). Under ``precision``
+    ``fp8`` the GEMMs Transformer Engine covers run at the FP8 peak, each after a cast kernel of its own
+    (``planner.cost.primitives.FP8_CAST_TRANSPOSE_BYTES``)."""
     device = cluster.device
-    rate, bandwidth = compute_rate_flops_per_ms(device), bandwidth_bytes_per_ms(device)
-    fp8_rate = compute_rate_flops_per_ms(device, fp8=True)
+    bandwidth = bandwidth_bytes_per_ms(device)
     total, count = 0.0, len(kernels)
     for k in kernels:
-        in_fp8 = precision == "fp8" and k.fp8 and fp8_rate > 0
-        total += max((k.flops + k.recomputed_flops) / (fp8_rate if in_fp8 else rate), k.bytes / bandwidth)
+        in_fp8 = precision == "fp8" and k.fp8 and device.fp8_tflops > 0
+        total += roofline_ms(k, device, split, in_fp8, attention)
         if in_fp8 and k.fp8_cast_bytes:
             total += k.fp8_cast_bytes / bandwidth
             count += 1
@@ -191,11 +198,18 @@ def _materialised_scores(mixer: AttentionMixer, microbatch_size: int, seq_len: i
     return forward, backward, SCORE_ACTIVATION_BYTES * scores
 
 
-@lru_cache(maxsize=64)
+def kernel_split(config: ParallelConfig) -> Split:
+    """How ``config`` cuts each GPU's share of a layer's kernels (what their shapes, and so their rates, become)."""
+    return Split(tp=config.tp, cp=config.cp, ep=config.ep, etp=config.etp)
+
+
+@lru_cache(maxsize=512)
 def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_len: int,
-               flash_attention: bool = True, precision: str = "bf16") -> tuple[LayerWork, ...]:
+               flash_attention: bool = True, precision: str = "bf16", split: Split = WHOLE,
+               attention_kernel: str = "cudnn") -> tuple[LayerWork, ...]:
     """Every layer's work at ``microbatch_size x seq_len`` tokens (distinct layers costed once), its GEMMs in
-    ``precision`` (``_pass_time``)."""
+    ``precision`` (``_pass_time``), each kernel at the rate of its share under ``split`` but counted whole (so that
+    ``PassTime.on(tp·cp)`` is one GPU's time), fused attention as ``attention_kernel`` runs it."""
     sized = replace(spec, micro_batch_size=microbatch_size, seq_len=seq_len)
     dtype_bytes = DTYPE_BYTES[spec.dtype]
     params = layer_params(spec)
@@ -210,7 +224,7 @@ def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_
                 core = attention_core(batch=microbatch_size, seq_len=seq_len, heads=mixer.num_heads,
                                       kv_heads=mixer.num_kv_heads, qk_dim=mixer.head_dim, v_dim=mixer.value_dim,
                                       window=mixer.window, dtype_bytes=dtype_bytes)
-                core_ms = _pass_time(core.forward, cluster).roofline_ms
+                core_ms = _pass_time(core.forward, cluster, split=split, attention=attention_kernel).roofline_ms
                 if not flash_attention:
                     extra_forward, extra_backward, extra_bytes = _materialised_scores(mixer, microbatch_size,
                                                                                       seq_len, core)
@@ -219,9 +233,10 @@ def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_
                                    activation_bytes=cost.activation_bytes + extra_bytes)
             kernels = cost.forward + cost.backward_input + cost.backward_weight
             by_layer[layer] = LayerWork(
-                forward=_pass_time(cost.forward, cluster, precision),
-                backward_input=_pass_time(cost.backward_input, cluster, precision),
-                backward_weight=_pass_time(cost.backward_weight, cluster, precision), attention_core_ms=core_ms,
+                forward=_pass_time(cost.forward, cluster, precision, split, attention_kernel),
+                backward_input=_pass_time(cost.backward_input, cluster, precision, split, attention_kernel),
+                backward_weight=_pass_time(cost.backward_weight, cluster, precision, split, attention_kernel),
+                attention_core_ms=core_ms,
                 model_flops=cost.model_flops(), recomputed_flops=sum(k.recomputed_flops for k in kernels),
                 forward_flops=sum(k.flops for k in cost.forward), activation_bytes=cost.activation_bytes,
                 params=layer_param)
@@ -422,7 +437,8 @@ def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config:
 def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, mapping: RankMapping,
                 seq_len: int, recompute: list[str], options: CostOptions = CostOptions()) -> list[LayerTime]:
     """Every layer of ``spec`` on one GPU under ``config``; ``recompute[i]`` is layer i's mode."""
-    works = layer_work(spec, cluster, config.microbatch_size, seq_len, options.flash_attention, config.precision)
+    works = layer_work(spec, cluster, config.microbatch_size, seq_len, options.flash_attention, config.precision,
+                       kernel_split(config), options.attention_kernel)
     shards = config.tp * config.cp
     overhead_ms = cluster.device.kernel_overhead_us * 1e-3
     dtype_bytes = DTYPE_BYTES[spec.dtype]

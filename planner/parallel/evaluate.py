@@ -24,7 +24,7 @@ from planner.memory import activation_peaks, in_flight_activation_bytes, stage_a
 from planner.memory.buffers import ALLOCATOR_OVERHEAD, overhead_bytes
 from planner.parallel.config import ParallelConfig
 from planner.parallel.cost import (COMM_AXES, CostOptions, LayerTime, data_parallel_ms, exposed_data_parallel_ms,
-                                   layer_times, layer_work, optimizer_step_ms, point_to_point_ms,
+                                   kernel_split, layer_times, layer_work, optimizer_step_ms, point_to_point_ms,
                                    ring_collective_ms)
 from planner.parallel.mapping import GroupSpan, RankMapping
 from planner.parallel.memory import (
@@ -258,7 +258,7 @@ def estimate(job: Job, config: ParallelConfig, chunks: int = 1) -> Score:
 
 def _works(job: Job, config: ParallelConfig):
     return layer_work(job.model, job.cluster, config.microbatch_size, job.seq_len, job.options.flash_attention,
-                      config.precision)
+                      config.precision, kernel_split(config), job.options.attention_kernel)
 
 
 def _layer_params(job: Job) -> list[LayerParams]:

@@ -93,8 +93,9 @@ def test_roofline_takes_the_slower_of_compute_and_memory():
     compute_bound = Kernel(flops=1e12, bytes=1e6)
     memory_bound = Kernel(flops=1e6, bytes=1e10)
     assert kernel_ms(compute_bound, device) == pytest.approx(1e12 / rate * 1e3 + KERNEL_OVERHEAD_MS)
+    # memory-bound kernels stream 0.91 of the datasheet's bandwidth on a GPU (measured: benchmarks/gpu_kernels.py)
     assert kernel_ms(memory_bound, device) == pytest.approx(
-        1e10 / (device.memory_bandwidth_gb_s * 1e9) * 1e3 + KERNEL_OVERHEAD_MS)
+        1e10 / (0.91 * device.memory_bandwidth_gb_s * 1e9) * 1e3 + KERNEL_OVERHEAD_MS)
     assert kernel_ms(Kernel(flops=1e12, recomputed_flops=1e12), device) == pytest.approx(
         2e12 / rate * 1e3 + KERNEL_OVERHEAD_MS)
     assert pass_ms((compute_bound, memory_bound), device) == pytest.approx(

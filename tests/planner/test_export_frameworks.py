@@ -215,8 +215,14 @@ def test_a_plan_with_adaptis_order_says_what_megatron_and_torchtitan_lose(plans)
         text = export_plan(fmt, plan, None, None, model)
         header = " ".join(line.lstrip("# ") for line in text.split("\n\n")[0].splitlines() if line.startswith("#"))
         assert "What this cannot express of the plan" in header and "AdaPtis executor" in header
-        assert "AdaPtis's own per-rank action order (adaptis" in header
-        if placement(plan)[0] == "custom":   # the placement the search chose, named by its stage devices
+        shape, per_rank = placement(plan)
+        torch_runs_it = per_rank and (shape == "loop" or (shape == "v-shape" and per_rank == 2))
+        if fmt == "torchtitan-toml" and torch_runs_it:   # torch's runtime schedule reads the order from the CSV
+            assert "Write the plan's order next to this file: python -m planner export PLAN --to torch-csv" in header
+            assert "own per-rank action order" not in header
+        else:
+            assert "AdaPtis's own per-rank action order (adaptis" in header
+        if shape == "custom":   # the placement the search chose, named by its stage devices
             devices = ", ".join(str(stage.device) for stage in plan.stages)
             assert f"AdaPtis's placement (custom, stage devices [{devices}])" in header
         lost = export_losses(fmt, plan, model)   # what the plan page lists under the download

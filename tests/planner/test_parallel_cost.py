@@ -31,14 +31,23 @@ def times_of(model, config, mode="none", options=CostOptions()):
 
 
 def test_compute_splits_over_tp_and_cp_and_the_kernel_overhead_does_not():
+    """At one rate for every shape (a GPU without multiprocessors) TP x CP divides the compute exactly; with the shape
+    model the smaller GEMMs of the split run no faster per FLOP, so a GPU's share takes at least its 1/8."""
     model = gpt()
-    alone = times_of(model, ParallelConfig())[1]
-    work = layer_work(model, H100, 1, 2048)[1]
+    flat = replace(H100, device=replace(H100.device, multiprocessors=0))
     config = ParallelConfig(tp=4, cp=2)
-    split = times_of(model, config)[1]
-    comm_forward, _ = layer_comm_ms(model.layers[1], work, model, config, RankMapping(config, H100), 2048)
-    overhead = work.forward.kernels * H100.device.kernel_overhead_us * 1e-3
-    assert split.forward - comm_forward == pytest.approx((alone.forward - overhead) / 8 + overhead)
+    overhead = layer_work(model, H100, 1, 2048)[1].forward.kernels * H100.device.kernel_overhead_us * 1e-3
+    computes = []
+    for cluster in (flat, H100):
+        alone = layer_times(model, cluster, ParallelConfig(), RankMapping(ParallelConfig(), cluster), 2048,
+                            ["none"] * model.num_layers)[1]
+        split = layer_times(model, cluster, config, RankMapping(config, cluster), 2048, ["none"] * model.num_layers)[1]
+        work = layer_work(model, cluster, 1, 2048)[1]
+        comm_forward, _ = layer_comm_ms(model.layers[1], work, model, config, RankMapping(config, cluster), 2048)
+        computes.append((split.forward - comm_forward - overhead, (alone.forward - overhead) / 8))
+    (flat_split, flat_share), (shaped_split, shaped_share) = computes
+    assert flat_split == pytest.approx(flat_share)
+    assert shaped_split > shaped_share
 
 
 def test_tensor_parallel_layers_pay_two_all_gathers_and_two_reduce_scatters_per_pass_on_nvlink():
