@@ -15,10 +15,12 @@ work, the median of three such timings):
 - a **sustained** 8192^3 BF16 GEMM loop for ``--sustain`` seconds, per second, to show the clocks a long training
   step runs at rather than a burst's.
 
-Prints a table per section and writes everything to ``--out`` (JSON). The fit of ``planner.cost.gemm`` to it is
-``benchmarks/gemm_fit.py``.
+Prints a table per section and writes everything to ``--out`` (JSON). ``--compare FILE`` (no GPU needed) prints how
+far the cost model's rates (``planner.cost.roofline``, whose constants were fitted to
+``benchmarks/results/gpu_kernels_h100.json``) are from a measured file, section by section.
 
     python benchmarks/gpu_kernels.py --out gpu_kernels.json [--quick]
+    python benchmarks/gpu_kernels.py --compare benchmarks/results/gpu_kernels_h100.json
 """
 
 from __future__ import annotations
@@ -27,11 +29,15 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 import traceback
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 GRID_M = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 GRID_NK = (256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -193,7 +199,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a few shapes of each section (a smoke run)")
     parser.add_argument("--sustain", type=float, default=20.0, help="seconds of the sustained GEMM loop")
     parser.add_argument("--sections", default="gemm,fp8,grouped,attention,bandwidth,sustained")
+    parser.add_argument("--compare", metavar="FILE", help="the cost model against a measured file (no GPU needed)")
     args = parser.parse_args()
+    if args.compare:
+        compare(json.loads(Path(args.compare).read_text()))
+        return
     props = torch.cuda.get_device_properties(0)
     result = {"gpu": props.name, "multiprocessors": props.multi_processor_count, "torch": torch.__version__,
               "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d"), "host": platform.node()}
@@ -239,6 +249,40 @@ def summary(result: dict) -> None:
     sustained = result.get("sustained", [])
     if sustained:
         print("sustained 8192^3: " + ", ".join(f"{row['tflops']:.0f}" for row in sustained[::max(1, len(sustained) // 10)]))
+
+
+def compare(measured: dict, peak_tflops: float = 989.0, fp8_tflops: float = 1979.0) -> None:
+    """Model against measurement: per section, how many kernels, the median and 90th percentile of |model / measured
+    - 1|, and the median signed error of the large ones (m, n, k >= 4096) for the GEMMs."""
+    from planner.cluster import load_cluster_preset
+    from planner.cost.roofline import attention_efficiency, gemm_efficiency, grouped_efficiency
+    from planner.cost.work import AttentionShape
+    device = load_cluster_preset("h100-sxm-1x8").device
+    plateau, sms = device.efficiency, measured["multiprocessors"]
+
+    def line(name, pairs, large=None):
+        errors = sorted(abs(model / seen - 1) for model, seen in pairs)
+        bias = f"{statistics.median(m / s - 1 for m, s in large):+.1%}" if large else "-"
+        print(f"| {name} | {len(errors)} | {statistics.median(errors):.1%} | {errors[int(0.9 * len(errors))]:.1%} | "
+              f"{bias} |")
+    print(f"Model ({device.name}: efficiency {plateau}, {sms} SMs) against {measured['gpu']}, {measured['date']}\n")
+    print("| kernels | count | median abs. error | 90th percentile | median error, m, n, k >= 4096 |")
+    print("|---|---:|---:|---:|---:|")
+    for section, label, peak, fp8 in (("gemm", "BF16", peak_tflops, False), ("fp8", "FP8", fp8_tflops, True)):
+        rows = measured.get(section, [])
+        pairs = [(gemm_efficiency(r["m"], r["n"], r["k"], sms, plateau, fp8), r["tflops"] / peak) for r in rows]
+        training = [pair for pair, r in zip(pairs, rows) if r["m"] >= 1024 and min(r["n"], r["k"]) >= 512]
+        large = [pair for pair, r in zip(pairs, rows) if min(r["m"], r["n"], r["k"]) >= 4096]
+        line(f"{label} GEMMs, m >= 1,024, n, k >= 512", training, large)
+        line(f"{label} GEMMs, all", pairs)
+    line("grouped expert GEMMs (BF16)", [(grouped_efficiency(r["tokens_per_expert"], plateau),
+                                          r["tflops"] / peak_tflops) for r in measured.get("grouped", [])])
+    for backend, kernel in (("cudnn", "cudnn"), ("flash", "flash2")):
+        for backward, key in ((False, "forward_tflops"), (True, "backward_tflops")):
+            rows = [r for r in measured.get("attention", []) if r.get("backend") == backend and "error" not in r]
+            line(f"attention {kernel} {'backward' if backward else 'forward'}",
+                 [(attention_efficiency(AttentionShape(r["head_dim"], r["seq"], backward), 1, plateau, kernel),
+                   r[key] / peak_tflops) for r in rows])
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from planner.cost.roofline import (Split, attention_efficiency, gemm_efficiency,
 from planner.cost.work import AttentionShape, Gemm
 from planner.errors import SpecError
 from planner.hardware import named_cluster_document
-from planner.parallel.cost import layer_work
+from planner.parallel.cost import CostOptions, layer_work
 from planner.spec.presets import load_model_preset
 
 MEASURED = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gpu_kernels_h100.json")
@@ -81,13 +81,23 @@ def test_grouped_expert_gemms_follow_the_measured_rates_by_tokens_per_expert():
     assert grouped_efficiency(64, 1.0) / grouped_efficiency(1024, 1.0) == pytest.approx(0.25, rel=0.1)
 
 
-def test_attention_follows_the_measured_cudnn_rates_by_sequence_and_head_dimension():
-    rows = [row for row in MEASURED["attention"] if row.get("backend") == "cudnn" and "error" not in row]
+@pytest.mark.parametrize("backend, kernel", [("cudnn", "cudnn"), ("flash", "flash2")])
+def test_attention_follows_the_measured_rates_by_sequence_and_head_dimension(backend, kernel):
+    rows = [row for row in MEASURED["attention"] if row.get("backend") == backend and "error" not in row]
     for backward, key in ((False, "forward_tflops"), (True, "backward_tflops")):
-        pairs = [(attention_efficiency(AttentionShape(row["head_dim"], row["seq"], backward), 1, PLATEAU),
+        pairs = [(attention_efficiency(AttentionShape(row["head_dim"], row["seq"], backward), 1, PLATEAU, kernel),
                   row[key] / BF16_PEAK) for row in rows if row["seq"] >= 2048]
         errors = relative_errors(pairs)
         assert statistics.median(errors) < 0.06 and max(errors) < 0.2, (key, errors)
+
+
+def test_flash_attention_2_runs_at_about_half_cudnns_rate_on_hopper():
+    shape = AttentionShape(128, 8192)
+    assert attention_efficiency(shape, 1, 1.0, "flash2") / attention_efficiency(shape, 1, 1.0) == pytest.approx(
+        0.5, abs=0.05)
+    with pytest.raises(SpecError) as error:
+        CostOptions(attention_kernel="flash3")
+    assert error.value.field == "attention_kernel" and "cudnn, flash2" in error.value.reason
 
 
 def test_tensor_parallelism_shrinks_the_split_dimension_and_sequence_parallelism_the_tokens():

@@ -330,8 +330,9 @@ def test_a_v2_plan_page_shows_its_parallel_configuration(client, people, hybrid_
     client.force_login(people.member)
     page = client.get(reverse("studio:plan", args=[hybrid_plan.pk])).content.decode()
     parallel = hybrid_plan.plan_doc["parallel"]
+    virtual = f' VPP{parallel["vpp"]}' if parallel.get("vpp") else ""
     assert (f'data-config="parallel">TP{parallel["tp"]} CP{parallel["cp"]} PP{parallel["pp"]} DP{parallel["dp"]} '
-            f'EP{parallel["ep"]}<') in page
+            f'EP{parallel["ep"]}{virtual}<') in page
     assert "Sharding over DP" in page and "GiB of 80.0 GiB" in page
     assert 'id="plan-overlap">dp<' in page   # searched with the default overlaps
 
@@ -393,7 +394,8 @@ def test_editing_a_v2_plans_degrees_re_predicts_the_job_as_planner_hybrid_does(p
     assert body["metrics"]["iteration_ms"] == pytest.approx(expected["predicted"]["iteration_ms"])
     assert [row["memory_bytes"] for row in body["per_device"]] == [row["total_bytes"] for row in expected["memory"]]
     doc = json.loads(json.dumps(hybrid_plan.plan_doc))
-    doc["parallel"].update(tp=1, dp=4)
+    doc["parallel"].pop("vpp", None)   # as the editor does before an edit (the server writes it again)
+    doc["parallel"].update(tp=1, dp=4, recompute="full")   # a 4 x 2,048-token micro-batch fits TP1 recomputed
     body = _simulate(client, hybrid_plan, doc).json()
     edited = hybrid.predict(load_plan(doc), "llama-3-8b", "h100-sxm-1x8", SEQ_LEN)
     assert body["metrics"]["iteration_ms"] == pytest.approx(edited["predicted"]["iteration_ms"])
@@ -466,6 +468,7 @@ def test_history_of_plans_offers_compare_checkboxes_and_links_the_plan_page(clie
 
 def test_changing_a_v2_plans_pipeline_degree_re_lays_its_stages_over_the_new_ranks(people, hybrid_plan):
     doc = json.loads(json.dumps(hybrid_plan.plan_doc))
+    doc["parallel"].pop("vpp", None)   # as the editor does before an edit
     doc["parallel"].update(pp=4, dp=1)
     doc["num_devices"] = 4
     response = _simulate(_client(people.member), hybrid_plan, doc)
