@@ -25,7 +25,7 @@ FLAT_H100 = replace(H100, device=replace(H100.device, multiprocessors=0))
 LLAMA = load_model_preset("llama-3-8b")
 
 
-def roofline_ms(kernels, peak_tflops, bandwidth_gb_s, efficiency=0.75):
+def roofline_ms(kernels, peak_tflops, bandwidth_gb_s, efficiency=0.72):
     return sum(max((k.flops + k.recomputed_flops) / (peak_tflops * 1e9 * efficiency), k.bytes / (bandwidth_gb_s * 1e6))
                for k in kernels)
 
