@@ -248,7 +248,8 @@ def summary(result: dict) -> None:
         print(f"bandwidth {row['kernel']} {row['mib']} MiB: {row['gb_s']:.0f} GB/s")
     sustained = result.get("sustained", [])
     if sustained:
-        print("sustained 8192^3: " + ", ".join(f"{row['tflops']:.0f}" for row in sustained[::max(1, len(sustained) // 10)]))
+        every = sustained[::max(1, len(sustained) // 10)]
+        print("sustained 8192^3: " + ", ".join(f"{row['tflops']:.0f}" for row in every))
 
 
 def compare(measured: dict, peak_tflops: float = 989.0, fp8_tflops: float = 1979.0) -> None:

@@ -64,10 +64,12 @@ ACCELERATORS: dict[str, Accelerator] = {
     # once, on one row (torchtitan's Llama 3.1 8B FSDP + torch.compile on 8 GPUs, benchmarks/published_runs.py); the
     # table's other rows are held out
     "h100-hbm2e-96gb": Accelerator("H100-HBM2e-96GB", 96 * GIB, 989.0, 1979.0, 2400.0, 450.0, 400.0, 0.47,
-                                   "Grand Teton H100 96 GB HBM2e (500 W), NVLink 4 in the node, 400 Gb/s RDMA per GPU", 132),
+                                   "Grand Teton H100 96 GB HBM2e (500 W), NVLink 4 in the node, 400 Gb/s RDMA per GPU",
+                                   132),
     # DGX A100 80 GB: 312 TFLOP/s BF16 (no FP8 tensor cores), 2.039 TB/s, NVLink 3 600 GB/s both ways, 8x HDR 200 Gb/s
     "a100-80gb-sxm": Accelerator("A100-SXM-80GB", 80 * GIB, 312.0, 0.0, 2039.0, 300.0, 200.0, 0.62,
-                                 "A100 SXM 80 GB, NVLink 3 / NVSwitch in the node, 200 Gb/s HDR InfiniBand per GPU", 108),
+                                 "A100 SXM 80 GB, NVLink 3 / NVSwitch in the node, 200 Gb/s HDR InfiniBand per GPU",
+                                 108),
     # MI300X: 192 GB HBM3 at 5.3 TB/s, 1307 TFLOP/s BF16 and 2615 FP8 dense, 7 Infinity Fabric links of 64 GB/s each way
     "mi300x": Accelerator("MI300X-192GB", 192 * 10**9, 1307.4, 2614.9, 5300.0, 448.0, 400.0, 0.72,
                           "MI300X, Infinity Fabric mesh in the node, 400 Gb/s network per GPU", 304),

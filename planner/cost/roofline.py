@@ -62,7 +62,9 @@ MEMORY_BANDWIDTH_EFFICIENCY = 0.91
 
 @dataclass(frozen=True)
 class Split:
-    """How a GPU's share of a layer's kernels is cut: tensor, context, expert and expert-tensor parallelism."""
+    """How a GPU's share of a layer's kernels is cut: tensor, context, expert and expert-tensor parallelism (the part
+    of a ``ParallelConfig`` that sets kernel shapes, ``planner.parallel.cost.kernel_split``; kept apart so that the
+    layers' work is cached per split, not per configuration)."""
 
     tp: int = 1
     cp: int = 1
