@@ -107,9 +107,17 @@ class TestPages:
         assert (record.num_devices, record.owner) == (128, people.member)
         page = client.get(response.url).content.decode()
         assert "our H100s" in page and 'data-metric="gpus">128<' in page
+        # the kernel model the planner uses on it: rates by shape on the H100's 132 SMs, large GEMMs at 72 %
+        assert 'data-metric="kernel-rates">by shape on 132 SMs, large GEMMs at 72 %<' in page
         spec = spec_create(team=people.team, owner=people.member, spec=load_model_preset("tiny-llama"))
         form = client.get(reverse("studio:spec", args=[spec.pk])).content.decode()
         assert f'<option value="{record.pk}">our H100s (128 × H100-SXM-80GB, team pipeline-team)</option>' in form
+
+    def test_a_device_without_multiprocessors_runs_every_gemm_at_one_rate(self, client, people):
+        record = cluster_create(team=people.team, owner=people.member, cluster=load_cluster_preset("cpu-host"))
+        client.force_login(people.member)
+        page = client.get(reverse("studio:cluster", args=[record.pk])).content.decode()
+        assert 'data-metric="kernel-rates">every GEMM at 30 %<' in page
 
     def test_another_teams_clusters_are_not_offered(self, client, people):
         cluster_create(team=people.outsider_team, owner=people.outsider, cluster=load_cluster_preset("b200-1x8"),
