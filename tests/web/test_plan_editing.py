@@ -146,7 +146,15 @@ def test_plan_page_offers_the_four_downloads_and_the_megatron_reason_where_it_ca
 # ---- simulate ------------------------------------------------------------------------------------------------
 
 def _searched(people):
-    return _plan_of(people, "llama-3-8b", "adaptis", 4, 8, cluster="h100-sxm-1x8")
+    """An AdaPtis plan of Llama 3 8B on 4 H200s (141 GB: room for the edits below on any plan the search finds)."""
+    return _plan_of(people, "llama-3-8b", "adaptis", 4, 8, cluster="h200-sxm-1x8")
+
+
+def _move_boundary(doc: dict) -> None:
+    """The first boundary between stages whose earlier one holds more than one layer, one layer earlier."""
+    stages = doc["stages"]
+    index = next(i for i in range(len(stages) - 1) if len(stages[i]["layers"]) > 1)
+    stages[index + 1]["layers"].insert(0, stages[index]["layers"].pop())
 
 
 def test_simulating_the_unchanged_plan_predicts_what_is_stored(people, planned):
@@ -163,8 +171,7 @@ def test_simulating_the_unchanged_plan_predicts_what_is_stored(people, planned):
 def test_moving_a_boundary_keeps_the_orders_and_changes_the_prediction_as_the_simulator_says(people):
     plan = _searched(people)
     doc = json.loads(json.dumps(plan.plan_doc))
-    first, second = doc["stages"][0], doc["stages"][1]
-    second["layers"].insert(0, first["layers"].pop())  # the boundary one layer earlier
+    _move_boundary(doc)
     response = _simulate(_client(people.member), plan, doc)
     assert response.status_code == 200, response.content
     body = response.json()
@@ -288,7 +295,7 @@ def test_a_job_keeps_the_plan_it_made_after_an_edit_is_saved(people, client):
     searched = _searched(people)   # a search: its AdaPtis plan, and the baselines stored beside it
     job = searched.job
     doc = json.loads(json.dumps(searched.plan_doc))
-    doc["stages"][1]["layers"].insert(0, doc["stages"][0]["layers"].pop())
+    _move_boundary(doc)
     doc["meta"] = {"edits": ["moved a boundary"], "schedule_policy": "keep"}
     edited = _derive(_client(people.member), searched, doc, name="mine").json()
     body = _client(people.member).get(reverse("api:job", args=[job.pk])).json()
@@ -333,6 +340,13 @@ def test_a_v2_plan_page_shows_its_parallel_configuration(client, people, hybrid_
     virtual = f' VPP{parallel["vpp"]}' if parallel.get("vpp") else ""
     assert (f'data-config="parallel">TP{parallel["tp"]} CP{parallel["cp"]} PP{parallel["pp"]} DP{parallel["dp"]} '
             f'EP{parallel["ep"]}{virtual}<') in page
+    # MFU is of the dense BF16 peak (NeMo's and Megatron's count); an FP8 plan says so on its label
+    assert "over the GPUs&#x27; dense BF16 peak" in page or "over the GPUs' dense BF16 peak" in page
+    assert parallel["precision"] == "bf16" and "MFU (of the BF16 peak)" not in page
+    hybrid_plan.plan_doc["parallel"]["precision"] = "fp8"
+    hybrid_plan.save(update_fields=["plan_doc"])
+    page = client.get(reverse("studio:plan", args=[hybrid_plan.pk])).content.decode()
+    assert "MFU (of the BF16 peak)</div>" in page
     assert "Sharding over DP" in page and "GiB of 80.0 GiB" in page
     assert 'id="plan-overlap">dp<' in page   # searched with the default overlaps
 
