@@ -3,7 +3,9 @@
 Compute: the analytic cost model's kernels (``planner.cost``) for ``microbatch_size x seq_len`` tokens, each
 kernel's roofline time divided by ``tp·cp`` (Megatron splits every GEMM over TP and the sequence over CP; the
 per-GPU FLOPs of an MoE layer under EP are the same ``1/(tp·cp)`` share on average, since a GPU's tokens are
-routed ``top_k`` ways and it serves as many routed tokens as it sends), plus the fixed per-kernel overhead.
+routed ``top_k`` ways and it serves as many routed tokens as it sends), plus the fixed per-kernel overhead. Each
+kernel runs at the rate of the shape its share has (``planner.cost.roofline``, ``kernel_split``): TP and CP make
+a GPU's GEMMs smaller and slower per FLOP, EP x ETP gives each local expert more tokens and faster grouped GEMMs.
 
 Communication charged inside F and B (Megatron-LM does not overlap these by default):
 
