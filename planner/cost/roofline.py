@@ -21,8 +21,9 @@ known (every named GPU, ``planner.hardware``) the rate of a kernel with a shape 
 - **Fused attention** by the keys a query block sees ``s`` (the sequence, its CP share, or the window) and the head
   dimension: ``a · s / (s + s0)`` of the plateau, forward and backward apart (``ATTENTION``), times
   ``ATTENTION_HEAD_DIM``'s factor; for the kernel the framework runs (``ATTENTION_KERNELS``): cuDNN's fused
-  attention (Transformer Engine's on Hopper: Megatron-Core, NeMo) or FlashAttention-2 (PyTorch's
-  ``scaled_dot_product_attention`` flash back-end: torchtitan), about half as fast on Hopper.
+  attention (Megatron-Core's and NeMo's: Transformer Engine's ``get_attention_backend`` disables FlashAttention "to
+  give FusedAttention preference on Hopper+") or FlashAttention-2 (PyTorch's ``scaled_dot_product_attention`` flash
+  back-end: torchtitan), about half as fast on Hopper.
 - **Memory-bound kernels** at ``MEMORY_BANDWIDTH_EFFICIENCY`` of the datasheet bandwidth (a copy, an add and SiLU x
   up over >= 64 MiB).
 
