@@ -256,11 +256,10 @@ def compare(measured: dict, peak_tflops: float = 989.0, fp8_tflops: float = 1979
     """Model against measurement: per section, how many kernels, the median and 90th percentile of |model / measured
     - 1|, and the median signed error of the large ones (m, n, k >= 4096) for the GEMMs."""
     from planner.cluster import load_cluster_preset
-    from planner.cost.roofline import attention_efficiency, gemm_efficiency, grouped_efficiency
+    from planner.cost.roofline import BURST_PLATEAU, attention_efficiency, gemm_efficiency, grouped_efficiency
     from planner.cost.work import AttentionShape
     device = load_cluster_preset("h100-sxm-1x8").device
-    # the shape rules were fitted to ~20 ms bursts, whose plateau is 0.75; the device's efficiency is the sustained one
-    plateau, sms = 0.75, measured["multiprocessors"]
+    plateau, sms = BURST_PLATEAU, measured["multiprocessors"]   # the file's kernels were timed in bursts
 
     def line(name, pairs, large=None):
         errors = sorted(abs(model / seen - 1) for model, seen in pairs)

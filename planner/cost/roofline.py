@@ -59,6 +59,9 @@ ATTENTION = {"cudnn": {False: (0.90, 800.0), True: (0.73, 700.0)},
 ATTENTION_HEAD_DIM = {"cudnn": ((64, (0.77, 0.77)), (128, (1.0, 1.0)), (1 << 20, (1.05, 0.72))),
                       "flash2": ((64, (0.96, 0.87)), (128, (1.0, 1.0)), (1 << 20, (0.92, 0.85)))}
 MEMORY_BANDWIDTH_EFFICIENCY = 0.91
+# The plateau the shape rules were fitted with, on kernels timed in ~20 ms bursts; a device's ``efficiency`` is its
+# sustained plateau (H100: this x 0.68 / 0.71 = 0.72, planner/hardware.py)
+BURST_PLATEAU = 0.75
 
 
 @dataclass(frozen=True)
@@ -128,11 +131,9 @@ def kernel_efficiency(kernel: Kernel, device: DeviceType, split: Split = WHOLE, 
     return gemm_efficiency(*dims, device.multiprocessors, device.efficiency, fp8)
 
 
-def compute_rate_flops_per_ms(device: DeviceType, fp8: bool = False, efficiency: float | None = None) -> float:
-    """The achievable matmul rate: the dense BF16 peak (``fp8``: the FP8 one) at ``efficiency`` (the device's
-    large-GEMM one unless given)."""
-    fraction = device.efficiency if efficiency is None else efficiency
-    return (device.fp8_tflops if fp8 else device.peak_tflops) * 1e12 * fraction / 1e3
+def compute_rate_flops_per_ms(device: DeviceType, efficiency: float, fp8: bool = False) -> float:
+    """The matmul rate at ``efficiency`` of the dense BF16 peak (``fp8``: of the FP8 one)."""
+    return (device.fp8_tflops if fp8 else device.peak_tflops) * 1e12 * efficiency / 1e3
 
 
 def bandwidth_bytes_per_ms(device: DeviceType) -> float:
@@ -149,7 +150,7 @@ def roofline_ms(kernel: Kernel, device: DeviceType, split: Split = WHOLE, fp8: b
     attention kernel (``ATTENTION_KERNELS``)."""
     work = kernel.flops + kernel.recomputed_flops
     efficiency = kernel_efficiency(kernel, device, split, fp8, attention)
-    compute = work / compute_rate_flops_per_ms(device, fp8, efficiency) if work else 0.0
+    compute = work / compute_rate_flops_per_ms(device, efficiency, fp8) if work else 0.0
     return max(compute, kernel.bytes / bandwidth_bytes_per_ms(device))
 
 
