@@ -284,10 +284,12 @@ def llama(name: str) -> ModelSpec:
 
 def plan_titan(run: TitanRun):
     """The published configuration, scored as is (one micro-batch, no pipeline: the closed form is exact), whether or
-    not the planner's accounting fits it (torchtitan's selective checkpointing keeps less than this one's)."""
+    not the planner's accounting fits it (torchtitan's selective checkpointing keeps less than this one's). Its
+    attention is SDPA's FlashAttention-2 and its Float8 (torchao) keeps the BF16 inputs of the FP8 GEMMs."""
     dp = run.gpus // (run.tp * run.cp)
     job = Job(llama(run.size), load_cluster_preset(f"h100-hbm2e-96gb-{run.gpus // 8}x8"), run.gpus, run.seq_len,
-              run.local_batch * dp, CostOptions(overlap_tp=run.async_tp, attention_kernel="flash2"))
+              run.local_batch * dp, CostOptions(overlap_tp=run.async_tp, attention_kernel="flash2",
+                                                fp8_saved_inputs=False))
     return estimate(job, ParallelConfig(tp=run.tp, cp=run.cp, dp=dp, microbatch_size=run.local_batch,
                                         recompute=run.recompute, sharding="full", precision=run.precision))
 

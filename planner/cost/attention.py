@@ -63,7 +63,8 @@ def _query_key_value_projections(mixer: AttentionMixer, hidden: int, tokens: int
     heads, kv_heads, qk_dim = mixer.num_heads, mixer.num_kv_heads, mixer.head_dim
     width = heads * qk_dim + kv_heads * qk_dim + kv_heads * mixer.value_dim
     rotated = tokens * (heads + kv_heads) * qk_dim
-    cost = linear(tokens, hidden, width, dtype_bytes, bias=mixer.qkv_bias) + saved(dtype_bytes * tokens * hidden)
+    cost = (linear(tokens, hidden, width, dtype_bytes, bias=mixer.qkv_bias)
+            + saved(dtype_bytes * tokens * hidden, fp8_bytes=tokens * hidden))
     if mixer.rotary:
         cost += elementwise(rotated, rotated, ROTARY_FLOPS_PER_ELEMENT, dtype_bytes)
     if mixer.qk_norm:
@@ -83,16 +84,19 @@ def _latent_projections(mixer: AttentionMixer, hidden: int, tokens: int, dtype_b
     (``rope_head_dim``) comes straight from the hidden state and is shared by all heads."""
     heads, qk_dim, rope = mixer.num_heads, mixer.head_dim, mixer.rope_head_dim
     kv_rank = mixer.kv_lora_rank
-    cost = saved(dtype_bytes * tokens * hidden)
+    # the hidden state feeds two projections, Megatron-Core's linear_q(_down)_proj and linear_kv_down_proj, each
+    # of which keeps its own FP8 cast of it
+    cost = saved(dtype_bytes * tokens * hidden, fp8_bytes=2 * tokens * hidden)
     if mixer.q_lora_rank is None:
         cost += linear(tokens, hidden, heads * qk_dim, dtype_bytes)
     else:
         q_rank = mixer.q_lora_rank
         cost += (linear(tokens, hidden, q_rank, dtype_bytes) + rms_norm(tokens, q_rank, dtype_bytes)
-                 + linear(tokens, q_rank, heads * qk_dim, dtype_bytes) + saved(dtype_bytes * tokens * q_rank))
+                 + linear(tokens, q_rank, heads * qk_dim, dtype_bytes)
+                 + saved(dtype_bytes * tokens * q_rank, fp8_bytes=tokens * q_rank))
     cost += (linear(tokens, hidden, kv_rank + rope, dtype_bytes) + rms_norm(tokens, kv_rank, dtype_bytes)
              + linear(tokens, kv_rank, heads * (qk_dim - rope + mixer.value_dim), dtype_bytes)
-             + saved(dtype_bytes * tokens * kv_rank))
+             + saved(dtype_bytes * tokens * kv_rank, fp8_bytes=tokens * kv_rank))
     rotated = tokens * (heads + 1) * rope
     return cost + elementwise(rotated, rotated, ROTARY_FLOPS_PER_ELEMENT, dtype_bytes)
 
@@ -104,8 +108,10 @@ def attention_cost(mixer: AttentionMixer, *, hidden: int, batch: int, seq_len: i
     core = attention_core(batch=batch, seq_len=seq_len, heads=mixer.num_heads, kv_heads=mixer.num_kv_heads,
                           qk_dim=mixer.head_dim, v_dim=mixer.value_dim, window=mixer.window,
                           dtype_bytes=dtype_bytes)
-    # The output projection's input is the attention output, already held by the core.
-    output = linear(tokens, mixer.num_heads * mixer.value_dim, hidden, dtype_bytes, bias=mixer.output_bias,
-                    parallel="row")
+    # The output projection's input is the attention output, already held by the core (in BF16, for its
+    # backward); FP8 training keeps the projection's FP8 cast of it besides.
+    width = mixer.num_heads * mixer.value_dim
+    output = (linear(tokens, width, hidden, dtype_bytes, bias=mixer.output_bias, parallel="row")
+              + saved(0.0, fp8_bytes=tokens * width))
     cost = projections + core + output
     return cost + _sinks(mixer.num_heads, tokens) if mixer.sinks else cost

@@ -54,7 +54,8 @@ def _gated_delta_projections(mixer: LinearAttentionMixer, hidden: int, tokens: i
     qkv = 2 * key_heads * d + heads * d
     return (linear(tokens, hidden, qkv + heads * d, dtype_bytes)      # q, k, v and the output gate z
             + linear(tokens, hidden, 2 * heads, dtype_bytes)          # beta and the decay's step size
-            + saved(dtype_bytes * tokens * hidden)
+            # one input projection in Megatron-Core (GatedDeltaNet's in_proj), so one FP8 cast of its input
+            + saved(dtype_bytes * tokens * hidden, fp8_bytes=tokens * hidden)
             + causal_conv1d(tokens, qkv, mixer.conv_kernel, dtype_bytes, bias=False)
             + weights(2 * heads)                                      # A_log and dt_bias
             + saved(dtype_bytes * tokens * heads * d))                # z, for the gated norm's backward
@@ -64,7 +65,8 @@ def _lightning_projections(mixer: LinearAttentionMixer, hidden: int, tokens: int
     width = mixer.num_heads * mixer.head_dim
     return (linear(tokens, hidden, 3 * width, dtype_bytes)            # q, k, v
             + linear(tokens, hidden, width, dtype_bytes)              # sigmoid output gate
-            + saved(dtype_bytes * tokens * (hidden + width)))
+            + saved(dtype_bytes * tokens * hidden, fp8_bytes=tokens * hidden)
+            + saved(dtype_bytes * tokens * width))                    # the gate, for its backward
 
 
 def linear_attention_cost(mixer: LinearAttentionMixer, *, hidden: int, batch: int, seq_len: int,
@@ -78,6 +80,7 @@ def linear_attention_cost(mixer: LinearAttentionMixer, *, hidden: int, batch: in
         projections = _lightning_projections(mixer, hidden, tokens, dtype_bytes)
         norm = rms_norm(tokens, width, dtype_bytes)
     gate = elementwise(2 * tokens * width, tokens * width, 4, dtype_bytes)
-    output = linear(tokens, width, hidden, dtype_bytes, parallel="row") + saved(dtype_bytes * tokens * width)
+    output = (linear(tokens, width, hidden, dtype_bytes, parallel="row")
+              + saved(dtype_bytes * tokens * width, fp8_bytes=tokens * width))
     return (projections + linear_attention_core(mixer, batch=batch, seq_len=seq_len, dtype_bytes=dtype_bytes)
             + norm + gate + output)

@@ -28,12 +28,12 @@ def _mlp_body(tokens: float, hidden: int, inner: int, gated: bool, dtype_bytes: 
     return (linear(tokens, hidden, up_width, dtype_bytes, bias=bias) + saved(dtype_bytes * tokens * up_width)
             + elementwise(tokens * up_width, tokens * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
             + linear(tokens, inner, hidden, dtype_bytes, bias=bias, parallel="row")
-            + saved(dtype_bytes * tokens * inner))
+            + saved(dtype_bytes * tokens * inner, fp8_bytes=tokens * inner))
 
 
 def dense_mlp_cost(mlp: DenseMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
-    return saved(dtype_bytes * tokens * hidden) + _mlp_body(tokens, hidden, mlp.intermediate_size, mlp.gated,
-                                                            dtype_bytes, mlp.bias)
+    return (saved(dtype_bytes * tokens * hidden, fp8_bytes=tokens * hidden)
+            + _mlp_body(tokens, hidden, mlp.intermediate_size, mlp.gated, dtype_bytes, mlp.bias))
 
 
 def expert_projection(*, routed_tokens: float, d_in: int, d_out: int, experts: int, top_k: int,
@@ -83,15 +83,19 @@ def moe_cost(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost
     def projection(d_in: int, d_out: int, parallel: str = "column") -> Cost:
         return expert_projection(routed_tokens=routed, d_in=d_in, d_out=d_out, experts=experts, top_k=top_k,
                                  dtype_bytes=dtype_bytes, bias=mlp.bias, parallel=parallel)
-    routed_experts = (saved(dtype_bytes * routed * hidden) + projection(hidden, 2 * inner)
+    routed_experts = (saved(dtype_bytes * routed * hidden, fp8_bytes=routed * hidden)
+                      + projection(hidden, 2 * inner)
                       + saved(dtype_bytes * routed * 2 * inner)
                       + elementwise(routed * 2 * inner, routed * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
-                      + projection(inner, hidden, "row") + saved(dtype_bytes * routed * inner))
+                      + projection(inner, hidden, "row")
+                      + saved(dtype_bytes * routed * inner, fp8_bytes=routed * inner))
     cost = (saved(dtype_bytes * tokens * hidden) + _routing(tokens, hidden, experts, top_k, dtype_bytes, mlp.bias)
             + routed_experts + _combine(tokens, hidden, top_k, dtype_bytes))
     if mlp.num_shared_experts:
-        # Shared experts run as one MLP as wide as all of them together.
-        cost += _mlp_body(tokens, hidden, mlp.num_shared_experts * mlp.shared_intermediate_size, True, dtype_bytes)
+        # Shared experts run as one MLP as wide as all of them together. Their input is held in BF16 for the
+        # router; FP8 training keeps their first projection's FP8 cast of it besides.
+        cost += (_mlp_body(tokens, hidden, mlp.num_shared_experts * mlp.shared_intermediate_size, True, dtype_bytes)
+                 + saved(0.0, fp8_bytes=tokens * hidden))
     return cost
 
 

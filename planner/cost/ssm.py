@@ -54,14 +54,16 @@ def mamba2_cost(mixer: Mamba2Mixer, *, hidden: int, batch: int, seq_len: int, dt
     inner = mixer.num_heads * mixer.head_dim
     conv_channels = inner + 2 * mixer.n_groups * mixer.state_size
     in_width = inner + conv_channels + mixer.num_heads            # z, (x, B, C), dt
-    return (linear(tokens, hidden, in_width, dtype_bytes) + saved(dtype_bytes * tokens * hidden)
+    return (linear(tokens, hidden, in_width, dtype_bytes)
+            + saved(dtype_bytes * tokens * hidden, fp8_bytes=tokens * hidden)
             + saved(dtype_bytes * tokens * inner)                 # z, for the gated norm's backward
             + causal_conv1d(tokens, conv_channels, mixer.conv_kernel, dtype_bytes)
             + ssd_scan(mixer, batch=batch, seq_len=seq_len, dtype_bytes=dtype_bytes)
             + weights(3 * mixer.num_heads)                        # A_log, D and dt_bias
             + elementwise(2 * tokens * inner, tokens * inner, 4, dtype_bytes)   # y · silu(z)
             + rms_norm(tokens, inner, dtype_bytes)
-            + linear(tokens, inner, hidden, dtype_bytes, parallel="row") + saved(dtype_bytes * tokens * inner))
+            + linear(tokens, inner, hidden, dtype_bytes, parallel="row")
+            + saved(dtype_bytes * tokens * inner, fp8_bytes=tokens * inner))
 
 
 SELECTIVE_SCAN_FLOPS_PER_STATE = 9   # mamba_ssm's selective_scan_flop_jit
@@ -80,11 +82,14 @@ def selective_scan(mixer: MambaMixer, *, tokens: int, dtype_bytes: int) -> Cost:
 def mamba_cost(mixer: MambaMixer, *, hidden: int, batch: int, seq_len: int, dtype_bytes: int) -> Cost:
     tokens = batch * seq_len
     inner, state = mixer.inner_size, mixer.state_size
-    return (linear(tokens, hidden, 2 * inner, dtype_bytes, bias=mixer.proj_bias) + saved(dtype_bytes * tokens * hidden)
+    return (linear(tokens, hidden, 2 * inner, dtype_bytes, bias=mixer.proj_bias)
+            + saved(dtype_bytes * tokens * hidden, fp8_bytes=tokens * hidden)
             + causal_conv1d(tokens, inner, mixer.conv_kernel, dtype_bytes, bias=mixer.conv_bias)
             + linear(tokens, inner, mixer.dt_rank + 2 * state, dtype_bytes)
-            + linear(tokens, mixer.dt_rank, inner, dtype_bytes, bias=True) + saved(dtype_bytes * tokens * mixer.dt_rank)
+            + saved(0.0, fp8_bytes=tokens * inner)                 # x_proj's FP8 cast of the scan's input x
+            + linear(tokens, mixer.dt_rank, inner, dtype_bytes, bias=True)
+            + saved(dtype_bytes * tokens * mixer.dt_rank, fp8_bytes=tokens * mixer.dt_rank)
             + selective_scan(mixer, tokens=tokens, dtype_bytes=dtype_bytes)
             + weights(inner * state + inner)                               # A_log and D
             + linear(tokens, inner, hidden, dtype_bytes, bias=mixer.proj_bias, parallel="row")
-            + saved(dtype_bytes * tokens * inner))
+            + saved(dtype_bytes * tokens * inner, fp8_bytes=tokens * inner))

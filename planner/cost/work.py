@@ -59,6 +59,9 @@ class Cost:
     backward_input: tuple[Kernel, ...] = ()
     backward_weight: tuple[Kernel, ...] = ()
     activation_bytes: float = 0.0   # held from the forward until the backward of this micro-batch
+    # what FP8 training adds to ``activation_bytes`` (negative: it holds less), where the recipe keeps a GEMM's
+    # input as its FP8 cast (``saved``'s ``fp8_bytes``; ``planner.parallel.cost.held_activation_bytes``)
+    fp8_activation_delta: float = 0.0
     params: int = 0
     active_params: int = 0          # parameters one token goes through (differs from params for MoE)
 
@@ -67,6 +70,7 @@ class Cost:
                     backward_input=self.backward_input + other.backward_input,
                     backward_weight=self.backward_weight + other.backward_weight,
                     activation_bytes=self.activation_bytes + other.activation_bytes,
+                    fp8_activation_delta=self.fp8_activation_delta + other.fp8_activation_delta,
                     params=self.params + other.params,
                     active_params=self.active_params + other.active_params)
 
@@ -82,9 +86,15 @@ class Cost:
         return sum(kernel.flops for kernel in self.forward + self.backward_input + self.backward_weight)
 
 
-def saved(nbytes: float) -> Cost:
-    """Tensors a part keeps for its backward (its inputs, or intermediates the gradient needs)."""
-    return Cost(activation_bytes=nbytes)
+def saved(nbytes: float, *, fp8_bytes: float | None = None) -> Cost:
+    """Tensors a part keeps for its backward (its inputs, or intermediates the gradient needs). ``fp8_bytes``: what
+    FP8 training holds instead, where the tensor is kept only as the input of GEMMs that run in FP8. Transformer
+    Engine's linear layers (``Linear``, ``LayerNormLinear``, ``LayerNormMLP``, ``GroupedLinear``) keep that input as
+    its FP8 cast, one byte an element, for the weight-gradient GEMM (``_Linear.forward`` saves ``inputmat``, the
+    FP8 tensor, under ``fp8``; ``inputmat_no_fp8`` otherwise); a tensor another kernel needs in BF16 too (a
+    norm's or activation's backward, the attention core's) is held in BF16 all the same, and the FP8 copy comes on
+    top of it (``fp8_bytes`` of a zero ``nbytes``)."""
+    return Cost(activation_bytes=nbytes, fp8_activation_delta=0.0 if fp8_bytes is None else fp8_bytes - nbytes)
 
 
 def weights(count: int) -> Cost:

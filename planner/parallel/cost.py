@@ -99,6 +99,10 @@ class CostOptions:
     # the fused attention kernel the framework runs on a GPU (planner.cost.roofline.ATTENTION_KERNELS): "cudnn"
     # (Transformer Engine's, Megatron-Core and NeMo) or "flash2" (PyTorch SDPA's FlashAttention-2, torchtitan)
     attention_kernel: str = "cudnn"
+    # FP8 training keeps an FP8 GEMM's input for its weight gradient as its FP8 cast (Transformer Engine: Megatron-
+    # Core and NeMo; planner.cost.work.saved), or False: as the BF16 tensor, cast again in the backward (torchao's
+    # Float8Linear, torchtitan's float8: matmul_with_hp_or_float8_args saves input_hp)
+    fp8_saved_inputs: bool = True
 
     def __post_init__(self):
         if self.cp_comm not in ("p2p", "allgather"):
@@ -166,7 +170,15 @@ class LayerWork:
     recomputed_flops: float         # what the kernels re-execute anyway (FlashAttention's scores)
     forward_flops: float
     activation_bytes: float         # kept for the backward without recomputation (FlashAttention)
+    fp8_activation_delta: float     # what FP8 training with FP8-saved inputs adds to it (planner.cost.work.saved)
     params: LayerParams
+
+    def held_bytes(self, precision: str, cluster: ClusterSpec, options: CostOptions) -> float:
+        """The activations kept for the backward in ``precision`` (unsharded): under FP8 on a GPU with FP8 tensor
+        cores, with ``options.fp8_saved_inputs``, the FP8 GEMMs' inputs as their FP8 casts."""
+        if precision == "fp8" and cluster.device.fp8_tflops > 0 and options.fp8_saved_inputs:
+            return self.activation_bytes + self.fp8_activation_delta
+        return self.activation_bytes
 
 
 def _pass_time(kernels: tuple[Kernel, ...], cluster: ClusterSpec, precision: str = "bf16",
@@ -241,7 +253,7 @@ def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_
                 attention_core_ms=core_ms,
                 model_flops=cost.model_flops(), recomputed_flops=sum(k.recomputed_flops for k in kernels),
                 forward_flops=sum(k.flops for k in cost.forward), activation_bytes=cost.activation_bytes,
-                params=layer_param)
+                fp8_activation_delta=cost.fp8_activation_delta, params=layer_param)
         result.append(replace(by_layer[layer], params=layer_param))
     return tuple(result)
 
@@ -460,7 +472,7 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
             # Korthikanti et al. 2022, Sec. 5: only the layer's input is kept, sequence-parallel over TP (and CP)
             activation = config.microbatch_size * seq_len * spec.hidden_size * dtype_bytes / shards
         else:
-            activation = work.activation_bytes / shards
+            activation = work.held_bytes(config.precision, cluster, options) / shards
         result.append(LayerTime(forward=forward, backward_input=backward_input,
                                 backward_weight=work.backward_weight.on(shards, overhead_ms),
                                 executed_flops=executed / shards, activation_bytes=activation,

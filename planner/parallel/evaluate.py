@@ -273,7 +273,8 @@ def recompute_workspace_bytes(job: Job, config: ParallelConfig, layers: list[int
     if not recomputed:
         return 0.0
     works = _works(job, config)
-    return max(works[index].activation_bytes for index in recomputed) / (config.tp * config.cp)
+    return max(works[index].held_bytes(config.precision, job.cluster, job.options)
+               for index in recomputed) / (config.tp * config.cp)
 
 
 def _rank_memory(job: Job, config: ParallelConfig, rank: int, params: list[LayerParams], in_flight: float,

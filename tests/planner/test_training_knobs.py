@@ -12,8 +12,8 @@ from planner.cost.analytic import layer_cost
 from planner.errors import SpecError
 from planner.parallel import planning as hybrid
 from planner.parallel.config import ParallelConfig
-from planner.parallel.cost import layer_comm_parts, layer_times, layer_work
-from planner.parallel.evaluate import Job, estimate
+from planner.parallel.cost import CostOptions, layer_comm_parts, layer_times, layer_work
+from planner.parallel.evaluate import Job, estimate, uniform_stages
 from planner.parallel.mapping import RankMapping
 from planner.plan import load_plan
 from planner.spec.presets import load_model_preset
@@ -48,6 +48,34 @@ def test_fp8_runs_the_linear_layers_gemms_at_the_fp8_peak_after_their_casts_and_
     # the output layer and the loss stay in BF16
     assert fp8[-1].forward == bf16[-1].forward and head.kind == "head"
     assert fp8[1].model_flops == bf16[1].model_flops                  # the same model FLOPs, sooner
+
+
+def test_fp8_keeps_the_fp8_gemms_inputs_as_their_fp8_casts_where_transformer_engine_does():
+    h, ffn, tokens = LLAMA.hidden_size, 14336, 2 * 4096
+    block = LLAMA.layers[1]
+    assert block.mlp.intermediate_size == ffn and block.mixer.num_heads * block.mixer.value_dim == h
+    work = layer_work(LLAMA, H100, 2, 4096, True, "fp8")
+    te, torchao = CostOptions(), CostOptions(fp8_saved_inputs=False)
+    bf16_bytes = work[1].held_bytes("bf16", H100, te)
+    assert bf16_bytes == work[1].activation_bytes
+    # per token, one byte instead of two for the QKV input (h), the MLP's input (h) and its down projection's input
+    # (ffn); one byte more for the output projection's FP8 copy of the attention output, which the attention core
+    # keeps in BF16 for its own backward (h): h + ffn bytes fewer in all
+    assert bf16_bytes - work[1].held_bytes("fp8", H100, te) == tokens * (h + ffn)
+    # torchao (torchtitan) keeps the BF16 inputs; an A100 has no FP8 GEMMs; the head stays BF16
+    assert work[1].held_bytes("fp8", H100, torchao) == bf16_bytes
+    a100 = load_cluster_preset("a100-80gb-sxm-2x8")
+    assert work[1].held_bytes("fp8", a100, te) == bf16_bytes
+    assert work[-1].held_bytes("fp8", H100, te) == work[-1].activation_bytes
+
+    # the plan's memory: each in-flight micro-batch holds that much less per layer, the same step otherwise
+    config = ParallelConfig(tp=1, pp=2, dp=8, microbatch_size=2, num_microbatches=8, precision="fp8")
+    estimates = [estimate(Job(LLAMA, H100, 16, 4096, 8 * 2 * 8, options), config) for options in (te, torchao)]
+    saved, kept = (e.memory[0].activations for e in estimates)
+    blocks_on_rank_0 = sum(LLAMA.layers[index].kind == "decoder" for index in uniform_stages(LLAMA, 2)[0])
+    assert blocks_on_rank_0 >= 15 and estimates[0].pipeline_ms == estimates[1].pipeline_ms
+    in_flight = 2   # 1F1B's first rank of two holds two micro-batches
+    assert kept - saved == tokens * (h + ffn) * blocks_on_rank_0 * in_flight
 
 
 def test_fp8_needs_fp8_tensor_cores_and_is_never_chosen_unpinned():
