@@ -38,7 +38,7 @@ class Supervisor:
         self.port = extra_env.setdefault("ADAPTIS_PORT", str(free_port()))
         env = service_env(f"supervision-{os.getpid()}", **extra_env)
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-        with open(self.output, "wb") as out:
+        with open(self.output, "ab") as out:  # appended to, as scripts/run.sh takes a file it is given
             self.process = subprocess.Popen([str(Path(sys.executable).parent / "supervisord"), "-c",
                                              str(folder / "supervisord.conf")], cwd=folder, env=env, stdout=out,
                                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -99,6 +99,10 @@ def test_a_service_that_keeps_crashing_is_given_up_naming_its_log_and_the_web_go
     _wait_for(product.page_answers, interval_s=0.5,
               message=lambda: f"the web server to answer:\n{product.text()[-6000:]}")
     product.wait_for("success: runner entered RUNNING state")  # the other worker goes on too
+    # what supervisord wrote after the listener's lines, its stop included, left them in the output
+    product.stop()
+    for said in ("planner failed to start (try 1)", "planner keeps crashing: given up after 4 failed starts"):
+        assert said in product.text(), product.text()[-6000:]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -111,3 +115,5 @@ def test_a_web_server_that_cannot_start_stops_the_product_naming_its_log(supervi
     except subprocess.TimeoutExpired:
         pytest.fail(f"supervisord did not stop after giving up the web server:\n{product.text()[-6000:]}")
     assert "invalid literal for int() with base 10: 'none'" in (product.folder / "var" / "web.log").read_text()
+    for said in ("web failed to start (try 1)", "nothing is served without the web server: stopping"):
+        assert said in product.text(), product.text()[-6000:]
