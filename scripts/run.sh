@@ -4,11 +4,12 @@
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
-# Output sent to a file (make run > make-run.log, a service manager's file output) has several writers: this
-# script, supervisord and its event listener, whose lines (a service that died, failed to start, was given up)
-# supervisord.conf sends to /dev/stderr, which opens the file anew. A writer that does not append writes at its own
-# offset, over what the others added meanwhile: supervisord's next log line erased each of the listener's. So every
-# writer appends: the output is taken again in append mode, and what starts from here inherits that.
+# Output sent to a file has several writers: this script, supervisord and its event listener, whose lines (a
+# service that died, failed to start, was given up) supervisord.conf sends to /dev/stderr, which opens the file
+# anew. A writer that does not append writes at its own offset, over what the others added meanwhile: supervisord's
+# next log line erases the listener's. GNU make already puts a file it is given in append mode (its output.c,
+# set_append_mode), so `make run > log` keeps every line; `scripts/run.sh > log` run directly needs the same: the
+# output is taken again in append mode, and what starts from here inherits that.
 if [ -f /proc/self/fd/1 ]; then exec >>/proc/self/fd/1; fi
 if [ -f /proc/self/fd/2 ]; then exec 2>>/proc/self/fd/2; fi
 

@@ -405,7 +405,7 @@ def test_make_run_serves_a_search_and_a_cpu_run_and_stops_whole(product):
     product.make.send_signal(signal.SIGTERM)  # to make alone, as timeout(1), systemd or a container runtime do
     product.make.wait(timeout=STOP_TIMEOUT_S)
     product.assert_nothing_left("SIGTERM to make during a run")
-    # make run's output is a file here: what supervisord logged after the listener's lines did not write over them
+    # make run's output is a file here: what supervisord logged after the listener's lines left them in it
     for name in ("planner", "runner", "warden", "web"):
         said = rf"{name} \(pid \d+\) died unexpectedly; starting it again \(its log: var/{name}\.log\)"
         assert re.search(said, product.output()), product.logs()

@@ -38,7 +38,9 @@ class Supervisor:
         self.port = extra_env.setdefault("ADAPTIS_PORT", str(free_port()))
         env = service_env(f"supervision-{os.getpid()}", **extra_env)
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-        with open(self.output, "ab") as out:  # appended to, as scripts/run.sh takes a file it is given
+        # appended to, as make (and scripts/run.sh) leave make run's output file: written at the file's own offset,
+        # supervisord's log lines would erase the listener's
+        with open(self.output, "ab") as out:
             self.process = subprocess.Popen([str(Path(sys.executable).parent / "supervisord"), "-c",
                                              str(folder / "supervisord.conf")], cwd=folder, env=env, stdout=out,
                                             stderr=subprocess.STDOUT, start_new_session=True)
