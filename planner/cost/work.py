@@ -60,7 +60,7 @@ class Cost:
     backward_weight: tuple[Kernel, ...] = ()
     activation_bytes: float = 0.0   # held from the forward until the backward of this micro-batch
     # what FP8 training adds to ``activation_bytes`` (negative: it holds less), where the recipe keeps a GEMM's
-    # input as its FP8 cast (``saved``'s ``fp8_bytes``; ``planner.parallel.cost.held_activation_bytes``)
+    # input as its FP8 cast (``saved``'s ``fp8_bytes``; ``planner.parallel.cost.LayerWork.held_bytes``)
     fp8_activation_delta: float = 0.0
     params: int = 0
     active_params: int = 0          # parameters one token goes through (differs from params for MoE)

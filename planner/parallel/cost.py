@@ -176,9 +176,15 @@ class LayerWork:
     def held_bytes(self, precision: str, cluster: ClusterSpec, options: CostOptions) -> float:
         """The activations kept for the backward in ``precision`` (unsharded): under FP8 on a GPU with FP8 tensor
         cores, with ``options.fp8_saved_inputs``, the FP8 GEMMs' inputs as their FP8 casts."""
-        if precision == "fp8" and cluster.device.fp8_tflops > 0 and options.fp8_saved_inputs:
+        if runs_fp8(precision, cluster) and options.fp8_saved_inputs:
             return self.activation_bytes + self.fp8_activation_delta
         return self.activation_bytes
+
+
+def runs_fp8(precision: str, cluster: ClusterSpec) -> bool:
+    """Whether the GEMMs Transformer Engine covers run in FP8: ``precision`` fp8 on GPUs with FP8 tensor cores (the
+    search refuses a pinned fp8 elsewhere, ``planner.parallel.search``)."""
+    return precision == "fp8" and cluster.device.fp8_tflops > 0
 
 
 def _pass_time(kernels: tuple[Kernel, ...], cluster: ClusterSpec, precision: str = "bf16",
@@ -188,9 +194,9 @@ def _pass_time(kernels: tuple[Kernel, ...], cluster: ClusterSpec, precision: str
     (``planner.cost.primitives.FP8_CAST_TRANSPOSE_BYTES``)."""
     device = cluster.device
     bandwidth = bandwidth_bytes_per_ms(device)
-    total, count = 0.0, len(kernels)
+    total, count, fp8 = 0.0, len(kernels), runs_fp8(precision, cluster)
     for k in kernels:
-        in_fp8 = precision == "fp8" and k.fp8 and device.fp8_tflops > 0
+        in_fp8 = fp8 and k.fp8
         total += roofline_ms(k, device, split, in_fp8, attention)
         if in_fp8 and k.fp8_cast_bytes:
             total += k.fp8_cast_bytes / bandwidth
