@@ -55,6 +55,13 @@ def test_the_test_lock_holds_the_runtime_lock_exactly():
 
 def test_every_locked_package_carries_a_hash():
     hashed = re.compile(r"^[A-Za-z0-9_.-]+==\S+ \\\n    --hash=sha256:[0-9a-f]{64}", re.MULTILINE)
-    for path in ("requirements/run.txt", "requirements/test.txt"):
+    for path in ("requirements/run.txt", "requirements/test.txt", "requirements/installer.txt"):
         text = (ROOT / path).read_text()
         assert len(hashed.findall(text)) == len(PIN.findall(text)) > 0, path
+
+
+def test_the_installer_is_locked_at_the_version_its_input_pins_and_nothing_else_comes_with_it():
+    """scripts/lib.sh installs the lock files with uv, installed by pip from requirements/installer.txt."""
+    declared = [line for line in (ROOT / "requirements/installer.in").read_text().splitlines()
+                if line and not line.startswith("#")]
+    assert _locked("requirements/installer.txt") == _declared(declared) == {"uv": _declared(declared)["uv"]}
