@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.cluster import load_cluster_preset  # noqa: E402
 from planner.parallel.config import ParallelConfig  # noqa: E402
-from planner.parallel.cost import CostOptions  # noqa: E402
+from planner.parallel.cost import CostOptions, job_options  # noqa: E402
 from planner.parallel.evaluate import Job, estimate  # noqa: E402
 from planner.parallel.search import search  # noqa: E402
 from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, ModelSpec  # noqa: E402
@@ -284,12 +284,11 @@ def llama(name: str) -> ModelSpec:
 
 def plan_titan(run: TitanRun):
     """The published configuration, scored as is (one micro-batch, no pipeline: the closed form is exact), whether or
-    not the planner's accounting fits it (torchtitan's selective checkpointing keeps less than this one's). Its
-    attention is SDPA's FlashAttention-2 and its Float8 (torchao) keeps the BF16 inputs of the FP8 GEMMs."""
+    not the planner's accounting fits it (torchtitan's selective checkpointing keeps less than this one's), on
+    torchtitan's kernels (``FRAMEWORKS``: SDPA's FlashAttention-2, torchao's Float8 keeping BF16 inputs)."""
     dp = run.gpus // (run.tp * run.cp)
     job = Job(llama(run.size), load_cluster_preset(f"h100-hbm2e-96gb-{run.gpus // 8}x8"), run.gpus, run.seq_len,
-              run.local_batch * dp, CostOptions(overlap_tp=run.async_tp, attention_kernel="flash2",
-                                                fp8_saved_inputs=False))
+              run.local_batch * dp, job_options("tp,dp" if run.async_tp else "dp", "torchtitan"))
     return estimate(job, ParallelConfig(tp=run.tp, cp=run.cp, dp=dp, microbatch_size=run.local_batch,
                                         recompute=run.recompute, sharding="full", precision=run.precision))
 

@@ -29,6 +29,7 @@ from planner.errors import PlanError, SpecError
 from planner.exports import EXPORT_FORMATS, EXPORTS, export_plan
 from planner.exports.plan_json import plan_json
 from planner.parallel.config import PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES
+from planner.parallel.cost import DEFAULT_FRAMEWORK, FRAMEWORKS, job_options
 from planner.plan import Plan, load_plan
 from planner.profile import Profile, load_profile
 from planner.simulator import simulate
@@ -314,6 +315,11 @@ OVERLAP = argument("--overlap", metavar="tp,dp,ep", default="dp",
                         "DP reduction with the backward; Megatron's --overlap-grad-reduce) and ep (the MoE all-to-alls "
                         "with another micro-batch's compute), comma-separated, or none; default dp. tp and ep are "
                         "upper bounds: they hide all that the compute beside them can")
+# The framework the job trains with, as the cost model tells them apart (planner.parallel.cost.FRAMEWORKS)
+FRAMEWORK = argument("--framework", choices=tuple(FRAMEWORKS), default=DEFAULT_FRAMEWORK,
+                     help="the training framework whose kernels the cost model assumes: megatron (Megatron-Core or "
+                          "NeMo: Transformer Engine's cuDNN attention, FP8 GEMM inputs kept in FP8; the default) or "
+                          "torchtitan (PyTorch SDPA's FlashAttention-2, torchao's Float8 keeping BF16 inputs)")
 
 
 # The hybrid search's integer pins: (name, metavar, help)
@@ -351,6 +357,7 @@ def hybrid_pin_arguments(prefix: str = "") -> list:
     argument("--global-batch", type=int, metavar="B", help="hybrid: sequences per step"),
     *hybrid_pin_arguments("hybrid: "),
     OVERLAP,
+    FRAMEWORK,
     CLUSTER,
     argument("--memory-limit", type=int, metavar="BYTES",
              help="pure PP: per-device memory (default: the cluster's device memory; unlimited without a cluster)"),
@@ -393,7 +400,6 @@ def _progress(fraction: float, message: str) -> None:
 
 def _hybrid_search(args: argparse.Namespace) -> int:
     """``--model``: choose tp, cp, pp, dp, ep, micro-batch size and recomputation with the pipeline plan."""
-    from planner.parallel.cost import overlap_options
     from planner.parallel.search import DEFAULT_TIME_BUDGET_S, search
 
     stray = [flag for flag, value in (("--profile", args.profile), ("--devices", args.devices),
@@ -410,7 +416,7 @@ def _hybrid_search(args: argparse.Namespace) -> int:
     pins = {key: getattr(args, key) for key in HYBRID_PINS if getattr(args, key) is not None}
     budget = args.time_budget if args.time_budget is not None else DEFAULT_TIME_BUDGET_S
     result = search(model, cluster, args.gpus, args.seq_len, args.global_batch, pins, time_budget_s=budget,
-                    progress=_progress, options=overlap_options(args.overlap))
+                    progress=_progress, options=job_options(args.overlap, args.framework))
     write_output(args.out, json.dumps(result.plan_document(), indent=2) + "\n")
     summary = result.to_dict(ranks=False)
     best = summary["best"]
@@ -435,18 +441,19 @@ def _hybrid_search(args: argparse.Namespace) -> int:
     argument("--global-batch", required=True, type=int, metavar="B", help="sequences per step, at every count"),
     *hybrid_pin_arguments(),
     OVERLAP,
+    FRAMEWORK,
     OUT,
 ])
 def capacity_command(args: argparse.Namespace) -> int:
     from planner.parallel.capacity import capacity_sweep, parse_gpu_counts
-    from planner.parallel.cost import overlap_options
 
     counts = parse_gpu_counts(args.gpu_counts)
     if args.token_budget != int(args.token_budget):
         raise UsageError(f"--token-budget must be a whole number of tokens, got {args.token_budget!r}")
     pins = {key: getattr(args, key) for key in HYBRID_PINS if getattr(args, key) is not None}
     result = capacity_sweep(read_model(args.model), read_cluster(args.cluster), counts, args.seq_len, args.global_batch,
-                            int(args.token_budget), pins, progress=_progress, options=overlap_options(args.overlap))
+                            int(args.token_budget), pins, progress=_progress,
+                            options=job_options(args.overlap, args.framework))
     write_output(args.out, json.dumps(result, indent=2) + "\n")
     _report_written(args.out, {key: result[key] for key in ("fastest_gpus", "cheapest_gpus", "device")})
     return EXIT_OK

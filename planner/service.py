@@ -73,7 +73,8 @@ from planner.observed import summarize as summarize_observed
 from planner.parallel.capacity import (DEFAULT_GPU_COUNTS, MAX_GPU_COUNTS, MAX_TOKEN_BUDGET, capacity_check,
                                        capacity_sweep, cluster_of, parse_gpu_counts)
 from planner.parallel.config import PRECISIONS, RECOMPUTE_MODES, SHARDING_LABELS, SHARDING_MODES, load_parallel
-from planner.parallel.cost import DEFAULT_OVERLAP, EXECUTOR_OPTIONS, OVERLAPS, overlap_options, overlap_text
+from planner.parallel.cost import (DEFAULT_FRAMEWORK, DEFAULT_OVERLAP, EXECUTOR_OPTIONS, FRAMEWORKS, OVERLAPS,
+                                  job_options, overlap_options, overlap_text)
 from planner.parallel.evaluate import STEP_PARTS, shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.parallel.search import HybridResult, SearchCancelled
@@ -373,14 +374,16 @@ def check_hybrid_job(*, spec: ModelSpec, cluster: ClusterSpec, gpus: int, seq_le
 
 
 def plan_hybrid_job(*, spec: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, global_batch: int,
-                    pins: dict, time_budget_s: float, overlap: str = DEFAULT_OVERLAP, progress: Progress | None = None,
+                    pins: dict, time_budget_s: float, overlap: str = DEFAULT_OVERLAP,
+                    framework: str = DEFAULT_FRAMEWORK, progress: Progress | None = None,
                     cancel: Cancel | None = None) -> HybridJobOutcome | None:
     """The hybrid search for a job (``overlap``: the communication the cost model hides behind compute,
-    ``overlap_options``), its best plan validated and simulated on its pipeline ranks; None when it was cancelled
+    ``overlap_options``; ``framework``: whose kernels it assumes, ``FRAMEWORKS``), its best plan validated and
+    simulated on its pipeline ranks; None when it was cancelled
     before any plan was simulated. SpecError (nothing fits, say) propagates."""
     try:
         result = planner_hybrid.search(spec, cluster, gpus, seq_len, global_batch, pins, time_budget_s=time_budget_s,
-                                       progress=progress, cancel=cancel, options=overlap_options(overlap))
+                                       progress=progress, cancel=cancel, options=job_options(overlap, framework))
     except SearchCancelled:
         return None
     metrics = result.best.metrics()
@@ -393,13 +396,14 @@ def plan_hybrid_job(*, spec: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len
 
 
 def plan_capacity_job(*, spec: ModelSpec, cluster: ClusterSpec, gpu_counts: list[int], seq_len: int, global_batch: int,
-                      token_budget: int, pins: dict, overlap: str = DEFAULT_OVERLAP, progress: Progress | None = None,
+                      token_budget: int, pins: dict, overlap: str = DEFAULT_OVERLAP,
+                      framework: str = DEFAULT_FRAMEWORK, progress: Progress | None = None,
                       cancel: Cancel | None = None) -> CapacityOutcome | None:
     """The best configuration at each GPU count of ``cluster``'s kind and what ``token_budget`` tokens cost there;
     None when cancelled before any count had a configuration. SpecError (no count has one) propagates."""
     try:
         summary = capacity_sweep(spec, cluster, tuple(gpu_counts), seq_len, global_batch, token_budget, pins,
-                                 progress=progress, cancel=cancel, options=overlap_options(overlap))
+                                 progress=progress, cancel=cancel, options=job_options(overlap, framework))
     except SearchCancelled:
         return None
     planned = {point["gpus"]: point for point in summary["points"] if "error" not in point}
@@ -519,6 +523,7 @@ __all__ = [*LOADERS, "ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "Action
            "plan_capacity_job", "JOB_SCHEDULES", "LIST_POLICIES", "MAX_GLOBAL_BATCH", "MAX_GPUS", "MAX_MICROBATCHES",
            "MAX_PIPELINE_DEVICES", "MAX_SEQ_LEN", "PARTITIONS", "RANGES", "PRECISIONS", "RECOMPUTE_MODES",
            "SHARDING_LABELS", "SHARDING_MODES", "DEFAULT_OVERLAP", "OVERLAPS", "overlap_options", "overlap_text",
+           "DEFAULT_FRAMEWORK", "FRAMEWORKS", "job_options",
            "SCHEDULE_POLICIES",
            "Calibration", "ClusterSpec", "HybridJobOutcome", "ModelSpec", "PipelineJobOutcome", "PlanRecord",
            "Profile", "RankMapping", "StoredPlan", "analytic_profile", "calibrate_from_run", "check_hybrid_job",

@@ -139,6 +139,32 @@ def overlap_text(options: CostOptions) -> str:
 
 DEFAULT_OVERLAP = overlap_text(CostOptions())
 
+# The training framework a job runs on, as the cost model tells them apart: the attention kernel it runs and how its
+# FP8 GEMMs keep their inputs for the weight gradient (CostOptions' fields, each documented there).
+FRAMEWORKS = {
+    # Megatron-Core and NeMo: Transformer Engine's cuDNN attention, FP8 inputs kept as their FP8 casts
+    "megatron": {"attention_kernel": "cudnn", "fp8_saved_inputs": True},
+    # torchtitan: PyTorch SDPA's FlashAttention-2, torchao's Float8Linear keeping the BF16 input
+    "torchtitan": {"attention_kernel": "flash2", "fp8_saved_inputs": False},
+}
+DEFAULT_FRAMEWORK = "megatron"
+
+
+def job_options(overlap: object = DEFAULT_OVERLAP, framework: object = DEFAULT_FRAMEWORK, *,
+                overlap_field: str = "overlap", framework_field: str = "framework") -> CostOptions:
+    """A job's ``CostOptions``: the overlaps ``overlap`` names (``overlap_options``) on ``framework``'s kernels
+    (``FRAMEWORKS``). SpecError on the field at fault."""
+    if not isinstance(framework, str) or framework not in FRAMEWORKS:
+        raise SpecError(framework_field, f"must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+    return replace(overlap_options(overlap, overlap_field), **FRAMEWORKS[framework])
+
+
+def framework_of(options: CostOptions) -> str | None:
+    """The framework in ``FRAMEWORKS`` whose kernels ``options`` assume; None where they mix two (a Python caller's
+    own ``CostOptions``, which no job, CLI flag or plan document can name)."""
+    return next((name for name, settings in FRAMEWORKS.items()
+                 if all(getattr(options, key) == value for key, value in settings.items())), None)
+
 
 # What this project's executor runs (executor/running/): CP by all-gather, the DP reduction after the step's last
 # backward (not overlapped): a run of it is predicted, and calibrated, with these.

@@ -29,7 +29,7 @@ from planner.layout import layer_codes_from_spec, plan_layout_string
 from planner.limits import bounds
 from planner.parallel.config import (DEGREES, PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES, ParallelConfig,
                                      expert_split_refusal, load_sharding)
-from planner.parallel.cost import DEFAULT_OVERLAP, CostOptions, overlap_text
+from planner.parallel.cost import DEFAULT_FRAMEWORK, DEFAULT_OVERLAP, CostOptions, framework_of, overlap_text
 from planner.parallel.evaluate import Job, Score, estimate, pipeline_memory_budget, score_plan, shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.spec.model import AttentionMixer, LinearAttentionMixer, Mamba2Mixer, ModelSpec, MoEMLP
@@ -80,6 +80,9 @@ class HybridResult:
         overlap = overlap_text(self.best.job.options)
         if overlap != DEFAULT_OVERLAP:   # what a re-prediction of the plan assumes (planning.predict)
             meta["overlap"] = overlap
+        framework = framework_of(self.best.job.options)
+        if framework not in (None, DEFAULT_FRAMEWORK):   # the same
+            meta["framework"] = framework
         return doc
 
     def to_dict(self, ranks: bool = True) -> dict:

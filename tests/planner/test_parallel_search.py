@@ -96,6 +96,25 @@ def test_the_cli_runs_the_hybrid_search_and_writes_a_v2_plan(tmp_path, capsys):
     assert summary["parallel"] == doc["parallel"]
 
 
+def test_the_cli_searches_on_the_framework_it_is_told_and_the_plan_says_which(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    args = ["search", "--model", "llama-3-8b", "--cluster", "h100-sxm-2x8", "--gpus", "16", "--seq-len", "4096",
+            "--global-batch", "32", "--tp", "2", "--pp", "1", "--cp", "1", "--microbatch-size", "1",
+            "--recompute", "none", "--sharding", "optimizer", "--time-budget", "5"]
+    assert main([*args, "--framework", "torchtitan", "--out", str(out)]) == 0
+    titan = json.loads(out.read_text())
+    assert titan["meta"]["framework"] == "torchtitan"
+    assert main([*args, "--out", str(out)]) == 0
+    megatron = json.loads(out.read_text())
+    assert "framework" not in megatron["meta"]
+    assert titan["predicted"]["iteration_ms"] > megatron["predicted"]["iteration_ms"]   # FlashAttention-2 on Hopper
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit:
+        main([*args, "--framework", "deepspeed"])
+    assert exit.value.code == 2
+    assert "--framework" in capsys.readouterr().err
+
+
 def test_the_cli_says_what_the_hybrid_search_is_missing(capsys):
     assert main(["search", "--model", "llama-3-8b", "--gpus", "16"]) == 2
     assert "--cluster" in capsys.readouterr().err

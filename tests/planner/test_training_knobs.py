@@ -197,6 +197,47 @@ def test_a_plan_searched_with_overlaps_is_re_predicted_with_them():
     assert error.value.field == "meta.overlap"
 
 
+def test_the_framework_sets_the_attention_kernel_and_the_fp8_inputs_held_and_a_plan_keeps_it():
+    """A torchtitan job runs SDPA's FlashAttention-2 and torchao's Float8 (BF16 inputs held): its FP8 plan is slower
+    (FlashAttention-2 runs at about half cuDNN's rate on Hopper) and holds more activations than the same
+    configuration on Megatron's kernels, by exactly the options the framework names; the plan document says which,
+    and a re-prediction uses it."""
+    from planner.parallel.cost import framework_of, job_options
+
+    assert job_options() == CostOptions() and framework_of(CostOptions()) == "megatron"
+    assert job_options("tp", "torchtitan") == CostOptions(overlap_tp=True, overlap_dp=False, attention_kernel="flash2",
+                                                          fp8_saved_inputs=False)
+    assert framework_of(CostOptions(attention_kernel="flash2")) is None   # a mix no job can name
+    for bad in ("deepspeed", 3, ["torchtitan"]):
+        with pytest.raises(SpecError) as error:
+            job_options("dp", bad)
+        assert error.value.field == "framework" and "megatron, torchtitan" in error.value.reason
+    model = load_model_preset("llama-3-8b")
+    pins = {"tp": 1, "pp": 1, "cp": 1, "microbatch_size": 1, "recompute": "none", "sharding": "full",
+            "precision": "fp8"}
+    config = ParallelConfig(dp=8, microbatch_size=1, recompute="none", sharding="full", precision="fp8")
+    scores = {framework: estimate(Job(model, H100, 8, 4096, 8, job_options("dp", framework)), config, 1)
+              for framework in ("megatron", "torchtitan")}
+    by_hand = {framework: estimate(Job(model, H100, 8, 4096, 8, CostOptions(**settings)), config, 1)
+               for framework, settings in (("megatron", {}),
+                                           ("torchtitan", {"attention_kernel": "flash2", "fp8_saved_inputs": False}))}
+    for framework, score in scores.items():
+        assert score.iteration_ms == by_hand[framework].iteration_ms
+    assert scores["torchtitan"].iteration_ms > scores["megatron"].iteration_ms
+    assert scores["torchtitan"].memory[0].activations > scores["megatron"].memory[0].activations
+    titan = hybrid.search(model, H100, 8, 4096, 8, pins, refine=False, options=job_options("dp", "torchtitan"))
+    doc = titan.plan_document()
+    assert doc["meta"]["framework"] == "torchtitan"
+    plan = load_plan(doc)
+    assert hybrid.predict(plan, model, H100, 4096)["predicted"]["iteration_ms"] == pytest.approx(
+        titan.best.iteration_ms)
+    assert hybrid.predict(plan, model, H100, 4096, CostOptions())["predicted"]["iteration_ms"] < titan.best.iteration_ms
+    assert "framework" not in hybrid.search(model, H100, 8, 4096, 8, pins, refine=False).plan_document()["meta"]
+    with pytest.raises(SpecError) as error:
+        hybrid.predict(load_plan({**doc, "meta": {**doc["meta"], "framework": "jax"}}), model, H100, 4096)
+    assert error.value.field == "meta.framework"
+
+
 def test_an_fp8_plan_is_refused_on_gpus_without_fp8_instead_of_predicted_in_bf16():
     result = hybrid.search(LLAMA, "h100-sxm-2x8", 16, 4096, 64, {"tp": 2, "pp": 2, "precision": "fp8"}, refine=False)
     plan = load_plan(result.plan_document())

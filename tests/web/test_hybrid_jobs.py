@@ -409,3 +409,36 @@ class TestOverlap:
         plain, hidden = (outcome.plan.plan_doc for outcome in outcomes)
         assert "overlap" not in plain["meta"] and hidden["meta"]["overlap"] == "dp,ep"
         assert hidden["predicted"]["breakdown_ms"]["ep"] < plain["predicted"]["breakdown_ms"]["ep"]
+
+
+class TestFramework:
+    def test_a_job_names_its_framework_and_bad_names_are_refused_naming_the_field(
+            self, people, llama, django_capture_on_commit_callbacks):
+        assert _hybrid_request(framework="torchtitan").hybrid.framework == "torchtitan"
+        assert _hybrid_request().hybrid.framework == "megatron"
+        capacity = job_request_check(spec=LLAMA, cluster_preset="h100-sxm-2x8", mode="capacity", seq_len=4096,
+                                     global_batch=64, gpu_counts=[8, 16], token_budget=10**12, framework="torchtitan")
+        assert capacity.capacity.framework == "torchtitan"
+        with pytest.raises(SpecError) as caught:
+            _hybrid_request(framework="deepspeed")
+        assert caught.value.field == "framework" and "megatron, torchtitan" in caught.value.reason
+        response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
+                                                                  "framework": "jax"}, format="json")
+        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "framework"
+        assert not PlanningJob.objects.exists()
+        with django_capture_on_commit_callbacks(execute=False):
+            response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
+                                                                      "framework": "torchtitan"}, format="json")
+        assert response.status_code == 201, response.content
+        assert response.json()["framework"] == "torchtitan" and PlanningJob.objects.get().framework == "torchtitan"
+
+    def test_the_service_searches_on_the_frameworks_kernels_and_writes_it_into_the_plan(self):
+        outcomes = [planner_service.plan_hybrid_job(spec=LLAMA, cluster=load_cluster_preset("h100-sxm-2x8"), gpus=16,
+                                                    seq_len=4096, global_batch=64,
+                                                    pins={"tp": 2, "pp": 1, "cp": 1, "microbatch_size": 1,
+                                                          "recompute": "none", "sharding": "optimizer"},
+                                                    time_budget_s=2, framework=framework)
+                    for framework in ("megatron", "torchtitan")]
+        megatron, titan = (outcome.plan.plan_doc for outcome in outcomes)
+        assert "framework" not in megatron["meta"] and titan["meta"]["framework"] == "torchtitan"
+        assert titan["predicted"]["breakdown_ms"]["compute"] > megatron["predicted"]["breakdown_ms"]["compute"]

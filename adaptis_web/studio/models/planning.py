@@ -58,6 +58,9 @@ class PlanningJob(TrackedWork):
     overlap = models.CharField(max_length=20, default="dp", blank=True,
                                help_text="hybrid and capacity: the communication the cost model hides behind compute "
                                          "(tp, dp, ep, comma-separated, or none; planner.parallel.cost.overlap_options)")
+    framework = models.CharField(max_length=20, default="megatron", blank=True,
+                                 help_text="hybrid and capacity: the training framework whose kernels the cost model "
+                                           "assumes (megatron or torchtitan; planner.parallel.cost.FRAMEWORKS)")
     cluster_record = models.ForeignKey(ClusterRecord, null=True, blank=True, on_delete=models.SET_NULL,
                                        related_name="jobs", help_text="the saved cluster it was planned on")
     # A capacity job (mode "capacity", schedule "capacity") finds the best configuration at each of gpu_counts GPUs

@@ -23,6 +23,7 @@ from planner.service import (BASELINE_SCHEDULES, PARTITIONS, RECOMPUTE_MODES, Cl
 DEFAULT_CLUSTER_PRESET = "cpu-host"
 GIB = 2**30
 SCHEDULE_CHOICES = [(ADAPTIS_SCHEDULE, "AdaPtis search"), *((name, name) for name in BASELINE_SCHEDULES)]
+FRAMEWORK_LABELS = {"megatron": "Megatron-Core / NeMo"}  # planner_service.FRAMEWORKS as the form names them
 
 
 def _pin_field(label: str) -> forms.IntegerField:
@@ -96,6 +97,12 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
     overlap = forms.CharField(label="Overlapped with compute", initial="dp", required=False, max_length=20,
                               help_text="tp, dp, ep (comma-separated) or none; tp and ep hide all the compute beside "
                                         "them can (an upper bound)")
+    framework = forms.ChoiceField(label="Framework", initial="megatron", required=False,
+                                  choices=[(name, FRAMEWORK_LABELS.get(name, name))
+                                           for name in planner_service.FRAMEWORKS],
+                                  help_text="whose kernels the cost model assumes: Transformer Engine's (cuDNN "
+                                            "attention, FP8 inputs kept in FP8) or PyTorch's (FlashAttention-2, "
+                                            "torchao Float8)")
     precision = forms.ChoiceField(label="Precision", initial="bf16", required=False,
                                   choices=[("bf16", "BF16"), ("fp8", "FP8 (Transformer Engine)")],
                                   help_text="FP8 changes the numerics: never chosen for you")
@@ -164,7 +171,8 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
                 memory_limit_bytes=None if memory_limit_gib is None else round(memory_limit_gib * GIB),
                 mode=mode, saved_cluster=saved, team=self.team,
                 gpus=cleaned.get("gpus"), seq_len=cleaned.get("seq_len"), global_batch=cleaned.get("global_batch"),
-                pins=pins, overlap=cleaned.get("overlap") or None, **capacity_fields)
+                pins=pins, overlap=cleaned.get("overlap") or None,
+                framework=cleaned.get("framework") or None, **capacity_fields)
         except SpecError as error:
             self.add_spec_error(error)
         return cleaned

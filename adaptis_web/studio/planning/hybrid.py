@@ -34,6 +34,7 @@ class HybridSettings:
     global_batch: int
     pins: dict
     overlap: str
+    framework: str
 
 
 def _positive(field: str, value: object, limit: int) -> int:
@@ -71,8 +72,18 @@ def overlap_check(overlap: object) -> str:
     return planner_service.overlap_text(planner_service.overlap_options(overlap))
 
 
+def framework_check(framework: object) -> str:
+    """The training framework whose kernels the job's cost model assumes (``planner.service.FRAMEWORKS``);
+    ``megatron`` when not given."""
+    if framework in (None, ""):
+        return planner_service.DEFAULT_FRAMEWORK
+    planner_service.job_options(framework=framework)  # a SpecError naming the field for anything else
+    return framework
+
+
 def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object, seq_len: object,
-                          global_batch: object, pins: dict | None, overlap: object = None) -> HybridSettings:
+                          global_batch: object, pins: dict | None, overlap: object = None,
+                          framework: object = None) -> HybridSettings:
     """The job's shape and pins, checked as the search would check them (``planner.parallel.planning.check``): a pin
     that cannot split the GPUs or the batch, or a model that fits nowhere, is a SpecError naming the field."""
     if gpus is None:
@@ -85,7 +96,7 @@ def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object
     planner_service.check_hybrid_job(spec=spec, cluster=cluster, gpus=gpus, seq_len=seq_len,
                                      global_batch=global_batch, pins=pins)
     return HybridSettings(gpus=gpus, seq_len=seq_len, global_batch=global_batch, pins=pins,
-                          overlap=overlap_check(overlap))
+                          overlap=overlap_check(overlap), framework=framework_check(framework))
 
 
 def hybrid_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.HybridJobOutcome | None:
@@ -94,5 +105,6 @@ def hybrid_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.Hybri
     return planner_service.plan_hybrid_job(
         spec=load_model_spec(job.spec.doc), cluster=cluster, gpus=job.gpus, seq_len=job.seq_len,
         global_batch=job.global_batch, pins=job.pins, time_budget_s=job.time_budget_s, overlap=job.overlap,
+        framework=job.framework,
         progress=progress.search_reporter(job.pk, *progress.HYBRID_SEARCH_SPAN),
         cancel=progress.cancel_reader(job.pk))

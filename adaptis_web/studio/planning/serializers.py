@@ -16,7 +16,7 @@ from adaptis_web.studio.planning.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE
 from adaptis_web.studio.planning.plan_json import plan_json
 from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, MAX_TIME_BUDGET_S, MIN_TIME_BUDGET_S
 from planner.service import (ACCELERATORS, MAX_GPU_COUNTS, MAX_PIPELINE_DEVICES, MAX_TOKEN_BUDGET, PARTITIONS, RANGES,
-                             PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES, STEP_PARTS, preset_names)
+                             FRAMEWORKS, PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES, STEP_PARTS, preset_names)
 
 
 def _pin(help_text: str, limit: int = MAX_GPUS) -> serializers.IntegerField:
@@ -130,6 +130,12 @@ class JobCreateInput(serializers.Serializer):
                                     help_text="hybrid and capacity, optional: the communication the cost model hides "
                                               "behind compute: any of tp, dp, ep (comma-separated) or none; default "
                                               "dp (Megatron's defaults); tp and ep are upper bounds")
+    framework = OptionalChoiceField(choices=list(FRAMEWORKS), required=False, allow_null=True, default=None,
+                                    help_text="hybrid and capacity, optional: the training framework whose kernels "
+                                              "the cost model assumes: megatron (Megatron-Core or NeMo: Transformer "
+                                              "Engine's cuDNN attention, FP8 GEMM inputs kept in FP8; the default) or "
+                                              "torchtitan (PyTorch SDPA's FlashAttention-2, torchao's Float8 keeping "
+                                              "BF16 inputs)")
     distributed_optimizer = OptionalBooleanField(required=False, allow_null=True, default=None,
                                                  help_text="hybrid only, deprecated: sharding optimizer (true) or none "
                                                            "(false)")
@@ -173,8 +179,8 @@ class JobOutput(PlainOutputMixin, serializers.ModelSerializer):
         model = PlanningJob
         fields = ["id", "name", "spec", "spec_name", "created_by", "mode", "cluster_preset", "saved_cluster",
                   "num_devices", "num_microbatches", "schedule", "partition", "seed", "time_budget_s",
-                  "memory_limit_bytes", "gpus", "seq_len", "global_batch", "pins", "overlap", "token_budget",
-                  "gpu_counts",
+                  "memory_limit_bytes", "gpus", "seq_len", "global_batch", "pins", "overlap", "framework",
+                  "token_budget", "gpu_counts",
                   "status", "progress",
                   "progress_message", "cancel_requested", "error", "analytic_profile_reason", "plan", "plans",
                   "created_at",
