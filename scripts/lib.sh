@@ -56,7 +56,7 @@ PY
         (cd "$ROOT" && uv_install --no-deps --no-build-isolation -e .) \
             || die "uv could not install the project itself (see above)"
         "$PY" -c "import django, celery, kombu.transport.redis, redis, torch, rest_framework" \
-            || die "dependency installation failed (see pip output above)"
+            || die "dependency installation failed (see uv's output above)"
         rm -f "$VENV/.installed-$(basename "$lock" .txt)-"*
         touch "$stamp"
     fi
@@ -75,10 +75,9 @@ ensure_uv() {
 }
 
 pip_setting() {
-    # $1: one of pip's settings (find-links, index-url, extra-index-url). Each value this machine gives it, in its
-    # configuration files or PIP_* variables (`pip config list`: global.find-links='/opt/wheels'), once.
-    "$PY" -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.$1='\(.*\)'\$/\1/p" | tr ' ' '\n' \
-        | awk 'NF && !seen[$0]++'
+    # $1: one of pip's settings (find-links, index-url, extra-index-url); $2: pip's configuration as `pip config
+    # list` prints it (global.find-links='/opt/wheels'), from its files and PIP_* variables. Each value, once.
+    printf '%s\n' "$2" | sed -n "s/^[^=]*\.$1='\(.*\)'\$/\1/p" | tr ' ' '\n' | awk 'NF && !seen[$0]++'
 }
 
 uv_install() {
@@ -86,12 +85,13 @@ uv_install() {
     # pip's configuration, and a machine may keep wheels (this project's CPU build of torch) where only pip's
     # configuration says. Every source is weighed alike, as pip weighs them (the lock's hashes decide what may be
     # installed).
-    local value sources=(UV_INDEX_STRATEGY=unsafe-best-match)
-    value="$(pip_setting find-links | paste -sd , -)"
+    local config value sources=(UV_INDEX_STRATEGY=unsafe-best-match)
+    config="$("$PY" -m pip config list 2>/dev/null || true)"
+    value="$(pip_setting find-links "$config" | paste -sd , -)"
     [ -z "$value" ] || sources+=("UV_FIND_LINKS=$value")
-    value="$(pip_setting index-url | head -n 1)"
+    value="$(pip_setting index-url "$config" | head -n 1)"
     [ -z "$value" ] || sources+=("UV_INDEX_URL=$value")
-    value="$(pip_setting extra-index-url | paste -sd ' ' -)"
+    value="$(pip_setting extra-index-url "$config" | paste -sd ' ' -)"
     [ -z "$value" ] || sources+=("UV_EXTRA_INDEX_URL=$value")
     env "${sources[@]}" "$VENV/bin/uv" pip install -q --python "$PY" "$@"
 }
