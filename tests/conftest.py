@@ -363,10 +363,11 @@ def tiny_llama_job(people: People, owner, *, num_microbatches: int, schedule: st
     return record, job
 
 
-def cpu_hybrid_plan(people: People, owner, spec=None, **pins):
+def cpu_hybrid_plan(people: People, owner, spec=None, *, overlap=None, framework=None, **pins):
     """``spec`` (tiny-llama by default) uploaded to the people's team by ``owner`` and a hybrid job of it on the local
     CPU cluster ``cpu-1x8`` (8 ranks; its own sequence length, a global batch of 16, no recomputation) with ``pins``
-    (e.g. ``tp=2, pp=2, dp=2``), stored as the job form stores it and planned in-process (no worker): its v2 plan."""
+    (e.g. ``tp=2, pp=2, dp=2``), ``overlap`` and ``framework`` (the planner's defaults when not given), stored as the
+    job form stores it and planned in-process (no worker): its v2 plan."""
     from adaptis_web.studio.catalog.specs import spec_create
     from adaptis_web.studio.models import PlanningJob
     from adaptis_web.studio.planning.jobs import job_request_check, job_run
@@ -375,7 +376,8 @@ def cpu_hybrid_plan(people: People, owner, spec=None, **pins):
     spec = spec or load_model_preset("tiny-llama")
     record = spec_create(team=people.team, owner=owner, spec=spec, source_filename=f"{spec.name}.json")
     request = job_request_check(spec=spec, mode="hybrid", cluster_preset="cpu-1x8", gpus=8, seq_len=spec.seq_len,
-                                global_batch=16, pins={"recompute": "none", **pins}, time_budget_s=5)
+                                global_batch=16, pins={"recompute": "none", **pins}, overlap=overlap,
+                                framework=framework, time_budget_s=5)
     job = PlanningJob.objects.create(spec=record, created_by=owner, cluster_preset=request.cluster_preset,
                                      cluster_doc=request.cluster.to_dict(), num_devices=request.num_devices,
                                      num_microbatches=0, schedule=request.schedule, time_budget_s=5,

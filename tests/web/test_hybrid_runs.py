@@ -25,7 +25,9 @@ INSIDE_ACTIONS = ("tp_all_gather", "tp_reduce_scatter")   # sequence parallelism
 
 def test_a_tp2_pp2_dp2_plan_runs_on_8_ranks_with_every_ranks_actions_and_its_collectives(people, celery_worker,
                                                                                          client, wait_for):
-    plan = cpu_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2)
+    # not the defaults (overlap dp, megatron): the re-plan below keeps the job's own
+    plan = cpu_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2, overlap="tp,dp", framework="torchtitan")
+    assert (plan.job.overlap, plan.job.framework) == ("tp,dp", "torchtitan")
     api = APIClient()
     api.force_authenticate(people.member)
     response = api.post(reverse("api:runs"), {"plan": plan.pk, "steps": 1}, format="json")
@@ -92,7 +94,7 @@ def test_a_tp2_pp2_dp2_plan_runs_on_8_ranks_with_every_ranks_actions_and_its_col
     # Re-planning calibrates the cluster: its one link class fitted to every collective of a group of two ranks the
     # run stored (TP and DP; not the optimizer steps), the device's per-kernel overhead to the actions. The plan's
     # pipeline on the calibrated cluster is then nearer what the run took than on the cluster as shipped, and the
-    # new job searches on that cluster with the source job's GPUs, batch and pins.
+    # new job searches on that cluster with the source job's GPUs, batch, pins, overlap and framework.
     response = api.post(reverse("api:run-replan", args=[run.pk]))
     assert response.status_code == 201, response.content
     job = PlanningJob.objects.get(pk=response.json()["id"])
@@ -109,8 +111,8 @@ def test_a_tp2_pp2_dp2_plan_runs_on_8_ranks_with_every_ranks_actions_and_its_col
     observed = calibration["observed_iteration_ms"]
     assert observed > 0
     assert abs(calibration["predicted_after_ms"] - observed) < abs(calibration["predicted_before_ms"] - observed)
-    assert (job.is_hybrid, job.gpus, job.global_batch, job.pins, job.cluster_preset) == (
-        True, plan.job.gpus, plan.job.global_batch, plan.job.pins, "")
+    assert (job.is_hybrid, job.gpus, job.global_batch, job.pins, job.overlap, job.framework, job.cluster_preset) == (
+        True, plan.job.gpus, plan.job.global_batch, plan.job.pins, "tp,dp", "torchtitan", "")
     job = wait_for(lambda: PlanningJob.objects.filter(pk=job.pk, status__in=ENDED).first(), timeout_s=120,
                    message=lambda: f"the re-plan to end\n{celery_worker.log_tail()}")
     assert job.status == JobStatus.SUCCEEDED, job.error
