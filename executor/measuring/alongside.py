@@ -2,20 +2,22 @@
 
 The profilers (``executor.measuring.profiler``) and the stage timers (``executor.measuring.stage_timing``)
 measure as a host's local ranks run: one process per rank, all computing at the same time. Each process is a
-fresh ``python -m executor.measuring.alongside`` subprocess, as the launcher's ranks are
+``python -m executor.measuring.alongside`` forked by the caller's zygote, as the launcher's ranks are
 (``executor.running.launch``), not a multiprocessing child: a Celery prefork pool process is daemonic, and
 multiprocessing refuses children to a daemonic process ("daemonic processes are not allowed to have children"),
-so every measured profile failed in the worker pool ``make run`` starts. A fresh subprocess works the same from a
-shell, a test, or a pool process.
+so every measured profile failed in the worker pool ``make run`` starts. The zygote works the same from a shell,
+a test, or a pool process.
 
 Process i runs ``target(*per_process_args[i], start, results)``, ``target`` found by its module and name as
 pickle finds functions (with the caller's ``sys.path``): it sets itself up (binding, threads, building), calls
 ``start.wait()``, which returns once every process has called it, so that all of them measure at the same time,
-and hands one picklable result to ``results.put``. The barrier is two pipes: each process writes a byte to the
-shared "ready" pipe and blocks reading the "go" pipe, whose only writer, the caller, closes it once every
-process is ready. A result is written to a file of the run's scratch folder (renamed into place, so it is
-whole when it appears). Each process dies with the caller (``executor.running.processes.die_with_launcher``),
-so none outlives a caller that is killed without cleaning up.
+and hands one picklable result to ``results.put``. The barrier is two FIFOs in the run's scratch folder: each
+process opens "go" for reading, writes a byte to "ready" and blocks reading "go", which the caller holds open
+(read and write, so that no open blocks) and closes once every process is ready: end of file, for all at once.
+A result is written to a file of the scratch folder (renamed into place, so it is whole when it appears). The
+processes are forked by the caller's zygote (``executor.running.processes``: torch imported once, not by each
+process), and each dies with it (``die_with_launcher``), so none outlives a caller that is killed without cleaning
+up.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from executor.errors import ExecutorError
-from executor.running.processes import LAUNCHER_PID_ENV, die_with_launcher
+from executor.running.processes import ZygoteChild, die_with_launcher, zygote
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB_FILE = "job.pickle"
@@ -50,17 +52,23 @@ def _stderr_file(job_dir: Path, index: int) -> Path:
     return job_dir / f"process{index}.stderr"
 
 
+def _fifo(job_dir: Path, name: str) -> Path:
+    return job_dir / f"{name}.fifo"
+
+
 class Barrier:
     """The processes' side of the start barrier (see the module docstring)."""
 
-    def __init__(self, ready_fd: int, go_fd: int):
-        self.ready_fd, self.go_fd = ready_fd, go_fd
+    def __init__(self, job_dir: Path):
+        self.job_dir = job_dir
 
     def wait(self) -> None:
-        os.write(self.ready_fd, b".")
-        os.close(self.ready_fd)
-        os.read(self.go_fd, 1)   # end of file once the caller closes its end: every process is ready
-        os.close(self.go_fd)
+        go = os.open(_fifo(self.job_dir, "go"), os.O_RDONLY)   # before "ready": the caller holds "go" open till then
+        ready = os.open(_fifo(self.job_dir, "ready"), os.O_WRONLY)
+        os.write(ready, b".")
+        os.close(ready)
+        os.read(go, 1)   # end of file once the caller closes its end: every process is ready
+        os.close(go)
 
 
 class Results:
@@ -88,22 +96,25 @@ def _failure(job_dir: Path, index: int, count: int, name: str, code: int) -> Exe
                          + (f": {last_line.strip()}" if last_line else ""), traceback_text=stderr)
 
 
-def _start(job_dir: Path, count: int, ready_fd: int, go_fd: int) -> list[subprocess.Popen]:
+def _start(job_dir: Path, count: int) -> list[ZygoteChild]:
     env = dict(os.environ)
-    env[LAUNCHER_PID_ENV] = str(os.getpid())
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    processes = []
-    for index in range(count):
-        with open(_stderr_file(job_dir, index), "wb") as stderr:
-            processes.append(subprocess.Popen(
-                [sys.executable, "-m", "executor.measuring.alongside", str(job_dir), str(index), str(ready_fd),
-                 str(go_fd)],
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-                pass_fds=(ready_fd, go_fd)))
+    forker = zygote(str(REPO_ROOT), env)
+    processes: list[ZygoteChild] = []
+    try:
+        for index in range(count):
+            processes.append(forker.start("executor.measuring.alongside", [str(job_dir), str(index)],
+                                          cwd=os.getcwd(), env=env,
+                                          stderr_path=str(_stderr_file(job_dir, index))))
+    except BaseException:
+        for process in processes:
+            process.kill()
+        _stop(processes, grace_s=0)
+        raise
     return processes
 
 
-def _stop(processes: list[subprocess.Popen], *, grace_s: float) -> None:
+def _stop(processes: list[ZygoteChild], *, grace_s: float) -> None:
     """Wait up to ``grace_s`` for every process to exit, kill what is left, and reap them all."""
     deadline = time.monotonic() + grace_s
     for process in processes:
@@ -127,15 +138,15 @@ def run_alongside(target: Callable, per_process_args: list[tuple], *, timeout_s:
     count, name = len(per_process_args), target.__name__
     job_dir = Path(tempfile.mkdtemp(prefix="adaptis-alongside-"))
     (job_dir / JOB_FILE).write_bytes(pickle.dumps((sys.path, pickle.dumps((target, per_process_args)))))
-    ready_read, ready_write = os.pipe()
-    go_read, go_write = os.pipe()
-    processes: list[subprocess.Popen] = []
+    for fifo in ("ready", "go"):
+        os.mkfifo(_fifo(job_dir, fifo), 0o600)
+    # read and write: no open of either end blocks, and "ready" never reads as ended while a process is to come
+    ready_read = os.open(_fifo(job_dir, "ready"), os.O_RDWR)
+    go_write = os.open(_fifo(job_dir, "go"), os.O_RDWR)
+    processes: list[ZygoteChild] = []
     collected: dict[int, object] = {}
     try:
-        processes = _start(job_dir, count, ready_write, go_read)
-        os.close(ready_write)
-        os.close(go_read)
-        ready_write = go_read = -1
+        processes = _start(job_dir, count)
         ready, deadline = 0, time.monotonic() + timeout_s
         while len(collected) < count:
             if go_write >= 0 and select.select([ready_read], [], [], POLL_SECONDS)[0]:
@@ -158,7 +169,7 @@ def run_alongside(target: Callable, per_process_args: list[tuple], *, timeout_s:
                                     f"within {timeout_s:.0f} s")
         return list(collected.values())
     finally:
-        for descriptor in (ready_read, ready_write, go_read, go_write):
+        for descriptor in (ready_read, go_write):
             if descriptor >= 0:
                 os.close(descriptor)
         if len(collected) < count:   # failed or timed out: what is left waits for nothing
@@ -169,13 +180,13 @@ def run_alongside(target: Callable, per_process_args: list[tuple], *, timeout_s:
         shutil.rmtree(job_dir, ignore_errors=True)
 
 
-def _process_main(job_dir: Path, index: int, ready_fd: int, go_fd: int) -> None:
+def _process_main(job_dir: Path, index: int) -> None:
     die_with_launcher()
     caller_path, payload = pickle.loads((job_dir / JOB_FILE).read_bytes())
     sys.path.extend(entry for entry in caller_path if entry not in sys.path)
     target, per_process_args = pickle.loads(payload)
-    target(*per_process_args[index], Barrier(ready_fd, go_fd), Results(job_dir, index))
+    target(*per_process_args[index], Barrier(job_dir), Results(job_dir, index))
 
 
 if __name__ == "__main__":
-    _process_main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    _process_main(Path(sys.argv[1]), int(sys.argv[2]))

@@ -1,9 +1,11 @@
 """``run_plan``: run a Plan on local ranks (one per pipeline device, or per GPU of a hybrid plan) and collect what
 they measured.
 
-Each rank is a fresh ``python -m executor.running.worker`` subprocess with torchrun's environment variables, not a
-multiprocessing child: that works the same from a shell, a test, or a (daemonic) Celery worker, and it is
-exactly the process a multi-host torchrun launch starts. The launcher watches the ranks; the first one to
+Each rank is ``python -m executor.running.worker`` with torchrun's environment variables, exactly the process a
+multi-host torchrun launch starts, forked by the calling thread's zygote (``executor.running.processes``, which
+has imported torch once: a rank starts without the 1.4 s of CPU that importing costs) rather than a
+multiprocessing child: that works the same from a shell, a test, or a (daemonic) Celery worker. The launcher
+watches the ranks; the first one to
 fail decides the error (the others typically fail after it, on a dead connection), and every child is
 killed and reaped on failure, timeout or interruption, so nothing outlives the call. A caller can also stop
 a run it no longer wants: ``should_stop`` is asked a few times a second while the ranks run, and once it
@@ -18,7 +20,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import shutil
 import time
@@ -35,7 +36,7 @@ from executor.running.scope import execution_refusal, planned_spec, world_size
 from executor.running.config import RunConfig
 from executor.errors import ExecutorError, RunCancelled
 from executor.running.events import open_sink, resolved_sink
-from executor.running.processes import LAUNCHER_PID_ENV
+from executor.running.processes import LAUNCHER_PID_ENV, ZygoteChild, zygote
 from executor.running.lowering import CAUSAL, lower_plan
 from executor.running.worker import RESULT_FILE, done_file, error_file, run_dtype
 from planner.plan import Plan
@@ -86,7 +87,7 @@ def _rank_env(rank: int, world_size: int, port: int, threads: int) -> dict:
     return env
 
 
-def _stop(processes: list[subprocess.Popen], grace_s: float = KILL_GRACE_SECONDS) -> None:
+def _stop(processes: list[ZygoteChild], grace_s: float = KILL_GRACE_SECONDS) -> None:
     """Terminate every rank's process group, then kill what is left after ``grace_s``, and reap them all."""
     for process in processes:
         if process.poll() is None:
@@ -120,7 +121,7 @@ def _failure(job_dir: Path, rank: int, returncode: int) -> ExecutorError:
                          traceback_text=stderr)
 
 
-def _await_exit(processes: list[subprocess.Popen], seconds: float) -> None:
+def _await_exit(processes: list[ZygoteChild], seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and any(process.poll() is None for process in processes):
         time.sleep(POLL_SECONDS)
@@ -190,7 +191,7 @@ def run_plan(plan: Plan, spec: ModelSpec, *, backend: str = "gloo", seed: int = 
     job_dir = Path(tempfile.mkdtemp(prefix="adaptis-run-"))
     job_file = job_dir / "job.json"
     job_file.write_text(json.dumps({"plan": plan.to_dict(), "spec": spec.to_dict(), "config": config.to_dict()}))
-    processes: list[subprocess.Popen] = []
+    processes: list[ZygoteChild] = []
     ranks = world_size(plan)
     store = rendezvous_store(ranks)
     try:
@@ -219,24 +220,25 @@ def _refuse_before_starting(plan: Plan, spec: ModelSpec, config: RunConfig) -> N
         open_sink(config.event_sink, config.event_token_file).close()
 
 
-def _start_ranks(job_file: Path, world_size: int, port: int, threads: int) -> list[subprocess.Popen]:
-    """One ``python -m executor.running.worker JOB_FILE`` per rank, each in a session of its own with its stderr
-    in the job's folder; the ranks already started are stopped if a later one cannot be."""
-    processes: list[subprocess.Popen] = []
+def _start_ranks(job_file: Path, world_size: int, port: int, threads: int) -> list[ZygoteChild]:
+    """One ``python -m executor.running.worker JOB_FILE`` per rank, forked by this thread's zygote (torch imported
+    once, ``executor.running.processes``), each in a session of its own with its stderr in the job's folder; the
+    ranks already started are stopped if a later one cannot be."""
+    processes: list[ZygoteChild] = []
     try:
+        # (the zygote's own environment only matters to its imports: each rank gets its own)
+        forker = zygote(str(REPO_ROOT), _rank_env(0, world_size, port, threads))
         for rank in range(world_size):
-            with open(job_file.parent / f"rank{rank}.stderr", "wb") as stderr:
-                processes.append(subprocess.Popen(
-                    [sys.executable, "-m", "executor.running.worker", str(job_file)], cwd=REPO_ROOT,
-                    env=_rank_env(rank, world_size, port, threads), stdout=subprocess.DEVNULL,
-                    stderr=stderr, start_new_session=True))
+            processes.append(forker.start("executor.running.worker", [str(job_file)], cwd=str(REPO_ROOT),
+                                          env=_rank_env(rank, world_size, port, threads),
+                                          stderr_path=str(job_file.parent / f"rank{rank}.stderr")))
     except BaseException:
         _stop(processes)
         raise
     return processes
 
 
-def _watch_ranks(processes: list[subprocess.Popen], job_dir: Path, config: RunConfig, timeout_s: float,
+def _watch_ranks(processes: list[ZygoteChild], job_dir: Path, config: RunConfig, timeout_s: float,
                  should_stop: Callable[[], bool] | None) -> None:
     """Return once every rank has exited with its work done; raise when the caller stops the run, a rank fails
     or the run times out, the ranks ended and the event reported."""
@@ -261,13 +263,13 @@ def _watch_ranks(processes: list[subprocess.Popen], job_dir: Path, config: RunCo
         time.sleep(POLL_SECONDS)
 
 
-def _cancelled_run(processes: list[subprocess.Popen], config: RunConfig) -> RunCancelled:
+def _cancelled_run(processes: list[ZygoteChild], config: RunConfig) -> RunCancelled:
     _stop(processes, CANCEL_KILL_GRACE_SECONDS)
     _report(config, {"type": "run_cancelled"})
     return RunCancelled("cancelled: the ranks were stopped")
 
 
-def _failed_run(processes: list[subprocess.Popen], job_dir: Path, config: RunConfig) -> ExecutorError:
+def _failed_run(processes: list[ZygoteChild], job_dir: Path, config: RunConfig) -> ExecutorError:
     # A crash makes its peers fail moments later (closed connections); give them time to record their errors so
     # the first failure in time, the cause, is the one reported.
     _await_exit(processes, FAILURE_GRACE_SECONDS)
@@ -279,7 +281,7 @@ def _failed_run(processes: list[subprocess.Popen], job_dir: Path, config: RunCon
     return error
 
 
-def _timed_out_run(processes: list[subprocess.Popen], config: RunConfig, timeout_s: float) -> ExecutorError:
+def _timed_out_run(processes: list[ZygoteChild], config: RunConfig, timeout_s: float) -> ExecutorError:
     _stop(processes)
     message = f"timed out after {timeout_s:g} s"
     _report(config, {"type": "run_failed", "rank": None, "error": message})

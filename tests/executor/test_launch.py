@@ -39,10 +39,23 @@ def children_of(pid: int) -> set[int]:
     return children
 
 
+def descendants_of(pid: int) -> set[int]:
+    """Processes whose parent is ``pid``, or a descendant of it."""
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = set().union(*(children_of(parent) for parent in frontier)) - found
+        found |= frontier
+    return found
+
+
 def live_children() -> set[int]:
-    """Processes whose parent is this test process. Other fixtures (the Celery worker of the web tests) may
-    own children too, so tests compare against a snapshot taken before the launch."""
-    return children_of(os.getpid())
+    """Live processes this test process started, directly or through the zygote that forks its ranks
+    (``executor.running.processes``), but not the zygote: it lives as long as the thread that started it, to fork
+    the next run's ranks. Other fixtures (the Celery worker of the web tests) may own processes too, so tests compare
+    against a snapshot taken before the launch. A process with no command line is exiting (its memory is gone): the
+    zygote of a thread that has just ended, say."""
+    return {pid for pid in descendants_of(os.getpid())
+            if alive(pid) and (command := _cmdline(pid)) and "executor.running.processes zygote" not in command}
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +240,7 @@ def test_ranks_die_with_a_launcher_that_is_killed_without_cleaning_up():
         ranks: set[int] = set()
         while len(ranks) < 2 and time.monotonic() < deadline:
             assert launcher.poll() is None, "the launcher ended before its ranks started"
-            ranks = {pid for pid in children_of(launcher.pid) if "executor.running.worker" in _cmdline(pid)}
+            ranks = {pid for pid in descendants_of(launcher.pid) if "executor.running.worker" in _cmdline(pid)}
             time.sleep(0.1)
         assert len(ranks) == 2
         launcher.kill()
