@@ -174,7 +174,8 @@ def test_a_run_past_its_timeout_is_killed_and_reported():
     plan = one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7]], num_microbatches=2)
     children_before = live_children()
     with pytest.raises(ExecutorError, match="timed out") as caught:
-        run_plan(plan, every_kind_spec(), timeout_s=0.5)
+        # far more steps than the run can reach in its time, however fast its ranks start
+        run_plan(plan, every_kind_spec(), steps=100_000, timeout_s=0.5)
     assert caught.value.rank is None
     assert live_children() - children_before == set()
 
