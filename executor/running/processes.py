@@ -239,6 +239,7 @@ def _child(request: dict, zygote_pid: int) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.environ.clear()
         os.environ.update(request["env"], **{LAUNCHER_PID_ENV: str(zygote_pid)})
+        die_with_launcher()   # with the zygote, whatever the module does
         os.chdir(request["cwd"])
         try:
             _show_as([sys.executable, "-m", request["module"], *request["args"]], os.environ)
