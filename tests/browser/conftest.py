@@ -16,6 +16,10 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 SCREENS = Path("/tmp/team/screens")
 VIEWPORT = {"width": 1360, "height": 900}
+# How long an ``expect`` waits for the page to reach the state it names (Playwright's default: 5 s). These tests
+# assert states, not durations, on a 2-core host whose other pytest worker keeps both cores busy: a job page that
+# polls every 0.5 s and reloads once its job has finished once took longer than 5 s to show "cancelled" (2026-11-28).
+expect.set_options(timeout=30_000)
 
 
 @pytest.fixture
