@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from executor.errors import ExecutorError
-from executor.running.processes import ZygoteChild, die_with_launcher, zygote
+from executor.running.processes import ZygoteChild, zygote
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB_FILE = "job.pickle"
@@ -181,7 +181,7 @@ def run_alongside(target: Callable, per_process_args: list[tuple], *, timeout_s:
 
 
 def _process_main(job_dir: Path, index: int) -> None:
-    die_with_launcher()
+    # (it dies with the zygote that forked it: executor.running.processes set that up before this runs)
     caller_path, payload = pickle.loads((job_dir / JOB_FILE).read_bytes())
     sys.path.extend(entry for entry in caller_path if entry not in sys.path)
     target, per_process_args = pickle.loads(payload)

@@ -3,8 +3,8 @@ it dies with its launcher, and a finished rank exits without interpreter finaliz
 
 The launcher (``executor.running.launch``) and the measuring processes (``executor.measuring.alongside``) have
 their ``python -m`` processes forked by the calling thread's zygote (``zygote``, below);
-``executor.measuring.linkprobe`` starts fresh subprocesses. Each names its parent in ``LAUNCHER_PID_ENV``; each
-child calls ``die_with_launcher`` first thing.
+``executor.measuring.linkprobe`` starts fresh subprocesses. Each names its parent in ``LAUNCHER_PID_ENV`` and
+calls ``die_with_launcher`` first thing (the zygote does it for every child it forks).
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ def exit_rank(code: int) -> None:
 # A zygote belongs to the thread that started it (``PR_SET_PDEATHSIG`` follows the parent thread) and lives as long
 # as it; it dies with it, and its ranks with the zygote. The launcher talks to it over its stdin and stdout, one JSON
 # document a line: a request to start a module, answered with the pid, and the exit status of every child it
-# reaps. A rank's command line is rewritten to the ``python -m MODULE ARGS`` it runs, so that ``ps`` and
-# ``/proc/PID/cmdline`` name it as before; its environment is the request's, though ``/proc/PID/environ`` shows the
-# zygote's (it is read from where ``exec`` put it).
+# reaps. A child's command line and environment, as ``ps`` and ``/proc/PID/cmdline`` and ``environ`` show them, are
+# rewritten to the ``python -m MODULE ARGS`` it runs and the request's environment (``_show_as``), so that it is
+# named and found as before.
 
 # torch._dynamo: torch.optim imports it at an optimizer's first step (0.9 s of CPU more)
 ZYGOTE_PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "executor.running.worker",
