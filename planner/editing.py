@@ -150,6 +150,9 @@ def predict_edit(context: EditContext, stored: StoredPlan, doc: object) -> Predi
     if isinstance(doc.get("parallel"), dict):
         doc["parallel"]["num_microbatches"] = doc.get("num_microbatches")
         doc["parallel"]["pp"] = doc.get("num_devices")
+        # the stages per rank follow the edited stages (``Plan.to_dict`` writes them again where every rank holds
+        # as many); the stored plan's count would refuse a re-placed plan
+        doc["parallel"].pop("vpp", None)
     baseline = meta.get("baseline")
     if baseline:
         plan = _baseline_plan(context, doc, baseline, meta.get("partition") or "uniform")
