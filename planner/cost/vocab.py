@@ -4,7 +4,9 @@ The embedding is a gather: no FLOPs, ``tokens·hidden`` rows read and written, s
 tiny; it has no input gradient (its input is token ids) and its weight gradient scatter-adds the incoming
 rows into the fp32 gradient of the table. The head is the final norm (RMSNorm or LayerNorm), the ``hidden x vocab`` projection
 (``2·T·h·V`` FLOPs per pass, which with a 256k vocabulary outweighs a whole decoder layer) and softmax
-cross-entropy over the logits in fp32, which keeps the probabilities (``4·T·V`` bytes) for the backward.
+cross-entropy over the logits in fp32, which keeps the probabilities (``4·T·V`` bytes) for the backward; the
+frameworks run it as a chain of PyTorch ops, each a pass over the logits (``cross_entropy``), so with a large
+vocabulary it takes a tenth of a small model's step.
 """
 
 from __future__ import annotations
@@ -15,6 +17,18 @@ from planner.cost.work import Cost, Kernel, saved
 TOKEN_ID_BYTES = 8                   # int64 token ids
 CROSS_ENTROPY_FLOPS_PER_LOGIT = 5    # max, exp, sum, log and the target pick
 LOSS_BYTES = 4                       # the head's output is one fp32 loss
+# Megatron's cross-entropy (``cross_entropy``) casts the logits to fp32 (read in the model's dtype, written in fp32),
+# then takes the row max (read), subtracts it in place (read, write), exponentiates in place (read, write), sums
+# (read) and divides by the sum in place (read, write): eight fp32 accesses after the cast. Its backward subtracts
+# one at each target (a gather) and scales the softmax by the loss's gradient in place (read, write), and the
+# cast's backward returns the gradient in the model's dtype (read fp32, write): 38 bytes a logit forward, 14
+# backward in BF16. torchtitan's ``F.cross_entropy(pred.flatten(0, 1).float(), labels)`` (not compiled in its
+# December 2024 benchmarks: "compiling loss function causes CUDA errors") moves about as much: the cast, PyTorch's
+# log-softmax (max, sum and output passes: three reads, one write), and in the backward the NLL's zero-filled
+# gradient, the log-softmax backward (two passes) and the cast back: about 48 bytes a logit against 52, so one count
+# serves both.
+CROSS_ENTROPY_FORWARD_FP32_ACCESSES = 8
+CROSS_ENTROPY_BACKWARD_FP32_ACCESSES = 3
 
 
 def embedding_cost(*, vocab: int, hidden: int, tokens: int, dtype_bytes: int, positions: int | None = None) -> Cost:
@@ -35,9 +49,14 @@ def embedding_cost(*, vocab: int, hidden: int, tokens: int, dtype_bytes: int, po
 
 
 def cross_entropy(tokens: int, vocab: int, dtype_bytes: int) -> Cost:
+    """Softmax cross-entropy as Megatron's ``vocab_parallel_cross_entropy`` runs it (``megatron/core/
+    tensor_parallel/cross_entropy.py``; Megatron-LM's 2021 code the same): one PyTorch op per step, each a pass
+    over the logits in device memory (``CROSS_ENTROPY_FORWARD_FP32_ACCESSES``), the softmax kept for the backward."""
     logits = tokens * vocab
-    return Cost(forward=(Kernel(CROSS_ENTROPY_FLOPS_PER_LOGIT * logits, (dtype_bytes + FP32_BYTES) * logits),),
-                backward_input=(Kernel(2.0 * logits, (FP32_BYTES + dtype_bytes) * logits),),
+    forward = (dtype_bytes + FP32_BYTES * (1 + CROSS_ENTROPY_FORWARD_FP32_ACCESSES)) * logits
+    backward = (FP32_BYTES * CROSS_ENTROPY_BACKWARD_FP32_ACCESSES + dtype_bytes) * logits
+    return Cost(forward=(Kernel(CROSS_ENTROPY_FLOPS_PER_LOGIT * logits, forward),),
+                backward_input=(Kernel(2.0 * logits, backward),),
                 activation_bytes=FP32_BYTES * logits)
 
 

@@ -2,8 +2,13 @@
 sparsity, the heavy vocabulary head, and the profile it produces."""
 
 import dataclasses
+import warnings
 
 import pytest
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from planner.cluster import load_cluster_preset
 from planner.cost import analytic_profile, count_parameters, layer_cost
@@ -13,6 +18,7 @@ from planner.cost.mlp import moe_cost
 from planner.cost.primitives import linear
 from planner.cost.roofline import kernel_ms, pass_ms
 from planner.cost.ssm import mamba_cost, selective_scan, ssd_scan
+from planner.cost.vocab import cross_entropy
 from planner.cost.work import Kernel
 from planner.profile import load_profile
 from planner.spec.model import (AttentionMixer, DenseMLP, LayerSpec, LinearAttentionMixer, Mamba2Mixer, MambaMixer,
@@ -188,6 +194,54 @@ def test_the_big_vocabulary_head_costs_more_than_a_decoder_layer(name):
     assert head.forward > 2 * heaviest.forward
     assert head.backward > 2 * heaviest.backward
     assert head.activation_bytes > heaviest.activation_bytes
+
+
+class _LogitTraffic(TorchDispatchMode):
+    """Bytes each aten op reads and writes in tensors at least ``numel`` large (the logits and their fp32 copies;
+    per-token rows are left out), as the ops are dispatched: a view moves nothing, a gather or scatter by index only
+    the rows it picks, an ``out=`` tensor is written, not read."""
+
+    def __init__(self, numel: int):
+        super().__init__()
+        self.numel, self.bytes = numel, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.is_view or func.__name__.startswith("index"):
+            return out
+        inputs = (args, {key: value for key, value in kwargs.items() if key != "out"})
+        for tensor in tree_leaves(inputs) + tree_leaves(out):
+            if isinstance(tensor, torch.Tensor) and tensor.numel() >= self.numel:
+                self.bytes += tensor.numel() * tensor.element_size()
+        return out
+
+
+def test_the_heads_cross_entropy_moves_what_megatron_cores_own_code_moves():
+    """The head's cross-entropy kernels against Megatron-Core's ``vocab_parallel_cross_entropy`` run on BF16 logits
+    (one process, TP 1), its memory traffic counted op by op as torch dispatches them."""
+    tokens, vocab = 64, 512
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # no Transformer Engine or Apex here: Megatron-Core says so
+        from megatron.core import parallel_state
+        from megatron.core.tensor_parallel.cross_entropy import vocab_parallel_cross_entropy
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        parallel_state.initialize_model_parallel(1, 1)
+        logits = torch.randn(tokens, 1, vocab, dtype=torch.bfloat16, requires_grad=True)
+        target = torch.randint(vocab, (tokens, 1))
+        forward, backward = _LogitTraffic(tokens * vocab), _LogitTraffic(tokens * vocab)
+        with forward:
+            loss = vocab_parallel_cross_entropy(logits, target)
+        with backward:
+            loss.sum().backward()
+    finally:
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
+    cost = cross_entropy(tokens, vocab, dtype_bytes=2)
+    assert sum(kernel.bytes for kernel in cost.forward) == forward.bytes
+    assert sum(kernel.bytes for kernel in cost.backward_input) == backward.bytes
+    assert cost.activation_bytes == 4 * tokens * vocab   # the fp32 softmax it saves (ctx.save_for_backward)
 
 
 def test_profile_lines_up_with_the_spec():
