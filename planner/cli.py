@@ -29,7 +29,7 @@ from planner.errors import PlanError, SpecError
 from planner.exports import EXPORT_FORMATS, EXPORTS, export_plan
 from planner.exports.plan_json import plan_json
 from planner.parallel.config import PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES
-from planner.parallel.cost import DEFAULT_FRAMEWORK, FRAMEWORKS, job_options
+from planner.parallel.cost import DEFAULT_FRAMEWORK, FRAMEWORKS, FRAMEWORKS_TEXT, job_options
 from planner.plan import Plan, load_plan
 from planner.profile import Profile, load_profile
 from planner.simulator import simulate
@@ -317,9 +317,7 @@ OVERLAP = argument("--overlap", metavar="tp,dp,ep", default="dp",
                         "upper bounds: they hide all that the compute beside them can")
 # The framework the job trains with, as the cost model tells them apart (planner.parallel.cost.FRAMEWORKS)
 FRAMEWORK = argument("--framework", choices=tuple(FRAMEWORKS), default=DEFAULT_FRAMEWORK,
-                     help="the training framework whose kernels the cost model assumes: megatron (Megatron-Core or "
-                          "NeMo: Transformer Engine's cuDNN attention, FP8 GEMM inputs kept in FP8; the default) or "
-                          "torchtitan (PyTorch SDPA's FlashAttention-2, torchao's Float8 keeping BF16 inputs)")
+                     help=f"the training framework whose kernels the cost model assumes: {FRAMEWORKS_TEXT}")
 
 
 # The hybrid search's integer pins: (name, metavar, help)

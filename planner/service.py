@@ -73,8 +73,8 @@ from planner.observed import summarize as summarize_observed
 from planner.parallel.capacity import (DEFAULT_GPU_COUNTS, MAX_GPU_COUNTS, MAX_TOKEN_BUDGET, capacity_check,
                                        capacity_sweep, cluster_of, parse_gpu_counts)
 from planner.parallel.config import PRECISIONS, RECOMPUTE_MODES, SHARDING_LABELS, SHARDING_MODES, load_parallel
-from planner.parallel.cost import (DEFAULT_FRAMEWORK, DEFAULT_OVERLAP, EXECUTOR_OPTIONS, FRAMEWORKS, OVERLAPS,
-                                  job_options, overlap_options, overlap_text)
+from planner.parallel.cost import (DEFAULT_FRAMEWORK, DEFAULT_OVERLAP, EXECUTOR_OPTIONS, FRAMEWORKS, FRAMEWORKS_TEXT,
+                                   OVERLAPS, job_options, overlap_options, overlap_text)
 from planner.parallel.evaluate import STEP_PARTS, shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.parallel.search import HybridResult, SearchCancelled
@@ -523,7 +523,7 @@ __all__ = [*LOADERS, "ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "Action
            "plan_capacity_job", "JOB_SCHEDULES", "LIST_POLICIES", "MAX_GLOBAL_BATCH", "MAX_GPUS", "MAX_MICROBATCHES",
            "MAX_PIPELINE_DEVICES", "MAX_SEQ_LEN", "PARTITIONS", "RANGES", "PRECISIONS", "RECOMPUTE_MODES",
            "SHARDING_LABELS", "SHARDING_MODES", "DEFAULT_OVERLAP", "OVERLAPS", "overlap_options", "overlap_text",
-           "DEFAULT_FRAMEWORK", "FRAMEWORKS", "job_options",
+           "DEFAULT_FRAMEWORK", "FRAMEWORKS", "FRAMEWORKS_TEXT", "job_options",
            "SCHEDULE_POLICIES",
            "Calibration", "ClusterSpec", "HybridJobOutcome", "ModelSpec", "PipelineJobOutcome", "PlanRecord",
            "Profile", "RankMapping", "StoredPlan", "analytic_profile", "calibrate_from_run", "check_hybrid_job",

@@ -148,6 +148,13 @@ FRAMEWORKS = {
     "torchtitan": {"attention_kernel": "flash2", "fp8_saved_inputs": False},
 }
 DEFAULT_FRAMEWORK = "megatron"
+# What each framework's kernels are, in words (the CLI's --framework help and the API's field say them)
+FRAMEWORK_KERNELS = {
+    "megatron": "Megatron-Core or NeMo: Transformer Engine's cuDNN attention, FP8 GEMM inputs kept in FP8",
+    "torchtitan": "PyTorch SDPA's FlashAttention-2, torchao's Float8 keeping BF16 inputs",
+}
+FRAMEWORKS_TEXT = " or ".join(f"{name} ({FRAMEWORK_KERNELS[name]}{'; the default' * (name == DEFAULT_FRAMEWORK)})"
+                              for name in FRAMEWORKS)
 
 
 def job_options(overlap: object = DEFAULT_OVERLAP, framework: object = DEFAULT_FRAMEWORK, *,

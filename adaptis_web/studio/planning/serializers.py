@@ -15,8 +15,9 @@ from adaptis_web.studio.planning.hybrid import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_S
 from adaptis_web.studio.planning.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE, JOB_SCHEDULES, MAX_MICROBATCHES
 from adaptis_web.studio.planning.plan_json import plan_json
 from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, MAX_TIME_BUDGET_S, MIN_TIME_BUDGET_S
-from planner.service import (ACCELERATORS, MAX_GPU_COUNTS, MAX_PIPELINE_DEVICES, MAX_TOKEN_BUDGET, PARTITIONS, RANGES,
-                             FRAMEWORKS, PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES, STEP_PARTS, preset_names)
+from planner.service import (ACCELERATORS, FRAMEWORKS, FRAMEWORKS_TEXT, MAX_GPU_COUNTS, MAX_PIPELINE_DEVICES,
+                             MAX_TOKEN_BUDGET, PARTITIONS, PRECISIONS, RANGES, RECOMPUTE_MODES, SHARDING_MODES,
+                             STEP_PARTS, preset_names)
 
 
 def _pin(help_text: str, limit: int = MAX_GPUS) -> serializers.IntegerField:
@@ -132,10 +133,7 @@ class JobCreateInput(serializers.Serializer):
                                               "dp (Megatron's defaults); tp and ep are upper bounds")
     framework = OptionalChoiceField(choices=list(FRAMEWORKS), required=False, allow_null=True, default=None,
                                     help_text="hybrid and capacity, optional: the training framework whose kernels "
-                                              "the cost model assumes: megatron (Megatron-Core or NeMo: Transformer "
-                                              "Engine's cuDNN attention, FP8 GEMM inputs kept in FP8; the default) or "
-                                              "torchtitan (PyTorch SDPA's FlashAttention-2, torchao's Float8 keeping "
-                                              "BF16 inputs)")
+                                              f"the cost model assumes: {FRAMEWORKS_TEXT}")
     distributed_optimizer = OptionalBooleanField(required=False, allow_null=True, default=None,
                                                  help_text="hybrid only, deprecated: sharding optimizer (true) or none "
                                                            "(false)")
