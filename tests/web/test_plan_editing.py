@@ -426,6 +426,28 @@ def test_editing_a_v2_plans_degrees_re_predicts_the_job_as_planner_hybrid_does(p
     assert saved.status_code == 201 and Plan.objects.get(pk=saved.json()["id"]).plan_doc["format"] == "adaptis.plan/v2"
 
 
+def test_re_placing_a_v2_plans_stages_re_predicts_them_whatever_stages_per_rank_its_document_said(people,
+                                                                                                     hybrid_plan):
+    """The stages per pipeline rank (``parallel.vpp``) follow the edited stages, as ``pp`` follows the devices: a
+    client that re-places the stages and sends the stored count back gets the new placement predicted, not a 400."""
+    client = _client(people.member)
+    doc = json.loads(json.dumps(hybrid_plan.plan_doc))
+    layers = [layer for stage in doc["stages"] for layer in stage["layers"]]
+    devices = doc["num_devices"]
+    bounds = [round(index * len(layers) / (2 * devices)) for index in range(2 * devices + 1)]
+    doc["stages"] = [{"layers": layers[start:end], "device": index % devices}
+                     for index, (start, end) in enumerate(zip(bounds, bounds[1:]))]   # a loop, two stages a rank
+    doc["parallel"]["vpp"] = 3
+    doc["meta"] = {**doc["meta"], "schedule_policy": "one-f-one-b"}
+    response = _simulate(client, hybrid_plan, doc)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["plan"]["parallel"]["vpp"] == 2
+    assert [stage["device"] for stage in body["plan"]["stages"]] == [index % devices for index in range(2 * devices)]
+    edited = hybrid.predict(load_plan({**body["plan"]}), "llama-3-8b", "h100-sxm-1x8", SEQ_LEN)
+    assert body["metrics"]["iteration_ms"] == pytest.approx(edited["predicted"]["iteration_ms"])
+
+
 # ---- compare -------------------------------------------------------------------------------------------------
 
 def test_compare_puts_a_plan_and_a_run_on_one_axis_with_the_runs_step_aligned_to_zero(client, people, planned,
