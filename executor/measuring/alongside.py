@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Callable
 
 from executor.errors import ExecutorError
-from executor.running.processes import ZygoteChild, zygote
+from executor.running.processes import REPO_ROOT, ZygoteChild, child_env, zygote
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB_FILE = "job.pickle"
 POLL_SECONDS = 0.05
 EXIT_GRACE_SECONDS = 5.0   # a process that gave its result gets this long to exit before it is killed
@@ -97,8 +96,7 @@ def _failure(job_dir: Path, index: int, count: int, name: str, code: int) -> Exe
 
 
 def _start(job_dir: Path, count: int) -> list[ZygoteChild]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env = child_env(dict(os.environ))
     forker = zygote(str(REPO_ROOT), env)
     processes: list[ZygoteChild] = []
     try:

@@ -3,14 +3,14 @@ they measured.
 
 Each rank is ``python -m executor.running.worker`` with torchrun's environment variables, exactly the process a
 multi-host torchrun launch starts, forked by the calling thread's zygote (``executor.running.processes``, which
-has imported torch once: a rank starts without the 1.4 s of CPU that importing costs) rather than a
-multiprocessing child: that works the same from a shell, a test, or a (daemonic) Celery worker. The launcher
-watches the ranks; the first one to
-fail decides the error (the others typically fail after it, on a dead connection), and every child is
-killed and reaped on failure, timeout or interruption, so nothing outlives the call. A caller can also stop
-a run it no longer wants: ``should_stop`` is asked a few times a second while the ranks run, and once it
-answers true the ranks are ended (SIGTERM to each rank's session, SIGKILL after ``CANCEL_KILL_GRACE_SECONDS``)
-and ``RunCancelled`` is raised; the events the ranks sent before that stay where they went.
+has imported torch, ``torch._dynamo`` and the executor once: a rank starts without the 2.3 s of CPU those imports
+cost, ``benchmarks/run_start.py``) rather than a multiprocessing child: that works the same from a shell, a test, or
+a (daemonic) Celery worker. The launcher watches the ranks; the first one to fail decides the error (the others
+typically fail after it, on a dead connection), and every child is killed and reaped on failure, timeout or
+interruption, so nothing outlives the call. A caller can also stop a run it no longer wants: ``should_stop`` is
+asked a few times a second while the ranks run, and once it answers true the ranks are ended (SIGTERM to each rank's
+session, SIGKILL after ``CANCEL_KILL_GRACE_SECONDS``) and ``RunCancelled`` is raised; the events the ranks sent
+before that stay where they went.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from executor.running.scope import execution_refusal, planned_spec, world_size
 from executor.running.config import RunConfig
 from executor.errors import ExecutorError, RunCancelled
 from executor.running.events import open_sink, resolved_sink
-from executor.running.processes import LAUNCHER_PID_ENV, ZygoteChild, zygote
+from executor.running.processes import LAUNCHER_PID_ENV, REPO_ROOT, ZygoteChild, child_env, zygote
 from executor.running.lowering import CAUSAL, lower_plan
 from executor.running.worker import RESULT_FILE, done_file, error_file, run_dtype
 from planner.plan import Plan
@@ -44,7 +44,6 @@ from planner.spec.model import ModelSpec
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 FAILURE_GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
 KILL_GRACE_SECONDS = 5.0
@@ -83,8 +82,7 @@ def _rank_env(rank: int, world_size: int, port: int, threads: int) -> dict:
                 "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                 "TORCHELASTIC_USE_AGENT_STORE": "True", "OMP_NUM_THREADS": str(threads),
                 LAUNCHER_PID_ENV: str(os.getpid())})
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    return env
+    return child_env(env)
 
 
 def _stop(processes: list[ZygoteChild], grace_s: float = KILL_GRACE_SECONDS) -> None:

@@ -18,8 +18,10 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 LAUNCHER_PID_ENV = "ADAPTIS_LAUNCHER_PID"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 _PR_SET_PDEATHSIG = 1
 
 
@@ -59,6 +61,12 @@ def exit_rank(code: int) -> None:
         except (OSError, ValueError):
             pass
     os._exit(code)
+
+
+def child_env(env: dict) -> dict:
+    """``env`` with the repository first on ``PYTHONPATH``: what every ``python -m executor...`` process started here
+    runs with, whatever directory it runs in."""
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))}
 
 
 # ---- the zygote: ranks forked from a process that has imported torch already ---------------------------------
