@@ -363,6 +363,18 @@ def tiny_llama_job(people: People, owner, *, num_microbatches: int, schedule: st
     return record, job
 
 
+def relaid_stages(model, num_devices: int, shape: str, per_rank: int = 2) -> list[dict]:
+    """A plan document's stages re-placed as a plan editor's user would: Megatron's uniform split of ``model``'s layers
+    into ``per_rank`` stages on each of ``num_devices`` ranks, placed as ``shape`` (``loop`` or ``v-shape``)."""
+    from planner.partition.uniform import uniform_stage_layers
+    from planner.placement import shape_placement
+
+    stages = per_rank * num_devices
+    split = uniform_stage_layers([layer.kind for layer in model.layers], stages)
+    return [{"layers": list(layers), "device": device}
+            for layers, device in zip(split, shape_placement(shape, stages, num_devices))]
+
+
 def cpu_hybrid_plan(people: People, owner, spec=None, *, overlap=None, framework=None, **pins):
     """``spec`` (tiny-llama by default) uploaded to the people's team by ``owner`` and a hybrid job of it on the local
     CPU cluster ``cpu-1x8`` (8 ranks; its own sequence length, a global batch of 16, no recomputation) with ``pins``

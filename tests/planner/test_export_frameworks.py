@@ -24,10 +24,10 @@ from planner.exports import export_losses, export_plan
 from planner.editing import StoredPlan, edit_context, predict_edit
 from planner.exports.hybrid_plan import is_own_order, placement
 from planner.hardware import named_cluster_document
-from planner.placement import shape_placement
 from planner.exports.megatron_args import megatron_argv
 from planner.plan import load_plan
 from planner.spec.presets import load_model_preset
+from tests.conftest import relaid_stages
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")   # no Transformer Engine or Apex here: Megatron-Core falls back, and says so
@@ -267,13 +267,9 @@ def _relaid_with_adaptis_order(name: str, plan, model, shape: str):
     """``plan`` with two stages a rank placed as ``shape`` and AdaPtis's list scheduler's order for them, as the plan
     editor makes it (``planner.editing.predict_edit``): which placement the search picks for a job changes with the
     cost model, so the loop and the V are made here, not hoped for."""
-    model_name, cluster, *_ = PLANS[name]
+    _, cluster, *_ = PLANS[name]
     doc = plan.to_dict()
-    stages = 2 * plan.num_devices
-    bounds = [round(index * model.num_layers / stages) for index in range(stages + 1)]
-    devices = shape_placement(shape, stages, plan.num_devices)
-    doc["stages"] = [{"layers": list(range(start, end)), "device": device}
-                     for start, end, device in zip(bounds, bounds[1:], devices)]
+    doc["stages"] = relaid_stages(model, plan.num_devices, shape)
     doc["meta"] = {**doc.get("meta", {}), "schedule_policy": "zero-bubble"}
     stored = StoredPlan(plan_doc=plan.to_dict(), profile_doc=None, spec_doc=model.to_dict(),
                         cluster_doc=named_cluster_document(cluster), job_seq_len=plan.meta.get("seq_len"))

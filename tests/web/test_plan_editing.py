@@ -26,7 +26,7 @@ from planner.simulator import simulate
 from planner.spec.model import LayerSpec, MambaMixer
 from planner.spec.presets import load_model_preset
 from tests.conftest import HYBRID_SEQ_LEN as SEQ_LEN  # the hybrid_plan fixture's (tests/conftest.py)
-from tests.conftest import cpu_hybrid_plan
+from tests.conftest import cpu_hybrid_plan, relaid_stages
 
 pytestmark = pytest.mark.django_db
 
@@ -432,11 +432,8 @@ def test_re_placing_a_v2_plans_stages_re_predicts_them_whatever_stages_per_rank_
     client that re-places the stages and sends the stored count back gets the new placement predicted, not a 400."""
     client = _client(people.member)
     doc = json.loads(json.dumps(hybrid_plan.plan_doc))
-    layers = [layer for stage in doc["stages"] for layer in stage["layers"]]
     devices = doc["num_devices"]
-    bounds = [round(index * len(layers) / (2 * devices)) for index in range(2 * devices + 1)]
-    doc["stages"] = [{"layers": layers[start:end], "device": index % devices}
-                     for index, (start, end) in enumerate(zip(bounds, bounds[1:]))]   # a loop, two stages a rank
+    doc["stages"] = relaid_stages(load_model_preset("llama-3-8b"), devices, "loop")   # two stages a rank
     doc["parallel"]["vpp"] = 3
     doc["meta"] = {**doc["meta"], "schedule_policy": "one-f-one-b"}
     response = _simulate(client, hybrid_plan, doc)
