@@ -58,9 +58,35 @@ def load_average() -> str:
 
 
 def _own_cpu_s() -> float:
-    """CPU seconds of this process and of its children that have exited and been waited for."""
+    """CPU seconds of this process, of its children that have exited and been waited for, and of its live
+    descendants with the children they waited for: the ranks of a local run are forked by a zygote that outlives
+    the run (``executor.running.processes``) and reaps them itself."""
     usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-    return sum(part.ru_utime + part.ru_stime for part in usage)
+    return sum(part.ru_utime + part.ru_stime for part in usage) + _live_descendants_ticks() / os.sysconf("SC_CLK_TCK")
+
+
+def _live_descendants_ticks() -> int:
+    """utime + stime + cutime + cstime (proc(5)) of every live descendant of this process."""
+    parents, ticks = {}, {}
+    for entry in Path("/proc").iterdir() if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue   # gone meanwhile
+        fields = stat[stat.rindex(")") + 2:].split()   # from the state on: ppid is [1], utime..cstime [11:15]
+        parents[int(entry.name)] = int(fields[1])
+        ticks[int(entry.name)] = sum(int(value) for value in fields[11:15])
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, pending = 0, list(children.get(os.getpid(), []))
+    while pending:
+        pid = pending.pop()
+        total += ticks[pid]
+        pending.extend(children.get(pid, []))
+    return total
 
 
 @dataclass
