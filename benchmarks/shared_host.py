@@ -57,7 +57,7 @@ def load_average() -> str:
     return ", ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
-def _own_cpu_s() -> float:
+def own_cpu_s() -> float:
     """CPU seconds of this process, of its children that have exited and been waited for, and of its live
     descendants with the children they waited for: the ranks of a local run are forked by a zygote that outlives
     the run (``executor.running.processes``) and reaps them itself."""
@@ -107,12 +107,12 @@ def measure_quietly(measure: Callable[[], T], *, max_other_load: float = 0.1, at
     for attempt in range(1, attempts + 1):
         wait_for_idle_cpus()
         idle_before, total_before = cpu_times()
-        own_before = _own_cpu_s()
+        own_before = own_cpu_s()
         value = measure()
         idle_after, total_after = cpu_times()
         total = max(1, total_after - total_before)
         busy_s = (total - (idle_after - idle_before)) / os.sysconf("SC_CLK_TCK")
-        other = max(0.0, busy_s - (_own_cpu_s() - own_before)) / (total / os.sysconf("SC_CLK_TCK"))
+        other = max(0.0, busy_s - (own_cpu_s() - own_before)) / (total / os.sysconf("SC_CLK_TCK"))
         if best is None or other < best.other_load:
             best = Quiet(value, other, attempt)
         if other <= max_other_load:

@@ -1,5 +1,6 @@
 """The benchmarks' shared-host helpers (``benchmarks/shared_host.py``): a launch that a rare rank abort lost is
-run once more, and a second failure is not hidden."""
+run once more, and a second failure is not hidden; the CPU a measurement's own processes use is not taken for other
+programs', wherever in its process tree they run."""
 
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ import pytest
 from executor.errors import ExecutorError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from shared_host import retried_once  # noqa: E402
+from shared_host import own_cpu_s, retried_once  # noqa: E402
 
 
 def test_retried_once_runs_again_after_a_rank_failure_and_gives_up_after_the_second(capsys):
@@ -29,3 +30,33 @@ def test_retried_once_runs_again_after_a_rank_failure_and_gives_up_after_the_sec
 
     with pytest.raises(ExecutorError, match="aborted again"):
         retried_once(broken)
+
+
+# A child that stays alive after a grandchild it forked has burnt CPU and been reaped by it: how a local run's
+# ranks are forked by the zygote (``executor.running.processes``), which outlives the run.
+_ZYGOTE_LIKE = """
+import os, sys, time
+pid = os.fork()
+if pid == 0:
+    while time.process_time() < float(sys.argv[1]):
+        pass
+    os._exit(0)
+os.waitpid(pid, 0)
+print("reaped", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_own_cpu_counts_what_a_live_child_reaped_from_its_own_children():
+    import subprocess
+    burnt_s = 0.3
+    before = own_cpu_s()
+    child = subprocess.Popen([sys.executable, "-c", _ZYGOTE_LIKE, str(burnt_s)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "reaped"
+        # the grandchild's CPU, held in the live child's cutime: neither this process's nor a waited-for child's
+        assert own_cpu_s() - before >= burnt_s
+    finally:
+        child.stdin.close()
+        child.wait()
