@@ -155,6 +155,18 @@ class TestPlanned:
         page = client.get(reverse("studio:job", args=[hybrid_job.pk])).content.decode()
         assert "MFU (of the BF16 peak)" in page and "<tr><th>Precision</th><td>FP8" in page
 
+    def test_the_job_page_shows_a_gpus_rate_whole_and_a_cpus_in_significant_digits(self, client, people, hybrid_job):
+        client.force_login(people.member)
+        rate = hybrid_job.result["best"]["predicted"]["hardware_tflops_per_gpu"]
+        assert rate >= 10   # an H100's
+        page = client.get(reverse("studio:job", args=[hybrid_job.pk])).content.decode()
+        assert f'<div class="value">{rate:,.0f}</div>' in page
+        # a CPU's shards (tiny-llama on cpu-1x8 plans at about 0.01 TFLOP/s a rank), which showed as 0
+        hybrid_job.result["best"]["predicted"]["hardware_tflops_per_gpu"] = 0.01234
+        hybrid_job.save(update_fields=["result"])
+        page = client.get(reverse("studio:job", args=[hybrid_job.pk])).content.decode()
+        assert '<div class="value">0.012</div>' in page
+
     def test_the_job_page_shows_configurations_cluster_and_memory(self, client, people, hybrid_job):
         client.force_login(people.member)
         page = client.get(reverse("studio:job", args=[hybrid_job.pk])).content.decode()
