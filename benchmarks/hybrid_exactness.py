@@ -42,7 +42,10 @@ ROWS = [
     ("CP2 x PP2", "tiny-llama", {"cp": 2, "pp": 2, "dp": 1}),
     ("DP2 x PP2, ZeRO-1", "tiny-llama", {"dp": 2, "pp": 2, "tp": 1}),
     ("EP2 x DP2 x PP2 (MoE), ZeRO-1", "tiny-hybrid", {"ep": 2, "dp": 2, "pp": 2, "tp": 1}),
+    ("DP2 x PP2, full sharding (ZeRO-3)", "tiny-llama", {"dp": 2, "pp": 2, "tp": 1, "sharding": "full"}),
+    ("EP2 x DP2 x PP2 (MoE), full sharding", "tiny-hybrid", {"ep": 2, "dp": 2, "pp": 2, "tp": 1, "sharding": "full"}),
     ("TP2 x PP2 x DP2, ZeRO-1", "tiny-llama", {"tp": 2, "pp": 2, "dp": 2}),
+    ("TP2 x PP2 x DP2, full sharding", "tiny-llama", {"tp": 2, "pp": 2, "dp": 2, "sharding": "full"}),
     ("TP2 x CP2 x PP2", "tiny-llama", {"tp": 2, "cp": 2, "pp": 2, "dp": 1}),
     ("TP2 x PP2, full recomputation", "tiny-llama", {"tp": 2, "pp": 2, "dp": 1, "recompute": "full"}),
 ]

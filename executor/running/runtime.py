@@ -5,7 +5,8 @@ one ``batch_isend_irecv`` group per channel, each channel in its own process gro
 (``executor.running.worker.open_channels``), waiting on receives just before the compute that needs them, timing every
 compute), drain the sends, then sum the gradients where they are partial: the parameters a TP group holds whole
 (``executor.model.tensor_parallel``), a tied embedding's table across the pipeline, every gradient over the
-data-parallel replicas; step the optimizer. Every collective is an event of its own, with the rank's coordinate.
+data-parallel replicas (fully sharded: gathered around each F and B of their stage, reduce-scattered into the shards,
+``executor.running.sharding``); step the optimizer. Every collective is an event of its own, with the rank's coordinate.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from executor.running.data import synthetic_batch
 from executor.running.events import EventEmitter
 from executor.running.lowering import Op
 from executor.running.place import RankPlace
+from executor.running.sharding import ShardedParameters, sharded_units
 from executor.model.mlp import take_balancing_loss
 from executor.model.expert_parallel import ExpertParallel, expert_parameters
 from executor.model.groups import ParallelGroup
@@ -50,7 +52,7 @@ class RankRuntime:
                  dtype: torch.dtype, seed: int, clock, emitter: EventEmitter, tied_sync=None,
                  messages_per_channel: int = 1, step_barrier_group=None, channel_groups: dict | None = None,
                  layout: SequenceLayout | None = None, expert_parallel: ExpertParallel | None = None,
-                 groups: dict | None = None):
+                 groups: dict | None = None, sharded: dict[int, list[ShardedParameters]] | None = None):
         # ``rank``: the pipeline rank, whose program this is (the plan's device); ``place.rank`` the global one
         self.place, self.rank, self.plan, self.spec, self.program = place, place.pp, plan, spec, program
         self.coordinate = place.coordinate
@@ -75,9 +77,15 @@ class RankRuntime:
             self.reductions.append(("tp_grad_all_reduce", tensor_parallel.group, replicated_parameters(layers)))
         parameters = list({id(p): p for layer in layers for p in layer.parameters()}.values())
         experts = expert_parameters(layers)
-        if place.config.dp * place.config.cp > 1:   # (the "dp" group spans dp x cp ranks)
+        # fully sharded (``executor.running.sharding``): gathered around each F and B (or I) of their stage, their
+        # gradients reduce-scattered into the shards instead of all-reduced
+        self.sharded = sharded or {}
+        self.shard_units = sharded_units(self.sharded)
+        for unit in self.shard_units:
+            unit.timer = self.timer
+        if place.config.dp * place.config.cp > 1 and not self.sharded:   # (the "dp" group spans dp x cp ranks)
             self.reductions.append(("dp_all_reduce", groups["dp"], [p for p in parameters if id(p) not in experts]))
-        if experts and place.config.expert_dp > 1:
+        if experts and place.config.expert_dp > 1 and not self.sharded:
             self.reductions.append(("edp_all_reduce", groups["edp"], [p for p in parameters if id(p) in experts]))
         shards = 1 if layout is None else layout.shards
         self.boundary_shape = (spec.micro_batch_size, spec.seq_len // shards, spec.hidden_size)
@@ -128,6 +136,16 @@ class RankRuntime:
 
     # -- compute -------------------------------------------------------------------------------------
     def _compute(self, action: Action, batch, state: StepState) -> None:
+        units = self.sharded.get(action.stage, ()) if action.type is not ActionKind.W else ()
+        for unit in units:
+            unit.gather()
+        try:
+            self._run_action(action, batch, state)
+        finally:
+            for unit in units:
+                unit.release()
+
+    def _run_action(self, action: Action, batch, state: StepState) -> None:
         runner = self.runners[action.stage]
         stage, microbatch = action.stage, action.microbatch
         if action.type is ActionKind.W:
@@ -224,6 +242,8 @@ class RankRuntime:
             self.timer.timed("pp_tied_all_reduce", self.tied_sync)
         for op, group, parameters in self.reductions:
             self._all_reduce_gradients(op, parameters, group)
+        for unit in self.shard_units:
+            unit.reduce_gradients()
         for op, optimizer in self.optimizers:
             # a sharded (ZeRO-1) optimizer broadcasts the parameters it updated over its group
             self.timer.timed(op, optimizer.step)

@@ -2,7 +2,8 @@
 
 A hybrid plan (``adaptis.plan/v2``) runs with every axis it plans, inside its pipeline: data parallelism
 (gradients all-reduced at the step's end; with ``sharding`` ``optimizer`` the optimizer state sharded over the
-data-parallel ranks, ZeRO-1), tensor parallelism (Megatron-LM's column- and row-parallel layers with sequence
+data-parallel ranks, ZeRO-1; with ``full`` the weights and gradients too, gathered around each pass of a stage,
+ZeRO-3, ``executor.running.sharding``), tensor parallelism (Megatron-LM's column- and row-parallel layers with sequence
 parallelism, ``executor.model.tensor_parallel``), context parallelism (``executor.model.context_parallel``) and
 expert parallelism (``executor.model.expert_parallel``), where every layer of the model has a form for them here.
 Each stage recomputes activations as planned (``executor.model.recompute``). What it cannot run as planned (a layer
@@ -119,10 +120,8 @@ def execution_refusal(plan: Plan, spec: ModelSpec | None = None) -> SpecError | 
 
 
 def unrun_settings_refusal(parallel: ParallelConfig) -> str | None:
-    """Why the plan's sharding, precision or expert TP is none this executor runs (it runs ZeRO-1 or no sharding,
-    in the run's dtype, with expert TP = TP), or None."""
-    if parallel.sharding == "full":
-        return "full sharding (FSDP) gathers each layer's weights per pass, which this executor does not run"
+    """Why the plan's precision or expert TP is none this executor runs (it runs every sharding, in the run's dtype,
+    with expert TP = TP), or None."""
     if parallel.precision == "fp8":
         return "FP8 GEMMs need Transformer Engine, which this executor does not use"
     if parallel.etp != parallel.tp:

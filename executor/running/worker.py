@@ -32,10 +32,11 @@ from executor.running.processes import die_with_launcher, exit_rank
 from executor.running.lowering import LoweredPlan, lower_plan
 from executor.model.build import build_layers, resolve_dtype, tie_tables
 from executor.model.linear import enable_weight_grad_deferral
-from executor.model.expert_parallel import ExpertParallel, shard_experts
+from executor.model.expert_parallel import ExpertParallel, expert_parameters, shard_experts
 from executor.model.context_parallel import SequenceLayout
 from executor.model.tensor_parallel import SequenceGroup, full_state_dict, shard_layer
 from executor.running.runtime import RankRuntime
+from executor.running.sharding import ShardedParameters, shard_stages, sharded_units
 from executor.running.stage import StageRunner
 from planner.observed import summarize
 from executor.running.timing import aligned_clock
@@ -154,15 +155,28 @@ def _tied_gradient_sync(plan: Plan, spec: ModelSpec, place: RankPlace, runners: 
     return sync
 
 
-def _optimizers(config: RunConfig, runners: dict[int, StageRunner], sharded: bool, groups: dict) -> list:
+def _optimizers(config: RunConfig, runners: dict[int, StageRunner], sharded: bool, groups: dict,
+                shard_units: list[ShardedParameters]) -> list:
     """The run's optimizers over this rank's parameters, each with the name of its step's event. ``sharded``:
     torch's ``ZeroRedundancyOptimizer`` keeps each parameter's optimizer state on one rank of the group that holds
     it, which updates it and broadcasts the result (ZeRO-1, Rajbhandari et al. 2020; Megatron's distributed
     optimizer): the data-parallel group, and for experts spread over EP the expert-data-parallel group
-    (Megatron-Core shards expert state over it too)."""
+    (Megatron-Core shards expert state over it too). ``shard_units`` (full sharding, ``executor.running.sharding``):
+    the optimizer steps on each group's flat shards, and on the whole of what no unit shards."""
     params = list({id(p): p for runner in runners.values() for module in runner.layers
                    for p in module.parameters()}.values())
     optimizer_class = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.SGD
+    if shard_units:
+        in_units = {id(p) for unit in shard_units for p in unit.parameters}
+        optimizers = []
+        for name in ("dp", "edp"):
+            shards = [unit.shard for unit in shard_units if unit.name == name]
+            if shards:
+                optimizers.append((f"{name}_optimizer_step", optimizer_class(shards, lr=config.lr)))
+        whole = [p for p in params if id(p) not in in_units]
+        if whole:
+            optimizers.append(("optimizer_step", optimizer_class(whole, lr=config.lr)))
+        return optimizers
     experts = [p for p in params if getattr(p, "expert_parallel", False)]
     dense = [p for p in params if not getattr(p, "expert_parallel", False)]
     optimizers = []
@@ -231,6 +245,10 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
                                 expert_parallel=axes.expert_parallel)
         tied_sync = _tied_gradient_sync(plan, spec, place, runners)
         sharded = plan.parallel is not None and plan.parallel.distributed_optimizer
+        full = plan.parallel is not None and plan.parallel.sharding == "full" and place.config.dp * place.config.cp > 1
+        shards = (shard_stages(runners, axes.groups, expert_parameters([layer for runner in runners.values()
+                                                                         for layer in runner.layers]),
+                               place.config.expert_dp) if full else {})
         emitter = EventEmitter(open_sink(config.event_sink, config.event_token_file) if config.event_sink else None)
         clock, started_at = aligned_clock(rank, world_size, control, device)
         facts = _cluster_facts(world_size, control, device)
@@ -240,16 +258,19 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
                           "strategy": plan.strategy, "model": spec.name, "started_at": started_at,
                           "facts": facts})
         runtime = RankRuntime(place=place, plan=plan, spec=spec, program=program, runners=runners,
-                              optimizers=_optimizers(config, runners, sharded, axes.groups), device=device,
+                              optimizers=_optimizers(config, runners, sharded and not full, axes.groups,
+                                                     sharded_units(shards)), device=device,
                               dtype=dtype,
                               seed=config.seed, clock=clock, emitter=emitter, tied_sync=tied_sync,
                               messages_per_channel=lowered.max_channel_length(),
                               step_barrier_group=control if config.step_barriers else None,
                               channel_groups=channel_groups, layout=axes.layout,
-                              expert_parallel=axes.expert_parallel, groups=axes.groups)
+                              expert_parallel=axes.expert_parallel, groups=axes.groups, sharded=shards)
         losses = [runtime.run_step(step) for step in range(config.steps)]
         emitter.close()
         if config.checkpoint_dir:
+            for unit in sharded_units(shards):
+                unit.gather(record=False)   # the updated shards, made whole to be saved
             _save_layers(config.checkpoint_dir, plan, place, runners, axes.tensor_parallel, axes.expert_parallel)
         gathered = [None] * world_size if rank == 0 else None
         own_actions = [event for event in emitter.events if event["type"] in ("action", "collective")]

@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
+from executor.model.build import layer_parameter_counts
 from executor.running.launch import run_plan
 from executor.running.place import RankPlace
 from executor.running.reference import compare_to_reference
@@ -212,3 +213,22 @@ def test_tp2_pp2_dp2_on_eight_ranks_matches_one_process_and_folds_the_replicas(t
         assert device["busy_ms"] == pytest.approx((busy[1] + busy[2]) / 2)
         assert device["busy_spread_ms"] == pytest.approx(busy[-1] - busy[0])
         assert set(device["collective_ms"]) >= {"tp_all_gather", "tp_reduce_scatter", "dp_all_reduce"}
+
+
+def test_dp2_pp2_fully_sharded_matches_one_process_with_its_gathers_and_reductions(tmp_path):
+    """ZeRO-3 (``executor.running.sharding``): each stage's weights gathered before its F and its B and freed after,
+    the step's gradients reduce-scattered into the shards once, the optimizer on the shards; the tied embedding's
+    gradient still summed across the pipeline first."""
+    plan = hybrid(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7, 8]], num_microbatches=3), dp=2, sharding="full")
+    result = run_and_verify(tmp_path, plan, steps=2, optimizer="adamw")
+    counts = collectives(result)
+    for rank in range(4):
+        # 2 steps x 3 micro-batches x (F, B); one stage a rank
+        assert counts[(rank, "dp_all_gather")] == 2 * 3 * 2, rank
+        assert counts[(rank, "dp_reduce_scatter")] == counts[(rank, "dp_optimizer_step")] == 2
+        assert counts[(rank, "dp_all_reduce")] == 0 and counts[(rank, "pp_tied_all_reduce")] == 2
+    gathers = [event for event in result.events if event["type"] == "collective" and event["op"] == "dp_all_gather"]
+    # the whole stage's parameters, float64, every time
+    for event in gathers:
+        layers = plan.stages[RankPlace.of(plan, event["rank"]).pp].layers
+        assert event["bytes"] >= 8 * sum(layer_parameter_counts(TP_KINDS)[layer] for layer in layers)

@@ -228,7 +228,8 @@ def test_what_the_executor_cannot_run_it_refuses_by_name():
            "stages": [{"layers": [0], "device": 0}], "actions": [["0F0", "0B0"]],
            "parallel": {"pp": 1, "dp": 2, "num_microbatches": 1}}
     assert execution_refusal(load_plan(doc)) is None
-    for knob, words in (({"sharding": "full"}, "full sharding (FSDP)"), ({"precision": "fp8"}, "Transformer Engine"),
+    assert execution_refusal(load_plan({**doc, "parallel": {**doc["parallel"], "sharding": "full"}})) is None
+    for knob, words in (({"precision": "fp8"}, "Transformer Engine"),
                         ({"tp": 2, "etp": 1}, "expert TP 1 apart from TP 2")):
         refusal = execution_refusal(load_plan({**doc, "parallel": {**doc["parallel"], **knob}}))
         assert refusal is not None and refusal.field == "plan" and words in refusal.reason
