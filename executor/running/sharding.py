@@ -1,9 +1,10 @@
 """Full sharding (``sharding`` ``full``: ZeRO-3, Rajbhandari et al. 2020, Sec. 5.3; PyTorch's FSDP) inside the
 pipeline: between its uses a stage's parameters are 1/n on each of the n ranks that shard them.
 
-Each pipeline stage on a rank keeps its parameters in one flat buffer (FSDP's ``FlatParameter``) whose storage is
-freed between uses, and 1/n of it as the flat shard the optimizer updates. Before the stage's F and its B (or I) the
-buffer is all-gathered from the shards and freed again after the action; the weights autograd saved in the forward
+Each layer of a pipeline stage on a rank keeps its parameters in one flat buffer (FSDP's ``FlatParameter``; one unit
+a block, as torchtitan applies ``fully_shard``) whose storage is freed between uses, and 1/n of it as the flat shard
+the optimizer updates. Before the stage's F and its B (or I) its layers' buffers are all-gathered from the shards
+(one collective a layer, not prefetched) and freed again after the action; the weights autograd saved in the forward
 are views of that storage, so the backward's gather refills what they read (as FSDP's resharding after the forward
 does). W replays recorded inputs and output gradients (``executor.model.backward``) and needs no weights. The
 gradients of the step's micro-batches accumulate whole, and are reduce-scattered into the shards' gradients once, at
@@ -21,7 +22,7 @@ from torch import nn
 
 
 class ShardedParameters:
-    """Some of a stage's parameters, fully sharded over ``group``; ``name`` is the group's in the events, ``timer``
+    """Some of a layer's parameters, fully sharded over ``group``; ``name`` is the group's in the events, ``timer``
     (``executor.model.groups.ParallelGroup``) times and records their collectives (set by the runtime that runs
     them)."""
 
@@ -88,21 +89,25 @@ class ShardedParameters:
 
 def shard_stages(runners: dict, groups: dict, experts: set[int], expert_data_parallel: int
                  ) -> dict[int, list[ShardedParameters]]:
-    """Per stage of ``runners`` (the stages on this rank), the sharded units its actions must gather: its dense
-    parameters over ``groups["dp"]``, its experts (``experts``: their ids) over ``groups["edp"]`` where that group has
-    more than one rank (else they stay whole). A parameter two stages of the rank share (a tied table with both ends
-    here) is sharded once, with the first, and gathered for both."""
+    """Per stage of ``runners`` (the stages on this rank), the sharded units its actions gather: one per layer (a
+    block, as torchtitan applies ``fully_shard`` block by block, and as the planner charges the gathers) and group, its
+    dense parameters over ``groups["dp"]``, its experts (``experts``: their ids) over ``groups["edp"]`` where that
+    group has more than one rank (else they stay whole). A parameter two layers of the rank share (a tied table with
+    both ends here) is sharded once, with the first, and gathered for both."""
     owner: dict[int, ShardedParameters] = {}
     units: dict[int, list[ShardedParameters]] = {}
     for stage in sorted(runners):
-        parameters = list({id(p): p for layer in runners[stage].layers for p in layer.parameters()}.values())
-        fresh = [p for p in parameters if id(p) not in owner]
-        for name, part in (("dp", [p for p in fresh if id(p) not in experts]),
-                           ("edp", [p for p in fresh if id(p) in experts and expert_data_parallel > 1])):
-            if part:
-                unit = ShardedParameters(part, groups[name], name)
-                owner.update({id(p): unit for p in part})
-        units[stage] = list({id(owner[id(p)]): owner[id(p)] for p in parameters if id(p) in owner}.values())
+        stage_parameters = []
+        for layer in runners[stage].layers:
+            parameters = list({id(p): p for p in layer.parameters()}.values())
+            fresh = [p for p in parameters if id(p) not in owner]
+            for name, part in (("dp", [p for p in fresh if id(p) not in experts]),
+                               ("edp", [p for p in fresh if id(p) in experts and expert_data_parallel > 1])):
+                if part:
+                    unit = ShardedParameters(part, groups[name], name)
+                    owner.update({id(p): unit for p in part})
+            stage_parameters += parameters
+        units[stage] = list({id(owner[id(p)]): owner[id(p)] for p in stage_parameters if id(p) in owner}.values())
     return units
 
 

@@ -39,7 +39,10 @@ Communication charged inside F and B (Megatron-LM does not overlap these by defa
   of an all-reduce): each layer's bf16 weights all-gathered before its forward and again before its backward, its
   gradients reduce-scattered after its backward, every micro-batch (FSDP2 with gradient accumulation, resharding
   after the forward); FSDP2 prefetches the next layer's gather while this one computes, so each pass is charged
-  only what its collectives outlast the layer's compute. Nothing is left to the step's end but the optimizer.
+  only what its collectives outlast the layer's compute. Nothing is left to the step's end but the optimizer. Without
+  DP overlap (``CostOptions.overlap_dp`` off: this project's executor, ``executor/running/sharding.py``) the gathers
+  are charged in full, and the gradients are reduce-scattered once, at the step's end, as
+  ``torch.distributed.pipelining`` runs FSDP2 inside a schedule (it syncs gradients at the last backward only).
 
 Recomputation (Korthikanti et al. 2022, Sec. 5; Megatron's ``--recompute-granularity``): ``full`` runs each
 layer's forward (with its TP/CP/EP communication) again before its backward; ``selective`` recomputes the
@@ -481,9 +484,12 @@ def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config:
         dense, expert = held_parameters([work.params], config)
         gather = (ring_collective_ms(dense * 2, mapping.span("dpcp"))
                   + ring_collective_ms(expert * 2, mapping.span("edp")))
-        reduce = (ring_collective_ms(dense * options.grad_reduce_bytes, mapping.span("dpcp"))
-                  + ring_collective_ms(expert * options.grad_reduce_bytes, mapping.span("edp")))
-        parts["dp"] = behind_compute(gather, gather + reduce)
+        if options.overlap_dp:
+            reduce = (ring_collective_ms(dense * options.grad_reduce_bytes, mapping.span("dpcp"))
+                      + ring_collective_ms(expert * options.grad_reduce_bytes, mapping.span("edp")))
+            parts["dp"] = behind_compute(gather, gather + reduce)
+        else:   # not prefetched; the gradients wait for the step's end (``data_parallel_ms``)
+            parts["dp"] = (gather, gather)
     return parts
 
 
@@ -525,14 +531,15 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
 
 def data_parallel_ms(dense_params: float, expert_params: float, config: ParallelConfig, mapping: RankMapping,
                      options: CostOptions) -> tuple[float, float]:
-    """(gradient reduction, parameter gather) of one GPU's parameters at the step's end, before any overlap; none
-    with full sharding, which gathers and reduces layer by layer (``layer_comm_parts``)."""
-    if config.sharding == "full":
-        return 0.0, 0.0
+    """(gradient reduction, parameter gather) of one GPU's parameters at the step's end, before any overlap; with
+    full sharding none where DP is overlapped (it gathers and reduces layer by layer, ``layer_comm_parts``), else the
+    gradients' one reduce-scatter (module doc)."""
     grad = options.grad_reduce_bytes
     dense_group, expert_group = mapping.span("dpcp"), mapping.span("edp")
     reduce_scatter = ring_collective_ms(dense_params * grad, dense_group) + ring_collective_ms(expert_params * grad,
                                                                                               expert_group)
+    if config.sharding == "full":
+        return (0.0 if options.overlap_dp else reduce_scatter), 0.0
     if config.sharding == "optimizer":
         # reduce-scatter the gradients; all-gather the updated bf16 parameters
         return reduce_scatter, (ring_collective_ms(dense_params * 2, dense_group)

@@ -216,19 +216,22 @@ def test_tp2_pp2_dp2_on_eight_ranks_matches_one_process_and_folds_the_replicas(t
 
 
 def test_dp2_pp2_fully_sharded_matches_one_process_with_its_gathers_and_reductions(tmp_path):
-    """ZeRO-3 (``executor.running.sharding``): each stage's weights gathered before its F and its B and freed after,
-    the step's gradients reduce-scattered into the shards once, the optimizer on the shards; the tied embedding's
-    gradient still summed across the pipeline first."""
+    """ZeRO-3 (``executor.running.sharding``): each layer's weights gathered before its stage's F and B and freed
+    after, the step's gradients reduce-scattered into the shards once, the optimizer on the shards; the tied
+    embedding's gradient still summed across the pipeline first."""
     plan = hybrid(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7, 8]], num_microbatches=3), dp=2, sharding="full")
     result = run_and_verify(tmp_path, plan, steps=2, optimizer="adamw")
     counts = collectives(result)
+    parameters = layer_parameter_counts(TP_KINDS)
     for rank in range(4):
-        # 2 steps x 3 micro-batches x (F, B); one stage a rank
-        assert counts[(rank, "dp_all_gather")] == 2 * 3 * 2, rank
-        assert counts[(rank, "dp_reduce_scatter")] == counts[(rank, "dp_optimizer_step")] == 2
+        layers = plan.stages[RankPlace.of(plan, rank).pp].layers
+        # a collective a layer: 2 steps x 3 micro-batches x (F, B) gathers, one reduction a step
+        assert counts[(rank, "dp_all_gather")] == 2 * 3 * 2 * len(layers), rank
+        assert counts[(rank, "dp_reduce_scatter")] == 2 * len(layers)
+        assert counts[(rank, "dp_optimizer_step")] == 2
         assert counts[(rank, "dp_all_reduce")] == 0 and counts[(rank, "pp_tied_all_reduce")] == 2
-    gathers = [event for event in result.events if event["type"] == "collective" and event["op"] == "dp_all_gather"]
-    # the whole stage's parameters, float64, every time
-    for event in gathers:
-        layers = plan.stages[RankPlace.of(plan, event["rank"]).pp].layers
-        assert event["bytes"] >= 8 * sum(layer_parameter_counts(TP_KINDS)[layer] for layer in layers)
+    # each gather moves its layer's whole parameters in float64 (padded to a multiple of the group's 2 ranks)
+    gathered = Counter(event["bytes"] for event in result.events
+                       if event["type"] == "collective" and event["op"] == "dp_all_gather" and event["rank"] == 0)
+    assert gathered == Counter({8 * (parameters[layer] + parameters[layer] % 2): 2 * 3 * 2
+                                for layer in plan.stages[0].layers})

@@ -107,6 +107,29 @@ def test_full_sharding_gathers_each_layer_in_f_and_b_and_reduces_its_gradients_b
         0.0, 0.0)
 
 
+def test_full_sharding_without_dp_overlap_pays_each_gather_and_reduces_once_at_the_step_end_as_the_executor_does():
+    """``overlap_dp`` off (``EXECUTOR_OPTIONS``; ``executor/running/sharding.py``): a layer's gathers in full in F
+    and B, no reduction per micro-batch, and the gradients' one reduce-scatter at the step's end, exposed."""
+    config = ParallelConfig(tp=8, dp=16, num_microbatches=4, sharding="full")
+    mapping = RankMapping(config, H100)
+    work = layer_work(LLAMA, H100, 1, 4096)[1]
+    held = work.params.tp_sharded / 8 + work.params.replicated
+    gather = ring_ms(2 * held, 16, 50, 8)
+    options = CostOptions(overlap_dp=False)
+    assert layer_comm_parts(LLAMA.layers[1], work, LLAMA, config, mapping, 4096, options)["dp"] == (
+        pytest.approx(gather), pytest.approx(gather))
+    job = Job(LLAMA, H100, 128, 4096, 64, options)
+    full, overlapped = estimate(job, config), estimate(Job(LLAMA, H100, 128, 4096, 64), config)
+    assert overlapped.data_parallel_ms == 0.0
+    # the slowest pipeline rank's (one here) gradients, fp32, one ring reduce-scatter over the 16 ranks
+    held_all = sum(layer.params.tp_sharded / 8 + layer.params.replicated for layer in layer_work(LLAMA, H100, 1, 4096))
+    assert full.data_parallel_ms == pytest.approx(ring_ms(4 * held_all, 16, 50, 8))
+    layers = layer_times(LLAMA, H100, config, mapping, 4096, ["none"] * LLAMA.num_layers, options)
+    per_layer = 4 * sum(dict(time.comm_ms)["dp"] for time in layers)
+    assert full.breakdown_ms["dp"] == pytest.approx(per_layer + full.data_parallel_ms)
+    assert sum(full.breakdown_ms.values()) == pytest.approx(full.iteration_ms)
+
+
 def test_full_sharding_leaves_nothing_to_the_step_end_but_the_optimizer_and_its_step_adds_up():
     job = Job(LLAMA, H100, 128, 4096, 64)
     full = estimate(job, ParallelConfig(tp=8, dp=16, num_microbatches=4, sharding="full"))
