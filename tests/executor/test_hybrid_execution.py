@@ -235,3 +235,18 @@ def test_dp2_pp2_fully_sharded_matches_one_process_with_its_gathers_and_reductio
                        if event["type"] == "collective" and event["op"] == "dp_all_gather" and event["rank"] == 0)
     assert gathered == Counter({8 * (parameters[layer] + parameters[layer] % 2): 2 * 3 * 2
                                 for layer in plan.stages[0].layers})
+
+
+def test_ep2_dp4_pp2_fully_sharded_shards_experts_over_expert_dp_and_matches_one_process(tmp_path):
+    """With four DP replicas and EP2 each expert lives on two ranks (expert DP 2): its weights are sharded over those
+    two, the rest over all four; both gathered around F and B, both reduced once a step."""
+    plan = hybrid(one_f_one_b([[0, 1, 2], [3, 4]], num_microbatches=2), dp=4, ep=2, sharding="full")
+    result = run_and_verify(tmp_path, plan, spec=MOE_KINDS, optimizer="adamw")
+    counts = collectives(result)
+    for rank in range(8):
+        layers = plan.stages[RankPlace.of(plan, rank).pp].layers
+        moe = sum(1 for layer in layers if layer in (1, 2, 3))
+        assert counts[(rank, "edp_all_gather")] == 2 * 2 * moe and counts[(rank, "edp_reduce_scatter")] == moe
+        assert counts[(rank, "dp_all_gather")] == 2 * 2 * len(layers) and counts[(rank, "dp_reduce_scatter")] == len(
+            layers)
+        assert counts[(rank, "edp_optimizer_step")] == counts[(rank, "dp_optimizer_step")] == 1
