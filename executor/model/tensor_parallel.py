@@ -45,7 +45,7 @@ class SequenceGroup(ParallelGroup):
         """(b, s/tp, ...) slices of the group -> (b, s, ...), in rank order."""
         local = x.transpose(0, 1).contiguous()
         gathered = local.new_empty((local.shape[0] * self.size, *local.shape[1:]))
-        self.timed(f"{self.name}_all_gather", lambda: dist.all_gather_into_tensor(gathered, local, group=self.group),
+        self.timed(f"{self.name}_all_gather", lambda: dist.all_gather_single(gathered, local, group=self.group),
                    gathered)
         return gathered.transpose(0, 1)
 
@@ -54,7 +54,7 @@ class SequenceGroup(ParallelGroup):
         full = x.transpose(0, 1).contiguous()
         scattered = full.new_empty((full.shape[0] // self.size, *full.shape[1:]))
         self.timed(f"{self.name}_reduce_scatter",
-                   lambda: dist.reduce_scatter_tensor(scattered, full, op=dist.ReduceOp.SUM, group=self.group), full)
+                   lambda: dist.reduce_scatter_single(scattered, full, op=dist.ReduceOp.SUM, group=self.group), full)
         return scattered.transpose(0, 1)
 
 

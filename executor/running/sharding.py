@@ -56,7 +56,7 @@ class ShardedParameters:
         self.full.untyped_storage().resize_(self._bytes)
 
         def all_gather() -> None:
-            dist.all_gather_into_tensor(self.full.data, self.shard.data, group=self.group)
+            dist.all_gather_single(self.full.data, self.shard.data, group=self.group)
 
         if record:
             self.timer.timed(f"{self.name}_all_gather", all_gather, self.full)
@@ -83,7 +83,7 @@ class ShardedParameters:
             offset += count
         reduced = torch.empty_like(self.shard.data)
         self.timer.timed(f"{self.name}_reduce_scatter",
-                         lambda: dist.reduce_scatter_tensor(reduced, flat, group=self.group), flat)
+                         lambda: dist.reduce_scatter_single(reduced, flat, group=self.group), flat)
         self.shard.grad = reduced
 
 
