@@ -41,7 +41,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from adaptis_client import ApiError, Client  # noqa: E402
-from shared_host import cpu_times, load_average, wait_for_idle_cpus  # noqa: E402
+from shared_host import cpu_times, load_average, process_times, wait_for_idle_cpus  # noqa: E402
 
 CASES = [("tiny-llama", "1f1b", 8), ("tiny-llama", "zb-h1", 8), ("tiny-llama", "gpipe", 8),
          ("tiny-llama", "adaptis", 8),
@@ -65,12 +65,11 @@ class Load:
                 continue
             try:
                 cwd = os.readlink(entry / "cwd")
-                stat = (entry / "stat").read_text()
             except OSError:
                 continue   # gone meanwhile, or not ours to read
-            if cwd == self.tree or cwd.startswith(self.tree + "/"):
-                fields = stat[stat.rindex(")") + 2:].split()
-                total += sum(int(value) for value in fields[11:15])   # utime, stime, cutime, cstime
+            times = process_times(entry) if cwd == self.tree or cwd.startswith(self.tree + "/") else None
+            if times is not None:
+                total += times[1]
         return total
 
     def mark(self) -> tuple[int, int, int]:

@@ -224,8 +224,8 @@ def hybrid_main(args) -> None:
     for fit in fits:
         bandwidth = "not told" if fit.bandwidth_gb_s is None else f"{fit.bandwidth_gb_s:.2f} GB/s"
         print(f"calibrated on {HYBRID_CASES[0][0]}'s run ({calibrating.parallel.short()} {calibrating.strategy}, "
-              f"{observed_iteration_ms(calibrating, events):.1f} ms): {fit.link} latency {fit.latency_us:.0f} us, bandwidth "
-              f"{bandwidth} ({fit.samples} collectives, median fit error {fit.median_error:.0%}); per-kernel "
+              f"{observed_iteration_ms(calibrating, events):.1f} ms): {fit.link} latency {fit.latency_us:.0f} us, "
+              f"bandwidth {bandwidth} ({fit.samples} collectives, median fit error {fit.median_error:.0%}); per-kernel "
               f"overhead {overhead_us:.1f} us fitted to the actions, {iteration_overhead_us:.1f} us to the "
               f"iteration (shipped: {shipped.device.kernel_overhead_us:.1f} us)")
     print("\n| plan | planned | predicted ms, shipped cluster | predicted ms, calibrated to the actions "

@@ -65,19 +65,24 @@ def own_cpu_s() -> float:
     return sum(part.ru_utime + part.ru_stime for part in usage) + _live_descendants_ticks() / os.sysconf("SC_CLK_TCK")
 
 
+def process_times(entry: Path) -> tuple[int, int] | None:
+    """(parent pid, utime + stime + cutime + cstime in clock ticks) of the process at ``entry`` (``/proc/PID``,
+    proc(5)); None once it is gone."""
+    try:
+        stat = (entry / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()   # from the state on: ppid is [1], utime..cstime [11:15]
+    return int(fields[1]), sum(int(value) for value in fields[11:15])
+
+
 def _live_descendants_ticks() -> int:
-    """utime + stime + cutime + cstime (proc(5)) of every live descendant of this process."""
+    """``process_times``' ticks of every live descendant of this process."""
     parents, ticks = {}, {}
     for entry in Path("/proc").iterdir() if os.path.isdir("/proc") else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue   # gone meanwhile
-        fields = stat[stat.rindex(")") + 2:].split()   # from the state on: ppid is [1], utime..cstime [11:15]
-        parents[int(entry.name)] = int(fields[1])
-        ticks[int(entry.name)] = sum(int(value) for value in fields[11:15])
+        times = process_times(entry) if entry.name.isdigit() else None
+        if times is not None:
+            parents[int(entry.name)], ticks[int(entry.name)] = times
     children: dict[int, list[int]] = {}
     for pid, parent in parents.items():
         children.setdefault(parent, []).append(pid)

@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from executor.model.expert_parallel import expert_parameters
+
 
 class ShardedParameters:
     """Some of a layer's parameters, fully sharded over ``group``; ``name`` is the group's in the events, ``timer``
@@ -87,13 +89,13 @@ class ShardedParameters:
         self.shard.grad = reduced
 
 
-def shard_stages(runners: dict, groups: dict, experts: set[int], expert_data_parallel: int
-                 ) -> dict[int, list[ShardedParameters]]:
+def shard_stages(runners: dict, groups: dict, expert_data_parallel: int) -> dict[int, list[ShardedParameters]]:
     """Per stage of ``runners`` (the stages on this rank), the sharded units its actions gather: one per layer (a
     block, as torchtitan applies ``fully_shard`` block by block, and as the planner charges the gathers) and group, its
-    dense parameters over ``groups["dp"]``, its experts (``experts``: their ids) over ``groups["edp"]`` where that
-    group has more than one rank (else they stay whole). A parameter two layers of the rank share (a tied table with
-    both ends here) is sharded once, with the first, and gathered for both."""
+    dense parameters over ``groups["dp"]``, its experts spread over EP (``expert_parameters``) over ``groups["edp"]``
+    where that group has more than one rank (else they stay whole). A parameter two layers of the rank share (a tied
+    table with both ends here) is sharded once, with the first, and gathered for both."""
+    experts = expert_parameters([layer for runner in runners.values() for layer in runner.layers])
     owner: dict[int, ShardedParameters] = {}
     units: dict[int, list[ShardedParameters]] = {}
     for stage in sorted(runners):

@@ -32,7 +32,7 @@ from executor.running.processes import die_with_launcher, exit_rank
 from executor.running.lowering import LoweredPlan, lower_plan
 from executor.model.build import build_layers, resolve_dtype, tie_tables
 from executor.model.linear import enable_weight_grad_deferral
-from executor.model.expert_parallel import ExpertParallel, expert_parameters, shard_experts
+from executor.model.expert_parallel import ExpertParallel, shard_experts
 from executor.model.context_parallel import SequenceLayout
 from executor.model.tensor_parallel import SequenceGroup, full_state_dict, shard_layer
 from executor.running.runtime import RankRuntime
@@ -246,9 +246,8 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
         tied_sync = _tied_gradient_sync(plan, spec, place, runners)
         sharded = plan.parallel is not None and plan.parallel.distributed_optimizer
         full = plan.parallel is not None and plan.parallel.sharding == "full" and place.config.dp * place.config.cp > 1
-        shards = (shard_stages(runners, axes.groups, expert_parameters([layer for runner in runners.values()
-                                                                         for layer in runner.layers]),
-                               place.config.expert_dp) if full else {})
+        shards = shard_stages(runners, axes.groups, place.config.expert_dp) if full else {}
+        shard_units = sharded_units(shards)
         emitter = EventEmitter(open_sink(config.event_sink, config.event_token_file) if config.event_sink else None)
         clock, started_at = aligned_clock(rank, world_size, control, device)
         facts = _cluster_facts(world_size, control, device)
@@ -259,7 +258,7 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
                           "facts": facts})
         runtime = RankRuntime(place=place, plan=plan, spec=spec, program=program, runners=runners,
                               optimizers=_optimizers(config, runners, sharded and not full, axes.groups,
-                                                     sharded_units(shards)), device=device,
+                                                     shard_units), device=device,
                               dtype=dtype,
                               seed=config.seed, clock=clock, emitter=emitter, tied_sync=tied_sync,
                               messages_per_channel=lowered.max_channel_length(),
@@ -269,7 +268,7 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
         losses = [runtime.run_step(step) for step in range(config.steps)]
         emitter.close()
         if config.checkpoint_dir:
-            for unit in sharded_units(shards):
+            for unit in shard_units:
                 unit.gather(record=False)   # the updated shards, made whole to be saved
             _save_layers(config.checkpoint_dir, plan, place, runners, axes.tensor_parallel, axes.expert_parallel)
         gathered = [None] * world_size if rank == 0 else None

@@ -66,8 +66,7 @@ def test_a_parameter_two_stages_share_is_sharded_once_and_gathered_for_both():
     head.weight = table.weight   # a tied table with both ends on this rank
     group = _group()
     try:
-        units = shard_stages({0: Runner([table, nn.Linear(4, 4).double()]), 3: Runner([head])}, {"dp": group},
-                             set(), 1)
+        units = shard_stages({0: Runner([table, nn.Linear(4, 4).double()]), 3: Runner([head])}, {"dp": group}, 1)
         assert len(units[0]) == 2 and units[3] == [units[0][0]]   # a unit a layer; the table's gathered for both
         assert units[0][0].parameters == [table.weight]
     finally:
