@@ -136,3 +136,69 @@ def test_a_pipeline_plan_v1_or_v2_with_only_the_pipeline_axis_is_run():
     assert plan.parallel is None and execution_refusal(plan) is None
     plan.parallel = ParallelConfig(pp=2, num_microbatches=4, microbatch_size=2)
     assert execution_refusal(plan) is None
+
+
+def _hybrid(plan, **degrees):
+    from planner.parallel.config import ParallelConfig
+
+    plan.parallel = ParallelConfig(pp=2, num_microbatches=plan.num_microbatches,
+                                   microbatch_size=SPEC.micro_batch_size, **degrees)
+    return plan
+
+
+def _first_stage_held_on_a_tp2_gpu():
+    """By hand: TP2 splits the embedding's vocabulary and each decoder's projections; a decoder's two norms stay
+    whole on both ranks (Megatron's theoretical_memory_usage)."""
+    counts, hidden = layer_parameter_counts(SPEC), SPEC.hidden_size
+    first = STAGES[0]
+    assert SPEC.layers[first[0]].kind == "embedding" and all(SPEC.layers[i].kind == "decoder" for i in first[1:])
+    return counts[first[0]] / 2 + sum((counts[i] - 2 * hidden) / 2 + 2 * hidden for i in first[1:])
+
+
+@pytest.mark.parametrize("sharding, bytes_per_held", [
+    ("none", 4 + 4 + 8),              # float32 weights, gradients and AdamW's two moments, all whole
+    ("optimizer", 4 + 4 + 8 / 2),     # ZeRO-1 over DP2: half the moments
+    ("full", 4 / 2 + 4 + 4 + 8 / 2)])  # the weights' shard, the stage's weights while it runs, whole gradients
+def test_a_gpu_of_a_hybrid_plan_holds_its_tp_share_and_a_data_parallel_shard_of_what_its_sharding_shards(
+        sharding, bytes_per_held):
+    plan = _hybrid(one_f_one_b(STAGES, 8), tp=2, dp=2, sharding=sharding)
+    # 1F1B's first pipeline rank keeps 2 micro-batches in flight; TP2 makes them sequence-parallel (half each)
+    activations = 2 * len(STAGES[0]) * _layer_activation_bytes() / 2
+    state = rank_bytes(plan, SPEC, 0, torch.float32, "adamw") - activations
+    assert state == pytest.approx(bytes_per_held * _first_stage_held_on_a_tp2_gpu(), abs=1)
+
+
+def test_context_parallelism_splits_the_activations_and_the_logits_by_tokens():
+    last = STAGES[1]
+    logits = SPEC.micro_batch_size * SPEC.seq_len * SPEC.vocab_size * 4 * 2
+    alone = rank_bytes(one_f_one_b(STAGES, 8), SPEC, 1, torch.float32, "sgd")
+    split = rank_bytes(_hybrid(one_f_one_b(STAGES, 8), cp=2, sharding="none"), SPEC, 1, torch.float32, "sgd")
+    state = _state_bytes(last, copies=2)
+    assert alone - state == len(last) * _layer_activation_bytes() + logits
+    assert split - state == pytest.approx((len(last) * _layer_activation_bytes() + logits) / 2, abs=1)
+
+
+def test_a_tensor_parallel_stage_too_big_for_one_gpu_whole_is_run_where_its_share_fits(monkeypatch):
+    pipeline = one_f_one_b(STAGES, 8)
+    split = _hybrid(one_f_one_b(STAGES, 8), tp=2)
+    whole = max(rank_bytes(pipeline, SPEC, rank, torch.float32, "adamw") for rank in (0, 1))
+    share = max(rank_bytes(split, SPEC, rank, torch.float32, "adamw") for rank in (0, 1))
+    assert share < whole * 0.6
+    gpu = torch.device("cuda", 0)
+    monkeypatch.setattr(capacity, "device_capacity_bytes", lambda device: (whole + share) / 2 / capacity.USABLE_FRACTION)
+    check_capacity(split, SPEC, device=gpu, dtype=torch.float32, optimizer="adamw")
+    with pytest.raises(SpecError, match=r"needs ~.* GiB on rank \d"):
+        check_capacity(pipeline, SPEC, device=gpu, dtype=torch.float32, optimizer="adamw")
+    monkeypatch.setattr(capacity, "device_capacity_bytes", lambda device: share / 2 / capacity.USABLE_FRACTION)
+    with pytest.raises(SpecError, match=r"on each GPU of pipeline rank \d \(TP2 CP1 PP2 DP1"):
+        check_capacity(split, SPEC, device=gpu, dtype=torch.float32, optimizer="adamw")
+
+
+def test_on_a_cpu_every_gpu_of_each_pipeline_rank_counts_against_the_host(monkeypatch):
+    plan = _hybrid(one_f_one_b(STAGES, 8), tp=2, dp=2)
+    host = 4 * sum(rank_bytes(plan, SPEC, rank, torch.float32, "adamw") for rank in (0, 1))
+    monkeypatch.setattr(capacity, "device_capacity_bytes", lambda device: host * 1.01 / capacity.USABLE_FRACTION)
+    check_capacity(plan, SPEC, device=torch.device("cpu"), dtype=torch.float32, optimizer="adamw")
+    monkeypatch.setattr(capacity, "device_capacity_bytes", lambda device: host * 0.99 / capacity.USABLE_FRACTION)
+    with pytest.raises(SpecError, match="across 8 CPU ranks"):
+        check_capacity(plan, SPEC, device=torch.device("cpu"), dtype=torch.float32, optimizer="adamw")
