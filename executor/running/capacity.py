@@ -7,8 +7,8 @@ TP- and EP-sharded, norms and routers replicated), their model state in the run'
 (``planner.memory.model_state``: weights, gradients and Adam's two moments in that dtype, no master copy), the
 optimizer state a data-parallel shard of it under ``sharding`` ``optimizer`` or ``full``
 (``planner.parallel.memory.optimizer_parameters``, as ``ZeroRedundancyOptimizer`` and the flat shards keep it); with
-``full`` the weights are the shards plus one stage's whole weights while an action runs, and the gradients
-accumulate whole over the step (``executor.running.sharding``). Activations: those of the micro-batches its order
+``full`` the weights are the shards plus one layer's whole weights while it runs, and the gradients accumulate
+whole over the step (``executor.running.sharding``). Activations: those of the micro-batches its order
 keeps in flight at its peak (``planner.memory.activation_peaks``: a GPipe rank holds every micro-batch, a 1F1B rank
 at most one per stage from it to the end), ~16 hidden-sized tensors per layer and token, sequence-parallel over TP
 and split over CP (Korthikanti et al. 2022), and the head's vocabulary-parallel logits. It is meant to catch a 70B
@@ -43,12 +43,13 @@ def rank_bytes(plan: Plan, spec: ModelSpec, rank: int, dtype: torch.dtype, optim
     config = plan.parallel_config()
     element = torch.empty((), dtype=dtype).element_size()
     precision = single_dtype_state(element, adam=optimizer == "adamw")
-    held = [held_layer_parameters(spec, counts, plan.stages[stage].layers, config) for stage in plan.stages_on(rank)]
+    layers = [layer for stage in plan.stages_on(rank) for layer in plan.stages[stage].layers]
+    held = [held_layer_parameters(spec, counts, [layer], config) for layer in layers]
     dense, expert = sum(part[0] for part in held), sum(part[1] for part in held)
     kept = optimizer_parameters(dense, expert, config)
     state = model_state(dense + expert, precision, optimizer_parameters=kept).total
     if config.sharding == "full":
-        # the flat shards stay; a stage's layers are whole only while one of its actions runs
+        # the flat shards stay; a layer is whole only while it runs
         state += precision.weight * (kept + max(sum(part) for part in held) - dense - expert)
     per_layer = layer_activation_bytes(spec, element, config)
     activations = activation_peaks(plan, stage_activation_bytes(plan, per_layer))[rank]

@@ -5,8 +5,8 @@ one ``batch_isend_irecv`` group per channel, each channel in its own process gro
 (``executor.running.worker.open_channels``), waiting on receives just before the compute that needs them, timing every
 compute), drain the sends, then sum the gradients where they are partial: the parameters a TP group holds whole
 (``executor.model.tensor_parallel``), a tied embedding's table across the pipeline, every gradient over the
-data-parallel replicas (fully sharded: gathered around each F and B of their stage, reduce-scattered into the shards,
-``executor.running.sharding``); step the optimizer. Every collective is an event of its own, with the rank's coordinate.
+data-parallel replicas (fully sharded: each layer gathered around its forward and its backward, reduce-scattered into the
+shards, ``executor.running.sharding``); step the optimizer. Every collective is an event of its own, with the rank's coordinate.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from executor.running.data import synthetic_batch
 from executor.running.events import EventEmitter
 from executor.running.lowering import Op
 from executor.running.place import RankPlace
-from executor.running.sharding import ShardedParameters, sharded_units
+from executor.running.sharding import ShardedParameters, sharded_units, stage_units
 from executor.model.mlp import take_balancing_loss
 from executor.model.expert_parallel import ExpertParallel, expert_parameters
 from executor.model.groups import ParallelGroup
@@ -52,7 +52,7 @@ class RankRuntime:
                  dtype: torch.dtype, seed: int, clock, emitter: EventEmitter, tied_sync=None,
                  messages_per_channel: int = 1, step_barrier_group=None, channel_groups: dict | None = None,
                  layout: SequenceLayout | None = None, expert_parallel: ExpertParallel | None = None,
-                 groups: dict | None = None, sharded: dict[int, list[ShardedParameters]] | None = None):
+                 groups: dict | None = None, sharded: dict[int, list[list[ShardedParameters]]] | None = None):
         # ``rank``: the pipeline rank, whose program this is (the plan's device); ``place.rank`` the global one
         self.place, self.rank, self.plan, self.spec, self.program = place, place.pp, plan, spec, program
         self.coordinate = place.coordinate
@@ -77,12 +77,14 @@ class RankRuntime:
             self.reductions.append(("tp_grad_all_reduce", tensor_parallel.group, replicated_parameters(layers)))
         parameters = list({id(p): p for layer in layers for p in layer.parameters()}.values())
         experts = expert_parameters(layers)
-        # fully sharded (``executor.running.sharding``): gathered around each F and B (or I) of their stage, their
-        # gradients reduce-scattered into the shards instead of all-reduced
+        # fully sharded (``executor.running.sharding``): each layer gathered around its forward and its backward
+        # (``StageRunner.layer_units``), the gradients reduce-scattered into the shards instead of all-reduced
         self.sharded = sharded or {}
         self.shard_units = sharded_units(self.sharded)
         for unit in self.shard_units:
             unit.timer = self.timer
+        for stage, layer_units in self.sharded.items():
+            runners[stage].layer_units = layer_units
         if place.config.dp * place.config.cp > 1 and not self.sharded:   # (the "dp" group spans dp x cp ranks)
             self.reductions.append(("dp_all_reduce", groups["dp"], [p for p in parameters if id(p) not in experts]))
         if experts and place.config.expert_dp > 1 and not self.sharded:
@@ -136,13 +138,10 @@ class RankRuntime:
 
     # -- compute -------------------------------------------------------------------------------------
     def _compute(self, action: Action, batch, state: StepState) -> None:
-        units = self.sharded.get(action.stage, ()) if action.type is not ActionKind.W else ()
-        for unit in units:
-            unit.gather()
         try:
             self._run_action(action, batch, state)
-        finally:
-            for unit in units:
+        finally:   # what a backward left whole (a layer whose input needs no gradient frees its units here)
+            for unit in stage_units(self.sharded.get(action.stage, [])):
                 unit.release()
 
     def _run_action(self, action: Action, batch, state: StepState) -> None:

@@ -1,17 +1,19 @@
 """Full sharding (``sharding`` ``full``: ZeRO-3, Rajbhandari et al. 2020, Sec. 5.3; PyTorch's FSDP) inside the
-pipeline: between its uses a stage's parameters are 1/n on each of the n ranks that shard them.
+pipeline: between its uses a layer's parameters are 1/n on each of the n ranks that shard them.
 
 Each layer of a pipeline stage on a rank keeps its parameters in one flat buffer (FSDP's ``FlatParameter``; one unit
 a block, as torchtitan applies ``fully_shard``) whose storage is freed between uses, and 1/n of it as the flat shard
-the optimizer updates. Before the stage's F and its B (or I) its layers' buffers are all-gathered from the shards
-(one collective a layer, not prefetched) and freed again after the action; the weights autograd saved in the forward
-are views of that storage, so the backward's gather refills what they read (as FSDP's resharding after the forward
-does). W replays recorded inputs and output gradients (``executor.model.backward``) and needs no weights. The
-gradients of the step's micro-batches accumulate whole, and are reduce-scattered into the shards' gradients once, at
-the step's end, before the optimizer steps on the shards: how ``torch.distributed.pipelining`` runs FSDP2 inside a
-schedule (it syncs gradients and reshards at the last backward only). Dense parameters are sharded over the
-data-parallel group (dp x cp), experts over the expert-data-parallel group where it has more than one rank, as
-Megatron-Core shards them; each collective is an event (``dp_all_gather``, ``dp_reduce_scatter``, ``edp_...``).
+the optimizer updates. A layer's buffers are all-gathered from the shards just before its forward and freed after it
+(FSDP's reshard after forward), gathered again when the backward reaches the layer's output and freed once it has
+passed the layer's input (``gathered_call``): one layer is whole at a time, one collective a layer and pass, not
+prefetched. The weights autograd saved in the forward are views of that storage, so the backward's gather refills
+what they read. W replays recorded inputs and output gradients (``executor.model.backward``) and needs no weights,
+nor does an embedding's weight gradient (its prologue's, ``executor.running.stage``). The gradients of the step's
+micro-batches accumulate whole, and are reduce-scattered into the shards' gradients once, at the step's end, before
+the optimizer steps on the shards: how ``torch.distributed.pipelining`` runs FSDP2 inside a schedule (it syncs
+gradients and reshards at the last backward only). Dense parameters are sharded over the data-parallel group
+(dp x cp), experts over the expert-data-parallel group where it has more than one rank, as Megatron-Core shards them;
+each collective is an event (``dp_all_gather``, ``dp_reduce_scatter``, ``edp_...``).
 """
 
 from __future__ import annotations
@@ -89,17 +91,69 @@ class ShardedParameters:
         self.shard.grad = reduced
 
 
-def shard_stages(runners: dict, groups: dict, expert_data_parallel: int) -> dict[int, list[ShardedParameters]]:
-    """Per stage of ``runners`` (the stages on this rank), the sharded units its actions gather: one per layer (a
-    block, as torchtitan applies ``fully_shard`` block by block, and as the planner charges the gathers) and group, its
-    dense parameters over ``groups["dp"]``, its experts spread over EP (``expert_parameters``) over ``groups["edp"]``
-    where that group has more than one rank (else they stay whole). A parameter two layers of the rank share (a tied
-    table with both ends here) is sharded once, with the first, and gathered for both."""
+class _GatherForBackward(torch.autograd.Function):
+    """A layer's output, unchanged; when the backward reaches it, the layer's units are gathered before the backward
+    runs through the layer."""
+
+    @staticmethod
+    def forward(ctx, output: torch.Tensor, units: list[ShardedParameters]) -> torch.Tensor:
+        ctx.units = units
+        return output.view_as(output)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        for unit in ctx.units:
+            unit.gather()
+        return grad, None
+
+
+class _ReleaseAfterBackward(torch.autograd.Function):
+    """A layer's input, unchanged; once the backward has passed through the layer to it, the layer's units are
+    freed (the autograd engine runs a node after every node created after it that feeds it: the layer's)."""
+
+    @staticmethod
+    def forward(ctx, layer_input: torch.Tensor, units: list[ShardedParameters]) -> torch.Tensor:
+        ctx.units = units
+        return layer_input.view_as(layer_input)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        for unit in ctx.units:
+            unit.release()
+        return grad, None
+
+
+def gathered_call(units: list[ShardedParameters], call, layer_input: torch.Tensor, *args, backward: bool = True):
+    """``call(layer_input, *args)``, a layer's forward, with ``units`` (the layer's, ``shard_stages``) whole around it
+    and freed after; when autograd records it and ``backward``, its backward gathers them again before running through
+    the layer and frees them once past the layer's input (an input without a gradient leaves that to the action's
+    end)."""
+    if not units:
+        return call(layer_input, *args)
+    if backward and layer_input.requires_grad:
+        layer_input = _ReleaseAfterBackward.apply(layer_input, units)
+    for unit in units:
+        unit.gather()
+    try:
+        output = call(layer_input, *args)
+    finally:
+        for unit in units:
+            unit.release()
+    return _GatherForBackward.apply(output, units) if backward and output.requires_grad else output
+
+
+def shard_stages(runners: dict, groups: dict, expert_data_parallel: int) -> dict[int, list[list[ShardedParameters]]]:
+    """Per stage of ``runners`` (the stages on this rank), per layer of it (``runner.layers``' order), the sharded
+    units the layer's passes gather: one per layer (a block, as torchtitan applies ``fully_shard`` block by block,
+    and as the planner charges the gathers) and group, its dense parameters over ``groups["dp"]``, its experts
+    spread over EP (``expert_parameters``) over ``groups["edp"]`` where that group has more than one rank (else they
+    stay whole). A parameter two layers of the rank share (a tied table with both ends here) is sharded once, with
+    the first, and gathered for both."""
     experts = expert_parameters([layer for runner in runners.values() for layer in runner.layers])
     owner: dict[int, ShardedParameters] = {}
-    units: dict[int, list[ShardedParameters]] = {}
+    units: dict[int, list[list[ShardedParameters]]] = {}
     for stage in sorted(runners):
-        stage_parameters = []
+        units[stage] = []
         for layer in runners[stage].layers:
             parameters = list({id(p): p for p in layer.parameters()}.values())
             fresh = [p for p in parameters if id(p) not in owner]
@@ -108,11 +162,15 @@ def shard_stages(runners: dict, groups: dict, expert_data_parallel: int) -> dict
                 if part:
                     unit = ShardedParameters(part, groups[name], name)
                     owner.update({id(p): unit for p in part})
-            stage_parameters += parameters
-        units[stage] = list({id(owner[id(p)]): owner[id(p)] for p in stage_parameters if id(p) in owner}.values())
+            units[stage].append(list({id(owner[id(p)]): owner[id(p)] for p in parameters if id(p) in owner}.values()))
     return units
 
 
-def sharded_units(units: dict[int, list[ShardedParameters]]) -> list[ShardedParameters]:
+def stage_units(layer_units: list[list[ShardedParameters]]) -> list[ShardedParameters]:
+    """Every unit of one stage's layers (``shard_stages``' lists) once, in layer order."""
+    return list({id(unit): unit for units in layer_units for unit in units}.values())
+
+
+def sharded_units(units: dict[int, list[list[ShardedParameters]]]) -> list[ShardedParameters]:
     """Every unit of ``shard_stages``' answer once, in stage order (the order every rank of a group reduces them in)."""
-    return list({id(unit): unit for stage in sorted(units) for unit in units[stage]}.values())
+    return stage_units([layer for stage in sorted(units) for layer in units[stage]])

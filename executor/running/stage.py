@@ -20,6 +20,7 @@ excepted, as Megatron's), ``selective`` the core attention of every attention la
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +31,7 @@ from executor.model.layers import Embedding, Head
 from executor.model.mlp import weigh_balancing_losses
 from executor.model.recompute import checkpointed
 from executor.model.context_parallel import SequenceLayout
+from executor.running.sharding import gathered_call
 
 
 @dataclass
@@ -65,6 +67,8 @@ class StageRunner:
         self.prologue = layers[0] if split_backward and starts_with_embedding and len(layers) > 1 else None
         self.body = layers[1:] if self.prologue is not None else layers
         self.in_flight: dict[int, InFlight] = {}
+        # full sharding (``executor.running.sharding``): per layer of ``layers``, the units its passes gather
+        self.layer_units: list[list] | None = None
 
     @property
     def layers(self) -> list[nn.Module]:
@@ -76,22 +80,24 @@ class StageRunner:
             embeds, heads = self.vocabulary_parallel
             targets = self.layout.take(targets, sequence_parallel=not heads)
             stage_input = self.layout.take(stage_input, sequence_parallel=not embeds) if self.is_first else stage_input
+        units = self.layer_units or [[] for _ in self.layers]
         prologue_output = None
         if self.prologue is not None:
-            prologue_output = self.prologue(stage_input)
+            # whole for its forward only: the embedding's weight gradient needs the tokens, not the weights
+            prologue_output = gathered_call(units[0], self.prologue, stage_input, backward=False)
             body_input = prologue_output.detach().requires_grad_()
         elif stage_input.is_floating_point() and not self.is_first:
             body_input = stage_input.detach().requires_grad_()
         else:
             body_input = stage_input   # token ids or data: nothing to differentiate
         hidden = body_input
-        for layer in self.body:
+        for layer, layer_units in zip(self.body, units[len(units) - len(self.body):]):
             if isinstance(layer, Head):
-                hidden = layer(hidden, targets, self.loss_scale)
+                hidden = gathered_call(layer_units, layer, hidden, targets, self.loss_scale)
             elif self.recompute == "full":
-                hidden = checkpointed(layer, hidden)
+                hidden = gathered_call(layer_units, partial(checkpointed, layer), hidden)
             else:
-                hidden = layer(hidden)
+                hidden = gathered_call(layer_units, layer, hidden)
         if self.is_last and not isinstance(self.body[-1], Head):
             # A model without a head regresses synthetic hidden targets.
             hidden = F.mse_loss(hidden, targets) * self.loss_scale

@@ -147,25 +147,26 @@ def _hybrid(plan, **degrees):
 
 
 def _first_stage_held_on_a_tp2_gpu():
-    """By hand: TP2 splits the embedding's vocabulary and each decoder's projections; a decoder's two norms stay
-    whole on both ranks (Megatron's theoretical_memory_usage)."""
+    """By hand, each layer of the first stage: TP2 splits the embedding's vocabulary and each decoder's projections;
+    a decoder's two norms stay whole on both ranks (Megatron's theoretical_memory_usage)."""
     counts, hidden = layer_parameter_counts(SPEC), SPEC.hidden_size
     first = STAGES[0]
     assert SPEC.layers[first[0]].kind == "embedding" and all(SPEC.layers[i].kind == "decoder" for i in first[1:])
-    return counts[first[0]] / 2 + sum((counts[i] - 2 * hidden) / 2 + 2 * hidden for i in first[1:])
+    return [counts[first[0]] / 2] + [(counts[i] - 2 * hidden) / 2 + 2 * hidden for i in first[1:]]
 
 
-@pytest.mark.parametrize("sharding, bytes_per_held", [
-    ("none", 4 + 4 + 8),              # float32 weights, gradients and AdamW's two moments, all whole
-    ("optimizer", 4 + 4 + 8 / 2),     # ZeRO-1 over DP2: half the moments
-    ("full", 4 / 2 + 4 + 4 + 8 / 2)])  # the weights' shard, the stage's weights while it runs, whole gradients
+@pytest.mark.parametrize("sharding, bytes_per_held, bytes_per_largest_layer", [
+    ("none", 4 + 4 + 8, 0),           # float32 weights, gradients and AdamW's two moments, all whole
+    ("optimizer", 4 + 4 + 8 / 2, 0),  # ZeRO-1 over DP2: half the moments
+    ("full", 4 / 2 + 4 + 8 / 2, 4)])  # the weights' shard, whole gradients, and one layer's weights while it runs
 def test_a_gpu_of_a_hybrid_plan_holds_its_tp_share_and_a_data_parallel_shard_of_what_its_sharding_shards(
-        sharding, bytes_per_held):
+        sharding, bytes_per_held, bytes_per_largest_layer):
     plan = _hybrid(one_f_one_b(STAGES, 8), tp=2, dp=2, sharding=sharding)
     # 1F1B's first pipeline rank keeps 2 micro-batches in flight; TP2 makes them sequence-parallel (half each)
     activations = 2 * len(STAGES[0]) * _layer_activation_bytes() / 2
     state = rank_bytes(plan, SPEC, 0, torch.float32, "adamw") - activations
-    assert state == pytest.approx(bytes_per_held * _first_stage_held_on_a_tp2_gpu(), abs=1)
+    held = _first_stage_held_on_a_tp2_gpu()
+    assert state == pytest.approx(bytes_per_held * sum(held) + bytes_per_largest_layer * max(held), abs=1)
 
 
 def test_context_parallelism_splits_the_activations_and_the_logits_by_tokens():

@@ -67,7 +67,74 @@ def test_a_parameter_two_stages_share_is_sharded_once_and_gathered_for_both():
     group = _group()
     try:
         units = shard_stages({0: Runner([table, nn.Linear(4, 4).double()]), 3: Runner([head])}, {"dp": group}, 1)
-        assert len(units[0]) == 2 and units[3] == [units[0][0]]   # a unit a layer; the table's gathered for both
-        assert units[0][0].parameters == [table.weight]
+        # a unit a layer, listed per layer; the table's gathered for both ends
+        assert [len(layer) for layer in units[0]] == [1, 1] and units[3] == [[units[0][0][0]]]
+        assert units[0][0][0].parameters == [table.weight]
+    finally:
+        dist.destroy_process_group()
+
+
+def _stage_layers():
+    from executor.model.linear import Linear
+
+    return [nn.Sequential(Linear(6, 6, bias=True), nn.Tanh()).double() for _ in range(3)]
+
+
+def test_a_fully_sharded_stage_holds_one_layer_whole_at_a_time_in_its_forward_and_its_backward(monkeypatch):
+    from executor.running.sharding import sharded_units
+    from executor.running.stage import StageRunner
+
+    torch.manual_seed(0)
+    layers, reference = _stage_layers(), _stage_layers()
+    for layer, twin in zip(layers, reference):
+        twin.load_state_dict(layer.state_dict())
+    inputs = [torch.randn(4, 6, dtype=torch.float64) for _ in range(4)]
+    targets = [torch.randn(4, 6, dtype=torch.float64) for _ in range(4)]
+    whole, most = set(), [0]
+    gather, release = ShardedParameters.gather, ShardedParameters.release
+
+    def gathering(unit, record=True):
+        gather(unit, record)
+        whole.add(id(unit))
+        most[0] = max(most[0], len(whole))
+
+    def releasing(unit):
+        release(unit)
+        whole.discard(id(unit))
+
+    monkeypatch.setattr(ShardedParameters, "gather", gathering)
+    monkeypatch.setattr(ShardedParameters, "release", releasing)
+    group = _group()
+    try:
+        runner = StageRunner(1, layers, is_first=False, is_last=True, loss_scale=0.25)
+        timer = _Timer()
+        units = shard_stages({1: runner}, {"dp": group}, 1)
+        for unit in sharded_units(units):
+            unit.timer = timer
+        runner.layer_units = units[1]
+        for microbatch in range(4):
+            runner.forward(microbatch, inputs[microbatch], targets[microbatch])
+            assert not whole, "every layer is freed after its forward"
+        runner.backward(0, None)                       # B
+        runner.backward(1, None)
+        assert not whole, "every layer is freed once the backward has passed its input"
+        runner.backward_input(2, None)                 # I, then W without the weights
+        runner.backward_input(3, None)
+        assert not whole
+        gathers = len(timer.ops)
+        runner.backward_weight(2)
+        runner.backward_weight(3)
+        assert len(timer.ops) == gathers and not whole
+        assert most[0] == 1, "one layer whole at a time"
+        for unit in sharded_units(units):
+            unit.reduce_gradients()
+        loss = sum(torch.nn.functional.mse_loss(nn.Sequential(*reference)(x), y) * 0.25
+                   for x, y in zip(inputs, targets))
+        loss.backward()
+        for unit, twin in zip(sharded_units(units), reference):
+            expected = torch.cat([p.grad.reshape(-1) for p in twin.parameters()])
+            assert torch.allclose(unit.shard.grad[:expected.numel()], expected, rtol=1e-12, atol=0)
+        # per layer: 4 forwards and 4 backwards (B or I) gather it
+        assert [op for op, _ in timer.ops].count("dp_all_gather") == 3 * 8
     finally:
         dist.destroy_process_group()
