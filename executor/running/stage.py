@@ -96,8 +96,8 @@ class StageRunner:
                 hidden = gathered_call(layer_units, layer, hidden, targets, self.loss_scale)
             elif self.recompute == "full":
                 hidden = gathered_call(layer_units, partial(checkpointed, layer), hidden)
-            else:
-                hidden = gathered_call(layer_units, layer, hidden)
+            else:   # an embedding's weight gradient needs the tokens, not the weights
+                hidden = gathered_call(layer_units, layer, hidden, backward=not isinstance(layer, Embedding))
         if self.is_last and not isinstance(self.body[-1], Head):
             # A model without a head regresses synthetic hidden targets.
             hidden = F.mse_loss(hidden, targets) * self.loss_scale

@@ -41,7 +41,8 @@ Communication charged inside F and B (Megatron-LM does not overlap these by defa
   after the forward); FSDP2 prefetches the next layer's gather while this one computes, so each pass is charged
   only what its collectives outlast the layer's compute. Nothing is left to the step's end but the optimizer. Without
   DP overlap (``CostOptions.overlap_dp`` off: this project's executor, ``executor/running/sharding.py``) the gathers
-  are charged in full, and the gradients are reduce-scattered once, at the step's end, as
+  are charged in full (an embedding's in F only: its backward needs no weights), and the gradients are
+  reduce-scattered once, at the step's end, as
   ``torch.distributed.pipelining`` runs FSDP2 inside a schedule (it syncs gradients at the last backward only).
 
 Recomputation (Korthikanti et al. 2022, Sec. 5; Megatron's ``--recompute-granularity``): ``full`` runs each
@@ -488,8 +489,9 @@ def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config:
             reduce = (ring_collective_ms(dense * options.grad_reduce_bytes, mapping.span("dpcp"))
                       + ring_collective_ms(expert * options.grad_reduce_bytes, mapping.span("edp")))
             parts["dp"] = behind_compute(gather, gather + reduce)
-        else:   # not prefetched; the gradients wait for the step's end (``data_parallel_ms``)
-            parts["dp"] = (gather, gather)
+        else:   # not prefetched; the gradients wait for the step's end (``data_parallel_ms``); an embedding's weight
+            # gradient needs the tokens, not the weights, so it is gathered for F only
+            parts["dp"] = (gather, 0.0 if layer.kind == "embedding" else gather)
     return parts
 
 

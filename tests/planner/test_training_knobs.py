@@ -118,6 +118,11 @@ def test_full_sharding_without_dp_overlap_pays_each_gather_and_reduces_once_at_t
     options = CostOptions(overlap_dp=False)
     assert layer_comm_parts(LLAMA.layers[1], work, LLAMA, config, mapping, 4096, options)["dp"] == (
         pytest.approx(gather), pytest.approx(gather))
+    # the embedding's backward needs the tokens, not its table: gathered for F only
+    table = layer_work(LLAMA, H100, 1, 4096)[0]
+    assert LLAMA.layers[0].kind == "embedding" and table.params.tp_sharded > 0
+    assert layer_comm_parts(LLAMA.layers[0], table, LLAMA, config, mapping, 4096, options)["dp"] == (
+        pytest.approx(ring_ms(2 * table.params.tp_sharded / 8, 16, 50, 8)), 0.0)
     job = Job(LLAMA, H100, 128, 4096, 64, options)
     full, overlapped = estimate(job, config), estimate(Job(LLAMA, H100, 128, 4096, 64), config)
     assert overlapped.data_parallel_ms == 0.0
