@@ -91,36 +91,21 @@ class ShardedParameters:
         self.shard.grad = reduced
 
 
-class _GatherForBackward(torch.autograd.Function):
-    """A layer's output, unchanged; when the backward reaches it, the layer's units are gathered before the backward
-    runs through the layer."""
+class _OnBackward(torch.autograd.Function):
+    """A tensor, unchanged; when the backward reaches it, each of ``units`` runs ``method`` (``gather`` on a layer's
+    output: before the backward runs through the layer; ``release`` on its input: once it has passed through it, as
+    the autograd engine runs a node after every node created after it that feeds it, the layer's)."""
 
     @staticmethod
-    def forward(ctx, output: torch.Tensor, units: list[ShardedParameters]) -> torch.Tensor:
-        ctx.units = units
-        return output.view_as(output)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        for unit in ctx.units:
-            unit.gather()
-        return grad, None
-
-
-class _ReleaseAfterBackward(torch.autograd.Function):
-    """A layer's input, unchanged; once the backward has passed through the layer to it, the layer's units are
-    freed (the autograd engine runs a node after every node created after it that feeds it: the layer's)."""
-
-    @staticmethod
-    def forward(ctx, layer_input: torch.Tensor, units: list[ShardedParameters]) -> torch.Tensor:
-        ctx.units = units
-        return layer_input.view_as(layer_input)
+    def forward(ctx, tensor: torch.Tensor, units: list[ShardedParameters], method: str) -> torch.Tensor:
+        ctx.units, ctx.method = units, method
+        return tensor.view_as(tensor)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         for unit in ctx.units:
-            unit.release()
-        return grad, None
+            getattr(unit, ctx.method)()
+        return grad, None, None
 
 
 def gathered_call(units: list[ShardedParameters], call, layer_input: torch.Tensor, *args, backward: bool = True):
@@ -131,7 +116,7 @@ def gathered_call(units: list[ShardedParameters], call, layer_input: torch.Tenso
     if not units:
         return call(layer_input, *args)
     if backward and layer_input.requires_grad:
-        layer_input = _ReleaseAfterBackward.apply(layer_input, units)
+        layer_input = _OnBackward.apply(layer_input, units, "release")
     for unit in units:
         unit.gather()
     try:
@@ -139,7 +124,7 @@ def gathered_call(units: list[ShardedParameters], call, layer_input: torch.Tenso
     finally:
         for unit in units:
             unit.release()
-    return _GatherForBackward.apply(output, units) if backward and output.requires_grad else output
+    return _OnBackward.apply(output, units, "gather") if backward and output.requires_grad else output
 
 
 def shard_stages(runners: dict, groups: dict, expert_data_parallel: int) -> dict[int, list[list[ShardedParameters]]]:
