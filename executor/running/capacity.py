@@ -27,7 +27,7 @@ from planner.errors import SpecError
 from planner.memory import activation_peaks, model_state, single_dtype_state, stage_activation_bytes
 from planner.parallel.config import ParallelConfig
 from planner.parallel.memory import held_parameters, optimizer_parameters
-from planner.parallel.params import layer_params
+from planner.parallel.params import LayerParams, layer_params
 from planner.plan import Plan
 from planner.spec.model import ModelSpec
 
@@ -44,7 +44,8 @@ def rank_bytes(plan: Plan, spec: ModelSpec, rank: int, dtype: torch.dtype, optim
     element = torch.empty((), dtype=dtype).element_size()
     precision = single_dtype_state(element, adam=optimizer == "adamw")
     layers = [layer for stage in plan.stages_on(rank) for layer in plan.stages[stage].layers]
-    held = [held_layer_parameters(spec, counts, [layer], config) for layer in layers]
+    split = layer_params(spec)
+    held = [held_layer_parameters(split, counts, [layer], config) for layer in layers]
     dense, expert = sum(part[0] for part in held), sum(part[1] for part in held)
     kept = optimizer_parameters(dense, expert, config)
     state = model_state(dense + expert, precision, optimizer_parameters=kept).total
@@ -56,11 +57,10 @@ def rank_bytes(plan: Plan, spec: ModelSpec, rank: int, dtype: torch.dtype, optim
     return round(state + activations)
 
 
-def held_layer_parameters(spec: ModelSpec, counts: list[int], layers: list[int],
+def held_layer_parameters(split: list[LayerParams], counts: list[int], layers: list[int],
                           config: ParallelConfig) -> tuple[float, float]:
     """(dense, expert) parameters of ``layers`` one GPU holds under ``config``: the executor's own count of each
-    layer, split as the planner splits it (``planner.parallel.params``)."""
-    split = layer_params(spec)
+    layer, split as the planner splits the model's (``split``: ``planner.parallel.params.layer_params``)."""
     dense = expert = 0.0
     for layer in layers:
         if split[layer].total:
