@@ -253,3 +253,23 @@ def test_ep2_dp4_pp2_fully_sharded_shards_experts_over_expert_dp_and_matches_one
         assert counts[(rank, "dp_all_gather")] == 2 * (len(layers) + backward_gathers)
         assert counts[(rank, "dp_reduce_scatter")] == len(layers)
         assert counts[(rank, "edp_optimizer_step")] == counts[(rank, "dp_optimizer_step")] == 1
+
+
+def test_a_fully_sharded_zero_bubble_v_with_both_ends_of_the_tied_table_on_one_rank_matches_one_process(tmp_path):
+    """DP2 x PP2, fully sharded, on a zero-bubble V whose first rank holds the embedding and the head it is tied to,
+    each stage recomputing as planned: a layer is gathered for its forward and for its backward (I), the
+    embedding's prologue for its forward only (its weight gradient needs the tokens), W for nothing; the tied table
+    is one unit on that rank, gathered for both ends (the head's final norm is a unit of its own)."""
+    recompute = ("full", "selective", "none", "full")
+    plan = hybrid(list_schedule([[0, 1], [2], [3, 4], [5, 6, 7, 8]], [0, 1, 1, 0], num_microbatches=3,
+                                split_backward=True), dp=2, sharding="full", recompute=recompute)
+    result = run_and_verify(tmp_path, plan, steps=2, optimizer="adamw")
+    counts = collectives(result)
+    units = {8: 2}   # a unit a layer, the head's two: the tied table and its norm
+    for rank in range(4):
+        layers = [layer for stage in plan.stages_on(RankPlace.of(plan, rank).pp) for layer in plan.stages[stage].layers]
+        forward = sum(units.get(layer, 1) for layer in layers)
+        backward = forward - (0 in layers)
+        assert counts[(rank, "dp_all_gather")] == 2 * 3 * (forward + backward), rank
+        assert counts[(rank, "dp_reduce_scatter")] == 2 * len(layers), rank
+        assert counts[(rank, "pp_tied_all_reduce")] == 0, "both ends on one rank: nothing to sum across the pipeline"
