@@ -104,7 +104,8 @@ def check_capacity(plan: Plan, spec: ModelSpec, *, device: torch.device, dtype: 
     config = plan.parallel_config()
     if device.type == "cuda":
         worst = max(needs, key=needs.get)
-        where = f"each GPU of pipeline rank {worst} ({config.short()})" if plan.parallel is not None else f"rank {worst}"
+        where = (f"each GPU of pipeline rank {worst} ({config.short()})" if plan.parallel is not None
+                 else f"rank {worst}")
         if needs[worst] > capacity:
             raise SpecError("model", f"{spec.name!r} needs ~{needs[worst] / GIB:.1f} GiB on {where} "
                                      f"(parameters, gradients, optimizer state, activations) but the GPU has "

@@ -5,8 +5,9 @@ one ``batch_isend_irecv`` group per channel, each channel in its own process gro
 (``executor.running.worker.open_channels``), waiting on receives just before the compute that needs them, timing every
 compute), drain the sends, then sum the gradients where they are partial: the parameters a TP group holds whole
 (``executor.model.tensor_parallel``), a tied embedding's table across the pipeline, every gradient over the
-data-parallel replicas (fully sharded: each layer gathered around its forward and its backward, reduce-scattered into the
-shards, ``executor.running.sharding``); step the optimizer. Every collective is an event of its own, with the rank's coordinate.
+data-parallel replicas (fully sharded: each layer gathered around its forward and its backward, reduce-scattered into
+the shards, ``executor.running.sharding``); step the optimizer. Every collective is an event of its own, with the rank's
+coordinate.
 """
 
 from __future__ import annotations

@@ -186,7 +186,8 @@ def test_a_tensor_parallel_stage_too_big_for_one_gpu_whole_is_run_where_its_shar
     share = max(rank_bytes(split, SPEC, rank, torch.float32, "adamw") for rank in (0, 1))
     assert share < whole * 0.6
     gpu = torch.device("cuda", 0)
-    monkeypatch.setattr(capacity, "device_capacity_bytes", lambda device: (whole + share) / 2 / capacity.USABLE_FRACTION)
+    between = (whole + share) / 2 / capacity.USABLE_FRACTION
+    monkeypatch.setattr(capacity, "device_capacity_bytes", lambda device: between)
     check_capacity(split, SPEC, device=gpu, dtype=torch.float32, optimizer="adamw")
     with pytest.raises(SpecError, match=r"needs ~.* GiB on rank \d"):
         check_capacity(pipeline, SPEC, device=gpu, dtype=torch.float32, optimizer="adamw")

@@ -216,9 +216,9 @@ def test_tp2_pp2_dp2_on_eight_ranks_matches_one_process_and_folds_the_replicas(t
 
 
 def test_dp2_pp2_fully_sharded_matches_one_process_with_its_gathers_and_reductions(tmp_path):
-    """ZeRO-3 (``executor.running.sharding``): each layer's weights gathered just before its forward and its backward
-    and freed after each, the step's gradients reduce-scattered into the shards once, the optimizer on the shards; the tied
-    embedding's gradient still summed across the pipeline first."""
+    """ZeRO-3 (``executor.running.sharding``): each layer's weights gathered just before its forward and its
+    backward and freed after each, the step's gradients reduce-scattered into the shards once, the optimizer on the
+    shards; the tied embedding's gradient still summed across the pipeline first."""
     plan = hybrid(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7, 8]], num_microbatches=3), dp=2, sharding="full")
     result = run_and_verify(tmp_path, plan, steps=2, optimizer="adamw")
     counts = collectives(result)
