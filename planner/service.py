@@ -160,6 +160,22 @@ def stored_plan_simulation(stored: StoredPlan) -> dict:
     return simulate(plan, load_profile(stored.profile_doc), cluster).to_dict()
 
 
+def run_comparison_simulation(stored: StoredPlan) -> dict:
+    """What a run of a stored plan is compared with. A pipeline plan: ``stored_plan_simulation``. A v2 plan: predicted
+    as this project's executor runs it (``EXECUTOR_OPTIONS``: nothing overlapped, CP by all-gather), whatever overlaps
+    and framework its job planned for (those are the frameworks' it is exported to): the simulation of its pipeline,
+    with that prediction's ``predicted`` (the step's exposed DP communication and optimizer) beside it."""
+    plan = load_plan(stored.plan_doc)
+    if plan.parallel is None:
+        return stored_plan_simulation(stored)
+    spec, cluster = load_model_spec(stored.spec_doc), load_cluster(stored.cluster_doc)
+    seq_len = stored.job_seq_len or spec.seq_len
+    profile, ranks = planner_hybrid.pipeline(plan, spec, cluster, seq_len, EXECUTOR_OPTIONS)
+    simulation = simulate(plan, profile, ranks).to_dict()
+    simulation["predicted"] = planner_hybrid.predict(plan, spec, cluster, seq_len, EXECUTOR_OPTIONS)["predicted"]
+    return simulation
+
+
 def repredict_edit(stored: StoredPlan, doc: object) -> dict:
     """The editor's answer for ``doc``, an edited copy of ``stored``'s document: ``predict_stored_plan``'s fields
     plus ``difference`` from the stored plan (``planner.editing`` describes what ``doc.meta`` may ask)."""
@@ -530,7 +546,7 @@ __all__ = [*LOADERS, "ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "Action
            "check_pipeline_job", "count_parameters", "depth_reason", "derive_plan", "export_stored_plan",
            "is_cluster_preset", "kept_plan_first", "model_preset_names", "model_with_shape", "parse_action",
            "plan_gpus", "plan_hybrid_job", "plan_pipeline_job", "plan_run_shape", "predict_stored_plan",
-           "preset_names", "repredict_edit", "simulate_on_profile", "stored_plan_page", "stored_plan_simulation",
+           "preset_names", "repredict_edit", "run_comparison_simulation", "simulate_on_profile", "stored_plan_page", "stored_plan_simulation",
            "binary_bytes", "decimal_count", "calibrate_hybrid_from_run", "signed_binary_bytes",
            "summarize_observed",
            "throughput_difference"]

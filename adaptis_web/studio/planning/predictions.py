@@ -38,6 +38,19 @@ def plan_key(plan: Plan) -> tuple:
     return plan.pk, plan.created_at
 
 
+def run_prediction(plan: Plan) -> dict:
+    """What a run of ``plan`` is compared with (``planner.service.run_comparison_simulation``: a hybrid plan as this
+    project's executor runs it), kept as ``plan_prediction`` keeps its own."""
+    if plan.plan_doc.get("parallel") is None:
+        return plan_prediction(plan)
+    key = (*plan_key(plan), "run")
+    cached = PREDICTIONS.get(key)
+    if cached is None:
+        cached = planner_service.run_comparison_simulation(stored_plan(plan))
+        PREDICTIONS.put(key, cached)
+    return cached
+
+
 def plan_prediction(plan: Plan) -> dict:
     """The simulator's full output for ``plan``: the stored metrics plus ``timeline`` and ``transfers``."""
     if "timeline" in plan.simulation:

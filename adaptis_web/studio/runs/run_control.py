@@ -119,11 +119,10 @@ def predicted_tokens_per_s(plan_doc: dict, simulation: dict) -> float | None:
     return tokens_per_s * load_parallel(parallel).dp if tokens_per_s and parallel else tokens_per_s
 
 
-def predicted_step_end(plan_doc: dict) -> list[dict]:
-    """What a hybrid plan's prediction charges after its pipeline, in order: the exposed data-parallel communication,
-    then the optimizer step (the planner's ``predicted``: the slowest pipeline rank's). Its TP, CP and EP
+def predicted_step_end(predicted: dict) -> list[dict]:
+    """What a hybrid plan's prediction (the planner's ``predicted``: the slowest pipeline rank's) charges after its
+    pipeline, in order: the exposed data-parallel communication, then the optimizer step. Its TP, CP and EP
     collectives are part of F and B, not apart. The run chart draws them after the predicted pipeline."""
-    predicted = plan_doc.get("predicted") or {}
     parts = [("data_parallel_exposed", "dp", predicted.get("data_parallel_exposed_ms") or 0.0,
               "the DP gradient reduction and parameter gathering left exposed at the step's end"),
              ("optimizer_step", "optimizer", predicted.get("optimizer_ms") or 0.0, "the optimizer step")]

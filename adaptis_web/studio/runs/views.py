@@ -16,7 +16,7 @@ from adaptis_web.studio.accounts.roles import role_permissions
 from adaptis_web.studio.catalog.selectors import spec_get_for_user
 from adaptis_web.studio.planning.forms import SpecPlanningForm
 from adaptis_web.studio.planning.plan_views import plan_page
-from adaptis_web.studio.planning.predictions import plan_prediction
+from adaptis_web.studio.planning.predictions import run_prediction
 from adaptis_web.studio.planning.selectors import plan_get_for_user
 from adaptis_web.studio.planning.views import job_page, spec_page
 from adaptis_web.studio.runs.calibration import job_replan_from_run
@@ -91,7 +91,7 @@ def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
 def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int = 200) -> HttpResponse:
     plan = run.plan
     local = plan_local_prediction(plan)  # the plan's stages timed on the runs' host, once measured
-    simulation = local or plan_prediction(plan)
+    simulation = local or run_prediction(plan)   # a hybrid plan as the executor runs it
     events = run_events_after(run=run)  # the first page; the page polls for the rest (after its last_seq)
     replicas = plan_replicas(plan.plan_doc)
     return render(request, "studio/run_detail.html", {
@@ -105,7 +105,9 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
             "iteration_ms": simulation["iteration_ms"],
             "stage_devices": [stage["device"] for stage in plan.plan_doc["stages"]],
             "observed": events["events"], "collectives": events["collectives"], "last_seq": events["last_seq"],
-            "replicas": replicas, "predicted_step_end": predicted_step_end(plan.plan_doc) if replicas > 1 else [],
+            "replicas": replicas,
+            "predicted_step_end": predicted_step_end(simulation.get("predicted") or plan.plan_doc.get("predicted") or {})
+            if replicas > 1 else [],
         },
         "device_comparison": device_comparison(simulation, run.summary),
         "steps_chart": run_steps_chart(run=run, predicted_ms=simulation["iteration_ms"],
