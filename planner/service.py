@@ -546,7 +546,8 @@ __all__ = [*LOADERS, "ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "Action
            "check_pipeline_job", "count_parameters", "depth_reason", "derive_plan", "export_stored_plan",
            "is_cluster_preset", "kept_plan_first", "model_preset_names", "model_with_shape", "parse_action",
            "plan_gpus", "plan_hybrid_job", "plan_pipeline_job", "plan_run_shape", "predict_stored_plan",
-           "preset_names", "repredict_edit", "run_comparison_simulation", "simulate_on_profile", "stored_plan_page", "stored_plan_simulation",
+           "preset_names", "repredict_edit", "run_comparison_simulation", "simulate_on_profile", "stored_plan_page",
+           "stored_plan_simulation",
            "binary_bytes", "decimal_count", "calibrate_hybrid_from_run", "signed_binary_bytes",
            "summarize_observed",
            "throughput_difference"]

@@ -45,7 +45,7 @@ def rank_bytes(plan: Plan, spec: ModelSpec, rank: int, dtype: torch.dtype, optim
     precision = single_dtype_state(element, adam=optimizer == "adamw")
     layers = [layer for stage in plan.stages_on(rank) for layer in plan.stages[stage].layers]
     split = layer_params(spec)
-    held = [held_layer_parameters(split, counts, [layer], config) for layer in layers]
+    held = [held_layer_parameters(split[layer], counts[layer], config) for layer in layers]
     dense, expert = sum(part[0] for part in held), sum(part[1] for part in held)
     kept = optimizer_parameters(dense, expert, config)
     state = model_state(dense + expert, precision, optimizer_parameters=kept).total
@@ -57,19 +57,13 @@ def rank_bytes(plan: Plan, spec: ModelSpec, rank: int, dtype: torch.dtype, optim
     return round(state + activations)
 
 
-def held_layer_parameters(split: list[LayerParams], counts: list[int], layers: list[int],
-                          config: ParallelConfig) -> tuple[float, float]:
-    """(dense, expert) parameters of ``layers`` one GPU holds under ``config``: the executor's own count of each
-    layer, split as the planner splits the model's (``split``: ``planner.parallel.params.layer_params``)."""
-    dense = expert = 0.0
-    for layer in layers:
-        if split[layer].total:
-            layer_dense, layer_expert = held_parameters([split[layer]], config)
-            scale = counts[layer] / split[layer].total
-            dense, expert = dense + layer_dense * scale, expert + layer_expert * scale
-        else:
-            dense += counts[layer]
-    return dense, expert
+def held_layer_parameters(split: LayerParams, count: int, config: ParallelConfig) -> tuple[float, float]:
+    """(dense, expert) parameters of one layer that one GPU holds under ``config``: the executor's own ``count`` of
+    the layer, split as the planner splits it (``split``: ``planner.parallel.params.layer_params``)."""
+    if not split.total:
+        return float(count), 0.0
+    dense, expert = held_parameters([split], config)
+    return dense * count / split.total, expert * count / split.total
 
 
 def layer_activation_bytes(spec: ModelSpec, element: int, config: ParallelConfig | None = None) -> list[float]:

@@ -86,6 +86,7 @@ class RankRuntime:
             unit.timer = self.timer
         for stage, layer_units in self.sharded.items():
             runners[stage].layer_units = layer_units
+        self.stage_units = {stage: stage_units(layer_units) for stage, layer_units in self.sharded.items()}
         if place.config.dp * place.config.cp > 1 and not self.sharded:   # (the "dp" group spans dp x cp ranks)
             self.reductions.append(("dp_all_reduce", groups["dp"], [p for p in parameters if id(p) not in experts]))
         if experts and place.config.expert_dp > 1 and not self.sharded:
@@ -142,7 +143,7 @@ class RankRuntime:
         try:
             self._run_action(action, batch, state)
         finally:   # what a backward left whole (a layer whose input needs no gradient frees its units here)
-            for unit in stage_units(self.sharded.get(action.stage, [])):
+            for unit in self.stage_units.get(action.stage, ()):
                 unit.release()
 
     def _run_action(self, action: Action, batch, state: StepState) -> None:

@@ -2,13 +2,14 @@
 
 A hybrid plan (``adaptis.plan/v2``) runs with every axis it plans, inside its pipeline: data parallelism
 (gradients all-reduced at the step's end; with ``sharding`` ``optimizer`` the optimizer state sharded over the
-data-parallel ranks, ZeRO-1; with ``full`` the weights and gradients too, gathered around each pass of a stage,
-ZeRO-3, ``executor.running.sharding``), tensor parallelism (Megatron-LM's column- and row-parallel layers with sequence
-parallelism, ``executor.model.tensor_parallel``), context parallelism (``executor.model.context_parallel``) and
-expert parallelism (``executor.model.expert_parallel``), where every layer of the model has a form for them here.
-Each stage recomputes activations as planned (``executor.model.recompute``). What it cannot run as planned (a layer
-kind without a TP or CP form, a sequence or experts that do not split evenly) is refused with the reason: run as
-less, it would be measured against a prediction of something else.
+data-parallel ranks, ZeRO-1; with ``full`` the weights too, each layer gathered around its own passes, and the
+gradients reduce-scattered into the shards, ZeRO-3, ``executor.running.sharding``), tensor parallelism (Megatron-LM's
+column- and row-parallel layers with sequence parallelism, ``executor.model.tensor_parallel``), context parallelism
+(``executor.model.context_parallel``) and expert parallelism (``executor.model.expert_parallel``), where every
+layer of the model has a form for them here. Each stage recomputes activations as planned
+(``executor.model.recompute``). What it cannot run as planned (a layer kind without a TP or CP form, a sequence or
+experts that do not split evenly) is refused with the reason: run as less, it would be measured against a prediction
+of something else.
 """
 
 from __future__ import annotations

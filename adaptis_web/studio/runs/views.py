@@ -106,8 +106,8 @@ def _run_page(request: HttpRequest, run, *, replan_error: str = "", status: int 
             "stage_devices": [stage["device"] for stage in plan.plan_doc["stages"]],
             "observed": events["events"], "collectives": events["collectives"], "last_seq": events["last_seq"],
             "replicas": replicas,
-            "predicted_step_end": predicted_step_end(simulation.get("predicted") or plan.plan_doc.get("predicted") or {})
-            if replicas > 1 else [],
+            "predicted_step_end": predicted_step_end(simulation.get("predicted") or plan.plan_doc.get("predicted")
+                                                     or {}) if replicas > 1 else [],
         },
         "device_comparison": device_comparison(simulation, run.summary),
         "steps_chart": run_steps_chart(run=run, predicted_ms=simulation["iteration_ms"],
