@@ -317,7 +317,8 @@ OVERLAP = argument("--overlap", metavar="tp,dp,ep", default="dp",
                         "upper bounds: they hide all that the compute beside them can")
 # The framework the job trains with, as the cost model tells them apart (planner.parallel.cost.FRAMEWORKS)
 FRAMEWORK = argument("--framework", choices=tuple(FRAMEWORKS), default=DEFAULT_FRAMEWORK,
-                     help=f"the training framework whose kernels the cost model assumes: {FRAMEWORKS_TEXT}")
+                     help=f"the training framework whose kernels, recomputation and loss the cost model assumes: "
+                          f"{FRAMEWORKS_TEXT}")
 
 
 # The hybrid search's integer pins: (name, metavar, help)

@@ -50,7 +50,8 @@ def attention_core(*, batch: int, seq_len: int, heads: int, kv_heads: int, qk_di
     return Cost(
         forward=(Kernel(score_flops + value_flops,
                         dtype_bytes * (queries + keys_ + values + outputs) + logsumexp,
-                        shape=AttentionShape(max(qk_dim, v_dim), span)),),
+                        shape=AttentionShape(max(qk_dim, v_dim), span),
+                        output_bytes=dtype_bytes * outputs + logsumexp),),
         backward_input=(Kernel(2 * (score_flops + value_flops),
                                dtype_bytes * (2 * (queries + keys_ + values) + 2 * outputs) + logsumexp,
                                recomputed_flops=score_flops, shape=AttentionShape(max(qk_dim, v_dim), span, True)),),
@@ -63,7 +64,8 @@ def _query_key_value_projections(mixer: AttentionMixer, hidden: int, tokens: int
     heads, kv_heads, qk_dim = mixer.num_heads, mixer.num_kv_heads, mixer.head_dim
     width = heads * qk_dim + kv_heads * qk_dim + kv_heads * mixer.value_dim
     rotated = tokens * (heads + kv_heads) * qk_dim
-    cost = (linear(tokens, hidden, width, dtype_bytes, bias=mixer.qkv_bias)
+    cost = (linear(tokens, hidden, width, dtype_bytes, bias=mixer.qkv_bias,
+                   parts=(heads * qk_dim, kv_heads * qk_dim, kv_heads * mixer.value_dim))
             + saved(dtype_bytes * tokens * hidden, fp8_bytes=tokens * hidden))
     if mixer.rotary:
         cost += elementwise(rotated, rotated, ROTARY_FLOPS_PER_ELEMENT, dtype_bytes)

@@ -25,7 +25,8 @@ ROUTER_FLOPS_PER_LOGIT = 6        # softmax and top-k selection over the expert 
 def _mlp_body(tokens: float, hidden: int, inner: int, gated: bool, dtype_bytes: int, bias: bool = False) -> Cost:
     """The MLP without saving its input (the caller decides, since an MoE's shared expert shares it)."""
     up_width = 2 * inner if gated else inner
-    return (linear(tokens, hidden, up_width, dtype_bytes, bias=bias) + saved(dtype_bytes * tokens * up_width)
+    return (linear(tokens, hidden, up_width, dtype_bytes, bias=bias, parts=(inner, inner) if gated else ())
+            + saved(dtype_bytes * tokens * up_width)
             + elementwise(tokens * up_width, tokens * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
             + linear(tokens, inner, hidden, dtype_bytes, bias=bias, parallel="row")
             + saved(dtype_bytes * tokens * inner, fp8_bytes=tokens * inner))

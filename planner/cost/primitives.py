@@ -31,30 +31,33 @@ TP_SPLIT_DIMS = {"column": (1, 2, 0), "row": (2, 1, 1), "replicated": (None, Non
 
 
 def projection_shapes(tokens: float, d_in: int, d_out: int, parallel: str = "column",
-                      experts: int = 0) -> tuple[Gemm, Gemm, Gemm]:
-    """The (F, B, W) GEMMs of a ``d_in -> d_out`` projection over ``tokens`` (routed tokens of ``experts``)."""
+                      experts: int = 0, parts: tuple[float, ...] = ()) -> tuple[Gemm, Gemm, Gemm]:
+    """The (F, B, W) GEMMs of a ``d_in -> d_out`` projection over ``tokens`` (routed tokens of ``experts``);
+    ``parts``: the separate projections it fuses (``Gemm.parts``)."""
     forward_dim, backward_dim, weight_dim = TP_SPLIT_DIMS[parallel]
-    return (Gemm(tokens, d_out, d_in, token_dim=0, tp_dim=forward_dim, experts=experts),
+    return (Gemm(tokens, d_out, d_in, token_dim=0, tp_dim=forward_dim, experts=experts, parts=parts),
             Gemm(tokens, d_in, d_out, token_dim=0, tp_dim=backward_dim, experts=experts),
             Gemm(d_out, d_in, tokens, token_dim=2, tp_dim=weight_dim, experts=experts))
 
 
 def linear(tokens: float, d_in: int, d_out: int, dtype_bytes: int, *, bias: bool = False, fp8: bool = True,
-           parallel: str = "column") -> Cost:
+           parallel: str = "column", parts: tuple[float, ...] = ()) -> Cost:
     """A projection, bias-free unless ``bias``. Its input is saved by the caller (several projections may share
     one input). A bias is added in the matmul's epilogue and its gradient (a sum of the output gradient over the
     tokens) is ``tokens·d_out`` FLOPs in W. ``fp8``: FP8 training runs it in FP8 (Transformer Engine's linear
     layers); the router and the output layer stay in BF16 (``fp8=False``), as in Megatron-Core and NeMo.
-    ``parallel``: how TP splits it (``TP_SPLIT_DIMS``)."""
+    ``parallel``: how TP splits it (``TP_SPLIT_DIMS``). ``parts``: the output widths of the projections it fuses,
+    where a framework runs them apart (``Gemm.parts``)."""
     flops = 2.0 * tokens * d_in * d_out
     weight = d_in * d_out + (d_out if bias else 0)
     bias_flops = tokens * d_out if bias else 0.0
     activations_in, activations_out = tokens * d_in, tokens * d_out
     cast = FP8_CAST_TRANSPOSE_BYTES if fp8 else 0
-    forward, backward, weight_gradient = projection_shapes(tokens, d_in, d_out, parallel)
+    forward, backward, weight_gradient = projection_shapes(tokens, d_in, d_out, parallel, parts=parts)
     return Cost(
         forward=(Kernel(flops, dtype_bytes * (activations_in + weight + activations_out), fp8=fp8,
-                        fp8_cast_bytes=cast * activations_in, shape=forward),),
+                        fp8_cast_bytes=cast * activations_in, shape=forward,
+                        output_bytes=dtype_bytes * activations_out),),
         backward_input=(Kernel(flops, dtype_bytes * (activations_out + weight + activations_in), fp8=fp8,
                                fp8_cast_bytes=cast * activations_out, shape=backward),),
         backward_weight=(Kernel(flops + bias_flops, dtype_bytes * (activations_in + activations_out)

@@ -29,6 +29,12 @@ LOSS_BYTES = 4                       # the head's output is one fp32 loss
 # serves both.
 CROSS_ENTROPY_FORWARD_FP32_ACCESSES = 8
 CROSS_ENTROPY_BACKWARD_FP32_ACCESSES = 3
+# What the loss's backward allocates per logit beside the softmax it kept, at its peak: Megatron's
+# ``_VocabParallelCrossEntropy.backward`` writes the gradient into the kept softmax in place, and the cast's backward
+# returns it in the model's dtype (2 bytes, "fused"); PyTorch's ``F.cross_entropy`` on fp32 logits (torchtitan's
+# ``cross_entropy_loss``) is ``log_softmax`` and ``nll_loss``: nll's backward writes a zero-filled fp32 gradient and
+# log-softmax's backward a second one beside it (8 bytes, "eager"), before the cast back frees both.
+LOSS_BACKWARD_BYTES = {"fused": 2, "eager": 2 * FP32_BYTES}
 
 
 def embedding_cost(*, vocab: int, hidden: int, tokens: int, dtype_bytes: int, positions: int | None = None) -> Cost:

@@ -8,7 +8,7 @@ compute-bound one that follows it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,10 @@ class Gemm:
     token_dim: int
     tp_dim: int | None
     experts: int = 0
+    # the output widths of the separate matmuls a framework that does not fuse the projection runs for it, in their
+    # order (torchtitan's wq, wk and wv for a fused QKV; w1 and w3 for a gated MLP's gate and up projections): what
+    # its per-op checkpointing counts (``per_op_checkpoint``); () for one matmul
+    parts: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,9 @@ class Kernel:
     """One kernel: the FLOPs the model needs, FLOPs it re-executes (e.g. FlashAttention's recomputed scores),
     and the bytes it moves to and from device memory. ``fp8`` marks a GEMM that FP8 training runs in FP8 (a linear
     layer Transformer Engine covers); ``fp8_cast_bytes`` is what casting its operands to FP8 then moves. ``shape``
-    is a GEMM's or fused attention's shape, where the rate depends on it."""
+    is a GEMM's or fused attention's shape, where the rate depends on it. ``output_bytes``: what a GEMM or the fused
+    attention writes as its result (the attention output and its log-sum-exp), which a per-op checkpointing policy
+    may keep for the backward (``per_op_checkpoint``)."""
 
     flops: float = 0.0
     bytes: float = 0.0
@@ -51,6 +57,7 @@ class Kernel:
     fp8: bool = False
     fp8_cast_bytes: float = 0.0
     shape: Gemm | AttentionShape | None = None
+    output_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -100,3 +107,40 @@ def saved(nbytes: float, *, fp8_bytes: float | None = None) -> Cost:
 def weights(count: int) -> Cost:
     """Parameters that cost no separate kernel (biases, gates and decays applied inside a fused kernel)."""
     return Cost(params=count, active_params=count)
+
+
+def per_op_checkpoint(forward: tuple[Kernel, ...], tp: int = 1) -> tuple[float, tuple[Kernel, ...]]:
+    """Per-op selective activation checkpointing of a block whose forward runs ``forward``, as torchtitan applies it
+    to each transformer block (``torchtitan/distributed/activation_checkpoint.py``, ``SelectiveAC``; the same rule
+    in its December 2024 benchmarks' ``_apply_ac_to_transformer_block`` with ``selective_ac_option = 'op'``). The
+    block's input is kept, and of its ops only the outputs of the save list: every other matmul, counted in the
+    order they run (the first, third, ...; a fused projection counts as the separate matmuls ``Gemm.parts`` lists),
+    fused attention (``_scaled_dot_product_flash_attention``, its output and log-sum-exp), the EP all-to-alls and
+    TP reduce-scatters. The backward re-runs everything else first: the other matmuls, every norm and elementwise
+    kernel, the MoE router (``force_recompute_mm_shapes_by_fqns``: recomputed and not counted) and the experts'
+    grouped GEMMs (``_grouped_mm`` is on no save list).
+
+    Returns the bytes kept besides the block's input, whole (before ``tp·cp``: a row-parallel matmul's output is its
+    partial sum, ``tokens x d_out`` on every TP rank before the reduce-scatter, so it counts ``tp`` times), and the
+    kernels re-run, each kept matmul's share of a fused GEMM's work taken out."""
+    kept, rerun, matmuls = 0.0, [], 0
+    for kernel in forward:
+        shape = kernel.shape
+        if isinstance(shape, AttentionShape):
+            kept += kernel.output_bytes
+            continue
+        if not isinstance(shape, Gemm) or shape.experts or shape.tp_dim is None:
+            rerun.append(kernel)   # not a saved op, a grouped GEMM or the router
+            continue
+        whole = tp if shape.tp_dim == 2 else 1
+        for width in shape.parts or (shape.n,):
+            matmuls += 1
+            share = width / shape.n
+            if matmuls % 2:
+                kept += kernel.output_bytes * share * whole
+            else:   # each separate matmul casts its own input under FP8
+                rerun.append(replace(kernel, flops=kernel.flops * share, bytes=kernel.bytes * share,
+                                     recomputed_flops=kernel.recomputed_flops * share,
+                                     output_bytes=kernel.output_bytes * share,
+                                     shape=replace(shape, n=width, parts=())))
+    return kept, tuple(rerun)

@@ -8,8 +8,8 @@ folding (Liu et al. 2025, "MoE Parallel Folding", arXiv:2504.14960; ``--expert-t
 pipeline stage's ``tp·cp·dp`` GPUs for the experts as ``etp x ep x expert_dp``, etp fastest; ``etp`` defaults to
 ``tp`` (Megatron's default), which makes ``expert_dp = dp·cp / ep``. ``tp·cp·pp·dp`` is the GPU count. A step runs
 ``num_microbatches`` micro-batches of ``microbatch_size`` sequences on every pipeline, so the global batch is
-``microbatch_size · num_microbatches · dp``. ``recompute`` is ``none``, ``selective`` or ``full`` for every stage, or
-one of those per stage of the plan.
+``microbatch_size · num_microbatches · dp``. ``recompute`` is ``none``, ``selective`` (the framework's:
+``planner.parallel.cost``) or ``full`` for every stage, or one of those per stage of the plan.
 
 ``sharding`` says what the data-parallel ranks (x CP) shard (Rajbhandari et al. 2020, "ZeRO", Sec. 5):
 ``none`` (every rank keeps all model state; gradients all-reduced), ``optimizer`` (ZeRO-1, the fp32 master weights and

@@ -46,9 +46,14 @@ Communication charged inside F and B (Megatron-LM does not overlap these by defa
   ``torch.distributed.pipelining`` runs FSDP2 inside a schedule (it syncs gradients at the last backward only).
 
 Recomputation (Korthikanti et al. 2022, Sec. 5; Megatron's ``--recompute-granularity``): ``full`` runs each
-layer's forward (with its TP/CP/EP communication) again before its backward; ``selective`` recomputes the
-core attention, which FlashAttention already does inside its backward (``planner.cost.attention``), so it
-costs nothing more here and keeps what ``none`` keeps.
+layer's forward (with its TP/CP/EP communication; not full sharding's gather, which the backward's own gather
+serves) again before its backward and keeps only the layer's input. ``selective`` is the framework's
+(``CostOptions.selective``): Megatron-Core's recomputes the core attention, which FlashAttention already does
+inside its backward (``planner.cost.attention``), so it costs nothing more here and keeps what ``none`` keeps;
+torchtitan's is per-op checkpointing (``planner.cost.work.per_op_checkpoint``): each block keeps its input and
+the outputs of every other matmul and of fused attention, and its backward re-runs the rest of its forward first,
+with the sequence-parallel TP all-gathers (not on the save list: half the block's TP collectives) but not the
+reduce-scatters, EP all-to-alls or CP exchanges inside attention (saved).
 
 Attention without FlashAttention (``CostOptions.flash_attention = False``, Megatron-LM before 2022): the
 ``b·a·s²`` scores are materialised and the whole square is computed before the causal mask; per score the
@@ -73,7 +78,8 @@ from planner.cluster import ClusterSpec
 from planner.cost.analytic import DTYPE_BYTES, layer_cost
 from planner.cost.attention import attention_core, mean_keys_per_query
 from planner.cost.roofline import ATTENTION_KERNELS, WHOLE, Split, bandwidth_bytes_per_ms, roofline_ms
-from planner.cost.work import Kernel
+from planner.cost.vocab import LOSS_BACKWARD_BYTES
+from planner.cost.work import Kernel, per_op_checkpoint
 from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig
 from planner.parallel.mapping import GroupSpan, RankMapping
@@ -85,6 +91,7 @@ FP32_BYTES = 4
 # Adam's update streams, per parameter of the local shard: fp32 grad, master weight and two moments read,
 # the three written back, and the bf16 weight written: 4 + 12 + 12 + 2 bytes (memory-bound, one fused pass).
 OPTIMIZER_BYTES_PER_PARAM = 30
+SELECTIVE_RECOMPUTATION = ("attention", "per_op")
 
 
 @dataclass(frozen=True)
@@ -107,10 +114,22 @@ class CostOptions:
     # Core and NeMo; planner.cost.work.saved), or False: as the BF16 tensor, cast again in the backward (torchao's
     # Float8Linear, torchtitan's float8: matmul_with_hp_or_float8_args saves input_hp)
     fp8_saved_inputs: bool = True
+    # what ``recompute`` ``selective`` checkpoints (module doc): "attention" (Megatron-Core's
+    # ``--recompute-granularity selective``: the core attention) or "per_op" (torchtitan's ``SelectiveAC``)
+    selective: str = "attention"
+    # how the loss is computed, for what its backward allocates (planner.cost.vocab.LOSS_BACKWARD_BYTES): "fused"
+    # (Megatron's vocabulary-parallel cross-entropy) or "eager" (PyTorch's F.cross_entropy, torchtitan)
+    cross_entropy: str = "fused"
 
     def __post_init__(self):
         if self.cp_comm not in ("p2p", "allgather"):
             raise SpecError("cp_comm", f"must be 'p2p' or 'allgather', got {self.cp_comm!r}")
+        if self.selective not in SELECTIVE_RECOMPUTATION:
+            raise SpecError("selective", f"must be one of {', '.join(SELECTIVE_RECOMPUTATION)}, "
+                                         f"got {self.selective!r}")
+        if self.cross_entropy not in LOSS_BACKWARD_BYTES:
+            raise SpecError("cross_entropy", f"must be one of {', '.join(LOSS_BACKWARD_BYTES)}, "
+                                             f"got {self.cross_entropy!r}")
         if self.attention_kernel not in ATTENTION_KERNELS:
             raise SpecError("attention_kernel", f"must be one of {', '.join(ATTENTION_KERNELS)}, "
                                                 f"got {self.attention_kernel!r}")
@@ -143,19 +162,26 @@ def overlap_text(options: CostOptions) -> str:
 
 DEFAULT_OVERLAP = overlap_text(CostOptions())
 
-# The training framework a job runs on, as the cost model tells them apart: the attention kernel it runs and how its
-# FP8 GEMMs keep their inputs for the weight gradient (CostOptions' fields, each documented there).
+# The training framework a job runs on, as the cost model tells them apart: the attention kernel it runs, how its
+# FP8 GEMMs keep their inputs for the weight gradient, what its selective recomputation keeps and how its loss is
+# computed (CostOptions' fields, each documented there).
 FRAMEWORKS = {
-    # Megatron-Core and NeMo: Transformer Engine's cuDNN attention, FP8 inputs kept as their FP8 casts
-    "megatron": {"attention_kernel": "cudnn", "fp8_saved_inputs": True},
-    # torchtitan: PyTorch SDPA's FlashAttention-2, torchao's Float8Linear keeping the BF16 input
-    "torchtitan": {"attention_kernel": "flash2", "fp8_saved_inputs": False},
+    # Megatron-Core and NeMo: Transformer Engine's cuDNN attention, FP8 inputs kept as their FP8 casts, selective
+    # recomputation of the core attention, the fused vocabulary-parallel cross-entropy
+    "megatron": {"attention_kernel": "cudnn", "fp8_saved_inputs": True, "selective": "attention",
+                 "cross_entropy": "fused"},
+    # torchtitan: PyTorch SDPA's FlashAttention-2, torchao's Float8Linear keeping the BF16 input, per-op selective
+    # checkpointing, PyTorch's cross-entropy
+    "torchtitan": {"attention_kernel": "flash2", "fp8_saved_inputs": False, "selective": "per_op",
+                   "cross_entropy": "eager"},
 }
 DEFAULT_FRAMEWORK = "megatron"
-# What each framework's kernels are, in words (the CLI's --framework help and the API's field say them)
+# What each framework runs, in words (the CLI's --framework help and the API's field say them)
 FRAMEWORK_KERNELS = {
-    "megatron": "Megatron-Core or NeMo: Transformer Engine's cuDNN attention, FP8 GEMM inputs kept in FP8",
-    "torchtitan": "PyTorch SDPA's FlashAttention-2, torchao's Float8 keeping BF16 inputs",
+    "megatron": "Megatron-Core or NeMo: Transformer Engine's cuDNN attention, FP8 GEMM inputs kept in FP8, "
+                "selective recomputation of the core attention, the fused cross-entropy",
+    "torchtitan": "PyTorch SDPA's FlashAttention-2, torchao's Float8 keeping BF16 inputs, per-op selective "
+                  "checkpointing, PyTorch's cross-entropy",
 }
 FRAMEWORKS_TEXT = " or ".join(f"{name} ({FRAMEWORK_KERNELS[name]}{'; the default' * (name == DEFAULT_FRAMEWORK)})"
                               for name in FRAMEWORKS)
@@ -209,6 +235,11 @@ class LayerWork:
     activation_bytes: float         # kept for the backward without recomputation (FlashAttention)
     fp8_activation_delta: float     # what FP8 training with FP8-saved inputs adds to it (planner.cost.work.saved)
     params: LayerParams
+    # per-op selective checkpointing (planner.cost.work.per_op_checkpoint): what a block keeps besides its input,
+    # and the forward kernels its backward re-runs, with their FLOPs
+    per_op_kept_bytes: float = 0.0
+    per_op_rerun: PassTime = PassTime(0.0, 0)
+    per_op_rerun_flops: float = 0.0
 
     def held_bytes(self, precision: str, cluster: ClusterSpec, options: CostOptions) -> float:
         """The activations kept for the backward in ``precision`` (unsharded): under FP8 on a GPU with FP8 tensor
@@ -289,6 +320,7 @@ def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_
                                    backward_input=cost.backward_input + extra_backward,
                                    activation_bytes=cost.activation_bytes + extra_bytes)
             kernels = cost.forward + cost.backward_input + cost.backward_weight
+            kept, rerun = per_op_checkpoint(cost.forward, split.tp)
             by_layer[layer] = LayerWork(
                 forward=_pass_time(cost.forward, cluster, precision, split, attention_kernel),
                 backward_input=_pass_time(cost.backward_input, cluster, precision, split, attention_kernel),
@@ -296,7 +328,9 @@ def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_
                 attention_core_ms=core_ms,
                 model_flops=cost.model_flops(), recomputed_flops=sum(k.recomputed_flops for k in kernels),
                 forward_flops=sum(k.flops for k in cost.forward), activation_bytes=cost.activation_bytes,
-                fp8_activation_delta=cost.fp8_activation_delta, params=layer_param)
+                fp8_activation_delta=cost.fp8_activation_delta, params=layer_param,
+                per_op_kept_bytes=kept, per_op_rerun=_pass_time(rerun, cluster, precision, split, attention_kernel),
+                per_op_rerun_flops=sum(k.flops + k.recomputed_flops for k in rerun))
         result.append(replace(by_layer[layer], params=layer_param))
     return tuple(result)
 
@@ -509,23 +543,35 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
     for layer, work, mode in zip(spec.layers, works, recompute):
         if layer not in comm_cache:
             parts = layer_comm_parts(layer, work, spec, config, mapping, seq_len, options)
-            comm_cache[layer] = (_comm_totals(parts), tuple((axis, f + b) for axis, (f, b) in parts.items()))
-        (comm_forward, comm_backward), comm_ms = comm_cache[layer]
+            comm_cache[layer] = (_comm_totals(parts), tuple((axis, f + b) for axis, (f, b) in parts.items()),
+                                 parts["tp"][0], parts["dp"][0])
+        (comm_forward, comm_backward), comm_ms, tp_forward, gather_forward = comm_cache[layer]
         forward = work.forward.on(shards, overhead_ms) + comm_forward
-        recomputes = mode == "full" and layer.kind not in ("embedding", "head")
-        backward_input = work.backward_input.on(shards, overhead_ms) + comm_backward + (forward if recomputes else 0.0)
-        executed = work.model_flops + work.recomputed_flops + (work.forward_flops if recomputes else 0.0)
-        if recomputes:
-            # Korthikanti et al. 2022, Sec. 5: only the layer's input is kept, sequence-parallel over TP (and CP)
-            activation = config.microbatch_size * seq_len * spec.hidden_size * dtype_bytes / shards
+        block = layer.kind not in ("embedding", "head")
+        # the block's input, sequence-parallel over TP (and split over CP)
+        block_input = config.microbatch_size * seq_len * spec.hidden_size * dtype_bytes / shards
+        if block and mode == "full":
+            # Korthikanti et al. 2022, Sec. 5: only the layer's input is kept; the forward runs again, its weights
+            # those the backward's gather brought (FSDP2 gathers once for both)
+            recompute_ms = forward - gather_forward
+            executed = work.model_flops + work.recomputed_flops + work.forward_flops
+            activation = block_input
+        elif block and mode == "selective" and options.selective == "per_op":
+            # the module doc: the re-run kernels and the TP all-gathers (half the block's sequence-parallel
+            # collectives); the matmuls, attention and reduce-scatters on the save list are kept
+            recompute_ms = work.per_op_rerun.on(shards, overhead_ms) + tp_forward / 2
+            executed = work.model_flops + work.recomputed_flops + work.per_op_rerun_flops
+            activation = block_input + work.per_op_kept_bytes / shards
         else:
+            recompute_ms = 0.0
+            executed = work.model_flops + work.recomputed_flops
             activation = work.held_bytes(config.precision, cluster, options) / shards
+        backward_input = work.backward_input.on(shards, overhead_ms) + comm_backward + recompute_ms
         result.append(LayerTime(forward=forward, backward_input=backward_input,
                                 backward_weight=work.backward_weight.on(shards, overhead_ms),
                                 executed_flops=executed / shards, activation_bytes=activation,
                                 output_bytes=4 if layer.kind == "head" else output_bytes,
-                                comm_ms=comm_ms,
-                                recompute_ms=forward if recomputes else 0.0))
+                                comm_ms=comm_ms, recompute_ms=recompute_ms))
     return result
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from planner.cluster import ClusterSpec
 from planner.memory import activation_peaks, in_flight_activation_bytes, stage_activation_bytes
+from planner.cost.vocab import LOSS_BACKWARD_BYTES
 from planner.memory.buffers import ALLOCATOR_OVERHEAD, overhead_bytes
 from planner.parallel.config import ParallelConfig
 from planner.parallel.cost import (COMM_AXES, CostOptions, LayerTime, data_parallel_ms, exposed_data_parallel_ms,
@@ -265,22 +266,30 @@ def _layer_params(job: Job) -> list[LayerParams]:
     return [work.params for work in layer_work(job.model, job.cluster, 1, job.seq_len)]
 
 
-def recompute_workspace_bytes(job: Job, config: ParallelConfig, layers: list[int], modes: list[str]) -> float:
-    """What a GPU needs during the backward of a fully recomputed layer among ``layers``: the layer whose
-    forward is recomputed holds its whole activations."""
-    recomputed = [index for index in layers
-                  if modes[index] == "full" and job.model.layers[index].kind not in ("embedding", "head")]
-    if not recomputed:
-        return 0.0
-    works = _works(job, config)
-    return max(works[index].held_bytes(config.precision, job.cluster, job.options)
-               for index in recomputed) / (config.tp * config.cp)
+def backward_workspace_bytes(job: Job, config: ParallelConfig, layers: list[int], modes: list[str]) -> float:
+    """What a GPU allocates during the backward of one layer among ``layers`` beside what the layers kept, the
+    largest of: a recomputed layer's whole activations again, beside what it kept (per-op selective checkpointing's
+    outputs), and the loss's gradient buffers in the head (``planner.cost.vocab.LOSS_BACKWARD_BYTES``)."""
+    per_op = job.options.selective == "per_op"
+    shards = config.tp * config.cp
+    needs = []
+    works = None
+    for index in layers:
+        kind = job.model.layers[index].kind
+        if kind == "head":
+            logits = config.microbatch_size * job.seq_len * job.model.vocab_size
+            needs.append(logits * LOSS_BACKWARD_BYTES[job.options.cross_entropy] / shards)
+        elif kind != "embedding" and (modes[index] == "full" or (per_op and modes[index] == "selective")):
+            works = works or _works(job, config)
+            kept = works[index].per_op_kept_bytes if modes[index] == "selective" else 0.0
+            needs.append((works[index].held_bytes(config.precision, job.cluster, job.options) - kept) / shards)
+    return max(needs, default=0.0)
 
 
 def _rank_memory(job: Job, config: ParallelConfig, rank: int, params: list[LayerParams], in_flight: float,
                  layers: list[int], modes: list[str]) -> GpuMemory:
-    workspace = recompute_workspace_bytes(job, config, layers, modes)
-    return gpu_memory(pipeline_rank=rank, params=params, activation_peak=in_flight, recompute_workspace=workspace,
+    workspace = backward_workspace_bytes(job, config, layers, modes)
+    return gpu_memory(pipeline_rank=rank, params=params, activation_peak=in_flight, backward_workspace=workspace,
                       spec=job.model, config=config, seq_len=job.seq_len, capacity=job.cluster.device.memory_bytes)
 
 
@@ -329,11 +338,11 @@ def pipeline_memory_budget(job: Job, config: ParallelConfig, profile: Profile) -
     """What a pure-PP search inside the job charges against one GPU, so that its plans fit the job's accounting
     (``planner.parallel.memory``): the profile with the allocator's overhead on each layer's activations, each
     layer's model state under the job's sharding, and the memory limit left by what no partition changes
-    (communication buffers, the CUDA context, the recomputation workspace; any rank may hold any layer).
+    (communication buffers, the CUDA context, the backward's workspace; any rank may hold any layer).
     ``config`` has one recomputation mode for every stage: a per-stage one belongs to a fixed partition."""
     modes = [config.recompute] * job.model.num_layers
     fixed = (gpu_buffer_bytes(job.model, config, job.seq_len, _layer_params(job)) + overhead_bytes(0.0)
-             + recompute_workspace_bytes(job, config, list(range(job.model.num_layers)), modes))
+             + backward_workspace_bytes(job, config, list(range(job.model.num_layers)), modes))
     with_overhead = replace(profile, layers=tuple(
         replace(layer, activation_bytes=round(layer.activation_bytes * (1 + ALLOCATOR_OVERHEAD)))
         for layer in profile.layers))

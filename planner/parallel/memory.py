@@ -11,8 +11,9 @@ unsharded gradients are held beside the shards (``fsdp_unit_bytes``).
 Activations: a stage's layers keep, per micro-batch in flight, what ``planner.parallel.cost.layer_times``
 says (Korthikanti et al. 2022: everything sequence-parallel over TP and split over CP; under full
 recomputation only each layer's input), the schedule decides how many micro-batches are in flight
-(``planner.memory.activations``), and a fully recomputed stage needs one layer's whole activations back during
-its backward. Buffers and overhead: ``planner.memory.buffers``.
+(``planner.memory.activations``), and the backward of one layer at a time allocates more: a recomputed layer's whole
+activations back, the loss's gradient buffers (``planner.parallel.evaluate.backward_workspace_bytes``). Buffers and
+overhead: ``planner.memory.buffers``.
 """
 
 from __future__ import annotations
@@ -109,10 +110,10 @@ def gpu_buffer_bytes(spec: ModelSpec, config: ParallelConfig, seq_len: int, para
                         top_k=top_k) + fsdp_unit_bytes(params, config)
 
 
-def gpu_memory(*, pipeline_rank: int, params: list[LayerParams], activation_peak: float, recompute_workspace: float,
+def gpu_memory(*, pipeline_rank: int, params: list[LayerParams], activation_peak: float, backward_workspace: float,
                spec: ModelSpec, config: ParallelConfig, seq_len: int, capacity: int) -> GpuMemory:
     state = state_of(*held_parameters(params, config), config)
-    activations = activation_peak + recompute_workspace
+    activations = activation_peak + backward_workspace
     return GpuMemory(pipeline_rank=pipeline_rank, params=state.weights, gradients=state.gradients,
                      optimizer=state.optimizer, activations=activations,
                      buffers=gpu_buffer_bytes(spec, config, seq_len, params), overhead=overhead_bytes(activations),

@@ -36,7 +36,12 @@ from planner.spec.model import AttentionMixer, LinearAttentionMixer, Mamba2Mixer
 
 PIN_KEYS = DEGREES + ("etp", "microbatch_size", "recompute", "sharding", "precision", "vpp", "distributed_optimizer")
 MICROBATCH_SIZES = (1, 2, 4, 8)
-SEARCHED_RECOMPUTE = ("none", "full")   # selective equals none under FlashAttention (planner.parallel.cost)
+
+
+def searched_recompute(options: CostOptions) -> tuple[str, ...]:
+    """The recomputation modes the search tries on a job's framework: Megatron-Core's selective equals none under
+    FlashAttention (``planner.parallel.cost``), torchtitan's per-op checkpointing is a trade of its own."""
+    return ("none", "selective", "full") if options.selective == "per_op" else ("none", "full")
 # no sharding moves more bytes than ZeRO-1 (an fp32 all-reduce against an fp32 reduce-scatter and a bf16 all-gather)
 # and keeps more, so it never wins: searched only when pinned
 SEARCHED_SHARDING = ("optimizer", "full")
@@ -269,7 +274,7 @@ def candidates(job: Job, pins: dict) -> list[tuple[ParallelConfig, int]]:
                         if job.global_batch % (size * dp):
                             continue
                         microbatches = job.global_batch // (size * dp)
-                        modes = [pins["recompute"]] if "recompute" in pins else SEARCHED_RECOMPUTE
+                        modes = [pins["recompute"]] if "recompute" in pins else searched_recompute(job.options)
                         for mode, sharding in itertools.product(modes, shardings):
                             config = ParallelConfig(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, microbatch_size=size,
                                                     num_microbatches=microbatches, recompute=mode, sharding=sharding,

@@ -9,8 +9,12 @@ import pytest
 
 from planner.cluster import load_cluster_preset
 from planner.parallel.config import ParallelConfig
-from planner.parallel.cost import (CostOptions, all_to_all_ms, layer_comm_ms, layer_comm_parts, layer_times,
-                                   layer_work, ring_collective_ms)
+from planner.cost.analytic import layer_cost
+from planner.cost.work import AttentionShape, Gemm, per_op_checkpoint
+from planner.parallel.cost import (CostOptions, all_to_all_ms, job_options, layer_comm_ms, layer_comm_parts,
+                                   layer_times, layer_work, ring_collective_ms)
+from planner.parallel.evaluate import Job, backward_workspace_bytes
+from planner.parallel.search import candidates
 from planner.parallel.mapping import RankMapping
 from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, ModelSpec
 from planner.spec.presets import load_model_preset
@@ -66,6 +70,86 @@ def test_full_recomputation_adds_the_forward_to_the_backward_and_its_flops():
     assert recomputed.backward_input == pytest.approx(plain.backward_input + plain.forward)
     work = layer_work(model, H100, 1, 2048)[1]
     assert recomputed.executed_flops - plain.executed_flops == pytest.approx(work.forward_flops / 2)
+
+
+def llama_block_model(hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256, layers=2):
+    block = LayerSpec("decoder", AttentionMixer(heads, kv_heads, 128), DenseMLP(ffn, gated=True))
+    return ModelSpec("llama", hidden, vocab, 8192, (LayerSpec("embedding"),) + (block,) * layers + (LayerSpec("head"),))
+
+
+TITAN = job_options("dp", "torchtitan")
+
+
+def test_per_op_checkpointing_keeps_every_other_matmul_and_attention_and_reruns_the_rest():
+    """torchtitan's per-op policy on a Llama block (q, k, v, o, w1, w3, w2 in that order): it keeps q, v, w1 and w2's
+    outputs and attention's output with its fp32 log-sum-exp, and re-runs k, o and w3 with every norm and pointwise
+    kernel; under TP the kept row-parallel output (w2's partial sum) is whole on every rank."""
+    model, tokens = llama_block_model(), 2 * 8192
+    h, kv, ffn, heads = 4096, 8 * 128, 14336, 32
+    cost = layer_cost(model.layers[1], replace(model, micro_batch_size=2, seq_len=8192))
+    kept, rerun = per_op_checkpoint(cost.forward)
+    assert kept == pytest.approx(2 * tokens * (h + kv + ffn + h) + 2 * tokens * h + 4 * tokens * heads)
+    gemms = [kernel for kernel in rerun if isinstance(kernel.shape, Gemm)]
+    assert sum(kernel.flops for kernel in gemms) == pytest.approx(2 * tokens * h * (kv + h + ffn))
+    assert sorted(kernel.shape.n for kernel in gemms) == [kv, h, ffn]
+    assert [kernel for kernel in rerun if kernel.shape is None] == [k for k in cost.forward if k.shape is None]
+    assert not any(isinstance(kernel.shape, AttentionShape) for kernel in rerun)
+    kept_tp8, _ = per_op_checkpoint(cost.forward, tp=8)
+    assert kept_tp8 - kept == pytest.approx(7 * 2 * tokens * h)
+
+
+def test_selective_recomputation_is_the_frameworks():
+    """Megatron-Core's selective (the core attention, already recomputed under FlashAttention) is none; torchtitan's
+    keeps the block's input and the per-op outputs, and its backward re-runs the rest (more FLOPs than none by the
+    re-run matmuls, fewer than full)."""
+    model, tokens = llama_block_model(), 2048   # times_of's sequence
+    config = ParallelConfig(tp=2)
+    megatron = {mode: times_of(model, config, mode)[1] for mode in ("none", "selective")}
+    assert megatron["selective"] == megatron["none"]
+    titan = {mode: times_of(model, config, mode, TITAN)[1] for mode in ("none", "selective", "full")}
+    cost = layer_cost(model.layers[1], replace(model, micro_batch_size=1, seq_len=tokens))
+    kept, _ = per_op_checkpoint(cost.forward, tp=2)
+    assert titan["selective"].activation_bytes == pytest.approx((2 * tokens * 4096 + kept) / 2)
+    assert titan["full"].activation_bytes < titan["selective"].activation_bytes < titan["none"].activation_bytes
+    assert 0 < titan["selective"].recompute_ms < titan["full"].recompute_ms
+    assert titan["selective"].backward_input == pytest.approx(titan["none"].backward_input
+                                                              + titan["selective"].recompute_ms)
+    matmuls = 2 * tokens * 4096 * (8 * 128 + 4096 + 14336)   # k, o and w3 again
+    assert titan["selective"].executed_flops - titan["none"].executed_flops == pytest.approx(matmuls / 2, rel=2e-3)
+
+
+def test_the_loss_backward_workspace_is_the_frameworks_cross_entropy():
+    """The head's backward allocates beside the kept softmax a logit-sized gradient: Megatron's fused cross-entropy
+    one in bf16 (in place in the softmax, cast back), PyTorch's two in fp32 (nll's and log-softmax's)."""
+    model = llama_block_model()
+    config = ParallelConfig(tp=2, dp=4, microbatch_size=2)
+    modes = ["none"] * model.num_layers
+    logits = 2 * 8192 * 128256 / 2
+    for options, per_logit in ((CostOptions(), 2), (TITAN, 8)):
+        job = Job(model, H100, 8, 8192, 8, options)
+        assert backward_workspace_bytes(job, config, list(range(model.num_layers)), modes) == pytest.approx(
+            per_logit * logits)
+        assert backward_workspace_bytes(job, config, [1, 2], modes) == 0.0
+
+
+def test_the_search_tries_selective_recomputation_only_where_it_is_a_trade():
+    model = llama_block_model()
+    pins = {"tp": 1, "pp": 1, "cp": 1, "microbatch_size": 1, "sharding": "full"}
+    modes = {framework: {config.recompute for config, _ in
+                         candidates(Job(model, H100, 8, 8192, 8, job_options("dp", framework)), pins)}
+             for framework in ("megatron", "torchtitan")}
+    assert modes == {"megatron": {"none", "full"}, "torchtitan": {"none", "selective", "full"}}
+
+
+def test_full_recomputation_under_full_sharding_reruns_no_gather():
+    """FSDP2 gathers a layer's weights once for its backward, and the recomputed forward uses them: a fully
+    recomputed layer re-runs the same work whether its weights are sharded or not."""
+    model = llama_block_model()
+    options = CostOptions(overlap_dp=False)
+    times = {sharding: times_of(model, ParallelConfig(dp=8, sharding=sharding), "full", options)[1]
+             for sharding in ("optimizer", "full")}
+    assert times["full"].forward > times["optimizer"].forward   # the gather, exposed
+    assert times["full"].recompute_ms == pytest.approx(times["optimizer"].recompute_ms)
 
 
 def test_expert_all_to_all_goes_over_nvlink_inside_a_node_and_the_nic_outside():

@@ -101,9 +101,10 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
     framework = forms.ChoiceField(label="Framework", initial=planner_service.DEFAULT_FRAMEWORK, required=False,
                                   choices=[(name, FRAMEWORK_LABELS.get(name, name))
                                            for name in planner_service.FRAMEWORKS],
-                                  help_text="whose kernels the cost model assumes: Transformer Engine's (cuDNN "
-                                            "attention, FP8 inputs kept in FP8) or PyTorch's (FlashAttention-2, "
-                                            "torchao Float8)")
+                                  help_text="whose kernels and recomputation the cost model assumes: Transformer "
+                                            "Engine's (cuDNN attention, FP8 inputs kept in FP8; selective recomputes "
+                                            "the core attention) or PyTorch's (FlashAttention-2, torchao Float8; "
+                                            "selective is per-op checkpointing)")
     precision = forms.ChoiceField(label="Precision", initial="bf16", required=False,
                                   choices=[("bf16", "BF16"), ("fp8", "FP8 (Transformer Engine)")],
                                   help_text="FP8 changes the numerics: never chosen for you")

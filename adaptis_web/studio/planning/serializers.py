@@ -132,8 +132,8 @@ class JobCreateInput(serializers.Serializer):
                                               "behind compute: any of tp, dp, ep (comma-separated) or none; default "
                                               "dp (Megatron's defaults); tp and ep are upper bounds")
     framework = OptionalChoiceField(choices=list(FRAMEWORKS), required=False, allow_null=True, default=None,
-                                    help_text="hybrid and capacity, optional: the training framework whose kernels "
-                                              f"the cost model assumes: {FRAMEWORKS_TEXT}")
+                                    help_text="hybrid and capacity, optional: the training framework whose kernels, "
+                                              f"recomputation and loss the cost model assumes: {FRAMEWORKS_TEXT}")
     distributed_optimizer = OptionalBooleanField(required=False, allow_null=True, default=None,
                                                  help_text="hybrid only, deprecated: sharding optimizer (true) or none "
                                                            "(false)")
