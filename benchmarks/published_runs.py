@@ -45,9 +45,10 @@ December 2024): FSDP2 (full sharding) alone, with CP and with TP, BF16 and Float
 8 to 256 Grand Teton H100s (96 GB HBM2e, 500 W: ``h100-hbm2e-96gb``), every row's degrees, batch, sequence length,
 recomputation and precision as published; their torch.compile rows (the cost model's kernels are fused ones),
 compared by tokens/s per GPU (they publish no MFU, as Float8 mixes two peaks). That GPU's efficiency was set once,
-on the first row; the others are held out. Their "selective" is torchtitan's per-op checkpointing, which saves less
-than the cost model's selective (the attention core only: nothing under FlashAttention), and their memory is the
-caching allocator's reserved peak, not what is allocated: both columns are shown, neither is a target here.
+on the first row; the others are held out. Their "selective" is torchtitan's per-op checkpointing, which the job's
+framework (``torchtitan``) costs as such (``planner.cost.work.per_op_checkpoint``), and their memory is the caching
+allocator's reserved peak, not what is allocated: the predicted peak (allocated, with this model's 5 % allocator
+overhead) is compared with it.
 
     .venv/bin/python benchmarks/published_runs.py [--rows 1.7B,1T] [--no-search]
 """
@@ -73,6 +74,7 @@ from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, ModelSpec  #
 SEQ_LEN, VOCAB = 2048, 51200
 A100_PEAK_TFLOPS = 312.0
 TOLERANCE = 0.15
+MEMORY_TOLERANCE = 0.10   # issue 28: peak memory within ±10 % where measured
 
 
 def tokens_per_gpu_s(score) -> float:
@@ -284,8 +286,9 @@ def llama(name: str) -> ModelSpec:
 
 def plan_titan(run: TitanRun):
     """The published configuration, scored as is (one micro-batch, no pipeline: the closed form is exact), whether or
-    not the planner's accounting fits it (torchtitan's selective checkpointing keeps less than this one's), on
-    torchtitan's kernels (``FRAMEWORKS``: SDPA's FlashAttention-2, torchao's Float8 keeping BF16 inputs)."""
+    not the planner's accounting fits it, on torchtitan's kernels and recomputation (``FRAMEWORKS``: SDPA's
+    FlashAttention-2, torchao's Float8 keeping BF16 inputs, per-op selective checkpointing, PyTorch's
+    cross-entropy)."""
     dp = run.gpus // (run.tp * run.cp)
     job = Job(llama(run.size), load_cluster_preset(f"h100-hbm2e-96gb-{run.gpus // 8}x8"), run.gpus, run.seq_len,
               run.local_batch * dp, job_options("tp,dp" if run.async_tp else "dp", "torchtitan"))
@@ -295,18 +298,24 @@ def plan_titan(run: TitanRun):
 
 def print_torchtitan() -> list[float]:
     print("\n| torchtitan Table | model | GPUs | TP | CP | seq | local batch | recompute | precision | "
-          "published tokens/s/GPU | predicted | error | predicted peak GiB (fits) | reserved GiB |")
-    print("|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|")
-    errors = []
+          "published tokens/s/GPU | predicted | error | predicted peak GiB (fits) | reserved GiB | memory error |")
+    print("|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|")
+    errors, memory_errors = [], []
     for run in TITAN_LLAMA_3_1:
         score = plan_titan(run)
         predicted = tokens_per_gpu_s(score)
         errors.append(predicted / run.tokens_per_gpu_s - 1)
+        peak = score.peak_memory_bytes / 2**30
+        memory_errors.append(peak / run.memory_gib - 1)
         print(f"| {run.table} | {run.size} | {run.gpus} | {run.tp} | {run.cp} | {run.seq_len} | {run.local_batch} | "
               f"{run.recompute} | {run.precision} | {run.tokens_per_gpu_s:,.0f} | {predicted:,.0f} | "
-              f"{errors[-1]:+.1%} | {score.peak_memory_bytes / 2**30:.1f} ({'yes' if score.fits else 'no'}) | "
-              f"{run.memory_gib} |")
+              f"{errors[-1]:+.1%} | {peak:.1f} ({'yes' if score.fits else 'no'}) | {run.memory_gib} | "
+              f"{memory_errors[-1]:+.1%} |")
     print(f"\nheld out (all but the first row): {agreement(errors[1:])}")
+    within = sum(abs(error) <= MEMORY_TOLERANCE for error in memory_errors)
+    print(f"peak memory against the reserved peak: {within} of {len(memory_errors)} rows within "
+          f"±{MEMORY_TOLERANCE:.0%}; median |error| {statistics.median(abs(e) for e in memory_errors):.1%}, "
+          f"largest {max(memory_errors, key=abs):+.1%}")
     return errors
 
 
