@@ -6,7 +6,7 @@ release whose ``ConfigManager`` reads TOML; 0.3 takes the same ``section.key`` n
 data_parallel_replicate_degree, data_parallel_shard_degree, fsdp_reshard_after_forward, tensor_parallel_degree,
 pipeline_parallel_degree, module_fqns_per_model_part, pipeline_parallel_schedule, pipeline_parallel_schedule_csv,
 pipeline_parallel_microbatch_size, context_parallel_degree, expert_parallel_degree,
-expert_tensor_parallel_degree``; ``[activation_checkpoint] mode``. ``tests/planner/test_export_frameworks.py`` loads
+expert_tensor_parallel_degree``; ``[activation_checkpoint] mode, selective_ac_option``. ``tests/planner/test_export_frameworks.py`` loads
 the file with torchtitan's own ``ConfigManager`` and checks the degrees with its ``ParallelDims``.
 
 What torchtitan can take of a plan (``torchtitan/distributed/pipeline_parallel.py``):
@@ -112,12 +112,17 @@ def _config(plan: Plan, model: ModelSpec, seq_len: int | None, schedule_csv: str
         "parallelism": parallelism,
         "activation_checkpoint": {"mode": mode},
     }
+    if mode == "selective":   # torchtitan's default option is every second block whole ("2")
+        sections["activation_checkpoint"]["selective_ac_option"] = (
+            "op", "per-op checkpointing, as the prediction costs with --framework torchtitan")
     if config.precision == "fp8":
-        # torchtitan's float8 model converter (torchao's Float8Linear) swaps the transformer blocks' linear layers;
-        # the embedding, the output layer, norms and attention stay in bf16, as the prediction assumes
-        sections["model"]["converters"] = (["float8"], "FP8 linear layers (torchao), as planned")
-        sections["float8"] = {"recipe_name": ("tensorwise", "per-tensor scaling, the recipe the prediction costs"),
-                              "filter_fqns": ["output"]}
+        # torchtitan's float8 model converter (torchao's Float8Linear; ``quantize.linear.float8`` in torchtitan 0.2's
+        # converter registry and JobConfig) swaps the transformer blocks' linear layers; the embedding, the output
+        # layer, norms and attention stay in bf16, as the prediction assumes
+        sections["model"]["converters"] = (["quantize.linear.float8"], "FP8 linear layers (torchao), as planned")
+        sections["quantize.linear.float8"] = {
+            "recipe_name": ("tensorwise", "per-tensor scaling, the recipe the prediction costs"),
+            "filter_fqns": ["output"]}
     return sections, lost, notes
 
 

@@ -141,7 +141,7 @@ PLANS = {   # name: (model, cluster, GPUs, sequence length, global batch, pins)
     "deepseek-mla": ("deepseek-v2-lite", "h100-sxm-2x8", 16, 4096, 128, {"ep": 4, "pp": 2}),
     "nemotron-mamba": ("nemotron-h-8b", "h100-sxm-1x8", 8, 4096, 128, {"pp": 2}),
     "llama-fsdp-fp8": ("llama-3-8b", "h100-sxm-2x8", 16, 4096, 64,
-                       {"tp": 2, "pp": 2, "sharding": "full", "precision": "fp8"}),
+                       {"tp": 2, "pp": 2, "sharding": "full", "precision": "fp8", "recompute": "selective"}),
 }
 
 
@@ -232,7 +232,7 @@ def test_a_plan_with_adaptis_order_says_what_megatron_and_torchtitan_lose(plans)
         assert lost and all(f"- {item}" in header for item in lost)
 
 
-@pytest.mark.parametrize("name", ["llama-dense", "qwen-moe-ep", "deepseek-mla"])
+@pytest.mark.parametrize("name", ["llama-dense", "qwen-moe-ep", "deepseek-mla", "llama-fsdp-fp8"])
 def test_torchtitans_config_manager_loads_the_plans_degrees_and_batch(plans, name, tmp_path):
     ConfigManager, ParallelDims = _torchtitan()
     plan, model = plans[name]
@@ -254,6 +254,12 @@ def test_torchtitans_config_manager_loads_the_plans_degrees_and_batch(plans, nam
     assert training.local_batch_size // parallelism.pipeline_parallel_microbatch_size == config.num_microbatches
     assert training.global_batch_size == config.global_batch and training.seq_len == plan.meta["seq_len"]
     assert job.activation_checkpoint.mode == (config.recompute if isinstance(config.recompute, str) else "full")
+    if job.activation_checkpoint.mode == "selective":   # per-op, as predicted: not every second block whole
+        assert job.activation_checkpoint.selective_ac_option == "op"
+    if config.precision == "fp8":   # torchao's Float8Linear with per-tensor scaling; the output layer in bf16
+        assert job.model.converters == ["quantize.linear.float8"]
+        assert job.quantize.linear.float8.recipe_name == "tensorwise"
+        assert job.quantize.linear.float8.filter_fqns == ["output"]
     stages = parallelism.module_fqns_per_model_part
     assert stages[0][0] == "tok_embeddings" and stages[-1][-2:] == ["norm", "output"]
     blocks = [fqn for stage in stages for fqn in stage if fqn.startswith("layers.")]
