@@ -42,6 +42,8 @@ def searched_recompute(options: CostOptions) -> tuple[str, ...]:
     """The recomputation modes the search tries on a job's framework: Megatron-Core's selective equals none under
     FlashAttention (``planner.parallel.cost``), torchtitan's per-op checkpointing is a trade of its own."""
     return ("none", "selective", "full") if options.selective == "per_op" else ("none", "full")
+
+
 # no sharding moves more bytes than ZeRO-1 (an fp32 all-reduce against an fp32 reduce-scatter and a bf16 all-gather)
 # and keeps more, so it never wins: searched only when pinned
 SEARCHED_SHARDING = ("optimizer", "full")
