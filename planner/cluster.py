@@ -119,6 +119,12 @@ class ClusterSpec:
             return 0.0
         return self.link(src, dst).overhead_us * 1e-3
 
+    @property
+    def is_cpu(self) -> bool:
+        """A cluster of CPU ranks (``cpu-host`` and ``cpu-<hosts>x<ranks>``): gloo processes, which only this
+        project's executor runs."""
+        return self.device.name.lower().startswith("cpu")
+
     def to_dict(self) -> dict:
         doc = {"format": CLUSTER_FORMAT, "name": self.name, "nodes": self.nodes,
                "devices_per_node": self.devices_per_node, "device": self.device.to_dict(),

@@ -160,6 +160,13 @@ def stored_plan_simulation(stored: StoredPlan) -> dict:
     return simulate(plan, load_profile(stored.profile_doc), cluster).to_dict()
 
 
+def default_overlap(cluster: ClusterSpec) -> str:
+    """The overlaps a job on ``cluster`` is planned with when it names none: Megatron's defaults (DP overlapped) on
+    GPUs; on a CPU cluster, which only this project's executor runs, what that executor overlaps: nothing
+    (``EXECUTOR_OPTIONS``)."""
+    return overlap_text(EXECUTOR_OPTIONS) if cluster.is_cpu else DEFAULT_OVERLAP
+
+
 def run_comparison_simulation(stored: StoredPlan) -> dict:
     """What a run of a stored plan is compared with. A pipeline plan: ``stored_plan_simulation``. A v2 plan: predicted
     as this project's executor runs it (``EXECUTOR_OPTIONS``: nothing overlapped, CP by all-gather), whatever overlaps
@@ -538,7 +545,7 @@ __all__ = [*LOADERS, "ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "Action
            "parse_gpu_counts",
            "plan_capacity_job", "JOB_SCHEDULES", "LIST_POLICIES", "MAX_GLOBAL_BATCH", "MAX_GPUS", "MAX_MICROBATCHES",
            "MAX_PIPELINE_DEVICES", "MAX_SEQ_LEN", "PARTITIONS", "RANGES", "PRECISIONS", "RECOMPUTE_MODES",
-           "SHARDING_LABELS", "SHARDING_MODES", "DEFAULT_OVERLAP", "OVERLAPS", "overlap_options", "overlap_text",
+           "SHARDING_LABELS", "SHARDING_MODES", "DEFAULT_OVERLAP", "default_overlap", "OVERLAPS", "overlap_options", "overlap_text",
            "DEFAULT_FRAMEWORK", "FRAMEWORKS", "FRAMEWORKS_TEXT", "job_options",
            "SCHEDULE_POLICIES",
            "Calibration", "ClusterSpec", "HybridJobOutcome", "ModelSpec", "PipelineJobOutcome", "PlanRecord",

@@ -3,6 +3,7 @@ by all-gather: ``planner.parallel.cost.EXECUTOR_OPTIONS``), not the job's own ov
 predicts with for the frameworks it plans for. A run of a DP2 plan pays the gradient reduction after its last
 backward, and a fully sharded one its gathers inside F and B; the run page's prediction says so."""
 
+import pytest
 from django.urls import reverse
 
 from adaptis_web.studio.models import JobStatus, Run
@@ -13,8 +14,20 @@ from planner.plan import load_plan
 from tests.conftest import cpu_hybrid_plan
 
 
+def test_a_cpu_clusters_job_is_planned_with_what_the_executor_overlaps_unless_it_names_overlaps(people):
+    """A CPU cluster only runs on this project's executor, which overlaps nothing: a job there that names no overlaps
+    is planned with none, so its page predicts what its runs' page compares them with."""
+    plan = cpu_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2)
+    assert plan.job.overlap == "none"
+    job_view, run_view = plan_prediction(plan), run_prediction(plan)
+    assert plan.plan_doc["predicted"]["data_parallel_exposed_ms"] > 0
+    assert plan.plan_doc["predicted"]["data_parallel_exposed_ms"] == pytest.approx(
+        run_view["predicted"]["data_parallel_exposed_ms"])
+    assert job_view["iteration_ms"] == pytest.approx(run_view["iteration_ms"])
+
+
 def test_a_hybrid_run_is_compared_with_the_plan_as_the_executor_runs_it_not_with_the_jobs_overlaps(people, client):
-    plan = cpu_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2)   # the job's defaults: DP overlapped
+    plan = cpu_hybrid_plan(people, people.owner, overlap="dp", tp=2, pp=2, dp=2)   # DP overlapped, as asked
     assert plan.job.overlap == "dp"
     job_view, run_view = plan_prediction(plan), run_prediction(plan)
     assert plan.plan_doc["predicted"]["data_parallel_exposed_ms"] == 0.0, "hidden behind the last backward"
@@ -36,7 +49,7 @@ def test_a_hybrid_run_is_compared_with_the_plan_as_the_executor_runs_it_not_with
 
 
 def test_a_fully_sharded_run_is_predicted_with_its_gathers_paid_inside_f_and_b(people):
-    plan = cpu_hybrid_plan(people, people.owner, pp=2, dp=2, sharding="full")
+    plan = cpu_hybrid_plan(people, people.owner, overlap="dp", pp=2, dp=2, sharding="full")
     assert load_plan(plan.plan_doc).parallel.sharding == "full"
     # the job's view hides each layer's gathers behind its compute (FSDP2's prefetch); the executor pays them
     assert run_prediction(plan)["iteration_ms"] > plan_prediction(plan)["iteration_ms"]

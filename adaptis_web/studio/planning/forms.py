@@ -94,10 +94,10 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
     sharding = forms.ChoiceField(label="Sharding", required=False,
                                  choices=[("", "search"), ("none", "none"), ("optimizer", "optimizer (ZeRO-1)"),
                                           ("full", "full (FSDP)")])
-    overlap = forms.CharField(label="Overlapped with compute", initial=planner_service.DEFAULT_OVERLAP, required=False,
-                              max_length=20,
+    overlap = forms.CharField(label="Overlapped with compute", required=False, max_length=20,
                               help_text="tp, dp, ep (comma-separated) or none; tp and ep hide all the compute beside "
-                                        "them can (an upper bound)")
+                                        "them can (an upper bound). Blank: dp on GPUs; none on a CPU cluster, which "
+                                        "only this project's executor runs, and it overlaps nothing")
     framework = forms.ChoiceField(label="Framework", initial=planner_service.DEFAULT_FRAMEWORK, required=False,
                                   choices=[(name, FRAMEWORK_LABELS.get(name, name))
                                            for name in planner_service.FRAMEWORKS],

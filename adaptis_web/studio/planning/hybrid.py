@@ -64,11 +64,11 @@ def job_shape_check(*, seq_len: object, global_batch: object, pins: dict | None,
     return seq_len, global_batch, pins
 
 
-def overlap_check(overlap: object) -> str:
-    """The job's overlaps (``planner.service.overlap_options``), written as the planner writes them; ``dp`` when
-    not given."""
+def overlap_check(overlap: object, cluster: ClusterSpec | None = None) -> str:
+    """The job's overlaps (``planner.service.overlap_options``), written as the planner writes them; when not given,
+    ``cluster``'s default (``planner.service.default_overlap``: ``dp`` on GPUs, ``none`` on a CPU cluster)."""
     if overlap in (None, ""):
-        return planner_service.DEFAULT_OVERLAP
+        return planner_service.DEFAULT_OVERLAP if cluster is None else planner_service.default_overlap(cluster)
     return planner_service.overlap_text(planner_service.overlap_options(overlap))
 
 
@@ -96,7 +96,7 @@ def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object
     planner_service.check_hybrid_job(spec=spec, cluster=cluster, gpus=gpus, seq_len=seq_len,
                                      global_batch=global_batch, pins=pins)
     return HybridSettings(gpus=gpus, seq_len=seq_len, global_batch=global_batch, pins=pins,
-                          overlap=overlap_check(overlap), framework=framework_check(framework))
+                          overlap=overlap_check(overlap, cluster), framework=framework_check(framework))
 
 
 def hybrid_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.HybridJobOutcome | None:

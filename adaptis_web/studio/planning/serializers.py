@@ -130,7 +130,8 @@ class JobCreateInput(serializers.Serializer):
     overlap = serializers.CharField(required=False, allow_null=True, default=None, max_length=20,
                                     help_text="hybrid and capacity, optional: the communication the cost model hides "
                                               "behind compute: any of tp, dp, ep (comma-separated) or none; default "
-                                              "dp (Megatron's defaults); tp and ep are upper bounds")
+                                              "dp (Megatron's defaults), none on a CPU cluster (this project's "
+                                              "executor overlaps nothing); tp and ep are upper bounds")
     framework = OptionalChoiceField(choices=list(FRAMEWORKS), required=False, allow_null=True, default=None,
                                     help_text="hybrid and capacity, optional: the training framework whose kernels, "
                                               f"recomputation and loss the cost model assumes: {FRAMEWORKS_TEXT}")

@@ -91,7 +91,7 @@ def cluster_run_create(*, plan: Plan, user: AbstractBaseUser, steps: int, enviro
 
 def collective_backend(plan: Plan) -> str:
     """NCCL on GPUs, gloo on a CPU cluster (``cpu-host``)."""
-    return "gloo" if plan.job.cluster_doc["device"]["name"].lower().startswith("cpu") else "nccl"
+    return "gloo" if load_cluster(plan.job.cluster_doc).is_cpu else "nccl"
 
 
 def _layout(run: Run) -> tuple[int, int]:
