@@ -11,6 +11,7 @@ from collections import Counter
 
 from planner.errors import SpecError
 from planner.parallel.config import RECOMPUTE_MODES, ParallelConfig
+from planner.parallel.cost import DEFAULT_FRAMEWORK, FRAMEWORKS
 from planner.placement import placement_shape
 from planner.plan import Plan
 from planner.scheduling import SCHEDULE_NAMES
@@ -46,20 +47,37 @@ def is_own_order(plan: Plan) -> bool:
     return plan.strategy not in SCHEDULE_NAMES
 
 
-def recompute_mode(config: ParallelConfig) -> tuple[str, str]:
-    """The one recomputation mode a framework applies to every layer, and what that loses (empty when nothing).
+# What each framework's selective recomputation is (planner.parallel.cost.FRAMEWORKS' ``selective``), in words
+SELECTIVE_WORDS = {
+    "attention": "the core attention only, the rest of each layer kept (Megatron-Core's --recompute-granularity "
+                 "selective)",
+    "per_op": "per-op checkpointing, every other matmul's output kept and the rest of each block re-run (torchtitan's "
+              "selective_ac_option = \"op\")",
+}
+
+
+def recompute_mode(plan: Plan, framework: str) -> tuple[str, list[str]]:
+    """The one recomputation mode ``framework`` (``planner.parallel.cost.FRAMEWORKS``) applies to every layer, and
+    what that loses of the plan, one sentence each.
 
     A per-stage list becomes the heaviest mode any stage uses, so every stage still fits in memory; the stages that
-    planned a lighter mode recompute more than planned."""
-    if isinstance(config.recompute, str):
-        return config.recompute, ""
-    modes = set(config.recompute)
-    if len(modes) == 1:
-        return config.recompute[0], ""
-    heaviest = max(modes, key=RECOMPUTE_MODES.index)
-    lighter = [index for index, mode in enumerate(config.recompute) if mode != heaviest]
-    return heaviest, (f"per-stage recomputation ({config.recompute_text()}): one mode applies to every layer, so "
-                      f"this uses {heaviest!r} everywhere and stage(s) {_ranges(lighter)} recompute more than planned")
+    planned a lighter mode recompute more than planned. ``selective`` is each framework's own: a plan predicted with
+    another framework's (``meta.framework``) keeps a different share of each layer and re-runs a different share."""
+    config, lost = plan.parallel, []
+    if isinstance(config.recompute, str) or len(set(config.recompute)) == 1:
+        mode = config.recompute if isinstance(config.recompute, str) else config.recompute[0]
+    else:
+        mode = max(set(config.recompute), key=RECOMPUTE_MODES.index)
+        lighter = [index for index, each in enumerate(config.recompute) if each != mode]
+        lost.append(f"per-stage recomputation ({config.recompute_text()}): one mode applies to every layer, so this "
+                    f"uses {mode!r} everywhere and stage(s) {_ranges(lighter)} recompute more than planned")
+    planned = plan.meta.get("framework", DEFAULT_FRAMEWORK)
+    planned_kind, kind = FRAMEWORKS[planned]["selective"], FRAMEWORKS[framework]["selective"]
+    if mode == "selective" and planned_kind != kind:
+        lost.append(f"selective recomputation as predicted ({planned}'s: {SELECTIVE_WORDS[planned_kind]}): "
+                    f"{framework} runs {SELECTIVE_WORDS[kind]}, so each stage's memory and time differ from the "
+                    f"prediction (plan the job with framework {framework} to predict it)")
+    return mode, lost
 
 
 def seq_len_of(plan: Plan, model: ModelSpec, seq_len: int | None = None) -> int:

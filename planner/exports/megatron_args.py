@@ -88,9 +88,8 @@ def _arguments(plan: Plan, model: ModelSpec, seq_len: int | None) -> tuple[list[
     args += [("--micro-batch-size", str(config.microbatch_size)),
              ("--global-batch-size", str(config.global_batch)),   # Megatron runs global / (mbs x DP) micro-batches
              ("--seq-length", str(seq_len_of(plan, model, seq_len)))]
-    mode, recompute_lost = recompute_mode(config)
-    if recompute_lost:
-        lost.append(recompute_lost)
+    mode, recompute_lost = recompute_mode(plan, "megatron")
+    lost += recompute_lost
     if mode == "selective":
         args.append(("--recompute-granularity", "selective"))
     elif mode == "full":   # every layer: Megatron's uniform method with one layer per recomputed chunk

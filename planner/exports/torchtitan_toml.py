@@ -95,9 +95,8 @@ def _config(plan: Plan, model: ModelSpec, seq_len: int | None, schedule_csv: str
         parallelism["expert_tensor_parallel_degree"] = config.etp
         if config.etp not in (1, config.tp):
             lost.append(f"expert TP {config.etp}: torchtitan's experts take TP{config.tp} or 1")
-    mode, recompute_lost = recompute_mode(config)
-    if recompute_lost:
-        lost.append(recompute_lost)
+    mode, recompute_lost = recompute_mode(plan, "torchtitan")
+    lost += recompute_lost
     local = config.microbatch_size * config.num_microbatches
     sections = {
         "job": {"description": f"AdaPtis plan {plan.strategy}: {config.short()}"},

@@ -325,3 +325,22 @@ def test_a_v1_plan_is_refused_by_the_framework_formats_naming_the_format():
         with pytest.raises(SpecError) as error:
             export_plan(fmt, plan, None, None, model)
         assert error.value.field == "format" and "adaptis.plan/v2" in error.value.reason
+
+
+def test_selective_recomputation_exported_to_another_framework_is_listed_as_not_what_was_predicted(plans):
+    """Each framework's selective recomputation is its own (Megatron's: the core attention; torchtitan's: per-op
+    checkpointing), so a selective plan predicted on one framework's says so when exported to the other's."""
+    plan, model = plans["llama-fsdp-fp8"]   # searched on Megatron's kernels, selective pinned
+    assert plan.parallel.recompute == "selective" and "framework" not in plan.meta
+
+    def said(fmt, exported):
+        return [item for item in export_losses(fmt, exported, model) if item.startswith("selective recomputation")]
+    assert said("megatron-args", plan) == []
+    assert said("torchtitan-toml", plan) == [
+        "selective recomputation as predicted (megatron's: the core attention only, the rest of each layer kept "
+        "(Megatron-Core's --recompute-granularity selective)): torchtitan runs per-op checkpointing, every other "
+        "matmul's output kept and the rest of each block re-run (torchtitan's selective_ac_option = \"op\"), so each "
+        "stage's memory and time differ from the prediction (plan the job with framework torchtitan to predict it)"]
+    titan = load_plan({**plan.to_dict(), "meta": {**plan.meta, "framework": "torchtitan"}})
+    assert said("torchtitan-toml", titan) == []
+    assert len(said("megatron-args", titan)) == 1 and "(torchtitan's: per-op" in said("megatron-args", titan)[0]
