@@ -236,6 +236,9 @@ class TestApiValidation:
         ({"cluster_preset": "b300-1x8"}, "cluster_preset", "unknown preset 'b300-1x8'"),
         ({"vpp": 0}, "vpp", "greater than or equal to 1"),
         ({"pp": 4, "vpp": 16}, "vpp", "need a pipeline of 64 stages"),   # llama-3-8b has 32 blocks
+        # the pins as the job returns them, one object: refused, not dropped (the job would plan unpinned)
+        ({"pins": {"tp": 2}}, "pins", "send each pin as a field of its own (tp, cp, pp"),
+        ({"gpu": 16}, "gpu", "is not a field of this request; its fields are spec, mode,"),
     ])
     def test_bad_input_is_a_400_naming_the_field(self, people, llama, changes, field, reason):
         response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB, **changes},

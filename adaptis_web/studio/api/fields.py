@@ -97,3 +97,21 @@ def IdField(**kwargs) -> serializers.IntegerField:  # noqa: N802 — a field, na
 WHITE_SPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 NOT_BLANK = RegexValidator(rf"^[^\x00]*[^\x00{WHITE_SPACE}][^\x00]*$",
                            "must contain a character other than white space, and no NUL")
+
+
+class KnownFieldsMixin:
+    """A request names only its serializer's fields: DRF drops any other key without a word, so a typo, or the pins
+    sent as one ``pins`` object where the request takes them as fields, would be ignored and the job planned as if
+    never asked. Each unknown key is a 400 naming it; ``unknown_hints`` says what to send instead where a key is a
+    likely mistake. The schema says the same (``additionalProperties: false``, ``api.schema.REQUEST_RULES``)."""
+
+    unknown_hints: dict[str, str] = {}
+
+    def to_internal_value(self, data):
+        if hasattr(data, "keys"):
+            unknown = sorted(set(data.keys()) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({
+                    key: [self.unknown_hints.get(key, f"is not a field of this request; its fields are "
+                                                      f"{', '.join(self.fields)}")] for key in unknown})
+        return super().to_internal_value(data)

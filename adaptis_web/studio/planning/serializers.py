@@ -6,8 +6,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
-from adaptis_web.studio.api.fields import (DocumentField, IdField, OptionalBooleanField, OptionalChoiceField,
-                                           OptionalIntegerField, StrictCharField)
+from adaptis_web.studio.api.fields import (DocumentField, IdField, KnownFieldsMixin, OptionalBooleanField,
+                                           OptionalChoiceField, OptionalIntegerField, StrictCharField)
 from adaptis_web.studio.api.plain_output import PlainOutputMixin
 from adaptis_web.studio.api.renderers import RawJSON
 from adaptis_web.studio.models import JobMode, Plan, PlanningJob
@@ -43,7 +43,7 @@ class ClusterPresetField(StrictCharField):
 
 
 # What JSON Schema can say of a job beyond its fields (api.schema.document_request_rules adds it to the schema)
-JOB_CREATE_RULES = {"allOf": [
+JOB_CREATE_RULES = {"additionalProperties": False, "allOf": [
     {"description": "one cluster: a preset, a custom document or a saved cluster",
      "oneOf": [{"required": ["cluster_preset"], "properties": {"cluster_preset": {"minLength": 1}}},
                {"required": ["cluster"]},
@@ -60,7 +60,10 @@ JOB_CREATE_RULES = {"allOf": [
 ]}
 
 
-class JobCreateInput(serializers.Serializer):
+class JobCreateInput(KnownFieldsMixin, serializers.Serializer):
+    unknown_hints = {"pins": "is not a field of this request: send each pin as a field of its own (tp, cp, pp, dp, "
+                             "ep, etp, microbatch_size, vpp, recompute, sharding, precision); a job returns them "
+                             "together as pins"}
     spec = IdField(help_text="id of a spec of one of your teams")
     mode = serializers.ChoiceField(choices=JobMode.choices, default=JobMode.PIPELINE,
                                    help_text='"pipeline": plan the pipeline of num_devices devices (the fields below '
