@@ -207,7 +207,17 @@ class TestRuns:
         assert response.status_code == 400 and response.json()["errors"][0]["field"] == "steps"
         response = api_as(people.outsider).post(reverse("api:runs"), {"plan": planned.plan.pk}, format="json")
         assert response.status_code == 404 and response.json()["errors"][0]["field"] == "plan"
+        # a misspelt field is refused, not dropped (the run would take the default 3 steps)
+        response = client.post(reverse("api:runs"), {"plan": planned.plan.pk, "step": 5}, format="json")
+        assert response.status_code == 400 and response.json()["errors"] == [
+            {"field": "step", "reason": "is not a field of this request; its fields are plan, steps, scale_down, "
+                                        "target, environment, time_limit"}]
         assert Run.objects.count() == 0
+
+    def test_the_schema_says_which_requests_take_no_other_fields(self, people):
+        schema = api_as(people.member).get("/api/schema/?format=json").json()["components"]["schemas"]
+        assert schema["JobCreateInputRequest"]["additionalProperties"] is False
+        assert schema["RunCreateInputRequest"]["additionalProperties"] is False
 
     def test_events_page_by_seq(self, people, finished_run):
         client = api_as(people.member)

@@ -27,6 +27,7 @@ from django.utils import translation
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.views import SpectacularAPIView
 
+from adaptis_web.studio.api.fields import KnownFieldsMixin
 from adaptis_web.studio.planning.serializers import JOB_CREATE_RULES
 
 ERROR_ITEM = {"type": "object", "properties": {"field": {"type": "string"}, "reason": {"type": "string"}},
@@ -86,10 +87,14 @@ def document_blank_texts(result: dict, generator, request, public) -> dict:
 
 def document_request_rules(result: dict, generator, request, public) -> dict:
     """Rules between a request's fields that JSON Schema can state (a job's one cluster of three ways, its mode and
-    what that requires), added to the request's component."""
+    what that requires), added to the request's component; and no other fields, where the serializer refuses them
+    (``api.fields.KnownFieldsMixin``)."""
     components = result.get("components", {}).get("schemas", {})
     for name, rules in REQUEST_RULES.items():
         components[name].update(rules)
+    for serializer in KnownFieldsMixin.__subclasses__():   # they refuse fields they do not take
+        if f"{serializer.__name__}Request" in components:
+            components[f"{serializer.__name__}Request"]["additionalProperties"] = False
     return result
 
 

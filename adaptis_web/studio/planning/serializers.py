@@ -43,7 +43,7 @@ class ClusterPresetField(StrictCharField):
 
 
 # What JSON Schema can say of a job beyond its fields (api.schema.document_request_rules adds it to the schema)
-JOB_CREATE_RULES = {"additionalProperties": False, "allOf": [
+JOB_CREATE_RULES = {"allOf": [
     {"description": "one cluster: a preset, a custom document or a saved cluster",
      "oneOf": [{"required": ["cluster_preset"], "properties": {"cluster_preset": {"minLength": 1}}},
                {"required": ["cluster"]},

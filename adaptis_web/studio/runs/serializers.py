@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.validators import RegexValidator
 from rest_framework import serializers
 
-from adaptis_web.studio.api.fields import IdField, StrictBooleanField, StrictCharField
+from adaptis_web.studio.api.fields import IdField, KnownFieldsMixin, StrictBooleanField, StrictCharField
 from adaptis_web.studio.api.plain_output import PlainOutputMixin
 from adaptis_web.studio.models import MeasuredProfile, Run, RunCollective, RunEvent
 from adaptis_web.studio.runs.local_runs import DEFAULT_RUN_STEPS, MAX_RUN_STEPS
@@ -15,7 +15,7 @@ from adaptis_web.studio.url_converters import MAX_ID
 from executor.service import HTTP_BATCH_EVENTS
 
 
-class RunCreateInput(serializers.Serializer):
+class RunCreateInput(KnownFieldsMixin, serializers.Serializer):
     plan = IdField(help_text="id of a plan of one of your teams")
     steps = serializers.IntegerField(default=DEFAULT_RUN_STEPS, min_value=1, max_value=MAX_RUN_STEPS,
                                      help_text="training steps; the first warms up, the rest show the steady state")
