@@ -33,6 +33,9 @@ worker_class = "gthread"  # keep-alive connections wait in the worker's poller, 
 threads = int(os.environ.get("WEB_THREADS", "1"))
 reuse_port = True
 graceful_timeout = 5
+# gunicorn's default, named here because the API's schema documents it: a request line (method, path and query)
+# longer than this is answered 414 before Django sees it (api.schema.document_errors)
+limit_request_line = 4094
 
 
 def post_worker_init(worker):

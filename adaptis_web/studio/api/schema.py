@@ -129,6 +129,11 @@ def document_errors(result: dict, generator, request, public) -> dict:
                                           "Errors")
             if body:
                 errors["415"] = _response("The body's media type is not one this operation reads", "Errors")
+            # gunicorn answers an overlong request line itself, with its own HTML page (gunicorn.conf.py)
+            errors["414"] = {"description": "URI too long: the request line exceeds the server's limit "
+                                            "(gunicorn's limit_request_line, gunicorn.conf.py); the body is the "
+                                            "server's HTML page",
+                             "content": {"text/html": {"schema": {"type": "string"}}}}
             for status, response in errors.items():
                 operation["responses"].setdefault(status, response)
     return result
