@@ -282,14 +282,22 @@ def llama(name: str) -> ModelSpec:
                      layers=(LayerSpec(kind="embedding"),) + (block,) * blocks + (LayerSpec(kind="head"),))
 
 
+def titan_cluster(run: TitanRun):
+    return load_cluster_preset(f"h100-hbm2e-96gb-{run.gpus // 8}x8")
+
+
+def titan_options(run: TitanRun) -> CostOptions:
+    """torchtitan's kernels, recomputation and loss, with the row's overlaps (AsyncTP: TP overlapped)."""
+    return job_options("tp,dp" if run.async_tp else "dp", "torchtitan")
+
+
 def plan_titan(run: TitanRun):
     """The published configuration, scored as is (one micro-batch, no pipeline: the closed form is exact), whether or
     not the planner's accounting fits it, on torchtitan's kernels and recomputation (``FRAMEWORKS``: SDPA's
     FlashAttention-2, torchao's Float8 keeping BF16 inputs, per-op selective checkpointing, PyTorch's
     cross-entropy)."""
     dp = run.gpus // (run.tp * run.cp)
-    job = Job(llama(run.size), load_cluster_preset(f"h100-hbm2e-96gb-{run.gpus // 8}x8"), run.gpus, run.seq_len,
-              run.local_batch * dp, job_options("tp,dp" if run.async_tp else "dp", "torchtitan"))
+    job = Job(llama(run.size), titan_cluster(run), run.gpus, run.seq_len, run.local_batch * dp, titan_options(run))
     return estimate(job, ParallelConfig(tp=run.tp, cp=run.cp, dp=dp, microbatch_size=run.local_batch,
                                         recompute=run.recompute, sharding="full", precision=run.precision))
 
@@ -299,9 +307,8 @@ def plan_titan_unpinned(run: TitanRun):
     recomputation and loss, the row's overlaps): every degree, sharding, micro-batch size, recomputation and schedule
     free."""
     dp = run.gpus // (run.tp * run.cp)
-    return search(llama(run.size), load_cluster_preset(f"h100-hbm2e-96gb-{run.gpus // 8}x8"), run.gpus, run.seq_len,
-                  run.local_batch * dp, {"precision": run.precision},
-                  options=job_options("tp,dp" if run.async_tp else "dp", "torchtitan"), refine=False)
+    return search(llama(run.size), titan_cluster(run), run.gpus, run.seq_len, run.local_batch * dp,
+                  {"precision": run.precision}, options=titan_options(run), refine=False)
 
 
 def plan_titan_as_run(run: TitanRun):
@@ -314,9 +321,8 @@ def plan_titan_as_run(run: TitanRun):
         pins = {"pp": 1, "dp": dp, "microbatch_size": global_batch // dp, "sharding": "full",
                 "precision": run.precision}
         try:
-            found = search(llama(run.size), load_cluster_preset(f"h100-hbm2e-96gb-{run.gpus // 8}x8"), run.gpus,
-                           run.seq_len, global_batch, pins,
-                           options=job_options("tp,dp" if run.async_tp else "dp", "torchtitan"), refine=False)
+            found = search(llama(run.size), titan_cluster(run), run.gpus, run.seq_len, global_batch, pins,
+                           options=titan_options(run), refine=False)
         except SpecError:   # nothing fits, or no TP x CP splits the rest
             continue
         if best is None or found.best.iteration_ms < best.best.iteration_ms:

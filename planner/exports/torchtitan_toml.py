@@ -6,8 +6,9 @@ release whose ``ConfigManager`` reads TOML; 0.3 takes the same ``section.key`` n
 data_parallel_replicate_degree, data_parallel_shard_degree, fsdp_reshard_after_forward, tensor_parallel_degree,
 pipeline_parallel_degree, module_fqns_per_model_part, pipeline_parallel_schedule, pipeline_parallel_schedule_csv,
 pipeline_parallel_microbatch_size, context_parallel_degree, expert_parallel_degree,
-expert_tensor_parallel_degree``; ``[activation_checkpoint] mode, selective_ac_option``. ``tests/planner/test_export_frameworks.py`` loads
-the file with torchtitan's own ``ConfigManager`` and checks the degrees with its ``ParallelDims``.
+expert_tensor_parallel_degree``; ``[activation_checkpoint] mode, selective_ac_option``; ``[quantize.linear.float8]``.
+``tests/planner/test_export_frameworks.py`` loads the file with torchtitan's own ``ConfigManager`` and checks the
+degrees with its ``ParallelDims``.
 
 What torchtitan can take of a plan (``torchtitan/distributed/pipeline_parallel.py``):
 

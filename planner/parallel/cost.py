@@ -529,6 +529,13 @@ def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config:
     return parts
 
 
+def reruns_forward(layer: LayerSpec, mode: str, options: CostOptions) -> bool:
+    """Whether ``layer``'s backward re-runs (part of) its forward under recomputation ``mode``: a block (not the
+    embedding or head) under ``full``, or under ``selective`` where the framework's is per-op checkpointing."""
+    return layer.kind not in ("embedding", "head") and (
+        mode == "full" or (mode == "selective" and options.selective == "per_op"))
+
+
 def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, mapping: RankMapping,
                 seq_len: int, recompute: list[str], options: CostOptions = CostOptions()) -> list[LayerTime]:
     """Every layer of ``spec`` on one GPU under ``config``; ``recompute[i]`` is layer i's mode."""
@@ -547,25 +554,24 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
                                  parts["tp"][0], parts["dp"][0])
         (comm_forward, comm_backward), comm_ms, tp_forward, gather_forward = comm_cache[layer]
         forward = work.forward.on(shards, overhead_ms) + comm_forward
-        block = layer.kind not in ("embedding", "head")
         # the block's input, sequence-parallel over TP (and split over CP)
         block_input = config.microbatch_size * seq_len * spec.hidden_size * dtype_bytes / shards
-        if block and mode == "full":
+        if not reruns_forward(layer, mode, options):
+            recompute_ms = 0.0
+            executed = work.model_flops + work.recomputed_flops
+            activation = work.held_bytes(config.precision, cluster, options) / shards
+        elif mode == "full":
             # Korthikanti et al. 2022, Sec. 5: only the layer's input is kept; the forward runs again, its weights
             # those the backward's gather brought (FSDP2 gathers once for both)
             recompute_ms = forward - gather_forward
             executed = work.model_flops + work.recomputed_flops + work.forward_flops
             activation = block_input
-        elif block and mode == "selective" and options.selective == "per_op":
+        else:
             # the module doc: the re-run kernels and the TP all-gathers (half the block's sequence-parallel
             # collectives); the matmuls, attention and reduce-scatters on the save list are kept
             recompute_ms = work.per_op_rerun.on(shards, overhead_ms) + tp_forward / 2
             executed = work.model_flops + work.recomputed_flops + work.per_op_rerun_flops
             activation = block_input + work.per_op_kept_bytes / shards
-        else:
-            recompute_ms = 0.0
-            executed = work.model_flops + work.recomputed_flops
-            activation = work.held_bytes(config.precision, cluster, options) / shards
         backward_input = work.backward_input.on(shards, overhead_ms) + comm_backward + recompute_ms
         result.append(LayerTime(forward=forward, backward_input=backward_input,
                                 backward_weight=work.backward_weight.on(shards, overhead_ms),

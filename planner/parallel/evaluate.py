@@ -26,7 +26,7 @@ from planner.memory.buffers import ALLOCATOR_OVERHEAD, overhead_bytes
 from planner.parallel.config import ParallelConfig
 from planner.parallel.cost import (COMM_AXES, CostOptions, LayerTime, data_parallel_ms, exposed_data_parallel_ms,
                                    kernel_split, layer_times, layer_work, optimizer_step_ms, point_to_point_ms,
-                                   ring_collective_ms)
+                                   reruns_forward, ring_collective_ms)
 from planner.parallel.mapping import GroupSpan, RankMapping
 from planner.parallel.memory import (
     GpuMemory,
@@ -270,16 +270,15 @@ def backward_workspace_bytes(job: Job, config: ParallelConfig, layers: list[int]
     """What a GPU allocates during the backward of one layer among ``layers`` beside what the layers kept, the
     largest of: a recomputed layer's whole activations again, beside what it kept (per-op selective checkpointing's
     outputs), and the loss's gradient buffers in the head (``planner.cost.vocab.LOSS_BACKWARD_BYTES``)."""
-    per_op = job.options.selective == "per_op"
     shards = config.tp * config.cp
     needs = []
     works = None
     for index in layers:
-        kind = job.model.layers[index].kind
-        if kind == "head":
+        layer = job.model.layers[index]
+        if layer.kind == "head":
             logits = config.microbatch_size * job.seq_len * job.model.vocab_size
             needs.append(logits * LOSS_BACKWARD_BYTES[job.options.cross_entropy] / shards)
-        elif kind != "embedding" and (modes[index] == "full" or (per_op and modes[index] == "selective")):
+        elif reruns_forward(layer, modes[index], job.options):
             works = works or _works(job, config)
             kept = works[index].per_op_kept_bytes if modes[index] == "selective" else 0.0
             needs.append((works[index].held_bytes(config.precision, job.cluster, job.options) - kept) / shards)

@@ -103,7 +103,8 @@ class KnownFieldsMixin:
     """A request names only its serializer's fields: DRF drops any other key without a word, so a typo, or the pins
     sent as one ``pins`` object where the request takes them as fields, would be ignored and the job planned as if
     never asked. Each unknown key is a 400 naming it; ``unknown_hints`` says what to send instead where a key is a
-    likely mistake. The schema says the same (``additionalProperties: false``, ``api.schema.document_request_rules``)."""
+    likely mistake. The schema says the same (``additionalProperties: false``,
+    ``api.schema.document_request_rules``)."""
 
     unknown_hints: dict[str, str] = {}
 
