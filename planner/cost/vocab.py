@@ -29,12 +29,29 @@ LOSS_BYTES = 4                       # the head's output is one fp32 loss
 # serves both.
 CROSS_ENTROPY_FORWARD_FP32_ACCESSES = 8
 CROSS_ENTROPY_BACKWARD_FP32_ACCESSES = 3
-# What the loss's backward allocates per logit beside the softmax it kept, at its peak: Megatron's
-# ``_VocabParallelCrossEntropy.backward`` writes the gradient into the kept softmax in place, and the cast's backward
-# returns it in the model's dtype (2 bytes, "fused"); PyTorch's ``F.cross_entropy`` on fp32 logits (torchtitan's
-# ``cross_entropy_loss``) is ``log_softmax`` and ``nll_loss``: nll's backward writes a zero-filled fp32 gradient and
-# log-softmax's backward a second one beside it (8 bytes, "eager"), before the cast back frees both.
-LOSS_BACKWARD_BYTES = {"fused": 2, "eager": 2 * FP32_BYTES}
+# What the loss's backward allocates per logit beside the softmax it kept, at its peak, without TP and with the logits
+# split over TP, by how the loss is computed (``CostOptions.cross_entropy``):
+# - "fused": Megatron's ``_VocabParallelCrossEntropy.backward`` writes the gradient into the kept softmax in place, and
+#   the cast's backward returns it in the model's dtype (2 bytes).
+# - "eager": two fp32 logit-sized gradients (8 bytes). PyTorch's ``F.cross_entropy`` on fp32 logits a rank holds whole
+#   is ``log_softmax`` and ``nll_loss``: nll's backward writes a zero-filled fp32 gradient and log-softmax's backward a
+#   second one beside it, before the cast back frees both. This project's executor runs that without TP, and under TP
+#   its own vocabulary-parallel function, whose backward clones the kept softmax and scales the clone
+#   (``executor/model/tensor_parallel.py``).
+# - "pytorch": PyTorch's loss as torchtitan runs it: ``F.cross_entropy`` as "eager" without TP; with TP > 1 torchtitan
+#   keeps the logits split over the vocabulary and computes the loss under ``loss_parallel()`` (its default,
+#   ``ParallelDims.loss_parallel_enabled``). That runs ``torch.distributed.tensor.parallel.loss``'s decomposed
+#   log-softmax, whose backward (``_nll_loss_and_log_softmax_backward``) is ``(zeros_like(x) + exp(x)) *
+#   grad_output``: the zero-filled gradient, ``exp(x)`` and their sum live at once, three fp32 buffers (12 bytes).
+#   Its forward peaks lower: the fp32 logits, the shifted logits and their ``exp`` beside the BF16 logits (14).
+LOSS_BACKWARD_BYTES = {"fused": (2, 2), "eager": (2 * FP32_BYTES, 2 * FP32_BYTES),
+                       "pytorch": (2 * FP32_BYTES, 3 * FP32_BYTES)}
+
+
+def loss_backward_bytes(cross_entropy: str, tp: int) -> int:
+    """Bytes per logit the loss's backward allocates beside the kept softmax (``LOSS_BACKWARD_BYTES``), for the loss
+    ``cross_entropy`` with the logits split over ``tp`` ranks."""
+    return LOSS_BACKWARD_BYTES[cross_entropy][tp > 1]
 
 
 def embedding_cost(*, vocab: int, hidden: int, tokens: int, dtype_bytes: int, positions: int | None = None) -> Cost:

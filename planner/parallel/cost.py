@@ -118,7 +118,8 @@ class CostOptions:
     # ``--recompute-granularity selective``: the core attention) or "per_op" (torchtitan's ``SelectiveAC``)
     selective: str = "attention"
     # how the loss is computed, for what its backward allocates (planner.cost.vocab.LOSS_BACKWARD_BYTES): "fused"
-    # (Megatron's vocabulary-parallel cross-entropy) or "eager" (PyTorch's F.cross_entropy, torchtitan)
+    # (Megatron's vocabulary-parallel cross-entropy), "eager" (two fp32 gradients: F.cross_entropy on whole logits,
+    # this project's executor) or "pytorch" (torchtitan's: F.cross_entropy, under TP its loss_parallel)
     cross_entropy: str = "fused"
 
     def __post_init__(self):
@@ -171,9 +172,9 @@ FRAMEWORKS = {
     "megatron": {"attention_kernel": "cudnn", "fp8_saved_inputs": True, "selective": "attention",
                  "cross_entropy": "fused"},
     # torchtitan: PyTorch SDPA's FlashAttention-2, torchao's Float8Linear keeping the BF16 input, per-op selective
-    # checkpointing, PyTorch's cross-entropy
+    # checkpointing, PyTorch's cross-entropy (under TP, its loss_parallel)
     "torchtitan": {"attention_kernel": "flash2", "fp8_saved_inputs": False, "selective": "per_op",
-                   "cross_entropy": "eager"},
+                   "cross_entropy": "pytorch"},
 }
 DEFAULT_FRAMEWORK = "megatron"
 # What each framework runs, in words (the CLI's --framework help and the API's field say them)
@@ -204,8 +205,9 @@ def framework_of(options: CostOptions) -> str | None:
 
 
 # What this project's executor runs (executor/running/): CP by all-gather, the DP reduction after the step's last
-# backward (not overlapped): a run of it is predicted, and calibrated, with these.
-EXECUTOR_OPTIONS = CostOptions(cp_comm="allgather", overlap_dp=False)
+# backward (not overlapped), a loss whose backward holds two fp32 gradients (executor/model/layers.py): a run of it is
+# predicted, and calibrated, with these.
+EXECUTOR_OPTIONS = CostOptions(cp_comm="allgather", overlap_dp=False, cross_entropy="eager")
 
 SCORE_BYTES_FORWARD, SCORE_BYTES_BACKWARD, SCORE_ACTIVATION_BYTES = 13, 17, 5
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from planner.cluster import ClusterSpec
 from planner.memory import activation_peaks, in_flight_activation_bytes, stage_activation_bytes
-from planner.cost.vocab import LOSS_BACKWARD_BYTES
+from planner.cost.vocab import loss_backward_bytes
 from planner.memory.buffers import ALLOCATOR_OVERHEAD, overhead_bytes
 from planner.parallel.config import ParallelConfig
 from planner.parallel.cost import (COMM_AXES, CostOptions, LayerTime, data_parallel_ms, exposed_data_parallel_ms,
@@ -269,7 +269,7 @@ def _layer_params(job: Job) -> list[LayerParams]:
 def backward_workspace_bytes(job: Job, config: ParallelConfig, layers: list[int], modes: list[str]) -> float:
     """What a GPU allocates during the backward of one layer among ``layers`` beside what the layers kept, the
     largest of: a recomputed layer's whole activations again, beside what it kept (per-op selective checkpointing's
-    outputs), and the loss's gradient buffers in the head (``planner.cost.vocab.LOSS_BACKWARD_BYTES``)."""
+    outputs), and the loss's gradient buffers in the head (``planner.cost.vocab.loss_backward_bytes``)."""
     shards = config.tp * config.cp
     needs = []
     works = None
@@ -277,7 +277,7 @@ def backward_workspace_bytes(job: Job, config: ParallelConfig, layers: list[int]
         layer = job.model.layers[index]
         if layer.kind == "head":
             logits = config.microbatch_size * job.seq_len * job.model.vocab_size
-            needs.append(logits * LOSS_BACKWARD_BYTES[job.options.cross_entropy] / shards)
+            needs.append(logits * loss_backward_bytes(job.options.cross_entropy, config.tp) / shards)
         elif reruns_forward(layer, modes[index], job.options):
             works = works or _works(job, config)
             kept = works[index].per_op_kept_bytes if modes[index] == "selective" else 0.0

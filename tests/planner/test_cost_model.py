@@ -7,6 +7,7 @@ import warnings
 import pytest
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -18,7 +19,7 @@ from planner.cost.mlp import moe_cost
 from planner.cost.primitives import linear
 from planner.cost.roofline import kernel_ms, pass_ms
 from planner.cost.ssm import mamba_cost, selective_scan, ssd_scan
-from planner.cost.vocab import cross_entropy
+from planner.cost.vocab import cross_entropy, loss_backward_bytes
 from planner.cost.work import Kernel
 from planner.profile import load_profile
 from planner.spec.model import (AttentionMixer, DenseMLP, LayerSpec, LinearAttentionMixer, Mamba2Mixer, MambaMixer,
@@ -242,6 +243,56 @@ def test_the_heads_cross_entropy_moves_what_megatron_cores_own_code_moves():
     assert sum(kernel.bytes for kernel in cost.forward) == forward.bytes
     assert sum(kernel.bytes for kernel in cost.backward_input) == backward.bytes
     assert cost.activation_bytes == 4 * tokens * vocab   # the fp32 softmax it saves (ctx.save_for_backward)
+
+
+def _backward_peak_bytes(loss: torch.Tensor) -> int:
+    """The most bytes ``loss.backward()`` has allocated and not yet freed at once, from the CPU allocator's events as
+    torch's profiler records them (tensors allocated before, such as the kept softmax, are not counted)."""
+    with warnings.catch_warnings(), torch.profiler.profile(profile_memory=True) as profiler:
+        warnings.simplefilter("ignore")
+        loss.backward()
+    events = sorted((event for event in profiler.profiler.kineto_results.events() if event.name() == "[memory]"),
+                    key=lambda event: event.start_ns())
+    live = peak = 0
+    for event in events:
+        live += event.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
+def test_the_loss_backward_allocates_what_each_frameworks_cross_entropy_allocates():
+    """What the loss's backward allocates beside the kept softmax (``loss_backward_bytes``), measured on each
+    framework's own code with BF16 logits (one process, a one-rank group): Megatron-Core's
+    ``vocab_parallel_cross_entropy``; PyTorch's ``F.cross_entropy(pred.float(), labels)`` as torchtitan calls it,
+    whole and (under TP) on vocabulary-sharded DTensor logits in ``loss_parallel()``."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    tokens, vocab = 1024, 4096
+    logits = torch.randn(tokens, vocab, dtype=torch.bfloat16)
+    target = torch.randint(vocab, (tokens,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # no Transformer Engine or Apex here: Megatron-Core says so
+        from megatron.core import parallel_state
+        from megatron.core.tensor_parallel.cross_entropy import vocab_parallel_cross_entropy
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        parallel_state.initialize_model_parallel(1, 1)
+        pred = logits[:, None].clone().requires_grad_()
+        megatron = _backward_peak_bytes(vocab_parallel_cross_entropy(pred, target[:, None]).sum())
+        pred = logits.clone().requires_grad_()
+        whole = _backward_peak_bytes(F.cross_entropy(pred.float(), target))
+        pred = distribute_tensor(logits, init_device_mesh("cpu", (1,)), [Shard(1)]).requires_grad_()
+        with loss_parallel():
+            sharded = _backward_peak_bytes(F.cross_entropy(pred.float(), target))
+    finally:
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
+    measured = {("fused", 1): megatron, ("pytorch", 1): whole, ("eager", 1): whole, ("pytorch", 8): sharded}
+    for (name, tp), peak in measured.items():
+        assert loss_backward_bytes(name, tp) * tokens * vocab == pytest.approx(peak, rel=0.01), (name, tp)
+    assert loss_backward_bytes("fused", 8) == loss_backward_bytes("fused", 1)
 
 
 def test_profile_lines_up_with_the_spec():

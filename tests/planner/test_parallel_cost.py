@@ -119,16 +119,17 @@ def test_selective_recomputation_is_the_frameworks():
 
 
 def test_the_loss_backward_workspace_is_the_frameworks_cross_entropy():
-    """The head's backward allocates beside the kept softmax a logit-sized gradient: Megatron's fused cross-entropy
-    one in bf16 (in place in the softmax, cast back), PyTorch's two in fp32 (nll's and log-softmax's)."""
+    """The head's backward allocates beside the kept softmax logit-sized gradients: Megatron's fused cross-entropy
+    one in bf16 (in place in the softmax, cast back), PyTorch's two in fp32 (nll's and log-softmax's) on whole
+    logits, and three under TP (torchtitan's loss_parallel); each rank holds its 1/tp of the vocabulary."""
     model = llama_block_model()
-    config = ParallelConfig(tp=2, dp=4, microbatch_size=2)
     modes = ["none"] * model.num_layers
-    logits = 2 * 8192 * 128256 / 2
-    for options, per_logit in ((CostOptions(), 2), (TITAN, 8)):
+    for tp, options, per_logit in ((2, CostOptions(), 2), (1, CostOptions(), 2), (2, TITAN, 12), (1, TITAN, 8),
+                                   (2, CostOptions(cross_entropy="eager"), 8)):
+        config = ParallelConfig(tp=tp, dp=8 // tp, microbatch_size=2)
         job = Job(model, H100, 8, 8192, 8, options)
         assert backward_workspace_bytes(job, config, list(range(model.num_layers)), modes) == pytest.approx(
-            per_logit * logits)
+            per_logit * 2 * 8192 * 128256 / tp)
         assert backward_workspace_bytes(job, config, [1, 2], modes) == 0.0
 
 

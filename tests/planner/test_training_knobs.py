@@ -235,7 +235,7 @@ def test_the_framework_sets_the_attention_kernel_and_the_fp8_inputs_held_and_a_p
     assert job_options() == CostOptions() and framework_of(CostOptions()) == "megatron"
     assert job_options("tp", "torchtitan") == CostOptions(overlap_tp=True, overlap_dp=False, attention_kernel="flash2",
                                                           fp8_saved_inputs=False, selective="per_op",
-                                                          cross_entropy="eager")
+                                                          cross_entropy="pytorch")
     assert framework_of(CostOptions(attention_kernel="flash2")) is None   # a mix no job can name
     for bad in ("deepspeed", 3, ["torchtitan"]):
         with pytest.raises(SpecError) as error:
@@ -250,7 +250,7 @@ def test_the_framework_sets_the_attention_kernel_and_the_fp8_inputs_held_and_a_p
     by_hand = {framework: estimate(Job(model, H100, 8, 4096, 8, CostOptions(**settings)), config, 1)
                for framework, settings in (("megatron", {}),
                                            ("torchtitan", {"attention_kernel": "flash2", "fp8_saved_inputs": False,
-                                                           "selective": "per_op", "cross_entropy": "eager"}))}
+                                                           "selective": "per_op", "cross_entropy": "pytorch"}))}
     for framework, score in scores.items():
         assert score.iteration_ms == by_hand[framework].iteration_ms
     assert scores["torchtitan"].iteration_ms > scores["megatron"].iteration_ms
