@@ -214,10 +214,54 @@ class TestRuns:
                                         "target, environment, time_limit"}]
         assert Run.objects.count() == 0
 
+    def test_every_request_refuses_a_field_it_does_not_take_and_changes_nothing(self, people, planned):
+        """Each request body the API takes (uploads, renames, a derived plan, a measured profile, teams, members,
+        invitations, tokens) is a 400 naming a key it does not know, where DRF would drop it without a word."""
+        from adaptis_web.studio.models import (ApiToken, ClusterRecord, Invitation, MeasuredProfile, Membership, Plan,
+                                               Team)
+
+        def state():
+            return (ModelSpecRecord.objects.count(), ClusterRecord.objects.count(), Plan.objects.count(),
+                    MeasuredProfile.objects.count(), sorted(Team.objects.values_list("name", flat=True)),
+                    sorted(Membership.objects.values_list("user__username", "role")), Invitation.objects.count(),
+                    ApiToken.objects.count(), ModelSpecRecord.objects.get(pk=planned.spec.pk).name,
+                    PlanningJob.objects.get(pk=planned.job.pk).name)
+
+        team = people.team.pk
+        requests = [
+            ("post", reverse("api:specs"), {"doc": load_model_preset("tiny-llama").to_dict()}),
+            ("post", reverse("api:clusters"), {"doc": load_cluster_preset("cpu-host").to_dict()}),
+            ("patch", reverse("api:spec", args=[planned.spec.pk]), {"name": "renamed"}),
+            ("patch", reverse("api:job", args=[planned.job.pk]), {"name": "renamed"}),
+            ("post", reverse("api:plan-derive", args=[planned.plan.pk]), {"plan": planned.plan.plan_doc}),
+            ("post", reverse("api:spec-profiles", args=[planned.spec.pk]), {"num_ranks": 1}),
+            ("post", reverse("api:teams"), {"name": "new team"}),
+            ("patch", reverse("api:team", args=[team]), {"name": "renamed team"}),
+            ("post", reverse("api:team-members", args=[team]), {"username": "mallory"}),
+            ("patch", reverse("api:team-member", args=[team, people.member.pk]), {"role": "admin"}),
+            ("post", reverse("api:team-transfer", args=[team]), {"user_id": people.member.pk}),
+            ("post", reverse("api:team-invitations", args=[team]), {"role": "member"}),
+            ("post", reverse("api:tokens"), {"name": "ci"}),
+        ]
+        client = api_as(people.owner)
+        before = state()
+        for method, url, body in requests:
+            response = getattr(client, method)(url, {**body, "colour": "blue"}, format="json")
+            assert response.status_code == 400, (url, response.content)
+            errors = response.json()["errors"]
+            assert [error["field"] for error in errors] == ["colour"], url
+            assert errors[0]["reason"].startswith("is not a field of this request; its fields are "), url
+            assert state() == before, url
+
     def test_the_schema_says_which_requests_take_no_other_fields(self, people):
         schema = api_as(people.member).get("/api/schema/?format=json").json()["components"]["schemas"]
         assert schema["JobCreateInputRequest"]["additionalProperties"] is False
         assert schema["RunCreateInputRequest"]["additionalProperties"] is False
+        for name in ("PlanDeriveInput", "RenameInput", "RequiredNameInput", "MeasuredProfileCreateInput",
+                     "IngestBatchInput", "TeamCreateInput", "TeamUpdateInput", "TokenCreateInput"):
+            assert schema[f"{name}Request"]["additionalProperties"] is False, name
+        specs = api_as(people.member).get("/api/schema/?format=json").json()["paths"]["/api/specs/"]["post"]
+        assert all(body["schema"]["additionalProperties"] is False for body in specs["requestBody"]["content"].values())
 
     def test_the_schema_documents_gunicorns_answer_to_an_overlong_request_line(self, people):
         """gunicorn answers 414 with its own HTML page before Django sees the request (the OpenAPI fuzzing's stateful

@@ -213,6 +213,10 @@ def test_the_ingest_refuses_other_secrets_and_foreign_events_and_stores_nothing_
     assert _post(first["id"], first["secret"], wrong_rank).json()["errors"][0]["field"] == "events[0].rank"
     too_many = [events[0]] * 1001
     assert _post(first["id"], first["secret"], too_many).status_code == 400
+    extra = APIClient().post(reverse("api:run-events", args=[first["id"]]), {"events": events, "step": 0},
+                             format="json", HTTP_AUTHORIZATION=f"Bearer {first['secret']}")
+    assert extra.status_code == 400 and extra.json()["errors"] == [{
+        "field": "step", "reason": "is not a field of an event batch; its one field is events"}]
     assert RunEvent.objects.count() == 0 and Run.objects.get(pk=first["id"]).status == JobStatus.QUEUED
 
 

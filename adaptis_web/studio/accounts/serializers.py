@@ -7,7 +7,7 @@ from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from adaptis_web.studio.accounts.teams import GRANTABLE_ROLES, MAX_RUN_ENVIRONMENT, NOT_ONE_LINE
-from adaptis_web.studio.api.fields import NOT_BLANK, WHITE_SPACE, IdField, StrictCharField
+from adaptis_web.studio.api.fields import NOT_BLANK, WHITE_SPACE, IdField, KnownFieldsMixin, StrictCharField
 from adaptis_web.studio.models import ApiToken, Invitation, Membership, Team
 
 
@@ -23,7 +23,7 @@ class TeamOutput(serializers.ModelSerializer):
         return next(m.role for m in team.memberships.all() if m.user_id == user.pk)
 
 
-class TeamCreateInput(serializers.Serializer):
+class TeamCreateInput(KnownFieldsMixin, serializers.Serializer):
     name = StrictCharField(max_length=100, validators=[NOT_BLANK])
 
 
@@ -44,7 +44,7 @@ ONE_LINE = RegexValidator(
     "must be a single line with a character other than white space")
 
 
-class TeamUpdateInput(serializers.Serializer):
+class TeamUpdateInput(KnownFieldsMixin, serializers.Serializer):
     name = StrictCharField(max_length=100, validators=[NOT_BLANK], required=False, help_text="rename the team")
     run_environment = SingleLineCharField(
         max_length=MAX_RUN_ENVIRONMENT, validators=[ONE_LINE], required=False,
@@ -70,21 +70,21 @@ class TeamDetailOutput(serializers.ModelSerializer):
         fields = ["id", "name", "created_at", "run_environment", "members"]
 
 
-class MemberAddInput(serializers.Serializer):
+class MemberAddInput(KnownFieldsMixin, serializers.Serializer):
     username = StrictCharField(validators=[NOT_BLANK])
     role = serializers.ChoiceField(choices=GRANTABLE_ROLES, default=Membership.Role.MEMBER,
                                    help_text="the owner's role moves only by a transfer")
 
 
-class MemberRoleInput(serializers.Serializer):
+class MemberRoleInput(KnownFieldsMixin, serializers.Serializer):
     role = serializers.ChoiceField(choices=GRANTABLE_ROLES, help_text="the owner's role moves only by a transfer")
 
 
-class TransferInput(serializers.Serializer):
+class TransferInput(KnownFieldsMixin, serializers.Serializer):
     user_id = IdField(help_text="the member who becomes the owner; you stay on as an admin")
 
 
-class InvitationCreateInput(serializers.Serializer):
+class InvitationCreateInput(KnownFieldsMixin, serializers.Serializer):
     role = serializers.ChoiceField(choices=GRANTABLE_ROLES, default=Membership.Role.MEMBER,
                                    help_text="the owner's role moves only by a transfer")
 
@@ -97,7 +97,7 @@ class InvitationOutput(serializers.ModelSerializer):
         fields = ["id", "team", "role", "expires_at", "url"]
 
 
-class TokenCreateInput(serializers.Serializer):
+class TokenCreateInput(KnownFieldsMixin, serializers.Serializer):
     name = StrictCharField(max_length=100, validators=[NOT_BLANK])
     expires_in_days = serializers.IntegerField(default=30, min_value=1, max_value=settings.API_TOKEN_MAX_DAYS)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from adaptis_web.studio.api.fields import DocumentField, IdField, StrictCharField
+from adaptis_web.studio.api.fields import DocumentField, IdField, KnownFieldsMixin, StrictCharField
 from adaptis_web.studio.api.plain_output import PlainOutputMixin
 from adaptis_web.studio.models import ClusterRecord, ModelSpecRecord
 
@@ -33,15 +33,16 @@ class SpecDetailOutput(SpecOutput):
 
 def document_create_schemas(*, doc: str, file: str) -> dict:
     """The request schemas of an upload (a spec, a cluster): exactly one of the document's two ways in, said in the
-    schema per media type: a file in a form, or the document in JSON."""
+    schema per media type: a file in a form, or the document in JSON; no other fields (``KnownFieldsMixin``)."""
     common = {"team": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1,
                        "description": "defaults to your only team"},
               "name": {"type": "string", "maxLength": 200, "pattern": "^[^\\x00]*$",
                        "description": "defaults to the document's name"}}
-    return {"application/json": {"type": "object", "required": ["doc"], "properties": {
+    return {"application/json": {"type": "object", "required": ["doc"], "additionalProperties": False, "properties": {
                 **common, "doc": {"type": "object", "description": f"{doc}, inline"}}},
-            "multipart/form-data": {"type": "object", "required": ["file"], "properties": {
-                **common, "file": {"type": "string", "format": "binary", "description": file}}}}
+            "multipart/form-data": {"type": "object", "required": ["file"], "additionalProperties": False,
+                                    "properties": {**common, "file": {"type": "string", "format": "binary",
+                                                                      "description": file}}}}
 
 
 SPEC_CREATE_SCHEMAS = document_create_schemas(doc="an adaptis.model/v1 document or a HF config.json",
@@ -50,7 +51,7 @@ CLUSTER_CREATE_SCHEMAS = document_create_schemas(doc="an adaptis.cluster/v1 docu
                                                  file="adaptis.cluster/v1 as JSON or YAML")
 
 
-class SpecCreateInput(serializers.Serializer):
+class SpecCreateInput(KnownFieldsMixin, serializers.Serializer):
     team = IdField(required=False, help_text="defaults to your only team")
     file = serializers.FileField(required=False, help_text="adaptis.model/v1 JSON/YAML or a HF config.json")
     doc = DocumentField(required=False, help_text="the same document inline, instead of a file")
@@ -78,7 +79,7 @@ class ClusterDetailOutput(ClusterOutput):
         fields = ClusterOutput.Meta.fields + ["doc"]
 
 
-class ClusterCreateInput(serializers.Serializer):
+class ClusterCreateInput(KnownFieldsMixin, serializers.Serializer):
     team = IdField(required=False, help_text="defaults to your only team")
     file = serializers.FileField(required=False, help_text="adaptis.cluster/v1 as JSON or YAML")
     doc = DocumentField(required=False, help_text="the same document inline, instead of a file")

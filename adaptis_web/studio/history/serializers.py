@@ -5,10 +5,10 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from adaptis_web.studio.api.fields import NOT_BLANK, StrictCharField
+from adaptis_web.studio.api.fields import NOT_BLANK, KnownFieldsMixin, StrictCharField
 
 
-class RenameInput(serializers.Serializer):
+class RenameInput(KnownFieldsMixin, serializers.Serializer):
     name = StrictCharField(max_length=200, allow_blank=True, help_text="empty: the page shows the id")
 
 
@@ -21,7 +21,7 @@ class RequiredNameField(StrictCharField):
         super().__init__(trim_whitespace=False, error_messages={"blank": "is required"}, **kwargs)
 
 
-class RequiredNameInput(serializers.Serializer):
+class RequiredNameInput(KnownFieldsMixin, serializers.Serializer):
     """A spec's or a saved cluster's new name: one is required (jobs, plans and runs may have none)."""
 
     name = RequiredNameField(max_length=200)

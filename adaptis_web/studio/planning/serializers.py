@@ -370,6 +370,6 @@ class PlanOutput(serializers.ModelSerializer):
                   "plan", "simulation", "profile", "created_at", "archived_at", "parent"]
 
 
-class PlanDeriveInput(serializers.Serializer):
+class PlanDeriveInput(KnownFieldsMixin, serializers.Serializer):
     plan = DocumentField(help_text="the edited adaptis.plan/v1 or /v2 document, as simulate/ takes it")
     name = StrictCharField(max_length=200, required=False, allow_blank=True, default="")

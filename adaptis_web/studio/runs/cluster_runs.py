@@ -284,6 +284,9 @@ def _checked_collective(event: dict, where: str, degrees: dict[str, int], world_
 
 def _checked_batch(run: Run, body) -> list[dict]:
     events = body.get("events") if isinstance(body, dict) else None
+    unknown = sorted(set(body) - {"events"}) if isinstance(body, dict) else []
+    if unknown:   # as api.fields.KnownFieldsMixin refuses them (the schema: IngestBatchInput)
+        raise IngestRefusal(400, unknown[0], "is not a field of an event batch; its one field is events")
     if not isinstance(events, list) or not events:
         raise IngestRefusal(400, "events", "must be a non-empty list of events")
     if len(events) > HTTP_BATCH_EVENTS:

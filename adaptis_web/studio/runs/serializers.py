@@ -44,7 +44,7 @@ class ClusterLaunchOutput(serializers.Serializer):
                                                  "files (YAML): create the Secret it names, then kubectl apply it")
 
 
-class IngestBatchInput(serializers.Serializer):
+class IngestBatchInput(KnownFieldsMixin, serializers.Serializer):
     events = serializers.ListField(child=serializers.DictField(), min_length=1, max_length=HTTP_BATCH_EVENTS,
                                    help_text="executor events (executor.running.events): actions, a hybrid run's "
                                              "collectives and the run's lifecycle")
@@ -110,13 +110,15 @@ class RunEventsOutput(serializers.Serializer):
 
 
 class RunEventsQuery(serializers.Serializer):
-    after = serializers.IntegerField(min_value=0, max_value=MAX_ID, default=0, help_text="only events with a larger seq")
+    after = serializers.IntegerField(min_value=0, max_value=MAX_ID, default=0,
+                                     help_text="only events with a larger seq")
     limit = serializers.IntegerField(min_value=1, max_value=RUN_EVENTS_PAGE, default=RUN_EVENTS_PAGE,
                                      help_text="at most this many")
 
 
-class MeasuredProfileCreateInput(serializers.Serializer):
-    num_ranks = serializers.IntegerField(default=2, min_value=1, max_value=MAX_PROFILE_RANKS, help_text="profilers at once, one per rank of the runs to predict")
+class MeasuredProfileCreateInput(KnownFieldsMixin, serializers.Serializer):
+    num_ranks = serializers.IntegerField(default=2, min_value=1, max_value=MAX_PROFILE_RANKS,
+                                         help_text="profilers at once, one per rank of the runs to predict")
     split_backward = StrictBooleanField(default=False, help_text="time I and W apart (zero-bubble ranks)")
     plan = IdField(required=False, allow_null=True, default=None,
                                     help_text="a plan of this spec: also time its stages as its ranks run them "
