@@ -38,7 +38,9 @@ H100's as set before the table was run (``planner.hardware``: efficiency 0.55), 
 
 Llama 3 405B (the Llama 3 paper, Table 4) follows, with its published degrees and batch pinned; its
 recomputation and TP overlap are not published, so those rows are shown, not validated. NeMo 24.07's H100 FP8
-performance summary follows, with its published degrees, virtual stages and batch pinned.
+performance summary follows, with its published degrees, virtual stages and batch pinned, and then the DGX H100 rows
+of NeMo's Megatron-Bridge summary (the 26.04.01 container: Llama 3 70B, Llama 3.1 405B on 1,024 GPUs, and the MoE
+models GPT-OSS 120B, Qwen3 30B-A3B and Qwen3 235B-A22B with their expert parallelism), pinned the same way.
 
 torchtitan's Llama 3.1 benchmarks follow (``benchmarks/llama3_h100_202412_torchtitan.md`` in pytorch/torchtitan,
 December 2024): FSDP2 (full sharding) alone, with CP and with TP, BF16 and Float8 (torchao's tensorwise recipe), on
@@ -56,6 +58,7 @@ overhead) is compared with it.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -70,6 +73,7 @@ from planner.parallel.config import ParallelConfig  # noqa: E402
 from planner.parallel.cost import CostOptions, job_options  # noqa: E402
 from planner.parallel.evaluate import Job, estimate  # noqa: E402
 from planner.parallel.search import search  # noqa: E402
+from planner.spec.hf import import_hf_config  # noqa: E402
 from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, ModelSpec  # noqa: E402
 
 SEQ_LEN, VOCAB = 2048, 51200
@@ -449,6 +453,90 @@ def print_nemo(with_search: bool = True) -> list[float]:
     return errors
 
 
+@dataclass(frozen=True)
+class BridgeRun:
+    """A DGX H100 row of NeMo's Megatron-Bridge performance summary: the published degrees, virtual stages (1 for
+    "n/a"), micro-batch size, batch, sequence and precision; no FSDP in any of them."""
+
+    model: str
+    gpus: int
+    precision: str
+    batch: int
+    microbatch_size: int
+    seq_len: int
+    tp: int
+    pp: int
+    cp: int
+    vpp: int
+    ep: int
+    tokens_per_gpu_s: float
+    tflops_per_gpu: float    # Megatron-Bridge's model TFLOP/s
+
+
+# NVIDIA-NeMo/Megatron-Bridge, docs/performance-summary-archive.md, "26.04.01 NeMo Container", the DGX-H100 rows of
+# each model (FP8 is Transformer Engine's per-tensor current scaling; the MoE rows force-balance the tokens over the
+# experts, dropless). Left out: Nemotron 3 Nano (no importable config here) and the models without an H100 row.
+BRIDGE_H100 = (
+    BridgeRun("Llama 3 70B", 64, "fp8", 256, 1, 8192, 4, 8, 1, 5, 1, 1664, 731),
+    BridgeRun("Llama 3.1 405B", 1024, "fp8", 1536, 1, 8192, 8, 8, 2, 8, 1, 328, 827),
+    BridgeRun("GPT-OSS 120B", 64, "bf16", 1280, 1, 4096, 1, 4, 1, 1, 8, 5824, 158),
+    BridgeRun("Qwen3 30B-A3B", 16, "fp8", 1024, 1, 4096, 1, 1, 1, 1, 16, 8960, 206),
+    BridgeRun("Qwen3 235B-A22B", 256, "fp8", 8192, 1, 4096, 2, 8, 1, 4, 32, 1712, 253),
+)
+# The MoE models' HuggingFace config.json, as this project keeps them (the importer's test fixtures, each checked
+# against transformers' own parameter count by tests/planner/test_hf_counts.py)
+HF_CONFIGS = Path(__file__).resolve().parent.parent / "tests" / "planner" / "fixtures" / "hf"
+BRIDGE_HF = {"GPT-OSS 120B": "gpt-oss-120b", "Qwen3 30B-A3B": "qwen3-30b-a3b", "Qwen3 235B-A22B": "qwen3-235b-a22b"}
+
+
+def bridge_model(run: BridgeRun) -> ModelSpec:
+    if run.model in BRIDGE_HF:
+        return import_hf_config(json.loads((HF_CONFIGS / f"{BRIDGE_HF[run.model]}.json").read_text()))
+    return llama("Llama 3 405B" if run.model == "Llama 3.1 405B" else run.model)
+
+
+def plan_bridge(run: BridgeRun, overlap: bool):
+    """The published degrees, virtual stages, micro-batch size, batch and precision pinned, the distributed optimizer
+    with DP overlapped, expert TP 1; with ``overlap`` the TP and EP communication hidden behind the GEMMs too (the
+    recipes' ``tp_comm_overlap`` and ``moe_a2a_overlap``: an upper bound). Recomputation (not in the table) is the
+    search's."""
+    dp = run.gpus // (run.tp * run.pp * run.cp)
+    pins = {"tp": run.tp, "pp": run.pp, "cp": run.cp, "dp": dp, "ep": run.ep, "vpp": run.vpp,
+            "microbatch_size": run.microbatch_size, "sharding": "optimizer", "precision": run.precision}
+    if run.ep > 1:
+        pins["etp"] = 1   # the MoE recipes' expert_tensor_parallel_size (Megatron-Core's default would be TP)
+    return search(bridge_model(run), load_cluster_preset(f"h100-sxm-{run.gpus // 8}x8"), run.gpus, run.seq_len,
+                  run.batch, pins, options=CostOptions(overlap_tp=overlap, overlap_ep=overlap), refine=False)
+
+
+def plan_bridge_unpinned(run: BridgeRun):
+    """The same GPUs, sequence, batch and precision, every degree, sharding, micro-batch size, recomputation and
+    schedule free, communication exposed as in the first column."""
+    return search(bridge_model(run), load_cluster_preset(f"h100-sxm-{run.gpus // 8}x8"), run.gpus, run.seq_len,
+                  run.batch, {"precision": run.precision}, refine=False)
+
+
+def print_bridge(with_search: bool = True) -> list[float]:
+    print("\n| Megatron-Bridge 26.04.01, H100 | GPUs | precision | TP | PP | CP | VP | EP | mbs | batch | seq | "
+          "published tokens/s/GPU (TFLOP/s) | predicted, TP and EP exposed | error | predicted, TP and EP overlapped | "
+          "error | chosen recompute | fits (peak GiB) | unpinned search, exposed | its step vs the published "
+          "configuration's |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|")
+    errors = []
+    for run in BRIDGE_H100:
+        exposed, overlapped = (plan_bridge(run, overlap).best for overlap in (False, True))
+        predicted = [tokens_per_gpu_s(best) for best in (exposed, overlapped)]
+        errors.append(predicted[0] / run.tokens_per_gpu_s - 1)
+        print(f"| {run.model} | {run.gpus} | {run.precision} | {run.tp} | {run.pp} | {run.cp} | {run.vpp} | {run.ep} | "
+              f"{run.microbatch_size} | {run.batch} | {run.seq_len} | {run.tokens_per_gpu_s:,.0f} "
+              f"({run.tflops_per_gpu:.0f}) | {predicted[0]:,.0f} | {errors[-1]:+.1%} | {predicted[1]:,.0f} | "
+              f"{predicted[1] / run.tokens_per_gpu_s - 1:+.1%} | {exposed.config.recompute_text()} | "
+              f"{'yes' if exposed.fits else 'NO'} ({exposed.peak_memory_bytes / 2**30:.1f}) | "
+              + (unpinned_cells(lambda: plan_bridge_unpinned(run), exposed) if with_search else "- | - |"))
+    print(f"\nTP and EP exposed: {agreement(errors)}")
+    return errors
+
+
 def gpt_model(run: PublishedRun) -> ModelSpec:
     """The paper's GPT: a 4h GeLU MLP, tied input and output embeddings, fp16."""
     return run.model(VOCAB, SEQ_LEN, tied=True, dtype="fp16")
@@ -525,6 +613,7 @@ def main() -> int:
         print_llama_3()
         print_torchtitan(with_search=not args.no_search)
         print_nemo(with_search=not args.no_search)
+        print_bridge(with_search=not args.no_search)
     return 0 if within == len(errors) else 1
 
 

@@ -41,6 +41,7 @@ CASES = {
     "qwen2.5-7b": (None, []),
     "qwen3-8b": (None, []),
     "qwen3-30b-a3b": (None, []),
+    "qwen3-235b-a22b": (None, []),
     "phi-3-mini-4k": (None, []),
     "phi-3.5-moe": (None, [("the head's bias (lm_head_bias)", r"^lm_head\.bias$", 1)]),
     "mamba-2.8b-hf": (None, []),
