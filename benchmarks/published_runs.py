@@ -38,9 +38,10 @@ H100's as set before the table was run (``planner.hardware``: efficiency 0.55), 
 
 Llama 3 405B (the Llama 3 paper, Table 4) follows, with its published degrees and batch pinned; its
 recomputation and TP overlap are not published, so those rows are shown, not validated. NeMo 24.07's H100 FP8
-performance summary follows, with its published degrees, virtual stages and batch pinned, and then the DGX H100 rows
-of NeMo's Megatron-Bridge summary (the 26.04.01 container: Llama 3 70B, Llama 3.1 405B on 1,024 GPUs, and the MoE
-models GPT-OSS 120B, Qwen3 30B-A3B and Qwen3 235B-A22B with their expert parallelism), pinned the same way.
+performance summary follows, with its published degrees, virtual stages and batch pinned, and then the DGX H100 and
+B200 rows of NeMo's Megatron-Bridge summary (the 26.04.01 container: Llama 3 70B, Llama 3.1 405B on 1,024 GPUs, and
+the MoE models GPT-OSS 120B, Qwen3 30B-A3B, Qwen3 235B-A22B and DeepSeek-V3 with their expert parallelism), pinned
+the same way, with the recipes' bf16 gradient reduction.
 
 torchtitan's Llama 3.1 benchmarks follow (``benchmarks/llama3_h100_202412_torchtitan.md`` in pytorch/torchtitan,
 December 2024): FSDP2 (full sharding) alone, with CP and with TP, BF16 and Float8 (torchao's tensorwise recipe), on
@@ -74,6 +75,7 @@ from planner.parallel.cost import CostOptions, job_options  # noqa: E402
 from planner.parallel.evaluate import Job, estimate  # noqa: E402
 from planner.parallel.search import search  # noqa: E402
 from planner.spec.hf import import_hf_config  # noqa: E402
+from planner.spec.presets import load_model_preset  # noqa: E402
 from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, ModelSpec  # noqa: E402
 
 SEQ_LEN, VOCAB = 2048, 51200
@@ -455,9 +457,10 @@ def print_nemo(with_search: bool = True) -> list[float]:
 
 @dataclass(frozen=True)
 class BridgeRun:
-    """A DGX H100 row of NeMo's Megatron-Bridge performance summary: the published degrees, virtual stages (1 for
-    "n/a"), micro-batch size, batch, sequence and precision; no FSDP in any of them."""
+    """A DGX H100 or B200 row of NeMo's Megatron-Bridge performance summary: the published degrees, virtual stages (1
+    for "n/a"), micro-batch size, batch, sequence and precision; no FSDP in any of them."""
 
+    gpu: str                 # the named cluster's device: h100-sxm or b200
     model: str
     gpus: int
     precision: str
@@ -473,15 +476,20 @@ class BridgeRun:
     tflops_per_gpu: float    # Megatron-Bridge's model TFLOP/s
 
 
-# NVIDIA-NeMo/Megatron-Bridge, docs/performance-summary-archive.md, "26.04.01 NeMo Container", the DGX-H100 rows of
-# each model (FP8 is Transformer Engine's per-tensor current scaling; the MoE rows force-balance the tokens over the
-# experts, dropless). Left out: Nemotron 3 Nano (no importable config here) and the models without an H100 row.
-BRIDGE_H100 = (
-    BridgeRun("Llama 3 70B", 64, "fp8", 256, 1, 8192, 4, 8, 1, 5, 1, 1664, 731),
-    BridgeRun("Llama 3.1 405B", 1024, "fp8", 1536, 1, 8192, 8, 8, 2, 8, 1, 328, 827),
-    BridgeRun("GPT-OSS 120B", 64, "bf16", 1280, 1, 4096, 1, 4, 1, 1, 8, 5824, 158),
-    BridgeRun("Qwen3 30B-A3B", 16, "fp8", 1024, 1, 4096, 1, 1, 1, 1, 16, 8960, 206),
-    BridgeRun("Qwen3 235B-A22B", 256, "fp8", 8192, 1, 4096, 2, 8, 1, 4, 32, 1712, 253),
+# NVIDIA-NeMo/Megatron-Bridge, docs/performance-summary-archive.md, "26.04.01 NeMo Container", the DGX-H100 and
+# DGX-B200 rows of each model (FP8 on H100 is Transformer Engine's per-tensor current scaling, on B200 MXFP8's block
+# scaling, both "fp8" here; the MoE rows force-balance the tokens over the experts, dropless). Left out: the Nemotron 3
+# models (no importable config here) and the NVFP4 row.
+BRIDGE_RUNS = (
+    BridgeRun("h100-sxm", "Llama 3 70B", 64, "fp8", 256, 1, 8192, 4, 8, 1, 5, 1, 1664, 731),
+    BridgeRun("h100-sxm", "Llama 3.1 405B", 1024, "fp8", 1536, 1, 8192, 8, 8, 2, 8, 1, 328, 827),
+    BridgeRun("h100-sxm", "GPT-OSS 120B", 64, "bf16", 1280, 1, 4096, 1, 4, 1, 1, 8, 5824, 158),
+    BridgeRun("h100-sxm", "Qwen3 30B-A3B", 16, "fp8", 1024, 1, 4096, 1, 1, 1, 1, 16, 8960, 206),
+    BridgeRun("h100-sxm", "Qwen3 235B-A22B", 256, "fp8", 8192, 1, 4096, 2, 8, 1, 4, 32, 1712, 253),
+    BridgeRun("b200", "DeepSeek-V3", 256, "fp8", 4096, 1, 4096, 1, 8, 1, 2, 32, 3328, 864),
+    BridgeRun("b200", "GPT-OSS 120B", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 8, 13568, 369),
+    BridgeRun("b200", "Qwen3 30B-A3B", 8, "fp8", 512, 4, 4096, 1, 1, 1, 1, 8, 27136, 619),
+    BridgeRun("b200", "Qwen3 235B-A22B", 256, "fp8", 8192, 1, 4096, 1, 8, 1, 1, 8, 3776, 560),
 )
 # The MoE models' HuggingFace config.json, as this project keeps them (the importer's test fixtures, each checked
 # against transformers' own parameter count by tests/planner/test_hf_counts.py)
@@ -490,9 +498,21 @@ BRIDGE_HF = {"GPT-OSS 120B": "gpt-oss-120b", "Qwen3 30B-A3B": "qwen3-30b-a3b", "
 
 
 def bridge_model(run: BridgeRun) -> ModelSpec:
+    if run.model == "DeepSeek-V3":
+        return load_model_preset("deepseek-v3")
     if run.model in BRIDGE_HF:
         return import_hf_config(json.loads((HF_CONFIGS / f"{BRIDGE_HF[run.model]}.json").read_text()))
     return llama("Llama 3 405B" if run.model == "Llama 3.1 405B" else run.model)
+
+
+def bridge_cluster(run: BridgeRun):
+    return load_cluster_preset(f"{run.gpu}-{run.gpus // 8}x8")
+
+
+def bridge_options(overlap: bool) -> CostOptions:
+    """Megatron-Bridge's performance recipes: gradients kept and reduced in bf16 (every recipe sets
+    ``grad_reduce_in_fp32 = False``), DP overlapped; with ``overlap`` TP and EP hidden too (an upper bound)."""
+    return CostOptions(grad_reduce_bytes=2, overlap_tp=overlap, overlap_ep=overlap)
 
 
 def plan_bridge(run: BridgeRun, overlap: bool):
@@ -505,36 +525,38 @@ def plan_bridge(run: BridgeRun, overlap: bool):
             "microbatch_size": run.microbatch_size, "sharding": "optimizer", "precision": run.precision}
     if run.ep > 1:
         pins["etp"] = 1   # the MoE recipes' expert_tensor_parallel_size (Megatron-Core's default would be TP)
-    return search(bridge_model(run), load_cluster_preset(f"h100-sxm-{run.gpus // 8}x8"), run.gpus, run.seq_len,
-                  run.batch, pins, options=CostOptions(overlap_tp=overlap, overlap_ep=overlap), refine=False)
+    return search(bridge_model(run), bridge_cluster(run), run.gpus, run.seq_len,
+                  run.batch, pins, options=bridge_options(overlap), refine=False)
 
 
 def plan_bridge_unpinned(run: BridgeRun):
     """The same GPUs, sequence, batch and precision, every degree, sharding, micro-batch size, recomputation and
     schedule free, communication exposed as in the first column."""
-    return search(bridge_model(run), load_cluster_preset(f"h100-sxm-{run.gpus // 8}x8"), run.gpus, run.seq_len,
-                  run.batch, {"precision": run.precision}, refine=False)
+    return search(bridge_model(run), bridge_cluster(run), run.gpus, run.seq_len,
+                  run.batch, {"precision": run.precision}, options=bridge_options(False), refine=False)
 
 
 def print_bridge(with_search: bool = True) -> list[float]:
-    print("\n| Megatron-Bridge 26.04.01, H100 | GPUs | precision | TP | PP | CP | VP | EP | mbs | batch | seq | "
+    print("\n| Megatron-Bridge 26.04.01 | GPU | GPUs | precision | TP | PP | CP | VP | EP | mbs | batch | seq | "
           "published tokens/s/GPU (TFLOP/s) | predicted, TP and EP exposed | error | predicted, TP and EP overlapped | "
           "error | chosen recompute | fits (peak GiB) | unpinned search, exposed | its step vs the published "
           "configuration's |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|")
-    errors = []
-    for run in BRIDGE_H100:
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|")
+    errors = {}
+    for run in BRIDGE_RUNS:
         exposed, overlapped = (plan_bridge(run, overlap).best for overlap in (False, True))
         predicted = [tokens_per_gpu_s(best) for best in (exposed, overlapped)]
-        errors.append(predicted[0] / run.tokens_per_gpu_s - 1)
-        print(f"| {run.model} | {run.gpus} | {run.precision} | {run.tp} | {run.pp} | {run.cp} | {run.vpp} | {run.ep} | "
+        errors.setdefault(run.gpu, []).append(predicted[0] / run.tokens_per_gpu_s - 1)
+        print(f"| {run.model} | {run.gpu} | {run.gpus} | {run.precision} | {run.tp} | {run.pp} | {run.cp} | {run.vpp} | {run.ep} | "
               f"{run.microbatch_size} | {run.batch} | {run.seq_len} | {run.tokens_per_gpu_s:,.0f} "
-              f"({run.tflops_per_gpu:.0f}) | {predicted[0]:,.0f} | {errors[-1]:+.1%} | {predicted[1]:,.0f} | "
+              f"({run.tflops_per_gpu:.0f}) | {predicted[0]:,.0f} | {errors[run.gpu][-1]:+.1%} | {predicted[1]:,.0f} | "
               f"{predicted[1] / run.tokens_per_gpu_s - 1:+.1%} | {exposed.config.recompute_text()} | "
               f"{'yes' if exposed.fits else 'NO'} ({exposed.peak_memory_bytes / 2**30:.1f}) | "
               + (unpinned_cells(lambda: plan_bridge_unpinned(run), exposed) if with_search else "- | - |"))
-    print(f"\nTP and EP exposed: {agreement(errors)}")
-    return errors
+    print()
+    for gpu, gpu_errors in errors.items():
+        print(f"{gpu}, TP and EP exposed: {agreement(gpu_errors)}")
+    return [error for gpu_errors in errors.values() for error in gpu_errors]
 
 
 def gpt_model(run: PublishedRun) -> ModelSpec:

@@ -98,7 +98,9 @@ SELECTIVE_RECOMPUTATION = ("attention", "per_op")
 class CostOptions:
     """Software choices that change the cost but are not part of the plan."""
 
-    grad_reduce_bytes: int = FP32_BYTES   # Megatron reduces fp32 main gradients in bf16 training
+    # the main gradients' bytes, as Megatron keeps and reduces them: fp32 (Megatron-LM's bf16 training sets
+    # accumulate_allreduce_grads_in_fp32), or 2 where a recipe sets grad_reduce_in_fp32 off (planner.parallel.memory)
+    grad_reduce_bytes: int = FP32_BYTES
     overlap_dp: bool = True               # Megatron-Core --overlap-grad-reduce / --overlap-param-gather
     flash_attention: bool = True          # False: scores materialised (see the module doc)
     # Megatron-Core's --cp-comm-type: "p2p" (the ring, overlapped with attention; its default) or "allgather" (keys

@@ -289,7 +289,8 @@ def _rank_memory(job: Job, config: ParallelConfig, rank: int, params: list[Layer
                  layers: list[int], modes: list[str]) -> GpuMemory:
     workspace = backward_workspace_bytes(job, config, layers, modes)
     return gpu_memory(pipeline_rank=rank, params=params, activation_peak=in_flight, backward_workspace=workspace,
-                      spec=job.model, config=config, seq_len=job.seq_len, capacity=job.cluster.device.memory_bytes)
+                      spec=job.model, config=config, seq_len=job.seq_len, capacity=job.cluster.device.memory_bytes,
+                      gradient_bytes=job.options.grad_reduce_bytes)
 
 
 # ---- a simulated plan ---------------------------------------------------------------------------------
@@ -345,7 +346,8 @@ def pipeline_memory_budget(job: Job, config: ParallelConfig, profile: Profile) -
     with_overhead = replace(profile, layers=tuple(
         replace(layer, activation_bytes=round(layer.activation_bytes * (1 + ALLOCATOR_OVERHEAD)))
         for layer in profile.layers))
-    return with_overhead, layer_state_bytes(_layer_params(job), config), job.cluster.device.memory_bytes - fixed
+    return (with_overhead, layer_state_bytes(_layer_params(job), config, job.options.grad_reduce_bytes),
+            job.cluster.device.memory_bytes - fixed)
 
 
 def shard_profile(job: Job, config: ParallelConfig, chunks: int = 1) -> tuple[Profile, ClusterSpec]:

@@ -18,7 +18,7 @@ overhead: ``planner.memory.buffers``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from planner.memory.buffers import buffer_bytes, overhead_bytes
@@ -73,18 +73,24 @@ def optimizer_parameters(dense: float, expert: float, config: ParallelConfig) ->
     return dense + expert
 
 
-def state_of(dense: float, expert: float, config: ParallelConfig) -> ModelState:
-    """The model state one GPU keeps for ``dense`` and ``expert`` held parameters under ``config.sharding``."""
+def state_of(dense: float, expert: float, config: ParallelConfig,
+             gradient_bytes: int = MIXED_PRECISION_ADAM.gradient) -> ModelState:
+    """The model state one GPU keeps for ``dense`` and ``expert`` held parameters under ``config.sharding``. Without
+    full sharding the main gradients are ``gradient_bytes`` each: Megatron-Core keeps them in the dtype it reduces
+    them in (``_ParamAndGradBuffer``: fp32 with ``grad_reduce_in_fp32``, else the parameters' bf16;
+    ``CostOptions.grad_reduce_bytes``)."""
     kept = optimizer_parameters(dense, expert, config)
     if config.sharding == "full":
         return model_state(kept, FULLY_SHARDED_ADAM)
-    return model_state(dense + expert, MIXED_PRECISION_ADAM, optimizer_parameters=kept)
+    return model_state(dense + expert, replace(MIXED_PRECISION_ADAM, gradient=gradient_bytes),
+                       optimizer_parameters=kept)
 
 
-def layer_state_bytes(params: list[LayerParams], config: ParallelConfig) -> list[float]:
+def layer_state_bytes(params: list[LayerParams], config: ParallelConfig,
+                      gradient_bytes: int = MIXED_PRECISION_ADAM.gradient) -> list[float]:
     """Model state each layer costs one GPU of the pipeline rank holding it; a tied table is counted on both
     ends even when one rank holds both (``rank_params`` counts it once), which only errs on the safe side."""
-    return [state_of(*held_parameters([layer], config), config).total for layer in params]
+    return [state_of(*held_parameters([layer], config), config, gradient_bytes).total for layer in params]
 
 
 def fsdp_unit_bytes(params: list[LayerParams], config: ParallelConfig) -> float:
@@ -111,8 +117,9 @@ def gpu_buffer_bytes(spec: ModelSpec, config: ParallelConfig, seq_len: int, para
 
 
 def gpu_memory(*, pipeline_rank: int, params: list[LayerParams], activation_peak: float, backward_workspace: float,
-               spec: ModelSpec, config: ParallelConfig, seq_len: int, capacity: int) -> GpuMemory:
-    state = state_of(*held_parameters(params, config), config)
+               spec: ModelSpec, config: ParallelConfig, seq_len: int, capacity: int,
+               gradient_bytes: int = MIXED_PRECISION_ADAM.gradient) -> GpuMemory:
+    state = state_of(*held_parameters(params, config), config, gradient_bytes)
     activations = activation_peak + backward_workspace
     return GpuMemory(pipeline_rank=pipeline_rank, params=state.weights, gradients=state.gradients,
                      optimizer=state.optimizer, activations=activations,

@@ -133,6 +133,27 @@ def test_the_loss_backward_workspace_is_the_frameworks_cross_entropy():
         assert backward_workspace_bytes(job, config, [1, 2], modes) == 0.0
 
 
+def test_main_gradients_are_kept_in_the_dtype_they_are_reduced_in():
+    """Megatron-Core keeps its main gradients in the reduction's dtype (fp32 with grad_reduce_in_fp32, else bf16):
+    each held parameter costs 4 or 2 bytes of gradient; weights and the sharded optimizer state do not change, nor
+    does full sharding (FSDP2 reduces in fp32)."""
+    from planner.parallel.evaluate import estimate
+    from planner.parallel.memory import held_parameters
+    from planner.parallel.params import layer_params
+
+    model = llama_block_model()
+    for sharding in ("optimizer", "full"):
+        config = ParallelConfig(tp=2, dp=4, microbatch_size=1, sharding=sharding)
+        fp32, bf16 = (estimate(Job(model, H100, 8, 4096, 8, CostOptions(grad_reduce_bytes=grad)), config).memory[0]
+                      for grad in (4, 2))
+        assert (bf16.params, bf16.optimizer) == (fp32.params, fp32.optimizer)
+        if sharding == "full":
+            assert bf16.gradients == fp32.gradients
+        else:
+            held = sum(held_parameters(layer_params(model), config))
+            assert fp32.gradients == pytest.approx(4 * held) and bf16.gradients == pytest.approx(2 * held)
+
+
 def test_the_search_tries_selective_recomputation_only_where_it_is_a_trade():
     model = llama_block_model()
     pins = {"tp": 1, "pp": 1, "cp": 1, "microbatch_size": 1, "sharding": "full"}
