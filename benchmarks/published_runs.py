@@ -377,7 +377,10 @@ def print_torchtitan(with_search: bool = True) -> list[float]:
 
 @dataclass(frozen=True)
 class NemoRun:
-    """A row of NeMo's performance summary (NeMo 24.07, DGX H100, FP8): the published degrees and batch."""
+    """A row of an NVIDIA performance summary (NeMo 24.07's; NeMo's Megatron-Bridge's): the published degrees,
+    virtual stages (1 for "n/a"), micro-batch size, batch and sequence; and the software the table and its recipes
+    name: precision, the GPU (the named cluster's device), expert parallelism (with expert TP 1, the MoE recipes'
+    ``expert_tensor_parallel_size``) and the bytes the main gradients are kept and reduced in. No FSDP in any row."""
 
     model: str
     gpus: int
@@ -389,7 +392,11 @@ class NemoRun:
     cp: int
     vpp: int
     tokens_per_gpu_s: float
-    tflops_per_gpu: float    # NeMo's model TFLOP/s
+    tflops_per_gpu: float    # the summary's model TFLOP/s
+    ep: int = 1
+    precision: str = "fp8"
+    gpu: str = "h100-sxm"
+    grad_reduce_bytes: int = 4   # Megatron-LM's bf16 default; 2 where a recipe sets grad_reduce_in_fp32 off
 
 
 # NVIDIA NeMo, docs/source/performance/performance_summary.md (removed in December 2024, last at d31653f792^):
@@ -408,151 +415,89 @@ NEMO_H100_FP8 = (
 # NeMo's GPT-3 (Brown et al. 2020, Table 2.1): (heads, hidden, blocks); a 4h GeLU MLP, tied embeddings
 NEMO_GPT3 = {"GPT3-5B": (32, 4096, 24), "GPT3-20B": (48, 6144, 44), "GPT3-175B": (96, 12288, 96)}
 
+# NVIDIA-NeMo/Megatron-Bridge, docs/performance-summary-archive.md, "26.04.01 NeMo Container", the DGX-H100 and
+# DGX-B200 rows of each model (FP8 on H100 is Transformer Engine's per-tensor current scaling, on B200 MXFP8's block
+# scaling, both "fp8" here; the MoE rows force-balance the tokens over the experts, dropless; every recipe sets
+# grad_reduce_in_fp32 off). Left out: the Nemotron 3 models (no importable config here) and the NVFP4 row.
+BRIDGE = {"grad_reduce_bytes": 2}
+BRIDGE_RUNS = (
+    NemoRun("Llama 3 70B", 64, 256, 1, 8192, 4, 8, 1, 5, 1664, 731, **BRIDGE),
+    NemoRun("Llama 3.1 405B", 1024, 1536, 1, 8192, 8, 8, 2, 8, 328, 827, **BRIDGE),
+    NemoRun("GPT-OSS 120B", 64, 1280, 1, 4096, 1, 4, 1, 1, 5824, 158, ep=8, precision="bf16", **BRIDGE),
+    NemoRun("Qwen3 30B-A3B", 16, 1024, 1, 4096, 1, 1, 1, 1, 8960, 206, ep=16, **BRIDGE),
+    NemoRun("Qwen3 235B-A22B", 256, 8192, 1, 4096, 2, 8, 1, 4, 1712, 253, ep=32, **BRIDGE),
+    NemoRun("DeepSeek-V3", 256, 4096, 1, 4096, 1, 8, 1, 2, 3328, 864, ep=32, gpu="b200", **BRIDGE),
+    NemoRun("GPT-OSS 120B", 64, 1280, 4, 4096, 1, 1, 1, 1, 13568, 369, ep=8, precision="bf16", gpu="b200", **BRIDGE),
+    NemoRun("Qwen3 30B-A3B", 8, 512, 4, 4096, 1, 1, 1, 1, 27136, 619, ep=8, gpu="b200", **BRIDGE),
+    NemoRun("Qwen3 235B-A22B", 256, 8192, 1, 4096, 1, 8, 1, 1, 3776, 560, ep=8, gpu="b200", **BRIDGE),
+)
+# The MoE models' HuggingFace config.json, as this project keeps them (the importer's test fixtures, each checked
+# against transformers' own parameter count by tests/planner/test_hf_counts.py)
+HF_CONFIGS = Path(__file__).resolve().parent.parent / "tests" / "planner" / "fixtures" / "hf"
+NEMO_HF = {"GPT-OSS 120B": "gpt-oss-120b", "Qwen3 30B-A3B": "qwen3-30b-a3b", "Qwen3 235B-A22B": "qwen3-235b-a22b"}
+
 
 def nemo_model(run: NemoRun) -> ModelSpec:
     if run.model in NEMO_GPT3:
         heads, hidden, layers = NEMO_GPT3[run.model]
         return GptRun(run.model, heads, hidden, layers, run.tp, run.pp, run.gpus, run.batch).model(
             VOCAB, run.seq_len, tied=True)
-    return llama(run.model)
-
-
-def plan_nemo(run: NemoRun, overlap_tp: bool):
-    """The published degrees, micro-batch size, virtual stages and batch pinned, FP8, the distributed optimizer
-    with DP overlapped; recomputation (not published) is the search's."""
-    dp = run.gpus // (run.tp * run.pp * run.cp)
-    pins = {"tp": run.tp, "pp": run.pp, "cp": run.cp, "dp": dp, "ep": 1, "vpp": run.vpp,
-            "microbatch_size": run.microbatch_size, "sharding": "optimizer", "precision": "fp8"}
-    return search(nemo_model(run), load_cluster_preset(f"h100-sxm-{max(run.gpus // 8, 1)}x8"), run.gpus, run.seq_len,
-                  run.batch, pins, options=CostOptions(overlap_tp=overlap_tp), refine=False)
-
-
-def plan_nemo_unpinned(run: NemoRun):
-    """What the search picks for the same GPUs, sequence, batch and software (FP8 pinned: it changes the numerics;
-    TP exposed, as the published configuration's first column): every degree, sharding, micro-batch size,
-    recomputation and schedule free."""
-    return search(nemo_model(run), load_cluster_preset(f"h100-sxm-{max(run.gpus // 8, 1)}x8"), run.gpus, run.seq_len,
-                  run.batch, {"precision": "fp8"}, refine=False)
-
-
-def print_nemo(with_search: bool = True) -> list[float]:
-    print("\n| NeMo 24.07, FP8 | GPUs | TP | PP | CP | VP | mbs | batch | seq | published tokens/s/GPU (TFLOP/s) | "
-          "predicted, TP exposed | error | predicted, TP overlapped | error | chosen recompute | fits (peak GiB) | "
-          "unpinned search, TP exposed | its step vs the published configuration's |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|")
-    errors = []
-    for run in NEMO_H100_FP8:
-        exposed, overlapped = (plan_nemo(run, overlap).best for overlap in (False, True))
-        predicted = [tokens_per_gpu_s(best) for best in (exposed, overlapped)]
-        errors.append(predicted[0] / run.tokens_per_gpu_s - 1)
-        print(f"| {run.model} | {run.gpus} | {run.tp} | {run.pp} | {run.cp} | {run.vpp} | {run.microbatch_size} | "
-              f"{run.batch} | {run.seq_len} | {run.tokens_per_gpu_s:,.0f} ({run.tflops_per_gpu:.0f}) | "
-              f"{predicted[0]:,.0f} | {errors[-1]:+.1%} | {predicted[1]:,.0f} | "
-              f"{predicted[1] / run.tokens_per_gpu_s - 1:+.1%} | {exposed.config.recompute_text()} | "
-              f"{'yes' if exposed.fits else 'NO'} ({exposed.peak_memory_bytes / 2**30:.1f}) | "
-              + (unpinned_cells(lambda: plan_nemo_unpinned(run), exposed) if with_search else "- | - |"))
-    print(f"\nTP exposed: {agreement(errors)}")
-    return errors
-
-
-@dataclass(frozen=True)
-class BridgeRun:
-    """A DGX H100 or B200 row of NeMo's Megatron-Bridge performance summary: the published degrees, virtual stages (1
-    for "n/a"), micro-batch size, batch, sequence and precision; no FSDP in any of them."""
-
-    gpu: str                 # the named cluster's device: h100-sxm or b200
-    model: str
-    gpus: int
-    precision: str
-    batch: int
-    microbatch_size: int
-    seq_len: int
-    tp: int
-    pp: int
-    cp: int
-    vpp: int
-    ep: int
-    tokens_per_gpu_s: float
-    tflops_per_gpu: float    # Megatron-Bridge's model TFLOP/s
-
-
-# NVIDIA-NeMo/Megatron-Bridge, docs/performance-summary-archive.md, "26.04.01 NeMo Container", the DGX-H100 and
-# DGX-B200 rows of each model (FP8 on H100 is Transformer Engine's per-tensor current scaling, on B200 MXFP8's block
-# scaling, both "fp8" here; the MoE rows force-balance the tokens over the experts, dropless). Left out: the Nemotron 3
-# models (no importable config here) and the NVFP4 row.
-BRIDGE_RUNS = (
-    BridgeRun("h100-sxm", "Llama 3 70B", 64, "fp8", 256, 1, 8192, 4, 8, 1, 5, 1, 1664, 731),
-    BridgeRun("h100-sxm", "Llama 3.1 405B", 1024, "fp8", 1536, 1, 8192, 8, 8, 2, 8, 1, 328, 827),
-    BridgeRun("h100-sxm", "GPT-OSS 120B", 64, "bf16", 1280, 1, 4096, 1, 4, 1, 1, 8, 5824, 158),
-    BridgeRun("h100-sxm", "Qwen3 30B-A3B", 16, "fp8", 1024, 1, 4096, 1, 1, 1, 1, 16, 8960, 206),
-    BridgeRun("h100-sxm", "Qwen3 235B-A22B", 256, "fp8", 8192, 1, 4096, 2, 8, 1, 4, 32, 1712, 253),
-    BridgeRun("b200", "DeepSeek-V3", 256, "fp8", 4096, 1, 4096, 1, 8, 1, 2, 32, 3328, 864),
-    BridgeRun("b200", "GPT-OSS 120B", 64, "bf16", 1280, 4, 4096, 1, 1, 1, 1, 8, 13568, 369),
-    BridgeRun("b200", "Qwen3 30B-A3B", 8, "fp8", 512, 4, 4096, 1, 1, 1, 1, 8, 27136, 619),
-    BridgeRun("b200", "Qwen3 235B-A22B", 256, "fp8", 8192, 1, 4096, 1, 8, 1, 1, 8, 3776, 560),
-)
-# The MoE models' HuggingFace config.json, as this project keeps them (the importer's test fixtures, each checked
-# against transformers' own parameter count by tests/planner/test_hf_counts.py)
-HF_CONFIGS = Path(__file__).resolve().parent.parent / "tests" / "planner" / "fixtures" / "hf"
-BRIDGE_HF = {"GPT-OSS 120B": "gpt-oss-120b", "Qwen3 30B-A3B": "qwen3-30b-a3b", "Qwen3 235B-A22B": "qwen3-235b-a22b"}
-
-
-def bridge_model(run: BridgeRun) -> ModelSpec:
     if run.model == "DeepSeek-V3":
         return load_model_preset("deepseek-v3")
-    if run.model in BRIDGE_HF:
-        return import_hf_config(json.loads((HF_CONFIGS / f"{BRIDGE_HF[run.model]}.json").read_text()))
+    if run.model in NEMO_HF:
+        return import_hf_config(json.loads((HF_CONFIGS / f"{NEMO_HF[run.model]}.json").read_text()))
     return llama("Llama 3 405B" if run.model == "Llama 3.1 405B" else run.model)
 
 
-def bridge_cluster(run: BridgeRun):
-    return load_cluster_preset(f"{run.gpu}-{run.gpus // 8}x8")
+def nemo_cluster(run: NemoRun):
+    return load_cluster_preset(f"{run.gpu}-{max(run.gpus // 8, 1)}x8")
 
 
-def bridge_options(overlap: bool) -> CostOptions:
-    """Megatron-Bridge's performance recipes: gradients kept and reduced in bf16 (every recipe sets
-    ``grad_reduce_in_fp32 = False``), DP overlapped; with ``overlap`` TP and EP hidden too (an upper bound)."""
-    return CostOptions(grad_reduce_bytes=2, overlap_tp=overlap, overlap_ep=overlap)
+def nemo_options(run: NemoRun, overlap: bool) -> CostOptions:
+    """The recipes' software: DP overlapped, the row's gradient bytes; with ``overlap`` TP and EP hidden too, as the
+    recipes' ``tp_comm_overlap`` and ``moe_a2a_overlap`` do (an upper bound)."""
+    return CostOptions(grad_reduce_bytes=run.grad_reduce_bytes, overlap_tp=overlap, overlap_ep=overlap)
 
 
-def plan_bridge(run: BridgeRun, overlap: bool):
-    """The published degrees, virtual stages, micro-batch size, batch and precision pinned, the distributed optimizer
-    with DP overlapped, expert TP 1; with ``overlap`` the TP and EP communication hidden behind the GEMMs too (the
-    recipes' ``tp_comm_overlap`` and ``moe_a2a_overlap``: an upper bound). Recomputation (not in the table) is the
-    search's."""
+def plan_nemo(run: NemoRun, overlap: bool):
+    """The published degrees, micro-batch size, virtual stages, batch and precision pinned, the distributed optimizer
+    with DP overlapped; recomputation (not published) is the search's."""
     dp = run.gpus // (run.tp * run.pp * run.cp)
     pins = {"tp": run.tp, "pp": run.pp, "cp": run.cp, "dp": dp, "ep": run.ep, "vpp": run.vpp,
             "microbatch_size": run.microbatch_size, "sharding": "optimizer", "precision": run.precision}
     if run.ep > 1:
-        pins["etp"] = 1   # the MoE recipes' expert_tensor_parallel_size (Megatron-Core's default would be TP)
-    return search(bridge_model(run), bridge_cluster(run), run.gpus, run.seq_len,
-                  run.batch, pins, options=bridge_options(overlap), refine=False)
+        pins["etp"] = 1
+    return search(nemo_model(run), nemo_cluster(run), run.gpus, run.seq_len, run.batch, pins,
+                  options=nemo_options(run, overlap), refine=False)
 
 
-def plan_bridge_unpinned(run: BridgeRun):
-    """The same GPUs, sequence, batch and precision, every degree, sharding, micro-batch size, recomputation and
-    schedule free, communication exposed as in the first column."""
-    return search(bridge_model(run), bridge_cluster(run), run.gpus, run.seq_len,
-                  run.batch, {"precision": run.precision}, options=bridge_options(False), refine=False)
+def plan_nemo_unpinned(run: NemoRun):
+    """What the search picks for the same GPUs, sequence, batch and software (the precision pinned: it changes the
+    numerics; TP and EP exposed, as the published configuration's first column): every degree, sharding, micro-batch
+    size, recomputation and schedule free."""
+    return search(nemo_model(run), nemo_cluster(run), run.gpus, run.seq_len, run.batch, {"precision": run.precision},
+                  options=nemo_options(run, False), refine=False)
 
 
-def print_bridge(with_search: bool = True) -> list[float]:
-    print("\n| Megatron-Bridge 26.04.01 | GPU | GPUs | precision | TP | PP | CP | VP | EP | mbs | batch | seq | "
-          "published tokens/s/GPU (TFLOP/s) | predicted, TP and EP exposed | error | predicted, TP and EP overlapped | "
-          "error | chosen recompute | fits (peak GiB) | unpinned search, exposed | its step vs the published "
-          "configuration's |")
+def print_nemo(title: str = "NeMo 24.07", runs=NEMO_H100_FP8, with_search: bool = True) -> list[float]:
+    """One summary's rows: the published throughput against the prediction with TP and EP exposed and overlapped,
+    and the unpinned search; how the rows agree, per GPU kind."""
+    print(f"\n| {title} | GPU | GPUs | precision | TP | PP | CP | VP | EP | mbs | batch | seq | published tokens/s/GPU "
+          "(TFLOP/s) | predicted, TP and EP exposed | error | predicted, TP and EP overlapped | error | chosen "
+          "recompute | fits (peak GiB) | unpinned search, exposed | its step vs the published configuration's |")
     print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|")
     errors = {}
-    for run in BRIDGE_RUNS:
-        exposed, overlapped = (plan_bridge(run, overlap).best for overlap in (False, True))
+    for run in runs:
+        exposed, overlapped = (plan_nemo(run, overlap).best for overlap in (False, True))
         predicted = [tokens_per_gpu_s(best) for best in (exposed, overlapped)]
         errors.setdefault(run.gpu, []).append(predicted[0] / run.tokens_per_gpu_s - 1)
-        print(f"| {run.model} | {run.gpu} | {run.gpus} | {run.precision} | {run.tp} | {run.pp} | {run.cp} | {run.vpp} | {run.ep} | "
-              f"{run.microbatch_size} | {run.batch} | {run.seq_len} | {run.tokens_per_gpu_s:,.0f} "
-              f"({run.tflops_per_gpu:.0f}) | {predicted[0]:,.0f} | {errors[run.gpu][-1]:+.1%} | {predicted[1]:,.0f} | "
-              f"{predicted[1] / run.tokens_per_gpu_s - 1:+.1%} | {exposed.config.recompute_text()} | "
-              f"{'yes' if exposed.fits else 'NO'} ({exposed.peak_memory_bytes / 2**30:.1f}) | "
-              + (unpinned_cells(lambda: plan_bridge_unpinned(run), exposed) if with_search else "- | - |"))
+        print(f"| {run.model} | {run.gpu} | {run.gpus} | {run.precision} | {run.tp} | {run.pp} | {run.cp} | "
+              f"{run.vpp} | {run.ep} | {run.microbatch_size} | {run.batch} | {run.seq_len} | "
+              f"{run.tokens_per_gpu_s:,.0f} ({run.tflops_per_gpu:.0f}) | {predicted[0]:,.0f} | "
+              f"{errors[run.gpu][-1]:+.1%} | {predicted[1]:,.0f} | {predicted[1] / run.tokens_per_gpu_s - 1:+.1%} | "
+              f"{exposed.config.recompute_text()} | {'yes' if exposed.fits else 'NO'} "
+              f"({exposed.peak_memory_bytes / 2**30:.1f}) | "
+              + (unpinned_cells(lambda: plan_nemo_unpinned(run), exposed) if with_search else "- | - |"))
     print()
     for gpu, gpu_errors in errors.items():
         print(f"{gpu}, TP and EP exposed: {agreement(gpu_errors)}")
@@ -635,7 +580,7 @@ def main() -> int:
         print_llama_3()
         print_torchtitan(with_search=not args.no_search)
         print_nemo(with_search=not args.no_search)
-        print_bridge(with_search=not args.no_search)
+        print_nemo("Megatron-Bridge 26.04.01", BRIDGE_RUNS, with_search=not args.no_search)
     return 0 if within == len(errors) else 1
 
 
