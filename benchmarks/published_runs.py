@@ -397,6 +397,7 @@ class NemoRun:
     precision: str = "fp8"
     gpu: str = "h100-sxm"
     grad_reduce_bytes: int = 4   # Megatron-LM's bf16 default; 2 where a recipe sets grad_reduce_in_fp32 off
+    recompute_modules: tuple[str, ...] = ("core_attn",)   # the recipe's --recompute-modules, for its selective
 
 
 # NVIDIA NeMo, docs/source/performance/performance_summary.md (removed in December 2024, last at d31653f792^):
@@ -415,10 +416,11 @@ NEMO_H100_FP8 = (
 # NeMo's GPT-3 (Brown et al. 2020, Table 2.1): (heads, hidden, blocks); a 4h GeLU MLP, tied embeddings
 NEMO_GPT3 = {"GPT3-5B": (32, 4096, 24), "GPT3-20B": (48, 6144, 44), "GPT3-175B": (96, 12288, 96)}
 
-# NVIDIA-NeMo/Megatron-Bridge, docs/performance-summary-archive.md, "26.04.01 NeMo Container", the DGX-H100 and
-# DGX-B200 rows of each model (FP8 on H100 is Transformer Engine's per-tensor current scaling, on B200 MXFP8's block
-# scaling, both "fp8" here; the MoE rows force-balance the tokens over the experts, dropless; every recipe sets
-# grad_reduce_in_fp32 off). Left out: the Nemotron 3 models (no importable config here) and the NVFP4 row.
+# NVIDIA-NeMo/Megatron-Bridge, docs/performance-summary-archive.md, "26.04.01 NeMo Container" (one row from 25.09,
+# said where), the DGX-H100 and DGX-B200 rows of each model (FP8 on H100 is Transformer Engine's per-tensor current
+# scaling, on B200 MXFP8's block scaling, both "fp8" here; the MoE rows force-balance the tokens over the experts,
+# dropless; every recipe sets grad_reduce_in_fp32 off). Left out: the Nemotron 3 models (no importable config here)
+# and the NVFP4 row.
 BRIDGE = {"grad_reduce_bytes": 2}
 BRIDGE_RUNS = (
     NemoRun("Llama 3 70B", 64, 256, 1, 8192, 4, 8, 1, 5, 1664, 731, **BRIDGE),
@@ -426,7 +428,13 @@ BRIDGE_RUNS = (
     NemoRun("GPT-OSS 120B", 64, 1280, 1, 4096, 1, 4, 1, 1, 5824, 158, ep=8, precision="bf16", **BRIDGE),
     NemoRun("Qwen3 30B-A3B", 16, 1024, 1, 4096, 1, 1, 1, 1, 8960, 206, ep=16, **BRIDGE),
     NemoRun("Qwen3 235B-A22B", 256, 8192, 1, 4096, 2, 8, 1, 4, 1712, 253, ep=32, **BRIDGE),
-    NemoRun("DeepSeek-V3", 256, 4096, 1, 4096, 1, 8, 1, 2, 3328, 864, ep=32, gpu="b200", **BRIDGE),
+    # the 25.09 container's (26.04.01 has no H100 row for it): dropless, FP8 (its parenthesised figure is DeepSeek's
+    # 128 x 128 block scaling). DeepSeek-V3's recipes (deepseek_workload_base_configs.py) recompute MLA's
+    # up-projections, on H100 the dense MLPs too
+    NemoRun("DeepSeek-V3", 1024, 8192, 1, 4096, 2, 8, 1, 4, 1297, 338, ep=64, recompute_modules=("mla_up_proj", "mlp"),
+            **BRIDGE),
+    NemoRun("DeepSeek-V3", 256, 4096, 1, 4096, 1, 8, 1, 2, 3328, 864, ep=32, gpu="b200",
+            recompute_modules=("mla_up_proj",), **BRIDGE),
     NemoRun("GPT-OSS 120B", 64, 1280, 4, 4096, 1, 1, 1, 1, 13568, 369, ep=8, precision="bf16", gpu="b200", **BRIDGE),
     NemoRun("Qwen3 30B-A3B", 8, 512, 4, 4096, 1, 1, 1, 1, 27136, 619, ep=8, gpu="b200", **BRIDGE),
     NemoRun("Qwen3 235B-A22B", 256, 8192, 1, 4096, 1, 8, 1, 1, 3776, 560, ep=8, gpu="b200", **BRIDGE),
@@ -454,9 +462,10 @@ def nemo_cluster(run: NemoRun):
 
 
 def nemo_options(run: NemoRun, overlap: bool) -> CostOptions:
-    """The recipes' software: DP overlapped, the row's gradient bytes; with ``overlap`` TP and EP hidden too, as the
-    recipes' ``tp_comm_overlap`` and ``moe_a2a_overlap`` do (an upper bound)."""
-    return CostOptions(grad_reduce_bytes=run.grad_reduce_bytes, overlap_tp=overlap, overlap_ep=overlap)
+    """The recipes' software: DP overlapped, the row's gradient bytes and recompute modules; with ``overlap`` TP and
+    EP hidden too, as the recipes' ``tp_comm_overlap`` and ``moe_a2a_overlap`` do (an upper bound)."""
+    return CostOptions(grad_reduce_bytes=run.grad_reduce_bytes, overlap_tp=overlap, overlap_ep=overlap,
+                       recompute_modules=run.recompute_modules)
 
 
 def plan_nemo(run: NemoRun, overlap: bool):
@@ -580,7 +589,7 @@ def main() -> int:
         print_llama_3()
         print_torchtitan(with_search=not args.no_search)
         print_nemo(with_search=not args.no_search)
-        print_nemo("Megatron-Bridge 26.04.01", BRIDGE_RUNS, with_search=not args.no_search)
+        print_nemo("Megatron-Bridge", BRIDGE_RUNS, with_search=not args.no_search)
     return 0 if within == len(errors) else 1
 
 

@@ -10,16 +10,17 @@ output is the loss); its parameter bytes are its parameters in the training dtyp
 from __future__ import annotations
 
 from planner.cluster import ClusterSpec
-from planner.cost.attention import attention_cost
+from planner.cost.attention import attention_cost, mla_up_projections
 from planner.cost.linear_attention import linear_attention_cost
-from planner.cost.mlp import mlp_cost
+from planner.cost.mlp import dense_mlp_body, expert_activation, mlp_cost
 from planner.cost.primitives import norm, residual_add
 from planner.cost.roofline import pass_ms
 from planner.cost.ssm import mamba2_cost, mamba_cost
 from planner.cost.vocab import LOSS_BYTES, embedding_cost, head_cost
 from planner.cost.work import Cost
 from planner.profile import LayerProfile, Profile
-from planner.spec.model import AttentionMixer, LayerSpec, LinearAttentionMixer, MambaMixer, ModelSpec
+from planner.spec.model import (AttentionMixer, DenseMLP, LayerSpec, LinearAttentionMixer, MambaMixer, ModelSpec,
+                                MoEMLP)
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -55,6 +56,41 @@ def layer_cost(layer: LayerSpec, spec: ModelSpec) -> Cost:
                   mlp_cost(layer.mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes),
                   residual_add(tokens, hidden, dtype_bytes)]
     return Cost.total(parts)
+
+
+# Megatron-Core's selective recomputation by module (``TransformerConfig.recompute_modules`` under
+# ``--recompute-granularity selective``), the modules modelled here: ``core_attn`` (its default; FlashAttention
+# already recomputes the scores, so it frees and costs nothing more), ``mla_up_proj``, ``moe_act`` and ``mlp``.
+# Megatron-Core's ``layernorm``, ``moe`` and ``shared_experts`` are not modelled.
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "mlp")
+
+
+def recompute_modules_of(layer: LayerSpec) -> tuple[str, ...]:
+    """Which of ``RECOMPUTE_MODULES`` re-run something in ``layer``: MLA's up-projections in latent attention, the
+    experts' activation in an MoE, a dense MLP."""
+    names = []
+    if isinstance(layer.mixer, AttentionMixer) and layer.mixer.is_latent:
+        names.append("mla_up_proj")
+    if isinstance(layer.mlp, MoEMLP):
+        names.append("moe_act")
+    elif isinstance(layer.mlp, DenseMLP):
+        names.append("mlp")
+    return tuple(names)
+
+
+def recompute_module_costs(layer: LayerSpec, spec: ModelSpec) -> dict[str, Cost]:
+    """For each of ``recompute_modules_of(layer)``, what its backward re-runs (the Cost's forward kernels) and what
+    the forward no longer keeps (its activations): MLA's up-projections (``planner.cost.attention.
+    mla_up_projections``), the experts' activation (``planner.cost.mlp.expert_activation``), a dense MLP but its
+    input (``planner.cost.mlp.dense_mlp_body``)."""
+    dtype_bytes = DTYPE_BYTES[spec.dtype]
+    tokens = spec.micro_batch_size * spec.seq_len
+    builders = {
+        "mla_up_proj": lambda: mla_up_projections(layer.mixer, tokens, dtype_bytes),
+        "moe_act": lambda: expert_activation(layer.mlp, tokens=tokens, dtype_bytes=dtype_bytes),
+        "mlp": lambda: dense_mlp_body(layer.mlp, hidden=spec.hidden_size, tokens=tokens, dtype_bytes=dtype_bytes),
+    }
+    return {name: builders[name]() for name in recompute_modules_of(layer)}
 
 
 def _layer_costs(spec: ModelSpec) -> list[Cost]:

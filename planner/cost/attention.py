@@ -37,13 +37,18 @@ def mean_keys_per_query(seq_len: int, window: int | None) -> float:
     return (span * (span + 1) / 2 + (seq_len - span) * span) / seq_len
 
 
+def core_inputs(*, tokens: int, heads: int, kv_heads: int, qk_dim: int, v_dim: int) -> tuple[int, int, int]:
+    """The elements of the queries, keys and values the fused attention kernel reads (and keeps for its backward)."""
+    return tokens * heads * qk_dim, tokens * kv_heads * qk_dim, tokens * kv_heads * v_dim
+
+
 def attention_core(*, batch: int, seq_len: int, heads: int, kv_heads: int, qk_dim: int, v_dim: int,
                    window: int | None, dtype_bytes: int) -> Cost:
     tokens = batch * seq_len
     keys = mean_keys_per_query(seq_len, window)
     score_flops = 2.0 * tokens * keys * heads * qk_dim
     value_flops = 2.0 * tokens * keys * heads * v_dim
-    queries, keys_, values = tokens * heads * qk_dim, tokens * kv_heads * qk_dim, tokens * kv_heads * v_dim
+    queries, keys_, values = core_inputs(tokens=tokens, heads=heads, kv_heads=kv_heads, qk_dim=qk_dim, v_dim=v_dim)
     outputs = tokens * heads * v_dim
     logsumexp = FP32_BYTES * tokens * heads
     span = float(seq_len if window is None else min(window, seq_len))
@@ -94,13 +99,39 @@ def _latent_projections(mixer: AttentionMixer, hidden: int, tokens: int, dtype_b
     else:
         q_rank = mixer.q_lora_rank
         cost += (linear(tokens, hidden, q_rank, dtype_bytes) + rms_norm(tokens, q_rank, dtype_bytes)
-                 + linear(tokens, q_rank, heads * qk_dim, dtype_bytes)
+                 + _mla_query_up(mixer, tokens, dtype_bytes)
                  + saved(dtype_bytes * tokens * q_rank, fp8_bytes=tokens * q_rank))
     cost += (linear(tokens, hidden, kv_rank + rope, dtype_bytes) + rms_norm(tokens, kv_rank, dtype_bytes)
-             + linear(tokens, kv_rank, heads * (qk_dim - rope + mixer.value_dim), dtype_bytes)
+             + _mla_key_value_up(mixer, tokens, dtype_bytes)
              + saved(dtype_bytes * tokens * kv_rank, fp8_bytes=tokens * kv_rank))
-    rotated = tokens * (heads + 1) * rope
-    return cost + elementwise(rotated, rotated, ROTARY_FLOPS_PER_ELEMENT, dtype_bytes)
+    return cost + _mla_rotary(mixer, tokens, dtype_bytes)
+
+
+def _mla_query_up(mixer: AttentionMixer, tokens: int, dtype_bytes: int) -> Cost:
+    return linear(tokens, mixer.q_lora_rank, mixer.num_heads * mixer.head_dim, dtype_bytes)
+
+
+def _mla_key_value_up(mixer: AttentionMixer, tokens: int, dtype_bytes: int) -> Cost:
+    return linear(tokens, mixer.kv_lora_rank,
+                  mixer.num_heads * (mixer.head_dim - mixer.rope_head_dim + mixer.value_dim), dtype_bytes)
+
+
+def _mla_rotary(mixer: AttentionMixer, tokens: int, dtype_bytes: int) -> Cost:
+    rotated = tokens * (mixer.num_heads + 1) * mixer.rope_head_dim
+    return elementwise(rotated, rotated, ROTARY_FLOPS_PER_ELEMENT, dtype_bytes)
+
+
+def mla_up_projections(mixer: AttentionMixer, tokens: int, dtype_bytes: int) -> Cost:
+    """What Megatron-Core's ``recompute_modules`` ``mla_up_proj`` re-runs in the backward (``MLASelfAttention`` with
+    ``recompute_up_proj``: the up-projections and the rotary embedding under ``CheckpointWithoutOutput``), and as
+    its activations what it frees: the queries, keys and values the attention kernel would keep, discarded after
+    the forward and rebuilt before the kernel's backward."""
+    cost = _mla_key_value_up(mixer, tokens, dtype_bytes) + _mla_rotary(mixer, tokens, dtype_bytes)
+    if mixer.q_lora_rank is not None:
+        cost = _mla_query_up(mixer, tokens, dtype_bytes) + cost
+    inputs = core_inputs(tokens=tokens, heads=mixer.num_heads, kv_heads=mixer.num_kv_heads, qk_dim=mixer.head_dim,
+                         v_dim=mixer.value_dim)
+    return cost + saved(dtype_bytes * sum(inputs))
 
 
 def attention_cost(mixer: AttentionMixer, *, hidden: int, batch: int, seq_len: int, dtype_bytes: int) -> Cost:

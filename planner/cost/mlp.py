@@ -13,6 +13,8 @@ grow with ``num_experts``. Experts are assumed gated (every MoE family imported 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from planner.cost.primitives import (FP8_CAST_TRANSPOSE_BYTES, FP32_BYTES, GRAD_ACCUMULATE_BYTES, elementwise, linear,
                                      projection_shapes)
 from planner.cost.work import Cost, Kernel, saved
@@ -23,7 +25,8 @@ ROUTER_FLOPS_PER_LOGIT = 6        # softmax and top-k selection over the expert 
 
 
 def _mlp_body(tokens: float, hidden: int, inner: int, gated: bool, dtype_bytes: int, bias: bool = False) -> Cost:
-    """The MLP without saving its input (the caller decides, since an MoE's shared expert shares it)."""
+    """The MLP without saving its input (the caller decides, since an MoE's shared expert shares it). A dense MLP's
+    is what Megatron-Core's ``recompute_modules`` ``mlp`` re-runs in the backward and frees (``dense_mlp_body``)."""
     up_width = 2 * inner if gated else inner
     return (linear(tokens, hidden, up_width, dtype_bytes, bias=bias, parts=(inner, inner) if gated else ())
             + saved(dtype_bytes * tokens * up_width)
@@ -32,9 +35,13 @@ def _mlp_body(tokens: float, hidden: int, inner: int, gated: bool, dtype_bytes: 
             + saved(dtype_bytes * tokens * inner, fp8_bytes=tokens * inner))
 
 
+def dense_mlp_body(mlp: DenseMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
+    return _mlp_body(tokens, hidden, mlp.intermediate_size, mlp.gated, dtype_bytes, mlp.bias)
+
+
 def dense_mlp_cost(mlp: DenseMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
     return (saved(dtype_bytes * tokens * hidden, fp8_bytes=tokens * hidden)
-            + _mlp_body(tokens, hidden, mlp.intermediate_size, mlp.gated, dtype_bytes, mlp.bias))
+            + dense_mlp_body(mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes))
 
 
 def expert_projection(*, routed_tokens: float, d_in: int, d_out: int, experts: int, top_k: int,
@@ -77,6 +84,15 @@ def _combine(tokens: float, hidden: int, top_k: int, dtype_bytes: int) -> Cost:
                 activation_bytes=dtype_bytes * routed * hidden)
 
 
+def expert_activation(mlp: MoEMLP, *, tokens: int, dtype_bytes: int) -> Cost:
+    """The experts' activation (SiLU of the gate times the up half) over the routed tokens, with its output kept
+    for the down projection (in BF16, or as that projection's FP8 cast). It is what Megatron-Core's
+    ``recompute_modules`` ``moe_act`` re-runs in the backward and frees."""
+    routed, inner = tokens * mlp.top_k, mlp.expert_intermediate_size
+    return (elementwise(routed * 2 * inner, routed * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
+            + saved(dtype_bytes * routed * inner, fp8_bytes=routed * inner))
+
+
 def moe_cost(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
     experts, top_k, inner = mlp.num_experts, mlp.top_k, mlp.expert_intermediate_size
     routed = tokens * top_k
@@ -84,12 +100,14 @@ def moe_cost(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost
     def projection(d_in: int, d_out: int, parallel: str = "column") -> Cost:
         return expert_projection(routed_tokens=routed, d_in=d_in, d_out=d_out, experts=experts, top_k=top_k,
                                  dtype_bytes=dtype_bytes, bias=mlp.bias, parallel=parallel)
+    activation = expert_activation(mlp, tokens=tokens, dtype_bytes=dtype_bytes)
     routed_experts = (saved(dtype_bytes * routed * hidden, fp8_bytes=routed * hidden)
                       + projection(hidden, 2 * inner)
                       + saved(dtype_bytes * routed * 2 * inner)
-                      + elementwise(routed * 2 * inner, routed * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
+                      + replace(activation, activation_bytes=0.0, fp8_activation_delta=0.0)
                       + projection(inner, hidden, "row")
-                      + saved(dtype_bytes * routed * inner, fp8_bytes=routed * inner))
+                      + Cost(activation_bytes=activation.activation_bytes,
+                             fp8_activation_delta=activation.fp8_activation_delta))
     cost = (saved(dtype_bytes * tokens * hidden) + _routing(tokens, hidden, experts, top_k, dtype_bytes, mlp.bias)
             + routed_experts + _combine(tokens, hidden, top_k, dtype_bytes))
     if mlp.num_shared_experts:

@@ -48,8 +48,11 @@ Communication charged inside F and B (Megatron-LM does not overlap these by defa
 Recomputation (Korthikanti et al. 2022, Sec. 5; Megatron's ``--recompute-granularity``): ``full`` runs each
 layer's forward (with its TP/CP/EP communication; not full sharding's gather, which the backward's own gather
 serves) again before its backward and keeps only the layer's input. ``selective`` is the framework's
-(``CostOptions.selective``): Megatron-Core's recomputes the core attention, which FlashAttention already does
-inside its backward (``planner.cost.attention``), so it costs nothing more here and keeps what ``none`` keeps;
+(``CostOptions.selective``): Megatron-Core's recomputes the modules ``CostOptions.recompute_modules`` names
+(``--recompute-modules``), by default the core attention, which FlashAttention already does inside its backward
+(``planner.cost.attention``), so it costs nothing more here and keeps what ``none`` keeps; MLA's up-projections,
+the experts' activation or a dense MLP each free what they keep and re-run their own kernels in the backward
+(``planner.cost.analytic.recompute_module_costs``), their TP and EP collectives not among them;
 torchtitan's is per-op checkpointing (``planner.cost.work.per_op_checkpoint``): each block keeps its input and
 the outputs of every other matmul and of fused attention, and its backward re-runs the rest of its forward first,
 with the sequence-parallel TP all-gathers (not on the save list: half the block's TP collectives) but not the
@@ -75,7 +78,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from planner.cluster import ClusterSpec
-from planner.cost.analytic import DTYPE_BYTES, layer_cost
+from planner.cost.analytic import (DTYPE_BYTES, RECOMPUTE_MODULES, layer_cost, recompute_module_costs,
+                                   recompute_modules_of)
 from planner.cost.attention import attention_core, mean_keys_per_query
 from planner.cost.roofline import ATTENTION_KERNELS, WHOLE, Split, bandwidth_bytes_per_ms, roofline_ms
 from planner.cost.vocab import LOSS_BACKWARD_BYTES
@@ -123,6 +127,11 @@ class CostOptions:
     # (Megatron's vocabulary-parallel cross-entropy), "eager" (two fp32 gradients: F.cross_entropy on whole logits,
     # this project's executor) or "pytorch" (torchtitan's: F.cross_entropy, under TP its loss_parallel)
     cross_entropy: str = "fused"
+    # Megatron-Core's selective recomputation by module (``--recompute-modules``; planner.cost.analytic
+    # RECOMPUTE_MODULES), what ``selective`` re-runs where ``selective`` is "attention": its default, the core
+    # attention, re-runs nothing more under FlashAttention; "mla_up_proj", "moe_act" and "mlp" trade compute for
+    # memory (DeepSeek-V3's recipes recompute MLA's up-projections)
+    recompute_modules: tuple[str, ...] = ("core_attn",)
 
     def __post_init__(self):
         if self.cp_comm not in ("p2p", "allgather"):
@@ -130,6 +139,10 @@ class CostOptions:
         if self.selective not in SELECTIVE_RECOMPUTATION:
             raise SpecError("selective", f"must be one of {', '.join(SELECTIVE_RECOMPUTATION)}, "
                                          f"got {self.selective!r}")
+        unknown = [name for name in self.recompute_modules if name not in RECOMPUTE_MODULES]
+        if unknown or not self.recompute_modules:
+            raise SpecError("recompute_modules", f"must name Megatron-Core modules modelled here, any of "
+                                                 f"{', '.join(RECOMPUTE_MODULES)}; got {', '.join(unknown) or 'none'}")
         if self.cross_entropy not in LOSS_BACKWARD_BYTES:
             raise SpecError("cross_entropy", f"must be one of {', '.join(LOSS_BACKWARD_BYTES)}, "
                                              f"got {self.cross_entropy!r}")
@@ -244,6 +257,14 @@ class LayerWork:
     per_op_kept_bytes: float = 0.0
     per_op_rerun: PassTime = PassTime(0.0, 0)
     per_op_rerun_flops: float = 0.0
+    # Megatron-Core's recompute modules that apply to the layer (planner.cost.analytic.recompute_module_costs)
+    modules: tuple["ModuleRerun", ...] = ()
+
+    def chosen_modules(self, options: CostOptions) -> tuple["ModuleRerun", ...]:
+        """The layer's modules that Megatron's selective recomputation re-runs under ``options``."""
+        if options.selective != "attention":
+            return ()
+        return tuple(module for module in self.modules if module.name in options.recompute_modules)
 
     def held_bytes(self, precision: str, cluster: ClusterSpec, options: CostOptions) -> float:
         """The activations kept for the backward in ``precision`` (unsharded): under FP8 on a GPU with FP8 tensor
@@ -251,6 +272,23 @@ class LayerWork:
         if runs_fp8(precision, cluster) and options.fp8_saved_inputs:
             return self.activation_bytes + self.fp8_activation_delta
         return self.activation_bytes
+
+
+@dataclass(frozen=True)
+class ModuleRerun:
+    """One of Megatron-Core's recompute modules in a layer: the forward kernels its backward re-runs (time and
+    FLOPs, unsharded) and the activations the forward no longer keeps (unsharded; FP8 as ``LayerWork.held_bytes``)."""
+
+    name: str
+    rerun: PassTime
+    rerun_flops: float
+    freed_bytes: float
+    fp8_freed_delta: float
+
+    def freed(self, precision: str, cluster: ClusterSpec, options: CostOptions) -> float:
+        if runs_fp8(precision, cluster) and options.fp8_saved_inputs:
+            return self.freed_bytes + self.fp8_freed_delta
+        return self.freed_bytes
 
 
 def runs_fp8(precision: str, cluster: ClusterSpec) -> bool:
@@ -325,6 +363,11 @@ def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_
                                    activation_bytes=cost.activation_bytes + extra_bytes)
             kernels = cost.forward + cost.backward_input + cost.backward_weight
             kept, rerun = per_op_checkpoint(cost.forward, split.tp)
+            modules = tuple(
+                ModuleRerun(name, _pass_time(module.forward, cluster, precision, split, attention_kernel),
+                            sum(k.flops + k.recomputed_flops for k in module.forward), module.activation_bytes,
+                            module.fp8_activation_delta)
+                for name, module in recompute_module_costs(layer, sized).items())
             by_layer[layer] = LayerWork(
                 forward=_pass_time(cost.forward, cluster, precision, split, attention_kernel),
                 backward_input=_pass_time(cost.backward_input, cluster, precision, split, attention_kernel),
@@ -334,7 +377,7 @@ def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_
                 forward_flops=sum(k.flops for k in cost.forward), activation_bytes=cost.activation_bytes,
                 fp8_activation_delta=cost.fp8_activation_delta, params=layer_param,
                 per_op_kept_bytes=kept, per_op_rerun=_pass_time(rerun, cluster, precision, split, attention_kernel),
-                per_op_rerun_flops=sum(k.flops + k.recomputed_flops for k in rerun))
+                per_op_rerun_flops=sum(k.flops + k.recomputed_flops for k in rerun), modules=modules)
         result.append(replace(by_layer[layer], params=layer_param))
     return tuple(result)
 
@@ -535,9 +578,14 @@ def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config:
 
 def reruns_forward(layer: LayerSpec, mode: str, options: CostOptions) -> bool:
     """Whether ``layer``'s backward re-runs (part of) its forward under recomputation ``mode``: a block (not the
-    embedding or head) under ``full``, or under ``selective`` where the framework's is per-op checkpointing."""
-    return layer.kind not in ("embedding", "head") and (
-        mode == "full" or (mode == "selective" and options.selective == "per_op"))
+    embedding or head) under ``full``, or under ``selective`` where the framework's is per-op checkpointing, or
+    Megatron's with a recompute module the layer has (``planner.cost.analytic.recompute_modules_of``)."""
+    if layer.kind in ("embedding", "head"):
+        return False
+    if mode == "full" or (mode == "selective" and options.selective == "per_op"):
+        return True
+    return mode == "selective" and any(module in options.recompute_modules
+                                       for module in recompute_modules_of(layer))
 
 
 def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, mapping: RankMapping,
@@ -570,12 +618,20 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
             recompute_ms = forward - gather_forward
             executed = work.model_flops + work.recomputed_flops + work.forward_flops
             activation = block_input
-        else:
+        elif options.selective == "per_op":
             # the module doc: the re-run kernels and the TP all-gathers (half the block's sequence-parallel
             # collectives); the matmuls, attention and reduce-scatters on the save list are kept
             recompute_ms = work.per_op_rerun.on(shards, overhead_ms) + tp_forward / 2
             executed = work.model_flops + work.recomputed_flops + work.per_op_rerun_flops
             activation = block_input + work.per_op_kept_bytes / shards
+        else:
+            # Megatron's recompute modules: each re-runs its own kernels inside the layer, whose TP and EP
+            # collectives lie outside them, and frees what it kept
+            chosen = work.chosen_modules(options)
+            recompute_ms = sum(module.rerun.on(shards, overhead_ms) for module in chosen)
+            executed = work.model_flops + work.recomputed_flops + sum(module.rerun_flops for module in chosen)
+            activation = (work.held_bytes(config.precision, cluster, options)
+                          - sum(module.freed(config.precision, cluster, options) for module in chosen)) / shards
         backward_input = work.backward_input.on(shards, overhead_ms) + comm_backward + recompute_ms
         result.append(LayerTime(forward=forward, backward_input=backward_input,
                                 backward_weight=work.backward_weight.on(shards, overhead_ms),

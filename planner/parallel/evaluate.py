@@ -269,7 +269,8 @@ def _layer_params(job: Job) -> list[LayerParams]:
 def backward_workspace_bytes(job: Job, config: ParallelConfig, layers: list[int], modes: list[str]) -> float:
     """What a GPU allocates during the backward of one layer among ``layers`` beside what the layers kept, the
     largest of: a recomputed layer's whole activations again, beside what it kept (per-op selective checkpointing's
-    outputs), and the loss's gradient buffers in the head (``planner.cost.vocab.loss_backward_bytes``)."""
+    outputs; with Megatron's recompute modules only what they re-run), and the loss's gradient buffers in the head
+    (``planner.cost.vocab.loss_backward_bytes``)."""
     shards = config.tp * config.cp
     needs = []
     works = None
@@ -280,8 +281,13 @@ def backward_workspace_bytes(job: Job, config: ParallelConfig, layers: list[int]
             needs.append(logits * loss_backward_bytes(job.options.cross_entropy, config.tp) / shards)
         elif reruns_forward(layer, modes[index], job.options):
             works = works or _works(job, config)
-            kept = works[index].per_op_kept_bytes if modes[index] == "selective" else 0.0
-            needs.append((works[index].held_bytes(config.precision, job.cluster, job.options) - kept) / shards)
+            work, options = works[index], job.options
+            if modes[index] == "selective" and options.selective == "attention":   # the re-run modules' outputs
+                needs.append(sum(module.freed(config.precision, job.cluster, options)
+                                 for module in work.chosen_modules(options)) / shards)
+                continue
+            kept = work.per_op_kept_bytes if modes[index] == "selective" else 0.0
+            needs.append((work.held_bytes(config.precision, job.cluster, options) - kept) / shards)
     return max(needs, default=0.0)
 
 

@@ -39,9 +39,11 @@ MICROBATCH_SIZES = (1, 2, 4, 8)
 
 
 def searched_recompute(options: CostOptions) -> tuple[str, ...]:
-    """The recomputation modes the search tries on a job's framework: Megatron-Core's selective equals none under
-    FlashAttention (``planner.parallel.cost``), torchtitan's per-op checkpointing is a trade of its own."""
-    return ("none", "selective", "full") if options.selective == "per_op" else ("none", "full")
+    """The recomputation modes the search tries on a job's framework: Megatron-Core's selective of the core
+    attention alone equals none under FlashAttention (``planner.parallel.cost``); torchtitan's per-op
+    checkpointing, and Megatron's with other recompute modules, are trades of their own."""
+    trades = options.selective == "per_op" or set(options.recompute_modules) != {"core_attn"}
+    return ("none", "selective", "full") if trades else ("none", "full")
 
 
 # no sharding moves more bytes than ZeRO-1 (an fp32 all-reduce against an fp32 reduce-scatter and a bf16 all-gather)

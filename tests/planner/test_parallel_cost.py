@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from planner.cluster import load_cluster_preset
+from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig
 from planner.cost.analytic import layer_cost
 from planner.cost.work import AttentionShape, Gemm, per_op_checkpoint
@@ -131,6 +132,60 @@ def test_the_loss_backward_workspace_is_the_frameworks_cross_entropy():
         assert backward_workspace_bytes(job, config, list(range(model.num_layers)), modes) == pytest.approx(
             per_logit * 2 * 8192 * 128256 / tp)
         assert backward_workspace_bytes(job, config, [1, 2], modes) == 0.0
+
+
+def test_megatron_recompute_modules_free_and_rerun_what_each_module_holds():
+    """Megatron-Core's ``--recompute-modules`` on DeepSeek-V2-Lite (MLA, a dense first layer, then MoE), each module
+    against a count by hand at 2,048 tokens, TP 2: ``mla_up_proj`` frees the queries, keys and values the attention
+    kernel keeps (16 heads of 192 + 192 + 128) and re-runs the key-value up-projection and the rotary embedding;
+    ``mlp`` frees a dense MLP's gate/up output and activation output and re-runs its three kernels; ``moe_act`` frees
+    the experts' activation output (6 routed copies of each token, 1,408 wide). Each layer's backward workspace is
+    what its modules rebuild; the core attention alone re-runs nothing."""
+    model = load_model_preset("deepseek-v2-lite")
+    config, tokens, shards = ParallelConfig(tp=2), 2048, 2
+    modes = {name: CostOptions(recompute_modules=name) for name in (("core_attn",), ("mla_up_proj",), ("mlp",),
+                                                                     ("moe_act",), ("mla_up_proj", "mlp", "moe_act"))}
+    none = times_of(model, config, "none")
+    by = {name: times_of(model, config, "selective", options) for name, options in modes.items()}
+    dense, moe = 1, 2
+    assert by[("core_attn",)] == none
+    qkv = 2 * tokens * 16 * (192 + 192 + 128)
+    up_flops = 2 * tokens * 512 * 16 * (192 - 64 + 128) + 3 * tokens * 17 * 64
+    for layer in (dense, moe):
+        freed = none[layer].activation_bytes - by[("mla_up_proj",)][layer].activation_bytes
+        assert freed == pytest.approx(qkv / shards)
+        extra = by[("mla_up_proj",)][layer].executed_flops - none[layer].executed_flops
+        assert extra == pytest.approx(up_flops / shards)
+        assert by[("mla_up_proj",)][layer].recompute_ms > 0
+    mlp_freed = 2 * tokens * (2 * 10944) + 2 * tokens * 10944
+    assert none[dense].activation_bytes - by[("mlp",)][dense].activation_bytes == pytest.approx(mlp_freed / shards)
+    assert by[("mlp",)][moe] == none[moe]   # an MoE layer has no dense MLP to re-run
+    mlp_flops = 2 * tokens * 2048 * 2 * 10944 + 5 * tokens * 10944 + 2 * tokens * 10944 * 2048
+    assert by[("mlp",)][dense].executed_flops - none[dense].executed_flops == pytest.approx(mlp_flops / shards)
+    act_freed = 2 * tokens * 6 * 1408
+    assert none[moe].activation_bytes - by[("moe_act",)][moe].activation_bytes == pytest.approx(act_freed / shards)
+    assert by[("moe_act",)][dense] == none[dense]
+    everything = by[("mla_up_proj", "mlp", "moe_act")]
+    assert none[moe].activation_bytes - everything[moe].activation_bytes == pytest.approx((qkv + act_freed) / shards)
+    job = Job(model, H100, 8, tokens, 8, modes[("mla_up_proj", "mlp", "moe_act")])
+    selective = ["selective"] * model.num_layers
+    assert backward_workspace_bytes(job, config, [dense], selective) == pytest.approx((qkv + mlp_freed) / shards)
+    assert backward_workspace_bytes(job, config, [moe], selective) == pytest.approx((qkv + act_freed) / shards)
+
+
+def test_recompute_modules_are_checked_and_searched():
+    """A module Megatron-Core has but the model does not (``layernorm``), or none, is refused naming the field; with
+    a module beyond the core attention the search tries Megatron's selective recomputation too."""
+    for bad in (("layernorm",), ("mla_up_proj", "moe"), ()):
+        with pytest.raises(SpecError) as error:
+            CostOptions(recompute_modules=bad)
+        assert error.value.field == "recompute_modules"
+    model = load_model_preset("deepseek-v2-lite")
+    pins = {"tp": 1, "pp": 1, "cp": 1, "microbatch_size": 1, "sharding": "full"}
+    modes = {modules: {config.recompute for config, _ in candidates(
+        Job(model, H100, 8, 4096, 8, CostOptions(recompute_modules=modules)), pins)}
+        for modules in (("core_attn",), ("mla_up_proj",))}
+    assert modes == {("core_attn",): {"none", "full"}, ("mla_up_proj",): {"none", "selective", "full"}}
 
 
 def test_main_gradients_are_kept_in_the_dtype_they_are_reduced_in():
