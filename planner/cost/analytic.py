@@ -86,7 +86,7 @@ def recompute_module_costs(layer: LayerSpec, spec: ModelSpec) -> dict[str, Cost]
     dtype_bytes = DTYPE_BYTES[spec.dtype]
     tokens = spec.micro_batch_size * spec.seq_len
     builders = {
-        "mla_up_proj": lambda: mla_up_projections(layer.mixer, tokens, dtype_bytes),
+        "mla_up_proj": lambda: mla_up_projections(layer.mixer, spec.hidden_size, tokens, dtype_bytes),
         "moe_act": lambda: expert_activation(layer.mlp, tokens=tokens, dtype_bytes=dtype_bytes),
         "mlp": lambda: dense_mlp_body(layer.mlp, hidden=spec.hidden_size, tokens=tokens, dtype_bytes=dtype_bytes),
     }

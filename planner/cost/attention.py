@@ -95,11 +95,11 @@ def _latent_projections(mixer: AttentionMixer, hidden: int, tokens: int, dtype_b
     # of which keeps its own FP8 cast of it
     cost = saved(dtype_bytes * tokens * hidden, fp8_bytes=2 * tokens * hidden)
     if mixer.q_lora_rank is None:
-        cost += linear(tokens, hidden, heads * qk_dim, dtype_bytes)
+        cost += _mla_query_up(mixer, hidden, tokens, dtype_bytes)
     else:
         q_rank = mixer.q_lora_rank
         cost += (linear(tokens, hidden, q_rank, dtype_bytes) + rms_norm(tokens, q_rank, dtype_bytes)
-                 + _mla_query_up(mixer, tokens, dtype_bytes)
+                 + _mla_query_up(mixer, hidden, tokens, dtype_bytes)
                  + saved(dtype_bytes * tokens * q_rank, fp8_bytes=tokens * q_rank))
     cost += (linear(tokens, hidden, kv_rank + rope, dtype_bytes) + rms_norm(tokens, kv_rank, dtype_bytes)
              + _mla_key_value_up(mixer, tokens, dtype_bytes)
@@ -107,8 +107,9 @@ def _latent_projections(mixer: AttentionMixer, hidden: int, tokens: int, dtype_b
     return cost + _mla_rotary(mixer, tokens, dtype_bytes)
 
 
-def _mla_query_up(mixer: AttentionMixer, tokens: int, dtype_bytes: int) -> Cost:
-    return linear(tokens, mixer.q_lora_rank, mixer.num_heads * mixer.head_dim, dtype_bytes)
+def _mla_query_up(mixer: AttentionMixer, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
+    """The queries' projection: from the normed ``q_lora_rank`` latent, or from the hidden state without one."""
+    return linear(tokens, mixer.q_lora_rank or hidden, mixer.num_heads * mixer.head_dim, dtype_bytes)
 
 
 def _mla_key_value_up(mixer: AttentionMixer, tokens: int, dtype_bytes: int) -> Cost:
@@ -121,14 +122,14 @@ def _mla_rotary(mixer: AttentionMixer, tokens: int, dtype_bytes: int) -> Cost:
     return elementwise(rotated, rotated, ROTARY_FLOPS_PER_ELEMENT, dtype_bytes)
 
 
-def mla_up_projections(mixer: AttentionMixer, tokens: int, dtype_bytes: int) -> Cost:
-    """What Megatron-Core's ``recompute_modules`` ``mla_up_proj`` re-runs in the backward (``MLASelfAttention`` with
-    ``recompute_up_proj``: the up-projections and the rotary embedding under ``CheckpointWithoutOutput``), and as
-    its activations what it frees: the queries, keys and values the attention kernel would keep, discarded after
-    the forward and rebuilt before the kernel's backward."""
-    cost = _mla_key_value_up(mixer, tokens, dtype_bytes) + _mla_rotary(mixer, tokens, dtype_bytes)
-    if mixer.q_lora_rank is not None:
-        cost = _mla_query_up(mixer, tokens, dtype_bytes) + cost
+def mla_up_projections(mixer: AttentionMixer, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
+    """What Megatron-Core's ``recompute_modules`` ``mla_up_proj`` re-runs in the backward (``MLASelfAttention``'s
+    ``qkv_up_proj_and_rope_apply`` under ``CheckpointWithoutOutput``: the queries' projection, from the latent or
+    the hidden state, the keys' and values' up-projection and the rotary embedding), and as its activations what it
+    frees: the queries, keys and values the attention kernel would keep, discarded after the forward and rebuilt
+    before the kernel's backward."""
+    cost = (_mla_query_up(mixer, hidden, tokens, dtype_bytes) + _mla_key_value_up(mixer, tokens, dtype_bytes)
+            + _mla_rotary(mixer, tokens, dtype_bytes))
     inputs = core_inputs(tokens=tokens, heads=mixer.num_heads, kv_heads=mixer.num_kv_heads, qk_dim=mixer.head_dim,
                          v_dim=mixer.value_dim)
     return cost + saved(dtype_bytes * sum(inputs))

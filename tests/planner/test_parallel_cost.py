@@ -137,7 +137,8 @@ def test_the_loss_backward_workspace_is_the_frameworks_cross_entropy():
 def test_megatron_recompute_modules_free_and_rerun_what_each_module_holds():
     """Megatron-Core's ``--recompute-modules`` on DeepSeek-V2-Lite (MLA, a dense first layer, then MoE), each module
     against a count by hand at 2,048 tokens, TP 2: ``mla_up_proj`` frees the queries, keys and values the attention
-    kernel keeps (16 heads of 192 + 192 + 128) and re-runs the key-value up-projection and the rotary embedding;
+    kernel keeps (16 heads of 192 + 192 + 128) and re-runs the queries' projection (from the hidden state: this
+    model has no query latent), the key-value up-projection and the rotary embedding;
     ``mlp`` frees a dense MLP's gate/up output and activation output and re-runs its three kernels; ``moe_act`` frees
     the experts' activation output (6 routed copies of each token, 1,408 wide). Each layer's backward workspace is
     what its modules rebuild; the core attention alone re-runs nothing."""
@@ -150,7 +151,7 @@ def test_megatron_recompute_modules_free_and_rerun_what_each_module_holds():
     dense, moe = 1, 2
     assert by[("core_attn",)] == none
     qkv = 2 * tokens * 16 * (192 + 192 + 128)
-    up_flops = 2 * tokens * 512 * 16 * (192 - 64 + 128) + 3 * tokens * 17 * 64
+    up_flops = 2 * tokens * 2048 * 16 * 192 + 2 * tokens * 512 * 16 * (192 - 64 + 128) + 3 * tokens * 17 * 64
     for layer in (dense, moe):
         freed = none[layer].activation_bytes - by[("mla_up_proj",)][layer].activation_bytes
         assert freed == pytest.approx(qkv / shards)
