@@ -13,8 +13,6 @@ grow with ``num_experts``. Experts are assumed gated (every MoE family imported 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from planner.cost.primitives import (FP8_CAST_TRANSPOSE_BYTES, FP32_BYTES, GRAD_ACCUMULATE_BYTES, elementwise, linear,
                                      projection_shapes)
 from planner.cost.work import Cost, Kernel, saved
@@ -100,14 +98,11 @@ def moe_cost(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost
     def projection(d_in: int, d_out: int, parallel: str = "column") -> Cost:
         return expert_projection(routed_tokens=routed, d_in=d_in, d_out=d_out, experts=experts, top_k=top_k,
                                  dtype_bytes=dtype_bytes, bias=mlp.bias, parallel=parallel)
-    activation = expert_activation(mlp, tokens=tokens, dtype_bytes=dtype_bytes)
     routed_experts = (saved(dtype_bytes * routed * hidden, fp8_bytes=routed * hidden)
                       + projection(hidden, 2 * inner)
                       + saved(dtype_bytes * routed * 2 * inner)
-                      + replace(activation, activation_bytes=0.0, fp8_activation_delta=0.0)
-                      + projection(inner, hidden, "row")
-                      + Cost(activation_bytes=activation.activation_bytes,
-                             fp8_activation_delta=activation.fp8_activation_delta))
+                      + expert_activation(mlp, tokens=tokens, dtype_bytes=dtype_bytes)
+                      + projection(inner, hidden, "row"))
     cost = (saved(dtype_bytes * tokens * hidden) + _routing(tokens, hidden, experts, top_k, dtype_bytes, mlp.bias)
             + routed_experts + _combine(tokens, hidden, top_k, dtype_bytes))
     if mlp.num_shared_experts:

@@ -266,29 +266,33 @@ class LayerWork:
             return ()
         return tuple(module for module in self.modules if module.name in options.recompute_modules)
 
+    def modules_freed_bytes(self, precision: str, cluster: ClusterSpec, options: CostOptions) -> float:
+        """What the chosen modules no longer keep (unsharded), and so rebuild in the layer's backward."""
+        return sum(held_in(precision, cluster, options, module.freed_bytes, module.fp8_freed_delta)
+                   for module in self.chosen_modules(options))
+
     def held_bytes(self, precision: str, cluster: ClusterSpec, options: CostOptions) -> float:
-        """The activations kept for the backward in ``precision`` (unsharded): under FP8 on a GPU with FP8 tensor
-        cores, with ``options.fp8_saved_inputs``, the FP8 GEMMs' inputs as their FP8 casts."""
-        if runs_fp8(precision, cluster) and options.fp8_saved_inputs:
-            return self.activation_bytes + self.fp8_activation_delta
-        return self.activation_bytes
+        """The activations kept for the backward in ``precision`` (unsharded; ``held_in``)."""
+        return held_in(precision, cluster, options, self.activation_bytes, self.fp8_activation_delta)
+
+
+def held_in(precision: str, cluster: ClusterSpec, options: CostOptions, nbytes: float, fp8_delta: float) -> float:
+    """Kept activations of ``nbytes`` in ``precision``: under FP8 on a GPU with FP8 tensor cores, with
+    ``options.fp8_saved_inputs``, the FP8 GEMMs' inputs as their FP8 casts (``fp8_delta``,
+    ``planner.cost.work.saved``)."""
+    return nbytes + fp8_delta if runs_fp8(precision, cluster) and options.fp8_saved_inputs else nbytes
 
 
 @dataclass(frozen=True)
 class ModuleRerun:
     """One of Megatron-Core's recompute modules in a layer: the forward kernels its backward re-runs (time and
-    FLOPs, unsharded) and the activations the forward no longer keeps (unsharded; FP8 as ``LayerWork.held_bytes``)."""
+    FLOPs, unsharded) and the activations the forward no longer keeps (unsharded; in a precision by ``held_in``)."""
 
     name: str
     rerun: PassTime
     rerun_flops: float
     freed_bytes: float
     fp8_freed_delta: float
-
-    def freed(self, precision: str, cluster: ClusterSpec, options: CostOptions) -> float:
-        if runs_fp8(precision, cluster) and options.fp8_saved_inputs:
-            return self.freed_bytes + self.fp8_freed_delta
-        return self.freed_bytes
 
 
 def runs_fp8(precision: str, cluster: ClusterSpec) -> bool:
@@ -328,6 +332,11 @@ def _materialised_scores(mixer: AttentionMixer, microbatch_size: int, seq_len: i
     return forward, backward, SCORE_ACTIVATION_BYTES * scores
 
 
+def _executed_flops(kernels: tuple[Kernel, ...]) -> float:
+    """What ``kernels`` execute, model FLOPs and what they re-compute besides."""
+    return sum(k.flops + k.recomputed_flops for k in kernels)
+
+
 def kernel_split(config: ParallelConfig) -> Split:
     """How ``config`` cuts each GPU's share of a layer's kernels (what their shapes, and so their rates, become)."""
     return Split(tp=config.tp, cp=config.cp, ep=config.ep, etp=config.etp)
@@ -365,8 +374,7 @@ def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_
             kept, rerun = per_op_checkpoint(cost.forward, split.tp)
             modules = tuple(
                 ModuleRerun(name, _pass_time(module.forward, cluster, precision, split, attention_kernel),
-                            sum(k.flops + k.recomputed_flops for k in module.forward), module.activation_bytes,
-                            module.fp8_activation_delta)
+                            _executed_flops(module.forward), module.activation_bytes, module.fp8_activation_delta)
                 for name, module in recompute_module_costs(layer, sized).items())
             by_layer[layer] = LayerWork(
                 forward=_pass_time(cost.forward, cluster, precision, split, attention_kernel),
@@ -377,7 +385,7 @@ def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_
                 forward_flops=sum(k.flops for k in cost.forward), activation_bytes=cost.activation_bytes,
                 fp8_activation_delta=cost.fp8_activation_delta, params=layer_param,
                 per_op_kept_bytes=kept, per_op_rerun=_pass_time(rerun, cluster, precision, split, attention_kernel),
-                per_op_rerun_flops=sum(k.flops + k.recomputed_flops for k in rerun), modules=modules)
+                per_op_rerun_flops=_executed_flops(rerun), modules=modules)
         result.append(replace(by_layer[layer], params=layer_param))
     return tuple(result)
 
@@ -631,7 +639,7 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
             recompute_ms = sum(module.rerun.on(shards, overhead_ms) for module in chosen)
             executed = work.model_flops + work.recomputed_flops + sum(module.rerun_flops for module in chosen)
             activation = (work.held_bytes(config.precision, cluster, options)
-                          - sum(module.freed(config.precision, cluster, options) for module in chosen)) / shards
+                          - work.modules_freed_bytes(config.precision, cluster, options)) / shards
         backward_input = work.backward_input.on(shards, overhead_ms) + comm_backward + recompute_ms
         result.append(LayerTime(forward=forward, backward_input=backward_input,
                                 backward_weight=work.backward_weight.on(shards, overhead_ms),

@@ -283,8 +283,7 @@ def backward_workspace_bytes(job: Job, config: ParallelConfig, layers: list[int]
             works = works or _works(job, config)
             work, options = works[index], job.options
             if modes[index] == "selective" and options.selective == "attention":   # the re-run modules' outputs
-                needs.append(sum(module.freed(config.precision, job.cluster, options)
-                                 for module in work.chosen_modules(options)) / shards)
+                needs.append(work.modules_freed_bytes(config.precision, job.cluster, options) / shards)
                 continue
             kept = work.per_op_kept_bytes if modes[index] == "selective" else 0.0
             needs.append((work.held_bytes(config.precision, job.cluster, options) - kept) / shards)
