@@ -55,11 +55,13 @@ def expert_projection(*, routed_tokens: float, d_in: int, d_out: int, experts: i
     # FP8 (Transformer Engine's GroupedLinear): the routed input cast in F, the output gradient in B
     cast_in, cast_out = (FP8_CAST_TRANSPOSE_BYTES * routed_tokens * d for d in (d_in, d_out))
     forward, backward, weight_gradient = projection_shapes(routed_tokens, d_in, d_out, parallel, experts)
-    return Cost(forward=(Kernel(flops, activations + weight_bytes, fp8=True, fp8_cast_bytes=cast_in, shape=forward),),
+    gradient_bytes = GRAD_ACCUMULATE_BYTES * touched * weight
+    return Cost(forward=(Kernel(flops, activations + weight_bytes, fp8=True, fp8_cast_bytes=cast_in, shape=forward,
+                                weight_bytes=weight_bytes),),
                 backward_input=(Kernel(flops, activations + weight_bytes, fp8=True, fp8_cast_bytes=cast_out,
-                                       shape=backward),),
-                backward_weight=(Kernel(flops, activations + GRAD_ACCUMULATE_BYTES * touched * weight, fp8=True,
-                                        shape=weight_gradient),),
+                                       shape=backward, weight_bytes=weight_bytes),),
+                backward_weight=(Kernel(flops, activations + gradient_bytes, fp8=True, shape=weight_gradient,
+                                        weight_bytes=gradient_bytes),),
                 params=experts * weight, active_params=top_k * weight)
 
 

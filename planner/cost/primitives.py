@@ -57,11 +57,13 @@ def linear(tokens: float, d_in: int, d_out: int, dtype_bytes: int, *, bias: bool
     return Cost(
         forward=(Kernel(flops, dtype_bytes * (activations_in + weight + activations_out), fp8=fp8,
                         fp8_cast_bytes=cast * activations_in, shape=forward,
-                        output_bytes=dtype_bytes * activations_out),),
+                        output_bytes=dtype_bytes * activations_out, weight_bytes=dtype_bytes * weight),),
         backward_input=(Kernel(flops, dtype_bytes * (activations_out + weight + activations_in), fp8=fp8,
-                               fp8_cast_bytes=cast * activations_out, shape=backward),),
+                               fp8_cast_bytes=cast * activations_out, shape=backward,
+                               weight_bytes=dtype_bytes * weight),),
         backward_weight=(Kernel(flops + bias_flops, dtype_bytes * (activations_in + activations_out)
-                                + GRAD_ACCUMULATE_BYTES * weight, fp8=fp8, shape=weight_gradient),),
+                                + GRAD_ACCUMULATE_BYTES * weight, fp8=fp8, shape=weight_gradient,
+                                weight_bytes=GRAD_ACCUMULATE_BYTES * weight),),
         params=weight, active_params=weight)
 
 

@@ -29,7 +29,9 @@ known (every named GPU, ``planner.hardware``) the rate of a kernel with a shape 
 
 Tensor, context and expert parallelism shrink the shapes first (``Split``): TP divides a projection's split
 dimension (or, for a weight replicated over TP, its sequence-parallel tokens), CP the tokens, and EP x ETP gathers
-``ep·etp/(tp·cp)`` times a rank's routed tokens per local expert.
+``ep·etp/(tp·cp)`` times a rank's routed tokens per local expert. The bytes a GEMM moves divide the same way, but for
+its weights, which divide as they are sharded (``split_bytes``): a rank's grouped expert GEMM reads its own
+``experts / ep`` experts' weights, whatever TP and CP are.
 
 Every constant was measured with ``benchmarks/gpu_kernels.py`` on one NVIDIA H100 80GB HBM3 (132 SMs, torch 2.11 /
 CUDA 13.0, 2026-11-27; ``benchmarks/results/gpu_kernels_h100.json``); the fit, and how far each measured kernel is
@@ -116,6 +118,28 @@ def local_gemm(gemm: Gemm, split: Split) -> tuple[list[float], float]:
     return dims, 0.0
 
 
+def split_bytes(kernel: Kernel, split: Split) -> float:
+    """``kernel.bytes`` counted whole under ``split`` (one GPU's bytes times ``tp·cp``, as ``roofline_ms`` counts):
+    its activations divide as its tokens do, its weights (``Kernel.weight_bytes``) as they are sharded. A projection
+    split over TP reads its TP shard of them, whole on every CP rank; a weight replicated over TP (the router) is
+    read whole on every GPU; a grouped expert GEMM reads its rank's ``experts / ep`` experts, each cut by ETP, of them
+    those that receive a token (``planner.cost.mlp.expert_projection`` counts the experts touched, all of them once
+    the tokens outnumber the experts)."""
+    shape = kernel.shape
+    if not kernel.weight_bytes or not isinstance(shape, Gemm) or split == WHOLE:
+        return kernel.bytes
+    if shape.experts:
+        _, per_expert = local_gemm(shape, split)
+        touched = max(min(shape.experts, (shape.m, shape.n, shape.k)[shape.token_dim]), 1e-9)
+        local = shape.experts / split.ep * min(1.0, per_expert)
+        per_gpu = kernel.weight_bytes / touched * local / split.etp
+    elif shape.tp_dim is None:
+        per_gpu = kernel.weight_bytes
+    else:
+        per_gpu = kernel.weight_bytes / split.tp
+    return kernel.bytes - kernel.weight_bytes + per_gpu * split.tp * split.cp
+
+
 def kernel_efficiency(kernel: Kernel, device: DeviceType, split: Split = WHOLE, fp8: bool = False,
                       attention: str = "cudnn") -> float:
     """The fraction of the (BF16, or with ``fp8`` the FP8) peak ``kernel`` runs at on one GPU of ``split``; fused
@@ -151,7 +175,7 @@ def roofline_ms(kernel: Kernel, device: DeviceType, split: Split = WHOLE, fp8: b
     work = kernel.flops + kernel.recomputed_flops
     efficiency = kernel_efficiency(kernel, device, split, fp8, attention)
     compute = work / compute_rate_flops_per_ms(device, efficiency, fp8) if work else 0.0
-    return max(compute, kernel.bytes / bandwidth_bytes_per_ms(device))
+    return max(compute, split_bytes(kernel, split) / bandwidth_bytes_per_ms(device))
 
 
 def kernel_ms(kernel: Kernel, device: DeviceType) -> float:

@@ -49,7 +49,9 @@ class Kernel:
     layer Transformer Engine covers); ``fp8_cast_bytes`` is what casting its operands to FP8 then moves. ``shape``
     is a GEMM's or fused attention's shape, where the rate depends on it. ``output_bytes``: what a GEMM or the fused
     attention writes as its result (the attention output and its log-sum-exp), which a per-op checkpointing policy
-    may keep for the backward (``per_op_checkpoint``)."""
+    may keep for the backward (``per_op_checkpoint``). ``weight_bytes``: what of ``bytes`` a GEMM moves of its
+    weights (and their gradients), counted for the whole layer: those divide over one GPU's shards as TP, ETP and
+    EP shard the weights, not as its tokens are split (``planner.cost.roofline.split_bytes``)."""
 
     flops: float = 0.0
     bytes: float = 0.0
@@ -58,6 +60,7 @@ class Kernel:
     fp8_cast_bytes: float = 0.0
     shape: Gemm | AttentionShape | None = None
     output_bytes: float = 0.0
+    weight_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ def per_op_checkpoint(forward: tuple[Kernel, ...], tp: int = 1) -> tuple[float, 
                 kept += kernel.output_bytes * share * whole
             else:   # each separate matmul casts its own input under FP8
                 rerun.append(replace(kernel, flops=kernel.flops * share, bytes=kernel.bytes * share,
+                                     weight_bytes=kernel.weight_bytes * share,
                                      recomputed_flops=kernel.recomputed_flops * share,
                                      output_bytes=kernel.output_bytes * share,
                                      shape=replace(shape, n=width, parts=())))

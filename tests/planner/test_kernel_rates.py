@@ -14,11 +14,14 @@ import pytest
 
 from planner.cluster import load_cluster, load_cluster_preset
 from planner.cost.primitives import linear
-from planner.cost.roofline import (Split, attention_efficiency, gemm_efficiency, grouped_efficiency, kernel_efficiency,
-                                   local_gemm)
+from planner.cost.mlp import expert_projection
+from planner.cost.roofline import (Split, attention_efficiency, bandwidth_bytes_per_ms, compute_rate_flops_per_ms,
+                                   gemm_efficiency, grouped_efficiency, kernel_efficiency, local_gemm, roofline_ms,
+                                   split_bytes)
 from planner.cost.work import AttentionShape, Gemm
 from planner.errors import SpecError
 from planner.hardware import named_cluster_document
+from planner.cost.analytic import layer_cost
 from planner.parallel.cost import CostOptions, layer_work
 from planner.spec.presets import load_model_preset
 
@@ -133,6 +136,47 @@ def test_expert_parallelism_gathers_more_tokens_per_expert():
     # the same FLOPs at a better rate: at 256 tokens per expert the grouped GEMMs run at 0.71 of their 2,048 rate
     assert spread.model_flops == alone.model_flops
     assert spread.forward.roofline_ms < alone.forward.roofline_ms
+
+
+def test_a_gpu_reads_the_weights_it_holds_its_experts_under_ep_and_its_tp_shard_on_every_cp_rank():
+    """The bytes term of ``roofline_ms`` counts the layer whole (one GPU's bytes times TP x CP): activations divide
+    with the tokens, weights as they are sharded. Counted by hand for DeepSeek-V3's up-projection (256 experts of
+    7,168 x 4,096 bf16 weights) and a Llama 70B MLP's (8,192 x 28,672)."""
+    experts, d_in, d_out, tokens = 256, 7168, 4096, 4096 * 8
+    cost = expert_projection(routed_tokens=tokens, d_in=d_in, d_out=d_out, experts=experts, top_k=8, dtype_bytes=2)
+    forward, _, weight_gradient = cost.forward[0], cost.backward_input[0], cost.backward_weight[0]
+    activations = 2 * tokens * (d_in + d_out)
+    assert forward.bytes == activations + 2 * experts * d_in * d_out
+    for split in (Split(tp=2, ep=64), Split(tp=1, ep=8), Split(tp=4, cp=2, ep=32, etp=2)):
+        shards = split.tp * split.cp
+        held = experts // split.ep * d_in * d_out // split.etp       # one GPU's experts, each cut by ETP
+        assert split_bytes(forward, split) / shards == pytest.approx(activations / shards + 2 * held)
+        assert split_bytes(weight_gradient, split) / shards == pytest.approx(activations / shards + 8 * held)
+    # 64 tokens over 256 experts: each GPU of EP 8 (32 experts) sees 64 x 8 = 512 routed tokens, all its experts
+    few = expert_projection(routed_tokens=64, d_in=d_in, d_out=d_out, experts=experts, top_k=8, dtype_bytes=2)
+    assert (split_bytes(few.forward[0], Split(ep=8)) - 2 * 64 * (d_in + d_out)) == 2 * 32 * d_in * d_out
+    # 8 routed tokens a GPU: the EP group's 64 spread over 256 experts, a GPU's 32 receive 8, so 8 of them are read
+    fewer = expert_projection(routed_tokens=8, d_in=d_in, d_out=d_out, experts=experts, top_k=8, dtype_bytes=2)
+    assert split_bytes(fewer.forward[0], Split(ep=8)) - 2 * 8 * (d_in + d_out) == pytest.approx(2 * 8 * d_in * d_out)
+    dense = linear(8192, 8192, 28672, 2).forward[0]
+    weights = 2 * 8192 * 28672
+    assert split_bytes(dense, Split()) == dense.bytes
+    # TP 8 x CP 2: 16 GPUs each read an eighth of the weights, the CP pair the same eighth
+    assert split_bytes(dense, Split(tp=8, cp=2)) / 16 == pytest.approx((dense.bytes - weights) / 16 + weights / 8)
+    router = linear(8192, 8192, 256, 2, parallel="replicated", fp8=False).forward[0]
+    assert split_bytes(router, Split(tp=8)) / 8 == pytest.approx((router.bytes - 2 * 8192 * 256) / 8 + 2 * 8192 * 256)
+    # DeepSeek-V3's grouped GEMMs on one GPU of TP 2 x EP 64 in FP8 (4 experts, 4,096 tokens each) are compute-bound
+    # (were each GPU to read 128 experts' weights, as the layer's bytes divided by TP alone would say, they would not)
+    dsv3 = replace(load_model_preset("deepseek-v3"), micro_batch_size=1, seq_len=4096)
+    moe = next(layer for layer in dsv3.layers if type(layer.mlp).__name__ == "MoEMLP")
+    split = Split(tp=2, ep=64)
+    grouped = [kernel for kernel in layer_cost(moe, dsv3).forward if isinstance(kernel.shape, Gemm)
+               and kernel.shape.experts]
+    assert len(grouped) == 2
+    for kernel in grouped:
+        rate = compute_rate_flops_per_ms(H100.device, kernel_efficiency(kernel, H100.device, split, fp8=True), fp8=True)
+        assert roofline_ms(kernel, H100.device, split, fp8=True) == pytest.approx(kernel.flops / rate)
+        assert kernel.bytes / 2 / bandwidth_bytes_per_ms(H100.device) > kernel.flops / rate
 
 
 def test_a_device_without_multiprocessors_runs_every_gemm_at_its_efficiency():
