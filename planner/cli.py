@@ -29,7 +29,8 @@ from planner.errors import PlanError, SpecError
 from planner.exports import EXPORT_FORMATS, EXPORTS, export_plan
 from planner.exports.plan_json import plan_json
 from planner.parallel.config import PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES
-from planner.parallel.cost import DEFAULT_FRAMEWORK, FRAMEWORKS, FRAMEWORKS_TEXT, job_options
+from planner.parallel.cost import (DEFAULT_FRAMEWORK, DEFAULT_RECOMPUTE_MODULES, FRAMEWORKS, FRAMEWORKS_TEXT,
+                                   RECOMPUTE_MODULES_TEXT, job_options)
 from planner.plan import Plan, load_plan
 from planner.profile import Profile, load_profile
 from planner.simulator import simulate
@@ -319,6 +320,11 @@ OVERLAP = argument("--overlap", metavar="tp,dp,ep", default="dp",
 FRAMEWORK = argument("--framework", choices=tuple(FRAMEWORKS), default=DEFAULT_FRAMEWORK,
                      help=f"the training framework whose kernels, recomputation and loss the cost model assumes: "
                           f"{FRAMEWORKS_TEXT}")
+# What the job's selective recomputation re-runs (planner.parallel.cost.recompute_modules_named)
+RECOMPUTE_MODULES = argument("--recompute-modules", metavar="M,M,...", default=DEFAULT_RECOMPUTE_MODULES,
+                             help=f"Megatron-Core's --recompute-modules: what selective recomputation re-runs in the "
+                                  f"backward to free what it kept, any of {RECOMPUTE_MODULES_TEXT}; comma-separated, "
+                                  f"default {DEFAULT_RECOMPUTE_MODULES} (framework megatron only)")
 
 
 # The hybrid search's integer pins: (name, metavar, help)
@@ -357,6 +363,7 @@ def hybrid_pin_arguments(prefix: str = "") -> list:
     *hybrid_pin_arguments("hybrid: "),
     OVERLAP,
     FRAMEWORK,
+    RECOMPUTE_MODULES,
     CLUSTER,
     argument("--memory-limit", type=int, metavar="BYTES",
              help="pure PP: per-device memory (default: the cluster's device memory; unlimited without a cluster)"),
@@ -415,7 +422,7 @@ def _hybrid_search(args: argparse.Namespace) -> int:
     pins = {key: getattr(args, key) for key in HYBRID_PINS if getattr(args, key) is not None}
     budget = args.time_budget if args.time_budget is not None else DEFAULT_TIME_BUDGET_S
     result = search(model, cluster, args.gpus, args.seq_len, args.global_batch, pins, time_budget_s=budget,
-                    progress=_progress, options=job_options(args.overlap, args.framework))
+                    progress=_progress, options=job_options(args.overlap, args.framework, args.recompute_modules))
     write_output(args.out, json.dumps(result.plan_document(), indent=2) + "\n")
     summary = result.to_dict(ranks=False)
     best = summary["best"]
@@ -441,6 +448,7 @@ def _hybrid_search(args: argparse.Namespace) -> int:
     *hybrid_pin_arguments(),
     OVERLAP,
     FRAMEWORK,
+    RECOMPUTE_MODULES,
     OUT,
 ])
 def capacity_command(args: argparse.Namespace) -> int:
@@ -452,7 +460,7 @@ def capacity_command(args: argparse.Namespace) -> int:
     pins = {key: getattr(args, key) for key in HYBRID_PINS if getattr(args, key) is not None}
     result = capacity_sweep(read_model(args.model), read_cluster(args.cluster), counts, args.seq_len, args.global_batch,
                             int(args.token_budget), pins, progress=_progress,
-                            options=job_options(args.overlap, args.framework))
+                            options=job_options(args.overlap, args.framework, args.recompute_modules))
     write_output(args.out, json.dumps(result, indent=2) + "\n")
     _report_written(args.out, {key: result[key] for key in ("fastest_gpus", "cheapest_gpus", "device")})
     return EXIT_OK

@@ -6,12 +6,15 @@ The option names are Megatron-LM's (``megatron/training/arguments.py``): ``--ten
 ``megatron/core/transformer/pipeline_parallel_layer_layout.py``; ``planner.exports.megatron_layout`` writes it),
 ``--context-parallel-size``, ``--expert-model-parallel-size``, ``--expert-tensor-parallel-size``,
 ``--micro-batch-size``, ``--global-batch-size``, ``--seq-length``, ``--recompute-granularity``,
-``--recompute-method``, ``--recompute-num-layers``, ``--use-distributed-optimizer``, ``--sequence-parallel``, and the
+``--recompute-method``, ``--recompute-num-layers``, ``--recompute-modules`` (where the plan was predicted with modules
+other than the default ``core_attn``, its ``meta.recompute_modules``), ``--use-distributed-optimizer``,
+``--sequence-parallel``, ``--fp8-format``, ``--fp8-recipe``, and the
 model's shape: ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, ``--group-query-attention``,
 ``--num-query-groups``, ``--kv-channels``, ``--ffn-hidden-size``, ``--swiglu``, ``--normalization``,
 ``--disable-bias-linear``, ``--add-qkv-bias``, ``--qk-layernorm``, ``--untie-embeddings-and-output-weights``,
 ``--position-embedding-type``, ``--max-position-embeddings``, ``--num-experts``, ``--moe-router-topk``,
 ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``, ``--moe-layer-freq``, ``--moe-aux-loss-coeff``,
+``--moe-grouped-gemm``,
 the latent-attention ``--multi-latent-attention --q-lora-rank --kv-lora-rank --qk-head-dim --qk-pos-emb-head-dim
 --v-head-dim``, and the hybrid model's ``--hybrid-override-pattern --mamba-state-dim --mamba-head-dim
 --mamba-num-groups --mamba-num-heads`` (as Megatron-LM's own checkpoint loaders pass them). The parallel and model
@@ -30,6 +33,7 @@ from __future__ import annotations
 import shlex
 
 from planner.errors import SpecError
+from planner.parallel.cost import DEFAULT_RECOMPUTE_MODULES
 from planner.exports.hybrid_plan import (header_lines, is_own_order, placement, recompute_mode, require_model,
                                          require_v2, seq_len_of, stage_devices)
 from planner.exports.megatron_layout import is_megatron_hybrid, layout_of_stages, run_lengths
@@ -83,15 +87,20 @@ def _arguments(plan: Plan, model: ModelSpec, seq_len: int | None) -> tuple[list[
     args += [("--context-parallel-size", str(config.cp))]
     if config.ep > 1 or _has_moe(model):
         args += [("--expert-model-parallel-size", str(config.ep)), ("--expert-tensor-parallel-size", str(config.etp))]
+    if _has_moe(model):   # one grouped GEMM over a rank's experts, as the cost model prices them (planner.cost.roofline)
+        args.append(("--moe-grouped-gemm",))
     if config.tp > 1:
         args.append(("--sequence-parallel",))
     args += [("--micro-batch-size", str(config.microbatch_size)),
              ("--global-batch-size", str(config.global_batch)),   # Megatron runs global / (mbs x DP) micro-batches
              ("--seq-length", str(seq_len_of(plan, model, seq_len)))]
     mode, recompute_lost = recompute_mode(plan, "megatron")
+    modules = plan.meta.get("recompute_modules", DEFAULT_RECOMPUTE_MODULES)
     lost += recompute_lost
     if mode == "selective":
         args.append(("--recompute-granularity", "selective"))
+        if modules != DEFAULT_RECOMPUTE_MODULES:   # Megatron-Core's --recompute-modules, as the plan was predicted
+            args.append(("--recompute-modules", *modules.split(",")))
     elif mode == "full":   # every layer: Megatron's uniform method with one layer per recomputed chunk
         args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                  ("--recompute-num-layers", "1")]
@@ -100,7 +109,10 @@ def _arguments(plan: Plan, model: ModelSpec, seq_len: int | None) -> tuple[list[
     elif config.sharding == "full":   # Megatron-FSDP (Megatron-Core 0.14+): ZeRO-3 over the data-parallel ranks
         args += [("--use-megatron-fsdp",), ("--data-parallel-sharding-strategy", "optim_grads_params")]
     if config.precision == "fp8":   # Transformer Engine's hybrid recipe: E4M3 forward, E5M2 gradients
-        args += [("--fp8-format", "hybrid"), ("--fp8-recipe", "delayed")]
+        # per-tensor scaling, delayed; current ("tensorwise") where the experts' activation is recomputed, which
+        # Megatron-Core refuses under delayed scaling (the FLOPs and bytes are the same either way)
+        recipe = "tensorwise" if mode == "selective" and "moe_act" in modules.split(",") else "delayed"
+        args += [("--fp8-format", "hybrid"), ("--fp8-recipe", recipe)]
     args += _model_shape(plan, model, seq_len, lost)
     if model.dtype in ("bf16", "fp16"):
         args.append((f"--{model.dtype}",))

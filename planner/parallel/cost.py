@@ -203,13 +203,52 @@ FRAMEWORKS_TEXT = " or ".join(f"{name} ({FRAMEWORK_KERNELS[name]}{'; the default
                               for name in FRAMEWORKS)
 
 
-def job_options(overlap: object = DEFAULT_OVERLAP, framework: object = DEFAULT_FRAMEWORK, *,
-                overlap_field: str = "overlap", framework_field: str = "framework") -> CostOptions:
+DEFAULT_RECOMPUTE_MODULES = ",".join(CostOptions().recompute_modules)
+# What each of Megatron-Core's recompute modules re-runs in the backward to free what it kept, in words (the CLI's
+# --recompute-modules help and the API's field say them; planner.cost.analytic.recompute_module_costs costs them)
+RECOMPUTE_MODULE_WORDS = {
+    "core_attn": "the core attention (free under FlashAttention; the default)",
+    "mla_up_proj": "MLA's query and key-value up-projections with the rotary embedding",
+    "moe_act": "the experts' activation",
+    "mlp": "a dense MLP, of which only the input is kept",
+}
+RECOMPUTE_MODULES_TEXT = "; ".join(f"{name}: {words}" for name, words in RECOMPUTE_MODULE_WORDS.items())
+
+
+def recompute_modules_named(text: object, field: str = "recompute_modules") -> tuple[str, ...]:
+    """The recompute modules ``text`` names (``core_attn,mla_up_proj``: Megatron-Core's ``--recompute-modules``, comma-
+    separated), each once, in ``RECOMPUTE_MODULE_WORDS``' order. SpecError on ``field`` for anything else."""
+    if not isinstance(text, str) or not text.strip():
+        raise SpecError(field, f"must name Megatron-Core's recompute modules, any of {', '.join(RECOMPUTE_MODULES)} "
+                               f"(comma-separated); got {text!r}")
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = sorted(names - set(RECOMPUTE_MODULES))
+    if unknown:
+        raise SpecError(field, f"{', '.join(unknown)} is no recompute module modelled here; give any of "
+                               f"{', '.join(RECOMPUTE_MODULES)} (comma-separated; Megatron-Core's layernorm, moe and "
+                               f"shared_experts are not modelled)")
+    return tuple(name for name in RECOMPUTE_MODULES if name in names)
+
+
+def recompute_modules_text(options: CostOptions) -> str:
+    """``options``' recompute modules as ``recompute_modules_named`` reads them."""
+    return ",".join(options.recompute_modules)
+
+
+def job_options(overlap: object = DEFAULT_OVERLAP, framework: object = DEFAULT_FRAMEWORK,
+                recompute_modules: object = DEFAULT_RECOMPUTE_MODULES, *, overlap_field: str = "overlap",
+                framework_field: str = "framework", modules_field: str = "recompute_modules") -> CostOptions:
     """A job's ``CostOptions``: the overlaps ``overlap`` names (``overlap_options``) on ``framework``'s kernels
-    (``FRAMEWORKS``). SpecError on the field at fault."""
+    (``FRAMEWORKS``), its ``selective`` recomputation re-running the modules ``recompute_modules`` names
+    (``recompute_modules_named``; Megatron-Core's, so only with a framework whose ``selective`` is theirs). SpecError
+    on the field at fault."""
     if not isinstance(framework, str) or framework not in FRAMEWORKS:
         raise SpecError(framework_field, f"must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
-    return replace(overlap_options(overlap, overlap_field), **FRAMEWORKS[framework])
+    modules = recompute_modules_named(recompute_modules, modules_field)
+    if modules != CostOptions().recompute_modules and FRAMEWORKS[framework]["selective"] != "attention":
+        raise SpecError(modules_field, f"{framework}'s selective recomputation is per-op checkpointing; Megatron-Core's "
+                                       f"recompute modules ({', '.join(modules)}) apply with framework megatron")
+    return replace(overlap_options(overlap, overlap_field), **FRAMEWORKS[framework], recompute_modules=modules)
 
 
 def framework_of(options: CostOptions) -> str | None:

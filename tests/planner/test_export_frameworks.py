@@ -64,6 +64,7 @@ ARGS = [
     ("--recompute-granularity", "recompute_granularity", str),
     ("--recompute-method", "recompute_method", str),
     ("--recompute-num-layers", "recompute_num_layers", int),
+    ("--recompute-modules", "recompute_modules", list),
     ("--num-layers", "num_layers", int),
     ("--hidden-size", "hidden_size", int),
     ("--num-attention-heads", "num_attention_heads", int),
@@ -81,6 +82,7 @@ ARGS = [
     ("--moe-shared-expert-intermediate-size", "moe_shared_expert_intermediate_size", int),
     ("--moe-layer-freq", "moe_layer_freq", lambda text: eval(text, {})),   # Megatron-LM's moe_freq_type
     ("--moe-aux-loss-coeff", "moe_aux_loss_coeff", float),
+    ("--moe-grouped-gemm", "moe_grouped_gemm", True),
     ("--multi-latent-attention", "multi_latent_attention", True),
     ("--q-lora-rank", "q_lora_rank", int),
     ("--kv-lora-rank", "kv_lora_rank", int),
@@ -110,6 +112,8 @@ def megatron_parse(argv: list[str]) -> tuple[dict, dict]:
     for option, field, kind in ARGS:
         if isinstance(kind, bool):
             parser.add_argument(option, dest=field, action="store_const", const=kind, default=None)
+        elif kind is list:   # Megatron-LM's nargs="*" options
+            parser.add_argument(option, dest=field, nargs="*", default=None)
         else:
             parser.add_argument(option, dest=field, type=kind, default=None)
     for option, kind in LOOP_ARGS:
@@ -344,3 +348,27 @@ def test_selective_recomputation_exported_to_another_framework_is_listed_as_not_
     titan = load_plan({**plan.to_dict(), "meta": {**plan.meta, "framework": "torchtitan"}})
     assert said("torchtitan-toml", titan) == []
     assert len(said("megatron-args", titan)) == 1 and "(torchtitan's: per-op" in said("megatron-args", titan)[0]
+
+
+def test_a_plan_predicted_with_recompute_modules_exports_them_and_megatron_core_accepts_them():
+    """DeepSeek-V2-Lite recomputing MLA's up-projections and the experts' activation in FP8: Megatron-Core's
+    ``MLATransformerConfig`` is built from the exported arguments with those modules, grouped expert GEMMs (which
+    ``moe_act`` needs) and current scaling (which it needs under FP8)."""
+    from planner.parallel.cost import job_options
+    result = hybrid.search("deepseek-v2-lite", "h100-sxm-2x8", 16, 4096, 128,
+                           {"ep": 4, "pp": 2, "recompute": "selective", "precision": "fp8"}, time_budget_s=120,
+                           options=job_options(recompute_modules="mla_up_proj,moe_act"))
+    plan, model = load_plan(result.plan_document()), load_model_preset("deepseek-v2-lite")
+    assert plan.meta["recompute_modules"] == "mla_up_proj,moe_act"
+    fields, _ = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, model)))
+    # FP8 with moe_act asks for Transformer Engine 2.6 or later, which a GPU node has and this host does not install
+    with mock.patch("megatron.core.transformer.transformer_config.is_te_min_version", return_value=True):
+        built = megatron_config(fields)
+    assert built.recompute_granularity == "selective" and built.recompute_modules == ["mla_up_proj", "moe_act"]
+    assert built.moe_grouped_gemm and (built.fp8, built.fp8_recipe) == ("hybrid", "tensorwise")
+    plain = hybrid.search("deepseek-v2-lite", "h100-sxm-2x8", 16, 4096, 128,
+                          {"ep": 4, "pp": 2, "recompute": "selective"}, time_budget_s=120)
+    fields, _ = megatron_parse(megatron_argv(export_plan("megatron-args", load_plan(plain.plan_document()), None, None,
+                                                         model)))
+    assert "recompute_modules" not in fields   # Megatron-Core's default, core_attn, as predicted
+    assert megatron_config(fields).recompute_modules == ["core_attn"]

@@ -358,3 +358,21 @@ def test_tp_overlap_hides_a_blocks_collectives_behind_its_gemms_and_no_more():
     assert slow_hidden[0] == pytest.approx(slow_exposed[0] - forward_gemms) and slow_hidden[0] > 0
     assert sum(time.total_ms for time in times_of(model, config, options=CostOptions(overlap_tp=True))) < sum(
         time.total_ms for time in times_of(model, config))
+
+
+def test_recompute_modules_are_read_as_megatron_cores_names_each_once_and_every_one_is_described():
+    from planner.cost.analytic import RECOMPUTE_MODULES
+    from planner.parallel.cost import RECOMPUTE_MODULE_WORDS, job_options, recompute_modules_named
+    assert tuple(RECOMPUTE_MODULE_WORDS) == RECOMPUTE_MODULES
+    assert recompute_modules_named("mlp, core_attn,mlp") == ("core_attn", "mlp")
+    assert job_options(recompute_modules="mla_up_proj").recompute_modules == ("mla_up_proj",)
+    assert job_options().recompute_modules == ("core_attn",)
+    for text, said in (("", "must name"), ("moe,shared_experts", "moe, shared_experts is no recompute module"),
+                       (["mlp"], "must name")):
+        with pytest.raises(SpecError) as caught:
+            recompute_modules_named(text)
+        assert caught.value.field == "recompute_modules" and said in caught.value.reason
+    with pytest.raises(SpecError) as caught:
+        job_options(framework="torchtitan", recompute_modules="mlp", modules_field="meta.recompute_modules")
+    assert caught.value.field == "meta.recompute_modules"
+    assert job_options(framework="torchtitan", recompute_modules="core_attn").selective == "per_op"

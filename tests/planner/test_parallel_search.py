@@ -224,3 +224,24 @@ def test_a_search_cancelled_while_scoring_raises_and_one_cancelled_later_keeps_i
                     cancel=lambda: max(reached, default=0) >= 0.2)
     assert result.stats["cancelled"] and result.stats["simulated"] == 1 and result.stats["refined_by_adaptis"] == 0
     assert result.best.fits and not result.best.estimated
+
+
+def test_the_cli_recomputes_the_modules_it_is_told_and_refuses_what_is_not_modelled(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    args = ["search", "--model", "deepseek-v2-lite", "--cluster", "h100-sxm-2x8", "--gpus", "16", "--seq-len", "4096",
+            "--global-batch", "32", "--tp", "1", "--pp", "2", "--ep", "4", "--microbatch-size", "1",
+            "--recompute", "selective", "--sharding", "optimizer", "--time-budget", "5"]
+    assert main([*args, "--out", str(out)]) == 0
+    plain = json.loads(out.read_text())
+    assert "recompute_modules" not in plain["meta"]
+    assert main([*args, "--recompute-modules", "moe_act,mla_up_proj", "--out", str(out)]) == 0
+    modules = json.loads(out.read_text())
+    assert modules["meta"]["recompute_modules"] == "mla_up_proj,moe_act"   # each once, in Megatron-Core's order
+    assert modules["predicted"]["peak_memory_bytes"] < plain["predicted"]["peak_memory_bytes"]
+    assert modules["predicted"]["breakdown_ms"]["recompute"] > plain["predicted"]["breakdown_ms"]["recompute"]
+    capsys.readouterr()
+    for extra, said in ((["--recompute-modules", "layernorm"], "layernorm is no recompute module"),
+                        (["--recompute-modules", "mlp", "--framework", "torchtitan"], "per-op checkpointing")):
+        assert main([*args, *extra]) == 3
+        error = json.loads(capsys.readouterr().err)["error"]
+        assert error["field"] == "recompute_modules" and said in error["reason"]

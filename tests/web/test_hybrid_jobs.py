@@ -7,6 +7,7 @@ import re
 import time
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 
 from adaptis_web.studio.catalog.clusters import cluster_create
@@ -19,7 +20,9 @@ from planner import service as planner_service
 from planner.cluster import load_cluster_preset
 from planner.errors import SpecError
 from planner.limits import MAX_SEQ_LEN
+from planner.parallel.cost import CostOptions
 from planner.parallel.evaluate import STEP_PARTS
+from planner.parallel.planning import predict
 from planner.plan import load_plan
 from planner.spec.presets import load_model_preset
 from tests.web.conftest import api_as
@@ -457,3 +460,59 @@ class TestFramework:
         megatron, titan = (outcome.plan.plan_doc for outcome in outcomes)
         assert "framework" not in megatron["meta"] and titan["meta"]["framework"] == "torchtitan"
         assert titan["predicted"]["breakdown_ms"]["compute"] > megatron["predicted"]["breakdown_ms"]["compute"]
+
+
+class TestRecomputeModules:
+    def test_a_job_names_its_recompute_modules_and_bad_ones_are_refused_naming_the_field(
+            self, people, llama, django_capture_on_commit_callbacks):
+        assert _hybrid_request(recompute_modules=" mlp,core_attn ").hybrid.recompute_modules == "core_attn,mlp"
+        assert _hybrid_request().hybrid.recompute_modules == "core_attn"
+        capacity = job_request_check(spec=LLAMA, cluster_preset="h100-sxm-2x8", mode="capacity", seq_len=4096,
+                                     global_batch=64, gpu_counts=[8, 16], token_budget=10**12, recompute_modules="mlp")
+        assert capacity.capacity.recompute_modules == "mlp"
+        for modules, framework, said in (("layernorm", "megatron", "layernorm is no recompute module"),
+                                         ("mlp", "torchtitan", "per-op checkpointing")):
+            with pytest.raises(SpecError) as caught:
+                _hybrid_request(recompute_modules=modules, framework=framework)
+            assert caught.value.field == "recompute_modules" and said in caught.value.reason
+        response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
+                                                                  "recompute_modules": "moe"}, format="json")
+        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "recompute_modules"
+        assert not PlanningJob.objects.exists()
+        with django_capture_on_commit_callbacks(execute=False):
+            response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
+                                                                      "recompute_modules": "mlp"}, format="json")
+        assert response.status_code == 201, response.content
+        job = PlanningJob.objects.get()
+        assert response.json()["recompute_modules"] == "mlp" and job.recompute_modules == "mlp"
+        browser = Client()
+        browser.force_login(people.member)
+        page = browser.get(reverse("studio:job", args=[job.pk])).content.decode()
+        assert "recompute modules: mlp" in page
+
+    def test_the_jobs_check_fits_the_model_with_its_recompute_modules(self):
+        """Llama 3 8B fully sharded over 2 H100s at sequence 4,096 with selective recomputation fits only where the MLP
+        is recomputed too: the check before queueing is made on the job's own software, not the defaults."""
+        pins = {"tp": 1, "pp": 1, "cp": 1, "microbatch_size": 1, "recompute": "selective", "sharding": "full"}
+        shape = dict(cluster_preset="h100-sxm-1x8", gpus=2, seq_len=4096, global_batch=2, pins=pins)
+        with pytest.raises(SpecError) as caught:
+            _hybrid_request(**shape)
+        assert caught.value.field == "memory"
+        assert _hybrid_request(**shape, recompute_modules="mlp").hybrid.recompute_modules == "mlp"
+
+    def test_the_service_recomputes_the_named_modules_and_a_re_prediction_keeps_them(self):
+        """Megatron-Core's ``mlp`` module frees a dense MLP's kept activations and re-runs its kernels: the plan holds
+        less, takes longer, says so in its meta, and predicting it again from its document gives the same step."""
+        cluster = load_cluster_preset("h100-sxm-2x8")
+        outcomes = [planner_service.plan_hybrid_job(spec=LLAMA, cluster=cluster, gpus=16, seq_len=4096, global_batch=64,
+                                                    pins={"tp": 2, "pp": 1, "cp": 1, "microbatch_size": 1,
+                                                          "recompute": "selective", "sharding": "optimizer"},
+                                                    time_budget_s=2, recompute_modules=modules)
+                    for modules in ("core_attn", "mlp")]
+        attention, mlp = (outcome.plan.plan_doc for outcome in outcomes)
+        assert "recompute_modules" not in attention["meta"] and mlp["meta"]["recompute_modules"] == "mlp"
+        assert mlp["predicted"]["peak_memory_bytes"] < attention["predicted"]["peak_memory_bytes"]
+        assert mlp["predicted"]["breakdown_ms"]["recompute"] > attention["predicted"]["breakdown_ms"]["recompute"]
+        again, without = (predict(load_plan(mlp), LLAMA, cluster, 4096, options) for options in (None, CostOptions()))
+        assert again["predicted"]["iteration_ms"] == pytest.approx(mlp["predicted"]["iteration_ms"])
+        assert without["predicted"]["iteration_ms"] < again["predicted"]["iteration_ms"]   # the meta was read

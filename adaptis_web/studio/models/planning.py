@@ -61,6 +61,10 @@ class PlanningJob(TrackedWork):
     framework = models.CharField(max_length=20, default="megatron", blank=True,
                                  help_text="hybrid and capacity: the training framework whose kernels the cost model "
                                            "assumes (megatron or torchtitan; planner.parallel.cost.FRAMEWORKS)")
+    recompute_modules = models.CharField(max_length=60, default="core_attn", blank=True,
+                                         help_text="hybrid and capacity: what selective recomputation re-runs, "
+                                                   "Megatron-Core's recompute modules (comma-separated; "
+                                                   "planner.parallel.cost.recompute_modules_named)")
     cluster_record = models.ForeignKey(ClusterRecord, null=True, blank=True, on_delete=models.SET_NULL,
                                        related_name="jobs", help_text="the saved cluster it was planned on")
     # A capacity job (mode "capacity", schedule "capacity") finds the best configuration at each of gpu_counts GPUs

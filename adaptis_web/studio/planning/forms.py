@@ -105,6 +105,10 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
                                             "Engine's (cuDNN attention, FP8 inputs kept in FP8; selective recomputes "
                                             "the core attention) or PyTorch's (FlashAttention-2, torchao Float8; "
                                             "selective is per-op checkpointing)")
+    recompute_modules = forms.CharField(label="Recompute modules", required=False, max_length=60,
+                                        help_text="what selective recomputation re-runs, Megatron-Core's "
+                                                  "--recompute-modules: core_attn, mla_up_proj, moe_act, mlp "
+                                                  "(comma-separated). Blank: core_attn")
     precision = forms.ChoiceField(label="Precision", initial="bf16", required=False,
                                   choices=[("bf16", "BF16"), ("fp8", "FP8 (Transformer Engine)")],
                                   help_text="FP8 changes the numerics: never chosen for you")
@@ -174,7 +178,8 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
                 mode=mode, saved_cluster=saved, team=self.team,
                 gpus=cleaned.get("gpus"), seq_len=cleaned.get("seq_len"), global_batch=cleaned.get("global_batch"),
                 pins=pins, overlap=cleaned.get("overlap") or None,
-                framework=cleaned.get("framework") or None, **capacity_fields)
+                framework=cleaned.get("framework") or None,
+                recompute_modules=cleaned.get("recompute_modules") or None, **capacity_fields)
         except SpecError as error:
             self.add_spec_error(error)
         return cleaned

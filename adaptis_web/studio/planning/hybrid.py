@@ -35,6 +35,7 @@ class HybridSettings:
     pins: dict
     overlap: str
     framework: str
+    recompute_modules: str
 
 
 def _positive(field: str, value: object, limit: int) -> int:
@@ -81,9 +82,19 @@ def framework_check(framework: object) -> str:
     return framework
 
 
+def recompute_modules_check(recompute_modules: object, framework: str) -> str:
+    """What the job's selective recomputation re-runs (``planner.service.recompute_modules_named``: Megatron-Core's
+    recompute modules), written as the planner writes them; ``core_attn`` when not given. SpecError naming the field,
+    also for modules beside the default on a framework whose selective recomputation is not Megatron-Core's."""
+    if recompute_modules in (None, ""):
+        return planner_service.DEFAULT_RECOMPUTE_MODULES
+    return planner_service.recompute_modules_text(
+        planner_service.job_options(framework=framework, recompute_modules=recompute_modules))
+
+
 def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object, seq_len: object,
                           global_batch: object, pins: dict | None, overlap: object = None,
-                          framework: object = None) -> HybridSettings:
+                          framework: object = None, recompute_modules: object = None) -> HybridSettings:
     """The job's shape and pins, checked as the search would check them (``planner.parallel.planning.check``): a pin
     that cannot split the GPUs or the batch, or a model that fits nowhere, is a SpecError naming the field."""
     if gpus is None:
@@ -93,10 +104,13 @@ def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object
                                                   kind="a hybrid-parallel job")
     if gpus > cluster.num_devices:
         raise SpecError("gpus", f"the cluster {cluster.name!r} has {cluster.num_devices:,} GPUs; asked for {gpus:,}")
+    overlap, framework = overlap_check(overlap, cluster), framework_check(framework)
+    recompute_modules = recompute_modules_check(recompute_modules, framework)
     planner_service.check_hybrid_job(spec=spec, cluster=cluster, gpus=gpus, seq_len=seq_len,
-                                     global_batch=global_batch, pins=pins)
-    return HybridSettings(gpus=gpus, seq_len=seq_len, global_batch=global_batch, pins=pins,
-                          overlap=overlap_check(overlap, cluster), framework=framework_check(framework))
+                                     global_batch=global_batch, pins=pins, overlap=overlap, framework=framework,
+                                     recompute_modules=recompute_modules)
+    return HybridSettings(gpus=gpus, seq_len=seq_len, global_batch=global_batch, pins=pins, overlap=overlap,
+                          framework=framework, recompute_modules=recompute_modules)
 
 
 def hybrid_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.HybridJobOutcome | None:
@@ -105,6 +119,6 @@ def hybrid_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.Hybri
     return planner_service.plan_hybrid_job(
         spec=load_model_spec(job.spec.doc), cluster=cluster, gpus=job.gpus, seq_len=job.seq_len,
         global_batch=job.global_batch, pins=job.pins, time_budget_s=job.time_budget_s, overlap=job.overlap,
-        framework=job.framework,
+        framework=job.framework, recompute_modules=job.recompute_modules,
         progress=progress.search_reporter(job.pk, *progress.HYBRID_SEARCH_SPAN),
         cancel=progress.cancel_reader(job.pk))

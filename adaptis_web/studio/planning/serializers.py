@@ -15,8 +15,9 @@ from adaptis_web.studio.planning.hybrid import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_S
 from adaptis_web.studio.planning.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE, JOB_SCHEDULES, MAX_MICROBATCHES
 from adaptis_web.studio.planning.plan_json import plan_json
 from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, MAX_TIME_BUDGET_S, MIN_TIME_BUDGET_S
-from planner.service import (ACCELERATORS, FRAMEWORKS, FRAMEWORKS_TEXT, MAX_GPU_COUNTS, MAX_PIPELINE_DEVICES,
-                             MAX_TOKEN_BUDGET, PARTITIONS, PRECISIONS, RANGES, RECOMPUTE_MODES, SHARDING_MODES,
+from planner.service import (ACCELERATORS, DEFAULT_RECOMPUTE_MODULES, FRAMEWORKS, FRAMEWORKS_TEXT, MAX_GPU_COUNTS,
+                             MAX_PIPELINE_DEVICES, MAX_TOKEN_BUDGET, PARTITIONS, PRECISIONS, RANGES, RECOMPUTE_MODES,
+                             RECOMPUTE_MODULES_TEXT, SHARDING_MODES,
                              STEP_PARTS, preset_names)
 
 
@@ -138,6 +139,12 @@ class JobCreateInput(KnownFieldsMixin, serializers.Serializer):
     framework = OptionalChoiceField(choices=list(FRAMEWORKS), required=False, allow_null=True, default=None,
                                     help_text="hybrid and capacity, optional: the training framework whose kernels, "
                                               f"recomputation and loss the cost model assumes: {FRAMEWORKS_TEXT}")
+    recompute_modules = serializers.CharField(required=False, allow_null=True, default=None, max_length=60,
+                                              help_text="hybrid and capacity, optional: what selective recomputation "
+                                                        "re-runs in the backward to free what it kept, Megatron-Core's "
+                                                        f"--recompute-modules (framework megatron): any of "
+                                                        f"{RECOMPUTE_MODULES_TEXT}; comma-separated, default "
+                                                        f"{DEFAULT_RECOMPUTE_MODULES}")
     distributed_optimizer = OptionalBooleanField(required=False, allow_null=True, default=None,
                                                  help_text="hybrid only, deprecated: sharding optimizer (true) or none "
                                                            "(false)")
@@ -182,6 +189,7 @@ class JobOutput(PlainOutputMixin, serializers.ModelSerializer):
         fields = ["id", "name", "spec", "spec_name", "created_by", "mode", "cluster_preset", "saved_cluster",
                   "num_devices", "num_microbatches", "schedule", "partition", "seed", "time_budget_s",
                   "memory_limit_bytes", "gpus", "seq_len", "global_batch", "pins", "overlap", "framework",
+                  "recompute_modules",
                   "token_budget", "gpu_counts",
                   "status", "progress",
                   "progress_message", "cancel_requested", "error", "analytic_profile_reason", "plan", "plans",

@@ -103,6 +103,7 @@ def _hybrid_replan(*, run: Run, user: AbstractBaseUser, events: list[dict], warm
     request = job_request_check(spec=planner_service.load_model_spec(source.spec.doc), mode=JobMode.HYBRID,
                                 cluster_doc=calibrated.cluster.to_dict(), gpus=source.gpus, seq_len=source.seq_len,
                                 global_batch=source.global_batch, pins=source.pins, overlap=source.overlap,
-                                framework=source.framework, time_budget_s=source.time_budget_s)
+                                framework=source.framework, recompute_modules=source.recompute_modules,
+                                time_budget_s=source.time_budget_s)
     return job_create(spec_record=source.spec, user=user, request=request, calibrated_from=run,
                       calibration=_calibration_record(run, calibrated.record))
