@@ -398,6 +398,7 @@ class NemoRun:
     gpu: str = "h100-sxm"
     grad_reduce_bytes: int = 4   # Megatron-LM's bf16 default; 2 where a recipe sets grad_reduce_in_fp32 off
     recompute_modules: tuple[str, ...] = ("core_attn",)   # the recipe's --recompute-modules, for its selective
+    ep_dispatcher: str = "alltoall"   # the recipe's MoE token dispatcher (CostOptions.ep_dispatcher)
 
 
 # NVIDIA NeMo, docs/source/performance/performance_summary.md (removed in December 2024, last at d31653f792^):
@@ -430,9 +431,10 @@ BRIDGE_RUNS = (
     NemoRun("Qwen3 235B-A22B", 256, 8192, 1, 4096, 2, 8, 1, 4, 1712, 253, ep=32, **BRIDGE),
     # the 25.09 container's (26.04.01 has no H100 row for it): dropless, FP8 (its parenthesised figure is DeepSeek's
     # 128 x 128 block scaling). DeepSeek-V3's recipes (deepseek_workload_base_configs.py) recompute MLA's
-    # up-projections, on H100 the dense MLPs too
+    # up-projections, on H100 the dense MLPs too, and send the tokens with DeepEP (moe_flex_dispatcher_backend "deepep"
+    # on H100; "hybridep" on B200, whose dispatch is not modelled, so that row is charged the all-to-all)
     NemoRun("DeepSeek-V3", 1024, 8192, 1, 4096, 2, 8, 1, 4, 1297, 338, ep=64, recompute_modules=("mla_up_proj", "mlp"),
-            **BRIDGE),
+            ep_dispatcher="deepep", **BRIDGE),
     NemoRun("DeepSeek-V3", 256, 4096, 1, 4096, 1, 8, 1, 2, 3328, 864, ep=32, gpu="b200",
             recompute_modules=("mla_up_proj",), **BRIDGE),
     NemoRun("GPT-OSS 120B", 64, 1280, 4, 4096, 1, 1, 1, 1, 13568, 369, ep=8, precision="bf16", gpu="b200", **BRIDGE),
@@ -462,10 +464,11 @@ def nemo_cluster(run: NemoRun):
 
 
 def nemo_options(run: NemoRun, overlap: bool) -> CostOptions:
-    """The recipes' software: DP overlapped, the row's gradient bytes and recompute modules; with ``overlap`` TP and
-    EP hidden too, as the recipes' ``tp_comm_overlap`` and ``moe_a2a_overlap`` do (an upper bound)."""
+    """The recipes' software: DP overlapped, the row's gradient bytes, recompute modules and MoE dispatcher; with
+    ``overlap`` TP and EP hidden too, as the recipes' ``tp_comm_overlap`` and ``moe_a2a_overlap`` do (an upper
+    bound)."""
     return CostOptions(grad_reduce_bytes=run.grad_reduce_bytes, overlap_tp=overlap, overlap_ep=overlap,
-                       recompute_modules=run.recompute_modules)
+                       recompute_modules=run.recompute_modules, ep_dispatcher=run.ep_dispatcher)
 
 
 def plan_nemo(run: NemoRun, overlap: bool):

@@ -29,7 +29,8 @@ from planner.errors import PlanError, SpecError
 from planner.exports import EXPORT_FORMATS, EXPORTS, export_plan
 from planner.exports.plan_json import plan_json
 from planner.parallel.config import PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES
-from planner.parallel.cost import (DEFAULT_FRAMEWORK, DEFAULT_RECOMPUTE_MODULES, FRAMEWORKS, FRAMEWORKS_TEXT,
+from planner.parallel.cost import (DEFAULT_EP_DISPATCHER, DEFAULT_FRAMEWORK, DEFAULT_RECOMPUTE_MODULES,
+                                   EP_DISPATCHERS, EP_DISPATCHERS_TEXT, FRAMEWORKS, FRAMEWORKS_TEXT,
                                    RECOMPUTE_MODULES_TEXT, job_options)
 from planner.plan import Plan, load_plan
 from planner.profile import Profile, load_profile
@@ -325,6 +326,9 @@ RECOMPUTE_MODULES = argument("--recompute-modules", metavar="M,M,...", default=D
                              help=f"Megatron-Core's --recompute-modules: what selective recomputation re-runs in the "
                                   f"backward to free what it kept, any of {RECOMPUTE_MODULES_TEXT}; comma-separated, "
                                   f"default {DEFAULT_RECOMPUTE_MODULES} (framework megatron only)")
+# How the job's MoE tokens are sent to their experts (planner.parallel.cost.EP_DISPATCHERS)
+EP_DISPATCHER = argument("--ep-dispatcher", choices=EP_DISPATCHERS, default=DEFAULT_EP_DISPATCHER,
+                         help=f"the MoE token dispatcher: {EP_DISPATCHERS_TEXT}")
 
 
 # The hybrid search's integer pins: (name, metavar, help)
@@ -364,6 +368,7 @@ def hybrid_pin_arguments(prefix: str = "") -> list:
     OVERLAP,
     FRAMEWORK,
     RECOMPUTE_MODULES,
+    EP_DISPATCHER,
     CLUSTER,
     argument("--memory-limit", type=int, metavar="BYTES",
              help="pure PP: per-device memory (default: the cluster's device memory; unlimited without a cluster)"),
@@ -422,7 +427,8 @@ def _hybrid_search(args: argparse.Namespace) -> int:
     pins = {key: getattr(args, key) for key in HYBRID_PINS if getattr(args, key) is not None}
     budget = args.time_budget if args.time_budget is not None else DEFAULT_TIME_BUDGET_S
     result = search(model, cluster, args.gpus, args.seq_len, args.global_batch, pins, time_budget_s=budget,
-                    progress=_progress, options=job_options(args.overlap, args.framework, args.recompute_modules))
+                    progress=_progress, options=job_options(args.overlap, args.framework, args.recompute_modules,
+                                        args.ep_dispatcher))
     write_output(args.out, json.dumps(result.plan_document(), indent=2) + "\n")
     summary = result.to_dict(ranks=False)
     best = summary["best"]
@@ -449,6 +455,7 @@ def _hybrid_search(args: argparse.Namespace) -> int:
     OVERLAP,
     FRAMEWORK,
     RECOMPUTE_MODULES,
+    EP_DISPATCHER,
     OUT,
 ])
 def capacity_command(args: argparse.Namespace) -> int:
@@ -460,7 +467,8 @@ def capacity_command(args: argparse.Namespace) -> int:
     pins = {key: getattr(args, key) for key in HYBRID_PINS if getattr(args, key) is not None}
     result = capacity_sweep(read_model(args.model), read_cluster(args.cluster), counts, args.seq_len, args.global_batch,
                             int(args.token_budget), pins, progress=_progress,
-                            options=job_options(args.overlap, args.framework, args.recompute_modules))
+                            options=job_options(args.overlap, args.framework, args.recompute_modules,
+                                        args.ep_dispatcher))
     write_output(args.out, json.dumps(result, indent=2) + "\n")
     _report_written(args.out, {key: result[key] for key in ("fastest_gpus", "cheapest_gpus", "device")})
     return EXIT_OK

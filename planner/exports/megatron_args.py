@@ -14,7 +14,9 @@ model's shape: ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, `
 ``--disable-bias-linear``, ``--add-qkv-bias``, ``--qk-layernorm``, ``--untie-embeddings-and-output-weights``,
 ``--position-embedding-type``, ``--max-position-embeddings``, ``--num-experts``, ``--moe-router-topk``,
 ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``, ``--moe-layer-freq``, ``--moe-aux-loss-coeff``,
-``--moe-grouped-gemm``,
+``--moe-grouped-gemm``, ``--moe-token-dispatcher-type`` (``alltoall`` under EP, or ``flex`` with
+``--moe-flex-dispatcher-backend deepep`` where the plan was predicted with DeepEP's dispatch, its
+``meta.ep_dispatcher``),
 the latent-attention ``--multi-latent-attention --q-lora-rank --kv-lora-rank --qk-head-dim --qk-pos-emb-head-dim
 --v-head-dim``, and the hybrid model's ``--hybrid-override-pattern --mamba-state-dim --mamba-head-dim
 --mamba-num-groups --mamba-num-heads`` (as Megatron-LM's own checkpoint loaders pass them). The parallel and model
@@ -33,7 +35,7 @@ from __future__ import annotations
 import shlex
 
 from planner.errors import SpecError
-from planner.parallel.cost import DEFAULT_RECOMPUTE_MODULES
+from planner.parallel.cost import DEFAULT_EP_DISPATCHER, DEFAULT_RECOMPUTE_MODULES
 from planner.exports.hybrid_plan import (header_lines, is_own_order, placement, recompute_mode, require_model,
                                          require_v2, seq_len_of, stage_devices)
 from planner.exports.megatron_layout import is_megatron_hybrid, layout_of_stages, run_lengths
@@ -89,6 +91,11 @@ def _arguments(plan: Plan, model: ModelSpec, seq_len: int | None) -> tuple[list[
         args += [("--expert-model-parallel-size", str(config.ep)), ("--expert-tensor-parallel-size", str(config.etp))]
     if _has_moe(model):   # one grouped GEMM over a rank's experts, as the cost model prices them (planner.cost.roofline)
         args.append(("--moe-grouped-gemm",))
+    if _has_moe(model) and config.ep > 1:   # the dispatcher the plan was predicted with (its meta.ep_dispatcher)
+        if plan.meta.get("ep_dispatcher", DEFAULT_EP_DISPATCHER) == "deepep":
+            args += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
+        else:
+            args.append(("--moe-token-dispatcher-type", "alltoall"))
     if config.tp > 1:
         args.append(("--sequence-parallel",))
     args += [("--micro-batch-size", str(config.microbatch_size)),

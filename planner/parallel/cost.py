@@ -35,6 +35,14 @@ Communication charged inside F and B (Megatron-LM does not overlap these by defa
   report, Sec. 3.2.1: DualPipe hides the all-to-alls of one micro-batch behind another's compute; Megatron-Core's
   ``--overlap-moe-expert-parallel-comm`` does the same between the forward and backward of two micro-batches) the
   exchange is charged only where it outlasts the layer's compute of the same pass: an upper bound, off by default.
+  With ``CostOptions.ep_dispatcher = "deepep"`` (DeepEP's normal kernels, Megatron-Core's flex dispatcher with its
+  ``deepep`` backend; DeepSeek-V3 report, Sec. 3.2.2: "each token ... is first transmitted via IB to the GPUs with
+  the same in-node index on its target nodes", then forwarded over NVLink) a token crosses the NIC once for each
+  other node that holds one of its experts, not once per expert there: ``(n - 1)·(1 - C(E - E/n, k) / C(E, k))``
+  node copies a token for ``E`` experts spread evenly over the EP group's ``n`` nodes and ``k`` experts a token chosen
+  at random (balanced routing, as the benchmarks force it; a router limited to a few node groups, DeepSeek-V3's
+  ``topk_group``, would send fewer, so this is an upper bound for it). What it sends over NVLink is charged as the
+  all-to-all's.
 - Full sharding (``sharding`` ``full``; ZeRO-3, Rajbhandari et al. 2020, Sec. 7.2.2: 1.5x the data-parallel volume
   of an all-reduce): each layer's bf16 weights all-gathered before its forward and again before its backward, its
   gradients reduce-scattered after its backward, every micro-batch (FSDP2 with gradient accumulation, resharding
@@ -74,6 +82,7 @@ the reduction hides behind the last micro-batch's backward and the gather behind
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -98,6 +107,9 @@ OPTIMIZER_BYTES_PER_PARAM = 30
 SELECTIVE_RECOMPUTATION = ("attention", "per_op")
 
 
+EP_DISPATCHERS = ("alltoall", "deepep")
+
+
 @dataclass(frozen=True)
 class CostOptions:
     """Software choices that change the cost but are not part of the plan."""
@@ -113,6 +125,9 @@ class CostOptions:
     cp_comm: str = "p2p"
     overlap_tp: bool = False              # Megatron-Core --tp-comm-overlap (see the module doc); off by default there
     overlap_ep: bool = False              # EP dispatch and combine behind compute (see the module doc); off by default
+    # the MoE token dispatcher (module doc): "alltoall" (Megatron-Core's MoEAlltoAllTokenDispatcher, each routed copy
+    # sent) or "deepep" (DeepEP's, each token sent over the NIC once per other node holding one of its experts)
+    ep_dispatcher: str = "alltoall"
     # the fused attention kernel the framework runs on a GPU (planner.cost.roofline.ATTENTION_KERNELS): "cudnn"
     # (Transformer Engine's, Megatron-Core and NeMo) or "flash2" (PyTorch SDPA's FlashAttention-2, torchtitan)
     attention_kernel: str = "cudnn"
@@ -136,6 +151,8 @@ class CostOptions:
     def __post_init__(self):
         if self.cp_comm not in ("p2p", "allgather"):
             raise SpecError("cp_comm", f"must be 'p2p' or 'allgather', got {self.cp_comm!r}")
+        if self.ep_dispatcher not in EP_DISPATCHERS:
+            raise SpecError("ep_dispatcher", f"must be one of {', '.join(EP_DISPATCHERS)}, got {self.ep_dispatcher!r}")
         if self.selective not in SELECTIVE_RECOMPUTATION:
             raise SpecError("selective", f"must be one of {', '.join(SELECTIVE_RECOMPUTATION)}, "
                                          f"got {self.selective!r}")
@@ -235,20 +252,35 @@ def recompute_modules_text(options: CostOptions) -> str:
     return ",".join(options.recompute_modules)
 
 
+DEFAULT_EP_DISPATCHER = CostOptions().ep_dispatcher
+# What each MoE token dispatcher sends, in words (the CLI's --ep-dispatcher help and the API's field say them)
+EP_DISPATCHER_WORDS = {
+    "alltoall": "Megatron-Core's all-to-all, every routed copy of a token sent; the default",
+    "deepep": "DeepEP's (Megatron-Core's flex dispatcher), a token sent over the NIC once per other node holding one "
+              "of its experts, then over NVLink",
+}
+EP_DISPATCHERS_TEXT = " or ".join(f"{name} ({words})" for name, words in EP_DISPATCHER_WORDS.items())
+
+
 def job_options(overlap: object = DEFAULT_OVERLAP, framework: object = DEFAULT_FRAMEWORK,
-                recompute_modules: object = DEFAULT_RECOMPUTE_MODULES, *, overlap_field: str = "overlap",
-                framework_field: str = "framework", modules_field: str = "recompute_modules") -> CostOptions:
+                recompute_modules: object = DEFAULT_RECOMPUTE_MODULES, ep_dispatcher: object = DEFAULT_EP_DISPATCHER,
+                *, overlap_field: str = "overlap", framework_field: str = "framework",
+                modules_field: str = "recompute_modules", dispatcher_field: str = "ep_dispatcher") -> CostOptions:
     """A job's ``CostOptions``: the overlaps ``overlap`` names (``overlap_options``) on ``framework``'s kernels
     (``FRAMEWORKS``), its ``selective`` recomputation re-running the modules ``recompute_modules`` names
-    (``recompute_modules_named``; Megatron-Core's, so only with a framework whose ``selective`` is theirs). SpecError
-    on the field at fault."""
+    (``recompute_modules_named``; Megatron-Core's, so only with a framework whose ``selective`` is theirs), its MoE
+    tokens sent by ``ep_dispatcher`` (``EP_DISPATCHERS``). SpecError on the field at fault."""
     if not isinstance(framework, str) or framework not in FRAMEWORKS:
         raise SpecError(framework_field, f"must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+    if not isinstance(ep_dispatcher, str) or ep_dispatcher not in EP_DISPATCHERS:
+        raise SpecError(dispatcher_field, f"must be one of {', '.join(EP_DISPATCHERS)}, got {ep_dispatcher!r}")
     modules = recompute_modules_named(recompute_modules, modules_field)
     if modules != CostOptions().recompute_modules and FRAMEWORKS[framework]["selective"] != "attention":
-        raise SpecError(modules_field, f"{framework}'s selective recomputation is per-op checkpointing; Megatron-Core's "
-                                       f"recompute modules ({', '.join(modules)}) apply with framework megatron")
-    return replace(overlap_options(overlap, overlap_field), **FRAMEWORKS[framework], recompute_modules=modules)
+        raise SpecError(modules_field, f"{framework}'s selective recomputation is per-op checkpointing; "
+                                       f"Megatron-Core's recompute modules ({', '.join(modules)}) apply with "
+                                       f"framework megatron")
+    return replace(overlap_options(overlap, overlap_field), **FRAMEWORKS[framework], recompute_modules=modules,
+                   ep_dispatcher=ep_dispatcher)
 
 
 def framework_of(options: CostOptions) -> str | None:
@@ -443,6 +475,32 @@ def all_to_all_terms(nbytes: float, group: GroupSpan) -> tuple[float, float]:
     return (group.per_domain - 1) / group.size * nbytes, (group.size - group.per_domain) / group.size * nbytes
 
 
+def remote_nodes_per_token(experts: int, top_k: int, group: GroupSpan) -> float:
+    """The other nodes of the EP ``group`` that hold at least one of a token's ``top_k`` experts, on average, with the
+    ``experts`` spread evenly over the group's nodes and chosen at random (module doc, ``deepep``)."""
+    nodes = group.size // group.per_domain
+    if nodes <= 1:
+        return 0.0
+    per_node = experts / nodes
+    missed = math.prod((experts - per_node - i) / (experts - i) for i in range(top_k)) if top_k <= experts - per_node \
+        else 0.0
+    return (nodes - 1) * (1 - missed)
+
+
+def dispatch_ms(token_bytes: float, tokens: float, top_k: int, experts: int, group: GroupSpan,
+                dispatcher: str = "alltoall") -> float:
+    """One dispatch (or combine) of a GPU's ``tokens`` (each ``token_bytes``) to their ``top_k`` experts of
+    ``experts`` over the EP ``group``: Megatron's all-to-all of every routed copy, or DeepEP's, whose NIC carries a
+    token once per other node holding one of its experts (module doc)."""
+    routed = tokens * top_k * token_bytes
+    if dispatcher == "alltoall" or not group.crosses_domains:
+        return all_to_all_ms(routed, group)
+    inside, _ = all_to_all_terms(routed, group)
+    outside = tokens * token_bytes * remote_nodes_per_token(experts, top_k, group)
+    return max(inside / (group.intra.bandwidth_gb_s * 1e6),
+               outside / (group.inter.bandwidth_gb_s * 1e6)) + group.latency_us() * 1e-3
+
+
 def ring_collective_ms(nbytes: float, group: GroupSpan) -> float:
     """One ring all-gather or reduce-scatter of an ``nbytes`` buffer (the full, gathered size)."""
     if group.size == 1 or nbytes == 0:
@@ -596,8 +654,10 @@ def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config:
             backward += (config.cp - 1) * point_to_point_ms(state, cp_group)
     parts["cp"] = (forward, backward)
     if isinstance(layer.mlp, MoEMLP) and config.ep > 1:
-        routed = tokens / (config.tp * config.cp) * layer.mlp.top_k * spec.hidden_size * dtype_bytes
-        exchange = 2 * all_to_all_ms(routed, mapping.span("ep"))   # dispatch and combine
+        local = tokens / (config.tp * config.cp)
+        routed = local * layer.mlp.top_k * spec.hidden_size * dtype_bytes
+        exchange = 2 * dispatch_ms(spec.hidden_size * dtype_bytes, local, layer.mlp.top_k, layer.mlp.num_experts,
+                                   mapping.span("ep"), options.ep_dispatcher)   # dispatch and combine
         # the expert TP group gathers what its ranks received and reduce-scatters the experts' output
         exchange += 2 * ring_collective_ms(routed * config.etp, mapping.span("etp"))
         parts["ep"] = behind_compute(exchange, exchange) if options.overlap_ep else (exchange, exchange)

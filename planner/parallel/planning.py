@@ -37,8 +37,8 @@ from __future__ import annotations
 
 from planner.cluster import ClusterSpec, load_cluster_preset
 from planner.errors import SpecError
-from planner.parallel.cost import (DEFAULT_FRAMEWORK, DEFAULT_OVERLAP, DEFAULT_RECOMPUTE_MODULES, CostOptions,
-                                   job_options)
+from planner.parallel.cost import (DEFAULT_EP_DISPATCHER, DEFAULT_FRAMEWORK, DEFAULT_OVERLAP,
+                                   DEFAULT_RECOMPUTE_MODULES, CostOptions, job_options)
 from planner.parallel.evaluate import Job, plan_pipeline, score_plan
 from planner.parallel.search import (PIN_KEYS, HybridResult, SearchCancelled, check_job, check_memory,
                                      normalized_pins)
@@ -70,8 +70,9 @@ def predict(plan: Plan, model: ModelSpec | str, cluster: ClusterSpec | str, seq_
             options: CostOptions | None = None) -> dict:
     """The job-level prediction of a v2 plan: its pipeline simulated on the ranks' links, plus DP, optimizer and
     every GPU's memory. The GPU count and global batch follow from ``plan.parallel``; ``options`` default to the
-    overlaps, framework and recompute modules the plan was searched with (its ``meta.overlap``, ``dp`` without one,
-    ``meta.framework``, ``megatron`` without one, and ``meta.recompute_modules``, ``core_attn`` without one)."""
+    overlaps, framework, recompute modules and MoE dispatcher the plan was searched with (its ``meta.overlap``, ``dp``
+    without one, ``meta.framework``, ``megatron`` without one, ``meta.recompute_modules``, ``core_attn`` without one,
+    and ``meta.ep_dispatcher``, ``alltoall`` without one)."""
     job = _plan_job(plan, model, cluster, seq_len, options)
     chunks = max(len(plan.stages_on(device)) for device in range(plan.num_devices))
     return score_plan(job, plan.parallel, plan, plan.strategy, chunks).to_dict()
@@ -89,8 +90,9 @@ def _plan_job(plan: Plan, model: ModelSpec | str, cluster: ClusterSpec | str, se
     if options is None:
         options = job_options(plan.meta.get("overlap", DEFAULT_OVERLAP), plan.meta.get("framework", DEFAULT_FRAMEWORK),
                               plan.meta.get("recompute_modules", DEFAULT_RECOMPUTE_MODULES),
+                              plan.meta.get("ep_dispatcher", DEFAULT_EP_DISPATCHER),
                               overlap_field="meta.overlap", framework_field="meta.framework",
-                              modules_field="meta.recompute_modules")
+                              modules_field="meta.recompute_modules", dispatcher_field="meta.ep_dispatcher")
     if plan.parallel is None:
         raise SpecError("parallel", "the plan has no parallel configuration (an adaptis.plan/v1 plan): simulate it "
                                     "on a profile instead")

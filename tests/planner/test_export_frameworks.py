@@ -83,6 +83,8 @@ ARGS = [
     ("--moe-layer-freq", "moe_layer_freq", lambda text: eval(text, {})),   # Megatron-LM's moe_freq_type
     ("--moe-aux-loss-coeff", "moe_aux_loss_coeff", float),
     ("--moe-grouped-gemm", "moe_grouped_gemm", True),
+    ("--moe-token-dispatcher-type", "moe_token_dispatcher_type", str),
+    ("--moe-flex-dispatcher-backend", "moe_flex_dispatcher_backend", str),
     ("--multi-latent-attention", "multi_latent_attention", True),
     ("--q-lora-rank", "q_lora_rank", int),
     ("--kv-lora-rank", "kv_lora_rank", int),
@@ -372,3 +374,21 @@ def test_a_plan_predicted_with_recompute_modules_exports_them_and_megatron_core_
                                                          model)))
     assert "recompute_modules" not in fields   # Megatron-Core's default, core_attn, as predicted
     assert megatron_config(fields).recompute_modules == ["core_attn"]
+
+
+def test_the_export_names_the_dispatcher_the_plan_was_predicted_with():
+    """Under EP, Megatron-LM's default all-gather dispatcher is not what the cost model charges: the export says
+    ``alltoall``, or the flex dispatcher with DeepEP's backend for a plan predicted with it."""
+    from planner.parallel.cost import job_options
+    model = load_model_preset("qwen3-30b-a3b")
+    built = {}
+    for dispatcher in ("alltoall", "deepep"):
+        result = hybrid.search("qwen3-30b-a3b", "h100-sxm-4x8", 32, 4096, 64,
+                               {"tp": 1, "pp": 1, "cp": 1, "ep": 32, "recompute": "full"}, time_budget_s=120,
+                               options=job_options(ep_dispatcher=dispatcher))
+        plan = load_plan(result.plan_document())
+        fields, _ = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, model)))
+        built[dispatcher] = megatron_config(fields)
+    assert built["alltoall"].moe_token_dispatcher_type == "alltoall"
+    assert (built["deepep"].moe_token_dispatcher_type, built["deepep"].moe_flex_dispatcher_backend) == ("flex",
+                                                                                                          "deepep")

@@ -12,8 +12,8 @@ from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig
 from planner.cost.analytic import layer_cost
 from planner.cost.work import AttentionShape, Gemm, per_op_checkpoint
-from planner.parallel.cost import (CostOptions, all_to_all_ms, job_options, layer_comm_ms, layer_comm_parts,
-                                   layer_times, layer_work, ring_collective_ms)
+from planner.parallel.cost import (CostOptions, all_to_all_ms, all_to_all_terms, job_options, layer_comm_ms,
+                                   layer_comm_parts, layer_times, layer_work, ring_collective_ms)
 from planner.parallel.evaluate import Job, backward_workspace_bytes
 from planner.parallel.search import candidates
 from planner.parallel.mapping import RankMapping
@@ -376,3 +376,36 @@ def test_recompute_modules_are_read_as_megatron_cores_names_each_once_and_every_
         job_options(framework="torchtitan", recompute_modules="mlp", modules_field="meta.recompute_modules")
     assert caught.value.field == "meta.recompute_modules"
     assert job_options(framework="torchtitan", recompute_modules="core_attn").selective == "per_op"
+
+
+def test_deepeps_dispatch_sends_a_token_once_per_other_node_holding_one_of_its_experts():
+    """The expected remote nodes a token reaches, against a simulation of balanced routing (k experts drawn at random
+    without replacement, experts laid out node by node); DeepEP's NIC bytes are that many hidden states a token,
+    Megatron's all-to-all sends every routed copy bound elsewhere; inside one node both are the same all-to-all."""
+    import random
+    from planner.parallel.cost import dispatch_ms, remote_nodes_per_token
+    cluster = load_cluster_preset("h100-sxm-128x8")
+    rng = random.Random(7)
+    for experts, top_k, ep in ((256, 8, 64), (128, 8, 32), (128, 4, 16)):
+        group = RankMapping(ParallelConfig(tp=1, cp=1, pp=1, dp=ep, ep=ep, microbatch_size=1, num_microbatches=1),
+                            cluster).span("ep")
+        nodes = ep // group.per_domain
+        per_node = experts // nodes
+        samples = [len({expert // per_node for expert in rng.sample(range(experts), top_k)} - {0})
+                   for _ in range(20000)]
+        assert remote_nodes_per_token(experts, top_k, group) == pytest.approx(sum(samples) / len(samples), rel=0.02)
+        token_bytes, tokens = 7168 * 2, 4096
+        _, outside = all_to_all_terms(tokens * top_k * token_bytes, group)
+        deepep = dispatch_ms(token_bytes, tokens, top_k, experts, group, "deepep")
+        alltoall = dispatch_ms(token_bytes, tokens, top_k, experts, group, "alltoall")
+        assert alltoall == pytest.approx(all_to_all_ms(tokens * top_k * token_bytes, group))
+        nic = tokens * token_bytes * remote_nodes_per_token(experts, top_k, group) / (group.inter.bandwidth_gb_s * 1e6)
+        assert deepep == pytest.approx(nic + group.latency_us() * 1e-3) and deepep < alltoall
+        assert outside / (group.inter.bandwidth_gb_s * 1e6) > nic
+    inside = RankMapping(ParallelConfig(tp=1, cp=1, pp=1, dp=8, ep=8, microbatch_size=1, num_microbatches=1),
+                         cluster).span("ep")
+    assert remote_nodes_per_token(256, 8, inside) == 0
+    assert dispatch_ms(14336, 4096, 8, 256, inside, "deepep") == dispatch_ms(14336, 4096, 8, 256, inside, "alltoall")
+    with pytest.raises(SpecError) as caught:
+        job_options(ep_dispatcher="hybridep")
+    assert caught.value.field == "ep_dispatcher" and "alltoall, deepep" in caught.value.reason

@@ -245,3 +245,21 @@ def test_the_cli_recomputes_the_modules_it_is_told_and_refuses_what_is_not_model
         assert main([*args, *extra]) == 3
         error = json.loads(capsys.readouterr().err)["error"]
         assert error["field"] == "recompute_modules" and said in error["reason"]
+
+
+def test_the_cli_sends_moe_tokens_with_the_dispatcher_it_is_told_and_the_plan_says_which(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    args = ["search", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-4x8", "--gpus", "32", "--seq-len", "4096",
+            "--global-batch", "64", "--tp", "1", "--pp", "1", "--cp", "1", "--ep", "32", "--microbatch-size", "1",
+            "--recompute", "full", "--sharding", "optimizer", "--time-budget", "5"]
+    assert main([*args, "--out", str(out)]) == 0
+    alltoall = json.loads(out.read_text())
+    assert main([*args, "--ep-dispatcher", "deepep", "--out", str(out)]) == 0
+    deepep = json.loads(out.read_text())
+    assert "ep_dispatcher" not in alltoall["meta"] and deepep["meta"]["ep_dispatcher"] == "deepep"
+    # EP 32 over 4 nodes: a token's 8 experts sit on about 2.7 other nodes, against 6 routed copies bound elsewhere
+    assert deepep["predicted"]["breakdown_ms"]["ep"] < 0.6 * alltoall["predicted"]["breakdown_ms"]["ep"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit:
+        main([*args, "--ep-dispatcher", "hybridep"])
+    assert exit.value.code == 2 and "--ep-dispatcher" in capsys.readouterr().err

@@ -516,3 +516,36 @@ class TestRecomputeModules:
         again, without = (predict(load_plan(mlp), LLAMA, cluster, 4096, options) for options in (None, CostOptions()))
         assert again["predicted"]["iteration_ms"] == pytest.approx(mlp["predicted"]["iteration_ms"])
         assert without["predicted"]["iteration_ms"] < again["predicted"]["iteration_ms"]   # the meta was read
+
+
+class TestEpDispatcher:
+    def test_a_job_names_its_moe_dispatcher_searches_with_it_and_bad_names_are_refused(
+            self, people, llama, django_capture_on_commit_callbacks):
+        assert _hybrid_request().hybrid.ep_dispatcher == "alltoall"
+        assert _hybrid_request(ep_dispatcher="deepep").hybrid.ep_dispatcher == "deepep"
+        with pytest.raises(SpecError) as caught:
+            _hybrid_request(ep_dispatcher="hybridep")
+        assert caught.value.field == "ep_dispatcher" and "alltoall, deepep" in caught.value.reason
+        response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
+                                                                  "ep_dispatcher": "nccl"}, format="json")
+        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "ep_dispatcher"
+        assert not PlanningJob.objects.exists()
+        with django_capture_on_commit_callbacks(execute=False):
+            response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
+                                                                      "ep_dispatcher": "deepep"}, format="json")
+        assert response.status_code == 201, response.content
+        job = PlanningJob.objects.get()
+        assert response.json()["ep_dispatcher"] == "deepep" and job.ep_dispatcher == "deepep"
+        browser = Client()
+        browser.force_login(people.member)
+        assert "DeepEP dispatch" in browser.get(reverse("studio:job", args=[job.pk])).content.decode()
+        # Qwen3-30B-A3B's 128 experts over EP 16 on 2 nodes: DeepEP's dispatch costs less, and the plan records it
+        outcomes = [planner_service.plan_hybrid_job(spec=load_model_preset("qwen3-30b-a3b"),
+                                                    cluster=load_cluster_preset("h100-sxm-2x8"), gpus=16, seq_len=4096,
+                                                    global_batch=64,
+                                                    pins={"tp": 1, "pp": 1, "ep": 16, "recompute": "full"},
+                                                    time_budget_s=2, ep_dispatcher=dispatcher)
+                    for dispatcher in ("alltoall", "deepep")]
+        alltoall, deepep = (outcome.plan.plan_doc for outcome in outcomes)
+        assert "ep_dispatcher" not in alltoall["meta"] and deepep["meta"]["ep_dispatcher"] == "deepep"
+        assert deepep["predicted"]["breakdown_ms"]["ep"] < alltoall["predicted"]["breakdown_ms"]["ep"]

@@ -65,6 +65,9 @@ class PlanningJob(TrackedWork):
                                          help_text="hybrid and capacity: what selective recomputation re-runs, "
                                                    "Megatron-Core's recompute modules (comma-separated; "
                                                    "planner.parallel.cost.recompute_modules_named)")
+    ep_dispatcher = models.CharField(max_length=20, default="alltoall", blank=True,
+                                     help_text="hybrid and capacity: how MoE tokens are sent to their experts "
+                                               "(alltoall or deepep; planner.parallel.cost.EP_DISPATCHERS)")
     cluster_record = models.ForeignKey(ClusterRecord, null=True, blank=True, on_delete=models.SET_NULL,
                                        related_name="jobs", help_text="the saved cluster it was planned on")
     # A capacity job (mode "capacity", schedule "capacity") finds the best configuration at each of gpu_counts GPUs

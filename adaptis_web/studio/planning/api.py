@@ -63,7 +63,8 @@ class JobListCreateApi(ThrottledCreate, HistoryListApi):
                                                                                    cluster_id=saved),
             gpus=values["gpus"], seq_len=values["seq_len"], global_batch=values["global_batch"], pins=data.pins(),
             gpu_counts=values.get("gpu_counts"), token_budget=values.get("token_budget"), overlap=values.get("overlap"),
-            framework=values.get("framework"), recompute_modules=values.get("recompute_modules"))
+            framework=values.get("framework"), recompute_modules=values.get("recompute_modules"),
+            ep_dispatcher=values.get("ep_dispatcher"))
         job = job_create(spec_record=spec_record, user=request.user, request=job_request)
         return Response(JobDetailOutput(job).data, status=status.HTTP_201_CREATED)
 

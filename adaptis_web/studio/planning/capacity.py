@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from adaptis_web.studio.models import PlanningJob
 from adaptis_web.studio.planning import progress
-from adaptis_web.studio.planning.hybrid import (framework_check, job_shape_check, overlap_check,
+from adaptis_web.studio.planning.hybrid import (ep_dispatcher_check, framework_check, job_shape_check, overlap_check,
                                                recompute_modules_check)
 from adaptis_web.studio.planning.hybrid_pages import STEP_BAR_PARTS, legend, stacked
 from planner import service as planner_service
@@ -35,11 +35,12 @@ class CapacitySettings:
     overlap: str
     framework: str
     recompute_modules: str
+    ep_dispatcher: str
 
 
 def capacity_settings_check(*, gpu_counts: object, token_budget: object, seq_len: object, global_batch: object,
                             pins: dict | None, overlap: object = None, framework: object = None,
-                            recompute_modules: object = None) -> CapacitySettings:
+                            recompute_modules: object = None, ep_dispatcher: object = None) -> CapacitySettings:
     """The sweep's counts and budget (``planner.service.capacity_check``), the job's shape and pins; SpecError naming
     the field. Whether a count has a configuration (the batch splits over it, the model fits) is the sweep's answer
     for that count, not a refusal of the job."""
@@ -54,7 +55,8 @@ def capacity_settings_check(*, gpu_counts: object, token_budget: object, seq_len
     return CapacitySettings(gpu_counts=list(counts), token_budget=token_budget, seq_len=seq_len,
                             global_batch=global_batch, pins=pins, overlap=overlap_check(overlap),
                             framework=framework,
-                            recompute_modules=recompute_modules_check(recompute_modules, framework))
+                            recompute_modules=recompute_modules_check(recompute_modules, framework),
+                            ep_dispatcher=ep_dispatcher_check(ep_dispatcher))
 
 
 def capacity_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.CapacityOutcome | None:
@@ -63,7 +65,7 @@ def capacity_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.Cap
     return planner_service.plan_capacity_job(
         spec=load_model_spec(job.spec.doc), cluster=cluster, gpu_counts=job.gpu_counts, seq_len=job.seq_len,
         global_batch=job.global_batch, token_budget=job.token_budget, pins=job.pins, overlap=job.overlap,
-        framework=job.framework, recompute_modules=job.recompute_modules,
+        framework=job.framework, recompute_modules=job.recompute_modules, ep_dispatcher=job.ep_dispatcher,
         progress=progress.search_reporter(job.pk, *CAPACITY_SPAN), cancel=progress.cancel_reader(job.pk))
 
 

@@ -109,6 +109,13 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
                                         help_text="what selective recomputation re-runs, Megatron-Core's "
                                                   "--recompute-modules: core_attn, mla_up_proj, moe_act, mlp "
                                                   "(comma-separated). Blank: core_attn")
+    ep_dispatcher = forms.ChoiceField(label="MoE dispatcher", initial=planner_service.DEFAULT_EP_DISPATCHER,
+                                      required=False,
+                                      choices=[("alltoall", "all-to-all (Megatron-Core)"),
+                                               ("deepep", "DeepEP (one copy per node over the NIC)")],
+                                      help_text="how MoE tokens reach their experts under EP: Megatron-Core's "
+                                                "all-to-all sends every routed copy; DeepEP sends a token over "
+                                                "InfiniBand once per other node holding one of its experts")
     precision = forms.ChoiceField(label="Precision", initial="bf16", required=False,
                                   choices=[("bf16", "BF16"), ("fp8", "FP8 (Transformer Engine)")],
                                   help_text="FP8 changes the numerics: never chosen for you")
@@ -179,7 +186,8 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
                 gpus=cleaned.get("gpus"), seq_len=cleaned.get("seq_len"), global_batch=cleaned.get("global_batch"),
                 pins=pins, overlap=cleaned.get("overlap") or None,
                 framework=cleaned.get("framework") or None,
-                recompute_modules=cleaned.get("recompute_modules") or None, **capacity_fields)
+                recompute_modules=cleaned.get("recompute_modules") or None,
+                ep_dispatcher=cleaned.get("ep_dispatcher") or None, **capacity_fields)
         except SpecError as error:
             self.add_spec_error(error)
         return cleaned

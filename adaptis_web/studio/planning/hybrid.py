@@ -36,6 +36,7 @@ class HybridSettings:
     overlap: str
     framework: str
     recompute_modules: str
+    ep_dispatcher: str
 
 
 def _positive(field: str, value: object, limit: int) -> int:
@@ -82,6 +83,14 @@ def framework_check(framework: object) -> str:
     return framework
 
 
+def ep_dispatcher_check(ep_dispatcher: object) -> str:
+    """How the job's MoE tokens are sent to their experts (``planner.service.EP_DISPATCHERS``); ``alltoall`` when not
+    given. SpecError naming the field for anything else."""
+    if ep_dispatcher in (None, ""):
+        return planner_service.DEFAULT_EP_DISPATCHER
+    return planner_service.job_options(ep_dispatcher=ep_dispatcher).ep_dispatcher
+
+
 def recompute_modules_check(recompute_modules: object, framework: str) -> str:
     """What the job's selective recomputation re-runs (``planner.service.recompute_modules_named``: Megatron-Core's
     recompute modules), written as the planner writes them; ``core_attn`` when not given. SpecError naming the field,
@@ -94,7 +103,8 @@ def recompute_modules_check(recompute_modules: object, framework: str) -> str:
 
 def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object, seq_len: object,
                           global_batch: object, pins: dict | None, overlap: object = None,
-                          framework: object = None, recompute_modules: object = None) -> HybridSettings:
+                          framework: object = None, recompute_modules: object = None,
+                          ep_dispatcher: object = None) -> HybridSettings:
     """The job's shape and pins, checked as the search would check them (``planner.parallel.planning.check``): a pin
     that cannot split the GPUs or the batch, or a model that fits nowhere, is a SpecError naming the field."""
     if gpus is None:
@@ -106,11 +116,12 @@ def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object
         raise SpecError("gpus", f"the cluster {cluster.name!r} has {cluster.num_devices:,} GPUs; asked for {gpus:,}")
     overlap, framework = overlap_check(overlap, cluster), framework_check(framework)
     recompute_modules = recompute_modules_check(recompute_modules, framework)
+    ep_dispatcher = ep_dispatcher_check(ep_dispatcher)
     planner_service.check_hybrid_job(spec=spec, cluster=cluster, gpus=gpus, seq_len=seq_len,
                                      global_batch=global_batch, pins=pins, overlap=overlap, framework=framework,
-                                     recompute_modules=recompute_modules)
+                                     recompute_modules=recompute_modules, ep_dispatcher=ep_dispatcher)
     return HybridSettings(gpus=gpus, seq_len=seq_len, global_batch=global_batch, pins=pins, overlap=overlap,
-                          framework=framework, recompute_modules=recompute_modules)
+                          framework=framework, recompute_modules=recompute_modules, ep_dispatcher=ep_dispatcher)
 
 
 def hybrid_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.HybridJobOutcome | None:
@@ -119,6 +130,6 @@ def hybrid_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.Hybri
     return planner_service.plan_hybrid_job(
         spec=load_model_spec(job.spec.doc), cluster=cluster, gpus=job.gpus, seq_len=job.seq_len,
         global_batch=job.global_batch, pins=job.pins, time_budget_s=job.time_budget_s, overlap=job.overlap,
-        framework=job.framework, recompute_modules=job.recompute_modules,
+        framework=job.framework, recompute_modules=job.recompute_modules, ep_dispatcher=job.ep_dispatcher,
         progress=progress.search_reporter(job.pk, *progress.HYBRID_SEARCH_SPAN),
         cancel=progress.cancel_reader(job.pk))

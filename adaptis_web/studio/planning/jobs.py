@@ -76,7 +76,8 @@ def job_request_check(*, spec: ModelSpec, num_devices: int | None = None, num_mi
                       team: Team | None = None, gpus: int | None = None, seq_len: int | None = None,
                       global_batch: int | None = None, pins: dict | None = None, gpu_counts: list | None = None,
                       token_budget: int | None = None, overlap: str | None = None,
-                      framework: str | None = None, recompute_modules: str | None = None) -> JobRequest:
+                      framework: str | None = None, recompute_modules: str | None = None,
+                      ep_dispatcher: str | None = None) -> JobRequest:
     """Everything about a planning request that can be checked before queueing it; SpecError otherwise.
 
     The cluster is a preset (a file or a name like ``h100-sxm-1024x8``), ``cluster_doc``, or ``saved_cluster``
@@ -84,8 +85,8 @@ def job_request_check(*, spec: ModelSpec, num_devices: int | None = None, num_mi
     instead of the pipeline's devices, micro-batches, schedule and partition; ``mode="capacity"`` takes
     ``gpu_counts`` (default 64 to 16,384, doubling) and ``token_budget`` instead of ``gpus``; both take ``overlap``
     (the communication the cost model hides behind compute: ``dp`` when not given), ``framework`` (whose kernels
-    it assumes: ``megatron`` when not given) and ``recompute_modules`` (what its selective recomputation re-runs:
-    ``core_attn`` when not given)."""
+    it assumes: ``megatron`` when not given), ``recompute_modules`` (what its selective recomputation re-runs:
+    ``core_attn`` when not given) and ``ep_dispatcher`` (how its MoE tokens are sent: ``alltoall`` when not given)."""
     if mode not in JobMode.values:
         raise SpecError("mode", f"must be one of {', '.join(JobMode.values)}; got {mode!r}")
     cluster = cluster_resolve(cluster_preset=cluster_preset, cluster_doc=cluster_doc, saved=saved_cluster,
@@ -94,7 +95,8 @@ def job_request_check(*, spec: ModelSpec, num_devices: int | None = None, num_mi
     if mode == JobMode.CAPACITY:
         settings = capacity.capacity_settings_check(gpu_counts=gpu_counts, token_budget=token_budget, seq_len=seq_len,
                                                     global_batch=global_batch, pins=pins, overlap=overlap,
-                                                    framework=framework, recompute_modules=recompute_modules)
+                                                    framework=framework, recompute_modules=recompute_modules,
+                                                ep_dispatcher=ep_dispatcher)
         return JobRequest(cluster_preset=preset, cluster=cluster, num_devices=max(settings.gpu_counts),
                           num_microbatches=0, schedule=capacity.CAPACITY_SCHEDULE, partition="",
                           mode=JobMode.CAPACITY, capacity=settings, cluster_record=saved_cluster)
@@ -102,7 +104,8 @@ def job_request_check(*, spec: ModelSpec, num_devices: int | None = None, num_mi
         search_settings_check(seed=0, time_budget_s=time_budget_s, memory_limit_bytes=None, cluster=cluster)
         settings = hybrid.hybrid_settings_check(spec=spec, cluster=cluster, gpus=gpus, seq_len=seq_len,
                                                 global_batch=global_batch, pins=pins, overlap=overlap,
-                                                framework=framework, recompute_modules=recompute_modules)
+                                                framework=framework, recompute_modules=recompute_modules,
+                                                ep_dispatcher=ep_dispatcher)
         return JobRequest(cluster_preset=preset, cluster=cluster, num_devices=settings.gpus, num_microbatches=0,
                           schedule=hybrid.HYBRID_SCHEDULE, partition="", time_budget_s=float(time_budget_s),
                           mode=JobMode.HYBRID, hybrid=settings, cluster_record=saved_cluster)
@@ -184,7 +187,7 @@ def job_from_capacity_count(*, job: PlanningJob, user: AbstractBaseUser, gpus: i
     request = job_request_check(spec=load_model_spec(job.spec.doc), mode=JobMode.HYBRID, cluster_doc=cluster.to_dict(),
                                 team=job.spec.team, gpus=gpus, seq_len=job.seq_len, global_batch=job.global_batch,
                                 pins=job.pins, overlap=job.overlap, framework=job.framework,
-                                recompute_modules=job.recompute_modules)
+                                recompute_modules=job.recompute_modules, ep_dispatcher=job.ep_dispatcher)
     return job_create(spec_record=job.spec, user=user, request=request)
 
 

@@ -15,7 +15,8 @@ from adaptis_web.studio.planning.hybrid import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_S
 from adaptis_web.studio.planning.jobs import DEFAULT_PARTITION, DEFAULT_SCHEDULE, JOB_SCHEDULES, MAX_MICROBATCHES
 from adaptis_web.studio.planning.plan_json import plan_json
 from adaptis_web.studio.planning.search import DEFAULT_TIME_BUDGET_S, MAX_SEED, MAX_TIME_BUDGET_S, MIN_TIME_BUDGET_S
-from planner.service import (ACCELERATORS, DEFAULT_RECOMPUTE_MODULES, FRAMEWORKS, FRAMEWORKS_TEXT, MAX_GPU_COUNTS,
+from planner.service import (ACCELERATORS, DEFAULT_RECOMPUTE_MODULES, EP_DISPATCHERS, EP_DISPATCHERS_TEXT, FRAMEWORKS,
+                             FRAMEWORKS_TEXT, MAX_GPU_COUNTS,
                              MAX_PIPELINE_DEVICES, MAX_TOKEN_BUDGET, PARTITIONS, PRECISIONS, RANGES, RECOMPUTE_MODES,
                              RECOMPUTE_MODULES_TEXT, SHARDING_MODES,
                              STEP_PARTS, preset_names)
@@ -145,6 +146,9 @@ class JobCreateInput(KnownFieldsMixin, serializers.Serializer):
                                                         f"--recompute-modules (framework megatron): any of "
                                                         f"{RECOMPUTE_MODULES_TEXT}; comma-separated, default "
                                                         f"{DEFAULT_RECOMPUTE_MODULES}")
+    ep_dispatcher = OptionalChoiceField(choices=list(EP_DISPATCHERS), required=False, allow_null=True, default=None,
+                                        help_text="hybrid and capacity, optional: the MoE token dispatcher: "
+                                                  f"{EP_DISPATCHERS_TEXT}")
     distributed_optimizer = OptionalBooleanField(required=False, allow_null=True, default=None,
                                                  help_text="hybrid only, deprecated: sharding optimizer (true) or none "
                                                            "(false)")
@@ -189,7 +193,7 @@ class JobOutput(PlainOutputMixin, serializers.ModelSerializer):
         fields = ["id", "name", "spec", "spec_name", "created_by", "mode", "cluster_preset", "saved_cluster",
                   "num_devices", "num_microbatches", "schedule", "partition", "seed", "time_budget_s",
                   "memory_limit_bytes", "gpus", "seq_len", "global_batch", "pins", "overlap", "framework",
-                  "recompute_modules",
+                  "recompute_modules", "ep_dispatcher",
                   "token_budget", "gpu_counts",
                   "status", "progress",
                   "progress_message", "cancel_requested", "error", "analytic_profile_reason", "plan", "plans",

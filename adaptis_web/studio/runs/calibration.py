@@ -104,6 +104,7 @@ def _hybrid_replan(*, run: Run, user: AbstractBaseUser, events: list[dict], warm
                                 cluster_doc=calibrated.cluster.to_dict(), gpus=source.gpus, seq_len=source.seq_len,
                                 global_batch=source.global_batch, pins=source.pins, overlap=source.overlap,
                                 framework=source.framework, recompute_modules=source.recompute_modules,
+                                ep_dispatcher=source.ep_dispatcher,
                                 time_budget_s=source.time_budget_s)
     return job_create(spec_record=source.spec, user=user, request=request, calibrated_from=run,
                       calibration=_calibration_record(run, calibrated.record))
