@@ -440,15 +440,9 @@ class TestFramework:
         with pytest.raises(SpecError) as caught:
             _hybrid_request(framework="deepspeed")
         assert caught.value.field == "framework" and "megatron, torchtitan" in caught.value.reason
-        response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
-                                                                  "framework": "jax"}, format="json")
-        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "framework"
-        assert not PlanningJob.objects.exists()
-        with django_capture_on_commit_callbacks(execute=False):
-            response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
-                                                                      "framework": "torchtitan"}, format="json")
-        assert response.status_code == 201, response.content
-        assert response.json()["framework"] == "torchtitan" and PlanningJob.objects.get().framework == "torchtitan"
+        page = _job_field_through_the_api(people, llama, django_capture_on_commit_callbacks, "framework",
+                                          bad="jax", good="torchtitan")
+        assert "torchtitan's kernels" in page
 
     def test_the_service_searches_on_the_frameworks_kernels_and_writes_it_into_the_plan(self):
         outcomes = [planner_service.plan_hybrid_job(spec=LLAMA, cluster=load_cluster_preset("h100-sxm-2x8"), gpus=16,
@@ -460,6 +454,24 @@ class TestFramework:
         megatron, titan = (outcome.plan.plan_doc for outcome in outcomes)
         assert "framework" not in megatron["meta"] and titan["meta"]["framework"] == "torchtitan"
         assert titan["predicted"]["breakdown_ms"]["compute"] > megatron["predicted"]["breakdown_ms"]["compute"]
+
+
+def _job_field_through_the_api(people, llama, callbacks, field: str, *, bad: str, good: str) -> str:
+    """POST a hybrid job with ``field`` ``bad`` (a 400 naming it, nothing stored), then ``good`` (stored and returned
+    as given); the job page's HTML."""
+    response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB, field: bad},
+                                          format="json")
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == field
+    assert not PlanningJob.objects.exists()
+    with callbacks(execute=False):
+        response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB, field: good},
+                                              format="json")
+    assert response.status_code == 201, response.content
+    job = PlanningJob.objects.get()
+    assert response.json()[field] == good and getattr(job, field) == good
+    browser = Client()
+    browser.force_login(people.member)
+    return browser.get(reverse("studio:job", args=[job.pk])).content.decode()
 
 
 class TestRecomputeModules:
@@ -475,19 +487,8 @@ class TestRecomputeModules:
             with pytest.raises(SpecError) as caught:
                 _hybrid_request(recompute_modules=modules, framework=framework)
             assert caught.value.field == "recompute_modules" and said in caught.value.reason
-        response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
-                                                                  "recompute_modules": "moe"}, format="json")
-        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "recompute_modules"
-        assert not PlanningJob.objects.exists()
-        with django_capture_on_commit_callbacks(execute=False):
-            response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
-                                                                      "recompute_modules": "mlp"}, format="json")
-        assert response.status_code == 201, response.content
-        job = PlanningJob.objects.get()
-        assert response.json()["recompute_modules"] == "mlp" and job.recompute_modules == "mlp"
-        browser = Client()
-        browser.force_login(people.member)
-        page = browser.get(reverse("studio:job", args=[job.pk])).content.decode()
+        page = _job_field_through_the_api(people, llama, django_capture_on_commit_callbacks, "recompute_modules",
+                                          bad="moe", good="mlp")
         assert "recompute modules: mlp" in page
 
     def test_the_jobs_check_fits_the_model_with_its_recompute_modules(self):
@@ -526,19 +527,9 @@ class TestEpDispatcher:
         with pytest.raises(SpecError) as caught:
             _hybrid_request(ep_dispatcher="hybridep")
         assert caught.value.field == "ep_dispatcher" and "alltoall, deepep" in caught.value.reason
-        response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
-                                                                  "ep_dispatcher": "nccl"}, format="json")
-        assert response.status_code == 400 and response.json()["errors"][0]["field"] == "ep_dispatcher"
-        assert not PlanningJob.objects.exists()
-        with django_capture_on_commit_callbacks(execute=False):
-            response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
-                                                                      "ep_dispatcher": "deepep"}, format="json")
-        assert response.status_code == 201, response.content
-        job = PlanningJob.objects.get()
-        assert response.json()["ep_dispatcher"] == "deepep" and job.ep_dispatcher == "deepep"
-        browser = Client()
-        browser.force_login(people.member)
-        assert "DeepEP dispatch" in browser.get(reverse("studio:job", args=[job.pk])).content.decode()
+        page = _job_field_through_the_api(people, llama, django_capture_on_commit_callbacks, "ep_dispatcher",
+                                          bad="nccl", good="deepep")
+        assert "DeepEP dispatch" in page
         # Qwen3-30B-A3B's 128 experts over EP 16 on 2 nodes: DeepEP's dispatch costs less, and the plan records it
         outcomes = [planner_service.plan_hybrid_job(spec=load_model_preset("qwen3-30b-a3b"),
                                                     cluster=load_cluster_preset("h100-sxm-2x8"), gpus=16, seq_len=4096,
