@@ -141,10 +141,12 @@ class TestJobs:
     @pytest.mark.parametrize("changes, field, reason", [
         ({"num_devices": 99}, "num_devices", "must be between 1 and the cluster's 4 devices"),
         ({"num_devices": "two"}, "num_devices", "A valid integer is required."),
-        ({"schedule": "dualpipe"}, "schedule", '"dualpipe" is not a valid choice.'),
+        ({"schedule": "dualpipe"}, "schedule", '"dualpipe" is not a valid choice; give one of adaptis, gpipe, 1f1b, '
+                                               'interleaved-1f1b, zb-h1, zb-v.'),
         ({"cluster_preset": "nope"}, "cluster_preset", "unknown preset 'nope'"),
         ({"num_microbatches": None}, "num_microbatches", "This field may not be null."),
-        ({"partition": "random"}, "partition", '"random" is not a valid choice.'),
+        ({"partition": "random"}, "partition", '"random" is not a valid choice; give one of uniform, '
+                                               'param-balanced, time-balanced.'),
     ])
     def test_bad_input_is_a_400_naming_the_field(self, people, planned, changes, field, reason):
         data = {"spec": planned.spec.pk, "cluster_preset": "cpu-host", "num_devices": 2, "num_microbatches": 4}

@@ -49,7 +49,8 @@ class TestTeamApi:
     @pytest.mark.parametrize("data, status, field, reason", [
         ({"username": "nobody", "role": "member"}, 404, "username", "no user named 'nobody'"),
         ({"username": "bob", "role": "member"}, 409, "username", "'bob' is already a member of team 'pipeline-team'"),
-        ({"username": "mallory", "role": "owner"}, 400, "role", '"owner" is not a valid choice.'),
+        ({"username": "mallory", "role": "owner"}, 400, "role",
+         '"owner" is not a valid choice; give one of admin, member, viewer.'),
         ({"role": "member"}, 400, "username", "This field is required."),
     ])
     def test_adding_a_member_with_bad_input_is_refused_naming_the_field(self, crew, data, status, field, reason):

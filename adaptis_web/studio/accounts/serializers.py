@@ -7,7 +7,8 @@ from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from adaptis_web.studio.accounts.teams import GRANTABLE_ROLES, MAX_RUN_ENVIRONMENT, NOT_ONE_LINE
-from adaptis_web.studio.api.fields import NOT_BLANK, WHITE_SPACE, IdField, KnownFieldsMixin, StrictCharField
+from adaptis_web.studio.api.fields import (NOT_BLANK, WHITE_SPACE, ChoiceField, IdField, KnownFieldsMixin,
+                                          StrictCharField)
 from adaptis_web.studio.models import ApiToken, Invitation, Membership, Team
 
 
@@ -72,12 +73,12 @@ class TeamDetailOutput(serializers.ModelSerializer):
 
 class MemberAddInput(KnownFieldsMixin, serializers.Serializer):
     username = StrictCharField(validators=[NOT_BLANK])
-    role = serializers.ChoiceField(choices=GRANTABLE_ROLES, default=Membership.Role.MEMBER,
+    role = ChoiceField(choices=GRANTABLE_ROLES, default=Membership.Role.MEMBER,
                                    help_text="the owner's role moves only by a transfer")
 
 
 class MemberRoleInput(KnownFieldsMixin, serializers.Serializer):
-    role = serializers.ChoiceField(choices=GRANTABLE_ROLES, help_text="the owner's role moves only by a transfer")
+    role = ChoiceField(choices=GRANTABLE_ROLES, help_text="the owner's role moves only by a transfer")
 
 
 class TransferInput(KnownFieldsMixin, serializers.Serializer):
@@ -85,7 +86,7 @@ class TransferInput(KnownFieldsMixin, serializers.Serializer):
 
 
 class InvitationCreateInput(KnownFieldsMixin, serializers.Serializer):
-    role = serializers.ChoiceField(choices=GRANTABLE_ROLES, default=Membership.Role.MEMBER,
+    role = ChoiceField(choices=GRANTABLE_ROLES, default=Membership.Role.MEMBER,
                                    help_text="the owner's role moves only by a transfer")
 
 

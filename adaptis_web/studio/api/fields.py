@@ -1,5 +1,6 @@
 """The request fields every domain's serializers share: text sent as text (no NUL, its length as sent), booleans
-as true or false, null from a form, a JSON document as an object, a row id in range."""
+as true or false, a choice refused naming the choices, null from a form, a JSON document as an object, a row id in
+range."""
 
 from __future__ import annotations
 
@@ -48,6 +49,21 @@ class StrictBooleanField(serializers.BooleanField):
         self.fail("invalid", input=data)
 
 
+class ChoiceField(serializers.ChoiceField):
+    """One of a fixed set in a request: a value outside it is refused naming the set, where DRF's ChoiceField says
+    only that it is not a valid choice."""
+
+    default_error_messages = {"invalid_choice": '"{input}" is not a valid choice; give one of {choices}.'}
+
+    def to_internal_value(self, data):
+        if data == "" and self.allow_blank:
+            return ""
+        try:
+            return self.choice_strings_to_values[str(data)]
+        except KeyError:
+            self.fail("invalid_choice", input=data, choices=", ".join(self.choice_strings_to_values))
+
+
 class FormNullMixin:
     """A field that may be null: JSON's null, or in a form (where every value is text) the word "null" or
     nothing, as DRF already reads an empty one."""
@@ -63,7 +79,7 @@ class OptionalIntegerField(FormNullMixin, serializers.IntegerField):
     pass
 
 
-class OptionalChoiceField(FormNullMixin, serializers.ChoiceField):
+class OptionalChoiceField(FormNullMixin, ChoiceField):
     pass
 
 

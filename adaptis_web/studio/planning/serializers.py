@@ -6,7 +6,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
-from adaptis_web.studio.api.fields import (DocumentField, IdField, KnownFieldsMixin, OptionalBooleanField,
+from adaptis_web.studio.api.fields import (ChoiceField, DocumentField, IdField, KnownFieldsMixin, OptionalBooleanField,
                                            OptionalChoiceField, OptionalIntegerField, StrictCharField)
 from adaptis_web.studio.api.plain_output import PlainOutputMixin
 from adaptis_web.studio.api.renderers import RawJSON
@@ -67,7 +67,7 @@ class JobCreateInput(KnownFieldsMixin, serializers.Serializer):
                              "ep, etp, microbatch_size, vpp, recompute, sharding, precision); a job returns them "
                              "together as pins"}
     spec = IdField(help_text="id of a spec of one of your teams")
-    mode = serializers.ChoiceField(choices=JobMode.choices, default=JobMode.PIPELINE,
+    mode = ChoiceField(choices=JobMode.choices, default=JobMode.PIPELINE,
                                    help_text='"pipeline": plan the pipeline of num_devices devices (the fields below '
                                              'up to memory_limit_bytes); "hybrid": choose TP, CP, PP, DP, EP, '
                                              "micro-batch size and recomputation for gpus GPUs (gpus, seq_len, "
@@ -86,10 +86,10 @@ class JobCreateInput(KnownFieldsMixin, serializers.Serializer):
                                                      "cluster's")
     num_microbatches = serializers.IntegerField(required=False, min_value=1, max_value=MAX_MICROBATCHES,
                                                 help_text="pipeline only (required there)")
-    schedule = serializers.ChoiceField(choices=JOB_SCHEDULES, default=DEFAULT_SCHEDULE,
+    schedule = ChoiceField(choices=JOB_SCHEDULES, default=DEFAULT_SCHEDULE,
                                        help_text='"adaptis" searches partition, placement and schedule and compares '
                                                  "the result with every baseline; the others build that baseline")
-    partition = serializers.ChoiceField(choices=PARTITIONS, default=DEFAULT_PARTITION,
+    partition = ChoiceField(choices=PARTITIONS, default=DEFAULT_PARTITION,
                                         help_text="baselines only: the search chooses its own")
     seed = serializers.IntegerField(default=0, min_value=0, max_value=MAX_SEED, help_text="search only")
     time_budget_s = serializers.FloatField(default=DEFAULT_TIME_BUDGET_S, min_value=MIN_TIME_BUDGET_S,

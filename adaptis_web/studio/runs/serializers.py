@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.core.validators import RegexValidator
 from rest_framework import serializers
 
-from adaptis_web.studio.api.fields import IdField, KnownFieldsMixin, StrictBooleanField, StrictCharField
+from adaptis_web.studio.api.fields import (ChoiceField, IdField, KnownFieldsMixin, StrictBooleanField,
+                                          StrictCharField)
 from adaptis_web.studio.api.plain_output import PlainOutputMixin
 from adaptis_web.studio.models import MeasuredProfile, Run, RunCollective, RunEvent
 from adaptis_web.studio.runs.local_runs import DEFAULT_RUN_STEPS, MAX_RUN_STEPS
@@ -21,7 +22,7 @@ class RunCreateInput(KnownFieldsMixin, serializers.Serializer):
                                      help_text="training steps; the first warms up, the rest show the steady state")
     scale_down = StrictBooleanField(default=False,
                                           help_text="run a CPU-sized copy with the same layer pattern")
-    target = serializers.ChoiceField(choices=["local", "cluster"], default="local",
+    target = ChoiceField(choices=["local", "cluster"], default="local",
                                      help_text="local: on the runs worker's CPU; cluster: you launch its ranks "
                                                "(the answer's launch: torchrun, sbatch) and they report here")
     # Blank (as a form sends a field left empty) means the default, for both.
