@@ -189,3 +189,22 @@ class TestTeamPages:
         response = client.post(reverse("studio:team", args=[crew.people.team.pk]),
                                {"action": "add", "username": "nobody", "role": "member"})
         assert response.status_code == 400 and "no user named &#x27;nobody&#x27;" in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_forms_empty_team_name_or_environment_is_refused_as_jsons_is_and_nothing_changes(crew):
+    """A form-encoded PATCH with ``name=`` was answered 200 and changed nothing (DRF reads a form's empty value for an
+    optional field as "not given"); the schema says a name is never blank, and JSON's "" is refused."""
+    from urllib.parse import urlencode
+    team = crew.people.team
+    name, environment = team.name, team.run_environment
+    for field in ("name", "run_environment"):
+        response = api_as(crew.admin).patch(reverse("api:team", args=[team.pk]), urlencode({field: ""}),
+                                            content_type="application/x-www-form-urlencoded")
+        assert response.status_code == 400, response.content
+        assert response.json() == {"errors": [{"field": field, "reason": "This field may not be blank."}]}
+    team.refresh_from_db()
+    assert (team.name, team.run_environment) == (name, environment)
+    renamed = api_as(crew.admin).patch(reverse("api:team", args=[team.pk]), urlencode({"name": "renamed"}),
+                                       content_type="application/x-www-form-urlencoded")
+    assert renamed.status_code == 200 and renamed.json()["name"] == "renamed"

@@ -26,6 +26,14 @@ class StrictCharField(serializers.CharField):
         if not any(isinstance(validator, RegexValidator) for validator in self.validators):
             self.validators.append(NO_NUL)  # refused anyway by DRF; the pattern puts it in the schema
 
+    def get_value(self, dictionary):
+        # A form's empty value for text that may not be blank is refused, as JSON's "" is: DRF reads it as "not
+        # given" where the field is optional, so a form PATCH of a team with name= was answered 200 and did nothing
+        if (html.is_html_input(dictionary) and self.field_name in dictionary and dictionary[self.field_name] == ""
+                and not self.allow_blank and not self.allow_null):
+            return ""
+        return super().get_value(dictionary)
+
     def run_validation(self, data=serializers.empty):
         if isinstance(data, str) and self.max_length is not None and len(data) > self.max_length:
             self.fail("max_length", max_length=self.max_length)  # before a text of white space is taken as blank
