@@ -39,7 +39,7 @@ from planner.calibrate import (after_warmup, fit_collective_links, fit_run_kerne
                                recalibrate, with_fitted_links, with_kernel_overhead, with_message_overhead)
 from planner.cluster import ClusterSpec, is_cluster_preset, load_cluster, load_cluster_preset, preset_names
 from planner.cost import analytic_profile
-from planner.cost.analytic import count_parameters
+from planner.cost.analytic import RECOMPUTE_MODULES, count_parameters
 from planner.documents import parse_document
 from planner.editing import (
     EDITED_STRATEGY,
@@ -559,7 +559,7 @@ __all__ = [*LOADERS, "ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "Action
            "SHARDING_LABELS", "SHARDING_MODES", "DEFAULT_OVERLAP", "default_overlap", "OVERLAPS", "overlap_options",
            "overlap_text",
            "DEFAULT_FRAMEWORK", "FRAMEWORKS", "FRAMEWORKS_TEXT", "job_options",
-           "DEFAULT_RECOMPUTE_MODULES", "RECOMPUTE_MODULES_TEXT", "recompute_modules_named",
+           "DEFAULT_RECOMPUTE_MODULES", "RECOMPUTE_MODULES", "RECOMPUTE_MODULES_TEXT", "recompute_modules_named",
            "recompute_modules_text", "DEFAULT_EP_DISPATCHER", "EP_DISPATCHERS", "EP_DISPATCHERS_TEXT",
            "SCHEDULE_POLICIES",
            "Calibration", "ClusterSpec", "HybridJobOutcome", "ModelSpec", "PipelineJobOutcome", "PlanRecord",

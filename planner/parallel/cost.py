@@ -107,7 +107,13 @@ OPTIMIZER_BYTES_PER_PARAM = 30
 SELECTIVE_RECOMPUTATION = ("attention", "per_op")
 
 
-EP_DISPATCHERS = ("alltoall", "deepep")
+# The MoE token dispatchers (module doc), each in words (the CLI's --ep-dispatcher help and the API's field say them)
+EP_DISPATCHER_WORDS = {
+    "alltoall": "Megatron-Core's all-to-all, every routed copy of a token sent; the default",
+    "deepep": "DeepEP's (Megatron-Core's flex dispatcher), a token sent over the NIC once per other node holding one "
+              "of its experts, then over NVLink",
+}
+EP_DISPATCHERS = tuple(EP_DISPATCHER_WORDS)
 
 
 @dataclass(frozen=True)
@@ -253,12 +259,6 @@ def recompute_modules_text(options: CostOptions) -> str:
 
 
 DEFAULT_EP_DISPATCHER = CostOptions().ep_dispatcher
-# What each MoE token dispatcher sends, in words (the CLI's --ep-dispatcher help and the API's field say them)
-EP_DISPATCHER_WORDS = {
-    "alltoall": "Megatron-Core's all-to-all, every routed copy of a token sent; the default",
-    "deepep": "DeepEP's (Megatron-Core's flex dispatcher), a token sent over the NIC once per other node holding one "
-              "of its experts, then over NVLink",
-}
 EP_DISPATCHERS_TEXT = " or ".join(f"{name} ({words})" for name, words in EP_DISPATCHER_WORDS.items())
 
 
@@ -496,9 +496,7 @@ def dispatch_ms(token_bytes: float, tokens: float, top_k: int, experts: int, gro
     if dispatcher == "alltoall" or not group.crosses_domains:
         return all_to_all_ms(routed, group)
     inside, _ = all_to_all_terms(routed, group)
-    outside = tokens * token_bytes * remote_nodes_per_token(experts, top_k, group)
-    return max(inside / (group.intra.bandwidth_gb_s * 1e6),
-               outside / (group.inter.bandwidth_gb_s * 1e6)) + group.latency_us() * 1e-3
+    return _both_links_ms(inside, tokens * token_bytes * remote_nodes_per_token(experts, top_k, group), group)
 
 
 def ring_collective_ms(nbytes: float, group: GroupSpan) -> float:
@@ -514,7 +512,11 @@ def all_to_all_ms(nbytes: float, group: GroupSpan) -> float:
     its own NVLink domain goes over NVLink, the rest over its NIC, both at once."""
     if group.size == 1:
         return 0.0
-    inside, outside = all_to_all_terms(nbytes, group)
+    return _both_links_ms(*all_to_all_terms(nbytes, group), group)
+
+
+def _both_links_ms(inside: float, outside: float, group: GroupSpan) -> float:
+    """An exchange sending ``inside`` bytes over NVLink and ``outside`` over the NIC, both at once."""
     return max(inside / (group.intra.bandwidth_gb_s * 1e6),
                outside / (group.inter.bandwidth_gb_s * 1e6)) + group.latency_us() * 1e-3
 

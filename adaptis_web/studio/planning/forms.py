@@ -24,6 +24,8 @@ DEFAULT_CLUSTER_PRESET = "cpu-host"
 GIB = 2**30
 SCHEDULE_CHOICES = [(ADAPTIS_SCHEDULE, "AdaPtis search"), *((name, name) for name in BASELINE_SCHEDULES)]
 FRAMEWORK_LABELS = {"megatron": "Megatron-Core / NeMo"}  # planner_service.FRAMEWORKS as the form names them
+# planner_service.EP_DISPATCHERS as the form names them
+EP_DISPATCHER_LABELS = {"alltoall": "all-to-all (Megatron-Core)", "deepep": "DeepEP (one copy per node over the NIC)"}
 
 
 def _pin_field(label: str) -> forms.IntegerField:
@@ -107,12 +109,13 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
                                             "selective is per-op checkpointing)")
     recompute_modules = forms.CharField(label="Recompute modules", required=False, max_length=60,
                                         help_text="what selective recomputation re-runs, Megatron-Core's "
-                                                  "--recompute-modules: core_attn, mla_up_proj, moe_act, mlp "
-                                                  "(comma-separated). Blank: core_attn")
+                                                  f"--recompute-modules: {', '.join(planner_service.RECOMPUTE_MODULES)}"
+                                                  f" (comma-separated). Blank: "
+                                                  f"{planner_service.DEFAULT_RECOMPUTE_MODULES}")
     ep_dispatcher = forms.ChoiceField(label="MoE dispatcher", initial=planner_service.DEFAULT_EP_DISPATCHER,
                                       required=False,
-                                      choices=[("alltoall", "all-to-all (Megatron-Core)"),
-                                               ("deepep", "DeepEP (one copy per node over the NIC)")],
+                                      choices=[(name, EP_DISPATCHER_LABELS[name])
+                                               for name in planner_service.EP_DISPATCHERS],
                                       help_text="how MoE tokens reach their experts under EP: Megatron-Core's "
                                                 "all-to-all sends every routed copy; DeepEP sends a token over "
                                                 "InfiniBand once per other node holding one of its experts")
