@@ -36,14 +36,17 @@ interleaving, so the search chooses them. Its TFLOP/s count Megatron-Core r0.8.0
 per GPU, which no FLOP convention changes. The runs also overlapped TP communication with the GEMMs
 (``--tp-comm-overlap``); the table shows the prediction with TP exposed and with ``CostOptions.overlap_tp`` (TP
 hidden wherever the block's GEMMs outlast it: an upper bound on what the overlap hides), and the constants are the
-H100's as set before the table was run (``planner.hardware``: efficiency 0.55), not fitted to it.
+H100's measured kernel rates (``planner.cost.roofline``), not fitted to it.
 
 Llama 3 405B (the Llama 3 paper, Table 4) follows, with its published degrees and batch pinned; its
 recomputation and TP overlap are not published, so those rows are shown, not validated. NeMo 24.07's H100 FP8
-performance summary follows, with its published degrees, virtual stages and batch pinned, and then the DGX H100 and
+performance summary follows, with its published degrees, virtual stages and batch pinned, then NeMo's long-sequence
+table (Llama 2 7B, 4 K to 1 M tokens with CP up to 32, NeMo 24.03), and then the DGX H100 and
 B200 rows of NeMo's Megatron-Bridge summary (the 26.04.01 container: Llama 3 70B, Llama 3.1 405B on 1,024 GPUs, and
 the MoE models GPT-OSS 120B, Qwen3 30B-A3B, Qwen3 235B-A22B and DeepSeek-V3 with their expert parallelism), pinned
-the same way, with the recipes' bf16 gradient reduction.
+the same way, with the recipes' bf16 gradient reduction. The 2024 stacks (Megatron-Core r0.8.0, NeMo 24.03 and
+24.07) are scored with Transformer Engine's attention as they ran it (``TE_2024``: ``planner.cost.roofline``'s
+``TE_2024_ATTENTION``, set on the long-sequence table's 1 M-token row), the 2026 ones with cuDNN's measured rate.
 
 torchtitan's Llama 3.1 benchmarks follow (``benchmarks/llama3_h100_202412_torchtitan.md`` in pytorch/torchtitan,
 December 2024): FSDP2 (full sharding) alone, with CP and with TP, BF16 and Float8 (torchao's tensorwise recipe), on
@@ -65,7 +68,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -158,6 +161,9 @@ class CoreRun(GptRun):
 
 
 CORE_SEQ_LEN, CORE_VOCAB = 4096, 131072
+# the fused attention of the 2024 stacks (Megatron-Core r0.8.0, NeMo 24.03 and 24.07): Transformer Engine 1.x's, at
+# planner.cost.roofline.TE_2024_ATTENTION of cuDNN's 2026 rate, set on the last row of NeMo's long-sequence table
+TE_2024 = "cudnn-2024"
 MEGATRON_CORE_H100 = (
     CoreRun("1.7B", 16, 2048, 24, 1, 1, 48, 192, 48, 408.8),
     CoreRun("7.1B", 32, 4096, 30, 2, 1, 96, 192, 48, 465.9),
@@ -188,14 +194,14 @@ def plan_core(run: CoreRun, overlap_tp: bool):
     unpublished micro-batch size, recomputation and chunks (Megatron's schedules only)."""
     pins = {"tp": run.tp, "pp": run.pp, "dp": run.dp, "cp": 1, "ep": 1, "sharding": "optimizer"}
     return search(core_model(run), load_cluster_preset(f"h100-sxm-{run.gpus // 8}x8"), run.gpus, CORE_SEQ_LEN,
-                  run.batch, pins, options=CostOptions(overlap_tp=overlap_tp), refine=False)
+                  run.batch, pins, options=CostOptions(overlap_tp=overlap_tp, attention_kernel=TE_2024), refine=False)
 
 
 def plan_core_unpinned(run: CoreRun):
     """What the search picks for the same GPUs and batch with TP exposed (every degree, micro-batch size,
     recomputation and schedule free; Megatron's schedules only, as the published configuration's column)."""
     return search(core_model(run), load_cluster_preset(f"h100-sxm-{run.gpus // 8}x8"), run.gpus, CORE_SEQ_LEN,
-                  run.batch, {}, refine=False)
+                  run.batch, {}, options=CostOptions(attention_kernel=TE_2024), refine=False)
 
 
 def print_megatron_core_h100(with_search: bool = True) -> list[float]:
@@ -407,20 +413,22 @@ class NemoRun:
     grad_reduce_bytes: int = 4   # Megatron-LM's bf16 default; 2 where a recipe sets grad_reduce_in_fp32 off
     recompute_modules: tuple[str, ...] = ("core_attn",)   # the recipe's --recompute-modules, for its selective
     ep_dispatcher: str = "alltoall"   # the recipe's MoE token dispatcher (CostOptions.ep_dispatcher)
+    attention_kernel: str = "cudnn"   # the stack's fused attention (CostOptions.attention_kernel)
 
 
 # NVIDIA NeMo, docs/source/performance/performance_summary.md (removed in December 2024, last at d31653f792^):
 # pre-training at FP8 on DGX H100 with NeMo 24.07. Nemotron rows left out (squared-ReLU MLPs, not shapes here).
+NEMO_2024 = {"attention_kernel": TE_2024}
 NEMO_H100_FP8 = (
-    NemoRun("GPT3-5B", 64, 2048, 4, 2048, 1, 1, 1, 1, 23406, 765),
-    NemoRun("GPT3-20B", 64, 256, 2, 2048, 2, 1, 1, 1, 5851, 750),
-    NemoRun("GPT3-175B", 128, 256, 1, 2048, 4, 8, 1, 6, 716, 771),
-    NemoRun("GPT3-175B", 512, 2048, 2, 2048, 4, 8, 1, 6, 825, 888),
-    NemoRun("Llama 2 7B", 8, 128, 1, 4096, 1, 1, 1, 1, 16934, 780),
-    NemoRun("Llama 2 13B", 16, 128, 1, 4096, 1, 4, 1, 10, 8715, 760),
-    NemoRun("Llama 2 70B", 64, 128, 1, 4096, 4, 4, 1, 20, 1728, 768),
-    NemoRun("Llama 3 8B", 8, 128, 1, 8192, 1, 1, 2, 1, 12273, 711),
-    NemoRun("Llama 3 70B", 64, 128, 1, 8192, 4, 4, 2, 5, 1524, 734),
+    NemoRun("GPT3-5B", 64, 2048, 4, 2048, 1, 1, 1, 1, 23406, 765, **NEMO_2024),
+    NemoRun("GPT3-20B", 64, 256, 2, 2048, 2, 1, 1, 1, 5851, 750, **NEMO_2024),
+    NemoRun("GPT3-175B", 128, 256, 1, 2048, 4, 8, 1, 6, 716, 771, **NEMO_2024),
+    NemoRun("GPT3-175B", 512, 2048, 2, 2048, 4, 8, 1, 6, 825, 888, **NEMO_2024),
+    NemoRun("Llama 2 7B", 8, 128, 1, 4096, 1, 1, 1, 1, 16934, 780, **NEMO_2024),
+    NemoRun("Llama 2 13B", 16, 128, 1, 4096, 1, 4, 1, 10, 8715, 760, **NEMO_2024),
+    NemoRun("Llama 2 70B", 64, 128, 1, 4096, 4, 4, 1, 20, 1728, 768, **NEMO_2024),
+    NemoRun("Llama 3 8B", 8, 128, 1, 8192, 1, 1, 2, 1, 12273, 711, **NEMO_2024),
+    NemoRun("Llama 3 70B", 64, 128, 1, 8192, 4, 4, 2, 5, 1524, 734, **NEMO_2024),
 )
 # NeMo's GPT-3 (Brown et al. 2020, Table 2.1): (heads, hidden, blocks); a 4h GeLU MLP, tied embeddings
 NEMO_GPT3 = {"GPT3-5B": (32, 4096, 24), "GPT3-20B": (48, 6144, 44), "GPT3-175B": (96, 12288, 96)}
@@ -472,23 +480,31 @@ def nemo_cluster(run: NemoRun):
 
 
 def nemo_options(run: NemoRun, overlap: bool) -> CostOptions:
-    """The recipes' software: DP overlapped, the row's gradient bytes, recompute modules and MoE dispatcher; with
+    """The recipes' software: DP overlapped, the row's gradient bytes, recompute modules, MoE dispatcher and fused
+    attention; with
     ``overlap`` TP and EP hidden too, as the recipes' ``tp_comm_overlap`` and ``moe_a2a_overlap`` do (an upper
     bound)."""
     return CostOptions(grad_reduce_bytes=run.grad_reduce_bytes, overlap_tp=overlap, overlap_ep=overlap,
-                       recompute_modules=run.recompute_modules, ep_dispatcher=run.ep_dispatcher)
+                       recompute_modules=run.recompute_modules, ep_dispatcher=run.ep_dispatcher,
+                       attention_kernel=run.attention_kernel)
 
 
-def plan_nemo(run: NemoRun, overlap: bool):
-    """The published degrees, micro-batch size, virtual stages, batch and precision pinned, the distributed optimizer
-    with DP overlapped; recomputation (not published) is the search's."""
+def plan_nemo(run: NemoRun, overlap: bool, attention_kernel: str | None = None):
+    """The published degrees, micro-batch size, virtual stages (where published: ``vpp`` 0 is the search's), batch
+    and precision pinned, the distributed optimizer with DP overlapped; recomputation (not published) is the
+    search's. ``attention_kernel``: another fused attention than the row's stack ran."""
     dp = run.gpus // (run.tp * run.pp * run.cp)
-    pins = {"tp": run.tp, "pp": run.pp, "cp": run.cp, "dp": dp, "ep": run.ep, "vpp": run.vpp,
+    pins = {"tp": run.tp, "pp": run.pp, "cp": run.cp, "dp": dp, "ep": run.ep,
             "microbatch_size": run.microbatch_size, "sharding": "optimizer", "precision": run.precision}
+    if run.vpp:
+        pins["vpp"] = run.vpp
     if run.ep > 1:
         pins["etp"] = 1
-    return search(nemo_model(run), nemo_cluster(run), run.gpus, run.seq_len, run.batch, pins,
-                  options=nemo_options(run, overlap), refine=False)
+    options = nemo_options(run, overlap)
+    if attention_kernel is not None:
+        options = replace(options, attention_kernel=attention_kernel)
+    return search(nemo_model(run), nemo_cluster(run), run.gpus, run.seq_len, run.batch, pins, options=options,
+                  refine=False)
 
 
 def plan_nemo_unpinned(run: NemoRun):
@@ -522,6 +538,67 @@ def print_nemo(title: str = "NeMo 24.07", runs=NEMO_H100_FP8, with_search: bool 
     for gpu, gpu_errors in errors.items():
         print(f"{gpu}, TP and EP exposed: {agreement(gpu_errors)}")
     return [error for gpu_errors in errors.values() for error in gpu_errors]
+
+
+# NeMo's long-sequence table (docs/source/performance/performance_long_sequence.md in NVIDIA/NeMo, October 2024,
+# its "LLAMA2-7B (FP8) - H100" rows, the NeMo 24.03.01 container on DGX H100): sequence (K tokens), GPUs, global
+# batch, and the CP run's TP, PP, DP, CP and TFLOP/s a GPU. Held out: no constant was set on it. Not published: the
+# micro-batch size (1 here, NeMo's Llama 2 7B recipe's, as in the 24.07 table; at 512 K and 1 M every rank has one
+# sequence), virtual stages and recomputation, which the search chooses. (Its B200 rows are left out: their TP x PP
+# x DP x CP does not make the GPU count.)
+NEMO_LONG_CONTEXT_H100 = (
+    (4, 4, 1024, 1, 1, 4, 1, 768), (8, 8, 512, 1, 2, 4, 1, 730), (16, 16, 256, 2, 1, 8, 1, 660),
+    (32, 32, 128, 2, 1, 8, 2, 610), (64, 64, 64, 4, 1, 8, 2, 574), (128, 128, 32, 4, 1, 8, 4, 555),
+    (256, 256, 16, 4, 1, 8, 8, 549), (512, 512, 8, 8, 1, 4, 16, 549), (1024, 1024, 4, 8, 1, 4, 32, 536),
+)
+LLAMA2_VOCAB = 32000   # NeMo's LLM_VOCAB_SIZE_MAP["llama2"]
+
+
+def nemo_llama_flops_per_token(model: ModelSpec, seq_len: int, vocab: int) -> float:
+    """NeMo's model FLOPs a token of a Llama (its TFLOPs callback, NVIDIA/NeMo #9932, August 2024, now
+    ``nemo/utils/flops_formulas.py``'s ``llama2``): ``l·h²·(12 + 12·g/a + 18·ffn/h + 12·s/h + 6·V/(l·h))``, the
+    attention's whole square (its 4 K row, 768 TFLOP/s, agrees with the 24.07 table's 16,934 tokens/s at 780 under
+    this count)."""
+    block = next(layer for layer in model.layers if layer.kind == "decoder")
+    l, h = sum(layer.kind == "decoder" for layer in model.layers), model.hidden_size
+    groups = block.mixer.num_kv_heads / block.mixer.num_heads
+    return l * h * h * (12 + 12 * groups + 18 * block.mlp.intermediate_size / h + 12 * seq_len / h
+                        + 6 * vocab / (l * h))
+
+
+def long_context_runs() -> tuple[NemoRun, ...]:
+    """The long-sequence rows as NeMo rows (``vpp`` 0: not published, the search's), their tokens/s a GPU from the
+    published TFLOP/s by NeMo's count."""
+    model = llama("Llama 2 7B")
+    if any(tp * pp * dp * cp != gpus for _, gpus, _, tp, pp, dp, cp, _ in NEMO_LONG_CONTEXT_H100):
+        raise ValueError("a long-sequence row's TP x PP x DP x CP is not its GPU count")
+    return tuple(NemoRun("Llama 2 7B", gpus, batch, 1, k * 1024, tp, pp, cp, 0,
+                         tflops * 1e12 / nemo_llama_flops_per_token(model, k * 1024, LLAMA2_VOCAB), tflops,
+                         **NEMO_2024)
+                 for k, gpus, batch, tp, pp, dp, cp, tflops in NEMO_LONG_CONTEXT_H100)
+
+
+def print_nemo_long_context() -> list[float]:
+    """NeMo's long-sequence rows: predicted with the 2024 stack's fused attention (``TE_2024``), and with cuDNN's
+    at the rate measured in 2026 (the default, what today's software runs)."""
+    print("\n| NeMo long sequence (Llama 2 7B, FP8) | seq | GPUs | TP | PP | DP | CP | batch | published TFLOP/s "
+          "(tokens/s/GPU) | predicted, 2024 attention | error | predicted, cuDNN attention as measured in 2026 | "
+          "error | chosen recompute, schedule | fits (peak GiB) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    errors, today_errors = [], []
+    for run in long_context_runs():
+        stack, today = (plan_nemo(run, False, kernel).best for kernel in (None, "cudnn"))
+        predicted = [tokens_per_gpu_s(best) for best in (stack, today)]
+        errors.append(predicted[0] / run.tokens_per_gpu_s - 1)
+        today_errors.append(predicted[1] / run.tokens_per_gpu_s - 1)
+        print(f"| h100-sxm | {run.seq_len // 1024} K | {run.gpus} | {run.tp} | {run.pp} | {stack.config.dp} | "
+              f"{run.cp} | {run.batch} | {run.tflops_per_gpu:.0f} ({run.tokens_per_gpu_s:,.0f}) | "
+              f"{predicted[0]:,.0f} | {errors[-1]:+.1%} | {predicted[1]:,.0f} | {today_errors[-1]:+.1%} | "
+              f"{stack.config.recompute_text()} {stack.schedule} | {'yes' if stack.fits else 'NO'} "
+              f"({stack.peak_memory_bytes / 2**30:.1f}) |")
+    print(f"\n2024 attention (held out but for the last row, which set it): {agreement(errors)}")
+    print(f"cuDNN attention as measured in 2026: {agreement(today_errors)}")
+    return errors
 
 
 def gpt_model(run: PublishedRun) -> ModelSpec:
@@ -600,6 +677,7 @@ def main() -> int:
         print_llama_3()
         print_torchtitan(with_search=not args.no_search)
         print_nemo(with_search=not args.no_search)
+        print_nemo_long_context()
         print_nemo("Megatron-Bridge", BRIDGE_RUNS, with_search=not args.no_search)
     return 0 if within == len(errors) else 1
 

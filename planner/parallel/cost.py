@@ -135,7 +135,8 @@ class CostOptions:
     # sent) or "deepep" (DeepEP's, each token sent over the NIC once per other node holding one of its experts)
     ep_dispatcher: str = "alltoall"
     # the fused attention kernel the framework runs on a GPU (planner.cost.roofline.ATTENTION_KERNELS): "cudnn"
-    # (Transformer Engine's, Megatron-Core and NeMo) or "flash2" (PyTorch SDPA's FlashAttention-2, torchtitan)
+    # (Transformer Engine's, Megatron-Core and NeMo), "flash2" (PyTorch SDPA's FlashAttention-2, torchtitan) or
+    # "cudnn-2024" (Transformer Engine's as the 2024 stacks ran it: the published-runs benchmark's 2024 tables)
     attention_kernel: str = "cudnn"
     # FP8 training keeps an FP8 GEMM's input for its weight gradient as its FP8 cast (Transformer Engine: Megatron-
     # Core and NeMo; planner.cost.work.saved), or False: as the BF16 tensor, cast again in the backward (torchao's
