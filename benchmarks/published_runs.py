@@ -394,7 +394,8 @@ class NemoRun:
     """A row of an NVIDIA performance summary (NeMo 24.07's; NeMo's Megatron-Bridge's): the published degrees,
     virtual stages (1 for "n/a"), micro-batch size, batch and sequence; and the software the table and its recipes
     name: precision, the GPU (the named cluster's device), expert parallelism (with expert TP 1, the MoE recipes'
-    ``expert_tensor_parallel_size``) and the bytes the main gradients are kept and reduced in. No FSDP in any row."""
+    ``expert_tensor_parallel_size``), the bytes the main gradients are kept and reduced in, and the sharding: the
+    distributed optimizer, or full sharding where the row's FSDP column gives its data-parallel size."""
 
     model: str
     gpus: int
@@ -414,6 +415,7 @@ class NemoRun:
     recompute_modules: tuple[str, ...] = ("core_attn",)   # the recipe's --recompute-modules, for its selective
     ep_dispatcher: str = "alltoall"   # the recipe's MoE token dispatcher (CostOptions.ep_dispatcher)
     attention_kernel: str = "cudnn"   # the stack's fused attention (CostOptions.attention_kernel)
+    sharding: str = "optimizer"   # the distributed optimizer; "full" where the row shards with (Megatron-)FSDP
 
 
 # NVIDIA NeMo, docs/source/performance/performance_summary.md (removed in December 2024, last at d31653f792^):
@@ -440,6 +442,8 @@ NEMO_GPT3 = {"GPT3-5B": (32, 4096, 24), "GPT3-20B": (48, 6144, 44), "GPT3-175B":
 # and the NVFP4 row.
 BRIDGE = {"grad_reduce_bytes": 2}
 BRIDGE_RUNS = (
+    # the 25.11 container's (no later one has an H100 row for it): Megatron-FSDP over all 8 GPUs
+    NemoRun("Llama 3 8B", 8, 128, 1, 8192, 1, 1, 1, 1, 14451, 744, sharding="full", **BRIDGE),
     NemoRun("Llama 3 70B", 64, 256, 1, 8192, 4, 8, 1, 5, 1664, 731, **BRIDGE),
     NemoRun("Llama 3.1 405B", 1024, 1536, 1, 8192, 8, 8, 2, 8, 328, 827, **BRIDGE),
     NemoRun("GPT-OSS 120B", 64, 1280, 1, 4096, 1, 4, 1, 1, 5824, 158, ep=8, precision="bf16", **BRIDGE),
@@ -495,7 +499,7 @@ def plan_nemo(run: NemoRun, overlap: bool, attention_kernel: str | None = None):
     search's. ``attention_kernel``: another fused attention than the row's stack ran."""
     dp = run.gpus // (run.tp * run.pp * run.cp)
     pins = {"tp": run.tp, "pp": run.pp, "cp": run.cp, "dp": dp, "ep": run.ep,
-            "microbatch_size": run.microbatch_size, "sharding": "optimizer", "precision": run.precision}
+            "microbatch_size": run.microbatch_size, "sharding": run.sharding, "precision": run.precision}
     if run.vpp:
         pins["vpp"] = run.vpp
     if run.ep > 1:
@@ -527,7 +531,8 @@ def print_nemo(title: str = "NeMo 24.07", runs=NEMO_H100_FP8, with_search: bool 
         exposed, overlapped = (plan_nemo(run, overlap).best for overlap in (False, True))
         predicted = [tokens_per_gpu_s(best) for best in (exposed, overlapped)]
         errors.setdefault(run.gpu, []).append(predicted[0] / run.tokens_per_gpu_s - 1)
-        print(f"| {run.model} | {run.gpu} | {run.gpus} | {run.precision} | {run.tp} | {run.pp} | {run.cp} | "
+        fsdp = " (FSDP)" if run.sharding == "full" else ""
+        print(f"| {run.model}{fsdp} | {run.gpu} | {run.gpus} | {run.precision} | {run.tp} | {run.pp} | {run.cp} | "
               f"{run.vpp} | {run.ep} | {run.microbatch_size} | {run.batch} | {run.seq_len} | "
               f"{run.tokens_per_gpu_s:,.0f} ({run.tflops_per_gpu:.0f}) | {predicted[0]:,.0f} | "
               f"{errors[run.gpu][-1]:+.1%} | {predicted[1]:,.0f} | {predicted[1] / run.tokens_per_gpu_s - 1:+.1%} | "
