@@ -17,7 +17,8 @@ known (every named GPU, ``planner.hardware``) the rate of a kernel with a shape 
   ``FP8_PLATEAU`` of the BF16 plateau's fraction of their own peak.
 - **Grouped expert GEMMs** (one launch over the local experts, Megatron-Core's ``GroupedMLP``, torchtitan's
   ``torch._grouped_mm``) by the tokens each expert receives ``t``: ``GROUPED_PLATEAU · x / sqrt(1 + x²)`` of the
-  plateau with ``x = t / GROUPED_TOKENS``: below ~256 tokens per expert the tiles run mostly empty.
+  plateau with ``x = t / GROUPED_TOKENS``: below ~256 tokens per expert the tiles run mostly empty. Measured in BF16;
+  an FP8 one (Transformer Engine's ``GroupedLinear``) takes the dense rule's FP8 plateau and k cost besides.
 - **Fused attention** by the keys a query block sees ``s`` (the sequence, its CP share, or the window) and the head
   dimension: ``a · s / (s + s0)`` of the plateau, forward and backward apart (``ATTENTION``), times
   ``ATTENTION_HEAD_DIM``'s factor; for the kernel the framework runs (``ATTENTION_KERNELS``): cuDNN's fused
@@ -103,9 +104,18 @@ def gemm_efficiency(m: float, n: float, k: float, multiprocessors: int, plateau:
     return top * units / (waves * multiprocessors) * k_slice / (k_slice + K_HALF[fp8])
 
 
-def grouped_efficiency(tokens_per_expert: float, plateau: float) -> float:
+def fp8_factor(k: float) -> float:
+    """What FP8 takes off a product's fraction of its (FP8) peak against BF16's of the BF16 peak, for a k loop of
+    ``k``: FP8's lower plateau and its longer fill and drain (the dense rule's ``FP8_PLATEAU`` and ``K_HALF``)."""
+    return FP8_PLATEAU * (k / (k + K_HALF[True])) / (k / (k + K_HALF[False]))
+
+
+def grouped_efficiency(tokens_per_expert: float, plateau: float, fp8: bool = False, k: float = 0.0) -> float:
+    """The fraction of the peak a grouped expert GEMM reaches (module doc), measured in BF16; in FP8 (of the FP8
+    peak) with the dense rule's FP8 cost for its k loop of ``k``, which no grouped FP8 measurement here replaces."""
     x = tokens_per_expert / GROUPED_TOKENS
-    return plateau * GROUPED_PLATEAU * x / math.sqrt(1 + x * x)
+    bf16 = plateau * GROUPED_PLATEAU * x / math.sqrt(1 + x * x)
+    return bf16 * fp8_factor(k) if fp8 and k > 0 else bf16
 
 
 def attention_efficiency(shape: AttentionShape, cp: int, plateau: float, kernel: str = "cudnn") -> float:
@@ -162,7 +172,7 @@ def kernel_efficiency(kernel: Kernel, device: DeviceType, split: Split = WHOLE, 
         return attention_efficiency(shape, split.cp, device.efficiency, attention)
     dims, per_expert = local_gemm(shape, split)
     if shape.experts:
-        return grouped_efficiency(per_expert, device.efficiency)
+        return grouped_efficiency(per_expert, device.efficiency, fp8, dims[2])
     return gemm_efficiency(*dims, device.multiprocessors, device.efficiency, fp8)
 
 

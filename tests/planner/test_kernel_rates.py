@@ -91,6 +91,19 @@ def test_grouped_expert_gemms_follow_the_measured_rates_by_tokens_per_expert():
     assert grouped_efficiency(64, 1.0) / grouped_efficiency(1024, 1.0) == pytest.approx(0.25, rel=0.1)
 
 
+def test_an_fp8_grouped_gemm_pays_what_fp8_costs_a_dense_product_of_its_k():
+    """The grouped curve is measured in BF16; in FP8 it is taken at the FP8 peak with the dense rule's FP8 plateau and
+    k cost (fill and drain twice as long), not at twice the BF16 rate."""
+    ratios = []
+    for k in (768, 2048, 7168):
+        grouped = grouped_efficiency(2048, 1.0, True, k) / grouped_efficiency(2048, 1.0)
+        dense = gemm_efficiency(16384, 16384, k, 132, 1.0, True) / gemm_efficiency(16384, 16384, k, 132, 1.0)
+        assert grouped == pytest.approx(dense)
+        ratios.append(grouped)
+    assert ratios[0] < ratios[1] < ratios[2] < 0.93   # a short k loop costs FP8 more
+    assert grouped_efficiency(2048, 1.0, True, 768) == pytest.approx(grouped_efficiency(2048, 1.0) * 0.93 * 0.6 / 0.8)
+
+
 @pytest.mark.parametrize("backend, kernel", [("cudnn", "cudnn"), ("flash", "flash2")])
 def test_attention_follows_the_measured_rates_by_sequence_and_head_dimension(backend, kernel):
     rows = [row for row in MEASURED["attention"] if row.get("backend") == backend and "error" not in row]
