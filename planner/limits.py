@@ -65,6 +65,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "shared_intermediate_size": (None, 1 << 20),
     "num_experts": (None, 1 << 14),  # DeepSeek-V3 256, Kimi K2 384 routed experts
     "top_k": (None, 1 << 10),
+    "router_groups": (None, 1 << 14),
+    "router_group_topk": (None, 1 << 14),
     "num_shared_experts": (None, 1 << 10),
     "aux_loss_coeff": (None, 1e3),
     # cluster (adaptis.cluster/v1). The largest published training clusters hold 100k+ GPUs in nodes of 8 (72 in an

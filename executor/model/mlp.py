@@ -74,6 +74,23 @@ class _AuxLossGradient(torch.autograd.Function):
         return grad_output, torch.full_like(aux_loss, ctx.scale), None
 
 
+def choose_experts(probabilities: torch.Tensor, top_k: int, groups: int = 1,
+                   group_topk: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(probabilities, indices) of each token's ``top_k`` experts. With group-limited routing (``groups`` > 1,
+    ``MoEMLP.router_groups``) as Megatron-Core's ``group_limited_topk`` chooses them: each of the ``groups`` groups of
+    consecutive experts scored by the sum of its best ``top_k // group_topk`` probabilities, the ``group_topk`` best
+    groups kept, the experts chosen among theirs."""
+    if groups == 1:
+        return torch.topk(probabilities, top_k, dim=-1)
+    tokens, experts = probabilities.shape
+    by_group = probabilities.view(tokens, groups, experts // groups)
+    group_scores = by_group.topk(top_k // group_topk, dim=-1).values.sum(dim=-1)
+    kept = torch.zeros_like(group_scores, dtype=torch.bool).scatter(1, group_scores.topk(group_topk, dim=-1).indices,
+                                                                   True)
+    allowed = kept.unsqueeze(-1).expand(tokens, groups, experts // groups).reshape(tokens, experts)
+    return torch.topk(probabilities.masked_fill(~allowed, float("-inf")), top_k, dim=-1)
+
+
 def load_balancing_loss(probabilities: torch.Tensor, chosen: torch.Tensor, top_k: int,
                         partition: SequenceGroup | None = None) -> torch.Tensor:
     """Switch Transformer's balancing loss normalised by top-k (Megatron-LM's):
@@ -104,6 +121,7 @@ class MoE(nn.Module):
     travel to theirs (``executor.model.expert_parallel``); the router and the shared experts stay whole. Under
     tensor parallelism (``shard``) every expert is split as a dense MLP is (expert TP = TP, Megatron-Core's
     default): the block gathers the sequence once, routes it whole, and reduce-scatters the experts' partial sums.
+    A group-limited router (``MoEMLP.router_groups``) chooses among its best groups (``choose_experts``).
     """
 
     expert_parallel = None
@@ -114,6 +132,8 @@ class MoE(nn.Module):
         super().__init__()
         self.num_experts = mlp.num_experts
         self.top_k = mlp.top_k
+        self.router_groups = mlp.router_groups if mlp.group_limited else 1
+        self.router_group_topk = mlp.router_group_topk
         self.aux_loss_coeff = mlp.aux_loss_coeff
         self.loss_scale = 1.0
         self._balancing_sum: torch.Tensor | None = None   # since the last take_balancing_loss, for the report
@@ -147,7 +167,7 @@ class MoE(nn.Module):
         shares = tp.size if tp is not None else 1
         tokens = x.reshape(-1, x.shape[-1])
         probabilities = torch.softmax(self.router(tokens), dim=-1)
-        weights, chosen = torch.topk(probabilities, self.top_k, dim=-1)
+        weights, chosen = choose_experts(probabilities, self.top_k, self.router_groups, self.router_group_topk)
         if self.top_k > 1:
             # Renormalise over the chosen experts (Mixtral); a single expert keeps its raw probability
             # (Switch Transformer), else the router would get no gradient at all.

@@ -103,7 +103,11 @@ class _Scaler:
             return replace(mlp, intermediate_size=self.width(mlp.intermediate_size))
         experts = min(mlp.num_experts, max(self.max_experts, self.ep))
         experts -= experts % self.ep
-        return replace(mlp, num_experts=experts, top_k=min(mlp.top_k, experts),
+        top_k = min(mlp.top_k, experts)
+        # group-limited routing keeps its groups where the fewer experts allow, and enough of them for top-k
+        groups = max(g for g in range(1, min(mlp.router_groups, experts) + 1) if experts % g == 0)
+        group_topk = max(min(mlp.router_group_topk, groups, top_k), -(-top_k // (experts // groups)))
+        return replace(mlp, num_experts=experts, top_k=top_k, router_groups=groups, router_group_topk=group_topk,
                        expert_intermediate_size=self.width(mlp.expert_intermediate_size),
                        shared_intermediate_size=(self.width(mlp.shared_intermediate_size)
                                                  if mlp.shared_intermediate_size else 0))

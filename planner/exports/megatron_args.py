@@ -219,6 +219,9 @@ def _model_shape(plan: Plan, model: ModelSpec, seq_len: int | None, lost: list[s
                          str(first.num_shared_experts * first.shared_intermediate_size)))
         if first.aux_loss_coeff:
             args.append(("--moe-aux-loss-coeff", repr(first.aux_loss_coeff)))
+        if first.group_limited:   # DeepSeek's node-limited routing, as the cost model's DeepEP dispatch assumes
+            args += [("--moe-router-num-groups", str(first.router_groups)),
+                     ("--moe-router-group-topk", str(first.router_group_topk))]
         if dense and not hybrid:   # some layers dense (DeepSeek's first k): 1 marks a MoE layer, 0 a dense one
             args.append(("--moe-layer-freq", _freq([isinstance(layer.mlp, MoEMLP) for layer in blocks])))
     if hybrid:

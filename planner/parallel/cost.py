@@ -40,9 +40,9 @@ Communication charged inside F and B (Megatron-LM does not overlap these by defa
   the same in-node index on its target nodes", then forwarded over NVLink) a token crosses the NIC once for each
   other node that holds one of its experts, not once per expert there: ``(n - 1)·(1 - C(E - E/n, k) / C(E, k))``
   node copies a token for ``E`` experts spread evenly over the EP group's ``n`` nodes and ``k`` experts a token chosen
-  at random (balanced routing, as the benchmarks force it; a router limited to a few node groups, DeepSeek-V3's
-  ``topk_group``, would send fewer, so this is an upper bound for it). What it sends over NVLink is charged as the
-  all-to-all's.
+  at random (balanced routing, as the benchmarks force it). A router limited to a few groups of experts (DeepSeek-V3's
+  node-limited routing, ``MoEMLP.router_groups``: at most 4 nodes a token) reaches fewer nodes
+  (``remote_nodes_per_token``). What it sends over NVLink is charged as the all-to-all's.
 - Full sharding (``sharding`` ``full``; ZeRO-3, Rajbhandari et al. 2020, Sec. 7.2.2: 1.5x the data-parallel volume
   of an all-reduce): each layer's bf16 weights all-gathered before its forward and again before its backward, its
   gradients reduce-scattered after its backward, every micro-batch (FSDP2 with gradient accumulation, resharding
@@ -476,28 +476,44 @@ def all_to_all_terms(nbytes: float, group: GroupSpan) -> tuple[float, float]:
     return (group.per_domain - 1) / group.size * nbytes, (group.size - group.per_domain) / group.size * nbytes
 
 
-def remote_nodes_per_token(experts: int, top_k: int, group: GroupSpan) -> float:
+def _none_drawn(pool: float, held: float, draws: int) -> float:
+    """The chance that ``draws`` items drawn without replacement from ``pool`` miss the ``held`` of them."""
+    return math.prod((pool - held - i) / (pool - i) for i in range(draws)) if draws <= pool - held else 0.0
+
+
+def remote_nodes_per_token(mlp: MoEMLP, group: GroupSpan) -> float:
     """The other nodes of the EP ``group`` that hold at least one of a token's ``top_k`` experts, on average, with the
-    ``experts`` spread evenly over the group's nodes and chosen at random (module doc, ``deepep``)."""
+    experts spread evenly over the group's nodes in order and routing balanced (module doc, ``deepep``).
+
+    Free routing draws the experts at random. Group-limited routing (``MoEMLP.router_groups``) draws
+    ``router_group_topk`` of the groups, each of which holds at least one of the token's experts (its best, which the
+    group's score counts), and the other ``top_k - router_group_topk`` at random among the drawn groups' experts: a
+    node holding whole groups is reached exactly when one of its groups is drawn (DeepSeek-V3 with EP 64 over 8 nodes:
+    3.5 other nodes a token, against 4.6 routed freely); a node holding part of a group, when its part gets one. A
+    layout where neither the nodes nor the groups divide the other is charged free routing, an upper bound."""
     nodes = group.size // group.per_domain
     if nodes <= 1:
         return 0.0
-    per_node = experts / nodes
-    missed = math.prod((experts - per_node - i) / (experts - i) for i in range(top_k)) if top_k <= experts - per_node \
-        else 0.0
-    return (nodes - 1) * (1 - missed)
+    experts, top_k = mlp.num_experts, mlp.top_k
+    groups, drawn = mlp.router_groups, mlp.router_group_topk
+    if not mlp.group_limited or (groups % nodes and nodes % groups):
+        return (nodes - 1) * (1 - _none_drawn(experts, experts / nodes, top_k))
+    if nodes <= groups:
+        return (nodes - 1) * (1 - _none_drawn(groups, groups // nodes, drawn))
+    pool, held = drawn * experts / groups, experts / nodes
+    reached = 1 - (1 - groups / nodes) * _none_drawn(pool, held, top_k - drawn)
+    return (nodes - 1) * drawn / groups * reached
 
 
-def dispatch_ms(token_bytes: float, tokens: float, top_k: int, experts: int, group: GroupSpan,
-                dispatcher: str = "alltoall") -> float:
-    """One dispatch (or combine) of a GPU's ``tokens`` (each ``token_bytes``) to their ``top_k`` experts of
-    ``experts`` over the EP ``group``: Megatron's all-to-all of every routed copy, or DeepEP's, whose NIC carries a
-    token once per other node holding one of its experts (module doc)."""
-    routed = tokens * top_k * token_bytes
+def dispatch_ms(token_bytes: float, tokens: float, mlp: MoEMLP, group: GroupSpan, dispatcher: str = "alltoall") -> float:
+    """One dispatch (or combine) of a GPU's ``tokens`` (each ``token_bytes``) to their ``mlp.top_k`` experts over the EP
+    ``group``: Megatron's all-to-all of every routed copy, or DeepEP's, whose NIC carries a token once per other node
+    holding one of its experts (module doc)."""
+    routed = tokens * mlp.top_k * token_bytes
     if dispatcher == "alltoall" or not group.crosses_domains:
         return all_to_all_ms(routed, group)
     inside, _ = all_to_all_terms(routed, group)
-    return _both_links_ms(inside, tokens * token_bytes * remote_nodes_per_token(experts, top_k, group), group)
+    return _both_links_ms(inside, tokens * token_bytes * remote_nodes_per_token(mlp, group), group)
 
 
 def ring_collective_ms(nbytes: float, group: GroupSpan) -> float:
@@ -659,7 +675,7 @@ def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config:
     if isinstance(layer.mlp, MoEMLP) and config.ep > 1:
         local = tokens / (config.tp * config.cp)
         routed = local * layer.mlp.top_k * spec.hidden_size * dtype_bytes
-        exchange = 2 * dispatch_ms(spec.hidden_size * dtype_bytes, local, layer.mlp.top_k, layer.mlp.num_experts,
+        exchange = 2 * dispatch_ms(spec.hidden_size * dtype_bytes, local, layer.mlp,
                                    mapping.span("ep"), options.ep_dispatcher)   # dispatch and combine
         # the expert TP group gathers what its ranks received and reduce-scatters the experts' output
         exchange += 2 * ring_collective_ms(routed * config.etp, mapping.span("etp"))

@@ -180,7 +180,11 @@ class MoEMLP:
 
     ``aux_loss_coeff`` weighs the load-balancing loss added per micro-batch in training (Switch Transformer's,
     normalised by top-k as Megatron-LM's ``moe_aux_loss_coeff``); 0 trains without it. ``bias``: the router and
-    every expert projection add a bias (gpt-oss).
+    every expert projection add a bias (gpt-oss). ``router_groups`` and ``router_group_topk``: group-limited routing
+    (DeepSeek-V2 Sec. 2.2.2's device-limited routing, DeepSeek-V3 Sec. 2.1.2's node-limited routing; HF
+    ``n_group`` / ``topk_group``, Megatron-Core ``--moe-router-num-groups`` / ``--moe-router-group-topk``): the
+    experts form ``router_groups`` groups of consecutive experts, and a token's ``top_k`` are chosen among the
+    ``router_group_topk`` groups whose two best experts score highest; 1 and 1 route freely.
     """
 
     num_experts: int
@@ -190,7 +194,13 @@ class MoEMLP:
     shared_intermediate_size: int = 0
     aux_loss_coeff: float = 0.0
     bias: bool = False
+    router_groups: int = 1
+    router_group_topk: int = 1
     type: str = field(default="moe", init=False)
+
+    @property
+    def group_limited(self) -> bool:
+        return self.router_group_topk < self.router_groups
 
     def to_dict(self) -> dict:
         doc = {"type": self.type, "num_experts": self.num_experts, "top_k": self.top_k,
@@ -201,6 +211,9 @@ class MoEMLP:
             doc["aux_loss_coeff"] = self.aux_loss_coeff
         if self.bias:
             doc["bias"] = True
+        if self.group_limited:
+            doc["router_groups"] = self.router_groups
+            doc["router_group_topk"] = self.router_group_topk
         return doc
 
 
@@ -387,19 +400,40 @@ def _load_mlp(doc: object, path: str) -> MLP:
         return DenseMLP(intermediate_size=get_int(doc, "intermediate_size", path),
                         gated=get_bool(doc, "gated", path, default=True), bias=get_bool(doc, "bias", path, default=False))
     reject_unknown(doc, {"type", "num_experts", "top_k", "expert_intermediate_size", "num_shared_experts",
-                         "shared_intermediate_size", "aux_loss_coeff", "bias"}, path)
+                         "shared_intermediate_size", "aux_loss_coeff", "bias", "router_groups",
+                         "router_group_topk"}, path)
     experts = get_int(doc, "num_experts", path)
     top_k = get_int(doc, "top_k", path)
     if top_k > experts:
         raise SpecError(join(path, "top_k"), f"must be <= num_experts ({experts}), got {top_k}")
     shared = get_int(doc, "num_shared_experts", path, default=0, minimum=0)
     expert_size = get_int(doc, "expert_intermediate_size", path)
+    groups = get_int(doc, "router_groups", path, default=1)
+    group_topk = get_int(doc, "router_group_topk", path, default=groups)
+    check_router_groups(experts, top_k, groups, group_topk, path, "router_groups", "router_group_topk")
     return MoEMLP(num_experts=experts, top_k=top_k, expert_intermediate_size=expert_size,
                   num_shared_experts=shared,
                   shared_intermediate_size=get_int(doc, "shared_intermediate_size", path,
                                                    default=expert_size if shared else 0, minimum=0),
                   aux_loss_coeff=get_number(doc, "aux_loss_coeff", path, default=0.0),
-                  bias=get_bool(doc, "bias", path, default=False))
+                  bias=get_bool(doc, "bias", path, default=False),
+                  router_groups=groups, router_group_topk=group_topk)
+
+
+def check_router_groups(experts: int, top_k: int, groups: int, group_topk: int, path: str, groups_field: str,
+                        topk_field: str) -> None:
+    """Group-limited routing's rules (``MoEMLP``): the groups split the experts evenly, a token takes its experts
+    from at most all of them, and the groups it may use hold at least ``top_k`` experts."""
+    if experts % groups:
+        raise SpecError(join(path, groups_field), f"must divide the {experts} experts into equal groups, got {groups}")
+    if group_topk > groups:
+        raise SpecError(join(path, topk_field), f"must be <= the {groups} groups, got {group_topk}")
+    if group_topk > top_k:
+        raise SpecError(join(path, topk_field), f"must be <= top_k ({top_k}): each group a token uses holds at least "
+                                                f"one of its experts, got {group_topk}")
+    if group_topk * (experts // groups) < top_k:
+        raise SpecError(join(path, topk_field), f"{group_topk} groups of {experts // groups} experts cannot hold a "
+                                                f"token's {top_k} experts")
 
 
 def _load_layer(doc: object, path: str) -> tuple[LayerSpec, int]:

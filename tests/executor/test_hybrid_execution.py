@@ -73,7 +73,7 @@ MOE_KINDS = load_model_spec({
         {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8},
          "mlp": {"type": "moe", "num_experts": 4, "top_k": 1, "expert_intermediate_size": 16, "aux_loss_coeff": 0.02}},
         {"kind": "mlp", "mlp": {"type": "moe", "num_experts": 8, "top_k": 2, "expert_intermediate_size": 8,
-                                "bias": True}},
+                                "bias": True, "router_groups": 4, "router_group_topk": 2}},
         {"kind": "head"},
     ],
 })

@@ -129,6 +129,27 @@ def test_moe_equals_a_per_token_weighted_sum_of_its_top_k_experts_plus_shared():
     torch.testing.assert_close(moe(tokens[None])[0], expected, rtol=1e-10, atol=1e-12)
 
 
+def test_group_limited_routing_chooses_the_best_experts_of_the_best_groups():
+    """Megatron-Core's group_limited_topk, token by token: groups of consecutive experts scored by their best
+    top_k / group_topk probabilities, the best groups kept, the top_k best experts of theirs chosen."""
+    from executor.model.mlp import choose_experts
+    generator = torch.Generator().manual_seed(3)
+    probabilities = torch.softmax(torch.randn(64, 16, dtype=torch.float64, generator=generator), dim=-1)
+    weights, chosen = choose_experts(probabilities, 4, groups=4, group_topk=2)
+    differs = 0
+    for row, (token_weights, token_experts) in enumerate(zip(weights, chosen)):
+        scores = [sorted(probabilities[row, 4 * g:4 * g + 4].tolist())[-2:] for g in range(4)]
+        kept = sorted(range(4), key=lambda g: sum(scores[g]))[-2:]
+        allowed = [e for e in range(16) if e // 4 in kept]
+        best = sorted(allowed, key=lambda e: probabilities[row, e].item())[-4:]
+        assert sorted(token_experts.tolist()) == sorted(best)
+        torch.testing.assert_close(token_weights, probabilities[row, token_experts])
+        differs += sorted(best) != sorted(torch.topk(probabilities[row], 4).indices.tolist())
+    assert differs > 0   # the limit changed some tokens' choice
+    free = choose_experts(probabilities, 4)
+    torch.testing.assert_close(free.values, torch.topk(probabilities, 4, dim=-1).values)
+
+
 def test_load_balancing_loss_is_experts_times_routed_share_times_mean_probability():
     generator = torch.Generator().manual_seed(5)
     probabilities = torch.softmax(torch.randn(10, 4, generator=generator, dtype=torch.float64), dim=-1)

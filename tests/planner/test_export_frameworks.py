@@ -82,6 +82,8 @@ ARGS = [
     ("--moe-shared-expert-intermediate-size", "moe_shared_expert_intermediate_size", int),
     ("--moe-layer-freq", "moe_layer_freq", lambda text: eval(text, {})),   # Megatron-LM's moe_freq_type
     ("--moe-aux-loss-coeff", "moe_aux_loss_coeff", float),
+    ("--moe-router-num-groups", "moe_router_num_groups", int),
+    ("--moe-router-group-topk", "moe_router_group_topk", int),
     ("--moe-grouped-gemm", "moe_grouped_gemm", True),
     ("--moe-token-dispatcher-type", "moe_token_dispatcher_type", str),
     ("--moe-flex-dispatcher-backend", "moe_flex_dispatcher_backend", str),
@@ -392,3 +394,21 @@ def test_the_export_names_the_dispatcher_the_plan_was_predicted_with():
     assert built["alltoall"].moe_token_dispatcher_type == "alltoall"
     assert (built["deepep"].moe_token_dispatcher_type, built["deepep"].moe_flex_dispatcher_backend) == ("flex",
                                                                                                           "deepep")
+
+
+def test_group_limited_routing_is_exported_and_megatron_core_takes_it():
+    """A model whose router keeps 3 of 8 expert groups (DeepSeek-V2's device-limited routing) exports Megatron-Core's
+    group-limited routing; one that routes freely exports none."""
+    from dataclasses import replace
+    from planner.spec.model import MoEMLP
+    result = hybrid.search("deepseek-v2-lite", "h100-sxm-2x8", 16, 4096, 128,
+                           {"tp": 1, "cp": 1, "ep": 4, "pp": 2, "recompute": "full"}, time_budget_s=120)
+    plan, free = load_plan(result.plan_document()), load_model_preset("deepseek-v2-lite")
+    limited = replace(free, layers=tuple(
+        replace(layer, mlp=replace(layer.mlp, router_groups=8, router_group_topk=3))
+        if isinstance(layer.mlp, MoEMLP) else layer for layer in free.layers))
+    fields, _ = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, limited)))
+    built = megatron_config(fields)
+    assert (built.moe_router_num_groups, built.moe_router_group_topk) == (8, 3)
+    fields, _ = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, free)))
+    assert "moe_router_num_groups" not in fields and megatron_config(fields).moe_router_num_groups is None

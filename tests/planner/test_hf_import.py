@@ -89,7 +89,8 @@ def test_deepseek_v3_has_three_dense_layers_then_moe_with_mla():
     assert len(body) == 61
     assert [isinstance(block.mlp, DenseMLP) for block in body[:3]] == [True] * 3
     assert all(block.mlp == MoEMLP(num_experts=256, top_k=8, expert_intermediate_size=2048,
-                                   num_shared_experts=1, shared_intermediate_size=2048) for block in body[3:])
+                                   num_shared_experts=1, shared_intermediate_size=2048, router_groups=8,
+                                   router_group_topk=4) for block in body[3:])
     assert body[0].mlp == DenseMLP(18432)
     assert body[0].mixer == AttentionMixer(num_heads=128, num_kv_heads=128, head_dim=192, v_head_dim=128,
                                            q_lora_rank=1536, kv_lora_rank=512, rope_head_dim=64)
@@ -100,6 +101,28 @@ def test_deepseek_v2_lite_has_no_query_latent_and_one_dense_layer():
     assert len(body) == 27 and isinstance(body[0].mlp, DenseMLP) and isinstance(body[1].mlp, MoEMLP)
     assert body[0].mixer.q_lora_rank is None and body[0].mixer.kv_lora_rank == 512
     assert body[1].mlp.num_shared_experts == 2 and body[1].mlp.top_k == 6
+
+
+def test_deepseek_routers_group_limit_is_read_as_transformers_routers_apply_it():
+    """DeepSeek-V3's router always keeps ``topk_group`` of ``n_group`` groups (its HF defaults 4 of 8); DeepSeek-V2's
+    only with ``topk_method`` ``group_limited_greedy``; GLM-4.5's and Kimi-K2's 1 of 1 route freely."""
+    def routed(doc):
+        return next(block.mlp for block in blocks(import_hf_config(doc)) if isinstance(block.mlp, MoEMLP))
+
+    v3 = {key: value for key, value in config("deepseek-v3").items() if key not in ("n_group", "topk_group")}
+    assert (routed(v3).router_groups, routed(v3).router_group_topk) == (8, 4)
+    assert not routed(config("kimi-k2")).group_limited and not routed(config("glm-4.5")).group_limited
+    lite = config("deepseek-v2-lite")
+    assert not routed(lite).group_limited   # greedy
+    limited = routed({**lite, "topk_method": "group_limited_greedy", "n_group": 8, "topk_group": 3})
+    assert (limited.router_groups, limited.router_group_topk) == (8, 3)
+    assert not routed({**lite, "n_group": 8, "topk_group": 3}).group_limited   # greedy ignores the groups
+    for bad, field, reason in (({"topk_method": "group_limited_greedy", "n_group": None}, "n_group", "required"),
+                               ({"topk_method": "group_limited_greedy", "n_group": 7}, "n_group", "equal groups"),
+                               ({"topk_method": "top_p"}, "topk_method", "must be one of")):
+        with pytest.raises(SpecError) as error:
+            import_hf_config({**lite, **bad})
+        assert error.value.field == field and reason in str(error.value), (bad, str(error.value))
 
 
 def test_deepseek_moe_layer_freq_skips_layers():

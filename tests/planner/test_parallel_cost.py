@@ -17,7 +17,7 @@ from planner.parallel.cost import (CostOptions, all_to_all_ms, all_to_all_terms,
 from planner.parallel.evaluate import Job, backward_workspace_bytes
 from planner.parallel.search import candidates
 from planner.parallel.mapping import RankMapping
-from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, ModelSpec
+from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, ModelSpec, MoEMLP
 from planner.spec.presets import load_model_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -426,25 +426,66 @@ def test_deepeps_dispatch_sends_a_token_once_per_other_node_holding_one_of_its_e
     cluster = load_cluster_preset("h100-sxm-128x8")
     rng = random.Random(7)
     for experts, top_k, ep in ((256, 8, 64), (128, 8, 32), (128, 4, 16)):
-        group = RankMapping(ParallelConfig(tp=1, cp=1, pp=1, dp=ep, ep=ep, microbatch_size=1, num_microbatches=1),
-                            cluster).span("ep")
+        mlp = MoEMLP(num_experts=experts, top_k=top_k, expert_intermediate_size=2048)
+        group = ep_group(cluster, ep)
         nodes = ep // group.per_domain
         per_node = experts // nodes
         samples = [len({expert // per_node for expert in rng.sample(range(experts), top_k)} - {0})
                    for _ in range(20000)]
-        assert remote_nodes_per_token(experts, top_k, group) == pytest.approx(sum(samples) / len(samples), rel=0.02)
+        assert remote_nodes_per_token(mlp, group) == pytest.approx(sum(samples) / len(samples), rel=0.02)
         token_bytes, tokens = 7168 * 2, 4096
         _, outside = all_to_all_terms(tokens * top_k * token_bytes, group)
-        deepep = dispatch_ms(token_bytes, tokens, top_k, experts, group, "deepep")
-        alltoall = dispatch_ms(token_bytes, tokens, top_k, experts, group, "alltoall")
+        deepep = dispatch_ms(token_bytes, tokens, mlp, group, "deepep")
+        alltoall = dispatch_ms(token_bytes, tokens, mlp, group, "alltoall")
         assert alltoall == pytest.approx(all_to_all_ms(tokens * top_k * token_bytes, group))
-        nic = tokens * token_bytes * remote_nodes_per_token(experts, top_k, group) / (group.inter.bandwidth_gb_s * 1e6)
+        nic = tokens * token_bytes * remote_nodes_per_token(mlp, group) / (group.inter.bandwidth_gb_s * 1e6)
         assert deepep == pytest.approx(nic + group.latency_us() * 1e-3) and deepep < alltoall
         assert outside / (group.inter.bandwidth_gb_s * 1e6) > nic
-    inside = RankMapping(ParallelConfig(tp=1, cp=1, pp=1, dp=8, ep=8, microbatch_size=1, num_microbatches=1),
-                         cluster).span("ep")
-    assert remote_nodes_per_token(256, 8, inside) == 0
-    assert dispatch_ms(14336, 4096, 8, 256, inside, "deepep") == dispatch_ms(14336, 4096, 8, 256, inside, "alltoall")
+    inside = ep_group(cluster, 8)
+    mlp = MoEMLP(num_experts=256, top_k=8, expert_intermediate_size=2048)
+    assert remote_nodes_per_token(mlp, inside) == 0
+    assert dispatch_ms(14336, 4096, mlp, inside, "deepep") == dispatch_ms(14336, 4096, mlp, inside, "alltoall")
+
+
+def test_node_limited_routing_reaches_the_nodes_deepseeks_router_reaches():
+    """DeepSeek-V3's router (transformers' DeepseekV3TopkRouter, Megatron-Core's group_limited_topk): each group scored
+    by its two best experts, the 4 best of 8 groups kept, the token's 8 experts the best of theirs; simulated on
+    balanced (i.i.d.) scores, the other nodes a token reaches are what ``remote_nodes_per_token`` charges, for EP
+    over 2, 4 and 8 nodes (whole groups on a node) and 16 (a group over two nodes). DeepEP then sends less than under
+    free routing."""
+    import numpy as np
+    from planner.parallel.cost import dispatch_ms, remote_nodes_per_token
+    cluster = load_cluster_preset("h100-sxm-128x8")
+    limited = MoEMLP(num_experts=256, top_k=8, expert_intermediate_size=2048, router_groups=8, router_group_topk=4)
+    free = MoEMLP(num_experts=256, top_k=8, expert_intermediate_size=2048)
+    rng = np.random.default_rng(11)
+    tokens = 20000
+    scores = rng.random((tokens, 256))
+    group_scores = np.sort(scores.reshape(tokens, 8, 32), axis=-1)[..., -2:].sum(-1)
+    kept = np.argsort(group_scores, axis=-1)[:, -4:]
+    allowed = np.zeros((tokens, 8), bool)
+    np.put_along_axis(allowed, kept, True, axis=-1)
+    chosen = np.argsort(np.where(np.repeat(allowed, 32, axis=-1), scores, -1.0), axis=-1)[:, -8:]
+    for ep in (16, 32, 64, 128):
+        group = ep_group(cluster, ep)
+        nodes = ep // group.per_domain
+        reached = np.zeros((tokens, nodes), bool)
+        np.put_along_axis(reached, chosen // (256 // nodes), True, axis=-1)
+        own = rng.integers(0, nodes, tokens)
+        simulated = (reached.sum(-1) - reached[np.arange(tokens), own]).mean()
+        assert remote_nodes_per_token(limited, group) == pytest.approx(simulated, rel=0.02), nodes
+        assert remote_nodes_per_token(limited, group) < remote_nodes_per_token(free, group)
+        assert dispatch_ms(14336, 4096, limited, group, "deepep") < dispatch_ms(14336, 4096, free, group, "deepep")
+        # Megatron's all-to-all sends every routed copy, wherever the groups lie
+        assert dispatch_ms(14336, 4096, limited, group, "alltoall") == dispatch_ms(14336, 4096, free, group, "alltoall")
+    assert remote_nodes_per_token(limited, ep_group(cluster, 64)) == pytest.approx(3.5)
+
+def ep_group(cluster, ep: int):
+    return RankMapping(ParallelConfig(tp=1, cp=1, pp=1, dp=ep, ep=ep, microbatch_size=1, num_microbatches=1),
+                       cluster).span("ep")
+
+
+def test_the_ep_dispatcher_is_one_of_the_modelled_ones():
     with pytest.raises(SpecError) as caught:
         job_options(ep_dispatcher="hybridep")
     assert caught.value.field == "ep_dispatcher" and "alltoall, deepep" in caught.value.reason

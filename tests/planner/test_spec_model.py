@@ -78,11 +78,13 @@ def test_gated_delta_conv_kernel_round_trips_and_only_gated_delta_takes_one():
         assert error.value.field == "layers[1].mixer.conv_kernel" and reason in str(error.value)
 
 
+def moe_doc(**mlp):
+    doc = doc_with({"type": "attention", "num_heads": 2, "head_dim": 8})
+    doc["layers"][1]["mlp"] = {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16, **mlp}
+    return doc
+
+
 def test_moe_aux_loss_coeff_round_trips_is_written_only_when_set_and_must_not_be_negative():
-    def moe_doc(**mlp):
-        doc = doc_with({"type": "attention", "num_heads": 2, "head_dim": 8})
-        doc["layers"][1]["mlp"] = {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16, **mlp}
-        return doc
 
     plain = load_model_spec(moe_doc())
     assert plain.layers[1].mlp.aux_loss_coeff == 0.0 and "aux_loss_coeff" not in plain.layers[1].mlp.to_dict()
@@ -153,3 +155,23 @@ def test_mamba1_errors_name_the_field(change, field):
     with pytest.raises(SpecError) as error:
         load_model_spec(doc_with(mixer))
     assert error.value.field == field
+
+
+def test_group_limited_routing_round_trips_is_written_only_when_it_limits_and_its_rules_name_the_field():
+    free = load_model_spec(moe_doc())
+    assert not free.layers[1].mlp.group_limited and "router_groups" not in free.layers[1].mlp.to_dict()
+    assert not load_model_spec(moe_doc(router_groups=2)).layers[1].mlp.group_limited   # both groups: no limit
+    limited = load_model_spec(moe_doc(num_experts=8, router_groups=4, router_group_topk=2))
+    mlp = limited.layers[1].mlp
+    assert (mlp.router_groups, mlp.router_group_topk, mlp.group_limited) == (4, 2, True)
+    assert mlp.to_dict()["router_groups"] == 4 and load_model_spec(limited.to_dict()) == limited
+    for bad, field, reason in (({"router_groups": 3}, "router_groups", "equal groups"),
+                               ({"router_groups": 2, "router_group_topk": 3}, "router_group_topk", "<= the 2 groups"),
+                               ({"num_experts": 8, "top_k": 1, "router_groups": 4, "router_group_topk": 2},
+                                "router_group_topk", "<= top_k (1)"),
+                               ({"num_experts": 8, "top_k": 3, "router_groups": 8, "router_group_topk": 2},
+                                "router_group_topk", "cannot hold a token's 3 experts"),
+                               ({"router_groups": 0}, "router_groups", ">= 1")):
+        with pytest.raises(SpecError) as error:
+            load_model_spec(moe_doc(**bad))
+        assert error.value.field == f"layers[1].mlp.{field}" and reason in str(error.value), (bad, str(error.value))

@@ -5,7 +5,7 @@ file of each family (``models/<model_type>/modeling_<model_type>.py``)."""
 from __future__ import annotations
 
 from planner.errors import SpecError
-from planner.spec.hf.reader import Config, aux_loss_coeff, attention, layer_types, top_k
+from planner.spec.hf.reader import Config, aux_loss_coeff, attention, layer_types, router_groups, top_k
 from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
 
 SLIDING_OR_FULL = {"sliding_attention": "sliding", "full_attention": "full"}
@@ -157,10 +157,13 @@ def _dense_first_then_moe(cfg: Config, dense: DenseMLP, moe: MoEMLP | None, coun
 
 
 def _shared_expert_moe(cfg: Config, experts: int) -> MoEMLP:
+    """DeepSeek's and GLM-4.5's MoE: shared experts beside the routed ones, and the router's group limit."""
     expert_size = cfg.integer("moe_intermediate_size")
     shared = cfg.integer("n_shared_experts", default=cfg.default("n_shared_experts", 0), minimum=0)
-    return MoEMLP(num_experts=experts, top_k=top_k(cfg, experts), expert_intermediate_size=expert_size,
-                  num_shared_experts=shared, shared_intermediate_size=expert_size if shared else 0)
+    chosen = top_k(cfg, experts)
+    return MoEMLP(num_experts=experts, top_k=chosen, expert_intermediate_size=expert_size,
+                  num_shared_experts=shared, shared_intermediate_size=expert_size if shared else 0,
+                  **router_groups(cfg, experts, chosen))
 
 
 def deepseek(cfg: Config) -> list[LayerSpec]:

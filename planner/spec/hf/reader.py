@@ -9,8 +9,8 @@ for ``hidden_size``) is read under either spelling. Errors name the key as the c
 from __future__ import annotations
 
 from planner.errors import SpecError
-from planner.spec.model import AttentionMixer, LayerSpec
-from planner.fields import closest_key, get_bool, get_int, get_number, join, require_list
+from planner.spec.model import AttentionMixer, LayerSpec, check_router_groups
+from planner.fields import closest_key, get_bool, get_int, get_number, get_str, join, require_list
 
 EMBEDDING = LayerSpec(kind="embedding")
 HEAD = LayerSpec(kind="head")
@@ -83,6 +83,10 @@ class Config:
         view, name = self._view(key, default)
         return get_number(view, name, self.path, minimum=minimum)
 
+    def choice(self, key: str, choices: tuple[str, ...], default=...) -> str:
+        view, name = self._view(key, default)
+        return get_str(view, name, self.path, choices=choices)
+
     def flag(self, key: str, default=...) -> bool:
         view, name = self._view(key, default)
         if name not in view:
@@ -133,6 +137,21 @@ def top_k(cfg: Config, experts: int) -> int:
     if chosen > experts:
         raise SpecError(cfg.field("num_experts_per_tok"), f"must be <= the number of experts ({experts}), got {chosen}")
     return chosen
+
+
+TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+
+
+def router_groups(cfg: Config, experts: int, chosen: int) -> dict:
+    """Group-limited routing (``MoEMLP.router_groups``), as transformers' routers run it: DeepSeek-V3's (and
+    GLM-4.5's, Kimi-K2's, whose 1 and 1 route freely) always choose among ``topk_group`` of ``n_group`` groups;
+    DeepSeek-V2's only with ``topk_method`` ``group_limited_greedy``."""
+    if cfg.choice("topk_method", TOPK_METHODS, default=cfg.default("topk_method", "noaux_tc")) == "greedy":
+        return {}
+    groups = cfg.integer("n_group", default=cfg.default("n_group", 1))
+    group_topk = cfg.integer("topk_group", default=cfg.default("topk_group", groups))
+    check_router_groups(experts, chosen, groups, group_topk, cfg.path, cfg.name("n_group"), cfg.name("topk_group"))
+    return {"router_groups": groups, "router_group_topk": group_topk}
 
 
 def aux_loss_coeff(cfg: Config) -> float:
