@@ -505,7 +505,8 @@ def remote_nodes_per_token(mlp: MoEMLP, group: GroupSpan) -> float:
     return (nodes - 1) * drawn / groups * reached
 
 
-def dispatch_ms(token_bytes: float, tokens: float, mlp: MoEMLP, group: GroupSpan, dispatcher: str = "alltoall") -> float:
+def dispatch_ms(token_bytes: float, tokens: float, mlp: MoEMLP, group: GroupSpan,
+                dispatcher: str = "alltoall") -> float:
     """One dispatch (or combine) of a GPU's ``tokens`` (each ``token_bytes``) to their ``mlp.top_k`` experts over the EP
     ``group``: Megatron's all-to-all of every routed copy, or DeepEP's, whose NIC carries a token once per other node
     holding one of its experts (module doc)."""

@@ -88,6 +88,21 @@ class TestSpecs:
                                                "reason": "must be >= 1, got -1"}]}
         assert ModelSpecRecord.objects.count() == 0
 
+    def test_a_deepseek_config_keeps_its_node_limited_routing_and_a_bad_group_limit_is_a_400(self, people):
+        from pathlib import Path
+
+        fixture = Path(__file__).parents[1] / "planner" / "fixtures" / "hf" / "deepseek-v3.json"
+        config = json.loads(fixture.read_text())
+        response = api_as(people.member).post(reverse("api:specs"), {"doc": config}, format="json")
+        assert response.status_code == 201
+        moe = next(layer["mlp"] for layer in response.json()["doc"]["layers"]
+                   if layer.get("mlp", {}).get("type") == "moe")
+        assert (moe["router_groups"], moe["router_group_topk"]) == (8, 4)
+        response = api_as(people.member).post(reverse("api:specs"), {"doc": {**config, "topk_group": 9}}, format="json")
+        assert response.status_code == 400
+        assert response.json() == {"errors": [{"field": "doc.topk_group", "reason": "must be <= the 8 groups, got 9"}]}
+        assert ModelSpecRecord.objects.count() == 1
+
     def test_a_misspelt_hf_key_is_a_warning_kept_with_the_spec(self, people):
         from pathlib import Path
 
