@@ -43,8 +43,9 @@ recomputation and TP overlap are not published, so those rows are shown, not val
 performance summary follows, with its published degrees, virtual stages and batch pinned, then NeMo's long-sequence
 table (Llama 2 7B, 4 K to 1 M tokens with CP up to 32, NeMo 24.03), and then the DGX H100 and
 B200 rows of NeMo's Megatron-Bridge summary (the 26.04.01 container: Llama 3 70B, Llama 3.1 405B on 1,024 GPUs, and
-the MoE models GPT-OSS 120B, Qwen3 30B-A3B, Qwen3 235B-A22B and DeepSeek-V3 with their expert parallelism), pinned
-the same way, with the recipes' bf16 gradient reduction. The 2024 stacks (Megatron-Core r0.8.0, NeMo 24.03 and
+the MoE models GPT-OSS 120B, Qwen3 30B-A3B, Qwen3 235B-A22B and DeepSeek-V3 with their expert parallelism; 25.11's
+Llama 3 8B with Megatron-FSDP), pinned the same way, with the recipes' bf16 gradient reduction, and the same
+archive's other DGX H100 rows whose configuration differs. The 2024 stacks (Megatron-Core r0.8.0, NeMo 24.03 and
 24.07) are scored with Transformer Engine's attention as they ran it (``TE_2024``: ``planner.cost.roofline``'s
 ``TE_2024_ATTENTION``, set on the long-sequence table's 1 M-token row), the 2026 ones with cuDNN's measured rate.
 
