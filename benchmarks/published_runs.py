@@ -421,7 +421,7 @@ class NemoRun:
 
 
 # NVIDIA NeMo, docs/source/performance/performance_summary.md (removed in December 2024, last at d31653f792^):
-# pre-training at FP8 on DGX H100 with NeMo 24.07. Nemotron rows left out (squared-ReLU MLPs, not shapes here).
+# pre-training at FP8 on DGX H100 with NeMo 24.07.
 NEMO_2024 = {"attention_kernel": TE_2024}
 NEMO_H100_FP8 = (
     NemoRun("GPT3-5B", 64, 2048, 4, 2048, 1, 1, 1, 1, 23406, 765, **NEMO_2024),
@@ -433,9 +433,19 @@ NEMO_H100_FP8 = (
     NemoRun("Llama 2 70B", 64, 128, 1, 4096, 4, 4, 1, 20, 1728, 768, **NEMO_2024),
     NemoRun("Llama 3 8B", 8, 128, 1, 8192, 1, 1, 2, 1, 12273, 711, **NEMO_2024),
     NemoRun("Llama 3 70B", 64, 128, 1, 8192, 4, 4, 2, 5, 1524, 734, **NEMO_2024),
+    NemoRun("Nemotron-8B", 64, 256, 4, 4096, 2, 1, 1, 1, 12507, 643, **NEMO_2024),
+    NemoRun("Nemotron-22B", 64, 256, 2, 4096, 2, 4, 1, 10, 4312, 562, **NEMO_2024),
+    NemoRun("Nemotron-340B", 128, 32, 1, 4096, 8, 8, 1, 12, 326, 686, **NEMO_2024),
 )
 # NeMo's GPT-3 (Brown et al. 2020, Table 2.1): (heads, hidden, blocks); a 4h GeLU MLP, tied embeddings
 NEMO_GPT3 = {"GPT3-5B": (32, 4096, 24), "GPT3-20B": (48, 6144, 44), "GPT3-175B": (96, 12288, 96)}
+# NeMo's Nemotron (nemo/collections/llm/gpt/model/nemotron.py: Nemotron3Config8B, Nemotron3Config22B,
+# Nemotron4Config340B): (heads, query groups, hidden, blocks, ffn); LayerNorm, a squared-ReLU MLP without a gate or
+# biases, rotary positions, untied embeddings, NeMo's 256,000-token vocabulary. The summary's own FLOP/token (its
+# TFLOP/s over its tokens/s) is NeMo's count for exactly these shapes (test_the_nemotron_rows_shapes_are_nemos).
+NEMO_NEMOTRON = {"Nemotron-8B": (32, 32, 4096, 32, 16384), "Nemotron-22B": (48, 48, 6144, 40, 24576),
+                 "Nemotron-340B": (96, 8, 18432, 96, 73728)}
+NEMOTRON_VOCAB = 256000
 
 # NVIDIA-NeMo/Megatron-Bridge, docs/performance-summary-archive.md, "26.04.01 NeMo Container" (one row from 25.09,
 # said where), the DGX-H100 and DGX-B200 rows of each model (FP8 on H100 is Transformer Engine's per-tensor current
@@ -482,7 +492,18 @@ HF_CONFIGS = Path(__file__).resolve().parent.parent / "tests" / "planner" / "fix
 NEMO_HF = {"GPT-OSS 120B": "gpt-oss-120b", "Qwen3 30B-A3B": "qwen3-30b-a3b", "Qwen3 235B-A22B": "qwen3-235b-a22b"}
 
 
+def nemotron(name: str, seq_len: int) -> ModelSpec:
+    heads, groups, hidden, blocks, ffn = NEMO_NEMOTRON[name]
+    mixer = AttentionMixer(num_heads=heads, num_kv_heads=groups, head_dim=hidden // heads)
+    block = LayerSpec(kind="decoder", mixer=mixer, mlp=DenseMLP(intermediate_size=ffn, gated=False))
+    return ModelSpec(name=name.lower(), hidden_size=hidden, vocab_size=NEMOTRON_VOCAB, seq_len=seq_len,
+                     layers=(LayerSpec(kind="embedding"),) + (block,) * blocks + (LayerSpec(kind="head"),),
+                     norm="layernorm")
+
+
 def nemo_model(run: NemoRun) -> ModelSpec:
+    if run.model in NEMO_NEMOTRON:
+        return nemotron(run.model, run.seq_len)
     if run.model in NEMO_GPT3:
         heads, hidden, layers = NEMO_GPT3[run.model]
         return GptRun(run.model, heads, hidden, layers, run.tp, run.pp, run.gpus, run.batch).model(
