@@ -98,10 +98,14 @@ class TestSpecs:
         moe = next(layer["mlp"] for layer in response.json()["doc"]["layers"]
                    if layer.get("mlp", {}).get("type") == "moe")
         assert (moe["router_groups"], moe["router_group_topk"]) == (8, 4)
+        # the config names no model: the model is named after its model_type (a name in the request names it)
+        assert response.json()["doc"]["name"] == "deepseek_v3"
+        named = api_as(people.member).post(reverse("api:specs"), {"doc": config, "name": "v3 base"}, format="json")
+        assert (named.json()["name"], named.json()["doc"]["name"]) == ("v3 base", "v3 base")
         response = api_as(people.member).post(reverse("api:specs"), {"doc": {**config, "topk_group": 9}}, format="json")
         assert response.status_code == 400
         assert response.json() == {"errors": [{"field": "doc.topk_group", "reason": "must be <= the 8 groups, got 9"}]}
-        assert ModelSpecRecord.objects.count() == 1
+        assert ModelSpecRecord.objects.count() == 2
 
     def test_a_misspelt_hf_key_is_a_warning_kept_with_the_spec(self, people):
         from pathlib import Path

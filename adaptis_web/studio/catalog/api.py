@@ -42,7 +42,10 @@ class SpecListCreateApi(ThrottledCreate, HistoryListApi):
             spec, warnings = spec_parse_upload(content=read_upload(upload, field="file"), filename=upload.name)
             filename = upload.name
         else:
-            spec, warnings = spec_parse_upload(content=json.dumps(values["doc"]).encode(), filename="doc.json",
+            # a HF config that does not name its model (no _name_or_path) is named as the request names it, else
+            # after its model_type
+            spec, warnings = spec_parse_upload(content=json.dumps(values["doc"]).encode(),
+                                               filename=f"{values['name']}.json" if values.get("name") else "",
                                                field="doc")
             filename = ""
         record = spec_create(team=team, owner=request.user, spec=spec, source_filename=filename,
