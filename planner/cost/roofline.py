@@ -100,8 +100,8 @@ def gemm_efficiency(m: float, n: float, k: float, multiprocessors: int, plateau:
     units = tiles * splits
     waves = math.ceil(units / multiprocessors)
     k_slice = k / splits
-    top = plateau * FP8_PLATEAU if fp8 else plateau
-    return top * units / (waves * multiprocessors) * k_slice / (k_slice + K_HALF[fp8])
+    bf16 = plateau * units / (waves * multiprocessors) * k_slice / (k_slice + K_HALF[False])
+    return bf16 * fp8_factor(k_slice) if fp8 else bf16
 
 
 def fp8_factor(k: float) -> float:
