@@ -428,7 +428,7 @@ def _hybrid_search(args: argparse.Namespace) -> int:
     budget = args.time_budget if args.time_budget is not None else DEFAULT_TIME_BUDGET_S
     result = search(model, cluster, args.gpus, args.seq_len, args.global_batch, pins, time_budget_s=budget,
                     progress=_progress, options=job_options(args.overlap, args.framework, args.recompute_modules,
-                                        args.ep_dispatcher))
+                                                            args.ep_dispatcher))
     write_output(args.out, json.dumps(result.plan_document(), indent=2) + "\n")
     summary = result.to_dict(ranks=False)
     best = summary["best"]
@@ -468,7 +468,7 @@ def capacity_command(args: argparse.Namespace) -> int:
     result = capacity_sweep(read_model(args.model), read_cluster(args.cluster), counts, args.seq_len, args.global_batch,
                             int(args.token_budget), pins, progress=_progress,
                             options=job_options(args.overlap, args.framework, args.recompute_modules,
-                                        args.ep_dispatcher))
+                                                args.ep_dispatcher))
     write_output(args.out, json.dumps(result, indent=2) + "\n")
     _report_written(args.out, {key: result[key] for key in ("fastest_gpus", "cheapest_gpus", "device")})
     return EXIT_OK

@@ -74,7 +74,7 @@ class TeamDetailOutput(serializers.ModelSerializer):
 class MemberAddInput(KnownFieldsMixin, serializers.Serializer):
     username = StrictCharField(validators=[NOT_BLANK])
     role = ChoiceField(choices=GRANTABLE_ROLES, default=Membership.Role.MEMBER,
-                                   help_text="the owner's role moves only by a transfer")
+                       help_text="the owner's role moves only by a transfer")
 
 
 class MemberRoleInput(KnownFieldsMixin, serializers.Serializer):
@@ -87,7 +87,7 @@ class TransferInput(KnownFieldsMixin, serializers.Serializer):
 
 class InvitationCreateInput(KnownFieldsMixin, serializers.Serializer):
     role = ChoiceField(choices=GRANTABLE_ROLES, default=Membership.Role.MEMBER,
-                                   help_text="the owner's role moves only by a transfer")
+                       help_text="the owner's role moves only by a transfer")
 
 
 class InvitationOutput(serializers.ModelSerializer):

@@ -96,7 +96,7 @@ def job_request_check(*, spec: ModelSpec, num_devices: int | None = None, num_mi
         settings = capacity.capacity_settings_check(gpu_counts=gpu_counts, token_budget=token_budget, seq_len=seq_len,
                                                     global_batch=global_batch, pins=pins, overlap=overlap,
                                                     framework=framework, recompute_modules=recompute_modules,
-                                                ep_dispatcher=ep_dispatcher)
+                                                    ep_dispatcher=ep_dispatcher)
         return JobRequest(cluster_preset=preset, cluster=cluster, num_devices=max(settings.gpu_counts),
                           num_microbatches=0, schedule=capacity.CAPACITY_SCHEDULE, partition="",
                           mode=JobMode.CAPACITY, capacity=settings, cluster_record=saved_cluster)

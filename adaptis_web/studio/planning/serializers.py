@@ -68,13 +68,13 @@ class JobCreateInput(KnownFieldsMixin, serializers.Serializer):
                              "together as pins"}
     spec = IdField(help_text="id of a spec of one of your teams")
     mode = ChoiceField(choices=JobMode.choices, default=JobMode.PIPELINE,
-                                   help_text='"pipeline": plan the pipeline of num_devices devices (the fields below '
-                                             'up to memory_limit_bytes); "hybrid": choose TP, CP, PP, DP, EP, '
-                                             "micro-batch size and recomputation for gpus GPUs (gpus, seq_len, "
-                                             'global_batch and the optional pins); "capacity": the hybrid search at '
-                                             "each of gpu_counts GPUs of the cluster's kind and what token_budget "
-                                             "tokens cost there (token_budget, gpu_counts, seq_len, global_batch, "
-                                             "pins)")
+                       help_text='"pipeline": plan the pipeline of num_devices devices (the fields below '
+                                 'up to memory_limit_bytes); "hybrid": choose TP, CP, PP, DP, EP, '
+                                 "micro-batch size and recomputation for gpus GPUs (gpus, seq_len, "
+                                 'global_batch and the optional pins); "capacity": the hybrid search at '
+                                 "each of gpu_counts GPUs of the cluster's kind and what token_budget "
+                                 "tokens cost there (token_budget, gpu_counts, seq_len, global_batch, "
+                                 "pins)")
     cluster_preset = ClusterPresetField(required=False, allow_blank=True, default="",
                                         help_text="a preset file (see /api/presets/) or a named cluster "
                                                   "'<device>-<nodes>x<gpus per node>', e.g. h100-sxm-1024x8")
@@ -87,10 +87,10 @@ class JobCreateInput(KnownFieldsMixin, serializers.Serializer):
     num_microbatches = serializers.IntegerField(required=False, min_value=1, max_value=MAX_MICROBATCHES,
                                                 help_text="pipeline only (required there)")
     schedule = ChoiceField(choices=JOB_SCHEDULES, default=DEFAULT_SCHEDULE,
-                                       help_text='"adaptis" searches partition, placement and schedule and compares '
-                                                 "the result with every baseline; the others build that baseline")
+                           help_text='"adaptis" searches partition, placement and schedule and compares '
+                                     "the result with every baseline; the others build that baseline")
     partition = ChoiceField(choices=PARTITIONS, default=DEFAULT_PARTITION,
-                                        help_text="baselines only: the search chooses its own")
+                            help_text="baselines only: the search chooses its own")
     seed = serializers.IntegerField(default=0, min_value=0, max_value=MAX_SEED, help_text="search only")
     time_budget_s = serializers.FloatField(default=DEFAULT_TIME_BUDGET_S, min_value=MIN_TIME_BUDGET_S,
                                            max_value=MAX_TIME_BUDGET_S,

@@ -23,8 +23,8 @@ class RunCreateInput(KnownFieldsMixin, serializers.Serializer):
     scale_down = StrictBooleanField(default=False,
                                           help_text="run a CPU-sized copy with the same layer pattern")
     target = ChoiceField(choices=["local", "cluster"], default="local",
-                                     help_text="local: on the runs worker's CPU; cluster: you launch its ranks "
-                                               "(the answer's launch: torchrun, sbatch) and they report here")
+                         help_text="local: on the runs worker's CPU; cluster: you launch its ranks "
+                                   "(the answer's launch: torchrun, sbatch) and they report here")
     # Blank (as a form sends a field left empty) means the default, for both.
     environment = StrictCharField(required=False, allow_blank=True, max_length=2000,
                                   help_text="cluster: the shell line that sets up the executor's environment on every "
