@@ -50,14 +50,15 @@ def parse_model_text(text: str, filename: str = "") -> ModelSpec:
     return parse_model_document(text, filename)[0]
 
 
-def parse_model_document(text: str, filename: str = "") -> tuple[ModelSpec, list[SpecWarning]]:
+def parse_model_document(text: str, filename: str = "", name: str = "") -> tuple[ModelSpec, list[SpecWarning]]:
     """``parse_model_text``'s spec and the warnings about what it accepted but probably not as meant (a HF
-    config's misspelt keys: ``read_hf_config``; our format refuses unknown fields outright)."""
+    config's misspelt keys: ``read_hf_config``; our format refuses unknown fields outright). A HF config that names
+    no model (no ``_name_or_path``, no file) is named ``name``, else after its ``model_type``."""
     doc = parse_document(text, filename)
     if not isinstance(doc, dict):
         raise SpecError("file", f"must hold an object (a mapping of fields), got {type(doc).__name__}")
     if is_hf_config(doc):
-        return read_hf_config(doc, name=hf_model_name(doc, filename))
+        return read_hf_config(doc, name=hf_model_name(doc, filename) or name or None)
     if "format" not in doc:
         raise SpecError("format", "is required: 'adaptis.model/v1', or upload a HuggingFace config.json "
                                   "(recognised by its model_type)")

@@ -42,11 +42,8 @@ class SpecListCreateApi(ThrottledCreate, HistoryListApi):
             spec, warnings = spec_parse_upload(content=read_upload(upload, field="file"), filename=upload.name)
             filename = upload.name
         else:
-            # a HF config that does not name its model (no _name_or_path) is named as the request names it, else
-            # after its model_type
-            spec, warnings = spec_parse_upload(content=json.dumps(values["doc"]).encode(),
-                                               filename=f"{values['name']}.json" if values.get("name") else "",
-                                               field="doc")
+            spec, warnings = spec_parse_upload(content=json.dumps(values["doc"]).encode(), filename="", field="doc",
+                                               name=values.get("name", ""))
             filename = ""
         record = spec_create(team=team, owner=request.user, spec=spec, source_filename=filename,
                              name=values.get("name", ""), warnings=warnings)

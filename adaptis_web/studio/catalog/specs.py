@@ -37,15 +37,17 @@ def upload_text(content: bytes, *, field: str, limit: int) -> str:
         raise SpecError(field, f"is not UTF-8 text (invalid byte at offset {error.start})") from None
 
 
-def spec_parse_upload(*, content: bytes, filename: str, field: str = "file") -> tuple[ModelSpec, list[dict]]:
+def spec_parse_upload(*, content: bytes, filename: str, field: str = "file",
+                      name: str = "") -> tuple[ModelSpec, list[dict]]:
     """The ModelSpec in an uploaded file (ours in JSON/YAML, or a HF config.json), and the warnings about what it
     accepted but probably not as meant (``planner.spec.files.parse_model_document``), as ``{field, reason}``.
 
     Errors and warnings are rooted at ``field``, the request field that carried the document: ``file.layers[3].mlp``.
+    ``name``: the name a HF config that names no model takes (``parse_model_document``).
     """
     text = upload_text(content, field=field, limit=MAX_SPEC_FILE_BYTES)
     try:
-        spec, warnings = parse_model_document(text, filename)
+        spec, warnings = parse_model_document(text, filename, name)
     except SpecError as error:
         raise prefixed_error(error, field) from None
     return spec, [prefixed_error(SpecError(warning.field, warning.reason), field).to_dict() for warning in warnings]
