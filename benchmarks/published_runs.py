@@ -77,7 +77,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from planner.errors import SpecError  # noqa: E402
 from planner.cluster import load_cluster_preset  # noqa: E402
 from planner.parallel.config import ParallelConfig  # noqa: E402
-from planner.parallel.cost import CostOptions, job_options  # noqa: E402
+from planner.parallel.cost import CostOptions, Software  # noqa: E402
 from planner.parallel.evaluate import Job, estimate  # noqa: E402
 from planner.parallel.search import search  # noqa: E402
 from planner.spec.hf import import_hf_config  # noqa: E402
@@ -309,7 +309,7 @@ def titan_cluster(run: TitanRun):
 
 def titan_options(run: TitanRun) -> CostOptions:
     """torchtitan's kernels, recomputation and loss, with the row's overlaps (AsyncTP: TP overlapped)."""
-    return job_options("tp,dp" if run.async_tp else "dp", "torchtitan")
+    return Software("tp,dp" if run.async_tp else "dp", "torchtitan").options()
 
 
 def plan_titan(run: TitanRun):

@@ -29,9 +29,9 @@ from planner.errors import PlanError, SpecError
 from planner.exports import EXPORT_FORMATS, EXPORTS, export_plan
 from planner.exports.plan_json import plan_json
 from planner.parallel.config import PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES
-from planner.parallel.cost import (DEFAULT_EP_DISPATCHER, DEFAULT_FRAMEWORK, DEFAULT_RECOMPUTE_MODULES,
+from planner.parallel.cost import (DEFAULT_EP_DISPATCHER, DEFAULT_FRAMEWORK, DEFAULT_OVERLAP, DEFAULT_RECOMPUTE_MODULES,
                                    EP_DISPATCHERS, EP_DISPATCHERS_TEXT, FRAMEWORKS, FRAMEWORKS_TEXT,
-                                   RECOMPUTE_MODULES_TEXT, job_options)
+                                   RECOMPUTE_MODULES_TEXT, Software)
 from planner.plan import Plan, load_plan
 from planner.profile import Profile, load_profile
 from planner.simulator import simulate
@@ -312,11 +312,11 @@ def presets_command(args: argparse.Namespace) -> int:
 
 
 # Which communication overlaps with compute in the cost model (planner.parallel.cost.overlap_options)
-OVERLAP = argument("--overlap", metavar="tp,dp,ep", default="dp",
+OVERLAP = argument("--overlap", metavar="tp,dp,ep", default=DEFAULT_OVERLAP,
                    help="communication overlapped with compute: any of tp (TP with the GEMMs, userbuffers), dp (the "
                         "DP reduction with the backward; Megatron's --overlap-grad-reduce) and ep (the MoE all-to-alls "
-                        "with another micro-batch's compute), comma-separated, or none; default dp. tp and ep are "
-                        "upper bounds: they hide all that the compute beside them can")
+                        f"with another micro-batch's compute), comma-separated, or none; default {DEFAULT_OVERLAP}. "
+                        "tp and ep are upper bounds: they hide all that the compute beside them can")
 # The framework the job trains with, as the cost model tells them apart (planner.parallel.cost.FRAMEWORKS)
 FRAMEWORK = argument("--framework", choices=tuple(FRAMEWORKS), default=DEFAULT_FRAMEWORK,
                      help=f"the training framework whose kernels, recomputation and loss the cost model assumes: "
@@ -427,8 +427,7 @@ def _hybrid_search(args: argparse.Namespace) -> int:
     pins = {key: getattr(args, key) for key in HYBRID_PINS if getattr(args, key) is not None}
     budget = args.time_budget if args.time_budget is not None else DEFAULT_TIME_BUDGET_S
     result = search(model, cluster, args.gpus, args.seq_len, args.global_batch, pins, time_budget_s=budget,
-                    progress=_progress, options=job_options(args.overlap, args.framework, args.recompute_modules,
-                                                            args.ep_dispatcher))
+                    progress=_progress, options=Software.named(vars(args)).options())
     write_output(args.out, json.dumps(result.plan_document(), indent=2) + "\n")
     summary = result.to_dict(ranks=False)
     best = summary["best"]
@@ -467,8 +466,7 @@ def capacity_command(args: argparse.Namespace) -> int:
     pins = {key: getattr(args, key) for key in HYBRID_PINS if getattr(args, key) is not None}
     result = capacity_sweep(read_model(args.model), read_cluster(args.cluster), counts, args.seq_len, args.global_batch,
                             int(args.token_budget), pins, progress=_progress,
-                            options=job_options(args.overlap, args.framework, args.recompute_modules,
-                                                args.ep_dispatcher))
+                            options=Software.named(vars(args)).options())
     write_output(args.out, json.dumps(result, indent=2) + "\n")
     _report_written(args.out, {key: result[key] for key in ("fastest_gpus", "cheapest_gpus", "device")})
     return EXIT_OK

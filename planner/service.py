@@ -75,8 +75,8 @@ from planner.parallel.capacity import (DEFAULT_GPU_COUNTS, MAX_GPU_COUNTS, MAX_T
 from planner.parallel.config import PRECISIONS, RECOMPUTE_MODES, SHARDING_LABELS, SHARDING_MODES, load_parallel
 from planner.parallel.cost import (DEFAULT_EP_DISPATCHER, DEFAULT_FRAMEWORK, DEFAULT_OVERLAP,
                                    DEFAULT_RECOMPUTE_MODULES, EP_DISPATCHERS, EP_DISPATCHERS_TEXT, EXECUTOR_OPTIONS,
-                                   FRAMEWORKS, FRAMEWORKS_TEXT, OVERLAPS, RECOMPUTE_MODULES_TEXT, job_options,
-                                   overlap_options, overlap_text, recompute_modules_named, recompute_modules_text)
+                                   FRAMEWORKS, FRAMEWORKS_TEXT, OVERLAPS, RECOMPUTE_MODULES_TEXT, Software,
+                                   overlap_text)
 from planner.parallel.evaluate import STEP_PARTS, shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.parallel.search import HybridResult, SearchCancelled
@@ -392,30 +392,21 @@ def kept_plan_first(candidates: list[dict], plan: Plan) -> list[dict]:
 
 
 def check_hybrid_job(*, spec: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, global_batch: int,
-                     pins: dict, overlap: str = DEFAULT_OVERLAP, framework: str = DEFAULT_FRAMEWORK,
-                     recompute_modules: str = DEFAULT_RECOMPUTE_MODULES,
-                     ep_dispatcher: str = DEFAULT_EP_DISPATCHER) -> None:
+                     pins: dict, software: Software = Software()) -> None:
     """The SpecError the hybrid search would raise for this job (``planner.parallel.planning.check``), without
-    searching: on the job's software (``job_options``), whose framework and recompute modules change what fits."""
-    planner_hybrid.check(spec, cluster, gpus, seq_len, global_batch, pins,
-                         options=job_options(overlap, framework, recompute_modules, ep_dispatcher))
+    searching: on the job's ``software``, whose framework and recompute modules change what fits."""
+    planner_hybrid.check(spec, cluster, gpus, seq_len, global_batch, pins, options=software.options())
 
 
 def plan_hybrid_job(*, spec: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len: int, global_batch: int,
-                    pins: dict, time_budget_s: float, overlap: str = DEFAULT_OVERLAP,
-                    framework: str = DEFAULT_FRAMEWORK, recompute_modules: str = DEFAULT_RECOMPUTE_MODULES,
-                    ep_dispatcher: str = DEFAULT_EP_DISPATCHER, progress: Progress | None = None,
-                    cancel: Cancel | None = None) -> HybridJobOutcome | None:
-    """The hybrid search for a job (``overlap``: the communication the cost model hides behind compute,
-    ``overlap_options``; ``framework``: whose kernels it assumes, ``FRAMEWORKS``; ``recompute_modules``: what its
-    selective recomputation re-runs, ``recompute_modules_named``; ``ep_dispatcher``: how its MoE tokens are sent,
-    ``EP_DISPATCHERS``), its best plan validated and
-    simulated on its pipeline ranks; None when it was cancelled
-    before any plan was simulated. SpecError (nothing fits, say) propagates."""
+                    pins: dict, time_budget_s: float, software: Software = Software(),
+                    progress: Progress | None = None, cancel: Cancel | None = None) -> HybridJobOutcome | None:
+    """The hybrid search for a job on its ``software`` (the overlaps, framework, recompute modules and MoE
+    dispatcher the cost model assumes, ``Software``), its best plan validated and simulated on its pipeline ranks;
+    None when it was cancelled before any plan was simulated. SpecError (nothing fits, say) propagates."""
     try:
         result = planner_hybrid.search(spec, cluster, gpus, seq_len, global_batch, pins, time_budget_s=time_budget_s,
-                                       progress=progress, cancel=cancel,
-                                       options=job_options(overlap, framework, recompute_modules, ep_dispatcher))
+                                       progress=progress, cancel=cancel, options=software.options())
     except SearchCancelled:
         return None
     metrics = result.best.metrics()
@@ -428,16 +419,13 @@ def plan_hybrid_job(*, spec: ModelSpec, cluster: ClusterSpec, gpus: int, seq_len
 
 
 def plan_capacity_job(*, spec: ModelSpec, cluster: ClusterSpec, gpu_counts: list[int], seq_len: int, global_batch: int,
-                      token_budget: int, pins: dict, overlap: str = DEFAULT_OVERLAP,
-                      framework: str = DEFAULT_FRAMEWORK, recompute_modules: str = DEFAULT_RECOMPUTE_MODULES,
-                      ep_dispatcher: str = DEFAULT_EP_DISPATCHER, progress: Progress | None = None,
-                      cancel: Cancel | None = None) -> CapacityOutcome | None:
+                      token_budget: int, pins: dict, software: Software = Software(),
+                      progress: Progress | None = None, cancel: Cancel | None = None) -> CapacityOutcome | None:
     """The best configuration at each GPU count of ``cluster``'s kind and what ``token_budget`` tokens cost there;
     None when cancelled before any count had a configuration. SpecError (no count has one) propagates."""
     try:
         summary = capacity_sweep(spec, cluster, tuple(gpu_counts), seq_len, global_batch, token_budget, pins,
-                                 progress=progress, cancel=cancel,
-                                 options=job_options(overlap, framework, recompute_modules, ep_dispatcher))
+                                 progress=progress, cancel=cancel, options=software.options())
     except SearchCancelled:
         return None
     planned = {point["gpus"]: point for point in summary["points"] if "error" not in point}
@@ -556,12 +544,10 @@ __all__ = [*LOADERS, "ACCELERATORS", "ACTION_KINDS", "ADAPTIS_STRATEGY", "Action
            "parse_gpu_counts",
            "plan_capacity_job", "JOB_SCHEDULES", "LIST_POLICIES", "MAX_GLOBAL_BATCH", "MAX_GPUS", "MAX_MICROBATCHES",
            "MAX_PIPELINE_DEVICES", "MAX_SEQ_LEN", "PARTITIONS", "RANGES", "PRECISIONS", "RECOMPUTE_MODES",
-           "SHARDING_LABELS", "SHARDING_MODES", "DEFAULT_OVERLAP", "default_overlap", "OVERLAPS", "overlap_options",
-           "overlap_text",
-           "DEFAULT_FRAMEWORK", "FRAMEWORKS", "FRAMEWORKS_TEXT", "job_options",
-           "DEFAULT_RECOMPUTE_MODULES", "RECOMPUTE_MODULES", "RECOMPUTE_MODULES_TEXT", "recompute_modules_named",
-           "recompute_modules_text", "DEFAULT_EP_DISPATCHER", "EP_DISPATCHERS", "EP_DISPATCHERS_TEXT",
-           "SCHEDULE_POLICIES",
+           "SHARDING_LABELS", "SHARDING_MODES", "DEFAULT_OVERLAP", "default_overlap", "OVERLAPS",
+           "DEFAULT_FRAMEWORK", "FRAMEWORKS", "FRAMEWORKS_TEXT", "Software",
+           "DEFAULT_RECOMPUTE_MODULES", "RECOMPUTE_MODULES", "RECOMPUTE_MODULES_TEXT", "DEFAULT_EP_DISPATCHER",
+           "EP_DISPATCHERS", "EP_DISPATCHERS_TEXT", "SCHEDULE_POLICIES",
            "Calibration", "ClusterSpec", "HybridJobOutcome", "ModelSpec", "PipelineJobOutcome", "PlanRecord",
            "Profile", "RankMapping", "StoredPlan", "analytic_profile", "calibrate_from_run", "check_hybrid_job",
            "check_pipeline_job", "count_parameters", "depth_reason", "derive_plan", "export_stored_plan",

@@ -388,8 +388,8 @@ def cpu_hybrid_plan(people: People, owner, spec=None, *, overlap=None, framework
     spec = spec or load_model_preset("tiny-llama")
     record = spec_create(team=people.team, owner=owner, spec=spec, source_filename=f"{spec.name}.json")
     request = job_request_check(spec=spec, mode="hybrid", cluster_preset="cpu-1x8", gpus=8, seq_len=spec.seq_len,
-                                global_batch=16, pins={"recompute": "none", **pins}, overlap=overlap,
-                                framework=framework, time_budget_s=5)
+                                global_batch=16, pins={"recompute": "none", **pins},
+                                software={"overlap": overlap, "framework": framework}, time_budget_s=5)
     job = PlanningJob.objects.create(spec=record, created_by=owner, cluster_preset=request.cluster_preset,
                                      cluster_doc=request.cluster.to_dict(), num_devices=request.num_devices,
                                      num_microbatches=0, schedule=request.schedule, time_budget_s=5,

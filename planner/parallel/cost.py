@@ -83,6 +83,7 @@ the reduction hides behind the last micro-batch's backward and the gather behind
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -263,25 +264,61 @@ DEFAULT_EP_DISPATCHER = CostOptions().ep_dispatcher
 EP_DISPATCHERS_TEXT = " or ".join(f"{name} ({words})" for name, words in EP_DISPATCHER_WORDS.items())
 
 
-def job_options(overlap: object = DEFAULT_OVERLAP, framework: object = DEFAULT_FRAMEWORK,
-                recompute_modules: object = DEFAULT_RECOMPUTE_MODULES, ep_dispatcher: object = DEFAULT_EP_DISPATCHER,
-                *, overlap_field: str = "overlap", framework_field: str = "framework",
-                modules_field: str = "recompute_modules", dispatcher_field: str = "ep_dispatcher") -> CostOptions:
-    """A job's ``CostOptions``: the overlaps ``overlap`` names (``overlap_options``) on ``framework``'s kernels
-    (``FRAMEWORKS``), its ``selective`` recomputation re-running the modules ``recompute_modules`` names
-    (``recompute_modules_named``; Megatron-Core's, so only with a framework whose ``selective`` is theirs), its MoE
-    tokens sent by ``ep_dispatcher`` (``EP_DISPATCHERS``). SpecError on the field at fault."""
-    if not isinstance(framework, str) or framework not in FRAMEWORKS:
-        raise SpecError(framework_field, f"must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
-    if not isinstance(ep_dispatcher, str) or ep_dispatcher not in EP_DISPATCHERS:
-        raise SpecError(dispatcher_field, f"must be one of {', '.join(EP_DISPATCHERS)}, got {ep_dispatcher!r}")
-    modules = recompute_modules_named(recompute_modules, modules_field)
-    if modules != CostOptions().recompute_modules and FRAMEWORKS[framework]["selective"] != "attention":
-        raise SpecError(modules_field, f"{framework}'s selective recomputation is per-op checkpointing; "
-                                       f"Megatron-Core's recompute modules ({', '.join(modules)}) apply with "
-                                       f"framework megatron")
-    return replace(overlap_options(overlap, overlap_field), **FRAMEWORKS[framework], recompute_modules=modules,
-                   ep_dispatcher=ep_dispatcher)
+@dataclass(frozen=True)
+class Software:
+    """The software a job trains on, as a job, the CLI and a plan's ``meta`` write it: the communication hidden behind
+    compute (``overlap``, ``overlap_options``), whose kernels it runs (``framework``, ``FRAMEWORKS``), what its
+    selective recomputation re-runs (``recompute_modules``, ``recompute_modules_named``: Megatron-Core's, so only with
+    a framework whose ``selective`` is theirs) and how its MoE tokens are sent (``ep_dispatcher``, ``EP_DISPATCHERS``).
+
+    The one value every planning entry point (service, CLI, web job, plan re-prediction) takes for them: ``named``
+    reads and checks what a request gives, ``options`` is the cost model's ``CostOptions``, ``of`` reads a
+    ``CostOptions`` back. A new setting is a field here, its check in ``options`` and its column on the web's job."""
+
+    overlap: str = DEFAULT_OVERLAP
+    framework: str | None = DEFAULT_FRAMEWORK   # None: ``of`` a Python caller's mixed ``CostOptions``
+    recompute_modules: str = DEFAULT_RECOMPUTE_MODULES
+    ep_dispatcher: str = DEFAULT_EP_DISPATCHER
+
+    @classmethod
+    def named(cls, values: Mapping[str, object], *, prefix: str = "",
+              default_overlap: str = DEFAULT_OVERLAP) -> Software:
+        """The settings ``values`` gives by field name (one missing, None or blank takes its default; the overlap
+        ``default_overlap``), checked (SpecError on ``prefix`` and the field at fault) and written as the planner
+        writes them (``of``)."""
+        defaults = {**vars(cls()), "overlap": default_overlap}
+        given = {name: values.get(name) for name in defaults}
+        return cls.of(cls(**{name: defaults[name] if value in (None, "") else value
+                             for name, value in given.items()}).options(prefix))
+
+    @classmethod
+    def of(cls, options: CostOptions) -> Software:
+        """The settings ``options`` were made of; ``framework`` None where they mix two frameworks' kernels."""
+        return cls(overlap_text(options), framework_of(options), recompute_modules_text(options), options.ep_dispatcher)
+
+    def options(self, prefix: str = "") -> CostOptions:
+        """The job's ``CostOptions``: the overlaps on the framework's kernels, its recompute modules and dispatcher.
+        SpecError on ``prefix`` and the field at fault (``meta.framework`` for a plan document's, say)."""
+        framework, dispatcher = self.framework, self.ep_dispatcher
+        if not isinstance(framework, str) or framework not in FRAMEWORKS:
+            raise SpecError(f"{prefix}framework", f"must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+        if not isinstance(dispatcher, str) or dispatcher not in EP_DISPATCHERS:
+            raise SpecError(f"{prefix}ep_dispatcher", f"must be one of {', '.join(EP_DISPATCHERS)}, got {dispatcher!r}")
+        modules = recompute_modules_named(self.recompute_modules, f"{prefix}recompute_modules")
+        if modules != CostOptions().recompute_modules and FRAMEWORKS[framework]["selective"] != "attention":
+            raise SpecError(f"{prefix}recompute_modules", f"{framework}'s selective recomputation is per-op "
+                                                          f"checkpointing; Megatron-Core's recompute modules "
+                                                          f"({', '.join(modules)}) apply with framework megatron")
+        return replace(overlap_options(self.overlap, f"{prefix}overlap"), **FRAMEWORKS[framework],
+                       recompute_modules=modules, ep_dispatcher=dispatcher)
+
+    def to_dict(self) -> dict:
+        return vars(self).copy()
+
+    def changed(self) -> dict:
+        """The settings that differ from the defaults (what a plan's ``meta`` records), a mixed framework left out."""
+        return {name: value for name, value in vars(self).items()
+                if value is not None and value != getattr(Software(), name)}
 
 
 def framework_of(options: CostOptions) -> str | None:

@@ -37,8 +37,7 @@ from __future__ import annotations
 
 from planner.cluster import ClusterSpec, load_cluster_preset
 from planner.errors import SpecError
-from planner.parallel.cost import (DEFAULT_EP_DISPATCHER, DEFAULT_FRAMEWORK, DEFAULT_OVERLAP,
-                                   DEFAULT_RECOMPUTE_MODULES, CostOptions, job_options)
+from planner.parallel.cost import CostOptions, Software
 from planner.parallel.evaluate import Job, plan_pipeline, score_plan
 from planner.parallel.search import (PIN_KEYS, HybridResult, SearchCancelled, check_job, check_memory,
                                      normalized_pins)
@@ -88,11 +87,7 @@ def pipeline(plan: Plan, model: ModelSpec | str, cluster: ClusterSpec | str, seq
 def _plan_job(plan: Plan, model: ModelSpec | str, cluster: ClusterSpec | str, seq_len: int,
               options: CostOptions | None) -> Job:
     if options is None:
-        options = job_options(plan.meta.get("overlap", DEFAULT_OVERLAP), plan.meta.get("framework", DEFAULT_FRAMEWORK),
-                              plan.meta.get("recompute_modules", DEFAULT_RECOMPUTE_MODULES),
-                              plan.meta.get("ep_dispatcher", DEFAULT_EP_DISPATCHER),
-                              overlap_field="meta.overlap", framework_field="meta.framework",
-                              modules_field="meta.recompute_modules", dispatcher_field="meta.ep_dispatcher")
+        options = Software.named(plan.meta, prefix="meta.").options()
     if plan.parallel is None:
         raise SpecError("parallel", "the plan has no parallel configuration (an adaptis.plan/v1 plan): simulate it "
                                     "on a profile instead")

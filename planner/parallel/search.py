@@ -29,9 +29,7 @@ from planner.layout import layer_codes_from_spec, plan_layout_string
 from planner.limits import bounds
 from planner.parallel.config import (DEGREES, PRECISIONS, RECOMPUTE_MODES, SHARDING_MODES, ParallelConfig,
                                      expert_split_refusal, load_sharding)
-from planner.parallel.cost import (DEFAULT_EP_DISPATCHER, DEFAULT_FRAMEWORK, DEFAULT_OVERLAP,
-                                   DEFAULT_RECOMPUTE_MODULES, CostOptions, framework_of, overlap_text,
-                                   recompute_modules_text)
+from planner.parallel.cost import CostOptions, Software
 from planner.parallel.evaluate import Job, Score, estimate, pipeline_memory_budget, score_plan, shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.spec.model import AttentionMixer, LinearAttentionMixer, Mamba2Mixer, ModelSpec, MoEMLP
@@ -88,17 +86,7 @@ class HybridResult:
         doc["predicted"] = predicted
         meta = doc.setdefault("meta", {})
         meta["memory_limit_bytes"] = self.best.job.cluster.device.memory_bytes
-        overlap = overlap_text(self.best.job.options)
-        if overlap != DEFAULT_OVERLAP:   # what a re-prediction of the plan assumes (planning.predict)
-            meta["overlap"] = overlap
-        framework = framework_of(self.best.job.options)
-        if framework not in (None, DEFAULT_FRAMEWORK):   # the same
-            meta["framework"] = framework
-        modules = recompute_modules_text(self.best.job.options)
-        if modules != DEFAULT_RECOMPUTE_MODULES:   # the same
-            meta["recompute_modules"] = modules
-        if self.best.job.options.ep_dispatcher != DEFAULT_EP_DISPATCHER:   # the same
-            meta["ep_dispatcher"] = self.best.job.options.ep_dispatcher
+        meta.update(Software.of(self.best.job.options).changed())   # what a re-prediction assumes (planning.predict)
         return doc
 
     def to_dict(self, ranks: bool = True) -> dict:

@@ -358,10 +358,10 @@ def test_a_plan_predicted_with_recompute_modules_exports_them_and_megatron_core_
     """DeepSeek-V2-Lite recomputing MLA's up-projections and the experts' activation in FP8: Megatron-Core's
     ``MLATransformerConfig`` is built from the exported arguments with those modules, grouped expert GEMMs (which
     ``moe_act`` needs) and current scaling (which it needs under FP8)."""
-    from planner.parallel.cost import job_options
+    from planner.parallel.cost import Software
     result = hybrid.search("deepseek-v2-lite", "h100-sxm-2x8", 16, 4096, 128,
                            {"ep": 4, "pp": 2, "recompute": "selective", "precision": "fp8"}, time_budget_s=120,
-                           options=job_options(recompute_modules="mla_up_proj,moe_act"))
+                           options=Software(recompute_modules="mla_up_proj,moe_act").options())
     plan, model = load_plan(result.plan_document()), load_model_preset("deepseek-v2-lite")
     assert plan.meta["recompute_modules"] == "mla_up_proj,moe_act"
     fields, _ = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, model)))
@@ -381,13 +381,13 @@ def test_a_plan_predicted_with_recompute_modules_exports_them_and_megatron_core_
 def test_the_export_names_the_dispatcher_the_plan_was_predicted_with():
     """Under EP, Megatron-LM's default all-gather dispatcher is not what the cost model charges: the export says
     ``alltoall``, or the flex dispatcher with DeepEP's backend for a plan predicted with it."""
-    from planner.parallel.cost import job_options
+    from planner.parallel.cost import Software
     model = load_model_preset("qwen3-30b-a3b")
     built = {}
     for dispatcher in ("alltoall", "deepep"):
         result = hybrid.search("qwen3-30b-a3b", "h100-sxm-4x8", 32, 4096, 64,
                                {"tp": 1, "pp": 1, "cp": 1, "ep": 32, "recompute": "full"}, time_budget_s=120,
-                               options=job_options(ep_dispatcher=dispatcher))
+                               options=Software(ep_dispatcher=dispatcher).options())
         plan = load_plan(result.plan_document())
         fields, _ = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, model)))
         built[dispatcher] = megatron_config(fields)

@@ -12,7 +12,7 @@ from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig
 from planner.cost.analytic import layer_cost
 from planner.cost.work import AttentionShape, Gemm, per_op_checkpoint
-from planner.parallel.cost import (CostOptions, all_to_all_ms, all_to_all_terms, job_options, layer_comm_ms,
+from planner.parallel.cost import (CostOptions, all_to_all_ms, all_to_all_terms, Software, layer_comm_ms,
                                    layer_comm_parts, layer_times, layer_work, ring_collective_ms)
 from planner.parallel.evaluate import Job, backward_workspace_bytes
 from planner.parallel.search import candidates
@@ -78,7 +78,7 @@ def llama_block_model(hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256
     return ModelSpec("llama", hidden, vocab, 8192, (LayerSpec("embedding"),) + (block,) * layers + (LayerSpec("head"),))
 
 
-TITAN = job_options("dp", "torchtitan")
+TITAN = Software("dp", "torchtitan").options()
 
 
 def test_per_op_checkpointing_keeps_every_other_matmul_and_attention_and_reruns_the_rest():
@@ -214,7 +214,7 @@ def test_the_search_tries_selective_recomputation_only_where_it_is_a_trade():
     model = llama_block_model()
     pins = {"tp": 1, "pp": 1, "cp": 1, "microbatch_size": 1, "sharding": "full"}
     modes = {framework: {config.recompute for config, _ in
-                         candidates(Job(model, H100, 8, 8192, 8, job_options("dp", framework)), pins)}
+                         candidates(Job(model, H100, 8, 8192, 8, Software("dp", framework).options()), pins)}
              for framework in ("megatron", "torchtitan")}
     assert modes == {"megatron": {"none", "full"}, "torchtitan": {"none", "selective", "full"}}
 
@@ -418,20 +418,20 @@ def test_tp_overlap_hides_a_blocks_collectives_behind_its_gemms_and_no_more():
 
 def test_recompute_modules_are_read_as_megatron_cores_names_each_once_and_every_one_is_described():
     from planner.cost.analytic import RECOMPUTE_MODULES
-    from planner.parallel.cost import RECOMPUTE_MODULE_WORDS, job_options, recompute_modules_named
+    from planner.parallel.cost import RECOMPUTE_MODULE_WORDS, recompute_modules_named
     assert tuple(RECOMPUTE_MODULE_WORDS) == RECOMPUTE_MODULES
     assert recompute_modules_named("mlp, core_attn,mlp") == ("core_attn", "mlp")
-    assert job_options(recompute_modules="mla_up_proj").recompute_modules == ("mla_up_proj",)
-    assert job_options().recompute_modules == ("core_attn",)
+    assert Software(recompute_modules="mla_up_proj").options().recompute_modules == ("mla_up_proj",)
+    assert Software().options().recompute_modules == ("core_attn",)
     for text, said in (("", "must name"), ("moe,shared_experts", "moe, shared_experts is no recompute module"),
                        (["mlp"], "must name")):
         with pytest.raises(SpecError) as caught:
             recompute_modules_named(text)
         assert caught.value.field == "recompute_modules" and said in caught.value.reason
     with pytest.raises(SpecError) as caught:
-        job_options(framework="torchtitan", recompute_modules="mlp", modules_field="meta.recompute_modules")
+        Software(framework="torchtitan", recompute_modules="mlp").options(prefix="meta.")
     assert caught.value.field == "meta.recompute_modules"
-    assert job_options(framework="torchtitan", recompute_modules="core_attn").selective == "per_op"
+    assert Software(framework="torchtitan", recompute_modules="core_attn").options().selective == "per_op"
 
 
 def test_deepeps_dispatch_sends_a_token_once_per_other_node_holding_one_of_its_experts():
@@ -497,6 +497,27 @@ def test_node_limited_routing_reaches_the_nodes_deepseeks_router_reaches():
         assert dispatch_ms(14336, 4096, limited, group, "alltoall") == dispatch_ms(14336, 4096, free, group, "alltoall")
     assert remote_nodes_per_token(limited, ep_group(cluster, 64)) == pytest.approx(3.5)
 
+def test_a_jobs_software_is_read_once_with_defaults_for_what_is_not_given_and_reads_back_from_its_options():
+    """``Software.named`` is what every entry point (web job, CLI, plan meta) reads the four settings with: a missing,
+    None or blank one takes its default, the text comes back as the planner writes it, a bad one is a SpecError on
+    the field (with the caller's prefix), and ``of`` recovers the settings from the options they made."""
+    assert Software.named({}) == Software() == Software.named({name: None for name in vars(Software())})
+    assert Software.named({"overlap": ""}, default_overlap="none").overlap == "none"
+    read = Software.named({"overlap": " ep, tp ", "framework": "megatron", "recompute_modules": "mlp, core_attn",
+                           "ep_dispatcher": "deepep", "mode": "hybrid"})   # other keys of the request are not read
+    assert read == Software("tp,ep", "megatron", "core_attn,mlp", "deepep")
+    assert read.changed() == {"overlap": "tp,ep", "recompute_modules": "core_attn,mlp", "ep_dispatcher": "deepep"}
+    assert Software.of(read.options()) == read and Software().changed() == {}
+    assert Software.of(CostOptions(attention_kernel="flash2")).framework is None   # a mix no job can name
+    assert Software.of(CostOptions(attention_kernel="flash2")).changed() == {}
+    for values, field in (({"overlap": "pp"}, "meta.overlap"), ({"framework": "jax"}, "meta.framework"),
+                          ({"ep_dispatcher": 3}, "meta.ep_dispatcher"),
+                          ({"framework": "torchtitan", "recompute_modules": "mlp"}, "meta.recompute_modules")):
+        with pytest.raises(SpecError) as caught:
+            Software.named(values, prefix="meta.")
+        assert caught.value.field == field
+
+
 def ep_group(cluster, ep: int):
     return RankMapping(ParallelConfig(tp=1, cp=1, pp=1, dp=ep, ep=ep, microbatch_size=1, num_microbatches=1),
                        cluster).span("ep")
@@ -504,5 +525,5 @@ def ep_group(cluster, ep: int):
 
 def test_the_ep_dispatcher_is_one_of_the_modelled_ones():
     with pytest.raises(SpecError) as caught:
-        job_options(ep_dispatcher="hybridep")
+        Software(ep_dispatcher="hybridep").options()
     assert caught.value.field == "ep_dispatcher" and "alltoall, deepep" in caught.value.reason

@@ -230,22 +230,22 @@ def test_the_framework_sets_the_attention_kernel_and_the_fp8_inputs_held_and_a_p
     (FlashAttention-2 runs at about half cuDNN's rate on Hopper) and holds more activations than the same
     configuration on Megatron's kernels, by exactly the options the framework names; the plan document says which,
     and a re-prediction uses it."""
-    from planner.parallel.cost import framework_of, job_options
+    from planner.parallel.cost import Software, framework_of
 
-    assert job_options() == CostOptions() and framework_of(CostOptions()) == "megatron"
-    assert job_options("tp", "torchtitan") == CostOptions(overlap_tp=True, overlap_dp=False, attention_kernel="flash2",
-                                                          fp8_saved_inputs=False, selective="per_op",
-                                                          cross_entropy="pytorch")
+    assert Software().options() == CostOptions() and framework_of(CostOptions()) == "megatron"
+    assert Software("tp", "torchtitan").options() == CostOptions(overlap_tp=True, overlap_dp=False,
+                                                                 attention_kernel="flash2", fp8_saved_inputs=False,
+                                                                 selective="per_op", cross_entropy="pytorch")
     assert framework_of(CostOptions(attention_kernel="flash2")) is None   # a mix no job can name
     for bad in ("deepspeed", 3, ["torchtitan"]):
         with pytest.raises(SpecError) as error:
-            job_options("dp", bad)
+            Software("dp", bad).options()
         assert error.value.field == "framework" and "megatron, torchtitan" in error.value.reason
     model = load_model_preset("llama-3-8b")
     pins = {"tp": 1, "pp": 1, "cp": 1, "microbatch_size": 1, "recompute": "none", "sharding": "full",
             "precision": "fp8"}
     config = ParallelConfig(dp=8, microbatch_size=1, recompute="none", sharding="full", precision="fp8")
-    scores = {framework: estimate(Job(model, H100, 8, 4096, 8, job_options("dp", framework)), config, 1)
+    scores = {framework: estimate(Job(model, H100, 8, 4096, 8, Software("dp", framework).options()), config, 1)
               for framework in ("megatron", "torchtitan")}
     by_hand = {framework: estimate(Job(model, H100, 8, 4096, 8, CostOptions(**settings)), config, 1)
                for framework, settings in (("megatron", {}),
@@ -255,7 +255,7 @@ def test_the_framework_sets_the_attention_kernel_and_the_fp8_inputs_held_and_a_p
         assert score.iteration_ms == by_hand[framework].iteration_ms
     assert scores["torchtitan"].iteration_ms > scores["megatron"].iteration_ms
     assert scores["torchtitan"].memory[0].activations > scores["megatron"].memory[0].activations
-    titan = hybrid.search(model, H100, 8, 4096, 8, pins, refine=False, options=job_options("dp", "torchtitan"))
+    titan = hybrid.search(model, H100, 8, 4096, 8, pins, refine=False, options=Software("dp", "torchtitan").options())
     doc = titan.plan_document()
     assert doc["meta"]["framework"] == "torchtitan"
     plan = load_plan(doc)

@@ -402,12 +402,12 @@ class TestOverlap:
                                                                               django_capture_on_commit_callbacks):
         from adaptis_web.studio.planning.jobs import job_request_check
 
-        request = _hybrid_request(overlap=" tp, ep ")
-        assert request.hybrid.overlap == "tp,ep"
-        assert _hybrid_request().hybrid.overlap == "dp"
+        request = _hybrid_request(software={"overlap": " tp, ep "})
+        assert request.hybrid.software.overlap == "tp,ep"
+        assert _hybrid_request().hybrid.software.overlap == "dp"
         with pytest.raises(SpecError) as caught:
             job_request_check(spec=LLAMA, cluster_preset="h100-sxm-2x8", mode="hybrid", gpus=16, seq_len=4096,
-                              global_batch=64, overlap="tp,pp")
+                              global_batch=64, software={"overlap": "tp,pp"})
         assert caught.value.field == "overlap" and "pp is no overlap" in caught.value.reason
         response = api_as(people.member).post(reverse("api:jobs"), {"spec": llama.pk, **HYBRID_JOB,
                                                                   "overlap": "dp,xp"}, format="json")
@@ -423,7 +423,8 @@ class TestOverlap:
         outcomes = [planner_service.plan_hybrid_job(spec=load_model_preset("mixtral-8x7b"),
                                                     cluster=load_cluster_preset("h100-sxm-2x8"), gpus=16, seq_len=4096,
                                                     global_batch=64, pins={"tp": 2, "pp": 2, "ep": 8, "etp": 1},
-                                                    time_budget_s=2, overlap=overlap) for overlap in ("dp", "dp,ep")]
+                                                    time_budget_s=2, software=planner_service.Software(overlap=overlap))
+                    for overlap in ("dp", "dp,ep")]
         plain, hidden = (outcome.plan.plan_doc for outcome in outcomes)
         assert "overlap" not in plain["meta"] and hidden["meta"]["overlap"] == "dp,ep"
         assert hidden["predicted"]["breakdown_ms"]["ep"] < plain["predicted"]["breakdown_ms"]["ep"]
@@ -432,13 +433,14 @@ class TestOverlap:
 class TestFramework:
     def test_a_job_names_its_framework_and_bad_names_are_refused_naming_the_field(
             self, people, llama, django_capture_on_commit_callbacks):
-        assert _hybrid_request(framework="torchtitan").hybrid.framework == "torchtitan"
-        assert _hybrid_request().hybrid.framework == "megatron"
+        assert _hybrid_request(software={"framework": "torchtitan"}).hybrid.software.framework == "torchtitan"
+        assert _hybrid_request().hybrid.software.framework == "megatron"
         capacity = job_request_check(spec=LLAMA, cluster_preset="h100-sxm-2x8", mode="capacity", seq_len=4096,
-                                     global_batch=64, gpu_counts=[8, 16], token_budget=10**12, framework="torchtitan")
-        assert capacity.capacity.framework == "torchtitan"
+                                     global_batch=64, gpu_counts=[8, 16], token_budget=10**12,
+                                     software={"framework": "torchtitan"})
+        assert capacity.capacity.software.framework == "torchtitan"
         with pytest.raises(SpecError) as caught:
-            _hybrid_request(framework="deepspeed")
+            _hybrid_request(software={"framework": "deepspeed"})
         assert caught.value.field == "framework" and "megatron, torchtitan" in caught.value.reason
         page = _job_field_through_the_api(people, llama, django_capture_on_commit_callbacks, "framework",
                                           bad="jax", good="torchtitan")
@@ -449,7 +451,8 @@ class TestFramework:
                                                     seq_len=4096, global_batch=64,
                                                     pins={"tp": 2, "pp": 1, "cp": 1, "microbatch_size": 1,
                                                           "recompute": "none", "sharding": "optimizer"},
-                                                    time_budget_s=2, framework=framework)
+                                                    time_budget_s=2,
+                                                    software=planner_service.Software(framework=framework))
                     for framework in ("megatron", "torchtitan")]
         megatron, titan = (outcome.plan.plan_doc for outcome in outcomes)
         assert "framework" not in megatron["meta"] and titan["meta"]["framework"] == "torchtitan"
@@ -477,15 +480,17 @@ def _job_field_through_the_api(people, llama, callbacks, field: str, *, bad: str
 class TestRecomputeModules:
     def test_a_job_names_its_recompute_modules_and_bad_ones_are_refused_naming_the_field(
             self, people, llama, django_capture_on_commit_callbacks):
-        assert _hybrid_request(recompute_modules=" mlp,core_attn ").hybrid.recompute_modules == "core_attn,mlp"
-        assert _hybrid_request().hybrid.recompute_modules == "core_attn"
+        request = _hybrid_request(software={"recompute_modules": " mlp,core_attn "})
+        assert request.hybrid.software.recompute_modules == "core_attn,mlp"
+        assert _hybrid_request().hybrid.software.recompute_modules == "core_attn"
         capacity = job_request_check(spec=LLAMA, cluster_preset="h100-sxm-2x8", mode="capacity", seq_len=4096,
-                                     global_batch=64, gpu_counts=[8, 16], token_budget=10**12, recompute_modules="mlp")
-        assert capacity.capacity.recompute_modules == "mlp"
+                                     global_batch=64, gpu_counts=[8, 16], token_budget=10**12,
+                                     software={"recompute_modules": "mlp"})
+        assert capacity.capacity.software.recompute_modules == "mlp"
         for modules, framework, said in (("layernorm", "megatron", "layernorm is no recompute module"),
                                          ("mlp", "torchtitan", "per-op checkpointing")):
             with pytest.raises(SpecError) as caught:
-                _hybrid_request(recompute_modules=modules, framework=framework)
+                _hybrid_request(software={"recompute_modules": modules, "framework": framework})
             assert caught.value.field == "recompute_modules" and said in caught.value.reason
         page = _job_field_through_the_api(people, llama, django_capture_on_commit_callbacks, "recompute_modules",
                                           bad="moe", good="mlp")
@@ -499,7 +504,8 @@ class TestRecomputeModules:
         with pytest.raises(SpecError) as caught:
             _hybrid_request(**shape)
         assert caught.value.field == "memory"
-        assert _hybrid_request(**shape, recompute_modules="mlp").hybrid.recompute_modules == "mlp"
+        request = _hybrid_request(**shape, software={"recompute_modules": "mlp"})
+        assert request.hybrid.software.recompute_modules == "mlp"
 
     def test_the_service_recomputes_the_named_modules_and_a_re_prediction_keeps_them(self):
         """Megatron-Core's ``mlp`` module frees a dense MLP's kept activations and re-runs its kernels: the plan holds
@@ -508,7 +514,8 @@ class TestRecomputeModules:
         outcomes = [planner_service.plan_hybrid_job(spec=LLAMA, cluster=cluster, gpus=16, seq_len=4096, global_batch=64,
                                                     pins={"tp": 2, "pp": 1, "cp": 1, "microbatch_size": 1,
                                                           "recompute": "selective", "sharding": "optimizer"},
-                                                    time_budget_s=2, recompute_modules=modules)
+                                                    time_budget_s=2,
+                                                    software=planner_service.Software(recompute_modules=modules))
                     for modules in ("core_attn", "mlp")]
         attention, mlp = (outcome.plan.plan_doc for outcome in outcomes)
         assert "recompute_modules" not in attention["meta"] and mlp["meta"]["recompute_modules"] == "mlp"
@@ -522,10 +529,10 @@ class TestRecomputeModules:
 class TestEpDispatcher:
     def test_a_job_names_its_moe_dispatcher_searches_with_it_and_bad_names_are_refused(
             self, people, llama, django_capture_on_commit_callbacks):
-        assert _hybrid_request().hybrid.ep_dispatcher == "alltoall"
-        assert _hybrid_request(ep_dispatcher="deepep").hybrid.ep_dispatcher == "deepep"
+        assert _hybrid_request().hybrid.software.ep_dispatcher == "alltoall"
+        assert _hybrid_request(software={"ep_dispatcher": "deepep"}).hybrid.software.ep_dispatcher == "deepep"
         with pytest.raises(SpecError) as caught:
-            _hybrid_request(ep_dispatcher="hybridep")
+            _hybrid_request(software={"ep_dispatcher": "hybridep"})
         assert caught.value.field == "ep_dispatcher" and "alltoall, deepep" in caught.value.reason
         page = _job_field_through_the_api(people, llama, django_capture_on_commit_callbacks, "ep_dispatcher",
                                           bad="nccl", good="deepep")
@@ -535,7 +542,8 @@ class TestEpDispatcher:
                                                     cluster=load_cluster_preset("h100-sxm-2x8"), gpus=16, seq_len=4096,
                                                     global_batch=64,
                                                     pins={"tp": 1, "pp": 1, "ep": 16, "recompute": "full"},
-                                                    time_budget_s=2, ep_dispatcher=dispatcher)
+                                                    time_budget_s=2,
+                                                    software=planner_service.Software(ep_dispatcher=dispatcher))
                     for dispatcher in ("alltoall", "deepep")]
         alltoall, deepep = (outcome.plan.plan_doc for outcome in outcomes)
         assert "ep_dispatcher" not in alltoall["meta"] and deepep["meta"]["ep_dispatcher"] == "deepep"

@@ -6,6 +6,7 @@ from django.db import models
 from adaptis_web.studio.models.catalog import ClusterRecord, ModelSpecRecord
 from adaptis_web.studio.models.curation import Curated
 from adaptis_web.studio.models.work import TrackedWork
+from planner.service import Software
 
 
 class JobMode(models.TextChoices):
@@ -55,17 +56,17 @@ class PlanningJob(TrackedWork):
     pins = models.JSONField(default=dict, blank=True,
                             help_text="hybrid: the degrees and settings the user fixed (tp, cp, pp, dp, ep, "
                                       "etp, microbatch_size, vpp, recompute, sharding, precision)")
-    overlap = models.CharField(max_length=20, default="dp", blank=True,
+    overlap = models.CharField(max_length=20, default=Software().overlap, blank=True,
                                help_text="hybrid and capacity: the communication the cost model hides behind compute "
                                          "(tp, dp, ep, comma-separated, or none; planner.parallel.cost.overlap_options)")
-    framework = models.CharField(max_length=20, default="megatron", blank=True,
+    framework = models.CharField(max_length=20, default=Software().framework, blank=True,
                                  help_text="hybrid and capacity: the training framework whose kernels the cost model "
                                            "assumes (megatron or torchtitan; planner.parallel.cost.FRAMEWORKS)")
-    recompute_modules = models.CharField(max_length=60, default="core_attn", blank=True,
+    recompute_modules = models.CharField(max_length=60, default=Software().recompute_modules, blank=True,
                                          help_text="hybrid and capacity: what selective recomputation re-runs, "
                                                    "Megatron-Core's recompute modules (comma-separated; "
                                                    "planner.parallel.cost.recompute_modules_named)")
-    ep_dispatcher = models.CharField(max_length=20, default="alltoall", blank=True,
+    ep_dispatcher = models.CharField(max_length=20, default=Software().ep_dispatcher, blank=True,
                                      help_text="hybrid and capacity: how MoE tokens are sent to their experts "
                                                "(alltoall or deepep; planner.parallel.cost.EP_DISPATCHERS)")
     cluster_record = models.ForeignKey(ClusterRecord, null=True, blank=True, on_delete=models.SET_NULL,
@@ -75,6 +76,17 @@ class PlanningJob(TrackedWork):
     # costs there; num_devices is its largest count.
     token_budget = models.BigIntegerField(null=True, blank=True, help_text="capacity: tokens to train on")
     gpu_counts = models.JSONField(default=list, blank=True, help_text="capacity: the GPU counts swept, ascending")
+
+    @property
+    def software(self) -> Software:
+        """The job's software, its four columns as one ``planner.service.Software`` (``software=`` sets them)."""
+        return Software(overlap=self.overlap, framework=self.framework, recompute_modules=self.recompute_modules,
+                        ep_dispatcher=self.ep_dispatcher)
+
+    @software.setter
+    def software(self, software: Software) -> None:
+        for name, value in software.to_dict().items():
+            setattr(self, name, value)
 
     @property
     def is_hybrid(self) -> bool:

@@ -62,9 +62,7 @@ class JobListCreateApi(ThrottledCreate, HistoryListApi):
             saved_cluster=None if saved is None else cluster_for_request(user=request.user,
                                                                                    cluster_id=saved),
             gpus=values["gpus"], seq_len=values["seq_len"], global_batch=values["global_batch"], pins=data.pins(),
-            gpu_counts=values.get("gpu_counts"), token_budget=values.get("token_budget"), overlap=values.get("overlap"),
-            framework=values.get("framework"), recompute_modules=values.get("recompute_modules"),
-            ep_dispatcher=values.get("ep_dispatcher"))
+            gpu_counts=values.get("gpu_counts"), token_budget=values.get("token_budget"), software=values)
         job = job_create(spec_record=spec_record, user=request.user, request=job_request)
         return Response(JobDetailOutput(job).data, status=status.HTTP_201_CREATED)
 

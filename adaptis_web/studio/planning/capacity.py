@@ -9,16 +9,16 @@ stored: the count a user picks is then planned as a hybrid job (``planning.jobs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from adaptis_web.studio.models import PlanningJob
 from adaptis_web.studio.planning import progress
-from adaptis_web.studio.planning.hybrid import (ep_dispatcher_check, framework_check, job_shape_check, overlap_check,
-                                               recompute_modules_check)
+from adaptis_web.studio.planning.hybrid import job_shape_check, software_check
 from adaptis_web.studio.planning.hybrid_pages import STEP_BAR_PARTS, legend, stacked
 from planner import service as planner_service
 from planner.errors import SpecError
-from planner.service import ClusterSpec, load_model_spec
+from planner.service import ClusterSpec, Software, load_model_spec
 
 CAPACITY_SCHEDULE = planner_service.CAPACITY_SCHEDULE
 DEFAULT_GPU_COUNTS = planner_service.DEFAULT_GPU_COUNTS
@@ -32,15 +32,11 @@ class CapacitySettings:
     seq_len: int
     global_batch: int
     pins: dict
-    overlap: str
-    framework: str
-    recompute_modules: str
-    ep_dispatcher: str
+    software: Software
 
 
 def capacity_settings_check(*, gpu_counts: object, token_budget: object, seq_len: object, global_batch: object,
-                            pins: dict | None, overlap: object = None, framework: object = None,
-                            recompute_modules: object = None, ep_dispatcher: object = None) -> CapacitySettings:
+                            pins: dict | None, software: Mapping[str, object] | None = None) -> CapacitySettings:
     """The sweep's counts and budget (``planner.service.capacity_check``), the job's shape and pins; SpecError naming
     the field. Whether a count has a configuration (the batch splits over it, the model fits) is the sweep's answer
     for that count, not a refusal of the job."""
@@ -51,12 +47,8 @@ def capacity_settings_check(*, gpu_counts: object, token_budget: object, seq_len
     counts, token_budget = planner_service.capacity_check(gpu_counts, token_budget)
     seq_len, global_batch, pins = job_shape_check(seq_len=seq_len, global_batch=global_batch, pins=pins,
                                                   gpus=max(counts), kind="a capacity job")
-    framework = framework_check(framework)
     return CapacitySettings(gpu_counts=list(counts), token_budget=token_budget, seq_len=seq_len,
-                            global_batch=global_batch, pins=pins, overlap=overlap_check(overlap),
-                            framework=framework,
-                            recompute_modules=recompute_modules_check(recompute_modules, framework),
-                            ep_dispatcher=ep_dispatcher_check(ep_dispatcher))
+                            global_batch=global_batch, pins=pins, software=software_check(software))
 
 
 def capacity_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.CapacityOutcome | None:
@@ -64,8 +56,7 @@ def capacity_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.Cap
     cancelled before any count had a configuration. SpecError (no count has one) propagates."""
     return planner_service.plan_capacity_job(
         spec=load_model_spec(job.spec.doc), cluster=cluster, gpu_counts=job.gpu_counts, seq_len=job.seq_len,
-        global_batch=job.global_batch, token_budget=job.token_budget, pins=job.pins, overlap=job.overlap,
-        framework=job.framework, recompute_modules=job.recompute_modules, ep_dispatcher=job.ep_dispatcher,
+        global_batch=job.global_batch, token_budget=job.token_budget, pins=job.pins, software=job.software,
         progress=progress.search_reporter(job.pk, *CAPACITY_SPAN), cancel=progress.cancel_reader(job.pk))
 
 

@@ -187,10 +187,7 @@ class PlanningForm(SpecErrorFormMixin, forms.Form):
                 memory_limit_bytes=None if memory_limit_gib is None else round(memory_limit_gib * GIB),
                 mode=mode, saved_cluster=saved, team=self.team,
                 gpus=cleaned.get("gpus"), seq_len=cleaned.get("seq_len"), global_batch=cleaned.get("global_batch"),
-                pins=pins, overlap=cleaned.get("overlap") or None,
-                framework=cleaned.get("framework") or None,
-                recompute_modules=cleaned.get("recompute_modules") or None,
-                ep_dispatcher=cleaned.get("ep_dispatcher") or None, **capacity_fields)
+                pins=pins, software=cleaned, **capacity_fields)
         except SpecError as error:
             self.add_spec_error(error)
         return cleaned

@@ -12,14 +12,15 @@ predicted metrics, memory per pipeline rank and rank mapping, and the runners-up
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from adaptis_web.studio.models import PlanningJob
 from adaptis_web.studio.planning import progress
 from planner import service as planner_service
 from planner.errors import SpecError
-from planner.service import (
-    MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, ClusterSpec, ModelSpec, load_model_spec)  # limits: planner.limits
+from planner.service import (  # limits: planner.limits
+    MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, ClusterSpec, ModelSpec, Software, load_model_spec)
 
 HYBRID_SCHEDULE = planner_service.HYBRID_SCHEDULE
 DEGREE_PINS = ("tp", "cp", "pp", "dp", "ep", "etp", "microbatch_size", "vpp")
@@ -33,10 +34,7 @@ class HybridSettings:
     seq_len: int
     global_batch: int
     pins: dict
-    overlap: str
-    framework: str
-    recompute_modules: str
-    ep_dispatcher: str
+    software: Software
 
 
 def _positive(field: str, value: object, limit: int) -> int:
@@ -66,45 +64,18 @@ def job_shape_check(*, seq_len: object, global_batch: object, pins: dict | None,
     return seq_len, global_batch, pins
 
 
-def overlap_check(overlap: object, cluster: ClusterSpec | None = None) -> str:
-    """The job's overlaps (``planner.service.overlap_options``), written as the planner writes them; when not given,
-    ``cluster``'s default (``planner.service.default_overlap``: ``dp`` on GPUs, ``none`` on a CPU cluster)."""
-    if overlap in (None, ""):
-        return planner_service.DEFAULT_OVERLAP if cluster is None else planner_service.default_overlap(cluster)
-    return planner_service.overlap_text(planner_service.overlap_options(overlap))
-
-
-def framework_check(framework: object) -> str:
-    """The training framework whose kernels the job's cost model assumes (``planner.service.FRAMEWORKS``);
-    ``megatron`` when not given."""
-    if framework in (None, ""):
-        return planner_service.DEFAULT_FRAMEWORK
-    planner_service.job_options(framework=framework)  # a SpecError naming the field for anything else
-    return framework
-
-
-def ep_dispatcher_check(ep_dispatcher: object) -> str:
-    """How the job's MoE tokens are sent to their experts (``planner.service.EP_DISPATCHERS``); ``alltoall`` when not
-    given. SpecError naming the field for anything else."""
-    if ep_dispatcher in (None, ""):
-        return planner_service.DEFAULT_EP_DISPATCHER
-    return planner_service.job_options(ep_dispatcher=ep_dispatcher).ep_dispatcher
-
-
-def recompute_modules_check(recompute_modules: object, framework: str) -> str:
-    """What the job's selective recomputation re-runs (``planner.service.recompute_modules_named``: Megatron-Core's
-    recompute modules), written as the planner writes them; ``core_attn`` when not given. SpecError naming the field,
-    also for modules beside the default on a framework whose selective recomputation is not Megatron-Core's."""
-    if recompute_modules in (None, ""):
-        return planner_service.DEFAULT_RECOMPUTE_MODULES
-    return planner_service.recompute_modules_text(
-        planner_service.job_options(framework=framework, recompute_modules=recompute_modules))
+def software_check(software: Mapping[str, object] | None, cluster: ClusterSpec | None = None) -> Software:
+    """The job's software from the request's settings (``planner.service.Software.named``: the overlaps, framework,
+    recompute modules and MoE dispatcher), written as the planner writes them; each one not given takes its default,
+    the overlaps ``cluster``'s (``planner.service.default_overlap``: ``dp`` on GPUs, ``none`` on a CPU cluster).
+    SpecError naming the field."""
+    default = planner_service.DEFAULT_OVERLAP if cluster is None else planner_service.default_overlap(cluster)
+    return Software.named(software or {}, default_overlap=default)
 
 
 def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object, seq_len: object,
-                          global_batch: object, pins: dict | None, overlap: object = None,
-                          framework: object = None, recompute_modules: object = None,
-                          ep_dispatcher: object = None) -> HybridSettings:
+                          global_batch: object, pins: dict | None,
+                          software: Mapping[str, object] | None = None) -> HybridSettings:
     """The job's shape and pins, checked as the search would check them (``planner.parallel.planning.check``): a pin
     that cannot split the GPUs or the batch, or a model that fits nowhere, is a SpecError naming the field."""
     if gpus is None:
@@ -114,14 +85,10 @@ def hybrid_settings_check(*, spec: ModelSpec, cluster: ClusterSpec, gpus: object
                                                   kind="a hybrid-parallel job")
     if gpus > cluster.num_devices:
         raise SpecError("gpus", f"the cluster {cluster.name!r} has {cluster.num_devices:,} GPUs; asked for {gpus:,}")
-    overlap, framework = overlap_check(overlap, cluster), framework_check(framework)
-    recompute_modules = recompute_modules_check(recompute_modules, framework)
-    ep_dispatcher = ep_dispatcher_check(ep_dispatcher)
+    software = software_check(software, cluster)
     planner_service.check_hybrid_job(spec=spec, cluster=cluster, gpus=gpus, seq_len=seq_len,
-                                     global_batch=global_batch, pins=pins, overlap=overlap, framework=framework,
-                                     recompute_modules=recompute_modules, ep_dispatcher=ep_dispatcher)
-    return HybridSettings(gpus=gpus, seq_len=seq_len, global_batch=global_batch, pins=pins, overlap=overlap,
-                          framework=framework, recompute_modules=recompute_modules, ep_dispatcher=ep_dispatcher)
+                                     global_batch=global_batch, pins=pins, software=software)
+    return HybridSettings(gpus=gpus, seq_len=seq_len, global_batch=global_batch, pins=pins, software=software)
 
 
 def hybrid_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.HybridJobOutcome | None:
@@ -129,7 +96,6 @@ def hybrid_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.Hybri
     cancel read from it; None when it was cancelled before any plan was simulated. SpecError propagates."""
     return planner_service.plan_hybrid_job(
         spec=load_model_spec(job.spec.doc), cluster=cluster, gpus=job.gpus, seq_len=job.seq_len,
-        global_batch=job.global_batch, pins=job.pins, time_budget_s=job.time_budget_s, overlap=job.overlap,
-        framework=job.framework, recompute_modules=job.recompute_modules, ep_dispatcher=job.ep_dispatcher,
+        global_batch=job.global_batch, pins=job.pins, time_budget_s=job.time_budget_s, software=job.software,
         progress=progress.search_reporter(job.pk, *progress.HYBRID_SEARCH_SPAN),
         cancel=progress.cancel_reader(job.pk))

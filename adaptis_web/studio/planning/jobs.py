@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -75,18 +76,15 @@ def job_request_check(*, spec: ModelSpec, num_devices: int | None = None, num_mi
                       mode: str = JobMode.PIPELINE, saved_cluster: ClusterRecord | None = None,
                       team: Team | None = None, gpus: int | None = None, seq_len: int | None = None,
                       global_batch: int | None = None, pins: dict | None = None, gpu_counts: list | None = None,
-                      token_budget: int | None = None, overlap: str | None = None,
-                      framework: str | None = None, recompute_modules: str | None = None,
-                      ep_dispatcher: str | None = None) -> JobRequest:
+                      token_budget: int | None = None, software: Mapping[str, object] | None = None) -> JobRequest:
     """Everything about a planning request that can be checked before queueing it; SpecError otherwise.
 
     The cluster is a preset (a file or a name like ``h100-sxm-1024x8``), ``cluster_doc``, or ``saved_cluster``
     of ``team`` (the spec's). ``mode="hybrid"`` takes ``gpus``, ``seq_len``, ``global_batch`` and ``pins``
     instead of the pipeline's devices, micro-batches, schedule and partition; ``mode="capacity"`` takes
-    ``gpu_counts`` (default 64 to 16,384, doubling) and ``token_budget`` instead of ``gpus``; both take ``overlap``
-    (the communication the cost model hides behind compute: ``dp`` when not given), ``framework`` (whose kernels
-    it assumes: ``megatron`` when not given), ``recompute_modules`` (what its selective recomputation re-runs:
-    ``core_attn`` when not given) and ``ep_dispatcher`` (how its MoE tokens are sent: ``alltoall`` when not given)."""
+    ``gpu_counts`` (default 64 to 16,384, doubling) and ``token_budget`` instead of ``gpus``; both take ``software``,
+    the request's ``overlap``, ``framework``, ``recompute_modules`` and ``ep_dispatcher`` by name, each not given its
+    default (``hybrid.software_check``)."""
     if mode not in JobMode.values:
         raise SpecError("mode", f"must be one of {', '.join(JobMode.values)}; got {mode!r}")
     cluster = cluster_resolve(cluster_preset=cluster_preset, cluster_doc=cluster_doc, saved=saved_cluster,
@@ -94,18 +92,14 @@ def job_request_check(*, spec: ModelSpec, num_devices: int | None = None, num_mi
     preset = cluster_preset if cluster_doc is None and saved_cluster is None else ""
     if mode == JobMode.CAPACITY:
         settings = capacity.capacity_settings_check(gpu_counts=gpu_counts, token_budget=token_budget, seq_len=seq_len,
-                                                    global_batch=global_batch, pins=pins, overlap=overlap,
-                                                    framework=framework, recompute_modules=recompute_modules,
-                                                    ep_dispatcher=ep_dispatcher)
+                                                    global_batch=global_batch, pins=pins, software=software)
         return JobRequest(cluster_preset=preset, cluster=cluster, num_devices=max(settings.gpu_counts),
                           num_microbatches=0, schedule=capacity.CAPACITY_SCHEDULE, partition="",
                           mode=JobMode.CAPACITY, capacity=settings, cluster_record=saved_cluster)
     if mode == JobMode.HYBRID:
         search_settings_check(seed=0, time_budget_s=time_budget_s, memory_limit_bytes=None, cluster=cluster)
         settings = hybrid.hybrid_settings_check(spec=spec, cluster=cluster, gpus=gpus, seq_len=seq_len,
-                                                global_batch=global_batch, pins=pins, overlap=overlap,
-                                                framework=framework, recompute_modules=recompute_modules,
-                                                ep_dispatcher=ep_dispatcher)
+                                                global_batch=global_batch, pins=pins, software=software)
         return JobRequest(cluster_preset=preset, cluster=cluster, num_devices=settings.gpus, num_microbatches=0,
                           schedule=hybrid.HYBRID_SCHEDULE, partition="", time_budget_s=float(time_budget_s),
                           mode=JobMode.HYBRID, hybrid=settings, cluster_record=saved_cluster)
@@ -186,8 +180,7 @@ def job_from_capacity_count(*, job: PlanningJob, user: AbstractBaseUser, gpus: i
     cluster = planner_service.cluster_of(load_cluster(job.cluster_doc), gpus)
     request = job_request_check(spec=load_model_spec(job.spec.doc), mode=JobMode.HYBRID, cluster_doc=cluster.to_dict(),
                                 team=job.spec.team, gpus=gpus, seq_len=job.seq_len, global_batch=job.global_batch,
-                                pins=job.pins, overlap=job.overlap, framework=job.framework,
-                                recompute_modules=job.recompute_modules, ep_dispatcher=job.ep_dispatcher)
+                                pins=job.pins, software=job.software.to_dict())
     return job_create(spec_record=job.spec, user=user, request=request)
 
 

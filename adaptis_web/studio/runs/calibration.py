@@ -102,9 +102,7 @@ def _hybrid_replan(*, run: Run, user: AbstractBaseUser, events: list[dict], warm
         raise Conflict("run", f"cannot calibrate the cluster: {error.reason}") from error
     request = job_request_check(spec=planner_service.load_model_spec(source.spec.doc), mode=JobMode.HYBRID,
                                 cluster_doc=calibrated.cluster.to_dict(), gpus=source.gpus, seq_len=source.seq_len,
-                                global_batch=source.global_batch, pins=source.pins, overlap=source.overlap,
-                                framework=source.framework, recompute_modules=source.recompute_modules,
-                                ep_dispatcher=source.ep_dispatcher,
-                                time_budget_s=source.time_budget_s)
+                                global_batch=source.global_batch, pins=source.pins,
+                                software=source.software.to_dict(), time_budget_s=source.time_budget_s)
     return job_create(spec_record=source.spec, user=user, request=request, calibrated_from=run,
                       calibration=_calibration_record(run, calibrated.record))
