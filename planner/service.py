@@ -125,9 +125,10 @@ def predict_stored_plan(stored: StoredPlan) -> dict:
 def stored_plan_page(stored: StoredPlan, parent: StoredPlan | None = None) -> dict:
     """What the plan page shows of a stored plan: ``output`` (``predict_stored_plan``), ``difference`` from
     ``parent`` (None without one), the cluster's ``max_devices`` and ``capacity_bytes``, ``megatron_reason``,
-    why the Megatron layout cannot express the plan (empty when it can), and ``exports``: for each framework format
+    why the Megatron layout cannot express the plan (empty when it can), ``exports``: for each framework format
     (``EXPORTS``' ``framework``), ``reason`` (why it cannot take the plan at all; empty when it can) and ``lost``
-    (what of the plan it cannot express, the file's opening comment)."""
+    (what of the plan it cannot express, the file's opening comment), and ``software``: what its prediction assumes
+    (``Software``, from its ``meta``; the defaults for a v1 plan)."""
     context = edit_context(stored)
     output = prediction_output(predict_stored(context, stored), context)
     difference = None if parent is None else plan_difference(predict_stored_plan(parent), output)
@@ -138,7 +139,8 @@ def stored_plan_page(stored: StoredPlan, parent: StoredPlan | None = None) -> di
         megatron_reason = error.reason
     return {"output": output, "difference": difference, "max_devices": context.cluster.num_devices,
             "capacity_bytes": context.cluster.device.memory_bytes, "megatron_reason": megatron_reason,
-            "exports": _framework_exports(context, load_plan(stored.plan_doc))}
+            "exports": _framework_exports(context, load_plan(stored.plan_doc)),
+            "software": Software.named(stored.plan_doc.get("meta") or {}, prefix="meta.")}
 
 
 def _framework_exports(context: EditContext, plan: Plan) -> dict[str, dict]:

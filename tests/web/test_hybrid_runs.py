@@ -28,6 +28,9 @@ def test_a_tp2_pp2_dp2_plan_runs_on_8_ranks_with_every_ranks_actions_and_its_col
     # not the defaults (overlap dp, megatron): the re-plan below keeps the job's own
     plan = cpu_hybrid_plan(people, people.owner, tp=2, pp=2, dp=2, overlap="tp,dp", framework="torchtitan")
     assert (plan.job.overlap, plan.job.framework) == ("tp,dp", "torchtitan")
+    client.force_login(people.member)
+    page = client.get(reverse("studio:plan", args=[plan.pk])).content.decode()
+    assert 'id="plan-overlap">tp,dp<' in page and 'id="plan-framework">torchtitan<' in page
     api = APIClient()
     api.force_authenticate(people.member)
     response = api.post(reverse("api:runs"), {"plan": plan.pk, "steps": 1}, format="json")

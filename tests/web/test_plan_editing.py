@@ -348,7 +348,8 @@ def test_a_v2_plan_page_shows_its_parallel_configuration(client, people, hybrid_
     page = client.get(reverse("studio:plan", args=[hybrid_plan.pk])).content.decode()
     assert "MFU (of the BF16 peak)</div>" in page
     assert "Sharding over DP" in page and "GiB of 80.0 GiB" in page
-    assert 'id="plan-overlap">dp<' in page   # searched with the default overlaps
+    assert 'id="plan-overlap">dp<' in page   # searched with the default software
+    assert 'id="plan-framework">megatron<' in page and 'id="plan-ep-dispatcher">alltoall<' in page
 
 
 def test_a_v2_plan_the_executor_runs_is_taken_as_a_run_of_every_gpu_locally_and_on_a_cluster(client, people):

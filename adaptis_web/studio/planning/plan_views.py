@@ -72,7 +72,7 @@ def plan_page(request: HttpRequest, plan, *, run_form: RunForm, status: int = 20
         "derived_by": (plan.plan_doc.get("meta") or {}).get("derived_by"),
         "children": plan.derived.filter(deleted_at__isnull=True).order_by("-created_at", "-id"),
         "downloads": _downloads(plan, page["megatron_reason"], page["exports"]), "export_formats": "|".join(FORMATS),
-        "capacity_bytes": page["capacity_bytes"],
+        "capacity_bytes": page["capacity_bytes"], "software": page["software"],
         "memory_rows": _memory_rows(output["per_device"]), "degrees": ("tp", "cp", "pp", "dp", "ep", "etp"),
         **permissions,
         "run_form": run_form, **run_card_context(plan),
