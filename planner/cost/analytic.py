@@ -10,9 +10,9 @@ output is the loss); its parameter bytes are its parameters in the training dtyp
 from __future__ import annotations
 
 from planner.cluster import ClusterSpec
-from planner.cost.attention import attention_cost, mla_up_projections
+from planner.cost.attention import attention_cost, mla_hidden_input, mla_up_projections
 from planner.cost.linear_attention import linear_attention_cost
-from planner.cost.mlp import dense_mlp_body, expert_activation, mlp_cost
+from planner.cost.mlp import dense_mlp_body, expert_activation, mlp_cost, moe_input
 from planner.cost.primitives import norm, residual_add
 from planner.cost.roofline import pass_ms
 from planner.cost.ssm import mamba2_cost, mamba_cost
@@ -60,37 +60,65 @@ def layer_cost(layer: LayerSpec, spec: ModelSpec) -> Cost:
 
 # Megatron-Core's selective recomputation by module (``TransformerConfig.recompute_modules`` under
 # ``--recompute-granularity selective``), the modules modelled here: ``core_attn`` (its default; FlashAttention
-# already recomputes the scores, so it frees and costs nothing more), ``mla_up_proj``, ``moe_act`` and ``mlp``.
-# Megatron-Core's ``layernorm``, ``moe`` and ``shared_experts`` are not modelled.
-RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "mlp")
+# already recomputes the scores, so it frees and costs nothing more), ``mla_up_proj``, ``moe_act``, ``mlp`` and
+# ``layernorm``. Megatron-Core's ``moe`` and ``shared_experts`` are not modelled.
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "mlp", "layernorm")
 
 
 def recompute_modules_of(layer: LayerSpec) -> tuple[str, ...]:
     """Which of ``RECOMPUTE_MODULES`` re-run something in ``layer``: MLA's up-projections in latent attention, the
-    experts' activation in an MoE, a dense MLP."""
+    experts' activation in an MoE, a dense MLP, and the norms before MLA and before an MoE (``layernorm``; the
+    others are fused into the Transformer Engine linear layer after them, ``TELayerNormColumnParallelLinear``, which
+    Megatron-Core's ``layernorm`` leaves alone: ``input_layernorm`` and ``pre_mlp_layernorm`` are ``IdentityOp``
+    there, in ``megatron/core/models/gpt/gpt_layer_specs.py``)."""
     names = []
-    if isinstance(layer.mixer, AttentionMixer) and layer.mixer.is_latent:
+    if _latent(layer):
         names.append("mla_up_proj")
     if isinstance(layer.mlp, MoEMLP):
         names.append("moe_act")
     elif isinstance(layer.mlp, DenseMLP):
         names.append("mlp")
+    if _latent(layer) or isinstance(layer.mlp, MoEMLP):
+        names.append("layernorm")
     return tuple(names)
+
+
+def _latent(layer: LayerSpec) -> bool:
+    return isinstance(layer.mixer, AttentionMixer) and layer.mixer.is_latent
 
 
 def recompute_module_costs(layer: LayerSpec, spec: ModelSpec) -> dict[str, Cost]:
     """For each of ``recompute_modules_of(layer)``, what its backward re-runs (the Cost's forward kernels) and what
     the forward no longer keeps (its activations): MLA's up-projections (``planner.cost.attention.
     mla_up_projections``), the experts' activation (``planner.cost.mlp.expert_activation``), a dense MLP but its
-    input (``planner.cost.mlp.dense_mlp_body``)."""
+    input (``planner.cost.mlp.dense_mlp_body``), the unfused norms (``recomputed_norms``)."""
     dtype_bytes = DTYPE_BYTES[spec.dtype]
     tokens = spec.micro_batch_size * spec.seq_len
     builders = {
         "mla_up_proj": lambda: mla_up_projections(layer.mixer, spec.hidden_size, tokens, dtype_bytes),
         "moe_act": lambda: expert_activation(layer.mlp, tokens=tokens, dtype_bytes=dtype_bytes),
         "mlp": lambda: dense_mlp_body(layer.mlp, hidden=spec.hidden_size, tokens=tokens, dtype_bytes=dtype_bytes),
+        "layernorm": lambda: recomputed_norms(layer, spec),
     }
     return {name: builders[name]() for name in recompute_modules_of(layer)}
+
+
+def recomputed_norms(layer: LayerSpec, spec: ModelSpec) -> Cost:
+    """Megatron-Core's ``layernorm`` module (``TransformerLayer`` under ``CheckpointWithoutOutput``): the norm before
+    MLA and the one before an MoE run again in the backward, and their outputs are not kept. Their consumers held
+    them: MLA's two down-projections (``planner.cost.attention.mla_hidden_input``; in FP8 Megatron-Core has them keep
+    the original input instead of their FP8 casts, ``set_for_recompute_input_layernorm``) and the MoE's router and
+    shared experts (``planner.cost.mlp.moe_input``; ``set_for_recompute_pre_mlp_layernorm``), so that is what is
+    freed."""
+    dtype_bytes = DTYPE_BYTES[spec.dtype]
+    tokens, hidden = spec.micro_batch_size * spec.seq_len, spec.hidden_size
+    rerun = Cost(forward=norm(spec.norm, tokens, hidden, dtype_bytes).forward)
+    cost = Cost()
+    if _latent(layer):
+        cost += rerun + mla_hidden_input(hidden, tokens, dtype_bytes)
+    if isinstance(layer.mlp, MoEMLP):
+        cost += rerun + moe_input(layer.mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes)
+    return cost
 
 
 def _layer_costs(spec: ModelSpec) -> list[Cost]:

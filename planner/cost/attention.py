@@ -91,9 +91,7 @@ def _latent_projections(mixer: AttentionMixer, hidden: int, tokens: int, dtype_b
     (``rope_head_dim``) comes straight from the hidden state and is shared by all heads."""
     heads, qk_dim, rope = mixer.num_heads, mixer.head_dim, mixer.rope_head_dim
     kv_rank = mixer.kv_lora_rank
-    # the hidden state feeds two projections, Megatron-Core's linear_q(_down)_proj and linear_kv_down_proj, each
-    # of which keeps its own FP8 cast of it
-    cost = saved(dtype_bytes * tokens * hidden, fp8_bytes=2 * tokens * hidden)
+    cost = mla_hidden_input(hidden, tokens, dtype_bytes)
     if mixer.q_lora_rank is None:
         cost += _mla_query_up(mixer, hidden, tokens, dtype_bytes)
     else:
@@ -105,6 +103,13 @@ def _latent_projections(mixer: AttentionMixer, hidden: int, tokens: int, dtype_b
              + _mla_key_value_up(mixer, tokens, dtype_bytes)
              + saved(dtype_bytes * tokens * kv_rank, fp8_bytes=tokens * kv_rank))
     return cost + _mla_rotary(mixer, tokens, dtype_bytes)
+
+
+def mla_hidden_input(hidden: int, tokens: int, dtype_bytes: int) -> Cost:
+    """What MLA keeps of its input, the normed hidden state: it feeds two projections, Megatron-Core's
+    ``linear_q(_down)_proj`` and ``linear_kv_down_proj``, which keep it in BF16 or, in FP8, each its own FP8 cast
+    of it. Megatron-Core's ``recompute_modules`` ``layernorm`` frees it (``planner.cost.analytic``)."""
+    return saved(dtype_bytes * tokens * hidden, fp8_bytes=2 * tokens * hidden)
 
 
 def _mla_query_up(mixer: AttentionMixer, hidden: int, tokens: int, dtype_bytes: int) -> Cost:

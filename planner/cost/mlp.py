@@ -105,14 +105,20 @@ def moe_cost(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost
                       + saved(dtype_bytes * routed * 2 * inner)
                       + expert_activation(mlp, tokens=tokens, dtype_bytes=dtype_bytes)
                       + projection(inner, hidden, "row"))
-    cost = (saved(dtype_bytes * tokens * hidden) + _routing(tokens, hidden, experts, top_k, dtype_bytes, mlp.bias)
+    cost = (moe_input(mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes)
+            + _routing(tokens, hidden, experts, top_k, dtype_bytes, mlp.bias)
             + routed_experts + _combine(tokens, hidden, top_k, dtype_bytes))
-    if mlp.num_shared_experts:
-        # Shared experts run as one MLP as wide as all of them together. Their input is held in BF16 for the
-        # router; FP8 training keeps their first projection's FP8 cast of it besides.
-        cost += (_mlp_body(tokens, hidden, mlp.num_shared_experts * mlp.shared_intermediate_size, True, dtype_bytes)
-                 + saved(0.0, fp8_bytes=tokens * hidden))
+    if mlp.num_shared_experts:   # run as one MLP as wide as all of them together
+        cost += _mlp_body(tokens, hidden, mlp.num_shared_experts * mlp.shared_intermediate_size, True, dtype_bytes)
     return cost
+
+
+def moe_input(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
+    """What an MoE layer keeps of its input, the normed hidden state: in BF16 for the router; FP8 training keeps the
+    shared experts' first projection's FP8 cast of it besides. Megatron-Core's ``recompute_modules`` ``layernorm``
+    frees both (``planner.cost.analytic``)."""
+    shared_cast = tokens * hidden if mlp.num_shared_experts else 0.0
+    return saved(dtype_bytes * tokens * hidden) + saved(0.0, fp8_bytes=shared_cast)
 
 
 def mlp_cost(mlp: DenseMLP | MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:

@@ -116,9 +116,10 @@ def _arguments(plan: Plan, model: ModelSpec, seq_len: int | None) -> tuple[list[
     elif config.sharding == "full":   # Megatron-FSDP (Megatron-Core 0.14+): ZeRO-3 over the data-parallel ranks
         args += [("--use-megatron-fsdp",), ("--data-parallel-sharding-strategy", "optim_grads_params")]
     if config.precision == "fp8":   # Transformer Engine's hybrid recipe: E4M3 forward, E5M2 gradients
-        # per-tensor scaling, delayed; current ("tensorwise") where the experts' activation is recomputed, which
-        # Megatron-Core refuses under delayed scaling (the FLOPs and bytes are the same either way)
-        recipe = "tensorwise" if mode == "selective" and "moe_act" in modules.split(",") else "delayed"
+        # per-tensor scaling, delayed; current ("tensorwise") where the experts' activation or the norms are
+        # recomputed, which Megatron-Core refuses under delayed scaling (the FLOPs and bytes are the same either way)
+        recipe = ("tensorwise" if mode == "selective" and {"moe_act", "layernorm"} & set(modules.split(","))
+                  else "delayed")
         args += [("--fp8-format", "hybrid"), ("--fp8-recipe", recipe)]
     args += _model_shape(plan, model, seq_len, lost)
     if model.dtype in ("bf16", "fp16"):

@@ -152,8 +152,8 @@ class CostOptions:
     cross_entropy: str = "fused"
     # Megatron-Core's selective recomputation by module (``--recompute-modules``; planner.cost.analytic
     # RECOMPUTE_MODULES), what ``selective`` re-runs where ``selective`` is "attention": its default, the core
-    # attention, re-runs nothing more under FlashAttention; "mla_up_proj", "moe_act" and "mlp" trade compute for
-    # memory (DeepSeek-V3's recipes recompute MLA's up-projections)
+    # attention, re-runs nothing more under FlashAttention; "mla_up_proj", "moe_act", "mlp" and "layernorm" trade
+    # compute for memory (DeepSeek-V3's recipes recompute MLA's up-projections)
     recompute_modules: tuple[str, ...] = ("core_attn",)
 
     def __post_init__(self):
@@ -236,6 +236,7 @@ RECOMPUTE_MODULE_WORDS = {
     "mla_up_proj": "MLA's query and key-value up-projections with the rotary embedding",
     "moe_act": "the experts' activation",
     "mlp": "a dense MLP, of which only the input is kept",
+    "layernorm": "the norms before MLA and before an MoE (the others are fused into the linear layer after them)",
 }
 RECOMPUTE_MODULES_TEXT = "; ".join(f"{name}: {words}" for name, words in RECOMPUTE_MODULE_WORDS.items())
 
@@ -250,7 +251,7 @@ def recompute_modules_named(text: object, field: str = "recompute_modules") -> t
     unknown = sorted(names - set(RECOMPUTE_MODULES))
     if unknown:
         raise SpecError(field, f"{', '.join(unknown)} is no recompute module modelled here; give any of "
-                               f"{', '.join(RECOMPUTE_MODULES)} (comma-separated; Megatron-Core's layernorm, moe and "
+                               f"{', '.join(RECOMPUTE_MODULES)} (comma-separated; Megatron-Core's moe and "
                                f"shared_experts are not modelled)")
     return tuple(name for name in RECOMPUTE_MODULES if name in names)
 

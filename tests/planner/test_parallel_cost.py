@@ -10,7 +10,7 @@ import pytest
 from planner.cluster import load_cluster_preset
 from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig
-from planner.cost.analytic import layer_cost
+from planner.cost.analytic import layer_cost, recompute_modules_of
 from planner.cost.work import AttentionShape, Gemm, per_op_checkpoint
 from planner.parallel.cost import (CostOptions, all_to_all_ms, all_to_all_terms, Software, layer_comm_ms,
                                    layer_comm_parts, layer_times, layer_work, ring_collective_ms)
@@ -174,10 +174,33 @@ def test_megatron_recompute_modules_free_and_rerun_what_each_module_holds():
     assert backward_workspace_bytes(job, config, [moe], selective) == pytest.approx((qkv + act_freed) / shards)
 
 
+def test_the_layernorm_module_frees_the_unfused_norms_outputs_in_bf16_and_fp8():
+    """Megatron-Core's ``layernorm`` module on DeepSeek-V2-Lite at 2,048 tokens, TP 2, against a count by hand: the
+    norm before MLA (both layers) and the one before the MoE (layer 2) run again in the backward (an RMSNorm's 4
+    FLOPs an element over 2,048 tokens x 2,048) and their outputs are not kept. In BF16 that is 2 bytes an element
+    for each norm; in FP8 MLA's two down-projections held an FP8 cast each (2 bytes again), and the MoE's router held
+    the BF16 output and its 2 shared experts an FP8 cast (3). A dense layer's norms are fused into the next linear
+    layer, so a Llama block has nothing for the module to re-run."""
+    model = load_model_preset("deepseek-v2-lite")
+    tokens, hidden, shards, dense, moe = 2048, 2048, 2, 1, 2
+    norms = {dense: 1, moe: 2}
+    for precision, freed in (("bf16", {dense: 2, moe: 4}), ("fp8", {dense: 2, moe: 5})):
+        config = ParallelConfig(tp=2, precision=precision)
+        none = times_of(model, config, "none")
+        norm = times_of(model, config, "selective", CostOptions(recompute_modules=("layernorm",)))
+        for layer in (dense, moe):
+            assert (none[layer].activation_bytes - norm[layer].activation_bytes
+                    == pytest.approx(freed[layer] * tokens * hidden / shards))
+            assert (norm[layer].executed_flops - none[layer].executed_flops
+                    == pytest.approx(norms[layer] * 4 * tokens * hidden / shards))
+            assert norm[layer].recompute_ms > 0
+    assert "layernorm" not in recompute_modules_of(llama_block_model().layers[1])
+
+
 def test_recompute_modules_are_checked_and_searched():
-    """A module Megatron-Core has but the model does not (``layernorm``), or none, is refused naming the field; with
-    a module beyond the core attention the search tries Megatron's selective recomputation too."""
-    for bad in (("layernorm",), ("mla_up_proj", "moe"), ()):
+    """A module Megatron-Core has but the model does not (``moe``, ``shared_experts``), or none, is refused naming the
+    field; with a module beyond the core attention the search tries Megatron's selective recomputation too."""
+    for bad in (("shared_experts",), ("mla_up_proj", "moe"), ()):
         with pytest.raises(SpecError) as error:
             CostOptions(recompute_modules=bad)
         assert error.value.field == "recompute_modules"

@@ -487,7 +487,7 @@ class TestRecomputeModules:
                                      global_batch=64, gpu_counts=[8, 16], token_budget=10**12,
                                      software={"recompute_modules": "mlp"})
         assert capacity.capacity.software.recompute_modules == "mlp"
-        for modules, framework, said in (("layernorm", "megatron", "layernorm is no recompute module"),
+        for modules, framework, said in (("moe", "megatron", "moe is no recompute module"),
                                          ("mlp", "torchtitan", "per-op checkpointing")):
             with pytest.raises(SpecError) as caught:
                 _hybrid_request(software={"recompute_modules": modules, "framework": framework})
