@@ -453,23 +453,30 @@ NEMOTRON_VOCAB = 256000
 # dropless; every recipe sets grad_reduce_in_fp32 off). Left out: the Nemotron 3 models (no importable config here)
 # and the NVFP4 row.
 BRIDGE = {"grad_reduce_bytes": 2}
+# GPT-OSS 120B's recipes recompute the unfused norms and the experts' activation (GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16
+# and _B200_BF16, V2 for these rows, in scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py at the
+# 26.04.01 summary's commit, 21d102f5e: recompute_modules ["layernorm", "moe_act"])
+GPT_OSS_RECOMPUTE = ("moe_act", "layernorm")
 BRIDGE_RUNS = (
     # the 25.11 container's (no later one has an H100 row for it): Megatron-FSDP over all 8 GPUs
     NemoRun("Llama 3 8B", 8, 128, 1, 8192, 1, 1, 1, 1, 14451, 744, sharding="full", **BRIDGE),
     NemoRun("Llama 3 70B", 64, 256, 1, 8192, 4, 8, 1, 5, 1664, 731, **BRIDGE),
     NemoRun("Llama 3.1 405B", 1024, 1536, 1, 8192, 8, 8, 2, 8, 328, 827, **BRIDGE),
-    NemoRun("GPT-OSS 120B", 64, 1280, 1, 4096, 1, 4, 1, 1, 5824, 158, ep=8, precision="bf16", **BRIDGE),
+    NemoRun("GPT-OSS 120B", 64, 1280, 1, 4096, 1, 4, 1, 1, 5824, 158, ep=8, precision="bf16",
+            recompute_modules=GPT_OSS_RECOMPUTE, **BRIDGE),
     NemoRun("Qwen3 30B-A3B", 16, 1024, 1, 4096, 1, 1, 1, 1, 8960, 206, ep=16, **BRIDGE),
     NemoRun("Qwen3 235B-A22B", 256, 8192, 1, 4096, 2, 8, 1, 4, 1712, 253, ep=32, **BRIDGE),
     # the 25.09 container's (26.04.01 has no H100 row for it): dropless, FP8 (its parenthesised figure is DeepSeek's
     # 128 x 128 block scaling). DeepSeek-V3's recipes (deepseek_workload_base_configs.py) recompute MLA's
-    # up-projections, on H100 the dense MLPs too, and send the tokens with DeepEP (moe_flex_dispatcher_backend "deepep"
-    # on H100; "hybridep" on B200, whose dispatch is not modelled, so that row is charged the all-to-all)
+    # up-projections and the dense MLPs, and send the tokens with DeepEP (moe_flex_dispatcher_backend "deepep"; on
+    # B200 the row's configuration, DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 at the 26.04.01 summary's commit
+    # 21d102f5e, also overlaps the all-to-alls, moe_a2a_overlap)
     NemoRun("DeepSeek-V3", 1024, 8192, 1, 4096, 2, 8, 1, 4, 1297, 338, ep=64, recompute_modules=("mla_up_proj", "mlp"),
             ep_dispatcher="deepep", **BRIDGE),
     NemoRun("DeepSeek-V3", 256, 4096, 1, 4096, 1, 8, 1, 2, 3328, 864, ep=32, gpu="b200",
-            recompute_modules=("mla_up_proj",), **BRIDGE),
-    NemoRun("GPT-OSS 120B", 64, 1280, 4, 4096, 1, 1, 1, 1, 13568, 369, ep=8, precision="bf16", gpu="b200", **BRIDGE),
+            recompute_modules=("mla_up_proj", "mlp"), ep_dispatcher="deepep", **BRIDGE),
+    NemoRun("GPT-OSS 120B", 64, 1280, 4, 4096, 1, 1, 1, 1, 13568, 369, ep=8, precision="bf16", gpu="b200",
+            recompute_modules=GPT_OSS_RECOMPUTE, **BRIDGE),
     NemoRun("Qwen3 30B-A3B", 8, 512, 4, 4096, 1, 1, 1, 1, 27136, 619, ep=8, gpu="b200", **BRIDGE),
     NemoRun("Qwen3 235B-A22B", 256, 8192, 1, 4096, 1, 8, 1, 1, 3776, 560, ep=8, gpu="b200", **BRIDGE),
 )
