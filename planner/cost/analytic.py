@@ -9,10 +9,12 @@ output is the loss); its parameter bytes are its parameters in the training dtyp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from planner.cluster import ClusterSpec
 from planner.cost.attention import attention_cost, mla_hidden_input, mla_up_projections
 from planner.cost.linear_attention import linear_attention_cost
-from planner.cost.mlp import dense_mlp_body, expert_activation, mlp_cost, moe_input
+from planner.cost.mlp import dense_mlp_body, mlp_cost, moe_parts
 from planner.cost.primitives import norm, residual_add
 from planner.cost.roofline import pass_ms
 from planner.cost.ssm import mamba2_cost, mamba_cost
@@ -60,17 +62,30 @@ def layer_cost(layer: LayerSpec, spec: ModelSpec) -> Cost:
 
 # Megatron-Core's selective recomputation by module (``TransformerConfig.recompute_modules`` under
 # ``--recompute-granularity selective``), the modules modelled here: ``core_attn`` (its default; FlashAttention
-# already recomputes the scores, so it frees and costs nothing more), ``mla_up_proj``, ``moe_act``, ``mlp`` and
-# ``layernorm``. Megatron-Core's ``moe`` and ``shared_experts`` are not modelled.
-RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "mlp", "layernorm")
+# already recomputes the scores, so it frees and costs nothing more), ``mla_up_proj``, ``moe_act``, ``mlp``,
+# ``layernorm``, ``moe`` and ``shared_experts``. Megatron-Core's ``gdn_norm_out``, ``gdp_in_proj``, ``gdp_qkv`` and
+# ``mhc`` are not modelled.
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "mlp", "layernorm", "moe", "shared_experts")
+
+
+@dataclass(frozen=True)
+class RecomputeModule:
+    """One of Megatron-Core's recompute modules in a layer: the forward kernels its backward re-runs (``rerun``'s),
+    whether those include the MoE's dispatch and combine (``moe``), and the kept tensors it frees, by name (each a
+    Cost's activations): two modules that free one tensor (``moe`` and ``moe_act`` the experts' activation output,
+    ``layernorm`` and ``shared_experts`` the shared experts' FP8 cast) free it once."""
+
+    rerun: Cost
+    freed: dict[str, Cost]
+    dispatch: bool = False
 
 
 def recompute_modules_of(layer: LayerSpec) -> tuple[str, ...]:
     """Which of ``RECOMPUTE_MODULES`` re-run something in ``layer``: MLA's up-projections in latent attention, the
-    experts' activation in an MoE, a dense MLP, and the norms before MLA and before an MoE (``layernorm``; the
-    others are fused into the Transformer Engine linear layer after them, ``TELayerNormColumnParallelLinear``, which
-    Megatron-Core's ``layernorm`` leaves alone: ``input_layernorm`` and ``pre_mlp_layernorm`` are ``IdentityOp``
-    there, in ``megatron/core/models/gpt/gpt_layer_specs.py``)."""
+    experts' activation, the whole MoE and its shared experts in an MoE, a dense MLP, and the norms before MLA and
+    before an MoE (``layernorm``; the others are fused into the Transformer Engine linear layer after them,
+    ``TELayerNormColumnParallelLinear``, which Megatron-Core's ``layernorm`` leaves alone: ``input_layernorm`` and
+    ``pre_mlp_layernorm`` are ``IdentityOp`` there, in ``megatron/core/models/gpt/gpt_layer_specs.py``)."""
     names = []
     if _latent(layer):
         names.append("mla_up_proj")
@@ -80,6 +95,10 @@ def recompute_modules_of(layer: LayerSpec) -> tuple[str, ...]:
         names.append("mlp")
     if _latent(layer) or isinstance(layer.mlp, MoEMLP):
         names.append("layernorm")
+    if isinstance(layer.mlp, MoEMLP):
+        names.append("moe")
+        if layer.mlp.num_shared_experts:
+            names.append("shared_experts")
     return tuple(names)
 
 
@@ -87,38 +106,50 @@ def _latent(layer: LayerSpec) -> bool:
     return isinstance(layer.mixer, AttentionMixer) and layer.mixer.is_latent
 
 
-def recompute_module_costs(layer: LayerSpec, spec: ModelSpec) -> dict[str, Cost]:
-    """For each of ``recompute_modules_of(layer)``, what its backward re-runs (the Cost's forward kernels) and what
-    the forward no longer keeps (its activations): MLA's up-projections (``planner.cost.attention.
-    mla_up_projections``), the experts' activation (``planner.cost.mlp.expert_activation``), a dense MLP but its
-    input (``planner.cost.mlp.dense_mlp_body``), the unfused norms (``recomputed_norms``)."""
-    dtype_bytes = DTYPE_BYTES[spec.dtype]
-    tokens = spec.micro_batch_size * spec.seq_len
-    builders = {
-        "mla_up_proj": lambda: mla_up_projections(layer.mixer, spec.hidden_size, tokens, dtype_bytes),
-        "moe_act": lambda: expert_activation(layer.mlp, tokens=tokens, dtype_bytes=dtype_bytes),
-        "mlp": lambda: dense_mlp_body(layer.mlp, hidden=spec.hidden_size, tokens=tokens, dtype_bytes=dtype_bytes),
-        "layernorm": lambda: recomputed_norms(layer, spec),
-    }
-    return {name: builders[name]() for name in recompute_modules_of(layer)}
+def recompute_module_costs(layer: LayerSpec, spec: ModelSpec) -> dict[str, RecomputeModule]:
+    """For each of ``recompute_modules_of(layer)``, what its backward re-runs and what the forward no longer keeps:
+    MLA's up-projections (``planner.cost.attention.mla_up_projections``), a dense MLP but its input
+    (``planner.cost.mlp.dense_mlp_body``), the unfused norms (``layernorm``, below), and of an MoE
+    (``planner.cost.mlp.moe_parts``) the experts' activation (``moe_act``), the shared experts with their FP8 cast of
+    the input (``shared_experts``: ``SharedExpertMLP`` under ``checkpoint``, which keeps the original input) or the
+    whole layer but its input (``moe``: ``MoELayer`` under ``checkpoint``, router, dispatch, experts, combine and
+    shared experts, the all-to-alls too).
 
-
-def recomputed_norms(layer: LayerSpec, spec: ModelSpec) -> Cost:
-    """Megatron-Core's ``layernorm`` module (``TransformerLayer`` under ``CheckpointWithoutOutput``): the norm before
-    MLA and the one before an MoE run again in the backward, and their outputs are not kept. Their consumers held
-    them: MLA's two down-projections (``planner.cost.attention.mla_hidden_input``; in FP8 Megatron-Core has them keep
-    the original input instead of their FP8 casts, ``set_for_recompute_input_layernorm``) and the MoE's router and
-    shared experts (``planner.cost.mlp.moe_input``; ``set_for_recompute_pre_mlp_layernorm``), so that is what is
-    freed."""
+    ``layernorm`` (``TransformerLayer`` under ``CheckpointWithoutOutput``): the norm before MLA and the one before an
+    MoE run again in the backward and their outputs are not kept. Their consumers held them: MLA's two
+    down-projections (``planner.cost.attention.mla_hidden_input``; in FP8 Megatron-Core has them keep the original
+    input instead of their FP8 casts, ``set_for_recompute_input_layernorm``) and the MoE's router and shared experts
+    (``set_for_recompute_pre_mlp_layernorm``), so that is what is freed."""
     dtype_bytes = DTYPE_BYTES[spec.dtype]
     tokens, hidden = spec.micro_batch_size * spec.seq_len, spec.hidden_size
-    rerun = Cost(forward=norm(spec.norm, tokens, hidden, dtype_bytes).forward)
-    cost = Cost()
-    if _latent(layer):
-        cost += rerun + mla_hidden_input(hidden, tokens, dtype_bytes)
-    if isinstance(layer.mlp, MoEMLP):
-        cost += rerun + moe_input(layer.mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes)
-    return cost
+    moe = (moe_parts(layer.mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes)
+           if isinstance(layer.mlp, MoEMLP) else {})
+    inside = {f"moe.{name}": part for name, part in moe.items() if name != "input"}
+
+    def alone(name: str, cost: Cost) -> RecomputeModule:
+        return RecomputeModule(cost, {name: cost})
+
+    def norms() -> RecomputeModule:
+        rerun = Cost(forward=norm(spec.norm, tokens, hidden, dtype_bytes).forward)
+        module = RecomputeModule(Cost(), {})
+        if _latent(layer):
+            module = RecomputeModule(module.rerun + rerun,
+                                     {"mla.input": mla_hidden_input(hidden, tokens, dtype_bytes)})
+        if moe:
+            module = RecomputeModule(module.rerun + rerun, {**module.freed, "moe.input": moe["input"],
+                                                            "moe.shared_cast": moe["shared_cast"]})
+        return module
+
+    builders = {
+        "mla_up_proj": lambda: alone("mla_up_proj", mla_up_projections(layer.mixer, hidden, tokens, dtype_bytes)),
+        "moe_act": lambda: RecomputeModule(moe["act"], {"moe.act": moe["act"]}),
+        "mlp": lambda: alone("mlp", dense_mlp_body(layer.mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes)),
+        "layernorm": norms,
+        "moe": lambda: RecomputeModule(Cost.total(inside.values()), inside, dispatch=True),
+        "shared_experts": lambda: RecomputeModule(moe["shared"], {"moe.shared": moe["shared"],
+                                                                  "moe.shared_cast": moe["shared_cast"]}),
+    }
+    return {name: builders[name]() for name in recompute_modules_of(layer)}
 
 
 def _layer_costs(spec: ModelSpec) -> list[Cost]:

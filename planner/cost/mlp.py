@@ -93,32 +93,33 @@ def expert_activation(mlp: MoEMLP, *, tokens: int, dtype_bytes: int) -> Cost:
             + saved(dtype_bytes * routed * inner, fp8_bytes=routed * inner))
 
 
-def moe_cost(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
+def moe_parts(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> dict[str, Cost]:
+    """An MoE layer by the parts Megatron-Core's recompute modules free apart (``planner.cost.analytic``): ``input``,
+    the normed hidden state held in BF16 for the router; ``shared_cast``, the shared experts' first projection's FP8
+    cast of it (FP8 training); ``routing``, the router and the permutation; ``routed``, the experts' grouped
+    projections with their inputs; ``act``, the experts' activation (``expert_activation``); ``combine``; ``shared``,
+    the shared experts, run as one MLP as wide as all of them together (absent without any)."""
     experts, top_k, inner = mlp.num_experts, mlp.top_k, mlp.expert_intermediate_size
     routed = tokens * top_k
 
     def projection(d_in: int, d_out: int, parallel: str = "column") -> Cost:
         return expert_projection(routed_tokens=routed, d_in=d_in, d_out=d_out, experts=experts, top_k=top_k,
                                  dtype_bytes=dtype_bytes, bias=mlp.bias, parallel=parallel)
-    routed_experts = (saved(dtype_bytes * routed * hidden, fp8_bytes=routed * hidden)
-                      + projection(hidden, 2 * inner)
-                      + saved(dtype_bytes * routed * 2 * inner)
-                      + expert_activation(mlp, tokens=tokens, dtype_bytes=dtype_bytes)
-                      + projection(inner, hidden, "row"))
-    cost = (moe_input(mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes)
-            + _routing(tokens, hidden, experts, top_k, dtype_bytes, mlp.bias)
-            + routed_experts + _combine(tokens, hidden, top_k, dtype_bytes))
-    if mlp.num_shared_experts:   # run as one MLP as wide as all of them together
-        cost += _mlp_body(tokens, hidden, mlp.num_shared_experts * mlp.shared_intermediate_size, True, dtype_bytes)
-    return cost
+    parts = {"input": saved(dtype_bytes * tokens * hidden),
+             "shared_cast": saved(0.0, fp8_bytes=tokens * hidden if mlp.num_shared_experts else 0.0),
+             "routing": _routing(tokens, hidden, experts, top_k, dtype_bytes, mlp.bias),
+             "routed": (saved(dtype_bytes * routed * hidden, fp8_bytes=routed * hidden) + projection(hidden, 2 * inner)
+                        + saved(dtype_bytes * routed * 2 * inner) + projection(inner, hidden, "row")),
+             "act": expert_activation(mlp, tokens=tokens, dtype_bytes=dtype_bytes),
+             "combine": _combine(tokens, hidden, top_k, dtype_bytes)}
+    if mlp.num_shared_experts:
+        parts["shared"] = _mlp_body(tokens, hidden, mlp.num_shared_experts * mlp.shared_intermediate_size, True,
+                                    dtype_bytes)
+    return parts
 
 
-def moe_input(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
-    """What an MoE layer keeps of its input, the normed hidden state: in BF16 for the router; FP8 training keeps the
-    shared experts' first projection's FP8 cast of it besides. Megatron-Core's ``recompute_modules`` ``layernorm``
-    frees both (``planner.cost.analytic``)."""
-    shared_cast = tokens * hidden if mlp.num_shared_experts else 0.0
-    return saved(dtype_bytes * tokens * hidden) + saved(0.0, fp8_bytes=shared_cast)
+def moe_cost(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
+    return Cost.total(moe_parts(mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes).values())
 
 
 def mlp_cost(mlp: DenseMLP | MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:

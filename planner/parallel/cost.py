@@ -152,8 +152,8 @@ class CostOptions:
     cross_entropy: str = "fused"
     # Megatron-Core's selective recomputation by module (``--recompute-modules``; planner.cost.analytic
     # RECOMPUTE_MODULES), what ``selective`` re-runs where ``selective`` is "attention": its default, the core
-    # attention, re-runs nothing more under FlashAttention; "mla_up_proj", "moe_act", "mlp" and "layernorm" trade
-    # compute for memory (DeepSeek-V3's recipes recompute MLA's up-projections)
+    # attention, re-runs nothing more under FlashAttention; the others trade compute for memory (DeepSeek-V3's
+    # recipes recompute MLA's up-projections)
     recompute_modules: tuple[str, ...] = ("core_attn",)
 
     def __post_init__(self):
@@ -237,6 +237,9 @@ RECOMPUTE_MODULE_WORDS = {
     "moe_act": "the experts' activation",
     "mlp": "a dense MLP, of which only the input is kept",
     "layernorm": "the norms before MLA and before an MoE (the others are fused into the linear layer after them)",
+    "moe": "the whole MoE layer but its input: router, dispatch and combine (the all-to-alls again), experts and "
+           "shared experts",
+    "shared_experts": "an MoE's shared experts",
 }
 RECOMPUTE_MODULES_TEXT = "; ".join(f"{name}: {words}" for name, words in RECOMPUTE_MODULE_WORDS.items())
 
@@ -251,8 +254,8 @@ def recompute_modules_named(text: object, field: str = "recompute_modules") -> t
     unknown = sorted(names - set(RECOMPUTE_MODULES))
     if unknown:
         raise SpecError(field, f"{', '.join(unknown)} is no recompute module modelled here; give any of "
-                               f"{', '.join(RECOMPUTE_MODULES)} (comma-separated; Megatron-Core's moe and "
-                               f"shared_experts are not modelled)")
+                               f"{', '.join(RECOMPUTE_MODULES)} (comma-separated; Megatron-Core's gdn_norm_out, "
+                               f"gdp_in_proj, gdp_qkv and mhc are not modelled)")
     return tuple(name for name in RECOMPUTE_MODULES if name in names)
 
 
@@ -377,9 +380,11 @@ class LayerWork:
         return tuple(module for module in self.modules if module.name in options.recompute_modules)
 
     def modules_freed_bytes(self, precision: str, cluster: ClusterSpec, options: CostOptions) -> float:
-        """What the chosen modules no longer keep (unsharded), and so rebuild in the layer's backward."""
-        return sum(held_in(precision, cluster, options, module.freed_bytes, module.fp8_freed_delta)
-                   for module in self.chosen_modules(options))
+        """What the chosen modules no longer keep (unsharded), and so rebuild in the layer's backward: each tensor
+        once, however many of them free it."""
+        freed = {part: (nbytes, fp8_delta) for module in self.chosen_modules(options)
+                 for part, nbytes, fp8_delta in module.freed}
+        return sum(held_in(precision, cluster, options, nbytes, fp8_delta) for nbytes, fp8_delta in freed.values())
 
     def held_bytes(self, precision: str, cluster: ClusterSpec, options: CostOptions) -> float:
         """The activations kept for the backward in ``precision`` (unsharded; ``held_in``)."""
@@ -395,14 +400,16 @@ def held_in(precision: str, cluster: ClusterSpec, options: CostOptions, nbytes: 
 
 @dataclass(frozen=True)
 class ModuleRerun:
-    """One of Megatron-Core's recompute modules in a layer: the forward kernels its backward re-runs (time and
-    FLOPs, unsharded) and the activations the forward no longer keeps (unsharded; in a precision by ``held_in``)."""
+    """One of Megatron-Core's recompute modules in a layer (``planner.cost.analytic.RecomputeModule``): the forward
+    kernels its backward re-runs (time and FLOPs, unsharded), whether it re-runs the MoE's dispatch and combine too,
+    and the tensors the forward no longer keeps, by name: (name, bytes, FP8 delta; unsharded, in a precision by
+    ``held_in``)."""
 
     name: str
     rerun: PassTime
     rerun_flops: float
-    freed_bytes: float
-    fp8_freed_delta: float
+    freed: tuple[tuple[str, float, float], ...]
+    dispatch: bool = False
 
 
 def runs_fp8(precision: str, cluster: ClusterSpec) -> bool:
@@ -483,8 +490,10 @@ def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_
             kernels = cost.forward + cost.backward_input + cost.backward_weight
             kept, rerun = per_op_checkpoint(cost.forward, split.tp)
             modules = tuple(
-                ModuleRerun(name, _pass_time(module.forward, cluster, precision, split, attention_kernel),
-                            _executed_flops(module.forward), module.activation_bytes, module.fp8_activation_delta)
+                ModuleRerun(name, _pass_time(module.rerun.forward, cluster, precision, split, attention_kernel),
+                            _executed_flops(module.rerun.forward),
+                            tuple((part, freed.activation_bytes, freed.fp8_activation_delta)
+                                  for part, freed in module.freed.items()), module.dispatch)
                 for name, module in recompute_module_costs(layer, sized).items())
             by_layer[layer] = LayerWork(
                 forward=_pass_time(cost.forward, cluster, precision, split, attention_kernel),
@@ -768,8 +777,8 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
         if layer not in comm_cache:
             parts = layer_comm_parts(layer, work, spec, config, mapping, seq_len, options)
             comm_cache[layer] = (_comm_totals(parts), tuple((axis, f + b) for axis, (f, b) in parts.items()),
-                                 parts["tp"][0], parts["dp"][0])
-        (comm_forward, comm_backward), comm_ms, tp_forward, gather_forward = comm_cache[layer]
+                                 parts["tp"][0], parts["dp"][0], parts["ep"][0])
+        (comm_forward, comm_backward), comm_ms, tp_forward, gather_forward, ep_forward = comm_cache[layer]
         forward = work.forward.on(shards, overhead_ms) + comm_forward
         # the block's input, sequence-parallel over TP (and split over CP)
         block_input = config.microbatch_size * seq_len * spec.hidden_size * dtype_bytes / shards
@@ -790,10 +799,13 @@ def layer_times(spec: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, m
             executed = work.model_flops + work.recomputed_flops + work.per_op_rerun_flops
             activation = block_input + work.per_op_kept_bytes / shards
         else:
-            # Megatron's recompute modules: each re-runs its own kernels inside the layer, whose TP and EP
-            # collectives lie outside them, and frees what it kept
+            # Megatron's recompute modules: each re-runs its own kernels inside the layer, whose TP collectives lie
+            # outside them, as do the EP ones but under ``moe``, which re-runs the dispatch and combine too; each
+            # frees what it kept
             chosen = work.chosen_modules(options)
             recompute_ms = sum(module.rerun.on(shards, overhead_ms) for module in chosen)
+            if any(module.dispatch for module in chosen):
+                recompute_ms += ep_forward
             executed = work.model_flops + work.recomputed_flops + sum(module.rerun_flops for module in chosen)
             activation = (work.held_bytes(config.precision, cluster, options)
                           - work.modules_freed_bytes(config.precision, cluster, options)) / shards

@@ -48,10 +48,10 @@ def test_qwen3_next_on_64_h100s_as_a_whole_training_job(celery_worker, live_serv
     page.fill("#id_seq_len", "4096")
     page.fill("#id_global_batch", "512")
     page.fill("#id_time_budget_s", "5")
-    # Megatron-Core's shared_experts recompute module is not modelled: the form names the field and stores nothing
-    page.fill("#id_recompute_modules", "shared_experts")
+    # Megatron-Core's mhc recompute module is not modelled: the form names the field and stores nothing
+    page.fill("#id_recompute_modules", "mhc")
     page.click("#upload-form button[type=submit]")
-    expect(page.locator("#upload-form")).to_contain_text("shared_experts is no recompute module modelled here")
+    expect(page.locator("#upload-form")).to_contain_text("mhc is no recompute module modelled here")
     assert PlanningJob.objects.count() == 0
     page.set_input_files("#id_file", str(MODEL_PRESET_DIR / "qwen3-next-80b-a3b.json"))
     page.fill("#id_recompute_modules", "")

@@ -355,20 +355,22 @@ def test_selective_recomputation_exported_to_another_framework_is_listed_as_not_
 
 
 def test_a_plan_predicted_with_recompute_modules_exports_them_and_megatron_core_accepts_them():
-    """DeepSeek-V2-Lite recomputing MLA's up-projections, the experts' activation and the unfused norms in FP8:
-    Megatron-Core's ``MLATransformerConfig`` is built from the exported arguments with those modules, grouped expert
-    GEMMs (which ``moe_act`` needs) and current scaling (which ``moe_act`` and ``layernorm`` need under FP8)."""
+    """DeepSeek-V2-Lite recomputing MLA's up-projections, the experts' activation, the unfused norms and the shared
+    experts in FP8: Megatron-Core's ``MLATransformerConfig`` is built from the exported arguments with those modules,
+    grouped expert GEMMs (which ``moe_act`` needs) and current scaling (which ``moe_act`` and ``layernorm`` need under
+    FP8)."""
     from planner.parallel.cost import Software
     result = hybrid.search("deepseek-v2-lite", "h100-sxm-2x8", 16, 4096, 128,
                            {"ep": 4, "pp": 2, "recompute": "selective", "precision": "fp8"}, time_budget_s=120,
-                           options=Software(recompute_modules="layernorm,mla_up_proj,moe_act").options())
+                           options=Software(recompute_modules="layernorm,mla_up_proj,moe_act,shared_experts").options())
     plan, model = load_plan(result.plan_document()), load_model_preset("deepseek-v2-lite")
-    assert plan.meta["recompute_modules"] == "mla_up_proj,moe_act,layernorm"
+    assert plan.meta["recompute_modules"] == "mla_up_proj,moe_act,layernorm,shared_experts"
     fields, _ = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, model)))
     # FP8 with moe_act asks for Transformer Engine 2.6 or later, which a GPU node has and this host does not install
     with mock.patch("megatron.core.transformer.transformer_config.is_te_min_version", return_value=True):
         built = megatron_config(fields)
-    assert built.recompute_granularity == "selective" and built.recompute_modules == ["mla_up_proj", "moe_act", "layernorm"]
+    assert built.recompute_granularity == "selective"
+    assert built.recompute_modules == ["mla_up_proj", "moe_act", "layernorm", "shared_experts"]
     assert built.moe_grouped_gemm and (built.fp8, built.fp8_recipe) == ("hybrid", "tensorwise")
     plain = hybrid.search("deepseek-v2-lite", "h100-sxm-2x8", 16, 4096, 128,
                           {"ep": 4, "pp": 2, "recompute": "selective"}, time_budget_s=120)

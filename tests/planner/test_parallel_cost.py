@@ -13,7 +13,8 @@ from planner.parallel.config import ParallelConfig
 from planner.cost.analytic import layer_cost, recompute_modules_of
 from planner.cost.work import AttentionShape, Gemm, per_op_checkpoint
 from planner.parallel.cost import (CostOptions, all_to_all_ms, all_to_all_terms, Software, layer_comm_ms,
-                                   layer_comm_parts, layer_times, layer_work, ring_collective_ms)
+                                   kernel_split, layer_comm_parts, layer_times, layer_work,
+                                   ring_collective_ms)
 from planner.parallel.evaluate import Job, backward_workspace_bytes
 from planner.parallel.search import candidates
 from planner.parallel.mapping import RankMapping
@@ -197,10 +198,41 @@ def test_the_layernorm_module_frees_the_unfused_norms_outputs_in_bf16_and_fp8():
     assert "layernorm" not in recompute_modules_of(llama_block_model().layers[1])
 
 
+def test_the_moe_and_shared_experts_modules_free_each_tensor_once_and_moe_sends_the_tokens_again():
+    """Megatron-Core's ``shared_experts`` and ``moe`` on DeepSeek-V2-Lite's MoE layer (64 experts of 1,408, top 6, 2
+    shared experts) at 2,048 tokens, TP 2, EP 4, against a count by hand: ``shared_experts`` frees the shared MLP's
+    gate/up and activation outputs (2 x 2,816 and 2,816 wide, BF16) and re-runs its three kernels; ``moe`` frees all
+    the layer kept but its input (the router's fp32 scores, each routed copy's input, gate/up and activation outputs,
+    the outputs kept for the combine, and the shared MLP's) and re-runs its kernels and its dispatch and combine. With
+    ``moe_act`` or ``shared_experts`` beside it, nothing is freed twice."""
+    model = load_model_preset("deepseek-v2-lite")
+    tokens, hidden, shards, moe = 2048, 2048, 2, 2
+    config = ParallelConfig(tp=2, dp=4, ep=4)
+    shared = tokens * (2 * 2816 * 2 + 2816 * 2)
+    routed = tokens * 6 * (hidden * 2 + 2 * 1408 * 2 + 1408 * 2 + hidden * 2) + tokens * 64 * 4
+    none = times_of(model, config, "none")
+    by = {modules: times_of(model, config, "selective", CostOptions(recompute_modules=modules))
+          for modules in (("shared_experts",), ("moe",), ("moe_act", "moe", "shared_experts"))}
+    assert none[moe].activation_bytes - by[("shared_experts",)][moe].activation_bytes == pytest.approx(shared / shards)
+    shared_flops = 2 * tokens * hidden * 2 * 2816 + 5 * tokens * 2816 + 2 * tokens * 2816 * hidden
+    assert (by[("shared_experts",)][moe].executed_flops - none[moe].executed_flops
+            == pytest.approx(shared_flops / shards))
+    for modules in (("moe",), ("moe_act", "moe", "shared_experts")):
+        assert (none[moe].activation_bytes - by[modules][moe].activation_bytes
+                == pytest.approx((routed + shared) / shards))
+    work = layer_work(model, H100, 1, tokens, split=kernel_split(config))[moe]
+    rerun = next(module for module in work.modules if module.name == "moe").rerun
+    ep_forward = layer_comm_parts(model.layers[moe], work, model, config, RankMapping(config, H100), tokens)["ep"][0]
+    assert ep_forward > 0
+    overhead_ms = H100.device.kernel_overhead_us * 1e-3
+    assert by[("moe",)][moe].recompute_ms == pytest.approx(rerun.on(shards, overhead_ms) + ep_forward)
+    assert by[("moe",)][1] == none[1]   # the dense layer has no MoE to re-run
+
+
 def test_recompute_modules_are_checked_and_searched():
-    """A module Megatron-Core has but the model does not (``moe``, ``shared_experts``), or none, is refused naming the
+    """A module Megatron-Core has but the model does not (``mhc``, ``gdn_norm_out``), or none, is refused naming the
     field; with a module beyond the core attention the search tries Megatron's selective recomputation too."""
-    for bad in (("shared_experts",), ("mla_up_proj", "moe"), ()):
+    for bad in (("mhc",), ("mla_up_proj", "gdn_norm_out"), ()):
         with pytest.raises(SpecError) as error:
             CostOptions(recompute_modules=bad)
         assert error.value.field == "recompute_modules"
@@ -446,7 +478,7 @@ def test_recompute_modules_are_read_as_megatron_cores_names_each_once_and_every_
     assert recompute_modules_named("mlp, core_attn,mlp") == ("core_attn", "mlp")
     assert Software(recompute_modules="mla_up_proj").options().recompute_modules == ("mla_up_proj",)
     assert Software().options().recompute_modules == ("core_attn",)
-    for text, said in (("", "must name"), ("moe,shared_experts", "moe, shared_experts is no recompute module"),
+    for text, said in (("", "must name"), ("mhc,gdn_norm_out", "gdn_norm_out, mhc is no recompute module"),
                        (["mlp"], "must name")):
         with pytest.raises(SpecError) as caught:
             recompute_modules_named(text)

@@ -240,7 +240,7 @@ def test_the_cli_recomputes_the_modules_it_is_told_and_refuses_what_is_not_model
     assert modules["predicted"]["peak_memory_bytes"] < plain["predicted"]["peak_memory_bytes"]
     assert modules["predicted"]["breakdown_ms"]["recompute"] > plain["predicted"]["breakdown_ms"]["recompute"]
     capsys.readouterr()
-    for extra, said in ((["--recompute-modules", "moe"], "moe is no recompute module"),
+    for extra, said in ((["--recompute-modules", "mhc"], "mhc is no recompute module"),
                         (["--recompute-modules", "mlp", "--framework", "torchtitan"], "per-op checkpointing")):
         assert main([*args, *extra]) == 3
         error = json.loads(capsys.readouterr().err)["error"]

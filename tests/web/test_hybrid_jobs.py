@@ -487,13 +487,13 @@ class TestRecomputeModules:
                                      global_batch=64, gpu_counts=[8, 16], token_budget=10**12,
                                      software={"recompute_modules": "mlp"})
         assert capacity.capacity.software.recompute_modules == "mlp"
-        for modules, framework, said in (("moe", "megatron", "moe is no recompute module"),
+        for modules, framework, said in (("mhc", "megatron", "mhc is no recompute module"),
                                          ("mlp", "torchtitan", "per-op checkpointing")):
             with pytest.raises(SpecError) as caught:
                 _hybrid_request(software={"recompute_modules": modules, "framework": framework})
             assert caught.value.field == "recompute_modules" and said in caught.value.reason
         page = _job_field_through_the_api(people, llama, django_capture_on_commit_callbacks, "recompute_modules",
-                                          bad="moe", good="mlp")
+                                          bad="mhc", good="mlp")
         assert "recompute modules: mlp" in page
 
     def test_the_jobs_check_fits_the_model_with_its_recompute_modules(self):
