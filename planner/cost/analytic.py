@@ -130,15 +130,11 @@ def recompute_module_costs(layer: LayerSpec, spec: ModelSpec) -> dict[str, Recom
         return RecomputeModule(cost, {name: cost})
 
     def norms() -> RecomputeModule:
-        rerun = Cost(forward=norm(spec.norm, tokens, hidden, dtype_bytes).forward)
-        module = RecomputeModule(Cost(), {})
-        if _latent(layer):
-            module = RecomputeModule(module.rerun + rerun,
-                                     {"mla.input": mla_hidden_input(hidden, tokens, dtype_bytes)})
+        freed = {"mla.input": mla_hidden_input(hidden, tokens, dtype_bytes)} if _latent(layer) else {}
         if moe:
-            module = RecomputeModule(module.rerun + rerun, {**module.freed, "moe.input": moe["input"],
-                                                            "moe.shared_cast": moe["shared_cast"]})
-        return module
+            freed.update({"moe.input": moe["input"], "moe.shared_cast": moe["shared_cast"]})
+        one = Cost(forward=norm(spec.norm, tokens, hidden, dtype_bytes).forward)
+        return RecomputeModule(Cost.total([one] * (_latent(layer) + bool(moe))), freed)
 
     builders = {
         "mla_up_proj": lambda: alone("mla_up_proj", mla_up_projections(layer.mixer, hidden, tokens, dtype_bytes)),
