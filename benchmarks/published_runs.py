@@ -464,7 +464,8 @@ BRIDGE_RUNS = (
     NemoRun("Llama 3.1 405B", 1024, 1536, 1, 8192, 8, 8, 2, 8, 328, 827, **BRIDGE),
     NemoRun("GPT-OSS 120B", 64, 1280, 1, 4096, 1, 4, 1, 1, 5824, 158, ep=8, precision="bf16",
             recompute_modules=GPT_OSS_RECOMPUTE, **BRIDGE),
-    NemoRun("Qwen3 30B-A3B", 16, 1024, 1, 4096, 1, 1, 1, 1, 8960, 206, ep=16, **BRIDGE),
+    # its recipe (QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 at 21d102f5e) sends the tokens with HybridEP
+    NemoRun("Qwen3 30B-A3B", 16, 1024, 1, 4096, 1, 1, 1, 1, 8960, 206, ep=16, ep_dispatcher="hybridep", **BRIDGE),
     NemoRun("Qwen3 235B-A22B", 256, 8192, 1, 4096, 2, 8, 1, 4, 1712, 253, ep=32, **BRIDGE),
     # the 25.09 container's (26.04.01 has no H100 row for it): dropless, FP8 (its parenthesised figure is DeepSeek's
     # 128 x 128 block scaling). DeepSeek-V3's recipes (deepseek_workload_base_configs.py) recompute MLA's
@@ -477,7 +478,8 @@ BRIDGE_RUNS = (
             recompute_modules=("mla_up_proj", "mlp"), ep_dispatcher="deepep", **BRIDGE),
     NemoRun("GPT-OSS 120B", 64, 1280, 4, 4096, 1, 1, 1, 1, 13568, 369, ep=8, precision="bf16", gpu="b200",
             recompute_modules=GPT_OSS_RECOMPUTE, **BRIDGE),
-    NemoRun("Qwen3 30B-A3B", 8, 512, 4, 4096, 1, 1, 1, 1, 27136, 619, ep=8, gpu="b200", **BRIDGE),
+    NemoRun("Qwen3 30B-A3B", 8, 512, 4, 4096, 1, 1, 1, 1, 27136, 619, ep=8, gpu="b200", ep_dispatcher="hybridep",
+            **BRIDGE),
     NemoRun("Qwen3 235B-A22B", 256, 8192, 1, 4096, 1, 8, 1, 1, 3776, 560, ep=8, gpu="b200", **BRIDGE),
 )
 # The same archive's other DGX-H100 rows whose configuration differs from the row above for the model (the newest

@@ -15,7 +15,7 @@ model's shape: ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, `
 ``--position-embedding-type``, ``--max-position-embeddings``, ``--num-experts``, ``--moe-router-topk``,
 ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``, ``--moe-layer-freq``, ``--moe-aux-loss-coeff``,
 ``--moe-grouped-gemm``, ``--moe-token-dispatcher-type`` (``alltoall`` under EP, or ``flex`` with
-``--moe-flex-dispatcher-backend deepep`` where the plan was predicted with DeepEP's dispatch, its
+``--moe-flex-dispatcher-backend deepep`` or ``hybridep`` where the plan was predicted with that dispatch, its
 ``meta.ep_dispatcher``),
 the latent-attention ``--multi-latent-attention --q-lora-rank --kv-lora-rank --qk-head-dim --qk-pos-emb-head-dim
 --v-head-dim``, and the hybrid model's ``--hybrid-override-pattern --mamba-state-dim --mamba-head-dim
@@ -92,8 +92,9 @@ def _arguments(plan: Plan, model: ModelSpec, seq_len: int | None) -> tuple[list[
     if _has_moe(model):   # one grouped GEMM over a rank's experts, as the cost model prices them (planner.cost.roofline)
         args.append(("--moe-grouped-gemm",))
     if _has_moe(model) and config.ep > 1:   # the dispatcher the plan was predicted with (its meta.ep_dispatcher)
-        if plan.meta.get("ep_dispatcher", DEFAULT_EP_DISPATCHER) == "deepep":
-            args += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
+        dispatcher = plan.meta.get("ep_dispatcher", DEFAULT_EP_DISPATCHER)
+        if dispatcher != "alltoall":   # DeepEP's or HybridEP's, Megatron-Core's flex dispatcher's backends
+            args += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", dispatcher)]
         else:
             args.append(("--moe-token-dispatcher-type", "alltoall"))
     if config.tp > 1:

@@ -42,7 +42,9 @@ Communication charged inside F and B (Megatron-LM does not overlap these by defa
   node copies a token for ``E`` experts spread evenly over the EP group's ``n`` nodes and ``k`` experts a token chosen
   at random (balanced routing, as the benchmarks force it). A router limited to a few groups of experts (DeepSeek-V3's
   node-limited routing, ``MoEMLP.router_groups``: at most 4 nodes a token) reaches fewer nodes
-  (``remote_nodes_per_token``). What it sends over NVLink is charged as the all-to-all's.
+  (``remote_nodes_per_token``). What it sends over NVLink is charged as the all-to-all's. ``"hybridep"`` (NVIDIA's
+  HybridEP, DeepEP's ``hybrid_ep`` branch, Megatron-Core's flex dispatcher with its ``hybridep`` backend: a
+  "hierarchical communication design", RDMA between nodes and NVLink inside one, its README) is charged the same.
 - Full sharding (``sharding`` ``full``; ZeRO-3, Rajbhandari et al. 2020, Sec. 7.2.2: 1.5x the data-parallel volume
   of an all-reduce): each layer's bf16 weights all-gathered before its forward and again before its backward, its
   gradients reduce-scattered after its backward, every micro-batch (FSDP2 with gradient accumulation, resharding
@@ -113,6 +115,7 @@ EP_DISPATCHER_WORDS = {
     "alltoall": "Megatron-Core's all-to-all, every routed copy of a token sent; the default",
     "deepep": "DeepEP's (Megatron-Core's flex dispatcher), a token sent over the NIC once per other node holding one "
               "of its experts, then over NVLink",
+    "hybridep": "NVIDIA's HybridEP (the flex dispatcher's hybridep backend), hierarchical as DeepEP's and charged so",
 }
 EP_DISPATCHERS = tuple(EP_DISPATCHER_WORDS)
 
@@ -555,8 +558,8 @@ def remote_nodes_per_token(mlp: MoEMLP, group: GroupSpan) -> float:
 def dispatch_ms(token_bytes: float, tokens: float, mlp: MoEMLP, group: GroupSpan,
                 dispatcher: str = "alltoall") -> float:
     """One dispatch (or combine) of a GPU's ``tokens`` (each ``token_bytes``) to their ``mlp.top_k`` experts over the EP
-    ``group``: Megatron's all-to-all of every routed copy, or DeepEP's, whose NIC carries a token once per other node
-    holding one of its experts (module doc)."""
+    ``group``: Megatron's all-to-all of every routed copy, or DeepEP's (and HybridEP's), whose NIC carries a token once
+    per other node holding one of its experts (module doc)."""
     routed = tokens * mlp.top_k * token_bytes
     if dispatcher == "alltoall" or not group.crosses_domains:
         return all_to_all_ms(routed, group)

@@ -382,11 +382,11 @@ def test_a_plan_predicted_with_recompute_modules_exports_them_and_megatron_core_
 
 def test_the_export_names_the_dispatcher_the_plan_was_predicted_with():
     """Under EP, Megatron-LM's default all-gather dispatcher is not what the cost model charges: the export says
-    ``alltoall``, or the flex dispatcher with DeepEP's backend for a plan predicted with it."""
+    ``alltoall``, or the flex dispatcher with DeepEP's or HybridEP's backend for a plan predicted with it."""
     from planner.parallel.cost import Software
     model = load_model_preset("qwen3-30b-a3b")
     built = {}
-    for dispatcher in ("alltoall", "deepep"):
+    for dispatcher in ("alltoall", "deepep", "hybridep"):
         result = hybrid.search("qwen3-30b-a3b", "h100-sxm-4x8", 32, 4096, 64,
                                {"tp": 1, "pp": 1, "cp": 1, "ep": 32, "recompute": "full"}, time_budget_s=120,
                                options=Software(ep_dispatcher=dispatcher).options())
@@ -394,8 +394,8 @@ def test_the_export_names_the_dispatcher_the_plan_was_predicted_with():
         fields, _ = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, model)))
         built[dispatcher] = megatron_config(fields)
     assert built["alltoall"].moe_token_dispatcher_type == "alltoall"
-    assert (built["deepep"].moe_token_dispatcher_type, built["deepep"].moe_flex_dispatcher_backend) == ("flex",
-                                                                                                          "deepep")
+    for flex in ("deepep", "hybridep"):
+        assert (built[flex].moe_token_dispatcher_type, built[flex].moe_flex_dispatcher_backend) == ("flex", flex)
 
 
 def test_group_limited_routing_is_exported_and_megatron_core_takes_it():

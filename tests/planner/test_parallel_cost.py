@@ -513,6 +513,7 @@ def test_deepeps_dispatch_sends_a_token_once_per_other_node_holding_one_of_its_e
         nic = tokens * token_bytes * remote_nodes_per_token(mlp, group) / (group.inter.bandwidth_gb_s * 1e6)
         assert deepep == pytest.approx(nic + group.latency_us() * 1e-3) and deepep < alltoall
         assert outside / (group.inter.bandwidth_gb_s * 1e6) > nic
+        assert dispatch_ms(token_bytes, tokens, mlp, group, "hybridep") == deepep   # hierarchical as DeepEP
     inside = ep_group(cluster, 8)
     mlp = MoEMLP(num_experts=256, top_k=8, expert_intermediate_size=2048)
     assert remote_nodes_per_token(mlp, inside) == 0
@@ -580,5 +581,5 @@ def ep_group(cluster, ep: int):
 
 def test_the_ep_dispatcher_is_one_of_the_modelled_ones():
     with pytest.raises(SpecError) as caught:
-        Software(ep_dispatcher="hybridep").options()
-    assert caught.value.field == "ep_dispatcher" and "alltoall, deepep" in caught.value.reason
+        Software(ep_dispatcher="nccl").options()
+    assert caught.value.field == "ep_dispatcher" and "alltoall, deepep, hybridep" in caught.value.reason

@@ -261,5 +261,5 @@ def test_the_cli_sends_moe_tokens_with_the_dispatcher_it_is_told_and_the_plan_sa
     assert deepep["predicted"]["breakdown_ms"]["ep"] < 0.6 * alltoall["predicted"]["breakdown_ms"]["ep"]
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit:
-        main([*args, "--ep-dispatcher", "hybridep"])
+        main([*args, "--ep-dispatcher", "nccl"])
     assert exit.value.code == 2 and "--ep-dispatcher" in capsys.readouterr().err

@@ -532,8 +532,8 @@ class TestEpDispatcher:
         assert _hybrid_request().hybrid.software.ep_dispatcher == "alltoall"
         assert _hybrid_request(software={"ep_dispatcher": "deepep"}).hybrid.software.ep_dispatcher == "deepep"
         with pytest.raises(SpecError) as caught:
-            _hybrid_request(software={"ep_dispatcher": "hybridep"})
-        assert caught.value.field == "ep_dispatcher" and "alltoall, deepep" in caught.value.reason
+            _hybrid_request(software={"ep_dispatcher": "nccl"})
+        assert caught.value.field == "ep_dispatcher" and "alltoall, deepep, hybridep" in caught.value.reason
         page = _job_field_through_the_api(people, llama, django_capture_on_commit_callbacks, "ep_dispatcher",
                                           bad="nccl", good="deepep")
         assert "DeepEP dispatch" in page

@@ -68,7 +68,7 @@ class PlanningJob(TrackedWork):
                                                    "planner.parallel.cost.recompute_modules_named)")
     ep_dispatcher = models.CharField(max_length=20, default=Software().ep_dispatcher, blank=True,
                                      help_text="hybrid and capacity: how MoE tokens are sent to their experts "
-                                               "(alltoall or deepep; planner.parallel.cost.EP_DISPATCHERS)")
+                                               "(alltoall, deepep or hybridep; planner.parallel.cost.EP_DISPATCHERS)")
     cluster_record = models.ForeignKey(ClusterRecord, null=True, blank=True, on_delete=models.SET_NULL,
                                        related_name="jobs", help_text="the saved cluster it was planned on")
     # A capacity job (mode "capacity", schedule "capacity") finds the best configuration at each of gpu_counts GPUs

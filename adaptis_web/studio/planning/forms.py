@@ -25,7 +25,8 @@ GIB = 2**30
 SCHEDULE_CHOICES = [(ADAPTIS_SCHEDULE, "AdaPtis search"), *((name, name) for name in BASELINE_SCHEDULES)]
 FRAMEWORK_LABELS = {"megatron": "Megatron-Core / NeMo"}  # planner_service.FRAMEWORKS as the form names them
 # planner_service.EP_DISPATCHERS as the form names them
-EP_DISPATCHER_LABELS = {"alltoall": "all-to-all (Megatron-Core)", "deepep": "DeepEP (one copy per node over the NIC)"}
+EP_DISPATCHER_LABELS = {"alltoall": "all-to-all (Megatron-Core)", "deepep": "DeepEP (one copy per node over the NIC)",
+                        "hybridep": "HybridEP (one copy per node over the NIC)"}
 
 
 def _pin_field(label: str) -> forms.IntegerField:
