@@ -36,9 +36,10 @@ class CapacitySettings:
 
 
 def capacity_settings_check(*, gpu_counts: object, token_budget: object, seq_len: object, global_batch: object,
-                            pins: dict | None, software: Mapping[str, object] | None = None) -> CapacitySettings:
-    """The sweep's counts and budget (``planner.service.capacity_check``), the job's shape and pins; SpecError naming
-    the field. Whether a count has a configuration (the batch splits over it, the model fits) is the sweep's answer
+                            pins: dict | None, software: Mapping[str, object] | None = None,
+                            cluster: ClusterSpec | None = None) -> CapacitySettings:
+    """The sweep's counts and budget (``planner.service.capacity_check``), the job's shape, pins and software (its
+    overlaps by default ``cluster``'s, as a hybrid job's: ``hybrid.software_check``); SpecError naming the field. Whether a count has a configuration (the batch splits over it, the model fits) is the sweep's answer
     for that count, not a refusal of the job."""
     if gpu_counts is None:
         gpu_counts = list(DEFAULT_GPU_COUNTS)
@@ -48,7 +49,7 @@ def capacity_settings_check(*, gpu_counts: object, token_budget: object, seq_len
     seq_len, global_batch, pins = job_shape_check(seq_len=seq_len, global_batch=global_batch, pins=pins,
                                                   gpus=max(counts), kind="a capacity job")
     return CapacitySettings(gpu_counts=list(counts), token_budget=token_budget, seq_len=seq_len,
-                            global_batch=global_batch, pins=pins, software=software_check(software))
+                            global_batch=global_batch, pins=pins, software=software_check(software, cluster))
 
 
 def capacity_plan(job: PlanningJob, cluster: ClusterSpec) -> planner_service.CapacityOutcome | None:

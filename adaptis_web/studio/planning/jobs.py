@@ -92,7 +92,8 @@ def job_request_check(*, spec: ModelSpec, num_devices: int | None = None, num_mi
     preset = cluster_preset if cluster_doc is None and saved_cluster is None else ""
     if mode == JobMode.CAPACITY:
         settings = capacity.capacity_settings_check(gpu_counts=gpu_counts, token_budget=token_budget, seq_len=seq_len,
-                                                    global_batch=global_batch, pins=pins, software=software)
+                                                    global_batch=global_batch, pins=pins, software=software,
+                                                    cluster=cluster)
         return JobRequest(cluster_preset=preset, cluster=cluster, num_devices=max(settings.gpu_counts),
                           num_microbatches=0, schedule=capacity.CAPACITY_SCHEDULE, partition="",
                           mode=JobMode.CAPACITY, capacity=settings, cluster_record=saved_cluster)
