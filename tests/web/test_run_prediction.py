@@ -43,6 +43,7 @@ def test_a_hybrid_run_is_compared_with_the_plan_as_the_executor_runs_it_not_with
     assert page.status_code == 200
     text = page.content.decode()
     assert "as\n    this executor runs the plan on the job's cluster: nothing overlapped with compute" in text
+    assert "selective recomputation of the core attention only" in text   # what the executor's selective runs
     end = page.context["timeline_data"]["predicted_step_end"]
     assert [part["op"] for part in end] == ["data_parallel_exposed", "optimizer_step"]
     assert end[0]["ms"] == executor["data_parallel_exposed_ms"]
