@@ -89,7 +89,7 @@ def _latent_projections(mixer: AttentionMixer, hidden: int, tokens: int, dtype_b
     """MLA (DeepSeek-V2, Sec. 2.1): queries from a normed ``q_lora_rank`` latent (or straight from the hidden
     state), keys and values up-projected from a normed ``kv_lora_rank`` latent; the rotary key part
     (``rope_head_dim``) comes straight from the hidden state and is shared by all heads."""
-    heads, qk_dim, rope = mixer.num_heads, mixer.head_dim, mixer.rope_head_dim
+    rope = mixer.rope_head_dim
     kv_rank = mixer.kv_lora_rank
     cost = mla_hidden_input(hidden, tokens, dtype_bytes)
     if mixer.q_lora_rank is None:
