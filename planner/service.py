@@ -76,7 +76,7 @@ from planner.parallel.config import PRECISIONS, RECOMPUTE_MODES, SHARDING_LABELS
 from planner.parallel.cost import (DEFAULT_EP_DISPATCHER, DEFAULT_FRAMEWORK, DEFAULT_OVERLAP,
                                    DEFAULT_RECOMPUTE_MODULES, EP_DISPATCHERS, EP_DISPATCHERS_TEXT, EXECUTOR_OPTIONS,
                                    FRAMEWORKS, FRAMEWORKS_TEXT, OVERLAPS, RECOMPUTE_MODULES_TEXT, Software,
-                                   overlap_text)
+                                   executor_options, overlap_text, recompute_modules_text)
 from planner.parallel.evaluate import STEP_PARTS, shard_profile
 from planner.parallel.mapping import RankMapping
 from planner.parallel.search import HybridResult, SearchCancelled
@@ -173,17 +173,19 @@ def default_overlap(cluster: ClusterSpec) -> str:
 
 def run_comparison_simulation(stored: StoredPlan) -> dict:
     """What a run of a stored plan is compared with. A pipeline plan: ``stored_plan_simulation``. A v2 plan: predicted
-    as this project's executor runs it (``EXECUTOR_OPTIONS``: nothing overlapped, CP by all-gather), whatever overlaps
-    and framework its job planned for (those are the frameworks' it is exported to): the simulation of its pipeline,
-    with that prediction's ``predicted`` (the step's exposed DP communication and optimizer) beside it."""
+    as this project's executor runs it (``executor_options``: nothing overlapped, CP by all-gather, the plan's recompute
+    modules), whatever overlaps and framework its job planned for (those are the frameworks' it is exported to): the
+    simulation of its pipeline, with that prediction's ``predicted`` (the step's exposed DP communication and
+    optimizer) beside it."""
     plan = load_plan(stored.plan_doc)
     if plan.parallel is None:
         return stored_plan_simulation(stored)
     spec, cluster = load_model_spec(stored.spec_doc), load_cluster(stored.cluster_doc)
-    seq_len = stored.job_seq_len or spec.seq_len
-    profile, ranks = planner_hybrid.pipeline(plan, spec, cluster, seq_len, EXECUTOR_OPTIONS)
+    seq_len, options = stored.job_seq_len or spec.seq_len, executor_options(plan.meta)
+    profile, ranks = planner_hybrid.pipeline(plan, spec, cluster, seq_len, options)
     simulation = simulate(plan, profile, ranks).to_dict()
-    simulation["predicted"] = planner_hybrid.predict(plan, spec, cluster, seq_len, EXECUTOR_OPTIONS)["predicted"]
+    simulation["predicted"] = planner_hybrid.predict(plan, spec, cluster, seq_len, options)["predicted"]
+    simulation["recompute_modules"] = recompute_modules_text(options)   # what its selective recomputation runs
     return simulation
 
 
@@ -510,11 +512,12 @@ def calibrate_hybrid_from_run(*, plan_doc: dict, model_doc: dict, cluster_doc: d
     steady = [event for event in events if event.get("step", 0) >= warmup_steps] or events
     fits = fit_collective_links(plan.parallel, cluster, steady)
     linked = with_fitted_links(cluster, fits)
-    overhead_us = fit_run_kernel_overhead(plan, model, linked, model.seq_len, steady)
+    options = executor_options(plan.meta)   # as the executor that ran it runs it
+    overhead_us = fit_run_kernel_overhead(plan, model, linked, model.seq_len, steady, options)
     calibrated = with_kernel_overhead(linked, overhead_us)
 
-    def pipeline_ms(on: ClusterSpec) -> float:   # as the executor that ran it runs it
-        return planner_hybrid.predict(plan, model, on, model.seq_len, EXECUTOR_OPTIONS)["predicted"]["pipeline_ms"]
+    def pipeline_ms(on: ClusterSpec) -> float:
+        return planner_hybrid.predict(plan, model, on, model.seq_len, options)["predicted"]["pipeline_ms"]
 
     return Calibration(profile=None, cluster=calibrated, overhead_measured=True, record={
         "predicted_compute_calibrated_ms": pipeline_ms(with_kernel_overhead(cluster, overhead_us)),

@@ -375,11 +375,12 @@ def relaid_stages(model, num_devices: int, shape: str, per_rank: int = 2) -> lis
             for layers, device in zip(split, shape_placement(shape, stages, num_devices))]
 
 
-def cpu_hybrid_plan(people: People, owner, spec=None, *, overlap=None, framework=None, **pins):
+def cpu_hybrid_plan(people: People, owner, spec=None, *, overlap=None, framework=None, recompute_modules=None,
+                    **pins):
     """``spec`` (tiny-llama by default) uploaded to the people's team by ``owner`` and a hybrid job of it on the local
     CPU cluster ``cpu-1x8`` (8 ranks; its own sequence length, a global batch of 16, no recomputation) with ``pins``
-    (e.g. ``tp=2, pp=2, dp=2``), ``overlap`` and ``framework`` (the planner's defaults when not given), stored as the
-    job form stores it and planned in-process (no worker): its v2 plan."""
+    (e.g. ``tp=2, pp=2, dp=2``), ``overlap``, ``framework`` and ``recompute_modules`` (the planner's defaults when not
+    given), stored as the job form stores it and planned in-process (no worker): its v2 plan."""
     from adaptis_web.studio.catalog.specs import spec_create
     from adaptis_web.studio.models import PlanningJob
     from adaptis_web.studio.planning.jobs import job_request_check, job_run
@@ -389,7 +390,8 @@ def cpu_hybrid_plan(people: People, owner, spec=None, *, overlap=None, framework
     record = spec_create(team=people.team, owner=owner, spec=spec, source_filename=f"{spec.name}.json")
     request = job_request_check(spec=spec, mode="hybrid", cluster_preset="cpu-1x8", gpus=8, seq_len=spec.seq_len,
                                 global_batch=16, pins={"recompute": "none", **pins},
-                                software={"overlap": overlap, "framework": framework}, time_budget_s=5)
+                                software={"overlap": overlap, "framework": framework,
+                                          "recompute_modules": recompute_modules}, time_budget_s=5)
     job = PlanningJob.objects.create(spec=record, created_by=owner, cluster_preset=request.cluster_preset,
                                      cluster_doc=request.cluster.to_dict(), num_devices=request.num_devices,
                                      num_microbatches=0, schedule=request.schedule, time_budget_s=5,

@@ -11,7 +11,7 @@ from torch import nn
 from executor.model.linear import Linear
 from executor.model.init import normal_
 from executor.model.norm import RMSNorm
-from executor.model.recompute import checkpointed
+from executor.model.recompute import checkpointed, without_output
 from executor.model.tensor_parallel import SequenceGroup, gather_sequence, split_parameter
 from planner.spec.model import AttentionMixer
 
@@ -103,6 +103,10 @@ class Attention(nn.Module):
         self.sinks = nn.Parameter(torch.empty(self.num_heads)) if mixer.sinks else None
         self.rotary = mixer.rotary
 
+    def use_recompute_modules(self, modules) -> None:
+        """Selective recomputation's modules (``executor.model.recompute``): ``core_attn``."""
+        self.recompute_core = "core_attn" in modules
+
     def init_weights(self, generator: torch.Generator) -> None:
         for projection in (self.q_proj, self.k_proj, self.v_proj, self.o_proj):
             projection.init_weights(generator)
@@ -174,6 +178,7 @@ class LatentAttention(nn.Module):
     tensor_parallel = None
     context_parallel = None
     positions = None    # (query positions, key positions) under context parallelism
+    recompute_core = recompute_up = False   # selective recomputation (``executor.model.recompute``)
 
     def __init__(self, hidden_size: int, mixer: AttentionMixer):
         super().__init__()
@@ -194,6 +199,13 @@ class LatentAttention(nn.Module):
         self.kv_norm = RMSNorm(mixer.kv_lora_rank)
         self.kv_up = Linear(mixer.kv_lora_rank, self.num_heads * (self.nope_dim + self.value_dim))
         self.o_proj = Linear(self.num_heads * self.value_dim, hidden_size)
+
+    def use_recompute_modules(self, modules) -> None:
+        """Selective recomputation's modules (``executor.model.recompute``): ``core_attn``, and ``mla_up_proj`` (the
+        queries' and the keys' and values' up-projections with their latents' norms, fused into them in
+        Transformer Engine, and the rotary embedding: Megatron-Core's ``qkv_up_proj_and_rope_apply``)."""
+        self.recompute_core = "core_attn" in modules
+        self.recompute_up = "mla_up_proj" in modules
 
     def init_weights(self, generator: torch.Generator) -> None:
         for part in (self.q_down, self.q_up, self.kv_down, self.kv_up, self.o_proj):
@@ -218,18 +230,35 @@ class LatentAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = gather_sequence(x, self.tensor_parallel)
+        query_latent = self.q_down(x) if self.q_down is not None else x
+        latents = gather_sequence(self.kv_down(x), self.context_parallel)
+        if self.recompute_up:
+            attended = without_output(self._up_projections, self._attend, query_latent, latents)
+        else:
+            attended = self._attend(*self._up_projections(query_latent, latents))
+        return self.o_proj(merge_heads(attended))
+
+    def _up_projections(self, query_latent: torch.Tensor, latents: torch.Tensor):
+        """(queries, keys, values) of every head from the query latent (or the hidden state) and the key-value
+        latents with the shared rotary key."""
         query_positions, key_positions = self.positions or (None, None)
-        query_input = self.q_norm(self.q_down(x)) if self.q_down is not None else x
+        query_input = self.q_norm(query_latent) if self.q_norm is not None else query_latent
         query = split_heads(self.q_up(query_input), self.num_heads)
         query = torch.cat([query[..., :self.nope_dim], apply_rotary(query[..., self.nope_dim:], query_positions)],
                           dim=-1)
-        latents = gather_sequence(self.kv_down(x), self.context_parallel)
         latent, shared_rope_key = torch.split(latents, [self.kv_norm.weight.shape[0], self.rope_dim], -1)
         keys_values = split_heads(self.kv_up(self.kv_norm(latent)), self.num_heads)
         key_nope, value = torch.split(keys_values, [self.nope_dim, self.value_dim], dim=-1)
         rope_key = apply_rotary(shared_rope_key.unsqueeze(1), key_positions).expand(-1, self.num_heads, -1, -1)
-        key = torch.cat([key_nope, rope_key], dim=-1)
-        return self.o_proj(merge_heads(causal_attention(query, key, value, self.window, self.positions)))
+        return query, torch.cat([key_nope, rope_key], dim=-1), value
+
+    def _attend(self, query, key, value):
+        if self.recompute_core:
+            return checkpointed(self._core, query, key, value)
+        return self._core(query, key, value)
+
+    def _core(self, query, key, value):
+        return causal_attention(query, key, value, self.window, self.positions)
 
 
 def build_attention(hidden_size: int, mixer: AttentionMixer) -> nn.Module:

@@ -10,13 +10,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from executor.model.attention import build_attention
+from executor.model.attention import LatentAttention, build_attention
 from executor.model.init import layer_generator, normal_
 from executor.model.linear import linear
 from executor.model.linear_attention import LinearAttention
 from executor.model.mamba import Mamba
 from executor.model.mamba2 import Mamba2
-from executor.model.mlp import build_mlp
+from executor.model.mlp import GatedMLP, MoE, build_mlp
+from executor.model.recompute import checkpointed, without_output
 from executor.model.norm import build_norm
 from executor.model.tensor_parallel import (SequenceGroup, gather_sequence, reduce_scatter_sequence, split_parameter,
                                             vocab_parallel_cross_entropy)
@@ -85,8 +86,26 @@ def build_mixer(hidden_size: int, mixer) -> nn.Module:
     raise TypeError(f"unknown mixer {mixer!r}")
 
 
+def _block(norm: nn.Module, block: nn.Module, x: torch.Tensor, modules: frozenset[str]) -> torch.Tensor:
+    """``block(norm(x))`` under selective recomputation's ``modules`` (``executor.model.recompute``): ``mlp`` runs a
+    dense MLP ``block`` again in the backward; ``layernorm`` the norm before latent attention or an MoE (the ones
+    Transformer Engine does not fuse into the next projection), whose output is then not kept."""
+    if not torch.is_grad_enabled():
+        return block(norm(x))
+    if "layernorm" in modules and isinstance(block, (LatentAttention, MoE)):
+        return without_output(norm, block, x)
+    if "mlp" in modules and isinstance(block, GatedMLP):
+        return checkpointed(block, norm(x))
+    return block(norm(x))
+
+
 class Decoder(nn.Module):
     """Pre-norm residual block: x + mixer(norm(x)), then x + mlp(norm(x)) when the layer has an MLP."""
+
+    recompute_modules: frozenset[str] = frozenset()   # selective recomputation's (``_block``)
+
+    def use_recompute_modules(self, modules) -> None:
+        self.recompute_modules = frozenset(modules)
 
     def __init__(self, hidden_size: int, layer: LayerSpec, norm: str = "rmsnorm"):
         super().__init__()
@@ -102,14 +121,19 @@ class Decoder(nn.Module):
                 part.init_weights(generator)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.mixer(self.mixer_norm(x))
+        x = x + _block(self.mixer_norm, self.mixer, x, self.recompute_modules)
         if self.mlp is not None:
-            x = x + self.mlp(self.mlp_norm(x))
+            x = x + _block(self.mlp_norm, self.mlp, x, self.recompute_modules)
         return x
 
 
 class MLPLayer(nn.Module):
     """A standalone pre-norm MLP block (Nemotron-H's ``-`` layers)."""
+
+    recompute_modules: frozenset[str] = frozenset()   # selective recomputation's (``_block``)
+
+    def use_recompute_modules(self, modules) -> None:
+        self.recompute_modules = frozenset(modules)
 
     def __init__(self, hidden_size: int, layer: LayerSpec, norm: str = "rmsnorm"):
         super().__init__()
@@ -122,7 +146,7 @@ class MLPLayer(nn.Module):
         self.mlp.init_weights(generator)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.mlp(self.norm(x))
+        return x + _block(self.norm, self.mlp, x, self.recompute_modules)
 
 
 class Head(nn.Module):

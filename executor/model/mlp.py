@@ -8,16 +8,22 @@ from torch import nn
 
 from executor.model.expert_parallel import ExpertParallel, dispatch_to_experts
 from executor.model.linear import Linear
-from executor.model.recompute import recomputing
+from executor.model.recompute import checkpointed, recomputing, without_output
 from executor.model.tensor_parallel import SequenceGroup, gather_sequence, reduce_scatter_sequence, split_parameter
 from planner.spec.model import DenseMLP, MoEMLP
 
 
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return F.silu(gate) * up
+
+
 class GatedMLP(nn.Module):
-    """down(silu(gate(x)) * up(x)) when gated (SwiGLU), else down(gelu(up(x))); ``bias`` on every projection."""
+    """down(silu(gate(x)) * up(x)) when gated (SwiGLU), else down(gelu(up(x))); ``bias`` on every projection.
+    ``recompute_activation``: a routed expert's activation is not kept (``moe_act``, set by its ``MoE``)."""
 
     tensor_parallel = None
     split_over = None
+    recompute_activation = False
 
     def __init__(self, hidden_size: int, intermediate_size: int, gated: bool = True, bias: bool = False):
         super().__init__()
@@ -52,9 +58,11 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = gather_sequence(x, self.tensor_parallel)
-        if self.gated:
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        return self.down_proj(F.gelu(self.up_proj(x)))
+        inputs, activation = ((self.gate_proj(x), self.up_proj(x)), swiglu) if self.gated else ((self.up_proj(x),),
+                                                                                                F.gelu)
+        if self.recompute_activation:
+            return without_output(activation, self.down_proj, *inputs)
+        return self.down_proj(activation(*inputs))
 
 
 class _AuxLossGradient(torch.autograd.Function):
@@ -127,6 +135,7 @@ class MoE(nn.Module):
     expert_parallel = None
     token_partition = None
     tensor_parallel = None
+    recompute_whole = recompute_shared = False   # selective recomputation (``use_recompute_modules``)
 
     def __init__(self, hidden_size: int, mlp: MoEMLP):
         super().__init__()
@@ -160,7 +169,21 @@ class MoE(nn.Module):
             expert.down_proj.partial_sum_of = tp
         self.tensor_parallel = tp
 
+    def use_recompute_modules(self, modules) -> None:
+        """Selective recomputation's modules (``executor.model.recompute``): ``moe``, the whole block but its input
+        (router, dispatch, experts, combine, shared experts, the balancing loss), or within it ``shared_experts`` and
+        the routed experts' activation, ``moe_act``."""
+        self.recompute_whole = "moe" in modules
+        self.recompute_shared = "shared_experts" in modules and not self.recompute_whole
+        for expert in self.experts.values() if isinstance(self.experts, nn.ModuleDict) else self.experts:
+            expert.recompute_activation = "moe_act" in modules and not self.recompute_whole
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.recompute_whole and torch.is_grad_enabled():
+            return checkpointed(self._forward, x)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         tp = self.tensor_parallel
         x = gather_sequence(x, tp)
         # every rank of a TP group routes the same tokens: its balancing loss weighs 1/tp of the block's
@@ -184,7 +207,8 @@ class MoE(nn.Module):
                     routed = expert(tokens[token_index]) * weights[token_index, slot, None]
                     out = out.index_add(0, token_index, routed)
         if self.shared is not None:
-            out = out + self.shared(tokens)
+            out = out + (checkpointed(self.shared, tokens) if self.recompute_shared and torch.is_grad_enabled()
+                         else self.shared(tokens))
         if self.aux_loss_coeff and torch.is_grad_enabled():
             aux_loss = self.aux_loss_coeff * load_balancing_loss(probabilities, chosen, self.top_k,
                                                                  self.token_partition)

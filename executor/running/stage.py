@@ -14,7 +14,8 @@ embedding or head (TP) takes the CP share instead, whole: the head's loss is the
 gradient weighs 1/cp, and each rank reports 1/tp of it (``report_share``).
 
 ``recompute`` (``executor.model.recompute``): ``full`` runs every layer's forward again in its backward (the head
-excepted, as Megatron's), ``selective`` the core attention of every attention layer.
+excepted, as Megatron's), ``selective`` what ``recompute_modules`` name (Megatron-Core's; by default the core
+attention of every attention layer).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from executor.model.mlp import weigh_balancing_losses
 from executor.model.recompute import checkpointed
 from executor.model.context_parallel import SequenceLayout
 from executor.running.sharding import gathered_call
+from planner.parallel.cost import CostOptions
 
 
 @dataclass
@@ -44,14 +46,15 @@ class InFlight:
 
 class StageRunner:
     def __init__(self, index: int, layers: list[nn.Module], *, is_first: bool, is_last: bool, loss_scale: float,
-                 split_backward: bool = True, layout: SequenceLayout | None = None, recompute: str = "none"):
+                 split_backward: bool = True, layout: SequenceLayout | None = None, recompute: str = "none",
+                 recompute_modules: tuple[str, ...] = CostOptions().recompute_modules):
         self.index = index
         self.recompute = recompute
         if recompute == "selective":
             for layer in layers:
                 for module in layer.modules():
-                    if hasattr(module, "recompute_core"):
-                        module.recompute_core = True
+                    if hasattr(module, "use_recompute_modules"):
+                        module.use_recompute_modules(recompute_modules)
         self.is_first, self.is_last = is_first, is_last
         self.layout = layout
         self.moe = weigh_balancing_losses(layers, loss_scale)

@@ -39,6 +39,7 @@ from executor.running.runtime import RankRuntime
 from executor.running.sharding import ShardedParameters, shard_stages, sharded_units
 from executor.running.stage import StageRunner
 from planner.observed import summarize
+from planner.parallel.cost import executor_options
 from executor.running.timing import aligned_clock
 from planner.plan import Plan, load_plan
 from planner.spec.model import ModelSpec, load_model_spec
@@ -89,10 +90,12 @@ def build_runners(plan: Plan, spec: ModelSpec, pp_rank: int, seed: int, device, 
             shard_experts(module, expert_parallel)
     tie_tables(modules)
     last = plan.num_stages - 1
+    recompute_modules = executor_options(plan.meta).recompute_modules
     return {stage: StageRunner(stage, [modules[i] for i in plan.stages[stage].layers], is_first=stage == 0,
                                is_last=stage == last, loss_scale=1.0 / (plan.num_microbatches * data_parallel),
                                split_backward=split_backward, layout=layout,
-                               recompute=plan.parallel.recompute_of(stage) if plan.parallel is not None else "none")
+                               recompute=plan.parallel.recompute_of(stage) if plan.parallel is not None else "none",
+                               recompute_modules=recompute_modules)
             for stage in my_stages}
 
 

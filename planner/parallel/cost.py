@@ -328,6 +328,14 @@ class Software:
                 if value is not None and value != getattr(Software(), name)}
 
 
+def executor_options(meta: Mapping[str, object]) -> CostOptions:
+    """How this project's executor runs a plan whose ``meta`` is given: ``EXECUTOR_OPTIONS``, with the recompute
+    modules the plan was made for (``Software``; its selective recomputation runs Megatron-Core's modules,
+    ``executor.model.recompute``). A run of it is predicted, and calibrated, with these."""
+    return replace(EXECUTOR_OPTIONS, recompute_modules=Software.named(meta, prefix="meta.").options("meta.")
+                   .recompute_modules)
+
+
 def framework_of(options: CostOptions) -> str | None:
     """The framework in ``FRAMEWORKS`` whose kernels ``options`` assume; None where they mix two (a Python caller's
     own ``CostOptions``, which no job, CLI flag or plan document can name)."""

@@ -273,3 +273,41 @@ def test_a_fully_sharded_zero_bubble_v_with_both_ends_of_the_tied_table_on_one_r
         assert counts[(rank, "dp_all_gather")] == 2 * 3 * (forward + backward), rank
         assert counts[(rank, "dp_reduce_scatter")] == 2 * len(layers), rank
         assert counts[(rank, "pp_tied_all_reduce")] == 0, "both ends on one rank: nothing to sum across the pipeline"
+
+
+def test_selective_recomputation_by_megatron_cores_modules_on_a_tp2_v_shape_matches_one_process(tmp_path):
+    """Every stage recomputes the modules the plan was made with (``meta.recompute_modules``): latent attention's
+    up-projections, the norms before it and before the MoE, the experts' activation, the shared experts and the
+    dense MLPs, each re-run inside I. The dense MLPs' re-runs gather their sequence again (a module under checkpoint
+    holds its collectives); their last scatter is not re-run (torch's checkpoint stops once it has every tensor the
+    backward needs)."""
+    modules = "core_attn,mla_up_proj,moe_act,mlp,layernorm,shared_experts"
+    plan = hybrid(list_schedule([[0, 1], [2], [3, 4], [5, 6, 7, 8]], [0, 1, 1, 0], num_microbatches=3,
+                                split_backward=True), tp=2, sharding="none", recompute="selective")
+    plan = dataclasses.replace(plan, meta={**plan.meta, "recompute_modules": modules})
+    result = run_and_verify(tmp_path, plan, steps=2, optimizer="adamw")
+    counts = collectives(result)
+    dense = {1, 3}   # TP_KINDS' layers with a dense MLP
+    for rank in range(4):
+        layers = [layer for stage in plan.stages_on(RankPlace.of(plan, rank).pp) for layer in plan.stages[stage].layers]
+        gathers = sum(GATHERS[layer] for layer in layers)
+        assert counts[(rank, "tp_all_gather")] == 2 * 3 * (gathers + len(dense.intersection(layers)))
+        assert counts[(rank, "tp_reduce_scatter")] == 2 * 3 * gathers
+
+
+def test_selective_recomputation_of_whole_moe_layers_under_ep2_dp2_pp2_matches_one_process(tmp_path):
+    """``moe`` re-runs each MoE layer but its input in the backward, its tokens' dispatch and return too, with
+    ``layernorm`` freeing the norm before it; the balancing loss is reported once."""
+    plan = hybrid(list_schedule([[0, 1], [2], [3], [4]], [0, 1, 1, 0], num_microbatches=3, split_backward=True),
+                  dp=2, ep=2, sharding="optimizer", recompute="selective")
+    plan = dataclasses.replace(plan, meta={**plan.meta, "recompute_modules": "moe,layernorm"})
+    result = run_and_verify(tmp_path, plan, spec=MOE_KINDS, optimizer="adamw")
+    assert all(loss is not None for loss in result.balancing_losses)
+    counts = collectives(result)
+    for rank in range(4):
+        moe_blocks = sum(1 for stage in plan.stages_on(RankPlace.of(plan, rank).pp)
+                         for layer in plan.stages[stage].layers if layer in (1, 2, 3))
+        # dispatch and combine run again in the backward (the module holds them), as under full recomputation
+        for op, times in (("ep_dispatch", 2), ("ep_combine", 2), ("ep_dispatch_backward", 1),
+                          ("ep_combine_backward", 1)):
+            assert counts[(rank, op)] == 3 * moe_blocks * times, (rank, op)
