@@ -38,6 +38,16 @@ def recomputing() -> bool:
     return _recomputing
 
 
+def apply_recompute_modules(layers, modules) -> None:
+    """Selective recomputation of ``modules`` in every module of ``layers`` that runs one of them again (each class
+    takes the names it runs, its ``use_recompute_modules``; module doc)."""
+    for layer in layers:
+        for module in layer.modules():
+            taker = getattr(module, "use_recompute_modules", None)
+            if taker is not None:
+                taker(modules)
+
+
 def checkpointed(function: Callable, *args):
     """``function(*args)``, its activations dropped and recomputed in the backward."""
     calls = 0
@@ -135,6 +145,24 @@ class _WithoutOutput(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *gradients):
         return (None, *ctx.run.backward(gradients))
+
+
+def held_bytes(forward: Callable[[], torch.Tensor], parameters=()) -> tuple[torch.Tensor, int]:
+    """(``forward()``, the activation bytes autograd keeps for its backward once it has run: the distinct storages of
+    every tensor it saved, as they stand then, but those of ``parameters``, which stay whatever is saved; a storage
+    ``WithoutOutput`` freed counts nothing)."""
+    weights = {parameter.untyped_storage().data_ptr() for parameter in parameters}
+    storages = {}
+
+    def keep(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in weights:
+            storages[storage.data_ptr()] = storage
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        output = forward()
+    return output, sum(storage.nbytes() for storage in storages.values())
 
 
 def without_output(producer: Callable, consumer: Callable, *inputs: torch.Tensor):

@@ -30,7 +30,7 @@ from torch import nn
 from executor.model.backward import WeightGradStore, backward_full, backward_input, backward_weight
 from executor.model.layers import Embedding, Head
 from executor.model.mlp import weigh_balancing_losses
-from executor.model.recompute import checkpointed
+from executor.model.recompute import apply_recompute_modules, checkpointed
 from executor.model.context_parallel import SequenceLayout
 from executor.running.sharding import gathered_call
 from planner.parallel.cost import CostOptions
@@ -51,10 +51,7 @@ class StageRunner:
         self.index = index
         self.recompute = recompute
         if recompute == "selective":
-            for layer in layers:
-                for module in layer.modules():
-                    if hasattr(module, "use_recompute_modules"):
-                        module.use_recompute_modules(recompute_modules)
+            apply_recompute_modules(layers, recompute_modules)
         self.is_first, self.is_last = is_first, is_last
         self.layout = layout
         self.moe = weigh_balancing_losses(layers, loss_scale)

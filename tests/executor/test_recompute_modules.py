@@ -9,22 +9,25 @@ import pytest
 import torch
 
 from executor.model.build import build_layers
+from executor.model.recompute import apply_recompute_modules, held_bytes
 from planner.cost.analytic import RECOMPUTE_MODULES, recompute_module_costs, recompute_modules_of
 from planner.spec.model import load_model_spec
 
 # Latent attention with and without a query latent; an MoE with a shared expert and a balancing loss; a dense MLP;
-# grouped-query attention
+# grouped-query attention. The latent attention's values are as wide as its queries and keys: for unequal widths
+# (DeepSeek's 192 and 128) PyTorch's CPU attention takes its math path, which keeps scaled copies of the queries and
+# keys of its own, so ``mla_up_proj`` there frees the values and the projections' intermediates but not those copies.
 SPEC = load_model_spec({
     "format": "adaptis.model/v1", "name": "modules", "hidden_size": 32, "vocab_size": 96, "seq_len": 12,
     "micro_batch_size": 2,
     "layers": [
         {"kind": "embedding"},
         {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 4, "head_dim": 12,
-                                      "kv_lora_rank": 16, "q_lora_rank": 12, "rope_head_dim": 4, "v_head_dim": 8},
+                                      "kv_lora_rank": 16, "q_lora_rank": 12, "rope_head_dim": 4, "v_head_dim": 12},
          "mlp": {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16,
                  "num_shared_experts": 1, "shared_intermediate_size": 16, "aux_loss_coeff": 0.05}},
         {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 4, "head_dim": 12,
-                                      "kv_lora_rank": 16, "rope_head_dim": 4, "v_head_dim": 8},
+                                      "kv_lora_rank": 16, "rope_head_dim": 4, "v_head_dim": 12},
          "mlp": {"type": "dense", "intermediate_size": 48}},
         {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8},
          "mlp": {"type": "moe", "num_experts": 4, "top_k": 1, "expert_intermediate_size": 16}},
@@ -39,23 +42,16 @@ def run_layers(modules: tuple[str, ...]):
     """The body's layers under ``modules`` on one micro-batch: (the bytes autograd keeps after the forward, the input's
     and every parameter's gradient after the backward)."""
     layers = build_layers(SPEC, list(BODY), seed=1, device="cpu", dtype=torch.float64)
-    for layer in layers.values():
-        for module in layer.modules():
-            if hasattr(module, "use_recompute_modules"):
-                module.use_recompute_modules(modules)
+    apply_recompute_modules(layers.values(), modules)
     x = torch.randn(SPEC.micro_batch_size, SPEC.seq_len, SPEC.hidden_size, dtype=torch.float64,
                     generator=torch.Generator().manual_seed(0), requires_grad=True)
-    storages = {}
 
-    def keep(tensor):
-        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+    def forward():
         out = x
         for index in BODY:
             out = layers[index](out)
-    held = sum(storage.nbytes() for storage in storages.values())
+        return out
+    out, held = held_bytes(forward, [p for layer in layers.values() for p in layer.parameters()])
     out.pow(2).sum().backward()
     grads = {f"{index}.{name}": parameter.grad for index, layer in layers.items()
              for name, parameter in layer.named_parameters()}
