@@ -11,7 +11,9 @@ optimizer state a data-parallel shard of it under ``sharding`` ``optimizer`` or 
 whole over the step (``executor.running.sharding``). Activations: those of the micro-batches its order
 keeps in flight at its peak (``planner.memory.activation_peaks``: a GPipe rank holds every micro-batch, a 1F1B rank
 at most one per stage from it to the end), ~16 hidden-sized tensors per layer and token, sequence-parallel over TP
-and split over CP (Korthikanti et al. 2022), and the head's vocabulary-parallel logits. It is meant to catch a 70B
+and split over CP (Korthikanti et al. 2022), and the head's vocabulary-parallel logits; a stage that recomputes
+``full`` keeps each layer's input alone, and its rank one layer's activations more while that layer's backward
+rebuilds them (selective recomputation is not counted: the estimate stays above it). It is meant to catch a 70B
 model on a laptop (or a TP8 stage's whole state counted on one GPU), not to budget memory to the last megabyte.
 """
 
@@ -53,8 +55,27 @@ def rank_bytes(plan: Plan, spec: ModelSpec, rank: int, dtype: torch.dtype, optim
         # the flat shards stay; a layer is whole only while it runs
         state += precision.weight * (kept + max(sum(part) for part in held) - dense - expert)
     per_layer = layer_activation_bytes(spec, element, config)
-    activations = activation_peaks(plan, stage_activation_bytes(plan, per_layer))[rank]
-    return round(state + activations)
+    activations = activation_peaks(plan, stage_activation_bytes(plan, kept_layer_bytes(plan, spec, per_layer, element,
+                                                                                       config)))[rank]
+    # a fully recomputed layer's activations, rebuilt for its backward, one layer at a time
+    rebuilt = [per_layer[layer] for stage in plan.stages_on(rank) for layer in plan.stages[stage].layers
+               if _recompute(plan, stage) == "full" and spec.layers[layer].kind != "head"]
+    return round(state + activations + max(rebuilt, default=0.0))
+
+
+def _recompute(plan: Plan, stage: int) -> str:
+    return plan.parallel.recompute_of(stage) if plan.parallel is not None else "none"
+
+
+def kept_layer_bytes(plan: Plan, spec: ModelSpec, per_layer: list[float], element: int,
+                     config: ParallelConfig) -> list[float]:
+    """What one micro-batch keeps on each layer until its backward: ``per_layer``, but a layer of a stage that
+    recomputes ``full`` (the head excepted, ``executor.running.stage``) keeps its input alone (Korthikanti et al.
+    2022, Sec. 5), one hidden-sized tensor split as the activations are."""
+    full = {layer for index, stage in enumerate(plan.stages) if _recompute(plan, index) == "full"
+            for layer in stage.layers if spec.layers[layer].kind != "head"}
+    layer_input = spec.micro_batch_size * spec.seq_len * spec.hidden_size * element / (config.tp * config.cp)
+    return [layer_input if index in full else kept for index, kept in enumerate(per_layer)]
 
 
 def held_layer_parameters(split: LayerParams, count: int, config: ParallelConfig) -> tuple[float, float]:

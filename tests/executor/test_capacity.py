@@ -204,3 +204,20 @@ def test_on_a_cpu_every_gpu_of_each_pipeline_rank_counts_against_the_host(monkey
     monkeypatch.setattr(capacity, "device_capacity_bytes", lambda device: host * 0.99 / capacity.USABLE_FRACTION)
     with pytest.raises(SpecError, match="across 8 CPU ranks"):
         check_capacity(plan, SPEC, device=torch.device("cpu"), dtype=torch.float32, optimizer="adamw")
+
+
+def test_a_fully_recomputed_stage_keeps_each_layers_input_and_rebuilds_one_layer_at_a_time():
+    """Full recomputation keeps a layer's input alone (one hidden-sized tensor) per micro-batch in flight, and one
+    layer's activations more while its backward rebuilds them; the head, which is not recomputed, keeps all its own."""
+    first, last = STAGES
+    layer_input = SPEC.micro_batch_size * SPEC.seq_len * SPEC.hidden_size * 4
+    logits = SPEC.micro_batch_size * SPEC.seq_len * SPEC.vocab_size * 4 * 2
+    plan = _hybrid(one_f_one_b(STAGES, 8), recompute="full", sharding="none")
+    kept = {rank: rank_bytes(plan, SPEC, rank, torch.float32, "sgd") - _state_bytes(stage, copies=2)
+            for rank, stage in enumerate(STAGES)}
+    assert kept[0] == 2 * len(first) * layer_input + _layer_activation_bytes()
+    assert SPEC.layers[last[-1]].kind == "head"
+    assert kept[1] == ((len(last) - 1) * layer_input + _layer_activation_bytes() + logits
+                       + _layer_activation_bytes())
+    whole = rank_bytes(_hybrid(one_f_one_b(STAGES, 8), sharding="none"), SPEC, 0, torch.float32, "sgd")
+    assert whole - _state_bytes(first, copies=2) == 2 * len(first) * _layer_activation_bytes() > 3 * kept[0]
