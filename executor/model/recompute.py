@@ -15,8 +15,11 @@ with the square of the sequence), keeping the rest. Each module class takes the 
   output, which the next module saves, is freed after the forward and rebuilt when the backward reaches that
   module, so only their inputs are kept.
 
-Within ``moe`` the experts' activation is not also run ``WithoutOutput``: the MoE's checkpoint already drops it (the
-planner charges Megatron-Core's nested re-run of it, a tiny elementwise kernel, which this executor skips).
+Under TP the blocks gather their sequence-parallel input and their projections save what they gathered (Transformer
+Engine's keep the shard and gather it again in the backward), so there ``layernorm``, which frees the norm's shard,
+frees little. Within ``moe`` the experts' activation is not also run ``WithoutOutput``: the MoE's checkpoint already
+drops it (the planner charges Megatron-Core's nested re-run of it, a tiny elementwise kernel, which this executor
+skips).
 
 Built on torch's non-reentrant ``torch.utils.checkpoint``: the forward run again in the backward only refills the
 saved tensors, the gradients are those of the first run. A forward with side effects besides its output (the MoE
