@@ -58,8 +58,10 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = gather_sequence(x, self.tensor_parallel)
-        inputs, activation = ((self.gate_proj(x), self.up_proj(x)), swiglu) if self.gated else ((self.up_proj(x),),
-                                                                                                F.gelu)
+        if self.gated:
+            inputs, activation = (self.gate_proj(x), self.up_proj(x)), swiglu
+        else:
+            inputs, activation = (self.up_proj(x),), F.gelu
         if self.recompute_activation:
             return without_output(activation, self.down_proj, *inputs)
         return self.down_proj(activation(*inputs))
