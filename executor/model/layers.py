@@ -99,13 +99,17 @@ def _block(norm: nn.Module, block: nn.Module, x: torch.Tensor, modules: frozense
     return block(norm(x))
 
 
-class Decoder(nn.Module):
-    """Pre-norm residual block: x + mixer(norm(x)), then x + mlp(norm(x)) when the layer has an MLP."""
+class _PreNormBlock(nn.Module):
+    """A layer of pre-norm blocks (``_block``), which takes selective recomputation's modules for them."""
 
-    recompute_modules: frozenset[str] = frozenset()   # selective recomputation's (``_block``)
+    recompute_modules: frozenset[str] = frozenset()
 
     def use_recompute_modules(self, modules) -> None:
         self.recompute_modules = frozenset(modules)
+
+
+class Decoder(_PreNormBlock):
+    """Pre-norm residual block: x + mixer(norm(x)), then x + mlp(norm(x)) when the layer has an MLP."""
 
     def __init__(self, hidden_size: int, layer: LayerSpec, norm: str = "rmsnorm"):
         super().__init__()
@@ -127,13 +131,8 @@ class Decoder(nn.Module):
         return x
 
 
-class MLPLayer(nn.Module):
+class MLPLayer(_PreNormBlock):
     """A standalone pre-norm MLP block (Nemotron-H's ``-`` layers)."""
-
-    recompute_modules: frozenset[str] = frozenset()   # selective recomputation's (``_block``)
-
-    def use_recompute_modules(self, modules) -> None:
-        self.recompute_modules = frozenset(modules)
 
     def __init__(self, hidden_size: int, layer: LayerSpec, norm: str = "rmsnorm"):
         super().__init__()

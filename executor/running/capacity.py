@@ -55,27 +55,21 @@ def rank_bytes(plan: Plan, spec: ModelSpec, rank: int, dtype: torch.dtype, optim
         # the flat shards stay; a layer is whole only while it runs
         state += precision.weight * (kept + max(sum(part) for part in held) - dense - expert)
     per_layer = layer_activation_bytes(spec, element, config)
-    activations = activation_peaks(plan, stage_activation_bytes(plan, kept_layer_bytes(plan, spec, per_layer, element,
-                                                                                       config)))[rank]
-    # a fully recomputed layer's activations, rebuilt for its backward, one layer at a time
-    rebuilt = [per_layer[layer] for stage in plan.stages_on(rank) for layer in plan.stages[stage].layers
-               if _recompute(plan, stage) == "full" and spec.layers[layer].kind != "head"]
+    full = fully_recomputed_layers(plan, spec)
+    # such a layer keeps its input alone (Korthikanti et al. 2022, Sec. 5), one hidden-sized tensor split as the
+    # activations are, and its activations are rebuilt for its backward, one layer at a time
+    layer_input = spec.micro_batch_size * spec.seq_len * spec.hidden_size * element / (config.tp * config.cp)
+    held_bytes = [layer_input if index in full else nbytes for index, nbytes in enumerate(per_layer)]
+    activations = activation_peaks(plan, stage_activation_bytes(plan, held_bytes))[rank]
+    rebuilt = [per_layer[layer] for layer in layers if layer in full]
     return round(state + activations + max(rebuilt, default=0.0))
 
 
-def _recompute(plan: Plan, stage: int) -> str:
-    return plan.parallel.recompute_of(stage) if plan.parallel is not None else "none"
-
-
-def kept_layer_bytes(plan: Plan, spec: ModelSpec, per_layer: list[float], element: int,
-                     config: ParallelConfig) -> list[float]:
-    """What one micro-batch keeps on each layer until its backward: ``per_layer``, but a layer of a stage that
-    recomputes ``full`` (the head excepted, ``executor.running.stage``) keeps its input alone (Korthikanti et al.
-    2022, Sec. 5), one hidden-sized tensor split as the activations are."""
-    full = {layer for index, stage in enumerate(plan.stages) if _recompute(plan, index) == "full"
+def fully_recomputed_layers(plan: Plan, spec: ModelSpec) -> set[int]:
+    """The layers of stages that recompute ``full``, the head excepted (``executor.running.stage``)."""
+    config = plan.parallel_config()
+    return {layer for index, stage in enumerate(plan.stages) if config.recompute_of(index) == "full"
             for layer in stage.layers if spec.layers[layer].kind != "head"}
-    layer_input = spec.micro_batch_size * spec.seq_len * spec.hidden_size * element / (config.tp * config.cp)
-    return [layer_input if index in full else kept for index, kept in enumerate(per_layer)]
 
 
 def held_layer_parameters(split: LayerParams, count: int, config: ParallelConfig) -> tuple[float, float]:

@@ -94,7 +94,7 @@ def build_runners(plan: Plan, spec: ModelSpec, pp_rank: int, seed: int, device, 
     return {stage: StageRunner(stage, [modules[i] for i in plan.stages[stage].layers], is_first=stage == 0,
                                is_last=stage == last, loss_scale=1.0 / (plan.num_microbatches * data_parallel),
                                split_backward=split_backward, layout=layout,
-                               recompute=plan.parallel.recompute_of(stage) if plan.parallel is not None else "none",
+                               recompute=plan.parallel_config().recompute_of(stage),
                                recompute_modules=recompute_modules)
             for stage in my_stages}
 

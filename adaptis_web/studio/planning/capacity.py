@@ -39,8 +39,9 @@ def capacity_settings_check(*, gpu_counts: object, token_budget: object, seq_len
                             pins: dict | None, software: Mapping[str, object] | None = None,
                             cluster: ClusterSpec | None = None) -> CapacitySettings:
     """The sweep's counts and budget (``planner.service.capacity_check``), the job's shape, pins and software (its
-    overlaps by default ``cluster``'s, as a hybrid job's: ``hybrid.software_check``); SpecError naming the field. Whether a count has a configuration (the batch splits over it, the model fits) is the sweep's answer
-    for that count, not a refusal of the job."""
+    overlaps by default ``cluster``'s, as a hybrid job's: ``hybrid.software_check``); SpecError naming the field.
+    Whether a count has a configuration (the batch splits over it, the model fits) is the sweep's answer for that
+    count, not a refusal of the job."""
     if gpu_counts is None:
         gpu_counts = list(DEFAULT_GPU_COUNTS)
     if token_budget is None:
