@@ -3,11 +3,18 @@ a TP x CP group holds.
 
 Megatron-Core's split (``get_batch_on_this_cp_rank``; Liu et al. 2023, "Ring Attention", for the exchange): the
 sequence is cut into ``2 cp`` chunks and CP rank r holds chunks r and 2cp-1-r, so that under a causal mask every
-rank has as much attention work as the others. Everything but attention is token-local. Attention all-gathers the
+rank has as much attention work as the others. Everything but the mixers is token-local. Attention all-gathers the
 keys and values of the group (Megatron's ``cp_comm_type="allgather"``; backward: reduce-scatter of their
-gradients) and masks by the tokens' global positions. Within the rank's CP tokens, sequence parallelism gives each
-TP rank a contiguous slice. Every parameter then sees only the rank's tokens, so gradients are summed over the
-data-parallel ranks and the CP ranks together (Megatron's data-parallel group with context parallelism).
+gradients) and masks by the tokens' global positions. The recurrent mixers (Mamba-2, gated delta-net, lightning
+attention) run as Megatron-Core runs Mamba-2 and gated delta-net under CP (``megatron/core/ssm/
+mamba_context_parallel.py``, ``gated_delta_net/gdn.py``): after their token-local input projections, an all-to-all
+over the CP group trades the rank's tokens of every head for every token of the rank's share of the heads, in
+sequence order (``sequence_to_heads``); the convolution and the scan run over the whole sequence on those heads,
+with the rank's slice of the per-head parameters; a second all-to-all brings the output back to the rank's tokens
+(``heads_to_sequence``). Gradients take the same exchanges in reverse. Within the rank's CP tokens, sequence
+parallelism gives each TP rank a contiguous slice. Every parameter then sees only the rank's tokens (or heads), so
+gradients are summed over the data-parallel ranks and the CP ranks together (Megatron's data-parallel group with
+context parallelism).
 """
 
 from __future__ import annotations
@@ -76,3 +83,66 @@ class SequenceLayout:
             use = getattr(module, "use_positions", None)
             if use is not None:
                 use(self)
+
+
+def _to_heads(x: torch.Tensor, layout: SequenceLayout, blocks: list[int]) -> torch.Tensor:
+    cp = layout.cp
+    batch, tokens, _ = x.shape
+    shares = [block.chunk(cp.size, dim=-1) for block in x.split(blocks, dim=-1)]
+    sent = torch.stack([torch.cat([share[rank] for share in shares], dim=-1) for rank in range(cp.size)])
+    arrived = cp.all_to_all(sent)                            # (cp, b, s/cp, width/cp): rank r's tokens, this share
+    in_rank_order = arrived.transpose(0, 1).reshape(batch, cp.size * tokens, -1)
+    return in_rank_order.index_select(1, torch.argsort(layout.key_positions()).to(x.device))
+
+
+def _to_sequence(y: torch.Tensor, layout: SequenceLayout, blocks: list[int]) -> torch.Tensor:
+    cp = layout.cp
+    batch, seq_len, width = y.shape
+    in_rank_order = y.index_select(1, layout.key_positions().to(y.device))
+    sent = in_rank_order.reshape(batch, cp.size, seq_len // cp.size, width).transpose(0, 1)
+    arrived = cp.all_to_all(sent)                            # (cp, b, s/cp, width): rank r's share, this rank's tokens
+    shares = [part.split([block // cp.size for block in blocks], dim=-1) for part in arrived]
+    return torch.cat([shares[rank][index] for index in range(len(blocks)) for rank in range(cp.size)], dim=-1)
+
+
+class _HeadExchange(torch.autograd.Function):
+    """``_to_heads`` and ``_to_sequence``, each the other's adjoint (both are permutations of the group's values)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, layout: SequenceLayout, blocks: list[int], to_heads: bool) -> torch.Tensor:
+        ctx.layout, ctx.blocks, ctx.to_heads = layout, blocks, to_heads
+        return (_to_heads if to_heads else _to_sequence)(x, layout, blocks)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return (_to_sequence if ctx.to_heads else _to_heads)(grad, ctx.layout, ctx.blocks), None, None, None
+
+
+def sequence_to_heads(x: torch.Tensor, layout: SequenceLayout, blocks: list[int]) -> torch.Tensor:
+    """(b, s/cp, sum(blocks)): this CP rank's tokens as it holds them, channels in ``blocks`` (each block's channels
+    head by head) -> (b, s, sum(blocks)/cp): every token in sequence order, for this rank's share of each block (its
+    r-th of cp equal parts). Megatron-Core's ``_all_to_all_cp2hp`` and ``_undo_attention_load_balancing``."""
+    return _HeadExchange.apply(x, layout, list(blocks), True)
+
+
+def heads_to_sequence(y: torch.Tensor, layout: SequenceLayout, blocks: list[int]) -> torch.Tensor:
+    """The inverse of ``sequence_to_heads``: (b, s, sum(blocks)/cp) -> (b, s/cp, sum(blocks))."""
+    return _HeadExchange.apply(y, layout, list(blocks), False)
+
+
+def head_share(parameter: torch.Tensor | None, cp: SequenceGroup | None, blocks: list[int] | None = None,
+               repeats: list[int] | None = None) -> torch.Tensor | None:
+    """This CP rank's rows of a per-head ``parameter`` (its first dimension in ``blocks``, whole by default), sliced
+    in the forward so that its gradient reaches the whole parameter, as Megatron-Core's ``get_parameter_local_cp``
+    does. A block repeated r times before the exchange (``repeats``: Mamba-2's groups when fewer than the CP ranks)
+    gives rank i the rows of share i // r."""
+    if cp is None or parameter is None:
+        return parameter
+    blocks = blocks or [parameter.shape[0]]
+    repeats = repeats or [1] * len(blocks)
+    parts = []
+    for block, repeat in zip(parameter.split(blocks), repeats):
+        size = block.shape[0] * repeat // cp.size
+        start = cp.rank // repeat * size
+        parts.append(block[start:start + size])
+    return torch.cat(parts) if len(parts) > 1 else parts[0]

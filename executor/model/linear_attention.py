@@ -10,7 +10,10 @@ output gate.
 
 Under tensor parallelism (``shard``) both are split by heads, as attention is: every head's recurrence is
 independent, so only lightning's norm over all heads (its sum of squares) and the output projection (row-parallel)
-need the group.
+need the group. Under context parallelism (``use_positions``) the conv and the recurrence run on every token of the
+CP rank's share of the heads, as Megatron-Core runs gated delta-net (``executor.model.context_parallel``): q, k, v
+(and gated delta's beta and decay inputs) go to the heads' ranks, the output comes back before the output gate; the
+projections are token-local.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from executor.model.context_parallel import head_share, heads_to_sequence, sequence_to_heads
 from executor.model.linear import Linear
 from executor.model.init import fill_, normal_, uniform_
 from executor.model.norm import RMSNorm
@@ -31,6 +35,7 @@ from planner.spec.model import LinearAttentionMixer
 class LinearAttention(nn.Module):
     tensor_parallel = None
     first_head = 0   # this rank's first head under TP (lightning's decay slopes are per global head)
+    layout = None    # the sequence layout under context parallelism (``use_positions``)
 
     def __init__(self, hidden_size: int, mixer: LinearAttentionMixer):
         super().__init__()
@@ -95,48 +100,71 @@ class LinearAttention(nn.Module):
         self.num_key_heads //= tp.size
         self.tensor_parallel = tp
 
-    def _heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+    def use_positions(self, layout) -> None:
+        """Under context parallelism: run the whole sequence on this CP rank's share of the heads (module doc)."""
+        if layout.cp is not None:
+            self.layout = layout
+
+    def _heads(self, x: torch.Tensor, heads: int, value_heads: int) -> torch.Tensor:
         batch, seq_len, _ = x.shape
         x = x.view(batch, seq_len, heads, self.head_dim).transpose(1, 2)
-        return x.repeat_interleave(self.num_heads // heads, dim=1) if heads != self.num_heads else x
+        return x.repeat_interleave(value_heads // heads, dim=1) if heads != value_heads else x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = gather_sequence(x, self.tensor_parallel)
-        batch, seq_len, _ = x.shape
-        query, key, value = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        if self.variant == "gated_delta":
-            query, key, value = self._short_conv(query, key, value)
-        query = self._heads(query, self.num_key_heads)
-        key = self._heads(key, self.num_key_heads)
-        value = self._heads(value, self.num_heads)
-        if self.variant == "gated_delta":
-            out = self._gated_delta(x, query, key, value)
+        gated = self.variant == "gated_delta"
+        parts = [self.q_proj(x), self.k_proj(x), self.v_proj(x)]
+        if gated:
+            parts += [self.beta_proj(x), self.decay_proj(x)]   # write strengths and decays, one a head
+        cp = self.layout.cp if self.layout is not None else None
+        key_heads, heads, first_head = self.num_key_heads, self.num_heads, self.first_head
+        if cp is not None:
+            blocks = [part.shape[-1] for part in parts]
+            parts = torch.split(sequence_to_heads(torch.cat(parts, dim=-1), self.layout, blocks),
+                                [block // cp.size for block in blocks], dim=-1)
+            key_heads, heads = key_heads // cp.size, heads // cp.size
+            first_head += cp.rank * heads
+        query, key, value = parts[:3]
+        if gated:
+            query, key, value = self._short_conv(query, key, value, cp)
+        batch, seq_len, _ = query.shape
+        query = self._heads(query, key_heads, heads)
+        key = self._heads(key, key_heads, heads)
+        value = self._heads(value, heads, heads)
+        if gated:
+            out = self._gated_delta(query, key, value, *parts[3:], cp)
         else:
-            out = self._lightning(query, key, value)
+            out = self._lightning(query, key, value, first_head)
         out = out.transpose(1, 2)                                                      # (b, s, h, d)
-        if self.variant == "gated_delta":
+        if gated:
             # Qwen3-Next's gated norm: norm(o) * silu(z), per head.
-            out = self.out_norm(out).reshape(batch, seq_len, self.num_heads * self.head_dim)
+            out = self.out_norm(out).reshape(batch, seq_len, heads * self.head_dim)
+        else:
+            out = out.reshape(batch, seq_len, heads * self.head_dim)
+        if cp is not None:
+            out = heads_to_sequence(out, self.layout, [self.num_heads * self.head_dim])
+        if gated:
             return self.o_proj(out * F.silu(self.gate_proj(x)))
         # MiniMax-01: norm over all heads, then a sigmoid output gate.
-        out = self.out_norm(out.reshape(batch, seq_len, self.num_heads * self.head_dim))
-        return self.o_proj(out * torch.sigmoid(self.gate_proj(x)))
+        return self.o_proj(self.out_norm(out) * torch.sigmoid(self.gate_proj(x)))
 
-    def _short_conv(self, query, key, value) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _short_conv(self, query, key, value, cp=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """silu(causal depthwise conv) over the concatenated q, k, v channels, split back; (b, s, width) each."""
         seq_len = query.shape[1]
         mixed = torch.cat((query, key, value), dim=-1).transpose(1, 2)
+        key_width = self.num_key_heads * self.head_dim
+        weight = head_share(self.conv.weight, cp, [key_width, key_width, self.num_heads * self.head_dim])
         # The conv pads both sides; keeping the first seq_len outputs drops the look-ahead.
-        mixed = F.silu(self.conv(mixed)[..., :seq_len]).transpose(1, 2)
-        return tuple(torch.split(mixed, [query.shape[-1], key.shape[-1], value.shape[-1]], dim=-1))
+        mixed = F.silu(F.conv1d(mixed, weight, padding=self.conv.padding, groups=weight.shape[0])[..., :seq_len])
+        return tuple(torch.split(mixed.transpose(1, 2), [query.shape[-1], key.shape[-1], value.shape[-1]], dim=-1))
 
-    def _gated_delta(self, x, query, key, value) -> torch.Tensor:
+    def _gated_delta(self, query, key, value, beta_logits, decay_logits, cp=None) -> torch.Tensor:
         """S_t = a_t S_{t-1} + b_t (v_t - a_t S_{t-1} k_t) k_t^T,  o_t = S_t q_t  (Yang et al. 2024)."""
         query = F.normalize(query, dim=-1) / math.sqrt(self.head_dim)
         key = F.normalize(key, dim=-1)
-        beta = torch.sigmoid(self.beta_proj(x)).transpose(1, 2)                       # (b, h, s)
-        log_decay = -torch.exp(self.A_log)[:, None] * F.softplus(
-            self.decay_proj(x).transpose(1, 2) + self.dt_bias[:, None])               # (b, h, s)
+        beta = torch.sigmoid(beta_logits).transpose(1, 2)                             # (b, h, s)
+        log_decay = -torch.exp(head_share(self.A_log, cp))[:, None] * F.softplus(
+            decay_logits.transpose(1, 2) + head_share(self.dt_bias, cp)[:, None])     # (b, h, s)
         decay = torch.exp(log_decay)
         batch, heads, seq_len, dim = query.shape
         state = query.new_zeros(batch, heads, dim, dim)                                # (b, h, d_v, d_k)
@@ -150,12 +178,14 @@ class LinearAttention(nn.Module):
             outputs.append((state @ query[:, :, t].unsqueeze(-1)).squeeze(-1))
         return torch.stack(outputs, dim=2)
 
-    def _lightning(self, query, key, value) -> torch.Tensor:
-        """o_i = sum_{j<=i} lambda_h^(i-j) (q_i . k_j) v_j with ALiBi-style per-head decay slopes."""
+    def _lightning(self, query, key, value, first_head: int | None = None) -> torch.Tensor:
+        """o_i = sum_{j<=i} lambda_h^(i-j) (q_i . k_j) v_j with ALiBi-style per-head decay slopes (``first_head``:
+        the global index of the first head here, this TP rank's by default)."""
+        first_head = self.first_head if first_head is None else first_head
         query, key, value = F.silu(query), F.silu(key), F.silu(value)
         heads, seq_len = query.shape[1], query.shape[2]
         slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / self.all_heads)
-                               for h in range(self.first_head, self.first_head + heads)],
+                               for h in range(first_head, first_head + heads)],
                               device=query.device, dtype=query.dtype)
         positions = torch.arange(seq_len, device=query.device)
         distance = (positions[:, None] - positions[None, :]).to(query.dtype)

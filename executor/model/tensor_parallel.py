@@ -49,6 +49,13 @@ class SequenceGroup(ParallelGroup):
                    gathered)
         return gathered.transpose(0, 1)
 
+    def all_to_all(self, x: torch.Tensor) -> torch.Tensor:
+        """Block r of ``x`` (its first dimension, one block per rank) to rank r; block r of the result from rank r."""
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        self.timed(f"{self.name}_all_to_all", lambda: dist.all_to_all_single(out, x, group=self.group), x)
+        return out
+
     def reduce_scatter_sequence(self, x: torch.Tensor) -> torch.Tensor:
         """(b, s, ...) partial sums -> this rank's (b, s/tp, ...) slice of their sum over the group."""
         full = x.transpose(0, 1).contiguous()

@@ -23,8 +23,15 @@ Communication charged inside F and B (Megatron-LM does not overlap these by defa
   Attention"): ``cp - 1`` exchanges of the local K and V chunk in F, of K, V and their gradients in B,
   overlapped with the attention kernel, so only what exceeds the core attention's time is charged. With
   ``CostOptions.cp_comm = "allgather"`` (Megatron's ``--cp-comm-type allgather``, what the executor runs): the keys
-  and values all-gathered in F and their gradients reduce-scattered in B, not overlapped. Linear
-  attention and SSM mixers pass their recurrent state along the ring (not overlapped).
+  and values all-gathered in F and their gradients reduce-scattered in B, not overlapped. Mamba-2 and gated
+  delta-net run as Megatron-Core runs them under CP (``megatron/core/ssm/mamba_context_parallel.py``,
+  ``gated_delta_net/gdn.py``): after the input projection an all-to-all trades each GPU's tokens of every head for
+  every token of its share of the heads (Mamba-2: z, x, B and C, each group repeated over the CP ranks where they
+  outnumber the groups, and dt; gated delta-net: q, k, v, z, beta and alpha), the conv and the scan run on the whole
+  sequence, and a second all-to-all brings the output back (Mamba-2: y and z; gated delta-net: the gated norm's
+  output); B runs the same exchanges in reverse; none is overlapped. Lightning attention (no Megatron-Core form) is
+  charged the same way, for q, k and v there and its output back, as the executor runs it. Mamba-1 has no CP form
+  (the search does not offer one: ``planner.parallel.search.context_parallel_limit``).
 - EP (Megatron-Core's all-to-all token dispatcher; DeepSeek-V3 report, Sec. 3.2.2): dispatch and combine
   all-to-alls of ``top_k`` copies of each local (sequence-parallel) token in F, and again in B; the part bound for
   GPUs outside the NVLink domain goes over the GPU's NIC, the rest over NVLink. With expert TP (``etp`` > 1) the
@@ -101,7 +108,7 @@ from planner.parallel.config import ParallelConfig
 from planner.parallel.mapping import GroupSpan, RankMapping
 from planner.parallel.memory import held_parameters
 from planner.parallel.params import LayerParams, layer_params
-from planner.spec.model import AttentionMixer, LayerSpec, ModelSpec, MoEMLP
+from planner.spec.model import AttentionMixer, LayerSpec, Mamba2Mixer, ModelSpec, MoEMLP
 
 FP32_BYTES = 4
 # Adam's update streams, per parameter of the local shard: fp32 grad, master weight and two moments read,
@@ -626,6 +633,20 @@ def collective_ms(op: str, nbytes: float, group: GroupSpan) -> float:
     return latencies * link.latency_us * 1e-3 + moved / (link.bandwidth_gb_s * 1e6)
 
 
+def head_exchange_widths(mixer, tp: int, cp: int) -> tuple[float, float]:
+    """(channels a token sends to the heads' ranks, channels of a token's output sent back) on one GPU, per token,
+    for a recurrent mixer under CP (module doc; Megatron-Core's ``MambaContextParallel.pre_conv_ssm`` and
+    ``post_conv_ssm``, GDN's ``a2a_cp_to_hp`` and ``_gated_norm_and_a2a``)."""
+    if isinstance(mixer, Mamba2Mixer):
+        inner, groups = mixer.num_heads * mixer.head_dim / tp, mixer.n_groups / tp
+        repeat = max(1.0, cp / groups)
+        return 2 * inner + 2 * groups * repeat * mixer.state_size + mixer.num_heads / tp, 2 * inner
+    values, keys = mixer.num_heads * mixer.head_dim / tp, mixer.key_heads * mixer.head_dim / tp
+    if mixer.variant == "gated_delta":
+        return 2 * keys + 2 * values + 2 * mixer.num_heads / tp, values
+    return keys + keys + values, values   # lightning: q, k, v there, the output back
+
+
 def point_to_point_ms(nbytes: float, group: GroupSpan) -> float:
     link = group.inter if group.crosses_domains else group.intra
     return nbytes / (link.bandwidth_gb_s * 1e6) + link.latency_us * 1e-3
@@ -727,9 +748,11 @@ def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config:
             forward += max(0.0, ring - core)
             backward += max(0.0, 2 * ring - 2 * core)
         else:
-            state = mixer.num_heads * mixer.head_dim * mixer.head_dim * FP32_BYTES * config.microbatch_size / config.tp
-            forward += (config.cp - 1) * point_to_point_ms(state, cp_group)
-            backward += (config.cp - 1) * point_to_point_ms(state, cp_group)
+            there, back = head_exchange_widths(mixer, config.tp, config.cp)
+            exchanges = sum(all_to_all_ms(tokens / config.cp * width * dtype_bytes, cp_group)
+                            for width in (there, back))
+            forward += exchanges
+            backward += exchanges
     parts["cp"] = (forward, backward)
     if isinstance(layer.mlp, MoEMLP) and config.ep > 1:
         local = tokens / (config.tp * config.cp)

@@ -32,7 +32,7 @@ from planner.parallel.config import (DEGREES, PRECISIONS, RECOMPUTE_MODES, SHARD
 from planner.parallel.cost import CostOptions, Software
 from planner.parallel.evaluate import Job, Score, estimate, pipeline_memory_budget, score_plan, shard_profile
 from planner.parallel.mapping import RankMapping
-from planner.spec.model import AttentionMixer, LinearAttentionMixer, Mamba2Mixer, ModelSpec, MoEMLP
+from planner.spec.model import AttentionMixer, LinearAttentionMixer, Mamba2Mixer, MambaMixer, ModelSpec, MoEMLP
 
 PIN_KEYS = DEGREES + ("etp", "microbatch_size", "recompute", "sharding", "precision", "vpp", "distributed_optimizer")
 MICROBATCH_SIZES = (1, 2, 4, 8)
@@ -124,6 +124,30 @@ def tensor_parallel_limit(model: ModelSpec, tp: int) -> str | None:
             return f"{mixer.type} with {mixer.num_heads} heads"
         if isinstance(mixer, LinearAttentionMixer) and mixer.key_heads % tp:
             return f"linear attention with {mixer.key_heads} key heads"
+        if isinstance(mixer, Mamba2Mixer) and mixer.n_groups % tp:
+            return f"mamba2 with {mixer.n_groups} groups"   # Megatron-Core's MambaMixer splits them too
+    return None
+
+
+def context_parallel_limit(model: ModelSpec, tp: int, cp: int) -> str | None:
+    """Why ``cp`` cannot split ``model``'s sequence on TP ``tp`` ranks, or None. Attention takes any CP. Megatron-Core
+    splits Mamba-2 and gated delta-net over CP by heads (an all-to-all trades each rank's tokens for every token of its
+    share of the heads: ``megatron/core/ssm/mamba_context_parallel.py``, ``gated_delta_net/gdn.py``), so a TP rank's
+    heads (and key heads) must split cp ways, and Mamba-2's groups split or repeat over the CP ranks; lightning
+    attention is split the same way here. Mamba-1 has no CP form: Megatron-Core has no Mamba-1 layer."""
+    if cp == 1:
+        return None
+    for layer in model.layers:
+        mixer = layer.mixer
+        if isinstance(mixer, MambaMixer):
+            return "Mamba-1 has no context-parallel form (Megatron-Core has no Mamba-1 layer)"
+        if isinstance(mixer, (LinearAttentionMixer, Mamba2Mixer)):
+            heads = [mixer.num_heads] + ([mixer.key_heads] if isinstance(mixer, LinearAttentionMixer) else [])
+            if any(count % (tp * cp) for count in heads):
+                return f"{mixer.type} with {' and '.join(map(str, heads))} heads, which tp x cp = {tp * cp} must divide"
+            groups = mixer.n_groups // tp if isinstance(mixer, Mamba2Mixer) else cp
+            if groups % cp and cp % groups:
+                return f"mamba2 with {groups} groups a TP rank, which cp {cp} must divide or be a multiple of"
     return None
 
 
@@ -173,6 +197,9 @@ def check_job(job: Job, pins: dict) -> None:
         raise SpecError("recompute", f"must be one of {', '.join(RECOMPUTE_MODES)}, got {pins['recompute']!r}")
     if "tp" in pins and tensor_parallel_limit(job.model, pins["tp"]):
         raise SpecError("tp", f"{pins['tp']} cannot split the model: {tensor_parallel_limit(job.model, pins['tp'])}")
+    if pins.get("cp", 1) > 1 and context_parallel_limit(job.model, pins.get("tp", 1), pins["cp"]):
+        raise SpecError("cp", f"{pins['cp']} cannot split the model: "
+                              f"{context_parallel_limit(job.model, pins.get('tp', 1), pins['cp'])}")
     experts = _num_experts(job.model)
     if pins.get("ep", 1) > 1 and (not experts or experts % pins["ep"]):
         raise SpecError("ep", f"must divide the number of experts ({experts}), got {pins['ep']}")
@@ -257,7 +284,7 @@ def candidates(job: Job, pins: dict) -> list[tuple[ParallelConfig, int]]:
                                             and job.seq_len // cp >= 1024)]
     for tp in tps:
         for cp in cps:
-            if gpus % (tp * cp):
+            if gpus % (tp * cp) or context_parallel_limit(model, tp, cp):
                 continue
             rest = gpus // (tp * cp)
             pps = [pins["pp"]] if "pp" in pins else [pp for pp in _divisors(rest) if pp <= _blocks(model)]

@@ -55,7 +55,8 @@ def test_a_schedule_that_keeps_too_many_micro_batches_in_flight_is_refused_where
 
 
 @pytest.mark.parametrize("degrees, expected", [
-    ({"cp": 2}, "layer 3 is a linear_attention layer, which the executor does not split over CP yet"),
+    ({"cp": 4}, "layer 3 is linear_attention with 2 and 2 heads, which CP4 splits on each of TP1's shares, so 1 x 4 "
+                "must divide them"),
     ({"tp": 2, "cp": 2, "dp": 2, "ep": 4, "recompute": "full"}, "layer 2 has 4 query heads and 1 key/value heads")])
 def test_a_hybrid_plan_the_executor_cannot_run_is_refused_with_the_reason_before_any_rank_starts(
         degrees, expected, monkeypatch):
@@ -124,8 +125,21 @@ def test_tensor_parallelism_is_refused_for_the_layers_it_cannot_split_naming_the
     assert "48 wide" in tensor_parallel_refusal(spec({"kind": "mlp", "mlp": dense}, 96), 32)
     assert context_parallel_refusal(spec({"kind": "decoder", "mixer": attention}, 16), 2, 2) is None
     assert "2 x 2 x 2 must divide it" in context_parallel_refusal(spec({"kind": "decoder", "mixer": attention}), 2, 2)
-    assert "layer 1 is a mamba2 layer, which the executor does not split over CP" in context_parallel_refusal(
-        spec({"kind": "decoder", "mixer": mamba}), 2, 1)
+    # Mamba-2 and linear attention trade tokens for heads: each TP rank's heads split over CP, B and C's groups split
+    # or repeated over it (Megatron-Core's MambaContextParallel); Mamba-1 has no CP form
+    assert context_parallel_refusal(spec({"kind": "decoder", "mixer": mamba}, 16), 2, 1) is None
+    assert context_parallel_refusal(spec({"kind": "decoder", "mixer": mamba}, 16), 4, 1) is None   # groups repeated
+    assert context_parallel_refusal(spec({"kind": "decoder", "mixer": mamba}, 16), 2, 2) is None
+    assert "mamba2 with 4 heads, which CP8 splits on each of TP1's shares, so 1 x 8 must divide them" in (
+        context_parallel_refusal(spec({"kind": "decoder", "mixer": mamba}, 16), 8, 1))
+    odd_groups = {**mamba, "num_heads": 12, "n_groups": 3}
+    assert "Mamba-2 with 3 groups, 3 on each TP1 rank, which CP2 must divide or be a multiple of" in (
+        context_parallel_refusal(spec({"kind": "decoder", "mixer": odd_groups}, 16), 2, 1))
+    assert context_parallel_refusal(spec({"kind": "decoder", "mixer": linear}, 16), 2, 1) is None
+    assert "linear_attention with 4 and 2 heads, which CP2 splits on each of TP2's shares" in (
+        context_parallel_refusal(spec({"kind": "decoder", "mixer": linear}, 16), 2, 2))
+    assert "layer 1 is a Mamba-1 layer, which the executor does not split over CP" in context_parallel_refusal(
+        spec({"kind": "decoder", "mixer": selective}, 16), 2, 1)
 
 
 def test_a_pipeline_plan_v1_or_v2_with_only_the_pipeline_axis_is_run():

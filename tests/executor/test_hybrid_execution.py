@@ -98,6 +98,30 @@ CP_KINDS = load_model_spec({
     ],
 })
 
+# Context parallelism for the recurrent mixers (heads traded for tokens, as Megatron-Core runs Mamba-2 and gated
+# delta-net): Mamba-2 with fewer groups of B and C on a TP rank than CP ranks (each group repeated over two ranks) and
+# with more, gated delta-net with fewer key heads than value heads (and Qwen3-Next's MoE), lightning attention, beside
+# softmax attention
+SSM_CP_KINDS = load_model_spec({
+    "format": "adaptis.model/v1", "name": "ssm-cp-kinds", "hidden_size": 32, "vocab_size": 96, "seq_len": 16,
+    "micro_batch_size": 2,
+    "layers": [
+        {"kind": "embedding"},
+        {"kind": "decoder", "mixer": {"type": "mamba2", "num_heads": 8, "head_dim": 4, "state_size": 4,
+                                      "conv_kernel": 3, "n_groups": 2}},
+        {"kind": "decoder", "mixer": {"type": "linear_attention", "num_heads": 8, "num_key_heads": 4, "head_dim": 4,
+                                      "variant": "gated_delta"},
+         "mlp": {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16,
+                 "num_shared_experts": 1, "shared_intermediate_size": 16, "aux_loss_coeff": 0.05}},
+        {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8}},
+        {"kind": "decoder", "mixer": {"type": "mamba2", "num_heads": 8, "head_dim": 4, "state_size": 4,
+                                      "conv_kernel": 4, "n_groups": 4}},
+        {"kind": "decoder", "mixer": {"type": "linear_attention", "num_heads": 4, "head_dim": 8,
+                                      "variant": "lightning"}},
+        {"kind": "head"},
+    ],
+})
+
 
 def hybrid(plan, **degrees):
     return dataclasses.replace(plan, parallel=ParallelConfig(
@@ -193,6 +217,20 @@ def test_cp2_pp2_with_experts_spread_over_the_cp_ranks_matches_one_process(tmp_p
         expected = 2 * gathers[pp]
         assert counts[(rank, "cp_all_gather")] == counts[(rank, "cp_reduce_scatter")] == expected
         assert counts[(rank, "dp_all_reduce")] == 1   # over dp x cp: every parameter saw this rank's tokens only
+
+
+def test_tp2_cp2_pp2_recurrent_mixers_trade_tokens_for_heads_and_match_one_process(tmp_path):
+    """Mamba-2, gated delta-net and lightning attention scan the whole sequence on each CP rank's share of its TP
+    rank's heads: one all-to-all there and one back in F, the same two in B; attention gathers as before."""
+    plan = hybrid(one_f_one_b([[0, 1, 2, 3], [4, 5, 6]], num_microbatches=2), tp=2, cp=2, sharding="optimizer")
+    result = run_and_verify(tmp_path, plan, spec=SSM_CP_KINDS, optimizer="adamw")
+    counts = collectives(result)
+    recurrent = {0: 2, 1: 2}   # per pipeline rank: Mamba-2 and gated delta-net, then Mamba-2 and lightning
+    for rank in range(8):
+        pp = RankPlace.of(plan, rank).pp
+        assert counts[(rank, "cp_all_to_all")] == 2 * 2 * 2 * recurrent[pp]   # micro-batches x (F, B) x (there, back)
+        assert counts[(rank, "cp_all_gather")] == 2 * 2 * (pp == 0)           # attention's keys and values
+        assert counts[(rank, "dp_all_reduce")] == 1
 
 
 def test_tp2_pp2_dp2_on_eight_ranks_matches_one_process_and_folds_the_replicas(tmp_path):

@@ -80,7 +80,8 @@ def test_gated_delta_rule_matches_its_textbook_form():
         outputs.append((state @ q[:, t, ..., None]).squeeze(-1))
     expected = torch.stack(outputs, dim=2)
     heads_first = [t.transpose(1, 2) for t in (raw_q, raw_k, v)]
-    torch.testing.assert_close(mixer._gated_delta(x, *heads_first), expected, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(mixer._gated_delta(*heads_first, mixer.beta_proj(x), mixer.decay_proj(x)), expected,
+                               rtol=1e-10, atol=1e-12)
 
 
 def test_gated_delta_short_conv_is_causal_depthwise_over_q_k_v_then_silu():

@@ -18,7 +18,8 @@ from planner.parallel.cost import (CostOptions, all_to_all_ms, all_to_all_terms,
 from planner.parallel.evaluate import Job, backward_workspace_bytes
 from planner.parallel.search import candidates
 from planner.parallel.mapping import RankMapping
-from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, ModelSpec, MoEMLP
+from planner.spec.model import (AttentionMixer, DenseMLP, LayerSpec, LinearAttentionMixer, Mamba2Mixer, ModelSpec,
+                                MoEMLP)
 from planner.spec.presets import load_model_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -443,6 +444,35 @@ def test_context_parallel_ring_is_charged_only_where_it_outlasts_the_attention_k
     chunk = 2048 / 8 * 32 * (128 + 128) * 2                   # local K and V, bf16
     ring = 7 * (chunk / 450e9 * 1e3 + 3e-3)
     assert forward == pytest.approx(max(0.0, ring - work.attention_core_ms / 8))
+
+
+@pytest.mark.parametrize("tp, cp", [(2, 4), (8, 4), (1, 16)])
+def test_recurrent_mixers_under_cp_are_charged_megatron_cores_head_all_to_alls(tp, cp):
+    """Mamba-2 (Nemotron-H's: 128 heads of 64, state 128, 8 groups) and gated delta-net (Qwen3-Next's: 32 value heads,
+    16 key heads of 128) trade tokens for heads and back in F and again in B (Megatron-Core's MambaContextParallel
+    and GDN), each an all-to-all of what a GPU holds of the micro-batch's tokens; with more CP ranks than a TP rank's
+    groups, B and C go to each rank of a group's heads (TP 8: one group a TP rank, repeated 4 times)."""
+    seq_len, tokens = 8192, 8192 * 1
+    mamba = Mamba2Mixer(num_heads=128, head_dim=64, state_size=128, n_groups=8)
+    delta = LinearAttentionMixer(num_heads=32, head_dim=128, num_key_heads=16)
+    model = ModelSpec(name="recurrent", hidden_size=4096, vocab_size=131072, seq_len=seq_len, micro_batch_size=1,
+                      layers=(LayerSpec(kind="embedding"), LayerSpec(kind="decoder", mixer=mamba),
+                              LayerSpec(kind="decoder", mixer=delta), LayerSpec(kind="head")))
+    config = ParallelConfig(tp=tp, cp=cp, dp=128 // (tp * cp), microbatch_size=1)
+    mapping = RankMapping(config, H100)
+    works = layer_work(model, H100, 1, seq_len)
+    groups = 8 / tp
+    repeat = max(1, cp / groups)
+    # per token on one GPU: z, x (64 x 128 / tp each), B and C (groups x repeat x 128 each), dt (128 / tp) there;
+    # y and z back. Gated delta-net: q, k (16 x 128 / tp each), v, z (32 x 128 / tp each), beta, alpha (32 / tp) there;
+    # the gated norm's output back.
+    widths = {1: (2 * 8192 / tp + 2 * groups * repeat * 128 + 128 / tp, 2 * 8192 / tp),
+              2: (2 * 2048 / tp + 2 * 4096 / tp + 2 * 32 / tp, 4096 / tp)}
+    for index, (there, back) in widths.items():
+        expected = sum(all_to_all_ms(tokens / cp * width * 2, mapping.span("cp")) for width in (there, back))
+        forward, backward = layer_comm_parts(model.layers[index], works[index], model, config, mapping, seq_len)["cp"]
+        assert forward == backward == pytest.approx(expected)
+    assert repeat == {2: 1, 8: 4, 1: 2}[tp]
 
 
 def test_tp_overlap_hides_a_blocks_collectives_behind_its_gemms_and_no_more():

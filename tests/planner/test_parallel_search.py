@@ -77,6 +77,25 @@ def test_bad_pins_name_the_field(pins, field):
     assert error.value.field == field
 
 
+def test_context_parallelism_is_offered_where_megatron_core_splits_the_mixers_over_it():
+    """Mamba-2 and gated delta-net split over CP by heads (each TP rank's heads over the CP ranks); Mamba-1 has no CP
+    form, so Jamba and Falcon-Mamba are planned without it (the search had crashed scoring their CP candidates) and a
+    pinned CP is refused naming the field."""
+    for preset in ("jamba-v0.1", "falcon-mamba-7b"):
+        job = Job(load_model_preset(preset), load_cluster_preset("h100-sxm-8x8"), 64, 8192, 64)
+        space = candidates(job, {})
+        assert space and all(config.cp == 1 for config, _ in space)
+        with pytest.raises(SpecError) as error:
+            search(preset, "h100-sxm-8x8", 64, 8192, 64, {"cp": 2}, refine=False)
+        assert error.value.field == "cp" and "Mamba-1" in error.value.reason
+    result = search("jamba-v0.1", "h100-sxm-8x8", 64, 8192, 64, {"tp": 2, "pp": 2}, refine=False)
+    assert result.best.config.cp == 1 and result.best.fits
+    nemotron = load_model_preset("nemotron-h-8b")   # Mamba-2: 128 heads in 8 groups
+    job = Job(nemotron, load_cluster_preset("h100-sxm-8x8"), 64, 16384, 64)
+    offered = {(config.tp, config.cp) for config, _ in candidates(job, {})}
+    assert (8, 8) in offered and (1, 16) in offered   # 128 heads over 64 and 16 GPUs; 1 group a TP 8 rank, repeated
+
+
 def test_more_gpus_than_the_cluster_has_is_refused():
     with pytest.raises(SpecError) as error:
         search("llama-3-8b", "h100-sxm-1x8", 16, 4096, 64)
