@@ -251,6 +251,17 @@ class TestApiValidation:
         assert error["field"] == field and reason in error["reason"], error
         assert not PlanningJob.objects.exists()
 
+    def test_context_parallelism_for_a_mamba_1_model_is_a_400_naming_cp(self, people):
+        """Jamba's Mamba-1 layers have no context-parallel form (no framework splits them over CP): refused, not
+        planned, and not a server error (the search had crashed scoring them)."""
+        jamba = spec_create(team=people.team, owner=people.owner, spec=load_model_preset("jamba-v0.1"))
+        response = api_as(people.member).post(reverse("api:jobs"), {"spec": jamba.pk, **HYBRID_JOB, "cp": 2},
+                                            format="json")
+        assert response.status_code == 400, response.content
+        [error] = response.json()["errors"]
+        assert error["field"] == "cp" and "Mamba-1 has no context-parallel form" in error["reason"], error
+        assert not PlanningJob.objects.exists()
+
     def test_a_local_cpu_cluster_is_named_by_its_rank_count(self, people):
         """cpu-1x8: this host's CPU as 8 local ranks, to rehearse a TP x PP x DP plan on a workstation."""
         tiny = spec_create(team=people.team, owner=people.owner, spec=load_model_preset("tiny-llama"))
