@@ -45,6 +45,14 @@ class SequenceLayout:
     seq_len: int
     tp: SequenceGroup | None = None
     cp: SequenceGroup | None = None
+    tp_cp: SequenceGroup | None = None   # with both: the TP x CP group, every rank holding part of a micro-batch
+
+    @property
+    def tokens(self) -> SequenceGroup | None:
+        """The group whose ranks hold the parts of a micro-batch's tokens between blocks (TP x CP, TP, CP or none)."""
+        if self.tp is not None and self.cp is not None:
+            return self.tp_cp
+        return self.tp or self.cp
 
     @property
     def shards(self) -> int:

@@ -8,6 +8,11 @@ its experts chose (``ep_dispatch``), the experts run on what arrived, and the re
 results back in the order they left (``ep_combine``), where they are weighed and summed per token. Gradients
 take the same two exchanges in reverse. An expert's gradient then holds every token of its EP group, so it is
 summed over the expert-data-parallel group (the replicas holding the same experts) instead of over all of DP.
+
+With MoE parallel folding (Liu et al. 2025, "MoE Parallel Folding"; Megatron-Core's ``--expert-tensor-parallel-size
+1`` under TP: the plan's ``etp`` 1 < ``tp``) the EP group is carved out of ``tp x cp x dp`` (TP ranks included) and
+the experts are not split over TP (``fold_experts``): each TP rank routes its own sequence-parallel tokens, without
+gathering the sequence, and its EP group runs them on whole experts; the shared experts stay a TP-split dense block.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from executor.model.groups import ParallelGroup
 class ExpertParallel(ParallelGroup):
     """One rank's place in its EP group."""
 
-    def __init__(self, group, rank: int, size: int):
+    def __init__(self, group, rank: int, size: int, folded: bool = False):
         super().__init__(group, rank, size, "ep")
+        self.folded = folded   # MoE parallel folding: experts whole, each TP rank routing its own tokens
 
     def local_experts(self, num_experts: int) -> range:
         share = num_experts // self.size
@@ -71,6 +77,14 @@ def dispatch_to_experts(tokens: torch.Tensor, weights: torch.Tensor, chosen: tor
     returned = _Exchange.apply(results, send_splits, receive_splits, ep, "ep_combine")
     weighed = returned * weights.reshape(-1)[order, None]
     return torch.zeros_like(tokens).index_add(0, order // top_k, weighed)
+
+
+def fold_experts(layer: torch.nn.Module) -> None:
+    """MoE parallel folding for every MoE block of ``layer`` (``MoE.fold``), before TP splits the layer."""
+    for module in list(layer.modules()):
+        fold = getattr(module, "fold", None)
+        if fold is not None:
+            fold()
 
 
 def shard_experts(layer: torch.nn.Module, ep: ExpertParallel) -> None:

@@ -23,6 +23,7 @@ class GatedMLP(nn.Module):
 
     tensor_parallel = None
     split_over = None
+    whole = False   # a folded MoE's routed expert: never split over TP (``MoE.fold``)
     recompute_activation = False
 
     def __init__(self, hidden_size: int, intermediate_size: int, gated: bool = True, bias: bool = False):
@@ -50,7 +51,7 @@ class GatedMLP(nn.Module):
     def shard(self, tp: SequenceGroup) -> None:
         """A block of its own: ``split``, gathering the sequence at its input and reduce-scattering its output
         (before down's bias). An expert of an MoE block is split by the block, which gathers and scatters once."""
-        if self.split_over is not None:
+        if self.split_over is not None or self.whole:
             return
         self.split(tp)
         self.down_proj.tensor_parallel = tp
@@ -131,12 +132,15 @@ class MoE(nn.Module):
     travel to theirs (``executor.model.expert_parallel``); the router and the shared experts stay whole. Under
     tensor parallelism (``shard``) every expert is split as a dense MLP is (expert TP = TP, Megatron-Core's
     default): the block gathers the sequence once, routes it whole, and reduce-scatters the experts' partial sums.
+    Folded (``fold``: MoE parallel folding, expert TP 1) the routed experts stay whole and each TP rank routes its own
+    tokens over an EP group that spans the TP ranks; the shared experts are a TP-split dense block of their own.
     A group-limited router (``MoEMLP.router_groups``) chooses among its best groups (``choose_experts``).
     """
 
     expert_parallel = None
     token_partition = None
     tensor_parallel = None
+    folded = False
     recompute_whole = recompute_shared = False   # selective recomputation (``use_recompute_modules``)
 
     def __init__(self, hidden_size: int, mlp: MoEMLP):
@@ -162,10 +166,21 @@ class MoE(nn.Module):
         if self.shared is not None:
             self.shared.init_weights(generator)
 
+    def fold(self) -> None:
+        """MoE parallel folding (``executor.model.expert_parallel``): the routed experts are never split over TP."""
+        self.folded = True
+        for expert in self.experts:
+            expert.whole = True
+
     def shard(self, tp: SequenceGroup) -> None:
         """Split every expert (and the shared experts) over TP; the router stays whole. Each rank's experts give
         partial sums, so a split expert's output bias is added on TP rank 0 only (its gradient is summed over the
-        group with the router's)."""
+        group with the router's). Folded: only the shared experts, as a dense block that gathers and scatters."""
+        self.tensor_parallel = tp
+        if self.folded:
+            if self.shared is not None:
+                self.shared.shard(tp)
+            return
         for expert in [*self.experts, *([self.shared] if self.shared is not None else [])]:
             expert.split(tp)
             expert.down_proj.partial_sum_of = tp
@@ -187,9 +202,12 @@ class MoE(nn.Module):
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         tp = self.tensor_parallel
-        x = gather_sequence(x, tp)
-        # every rank of a TP group routes the same tokens: its balancing loss weighs 1/tp of the block's
-        shares = tp.size if tp is not None else 1
+        block_input = x
+        if not self.folded:
+            x = gather_sequence(x, tp)
+        # every rank of a TP group routes the same tokens: its balancing loss weighs 1/tp of the block's (folded, each
+        # routes its own, and the loss counts the routings of all of them: ``token_partition``)
+        shares = tp.size if tp is not None and not self.folded else 1
         tokens = x.reshape(-1, x.shape[-1])
         probabilities = torch.softmax(self.router(tokens), dim=-1)
         weights, chosen = choose_experts(probabilities, self.top_k, self.router_groups, self.router_group_topk)
@@ -209,8 +227,11 @@ class MoE(nn.Module):
                     routed = expert(tokens[token_index]) * weights[token_index, slot, None]
                     out = out.index_add(0, token_index, routed)
         if self.shared is not None:
-            out = out + (checkpointed(self.shared, tokens) if self.recompute_shared and torch.is_grad_enabled()
-                         else self.shared(tokens))
+            # folded, the shared experts gather the TP group's tokens themselves
+            shared_input = block_input if self.folded else tokens
+            shared = (checkpointed(self.shared, shared_input) if self.recompute_shared and torch.is_grad_enabled()
+                      else self.shared(shared_input))
+            out = out + shared.reshape(out.shape)
         if self.aux_loss_coeff and torch.is_grad_enabled():
             aux_loss = self.aux_loss_coeff * load_balancing_loss(probabilities, chosen, self.top_k,
                                                                  self.token_partition)
@@ -218,18 +239,19 @@ class MoE(nn.Module):
             if not recomputing():   # reported once, not again when a recomputed forward runs it
                 weighed = aux_loss.detach() * self.loss_scale / shares
                 self._balancing_sum = weighed if self._balancing_sum is None else self._balancing_sum + weighed
-        return reduce_scatter_sequence(out.view_as(x), tp)
+        return out.view_as(x) if self.folded else reduce_scatter_sequence(out.view_as(x), tp)
 
     def use_positions(self, layout) -> None:
-        """Under context parallelism the micro-batch's tokens are spread over the CP group: the balancing loss
-        counts the routings of all of them (``load_balancing_loss``)."""
-        self.token_partition = layout.cp
+        """Under context parallelism the micro-batch's tokens are spread over the CP group (folded, over the TP x CP
+        group): the balancing loss counts the routings of all of them (``load_balancing_loss``)."""
+        self.token_partition = layout.tokens if self.folded else layout.cp
 
     def keep_experts(self, ep: ExpertParallel) -> None:
         """Keep experts ``ep.local_experts`` only, under their global index (``experts.<i>`` as before)."""
         kept = nn.ModuleDict({str(index): self.experts[index] for index in ep.local_experts(self.num_experts)})
         for parameter in kept.parameters():
             parameter.expert_parallel = True
+            parameter.outside_tensor_parallel = self.folded   # held by this rank alone, not by its TP group
         self.experts = kept
         self.expert_parallel = ep
 

@@ -158,9 +158,11 @@ def shard_layer(layer: nn.Module, tp: SequenceGroup) -> None:
 
 
 def replicated_parameters(layers) -> list[nn.Parameter]:
-    """The parameters a TP group holds whole, whose gradients are partial sums (see the module docstring)."""
+    """The parameters a TP group holds whole, whose gradients are partial sums (see the module docstring); not a
+    folded MoE's experts, which each rank of an EP group holds alone (``executor.model.expert_parallel``)."""
     unique = {id(p): p for layer in layers for p in layer.parameters()}
-    return [p for p in unique.values() if not hasattr(p, "tensor_parallel_dim")]
+    return [p for p in unique.values()
+            if not hasattr(p, "tensor_parallel_dim") and not getattr(p, "outside_tensor_parallel", False)]
 
 
 def full_state_dict(layer: nn.Module, tp: SequenceGroup | None, ep=None) -> dict[str, torch.Tensor]:

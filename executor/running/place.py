@@ -14,8 +14,9 @@ from planner.parallel.config import ParallelConfig
 from planner.plan import Plan
 
 MESH_DIMENSIONS = ("pp", "dp", "cp", "tp")   # slowest to fastest, as the ranks are numbered
-# The same ranks as MoE layers see them: a pipeline rank's dp x cp positions in EP groups of ``ep`` consecutive ones
-EXPERT_MESH_DIMENSIONS = ("pp", "edp", "ep", "tp")
+# The same ranks as MoE layers see them: a pipeline rank's tp x cp x dp positions as etp x ep x edp, etp fastest (with
+# etp = tp, EP groups of ``ep`` consecutive dp x cp positions; folded, etp 1, EP groups over the TP ranks too)
+EXPERT_MESH_DIMENSIONS = ("pp", "edp", "ep", "etp")
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class RankPlace:
     @property
     def expert_mesh_shape(self) -> tuple[int, ...]:
         c = self.config
-        return c.pp, c.expert_dp, c.ep, c.tp
+        return c.pp, c.expert_dp, c.ep, c.etp
 
     def replicas(self) -> list[dict]:
         """Every (tp, cp, dp) replica of the pipeline, in rank order (the same list on every rank)."""

@@ -133,9 +133,9 @@ def execution_refusal(plan: Plan, spec: ModelSpec | None = None) -> SpecError | 
 
 def unrun_settings_refusal(parallel: ParallelConfig) -> str | None:
     """Why the plan's precision or expert TP is none this executor runs (it runs every sharding, in the run's dtype,
-    with expert TP = TP), or None."""
+    with expert TP = TP, or 1: MoE parallel folding, ``executor.model.expert_parallel``), or None."""
     if parallel.precision == "fp8":
         return "FP8 GEMMs need Transformer Engine, which this executor does not use"
-    if parallel.etp != parallel.tp:
-        return f"expert TP {parallel.etp} apart from TP {parallel.tp} (MoE parallel folding) is not run here"
+    if parallel.etp not in (1, parallel.tp):
+        return f"expert TP {parallel.etp} is neither TP {parallel.tp} nor 1 (MoE parallel folding): not run here"
     return None

@@ -32,7 +32,7 @@ from executor.running.processes import die_with_launcher, exit_rank
 from executor.running.lowering import LoweredPlan, lower_plan
 from executor.model.build import build_layers, resolve_dtype, tie_tables
 from executor.model.linear import enable_weight_grad_deferral
-from executor.model.expert_parallel import ExpertParallel, shard_experts
+from executor.model.expert_parallel import ExpertParallel, fold_experts, shard_experts
 from executor.model.context_parallel import SequenceLayout
 from executor.model.tensor_parallel import SequenceGroup, full_state_dict, shard_layer
 from executor.running.runtime import RankRuntime
@@ -82,6 +82,8 @@ def build_runners(plan: Plan, spec: ModelSpec, pp_rank: int, seed: int, device, 
     # One call for all of this rank's layers: a tied head beside its embedding shares the table.
     modules = build_layers(spec, layer_indices, seed=seed, device=device, dtype=dtype)
     for module in modules.values():
+        if expert_parallel is not None and expert_parallel.folded:
+            fold_experts(module)
         if layout is not None and layout.tp is not None:
             shard_layer(module, layout.tp)
         if layout is not None:
@@ -310,9 +312,12 @@ def _rank_axes(place: RankPlace, spec: ModelSpec, device: torch.device) -> RankA
                        if place.config.tp > 1 else None)
     context_parallel = (SequenceGroup(groups["cp"], place.coordinate["cp"], place.config.cp, name="cp")
                         if place.config.cp > 1 else None)
-    layout = (SequenceLayout(spec.seq_len, tensor_parallel, context_parallel)
+    tp_cp = (SequenceGroup(groups["tp_cp"], place.rank % (place.config.tp * place.config.cp),
+                           place.config.tp * place.config.cp, name="tp_cp") if "tp_cp" in groups else None)
+    layout = (SequenceLayout(spec.seq_len, tensor_parallel, context_parallel, tp_cp)
               if tensor_parallel is not None or context_parallel is not None else None)
-    expert_parallel = (ExpertParallel(groups["ep"], place.coordinate["ep"], place.config.ep)
+    folded = place.config.etp < place.config.tp   # MoE parallel folding (executor.model.expert_parallel)
+    expert_parallel = (ExpertParallel(groups["ep"], place.coordinate["ep"], place.config.ep, folded=folded)
                        if place.config.ep > 1 else None)
     return RankAxes(groups, layout, expert_parallel)
 
@@ -330,6 +335,10 @@ def _parallel_groups(place: RankPlace, device: torch.device) -> dict:
         # gradients and the sharded optimizer span the data-parallel and context-parallel ranks together
         ranks = torch.arange(place.config.num_gpus).view(place.config.pp, -1, place.config.tp)
         groups["dp"] = DeviceMesh(device.type, ranks, mesh_dim_names=("pp", "dpcp", "tp")).get_group("dpcp")
+    if place.config.etp < place.config.tp and place.config.cp > 1:
+        # a folded MoE's balancing loss counts the routings of the TP x CP group's tokens
+        ranks = torch.arange(place.config.num_gpus).view(place.config.pp, place.config.dp, -1)
+        groups["tp_cp"] = DeviceMesh(device.type, ranks, mesh_dim_names=("pp", "dp", "tp_cp")).get_group("tp_cp")
     if place.config.ep > 1:
         ranks = torch.arange(place.config.num_gpus).view(place.expert_mesh_shape)
         experts = DeviceMesh(device.type, ranks, mesh_dim_names=EXPERT_MESH_DIMENSIONS)

@@ -219,6 +219,35 @@ def test_cp2_pp2_with_experts_spread_over_the_cp_ranks_matches_one_process(tmp_p
         assert counts[(rank, "dp_all_reduce")] == 1   # over dp x cp: every parameter saw this rank's tokens only
 
 
+def test_moe_parallel_folding_routes_each_tp_ranks_own_tokens_to_whole_experts_and_matches_one_process(tmp_path):
+    """Expert TP 1 under TP 2 (Megatron-Core's MoE parallel folding): the EP group of 4 spans the TP ranks and the DP
+    replicas, each TP rank routes its own sequence-parallel tokens to whole experts without gathering the sequence,
+    and the shared expert stays a TP-split block that gathers and scatters."""
+    plan = hybrid(one_f_one_b([[0, 1, 2], [3, 4]], num_microbatches=2), tp=2, dp=2, ep=4, etp=1, sharding="optimizer")
+    result = run_and_verify(tmp_path, plan, spec=MOE_KINDS, optimizer="adamw")
+    counts = collectives(result)
+    # per micro-batch, F and I: the vocabulary-parallel embedding 1, attention 2, the shared expert 2, the head 1; the
+    # routed MoE blocks none (they gather 2 each unfolded)
+    gathers, moe_blocks = {0: 1 + 2 + 2 + 2, 1: 1}, {0: 2, 1: 1}
+    for rank in range(8):
+        pp = RankPlace.of(plan, rank).pp
+        assert counts[(rank, "tp_all_gather")] == 2 * gathers[pp], rank
+        assert counts[(rank, "ep_dispatch")] == counts[(rank, "ep_combine")] == 2 * moe_blocks[pp]
+        assert counts[(rank, "edp_all_reduce")] == 0   # expert DP 1: each expert on one rank of the stage
+
+
+def test_moe_parallel_folding_under_tp2_cp2_counts_the_balancing_loss_over_the_tp_x_cp_tokens(tmp_path):
+    """Folded under TP 2 x CP 2 with EP 2: each rank routes a quarter of the micro-batch's tokens, the balancing
+    loss counts the routings of all four (the TP x CP group), and each expert's gradient is summed over its two
+    holders (expert DP 2)."""
+    spec = dataclasses.replace(MOE_KINDS, seq_len=16)
+    plan = hybrid(one_f_one_b([[0, 1, 2], [3, 4]], num_microbatches=2), tp=2, cp=2, ep=2, etp=1,
+                  sharding="optimizer")
+    result = run_and_verify(tmp_path, plan, spec=spec, optimizer="adamw")
+    counts = collectives(result)
+    assert all(counts[(rank, "edp_all_reduce")] == 1 for rank in range(8))
+
+
 def test_tp2_cp2_pp2_recurrent_mixers_trade_tokens_for_heads_and_match_one_process(tmp_path):
     """Mamba-2, gated delta-net and lightning attention scan the whole sequence on each CP rank's share of its TP
     rank's heads: one all-to-all there and one back in F, the same two in B; attention gathers as before."""

@@ -251,7 +251,9 @@ def test_what_the_executor_cannot_run_it_refuses_by_name():
            "parallel": {"pp": 1, "dp": 2, "num_microbatches": 1}}
     assert execution_refusal(load_plan(doc)) is None
     assert execution_refusal(load_plan({**doc, "parallel": {**doc["parallel"], "sharding": "full"}})) is None
+    # MoE parallel folding (expert TP 1 under TP) is run; an expert TP between the two is not
+    assert execution_refusal(load_plan({**doc, "parallel": {**doc["parallel"], "tp": 2, "etp": 1}})) is None
     for knob, words in (({"precision": "fp8"}, "Transformer Engine"),
-                        ({"tp": 2, "etp": 1}, "expert TP 1 apart from TP 2")):
+                        ({"tp": 4, "etp": 2}, "expert TP 2 is neither TP 4 nor 1")):
         refusal = execution_refusal(load_plan({**doc, "parallel": {**doc["parallel"], **knob}}))
         assert refusal is not None and refusal.field == "plan" and words in refusal.reason
