@@ -67,7 +67,8 @@ class RankRuntime:
         # (op, group, parameters): the gradient sums after the pipeline's last action, in this order on every rank
         self.reductions = []
         self.step, self.collectives_in_step = 0, 0
-        for parallel in (tensor_parallel, context_parallel, expert_parallel):
+        token_group = layout.tp_cp if layout is not None else None   # a folded MoE's balancing loss counts over it
+        for parallel in (tensor_parallel, context_parallel, token_group, expert_parallel):
             if parallel is not None:
                 parallel.clock, parallel.record = clock, self._record_collective
         # the step's end: gradient sums and optimizer steps, recorded in a hybrid run only (a pipeline-only run's

@@ -297,7 +297,7 @@ def run_rank(job: dict, *, rank: int, world_size: int, local_rank: int, job_dir:
 class RankAxes:
     """This rank's groups besides the pipeline, and the places the model's layers need them."""
 
-    groups: dict                                  # "tp", "cp", "dp" (dp x cp with CP), "ep", "edp": process groups
+    groups: dict                                  # "tp", "cp", "dp" (dp x cp with CP), "ep", "edp", "tpcp": groups
     layout: SequenceLayout | None = None          # TP and CP: which tokens the rank holds
     expert_parallel: ExpertParallel | None = None
 
@@ -312,8 +312,8 @@ def _rank_axes(place: RankPlace, spec: ModelSpec, device: torch.device) -> RankA
                        if place.config.tp > 1 else None)
     context_parallel = (SequenceGroup(groups["cp"], place.coordinate["cp"], place.config.cp, name="cp")
                         if place.config.cp > 1 else None)
-    tp_cp = (SequenceGroup(groups["tp_cp"], place.rank % (place.config.tp * place.config.cp),
-                           place.config.tp * place.config.cp, name="tp_cp") if "tp_cp" in groups else None)
+    tp_cp = (SequenceGroup(groups["tpcp"], place.rank % (place.config.tp * place.config.cp),
+                           place.config.tp * place.config.cp, name="tpcp") if "tpcp" in groups else None)
     layout = (SequenceLayout(spec.seq_len, tensor_parallel, context_parallel, tp_cp)
               if tensor_parallel is not None or context_parallel is not None else None)
     folded = place.config.etp < place.config.tp   # MoE parallel folding (executor.model.expert_parallel)
@@ -338,7 +338,7 @@ def _parallel_groups(place: RankPlace, device: torch.device) -> dict:
     if place.config.etp < place.config.tp and place.config.cp > 1:
         # a folded MoE's balancing loss counts the routings of the TP x CP group's tokens
         ranks = torch.arange(place.config.num_gpus).view(place.config.pp, place.config.dp, -1)
-        groups["tp_cp"] = DeviceMesh(device.type, ranks, mesh_dim_names=("pp", "dp", "tp_cp")).get_group("tp_cp")
+        groups["tpcp"] = DeviceMesh(device.type, ranks, mesh_dim_names=("pp", "dp", "tpcp")).get_group("tpcp")
     if place.config.ep > 1:
         ranks = torch.arange(place.config.num_gpus).view(place.expert_mesh_shape)
         experts = DeviceMesh(device.type, ranks, mesh_dim_names=EXPERT_MESH_DIMENSIONS)

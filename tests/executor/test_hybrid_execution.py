@@ -246,6 +246,9 @@ def test_moe_parallel_folding_under_tp2_cp2_counts_the_balancing_loss_over_the_t
     result = run_and_verify(tmp_path, plan, spec=spec, optimizer="adamw")
     counts = collectives(result)
     assert all(counts[(rank, "edp_all_reduce")] == 1 for rank in range(8))
+    # the routing counts summed over the TP x CP group: per micro-batch, each MoE block with a balancing loss (layers 1
+    # and 2; layer 3 has none)
+    assert all(counts[(rank, "tpcp_all_reduce")] == 2 * {0: 2, 1: 0}[RankPlace.of(plan, rank).pp] for rank in range(8))
 
 
 def test_tp2_cp2_pp2_recurrent_mixers_trade_tokens_for_heads_and_match_one_process(tmp_path):
