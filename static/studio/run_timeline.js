@@ -25,7 +25,7 @@
   const ROW_HEIGHT = 24;
   // A collective's group (its op's prefix) to an "R, G, B" prefix; a group not named here is drawn grey.
   const GROUP_COLOURS = {tp: "0, 150, 160", cp: "200, 70, 70", dp: "140, 100, 40", pp: "90, 90, 90",
-                         ep: "200, 60, 140", edp: "150, 40, 110", optimizer: "60, 60, 60"};
+                         ep: "200, 60, 140", edp: "150, 40, 110", tpcp: "60, 110, 190", optimizer: "60, 60, 60"};
   const OTHER_GROUP_COLOUR = "110, 120, 130";
 
   function bars(label, colour, source, extra) {
