@@ -30,11 +30,26 @@ def world_size(plan: Plan) -> int:
     return plan.parallel_config().num_gpus
 
 
+# Megatron-LM's --make-vocab-size-divisible-by default (megatron/training/arguments.py): a vocabulary is padded to a
+# multiple of this times TP (``_vocab_size_with_padding``, megatron/training/tokenizer/tokenizer.py)
+VOCAB_DIVISIBLE_BY = 128
+
+
 def planned_spec(plan: Plan, spec: ModelSpec) -> ModelSpec:
-    """``spec`` with the hybrid plan's micro-batch size (its sequences per micro-batch), which a run keeps."""
-    if plan.parallel is None or plan.parallel.microbatch_size == spec.micro_batch_size:
+    """``spec`` as a run of ``plan`` holds it: with the hybrid plan's micro-batch size (its sequences per
+    micro-batch), and a vocabulary its TP does not divide padded as Megatron-LM pads it, to a multiple of 128 x TP
+    (GPT-2's 50,257 tokens under TP 2: 50,432). The padded rows are embedded and scored like the others (a run's
+    synthetic tokens are drawn from all of them), in the run and in its one-process reference alike."""
+    parallel = plan.parallel
+    if parallel is None:
         return spec
-    return replace(spec, micro_batch_size=plan.parallel.microbatch_size)
+    changes = {}
+    if parallel.microbatch_size != spec.micro_batch_size:
+        changes["micro_batch_size"] = parallel.microbatch_size
+    if spec.vocab_size % parallel.tp:
+        multiple = VOCAB_DIVISIBLE_BY * parallel.tp
+        changes["vocab_size"] = -(-spec.vocab_size // multiple) * multiple
+    return replace(spec, **changes) if changes else spec
 
 
 def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
@@ -124,6 +139,7 @@ def execution_refusal(plan: Plan, spec: ModelSpec | None = None) -> SpecError | 
         return None
     reason = unrun_settings_refusal(parallel)
     if reason is None and spec is not None:
+        spec = planned_spec(plan, spec)   # (a vocabulary TP does not divide is padded, as Megatron-LM pads it)
         reason = (tensor_parallel_refusal(spec, parallel.tp) or context_parallel_refusal(spec, parallel.cp, parallel.tp)
                   or expert_parallel_refusal(spec, parallel.ep))
     if reason is not None:

@@ -14,6 +14,7 @@ from executor.model.build import layer_parameter_counts
 from executor.running.launch import run_plan
 from executor.running.place import RankPlace
 from executor.running.reference import compare_to_reference
+from executor.running.scope import execution_refusal, planned_spec
 from executor_plans import list_schedule, one_f_one_b
 from planner.parallel.config import ParallelConfig
 from planner.spec.model import load_model_spec
@@ -133,7 +134,7 @@ def run_and_verify(tmp_path, plan, *, spec=TP_KINDS, steps=1, optimizer="sgd"):
     checkpoint = tmp_path / "layers"
     result = run_plan(plan, spec, seed=SEED, steps=steps, optimizer=optimizer, lr=LR, dtype="fp64",
                       checkpoint_dir=str(checkpoint), timeout_s=240)
-    verification = compare_to_reference(checkpoint, spec, num_microbatches=plan.num_microbatches,
+    verification = compare_to_reference(checkpoint, planned_spec(plan, spec), num_microbatches=plan.num_microbatches,
                                         data_parallel=plan.parallel.dp, steps=steps, seed=SEED, lr=LR,
                                         optimizer=optimizer, dtype=torch.float64)
     assert verification.compared == sum(len(torch.load(path)) for path in checkpoint.glob("layer*.pt"))
@@ -173,6 +174,17 @@ def test_tp2_pp2_with_split_backward_and_recomputation_on_a_v_shape_matches_one_
                     if recompute[stage] == "full")
         assert counts[(rank, "tp_all_reduce")] == 2 * 3 * (sum(ALL_REDUCES[layer] for layer in layers) + again)
         assert counts[(rank, "tp_grad_all_reduce")] == 2
+
+
+def test_a_vocabulary_tp_does_not_divide_is_padded_as_megatron_pads_it_and_matches_one_process(tmp_path):
+    """97 tokens under TP 2 (GPT-2's 50,257 are as odd): padded to 256, a multiple of 128 x TP as Megatron-LM's
+    --make-vocab-size-divisible-by pads, the tied embedding and head each TP rank's half of it."""
+    spec = dataclasses.replace(TP_KINDS, vocab_size=97)
+    plan = hybrid(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7, 8]], num_microbatches=2), tp=2, sharding="none")
+    assert planned_spec(plan, spec).vocab_size == 256 and execution_refusal(plan, spec) is None
+    run_and_verify(tmp_path, plan, spec=spec)
+    embedding = torch.load(tmp_path / "layers" / "layer0000.pt")
+    assert {tuple(value.shape) for name, value in embedding.items() if "weight" in name} == {(256, 32)}
 
 
 def test_dp2_pp2_with_the_sharded_optimizer_matches_one_process(tmp_path):

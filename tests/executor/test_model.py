@@ -229,7 +229,10 @@ def test_a_model_scaled_for_a_hybrid_plan_splits_over_its_axes_and_keeps_its_que
     plan = one_f_one_b([list(range(half)), list(range(half, scaled.num_layers))], num_microbatches=2)
     plan.parallel = parallel
     assert execution_refusal(plan, scaled) is None
-    assert execution_refusal(plan, scale_spec(spec)) is not None   # what the plan's axes could not split
+    # scaled alone, what the plan's axes could not split: the heads (Gemma 2's 4 key/value heads split over TP 2, and
+    # its odd vocabulary of 4,571 is padded as Megatron-LM pads it)
+    naive = execution_refusal(plan, scale_spec(spec))
+    assert (naive is None) if name == "gemma-2-9b" else ("key/value heads" in naive.reason)
     for original, small in zip(spec.layers, scaled.layers):
         if small.mixer is not None and small.mixer.type == "attention":
             assert small.mixer.num_kv_heads % parallel.tp == 0
