@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig
+from planner.parallel.search import context_parallel_limit
 from planner.plan import Plan
 from planner.spec.model import (AttentionMixer, DenseMLP, LinearAttentionMixer, Mamba2Mixer, MambaMixer, ModelSpec,
                                 MoEMLP)
@@ -98,28 +99,15 @@ def tensor_parallel_refusal(spec: ModelSpec, tp: int) -> str | None:
 def context_parallel_refusal(spec: ModelSpec, cp: int, tp: int) -> str | None:
     """Why ``spec`` cannot be split over ``cp`` context-parallel ranks (each then over ``tp`` sequence-parallel
     ones), or None: the sequence is cut into 2 cp load-balanced chunks; softmax and latent attention gather the
-    group's keys and values, Mamba-2 and linear attention trade tokens for heads (``executor.model.context_parallel``),
-    so each TP rank's heads must split cp ways (and Mamba-2's groups of B and C split, or repeat, over them, as
-    Megatron-Core's ``MambaContextParallel`` requires). Mamba-1 has no CP form: Megatron-Core has no Mamba-1 layer."""
+    group's keys and values, Mamba-2 and linear attention trade tokens for heads (``executor.model.context_parallel``)
+    as Megatron-Core does, which the planner's ``context_parallel_limit`` states for both (a TP rank's heads split cp
+    ways, Mamba-2's groups of B and C split or repeat over them; no Mamba-1)."""
     if cp == 1:
         return None
     if spec.seq_len % (2 * cp * tp):
         return (f"context parallelism cuts the sequence ({spec.seq_len} tokens) into 2 x CP{cp} chunks, each split "
                 f"over TP{tp}, so 2 x {cp} x {tp} must divide it")
-    for index, layer in enumerate(spec.layers):
-        mixer = layer.mixer
-        if isinstance(mixer, MambaMixer):
-            return f"layer {index} is a Mamba-1 layer, which the executor does not split over CP"
-        if isinstance(mixer, (Mamba2Mixer, LinearAttentionMixer)):
-            heads = [mixer.num_heads] + ([mixer.key_heads] if isinstance(mixer, LinearAttentionMixer) else [])
-            if any(count % (tp * cp) for count in heads):
-                return (f"layer {index} is {mixer.type} with {' and '.join(map(str, heads))} heads, which CP{cp} "
-                        f"splits on each of TP{tp}'s shares, so {tp} x {cp} must divide them")
-            groups = mixer.n_groups // tp if isinstance(mixer, Mamba2Mixer) else cp
-            if groups % cp and cp % groups:
-                return (f"layer {index} is Mamba-2 with {mixer.n_groups} groups, {groups} on each TP{tp} rank, which "
-                        f"CP{cp} must divide or be a multiple of")
-    return None
+    return context_parallel_limit(spec, tp, cp)
 
 
 def expert_parallel_refusal(spec: ModelSpec, ep: int) -> str | None:

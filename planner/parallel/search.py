@@ -130,24 +130,28 @@ def tensor_parallel_limit(model: ModelSpec, tp: int) -> str | None:
 
 
 def context_parallel_limit(model: ModelSpec, tp: int, cp: int) -> str | None:
-    """Why ``cp`` cannot split ``model``'s sequence on TP ``tp`` ranks, or None. Attention takes any CP. Megatron-Core
-    splits Mamba-2 and gated delta-net over CP by heads (an all-to-all trades each rank's tokens for every token of its
-    share of the heads: ``megatron/core/ssm/mamba_context_parallel.py``, ``gated_delta_net/gdn.py``), so a TP rank's
-    heads (and key heads) must split cp ways, and Mamba-2's groups split or repeat over the CP ranks; lightning
-    attention is split the same way here. Mamba-1 has no CP form: Megatron-Core has no Mamba-1 layer."""
+    """Why ``cp`` cannot split ``model``'s sequence on TP ``tp`` ranks, naming the layer, or None. Attention takes any
+    CP. Megatron-Core splits Mamba-2 and gated delta-net over CP by heads (an all-to-all trades each rank's tokens for
+    every token of its share of the heads: ``megatron/core/ssm/mamba_context_parallel.py``, ``gated_delta_net/gdn.py``),
+    so a TP rank's heads (and key heads) must split cp ways, and Mamba-2's groups split or repeat over the CP ranks;
+    lightning attention is split the same way here. Mamba-1 has no CP form: Megatron-Core has no Mamba-1 layer. (The
+    executor runs the same split and refuses by this rule too: ``executor.running.scope``.)"""
     if cp == 1:
         return None
-    for layer in model.layers:
+    for index, layer in enumerate(model.layers):
         mixer = layer.mixer
         if isinstance(mixer, MambaMixer):
-            return "Mamba-1 has no context-parallel form (Megatron-Core has no Mamba-1 layer)"
+            return (f"layer {index} is a Mamba-1 layer: Mamba-1 has no context-parallel form (Megatron-Core has no "
+                    f"Mamba-1 layer)")
         if isinstance(mixer, (LinearAttentionMixer, Mamba2Mixer)):
             heads = [mixer.num_heads] + ([mixer.key_heads] if isinstance(mixer, LinearAttentionMixer) else [])
             if any(count % (tp * cp) for count in heads):
-                return f"{mixer.type} with {' and '.join(map(str, heads))} heads, which tp x cp = {tp * cp} must divide"
+                return (f"layer {index} is {mixer.type} with {' and '.join(map(str, heads))} heads, which CP{cp} "
+                        f"splits on each of TP{tp}'s shares, so {tp} x {cp} must divide them")
             groups = mixer.n_groups // tp if isinstance(mixer, Mamba2Mixer) else cp
             if groups % cp and cp % groups:
-                return f"mamba2 with {groups} groups a TP rank, which cp {cp} must divide or be a multiple of"
+                return (f"layer {index} is Mamba-2 with {mixer.n_groups} groups, {groups} on each TP{tp} rank, which "
+                        f"CP{cp} must divide or be a multiple of")
     return None
 
 
@@ -197,9 +201,8 @@ def check_job(job: Job, pins: dict) -> None:
         raise SpecError("recompute", f"must be one of {', '.join(RECOMPUTE_MODES)}, got {pins['recompute']!r}")
     if "tp" in pins and tensor_parallel_limit(job.model, pins["tp"]):
         raise SpecError("tp", f"{pins['tp']} cannot split the model: {tensor_parallel_limit(job.model, pins['tp'])}")
-    if pins.get("cp", 1) > 1 and context_parallel_limit(job.model, pins.get("tp", 1), pins["cp"]):
-        raise SpecError("cp", f"{pins['cp']} cannot split the model: "
-                              f"{context_parallel_limit(job.model, pins.get('tp', 1), pins['cp'])}")
+    if reason := context_parallel_limit(job.model, pins.get("tp", 1), pins.get("cp", 1)):
+        raise SpecError("cp", f"{pins['cp']} cannot split the model: {reason}")
     experts = _num_experts(job.model)
     if pins.get("ep", 1) > 1 and (not experts or experts % pins["ep"]):
         raise SpecError("ep", f"must divide the number of experts ({experts}), got {pins['ep']}")

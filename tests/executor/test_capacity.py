@@ -138,7 +138,7 @@ def test_tensor_parallelism_is_refused_for_the_layers_it_cannot_split_naming_the
     assert context_parallel_refusal(spec({"kind": "decoder", "mixer": linear}, 16), 2, 1) is None
     assert "linear_attention with 4 and 2 heads, which CP2 splits on each of TP2's shares" in (
         context_parallel_refusal(spec({"kind": "decoder", "mixer": linear}, 16), 2, 2))
-    assert "layer 1 is a Mamba-1 layer, which the executor does not split over CP" in context_parallel_refusal(
+    assert "layer 1 is a Mamba-1 layer: Mamba-1 has no context-parallel form" in context_parallel_refusal(
         spec({"kind": "decoder", "mixer": selective}, 16), 2, 1)
 
 
