@@ -23,6 +23,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 TOLERANCE = 0.005
 
 EXTRA_GEMMA_NORMS = ("Gemma's norms before and after each MLP", r"(pre|post)_feedforward_layernorm\.weight$", 1)
+SHARED_EXPERT_GATE = ("the shared expert's gate", r"shared_expert_gate\.weight$", 1)
+# OLMo's QK-norms span every head (16 of 128 wide here); ours is one head wide (planner.spec.hf's approximations)
+OLMO_WIDE_QK_NORMS = ("the QK-norms' weights beyond one head's", r"self_attn\.(q|k)_norm\.weight$", 15 / 16)
 
 # fixture -> (transformers model_type to build, when the config's own is not one, [(what we leave out,
 # HF parameter names it consists of, the share of those parameters it is)])
@@ -37,7 +40,10 @@ CASES = {
     "gemma-2-9b": (None, [EXTRA_GEMMA_NORMS]),
     "qwen3-next-80b-a3b": (None, [
         ("the attention output gate (half of each full-attention q_proj)", r"self_attn\.q_proj\.weight$", 0.5),
-        ("the shared expert's gate", r"shared_expert_gate\.weight$", 1)]),
+        SHARED_EXPERT_GATE]),
+    "qwen2-57b-a14b": (None, [SHARED_EXPERT_GATE]),
+    "olmo-2-0425-1b": (None, [OLMO_WIDE_QK_NORMS]),
+    "olmoe-1b-7b-0924": (None, [OLMO_WIDE_QK_NORMS]),
     "qwen2.5-7b": (None, []),
     "qwen3-8b": (None, []),
     "qwen3-30b-a3b": (None, []),

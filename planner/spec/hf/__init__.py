@@ -24,7 +24,12 @@ mixer and which MLP each block has:
   ``intermediate_size`` (plus a shared expert when ``shared_intermediate_size`` > 0).
 - ``qwen2``: Llama with biased q/k/v; ``qwen3``: plus a per-head QK-norm; ``qwen3_moe``: Qwen3's attention with
   ``num_experts`` experts (no shared one) except the ``mlp_only_layers``. ``phi3``: Llama's weights (fused).
-  ``phimoe``: Mixtral with biased attention and LayerNorm.
+  ``phimoe``: Mixtral with biased attention and LayerNorm. ``qwen2_moe``: Qwen2's attention with ``num_experts``
+  experts of ``moe_intermediate_size`` and one shared expert of ``shared_expert_intermediate_size``, except the
+  ``mlp_only_layers`` and layers off the ``decoder_sparse_step``.
+- ``olmo2``: Llama with ``attention_bias`` on all four projections, an RMSNorm over all queries and over all keys,
+  and each sublayer's norm after it. ``olmoe``: that attention (norms before) with a top-k MoE of ``num_experts``
+  experts of ``intermediate_size`` on every layer.
 - ``mamba`` / ``falcon_mamba``: Mamba-1 mixers alone; ``mamba2``: Mamba-2 mixers alone. ``jamba``: attention
   every ``attn_layer_period``-th layer (at ``attn_layer_offset``), Mamba-1 elsewhere; an MoE every
   ``expert_layer_period``-th MLP. ``granitemoehybrid``: ``layer_types`` of Mamba-2 and attention, every layer
@@ -43,10 +48,12 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
 - MLA is attention whose query/key heads are ``qk_nope_head_dim + qk_rope_head_dim`` wide and value heads
   ``v_head_dim`` wide, with the latent ranks kept so the cost model counts the down/up projections; in
   training every head materialises its own key and value, so ``num_kv_heads == num_heads``.
-- Qwen3-Next's attention output gate and shared-expert gate, Nemotron-H's non-gated experts and MoE latent
-  projection, DeepSeek's multi-token-prediction module, Gemma's extra norms and soft-capping,
+- Qwen3-Next's attention output gate and shared-expert gate (Qwen2-MoE's too), Nemotron-H's non-gated experts and
+  MoE latent projection, DeepSeek's multi-token-prediction module, Gemma's extra norms and soft-capping,
   Jamba's dt/B/C norms, Phi-3.5-MoE's head bias and Gemma 3's vision tower are left out (each well under
   1 % of the parameters, or absent from the model that trains the pipeline; the tests name each).
+- OLMo 2's and OLMoE's QK-norms normalise all the heads' queries (keys) at once; they run as Qwen3's per-head norm,
+  whose weights are one head wide (the tests name the rest: 0.004 % of OLMo 2 1B).
 - Linear attention keeps one head width: Qwen3-Next's ``linear_value_head_dim`` (equal to the key width in
   every released config).
 - Activations keep their shapes, not their exact functions: gpt-oss's clamped SwiGLU runs as SwiGLU, GPT-2's
@@ -94,6 +101,9 @@ FAMILIES: dict[str, Family] = {
     "qwen2": Family(softmax.qwen2),
     "qwen3": Family(softmax.qwen3),
     "qwen3_moe": Family(softmax.qwen3_moe),
+    "qwen2_moe": Family(softmax.qwen2_moe),
+    "olmo2": Family(softmax.olmo2),
+    "olmoe": Family(softmax.olmoe),
     "gpt_oss": Family(softmax.gpt_oss),
     "deepseek_v2": Family(softmax.deepseek),
     "deepseek_v3": Family(softmax.deepseek),
@@ -117,6 +127,7 @@ ARCHITECTURE_MODEL_TYPES = {
     "Phi3ForCausalLM": "phi3", "PhiMoEForCausalLM": "phimoe", "PhimoeForCausalLM": "phimoe",
     "Gemma2ForCausalLM": "gemma2", "Gemma3ForConditionalGeneration": "gemma3", "Gemma3ForCausalLM": "gemma3_text",
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Qwen2MoeForCausalLM": "qwen2_moe", "Olmo2ForCausalLM": "olmo2", "OlmoeForCausalLM": "olmoe",
     "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
     "GPT2LMHeadModel": "gpt2", "GPTBigCodeForCausalLM": "gpt_bigcode",

@@ -116,6 +116,31 @@ def qwen_moe_mlps(cfg: Config, count: int, moe: MoEMLP | None) -> list[DenseMLP 
             for index in range(count)]
 
 
+def qwen_shared_expert_moe(cfg: Config) -> MoEMLP | None:
+    """Qwen2-MoE's and Qwen3-Next's MoE: ``num_experts`` routed experts of ``moe_intermediate_size`` (none when 0)
+    beside one shared expert of ``shared_expert_intermediate_size`` (none when 0); the shared expert's sigmoid gate
+    (one weight vector) is left out."""
+    experts = cfg.integer("num_experts", default=cfg.default("num_experts", 0), minimum=0)
+    if not experts:
+        return None
+    shared_size = cfg.integer("shared_expert_intermediate_size",
+                              default=cfg.default("shared_expert_intermediate_size", 0), minimum=0)
+    return MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
+                  expert_intermediate_size=cfg.integer("moe_intermediate_size"),
+                  num_shared_experts=1 if shared_size else 0, shared_intermediate_size=shared_size,
+                  aux_loss_coeff=aux_loss_coeff(cfg))
+
+
+def qwen2_moe(cfg: Config) -> list[LayerSpec]:
+    """Qwen1.5-MoE / Qwen2-MoE: Qwen2's attention (q/k/v biased, ``qkv_bias``) and windows; on every
+    ``decoder_sparse_step``-th layer but the ``mlp_only_layers`` an MoE with one shared expert
+    (``qwen_shared_expert_moe``), elsewhere a dense MLP of ``intermediate_size``."""
+    count = cfg.integer("num_hidden_layers")
+    biased = cfg.flag("qkv_bias", default=cfg.default("qkv_bias", True))
+    mixers = [attention(cfg, window=window, qkv_bias=biased) for window in _qwen_windows(cfg, count)]
+    return _decoders(mixers, qwen_moe_mlps(cfg, count, qwen_shared_expert_moe(cfg)))
+
+
 def qwen3_moe(cfg: Config) -> list[LayerSpec]:
     """Qwen3-MoE: Qwen3's attention; ``num_experts`` routed experts of ``moe_intermediate_size``, no shared one."""
     count = cfg.integer("num_hidden_layers")
@@ -123,6 +148,30 @@ def qwen3_moe(cfg: Config) -> list[LayerSpec]:
     moe = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
                  expert_intermediate_size=cfg.integer("moe_intermediate_size"), aux_loss_coeff=aux_loss_coeff(cfg))
     return _decoders(_qwen3_attention(cfg, count), qwen_moe_mlps(cfg, count, moe))
+
+
+def _olmo_attention(cfg: Config) -> AttentionMixer:
+    """OLMo 2's and OLMoE's attention: ``attention_bias`` on all four projections, and an RMSNorm over all the
+    queries and over all the keys, read as Qwen3's per-head one (the same passes; its weights are one head wide,
+    not every head's)."""
+    biased = cfg.flag("attention_bias", default=cfg.default("attention_bias", False))
+    return attention(cfg, qkv_bias=biased, output_bias=biased, qk_norm=True)
+
+
+def olmo2(cfg: Config) -> list[LayerSpec]:
+    """OLMo 2: ``_olmo_attention`` and a SwiGLU MLP of ``intermediate_size``; each sublayer's norm comes after it
+    (before the residual add), which holds the same weights as Llama's before it."""
+    block = LayerSpec(kind="decoder", mixer=_olmo_attention(cfg), mlp=DenseMLP(cfg.integer("intermediate_size")))
+    return [block] * cfg.integer("num_hidden_layers")
+
+
+def olmoe(cfg: Config) -> list[LayerSpec]:
+    """OLMoE: ``_olmo_attention`` (Llama's norm placement); every MLP a top-``num_experts_per_tok`` MoE of
+    ``num_experts`` experts of ``intermediate_size``, no shared one (``clip_qkv`` clamps, holding no weights)."""
+    experts = cfg.integer("num_experts")
+    moe = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
+                 expert_intermediate_size=cfg.integer("intermediate_size"), aux_loss_coeff=aux_loss_coeff(cfg))
+    return [LayerSpec(kind="decoder", mixer=_olmo_attention(cfg), mlp=moe)] * cfg.integer("num_hidden_layers")
 
 
 def gpt_oss(cfg: Config) -> list[LayerSpec]:

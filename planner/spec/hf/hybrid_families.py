@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from planner.errors import SpecError
-from planner.spec.hf.attention_families import qwen_moe_mlps
+from planner.spec.hf.attention_families import qwen_moe_mlps, qwen_shared_expert_moe
 from planner.spec.hf.reader import Config, aux_loss_coeff, attention, layer_types, top_k
 from planner.spec.model import (
     GATED_DELTA_CONV_KERNEL,
@@ -88,19 +88,8 @@ def qwen3_next(cfg: Config) -> list[LayerSpec]:
     if mixers["linear"].num_heads % mixers["linear"].key_heads:
         raise SpecError(cfg.field("linear_num_key_heads"),
                         f"must divide linear_num_value_heads ({mixers['linear'].num_heads})")
-    mlps = qwen_moe_mlps(cfg, count, _qwen3_next_moe(cfg))
+    mlps = qwen_moe_mlps(cfg, count, qwen_shared_expert_moe(cfg))
     return [LayerSpec(kind="decoder", mixer=mixers[role], mlp=mlp) for role, mlp in zip(roles, mlps)]
-
-
-def _qwen3_next_moe(cfg: Config) -> MoEMLP | None:
-    experts = cfg.integer("num_experts", default=0, minimum=0)
-    if not experts:
-        return None
-    shared_size = cfg.integer("shared_expert_intermediate_size", default=0, minimum=0)
-    return MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
-                  expert_intermediate_size=cfg.integer("moe_intermediate_size"),
-                  num_shared_experts=1 if shared_size else 0, shared_intermediate_size=shared_size,
-                  aux_loss_coeff=aux_loss_coeff(cfg))
 
 
 def minimax(cfg: Config) -> list[LayerSpec]:
