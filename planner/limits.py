@@ -51,6 +51,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "num_key_heads": (None, 1 << 12),
     "head_dim": (None, 1 << 12),
     "window": (None, 1 << 24),
+    "chunk": (None, 1 << 24),
     "kv_lora_rank": (None, 1 << 16),
     "q_lora_rank": (None, 1 << 16),
     "rope_head_dim": (None, 1 << 12),

@@ -37,31 +37,40 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor | None = None) -> torc
     return torch.cat([rotated, x[..., 2 * half:]], dim=-1) if head_dim % 2 else rotated
 
 
-def sliding_window_mask(seq_len: int, window: int, device: torch.device, positions=None) -> torch.Tensor:
-    """Boolean (queries, keys) mask, True where query i may attend key j: j <= i and i - j < window, for tokens at
+def local_attention_mask(seq_len: int, window: int | None, device: torch.device, positions=None,
+                         chunk: int | None = None) -> torch.Tensor:
+    """Boolean (queries, keys) mask, True where query i may attend key j: j <= i, and i - j < ``window`` when set,
+    and i and j in the same block of ``chunk`` tokens when set (Llama 4's chunked attention), for tokens at
     ``positions`` ((query positions, key positions); 0 .. s-1 for both by default)."""
     queries, keys = positions if positions is not None else (torch.arange(seq_len),) * 2
-    distance = queries.to(device)[:, None] - keys.to(device)[None, :]
-    return (distance >= 0) & (distance < window)
+    queries, keys = queries.to(device)[:, None], keys.to(device)[None, :]
+    allowed = queries >= keys
+    if window is not None:
+        allowed &= queries - keys < window
+    if chunk is not None:
+        allowed &= queries // chunk == keys // chunk
+    return allowed
 
 
-def causal_attention(query, key, value, window: int | None, positions=None) -> torch.Tensor:
-    """Causal (and windowed) attention; ``positions`` (query positions, key positions) where the keys are not the
-    queries' own sequence in order (context parallelism)."""
+def causal_attention(query, key, value, window: int | None, positions=None, chunk: int | None = None) -> torch.Tensor:
+    """Causal attention, windowed or chunked when set; ``positions`` (query positions, key positions) where the keys
+    are not the queries' own sequence in order (context parallelism)."""
     seq_len = key.shape[-2]
-    if positions is not None or (window is not None and window < seq_len):
-        mask = sliding_window_mask(seq_len, window if window is not None else seq_len, query.device, positions)
+    local = window if window is not None else chunk
+    if positions is not None or (local is not None and local < seq_len):
+        mask = local_attention_mask(seq_len, window, query.device, positions, chunk)
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
     return F.scaled_dot_product_attention(query, key, value, is_causal=True)
 
 
-def attention_with_sinks(query, key, value, window: int | None, sinks: torch.Tensor, positions=None) -> torch.Tensor:
+def attention_with_sinks(query, key, value, window: int | None, sinks: torch.Tensor, positions=None,
+                         chunk: int | None = None) -> torch.Tensor:
     """gpt-oss's attention sinks (OpenAI 2025, gpt-oss model card Sec. 2.2): each head's learned logit joins every
     query's softmax as one more key whose value is zero, so a head can attend to nothing."""
     batch, heads, seq_len, head_dim = query.shape
     scores = (query @ key.transpose(-1, -2)) * head_dim ** -0.5
     keys = key.shape[-2]
-    allowed = sliding_window_mask(keys, window if window is not None else keys, query.device, positions)
+    allowed = local_attention_mask(keys, window, query.device, positions, chunk)
     scores = scores.masked_fill(~allowed, float("-inf"))
     sink = sinks.to(scores.dtype).view(1, heads, 1, 1).expand(batch, heads, seq_len, 1)
     probabilities = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
@@ -92,7 +101,7 @@ class Attention(nn.Module):
         super().__init__()
         self.num_heads = mixer.num_heads
         self.num_kv_heads = mixer.num_kv_heads
-        self.window = mixer.window
+        self.window, self.chunk = mixer.window, mixer.chunk
         value_dim = getattr(mixer, "value_dim", mixer.head_dim)
         self.q_proj = Linear(hidden_size, self.num_heads * mixer.head_dim, bias=mixer.qkv_bias)
         self.k_proj = Linear(hidden_size, self.num_kv_heads * mixer.head_dim, bias=mixer.qkv_bias)
@@ -161,8 +170,8 @@ class Attention(nn.Module):
 
     def _core(self, query, key, value):
         if self.sinks is not None:
-            return attention_with_sinks(query, key, value, self.window, self.sinks, self.positions)
-        return causal_attention(query, key, value, self.window, self.positions)
+            return attention_with_sinks(query, key, value, self.window, self.sinks, self.positions, self.chunk)
+        return causal_attention(query, key, value, self.window, self.positions, self.chunk)
 
 
 class LatentAttention(nn.Module):
@@ -183,7 +192,7 @@ class LatentAttention(nn.Module):
     def __init__(self, hidden_size: int, mixer: AttentionMixer):
         super().__init__()
         self.num_heads = mixer.num_heads
-        self.window = mixer.window
+        self.window, self.chunk = mixer.window, mixer.chunk
         self.rope_dim = mixer.rope_head_dim
         self.nope_dim = mixer.head_dim - mixer.rope_head_dim
         self.value_dim = mixer.value_dim
@@ -258,7 +267,7 @@ class LatentAttention(nn.Module):
         return self._core(query, key, value)
 
     def _core(self, query, key, value):
-        return causal_attention(query, key, value, self.window, self.positions)
+        return causal_attention(query, key, value, self.window, self.positions, self.chunk)
 
 
 def build_attention(hidden_size: int, mixer: AttentionMixer) -> nn.Module:

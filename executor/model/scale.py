@@ -1,9 +1,9 @@
 """Shrink a realistic ModelSpec to CPU scale while keeping its layer pattern and its proportions.
 
 What is kept: the number and order of layers and their kinds (so a plan for the full model is a valid plan
-for the scaled one), grouped-query ratios, MoE top-k and shared experts, sliding windows relative to the
-sequence, Mamba's expansion factor, and the head's cost relative to a block (the vocabulary shrinks by the
-same factor as the hidden size, so a 256k-vocabulary head stays heavy). For a hybrid plan (``parallel``), what its
+for the scaled one), grouped-query ratios, MoE top-k and shared experts, sliding windows and attention chunks
+relative to the sequence, Mamba's expansion factor, and the head's cost relative to a block (the vocabulary shrinks by
+the same factor as the hidden size, so a 256k-vocabulary head stays heavy). For a hybrid plan (``parallel``), what its
 axes split stays divisible: key/value heads (and with them the query heads, the group kept), MLP and expert widths
 and the vocabulary by TP, the experts by EP, the sequence by 2 CP x TP (``executor.running.scope``'s rules).
 """
@@ -58,19 +58,22 @@ class _Scaler:
         self.target_heads = max(1, hidden_size // head_dim)
 
     def attention(self, mixer: AttentionMixer) -> AttentionMixer:
-        window = None if mixer.window is None else max(1, round(mixer.window * self.seq_factor))
+        window, chunk = (None if span is None else max(1, round(span * self.seq_factor))
+                         for span in (mixer.window, mixer.chunk))
         if getattr(mixer, "kv_lora_rank", None):
             rope = _even(round(self.head_dim * mixer.rope_head_dim / mixer.head_dim))
             heads = _multiple(self.target_heads, self.tp)
             return replace(mixer, num_heads=heads, num_kv_heads=heads,
-                           head_dim=self.head_dim, window=window, rope_head_dim=min(rope, self.head_dim - 2),
+                           head_dim=self.head_dim, window=window, chunk=chunk,
+                           rope_head_dim=min(rope, self.head_dim - 2),
                            v_head_dim=_scaled(mixer.value_dim, self.head_dim / mixer.head_dim, 2),
                            kv_lora_rank=_scaled(mixer.kv_lora_rank, self.factor),
                            q_lora_rank=_scaled(mixer.q_lora_rank, self.factor) if mixer.q_lora_rank else None)
         heads, kv_heads = _grouped_heads(mixer.num_heads, mixer.num_kv_heads, self.target_heads)
         if kv_heads % self.tp:
             heads, kv_heads = heads // kv_heads * _multiple(kv_heads, self.tp), _multiple(kv_heads, self.tp)
-        changes = {"num_heads": heads, "num_kv_heads": kv_heads, "head_dim": self.head_dim, "window": window}
+        changes = {"num_heads": heads, "num_kv_heads": kv_heads, "head_dim": self.head_dim, "window": window,
+                   "chunk": chunk}
         if getattr(mixer, "v_head_dim", None) is not None:
             changes["v_head_dim"] = _scaled(mixer.v_head_dim, self.head_dim / mixer.head_dim, 2)
         return replace(mixer, **changes)

@@ -3,7 +3,8 @@
 Core FLOPs (Dao 2023, "FlashAttention-2", Sec. 4; Narayanan et al. 2021, eq. 2 counts 4·b·s²·h for the
 full square): ``Q·Kᵀ`` is ``2·b·s·k̄·heads·d_qk`` and ``P·V`` is ``2·b·s·k̄·heads·d_v`` where ``k̄`` is the
 mean number of keys a causal query sees — ``(s + 1) / 2`` without a window (the "1/2 for causal"), and
-``≈ window`` once the window is much shorter than the sequence, so a window caps the quadratic growth.
+``≈ window`` once the window is much shorter than the sequence, so a window caps the quadratic growth; chunked
+attention (Llama 4) restarts the causal triangle every ``chunk`` tokens, ``≈ (chunk + 1) / 2``.
 For ``d_qk = d_v = d`` this is ``4·b·s·k̄·heads·d``.
 
 Backward: ``dV = Pᵀ·dO``, ``dP = dO·Vᵀ``, ``dQ = dS·K`` and ``dK = dSᵀ·Q`` are twice the forward FLOPs
@@ -31,9 +32,19 @@ from planner.spec.model import AttentionMixer
 ROTARY_FLOPS_PER_ELEMENT = 3   # x·cos + rotate(x)·sin
 
 
-def mean_keys_per_query(seq_len: int, window: int | None) -> float:
-    """Mean over queries ``i = 1..s`` of the keys a causal (optionally windowed) query attends, ``min(i, w)``."""
-    span = seq_len if window is None else min(window, seq_len)
+def key_span(seq_len: int, window: int | None, chunk: int | None = None) -> int:
+    """The most keys one query attends: the window, the chunk or the whole sequence."""
+    local = window if window is not None else chunk
+    return seq_len if local is None else min(local, seq_len)
+
+
+def mean_keys_per_query(seq_len: int, window: int | None, chunk: int | None = None) -> float:
+    """Mean over queries ``i = 1..s`` of the keys a causal query attends: ``min(i, w)`` with a window; with chunks
+    of ``c`` tokens, the query's place in its own chunk (``((i - 1) mod c) + 1``)."""
+    span = key_span(seq_len, window, chunk)
+    if chunk is not None and window is None:
+        whole, rest = divmod(seq_len, span)
+        return (whole * span * (span + 1) / 2 + rest * (rest + 1) / 2) / seq_len
     return (span * (span + 1) / 2 + (seq_len - span) * span) / seq_len
 
 
@@ -43,15 +54,15 @@ def core_inputs(*, tokens: int, heads: int, kv_heads: int, qk_dim: int, v_dim: i
 
 
 def attention_core(*, batch: int, seq_len: int, heads: int, kv_heads: int, qk_dim: int, v_dim: int,
-                   window: int | None, dtype_bytes: int) -> Cost:
+                   window: int | None, dtype_bytes: int, chunk: int | None = None) -> Cost:
     tokens = batch * seq_len
-    keys = mean_keys_per_query(seq_len, window)
+    keys = mean_keys_per_query(seq_len, window, chunk)
     score_flops = 2.0 * tokens * keys * heads * qk_dim
     value_flops = 2.0 * tokens * keys * heads * v_dim
     queries, keys_, values = core_inputs(tokens=tokens, heads=heads, kv_heads=kv_heads, qk_dim=qk_dim, v_dim=v_dim)
     outputs = tokens * heads * v_dim
     logsumexp = FP32_BYTES * tokens * heads
-    span = float(seq_len if window is None else min(window, seq_len))
+    span = float(key_span(seq_len, window, chunk))
     return Cost(
         forward=(Kernel(score_flops + value_flops,
                         dtype_bytes * (queries + keys_ + values + outputs) + logsumexp,
@@ -146,7 +157,7 @@ def attention_cost(mixer: AttentionMixer, *, hidden: int, batch: int, seq_len: i
         mixer, hidden, tokens, dtype_bytes)
     core = attention_core(batch=batch, seq_len=seq_len, heads=mixer.num_heads, kv_heads=mixer.num_kv_heads,
                           qk_dim=mixer.head_dim, v_dim=mixer.value_dim, window=mixer.window,
-                          dtype_bytes=dtype_bytes)
+                          dtype_bytes=dtype_bytes, chunk=mixer.chunk)
     # The output projection's input is the attention output, already held by the core (in BF16, for its
     # backward); FP8 training keeps the projection's FP8 cast of it besides.
     width = mixer.num_heads * mixer.value_dim

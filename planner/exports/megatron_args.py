@@ -203,9 +203,14 @@ def _model_shape(plan: Plan, model: ModelSpec, seq_len: int | None, lost: list[s
             args.append(("--add-qkv-bias",))
         if first.qk_norm:
             args.append(("--qk-layernorm",))
-        if len({(m.num_heads, m.num_kv_heads, m.head_dim, m.window) for m in attention}) > 1:
-            lost.append(f"{model.name}'s attention layers differ (heads, head width or sliding window): the "
+        if len({(m.num_heads, m.num_kv_heads, m.head_dim, m.window, m.chunk) for m in attention}) > 1:
+            lost.append(f"{model.name}'s attention layers differ (heads, head width, sliding window or chunk): the "
                         "arguments describe its first attention layer for all of them")
+        chunks = sorted({m.chunk for m in attention if m.chunk})
+        if chunks:
+            sizes = ", ".join(map(str, chunks))
+            lost.append(f"{model.name}'s chunked attention (blocks of {sizes} tokens, Llama 4's): these arguments "
+                        "do not set it, so its layers attend over the whole sequence")
     if dense:
         args.append(("--ffn-hidden-size", str(dense[0].intermediate_size)))
     elif moe:

@@ -99,7 +99,7 @@ from functools import lru_cache
 from planner.cluster import ClusterSpec
 from planner.cost.analytic import (DTYPE_BYTES, RECOMPUTE_MODULES, layer_cost, recompute_module_costs,
                                    recompute_modules_of)
-from planner.cost.attention import attention_core, mean_keys_per_query
+from planner.cost.attention import attention_core, key_span, mean_keys_per_query
 from planner.cost.roofline import ATTENTION_KERNELS, WHOLE, Split, bandwidth_bytes_per_ms, roofline_ms
 from planner.cost.vocab import LOSS_BACKWARD_BYTES
 from planner.cost.work import Kernel, per_op_checkpoint
@@ -456,9 +456,9 @@ def _pass_time(kernels: tuple[Kernel, ...], cluster: ClusterSpec, precision: str
 def _materialised_scores(mixer: AttentionMixer, microbatch_size: int, seq_len: int, core) -> tuple:
     """Extra (F, B) kernels and activation bytes of attention that materialises its scores."""
     scores = microbatch_size * mixer.num_heads * seq_len * seq_len
-    keys = seq_len if mixer.window is None else min(mixer.window, seq_len)
+    keys = key_span(seq_len, mixer.window, mixer.chunk)
     causal_flops = sum(kernel.flops for kernel in core.forward)
-    square_flops = causal_flops * keys / mean_keys_per_query(seq_len, mixer.window) - causal_flops
+    square_flops = causal_flops * keys / mean_keys_per_query(seq_len, mixer.window, mixer.chunk) - causal_flops
     recomputed = sum(kernel.recomputed_flops for kernel in core.backward_input)
     # the masked half is executed but is no model FLOP (counted like recomputation)
     forward = (Kernel(recomputed_flops=square_flops), Kernel(bytes=SCORE_BYTES_FORWARD * scores))
@@ -497,7 +497,7 @@ def layer_work(spec: ModelSpec, cluster: ClusterSpec, microbatch_size: int, seq_
                 mixer = layer.mixer
                 core = attention_core(batch=microbatch_size, seq_len=seq_len, heads=mixer.num_heads,
                                       kv_heads=mixer.num_kv_heads, qk_dim=mixer.head_dim, v_dim=mixer.value_dim,
-                                      window=mixer.window, dtype_bytes=dtype_bytes)
+                                      window=mixer.window, dtype_bytes=dtype_bytes, chunk=mixer.chunk)
                 core_ms = _pass_time(core.forward, cluster, split=split, attention=attention_kernel).roofline_ms
                 if not flash_attention:
                     extra_forward, extra_backward, extra_bytes = _materialised_scores(mixer, microbatch_size,

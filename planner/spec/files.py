@@ -19,7 +19,7 @@ Our format, in brief (``planner.spec.model`` holds the validating loader)::
         mlp: {type: dense, intermediate_size: 192, gated: true}
       - {kind: head}
 
-Mixers: ``attention`` (optionally ``window``, ``qkv_bias``, ``output_bias``, ``qk_norm``, ``sinks``; latent
+Mixers: ``attention`` (optionally ``window`` or ``chunk``, ``qkv_bias``, ``output_bias``, ``qk_norm``, ``sinks``; latent
 attention with ``kv_lora_rank``, ``q_lora_rank``, ``rope_head_dim``, ``v_head_dim``), ``linear_attention``
 (``variant`` gated_delta or lightning, ``num_key_heads``, gated_delta's ``conv_kernel``), ``mamba`` (Mamba-1:
 ``inner_size``, ``state_size``, ``dt_rank``, ``conv_kernel``, ``conv_bias``, ``proj_bias``) and ``mamba2``

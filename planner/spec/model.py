@@ -36,7 +36,9 @@ ATTENTION_FLAGS = ("qkv_bias", "output_bias", "qk_norm", "sinks")
 
 @dataclass(frozen=True)
 class AttentionMixer:
-    """Causal softmax attention with grouped-query heads; ``window`` set means sliding-window.
+    """Causal softmax attention with grouped-query heads; ``window`` set means sliding-window (a query attends the
+    ``window`` keys up to itself); ``chunk`` set means chunked attention (Llama 4's ``attention_chunk_size``: the
+    sequence is cut into blocks of ``chunk`` tokens and a query attends, causally, the keys of its own block only).
 
     Multi-head latent attention (DeepSeek-V2/V3 MLA) is this mixer with ``kv_lora_rank`` set: keys and values
     are up-projected from a ``kv_lora_rank`` latent (queries from a ``q_lora_rank`` latent when set), every
@@ -65,6 +67,7 @@ class AttentionMixer:
     qk_norm: bool = False
     sinks: bool = False
     rotary: bool = True
+    chunk: int | None = None
     type: str = field(default="attention", init=False)
 
     @property
@@ -78,7 +81,7 @@ class AttentionMixer:
     def to_dict(self) -> dict:
         doc = {"type": self.type, "num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads,
                "head_dim": self.head_dim}
-        for key in ("window", "v_head_dim", "q_lora_rank", "kv_lora_rank", "rope_head_dim"):
+        for key in ("window", "chunk", "v_head_dim", "q_lora_rank", "kv_lora_rank", "rope_head_dim"):
             if getattr(self, key) is not None:
                 doc[key] = getattr(self, key)
         for key in ATTENTION_FLAGS:
@@ -265,7 +268,8 @@ class LayerSpec(HashedOnce):
             return "L"
         if self.kind == "mlp":
             return "e" if isinstance(self.mlp, MoEMLP) else "d"
-        mixer_code = {"attention": "s" if getattr(self.mixer, "window", None) else "t",
+        local = getattr(self.mixer, "window", None) or getattr(self.mixer, "chunk", None)
+        mixer_code = {"attention": "s" if local else "t",
                       "linear_attention": "l", "mamba": "m", "mamba2": "m"}[self.mixer.type]
         return mixer_code + ("e" if isinstance(self.mlp, MoEMLP) else "")
 
@@ -326,8 +330,8 @@ class ModelSpec(HashedOnce):
 
 
 def _load_attention(doc: dict, path: str) -> AttentionMixer:
-    reject_unknown(doc, {"type", "num_heads", "num_kv_heads", "head_dim", "window", "v_head_dim", "q_lora_rank",
-                         "kv_lora_rank", "rope_head_dim", "rotary", *ATTENTION_FLAGS}, path)
+    reject_unknown(doc, {"type", "num_heads", "num_kv_heads", "head_dim", "window", "chunk", "v_head_dim",
+                         "q_lora_rank", "kv_lora_rank", "rope_head_dim", "rotary", *ATTENTION_FLAGS}, path)
     heads = get_int(doc, "num_heads", path)
     kv_heads = get_int(doc, "num_kv_heads", path, default=heads)
     if heads % kv_heads:
@@ -335,7 +339,9 @@ def _load_attention(doc: dict, path: str) -> AttentionMixer:
                         f"must divide num_heads ({heads}) for grouped-query attention, got {kv_heads}")
     head_dim = get_int(doc, "head_dim", path)
     optional = {key: get_int(doc, key, path, default=None, allow_none=True)
-                for key in ("window", "v_head_dim", "q_lora_rank", "kv_lora_rank", "rope_head_dim")}
+                for key in ("window", "chunk", "v_head_dim", "q_lora_rank", "kv_lora_rank", "rope_head_dim")}
+    if optional["window"] is not None and optional["chunk"] is not None:
+        raise SpecError(join(path, "chunk"), "cannot be set with window: attention is sliding-window or chunked")
     if optional["kv_lora_rank"] is None:
         for key in ("q_lora_rank", "rope_head_dim"):
             if optional[key] is not None:

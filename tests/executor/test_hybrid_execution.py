@@ -80,7 +80,8 @@ MOE_KINDS = load_model_spec({
 })
 
 # Context parallelism: learned absolute positions (GPT-2), rotary and position-free attention, windowed attention
-# with sinks, latent attention (MLA), an MoE layer whose experts spread over the CP ranks (EP carved out of dp x cp)
+# with sinks, chunked attention (Llama 4's; chunks of 6 tokens, whose edges fall inside the CP ranks' blocks of 4),
+# latent attention (MLA), an MoE layer whose experts spread over the CP ranks (EP carved out of dp x cp)
 CP_KINDS = load_model_spec({
     "format": "adaptis.model/v1", "name": "cp-kinds", "hidden_size": 32, "vocab_size": 96, "seq_len": 16,
     "micro_batch_size": 2, "norm": "layernorm", "position_embeddings": 16,
@@ -93,6 +94,8 @@ CP_KINDS = load_model_spec({
         {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 1, "head_dim": 8,
                                       "rotary": False, "qk_norm": True},
          "mlp": {"type": "dense", "intermediate_size": 48}},
+        {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8,
+                                      "chunk": 6}},
         {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 2, "num_kv_heads": 2, "head_dim": 8,
                                       "kv_lora_rank": 8, "rope_head_dim": 4}},
         {"kind": "head"},
@@ -218,12 +221,12 @@ def test_ep2_dp2_pp2_with_split_backward_and_sharded_expert_state_matches_one_pr
 def test_cp2_pp2_with_experts_spread_over_the_cp_ranks_matches_one_process(tmp_path):
     """Each CP rank holds two of the sequence's four chunks (causal load balancing) and gathers every rank's keys and
     values; the MoE layer's experts are spread over the same two ranks."""
-    plan = hybrid(one_f_one_b([[0, 1, 2], [3, 4]], num_microbatches=2), cp=2, ep=2, sharding="optimizer")
+    plan = hybrid(one_f_one_b([[0, 1, 2], [3, 4, 5]], num_microbatches=2), cp=2, ep=2, sharding="optimizer")
     result = run_and_verify(tmp_path, plan, spec=CP_KINDS, optimizer="adamw")
     counts = collectives(result)
     # per pipeline rank and micro-batch: attention gathers keys and values in F and scatters their gradients in B, MLA
     # its latents
-    gathers = {0: 2 + 2, 1: 1}
+    gathers = {0: 2 + 2, 1: 2 + 1}
     for rank in range(4):
         pp = RankPlace.of(plan, rank).pp
         expected = 2 * gathers[pp]

@@ -15,7 +15,7 @@ from transformers import MambaConfig
 from transformers.models.mamba.modeling_mamba import MambaMixer as HFMambaMixer
 
 from executor.model import build_layers, layer_parameter_counts, scale_spec
-from executor.model.attention import apply_rotary, causal_attention, merge_heads, split_heads
+from executor.model.attention import apply_rotary, causal_attention, local_attention_mask, merge_heads, split_heads
 from executor_plans import modern_kinds_spec
 from planner.cost import layer_parameters
 from planner.spec.hf import import_hf_config
@@ -81,6 +81,27 @@ def test_attention_sinks_rescale_each_row_by_its_share_of_the_softmax_mass():
 
 def rms(t):
     return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+@pytest.mark.parametrize("chunk, positions", [(3, None), (4, None), (6, (torch.tensor([0, 1, 2, 3, 12, 13, 14, 15]),
+                                                                        torch.arange(16)))])
+def test_chunked_attention_masks_each_query_to_its_own_chunk_up_to_itself(chunk, positions):
+    """Llama 4's chunked attention: query i attends key j exactly when j <= i and both are in one block of ``chunk``
+    tokens, checked pair by pair (and at a CP rank's positions, its first and last quarter)."""
+    queries, keys = positions if positions is not None else (torch.arange(10),) * 2
+    mask = local_attention_mask(len(keys), None, torch.device("cpu"), positions, chunk=chunk)
+    for a, i in enumerate(queries.tolist()):
+        for b, j in enumerate(keys.tolist()):
+            assert bool(mask[a, b]) == (j <= i and i // chunk == j // chunk), (i, j)
+    generator = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(1, 2, 10, 4, generator=generator, dtype=torch.float64) for _ in range(3))
+    chunked = causal_attention(query, key, value, None, chunk=chunk)
+    if positions is None:   # each chunk alone is plain causal attention over its own tokens
+        for start in range(0, 10, chunk):
+            block = slice(start, start + chunk)
+            assert torch.allclose(chunked[:, :, block], causal_attention(query[:, :, block], key[:, :, block],
+                                                                         value[:, :, block], None))
+    assert torch.equal(causal_attention(query, key, value, None, chunk=10), causal_attention(query, key, value, None))
 
 
 def test_qk_norm_normalises_each_query_and_key_head_and_rotary_false_leaves_them_unrotated():

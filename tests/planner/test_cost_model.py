@@ -47,6 +47,12 @@ def test_mean_keys_per_query_counts_causal_pairs():
         assert mean_keys_per_query(seq_len, window) == pytest.approx(pairs / seq_len)
 
 
+def test_mean_keys_per_query_counts_the_causal_pairs_inside_each_chunk():
+    for seq_len, chunk in [(32, 8), (30, 8), (7, 3), (5, 100), (8192, 8192), (20000, 8192)]:
+        pairs = sum(i % chunk + 1 for i in range(seq_len))   # query i sees its chunk's keys up to itself
+        assert mean_keys_per_query(seq_len, None, chunk) == pytest.approx(pairs / seq_len)
+
+
 def test_small_dense_layer_weight_gradient_flops_equal_the_hand_count():
     spec = small_dense_spec()
     tokens, h = 2 * 32, 64
@@ -109,9 +115,17 @@ def test_roofline_takes_the_slower_of_compute_and_memory():
         kernel_ms(compute_bound, device) + kernel_ms(memory_bound, device))
 
 
-def core_forward_flops(seq_len, window=None):
+def core_forward_flops(seq_len, window=None, chunk=None):
     return flops(attention_core(batch=1, seq_len=seq_len, heads=8, kv_heads=8, qk_dim=128, v_dim=128,
-                                window=window, dtype_bytes=2).forward)
+                                window=window, dtype_bytes=2, chunk=chunk).forward)
+
+
+def test_chunked_attention_is_causal_up_to_its_chunk_and_grows_linearly_beyond():
+    assert core_forward_flops(8192, chunk=8192) == core_forward_flops(8192)
+    assert core_forward_flops(65536, chunk=8192) / core_forward_flops(32768, chunk=8192) == pytest.approx(2)
+    # a chunk's query sees (c + 1) / 2 keys on average, a window's up to w: half the work at long sequences
+    assert core_forward_flops(65536, chunk=8192) / core_forward_flops(65536, window=8192) == pytest.approx(
+        0.5, rel=0.07)
 
 
 def test_attention_grows_quadratically_and_a_window_caps_it():

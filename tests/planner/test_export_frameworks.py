@@ -414,3 +414,18 @@ def test_group_limited_routing_is_exported_and_megatron_core_takes_it():
     assert (built.moe_router_num_groups, built.moe_router_group_topk) == (8, 3)
     fields, _ = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, free)))
     assert "moe_router_num_groups" not in fields and megatron_config(fields).moe_router_num_groups is None
+
+
+def test_chunked_attention_the_arguments_do_not_set_is_listed_as_lost(plans):
+    """Llama 4's chunked attention: the Megatron-LM arguments describe its layers without it, and say so under the
+    download; a model without chunks gets no such line."""
+    from dataclasses import replace
+    from planner.spec.model import AttentionMixer
+    plan, dense = plans["llama-dense"]
+    chunked = replace(dense, layers=tuple(
+        replace(layer, mixer=replace(layer.mixer, chunk=2048)) if isinstance(layer.mixer, AttentionMixer) else layer
+        for layer in dense.layers))
+    lost = [item for item in export_losses("megatron-args", plan, chunked) if "chunked attention" in item]
+    assert lost == [f"{chunked.name}'s chunked attention (blocks of 2048 tokens, Llama 4's): these arguments do not "
+                    "set it, so its layers attend over the whole sequence"]
+    assert not [item for item in export_losses("megatron-args", plan, dense) if "chunked" in item]

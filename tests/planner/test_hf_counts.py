@@ -44,6 +44,7 @@ CASES = {
     "qwen2-57b-a14b": (None, [SHARED_EXPERT_GATE]),
     "olmo-2-0425-1b": (None, [OLMO_WIDE_QK_NORMS]),
     "olmoe-1b-7b-0924": (None, [OLMO_WIDE_QK_NORMS]),
+    "llama-4-scout-17b-16e-text": (None, []),   # its QK-norm (an L2 norm) holds no weights
     "qwen2.5-7b": (None, []),
     "qwen3-8b": (None, []),
     "qwen3-30b-a3b": (None, []),
@@ -70,8 +71,11 @@ def fixture(name: str) -> dict:
 
 
 def hf_converted(config: dict) -> dict:
-    """MiniMax-Text-01's own ``attn_type_list`` in the spelling of its ``-hf`` conversion (``layer_types``), the
-    one ``transformers``' ``MiniMaxConfig`` reads."""
+    """What ``transformers`` 5's strict config classes read differently: MiniMax-Text-01's own ``attn_type_list`` in
+    the spelling of its ``-hf`` conversion (``layer_types``), the one ``MiniMaxConfig`` reads; Llama 4's released
+    ``attn_temperature_tuning`` (4, an int where ``Llama4TextConfig`` now types a bool; it holds no weights)."""
+    if "attn_temperature_tuning" in config:
+        config = {**config, "attn_temperature_tuning": bool(config["attn_temperature_tuning"])}
     if "attn_type_list" not in config:
         return config
     types = ["full_attention" if value else "linear_attention" for value in config["attn_type_list"]]

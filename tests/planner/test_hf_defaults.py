@@ -18,12 +18,13 @@ from planner.spec.hf.defaults import TRANSFORMERS_ALIASES, TRANSFORMERS_DEFAULTS
 
 # Our model types that transformers knows under another name (MiniMax's checkpoint names; Gemma 3's text model,
 # whose keys sit under text_config).
-TRANSFORMERS_CLASS_OF = {"minimax_text_01": "minimax", "minimax_m1": "minimax", "gemma3": "gemma3_text"}
+TRANSFORMERS_CLASS_OF = {"minimax_text_01": "minimax", "minimax_m1": "minimax", "gemma3": "gemma3_text",
+                         "llama4": "llama4_text"}
 
 # Families every key of which has a transformers default (the others need their sizes in the config).
 FULLY_DEFAULTED = ("qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "olmo2", "olmoe", "phi3", "phimoe", "mamba",
                    "falcon_mamba", "mamba2", "jamba", "granitemoehybrid", "gpt_oss", "glm4_moe", "gpt2", "gpt_bigcode",
-                   "llama")
+                   "llama", "llama4_text")
 
 # What our model of a family leaves out (as tests/planner/test_hf_counts.py names it), and its share of the parameters
 # matched: Jamba's dt/B/C norms, Qwen2-MoE's shared-expert gate, OLMo's QK-norm weights beyond one head's (32 and 16

@@ -281,6 +281,12 @@ def test_unknown_model_type_lists_the_supported_ones():
     ("minimax-text-01", lambda d: d.update(attn_type_list=[0, 1]), "attn_type_list"),
     ("minimax-text-01", lambda d: d.pop("num_local_experts"), "num_local_experts"),
     ("mixtral-8x7b", lambda d: d.update(model_type=None, architectures=["BertModel"]), "model_type"),
+    ("llama-4-scout-17b-16e-text", lambda d: d.update(no_rope_layers=[1, 0] * 4), "no_rope_layers"),
+    ("llama-4-scout-17b-16e-text", lambda d: d["no_rope_layers"].__setitem__(5, 2), "no_rope_layers[5]"),
+    ("llama-4-scout-17b-16e-text", lambda d: d["moe_layers"].__setitem__(7, 48), "moe_layers[7]"),
+    ("llama-4-scout-17b-16e-text", lambda d: d.update(attention_chunk_size=None,
+                                                      layer_types=["chunked_attention"] * 48), "attention_chunk_size"),
+    ("llama-4-scout-17b-16e-text", lambda d: d.update(attention_chunk_size=0), "attention_chunk_size"),
 ])
 def test_import_errors_name_the_hf_key(fixture, mutate, field):
     doc = copy.deepcopy(config(fixture))
@@ -383,6 +389,36 @@ def test_gpt2_and_starcoder_are_layernorm_models_with_learned_positions():
     with pytest.raises(SpecError) as error:
         import_hf_config(config("gpt2"), seq_len=2048)
     assert error.value.field == "seq_len"
+
+
+def test_llama4_scout_chunks_its_rotary_layers_and_leaves_every_fourth_full_without_positions():
+    layers = blocks(import_hf_config(config("llama-4-scout-17b-16e-text")))
+    assert len(layers) == 48
+    for index, layer in enumerate(layers):
+        nope = (index + 1) % 4 == 0
+        assert layer.mixer == AttentionMixer(num_heads=40, num_kv_heads=8, head_dim=128, rotary=not nope,
+                                             chunk=None if nope else 8192), index
+        assert layer.mlp == MoEMLP(num_experts=16, top_k=1, expert_intermediate_size=8192, num_shared_experts=1,
+                                   shared_intermediate_size=8192, aux_loss_coeff=0.001)
+
+
+def test_llama4_multimodal_config_reads_its_text_config_and_interleaves_dense_mlps():
+    """The released (multimodal) form nests the text model under ``text_config``; Maverick's MoE is on every second
+    layer (``interleave_moe_layer_step`` 2), the others dense of ``intermediate_size_mlp``."""
+    text = config("llama-4-scout-17b-16e-text")
+    wrapped = {"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+               "text_config": {**text, "model_type": "llama4_text"}, "vision_config": {"hidden_size": 1408}}
+    assert blocks(import_hf_config(wrapped)) == blocks(import_hf_config(text))
+    maverick = {key: value for key, value in text.items() if key not in ("moe_layers", "no_rope_layers")}
+    maverick.update(num_local_experts=128, interleave_moe_layer_step=2)
+    layers = blocks(import_hf_config({**wrapped, "text_config": maverick}))
+    assert [isinstance(layer.mlp, MoEMLP) for layer in layers] == [False, True] * 24
+    assert {layer.mlp for layer in layers[::2]} == {DenseMLP(16384)}
+    assert [layer.mixer.rotary for layer in layers] == [True, True, True, False] * 12   # the class's default interval
+    roles = ["full_attention"] * 48
+    assert all(layer.mixer.chunk is None for layer in blocks(import_hf_config({**text, "layer_types": roles})))
+    # no chunk size: the rotary layers attend over the whole sequence too (Llama4TextConfig's layer types)
+    assert all(layer.mixer.chunk is None for layer in blocks(import_hf_config({**text, "attention_chunk_size": None})))
 
 
 def test_phi3_is_llama_shaped_and_phimoe_is_a_layernorm_mixtral_with_biased_attention():

@@ -31,6 +31,16 @@ def test_latent_attention_round_trips_with_its_dimensions():
     assert load_model_spec(spec.to_dict()) == spec
 
 
+def test_chunked_attention_round_trips_and_is_not_also_windowed():
+    spec = load_model_spec(doc_with({"type": "attention", "num_heads": 2, "head_dim": 8, "chunk": 8192}))
+    mixer = spec.layers[1].mixer
+    assert mixer.chunk == 8192 and mixer.window is None and mixer.to_dict()["chunk"] == 8192
+    assert load_model_spec(spec.to_dict()) == spec and spec.layers[1].short == "s"
+    with pytest.raises(SpecError) as error:
+        load_model_spec(doc_with({"type": "attention", "num_heads": 2, "head_dim": 8, "chunk": 64, "window": 32}))
+    assert error.value.field == "layers[1].mixer.chunk" and "sliding-window or chunked" in error.value.reason
+
+
 def test_plain_attention_values_are_head_dim_wide():
     mixer = load_model_spec(doc_with({"type": "attention", "num_heads": 2, "head_dim": 8})).layers[1].mixer
     assert not mixer.is_latent and mixer.value_dim == 8

@@ -34,6 +34,10 @@ mixer and which MLP each block has:
   every ``attn_layer_period``-th layer (at ``attn_layer_offset``), Mamba-1 elsewhere; an MoE every
   ``expert_layer_period``-th MLP. ``granitemoehybrid``: ``layer_types`` of Mamba-2 and attention, every layer
   with an MoE plus a shared expert (or a dense MLP when ``num_local_experts`` is 0).
+- ``llama4`` / ``llama4_text``: attention chunked over ``attention_chunk_size`` tokens with rotary positions, and
+  every ``no_rope_layer_interval``-th layer (or per ``no_rope_layers`` / ``layer_types``) full attention without
+  positions; an MoE with one shared expert on the ``moe_layers`` (every ``interleave_moe_layer_step``-th), dense MLPs
+  of ``intermediate_size_mlp`` elsewhere. ``llama4``'s text model sits under ``text_config``.
 - ``gpt_oss``: alternating sliding / full attention with sinks and biases, biased MoE on every layer.
   ``glm4_moe``: biased q/k/v, optional QK-norm, DeepSeek's dense-first-k then shared-expert MoE.
 - ``gpt2`` / ``gpt_bigcode``: learned positions, LayerNorm, biased attention (one key/value head with
@@ -51,7 +55,8 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
 - Qwen3-Next's attention output gate and shared-expert gate (Qwen2-MoE's too), Nemotron-H's non-gated experts and
   MoE latent projection, DeepSeek's multi-token-prediction module, Gemma's extra norms and soft-capping,
   Jamba's dt/B/C norms, Phi-3.5-MoE's head bias and Gemma 3's vision tower are left out (each well under
-  1 % of the parameters, or absent from the model that trains the pipeline; the tests name each).
+  1 % of the parameters, or absent from the model that trains the pipeline; the tests name each). So is Llama 4's
+  vision encoder.
 - OLMo 2's and OLMoE's QK-norms normalise all the heads' queries (keys) at once; they run as Qwen3's per-head norm,
   whose weights are one head wide (the tests name the rest: 0.004 % of OLMo 2 1B).
 - Linear attention keeps one head width: Qwen3-Next's ``linear_value_head_dim`` (equal to the key width in
@@ -81,12 +86,14 @@ DEFAULT_SEQ_LEN = 4096
 
 @dataclass(frozen=True)
 class Family:
-    """How one ``model_type`` becomes a ModelSpec: its blocks, its norm, and the key holding the size of its
-    learned position table (None: rotary or no positions, which hold no parameters)."""
+    """How one ``model_type`` becomes a ModelSpec: its blocks, its norm, the key holding the size of its learned
+    position table (None: rotary or no positions, which hold no parameters), and whether its text model's keys may
+    sit under ``text_config``."""
 
     blocks: Callable[[Config], list[LayerSpec]]
     norm: str = "rmsnorm"
     positions_key: str | None = None
+    nested_text: bool = False   # a multimodal config: the text model's keys under ``text_config`` (when present)
 
 
 FAMILIES: dict[str, Family] = {
@@ -96,7 +103,7 @@ FAMILIES: dict[str, Family] = {
     "mixtral": Family(softmax.mixtral),
     "phimoe": Family(softmax.phimoe, norm="layernorm"),
     "gemma2": Family(softmax.gemma2),
-    "gemma3": Family(softmax.gemma3),
+    "gemma3": Family(softmax.gemma3, nested_text=True),
     "gemma3_text": Family(softmax.gemma3),
     "qwen2": Family(softmax.qwen2),
     "qwen3": Family(softmax.qwen3),
@@ -104,6 +111,8 @@ FAMILIES: dict[str, Family] = {
     "qwen2_moe": Family(softmax.qwen2_moe),
     "olmo2": Family(softmax.olmo2),
     "olmoe": Family(softmax.olmoe),
+    "llama4": Family(softmax.llama4, nested_text=True),
+    "llama4_text": Family(softmax.llama4),
     "gpt_oss": Family(softmax.gpt_oss),
     "deepseek_v2": Family(softmax.deepseek),
     "deepseek_v3": Family(softmax.deepseek),
@@ -128,6 +137,7 @@ ARCHITECTURE_MODEL_TYPES = {
     "Gemma2ForCausalLM": "gemma2", "Gemma3ForConditionalGeneration": "gemma3", "Gemma3ForCausalLM": "gemma3_text",
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",
     "Qwen2MoeForCausalLM": "qwen2_moe", "Olmo2ForCausalLM": "olmo2", "OlmoeForCausalLM": "olmoe",
+    "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4_text",
     "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
     "GPT2LMHeadModel": "gpt2", "GPTBigCodeForCausalLM": "gpt_bigcode",
@@ -166,9 +176,9 @@ def family_of(config: dict) -> str:
 
 
 def _text_config(config: dict, family: str) -> Config:
-    """The text model's keys: Gemma 3's multimodal config nests them under ``text_config``."""
+    """The text model's keys: Gemma 3's and Llama 4's multimodal configs nest them under ``text_config``."""
     tables = dict(defaults=TRANSFORMERS_DEFAULTS.get(family), aliases=TRANSFORMERS_ALIASES.get(family))
-    if family == "gemma3" and "text_config" in config:
+    if FAMILIES[family].nested_text and "text_config" in config:
         return Config(require_mapping(config["text_config"], "text_config"), "text_config", **tables)
     return Config(config, **tables)
 

@@ -174,6 +174,62 @@ def olmoe(cfg: Config) -> list[LayerSpec]:
     return [LayerSpec(kind="decoder", mixer=_olmo_attention(cfg), mlp=moe)] * cfg.integer("num_hidden_layers")
 
 
+def _layer_indices(cfg: Config, key: str, count: int) -> list[int]:
+    """A list of layer indices (``moe_layers``), each checked to name a layer."""
+    indices = cfg.entries(key, min_length=0)
+    for position, index in enumerate(indices):
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+            raise SpecError(f"{cfg.field(key)}[{position}]", f"must be a layer index in 0..{count - 1}, got {index!r}")
+    return indices
+
+
+def _llama4_rotary(cfg: Config, count: int) -> list[bool]:
+    """Which layers carry rotary positions: ``no_rope_layers`` (1: rotary, 0: none) when given and not empty, else
+    every layer but each ``no_rope_layer_interval``-th (``Llama4TextConfig``'s rule)."""
+    flags = cfg.entries("no_rope_layers", min_length=0) if "no_rope_layers" in cfg else []
+    if not flags:
+        interval = cfg.integer("no_rope_layer_interval", default=cfg.default("no_rope_layer_interval", 4))
+        return [(index + 1) % interval != 0 for index in range(count)]
+    if len(flags) != count:
+        raise SpecError(cfg.field("no_rope_layers"), f"has {len(flags)} entries but num_hidden_layers is {count}")
+    for position, flag in enumerate(flags):
+        if flag not in (0, 1) or isinstance(flag, float):
+            raise SpecError(f"{cfg.field('no_rope_layers')}[{position}]",
+                            f"must be 1 (rotary) or 0 (none), got {flag!r}")
+    return [flag == 1 for flag in flags]
+
+
+def llama4(cfg: Config) -> list[LayerSpec]:
+    """Llama 4 (Scout, Maverick): attention biased on all four projections (``attention_bias``), chunked over
+    ``attention_chunk_size`` tokens with rotary positions where ``_llama4_rotary`` says so, and over the whole
+    sequence without positions (NoPE) elsewhere (``layer_types`` when given); its QK-norm is an L2 norm without
+    weights (left out: a few elementwise passes). On the ``moe_layers`` (every ``interleave_moe_layer_step``-th by
+    default) the MLP is a top-``num_experts_per_tok`` MoE of ``num_local_experts`` experts of ``intermediate_size``
+    beside one shared expert as wide, elsewhere a dense MLP of ``intermediate_size_mlp``."""
+    count = cfg.integer("num_hidden_layers")
+    rotary = _llama4_rotary(cfg, count)
+    chunk = cfg.optional_integer("attention_chunk_size")
+    if "layer_types" in cfg:
+        roles = layer_types(cfg, count, {"chunked_attention": "chunked", "full_attention": "full"})
+    else:
+        roles = ["chunked" if rope and chunk is not None else "full" for rope in rotary]
+    if "chunked" in roles and chunk is None:
+        raise SpecError(cfg.field("attention_chunk_size"), "is required when a layer is chunked_attention")
+    biased = cfg.flag("attention_bias", default=cfg.default("attention_bias", False))
+    mixers = [attention(cfg, qkv_bias=biased, output_bias=biased, rotary=rope,
+                        chunk=chunk if role == "chunked" else None) for rope, role in zip(rotary, roles)]
+    if "moe_layers" in cfg:
+        sparse = set(_layer_indices(cfg, "moe_layers", count))
+    else:
+        step = cfg.integer("interleave_moe_layer_step", default=cfg.default("interleave_moe_layer_step", 1))
+        sparse = set(range(step - 1, count, step))
+    experts, width = cfg.integer("num_local_experts"), cfg.integer("intermediate_size")
+    moe = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts), expert_intermediate_size=width,
+                 num_shared_experts=1, shared_intermediate_size=width, aux_loss_coeff=aux_loss_coeff(cfg))
+    dense = DenseMLP(cfg.integer("intermediate_size_mlp"))
+    return _decoders(mixers, [moe if index in sparse else dense for index in range(count)])
+
+
 def gpt_oss(cfg: Config) -> list[LayerSpec]:
     """gpt-oss: ``layer_types`` alternate sliding (``sliding_window``) and full attention, every head has an
     attention sink, projections carry biases (``attention_bias``); every MLP is an MoE whose router and experts

@@ -55,6 +55,12 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
     "olmoe": {"vocab_size": 50304, "hidden_size": 2048, "intermediate_size": 2048, "num_hidden_layers": 16,
               "num_attention_heads": 16, "num_key_value_heads": None, "tie_word_embeddings": False,
               "attention_bias": False, "num_experts": 64, "num_experts_per_tok": 8, "router_aux_loss_coef": 0.01},
+    "llama4_text": {"vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192,
+                    "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40,
+                    "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False, "attention_bias": False,
+                    "num_local_experts": 16, "num_experts_per_tok": 1, "router_aux_loss_coef": 0.001,
+                    "moe_layers": None, "interleave_moe_layer_step": 1, "no_rope_layers": None,
+                    "no_rope_layer_interval": 4, "attention_chunk_size": 8192, "layer_types": None},
     "phi3": {"vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
              "num_attention_heads": 32, "tie_word_embeddings": False, "sliding_window": None},
     "phimoe": {"vocab_size": 32064, "hidden_size": 4096, "intermediate_size": 6400, "num_hidden_layers": 32,
@@ -88,6 +94,7 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
     "gpt_bigcode": {**_GPT2, "multi_query": True},
 }
 TRANSFORMERS_DEFAULTS["minimax_text_01"] = TRANSFORMERS_DEFAULTS["minimax_m1"] = TRANSFORMERS_DEFAULTS["minimax"]
+TRANSFORMERS_DEFAULTS["llama4"] = TRANSFORMERS_DEFAULTS["llama4_text"]   # the text model's, under text_config
 
 _GPT2_ALIASES = {"n_embd": "hidden_size", "n_head": "num_attention_heads", "n_layer": "num_hidden_layers",
                  "n_positions": "max_position_embeddings"}
