@@ -261,7 +261,8 @@ class LayerSpec(HashedOnce):
 
     @property
     def short(self) -> str:
-        """One-letter code used in the human plan form: E embedding, L head, t/s/l/m mixers, d/e MLPs."""
+        """One-letter code used in the human plan form: E embedding, L head, t/s/l/m mixers (s: local attention, a
+        window or chunks), d/e MLPs."""
         if self.kind == "embedding":
             return "E"
         if self.kind == "head":
