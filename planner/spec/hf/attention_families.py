@@ -5,7 +5,8 @@ file of each family (``models/<model_type>/modeling_<model_type>.py``)."""
 from __future__ import annotations
 
 from planner.errors import SpecError
-from planner.spec.hf.reader import Config, aux_loss_coeff, attention, layer_types, router_groups, top_k
+from planner.spec.hf.reader import (Config, aux_loss_coeff, attention, layer_flags, layer_types, router_groups,
+                                    top_k)
 from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
 
 SLIDING_OR_FULL = {"sliding_attention": "sliding", "full_attention": "full"}
@@ -186,17 +187,10 @@ def _layer_indices(cfg: Config, key: str, count: int) -> list[int]:
 def _llama4_rotary(cfg: Config, count: int) -> list[bool]:
     """Which layers carry rotary positions: ``no_rope_layers`` (1: rotary, 0: none) when given and not empty, else
     every layer but each ``no_rope_layer_interval``-th (``Llama4TextConfig``'s rule)."""
-    flags = cfg.entries("no_rope_layers", min_length=0) if "no_rope_layers" in cfg else []
-    if not flags:
-        interval = cfg.integer("no_rope_layer_interval", default=cfg.default("no_rope_layer_interval", 4))
-        return [(index + 1) % interval != 0 for index in range(count)]
-    if len(flags) != count:
-        raise SpecError(cfg.field("no_rope_layers"), f"has {len(flags)} entries but num_hidden_layers is {count}")
-    for position, flag in enumerate(flags):
-        if flag not in (0, 1) or isinstance(flag, float):
-            raise SpecError(f"{cfg.field('no_rope_layers')}[{position}]",
-                            f"must be 1 (rotary) or 0 (none), got {flag!r}")
-    return [flag == 1 for flag in flags]
+    if "no_rope_layers" in cfg and cfg.entries("no_rope_layers", min_length=0):
+        return layer_flags(cfg, "no_rope_layers", count, zero="no positions", one="rotary")
+    interval = cfg.integer("no_rope_layer_interval", default=cfg.default("no_rope_layer_interval", 4))
+    return [(index + 1) % interval != 0 for index in range(count)]
 
 
 def llama4(cfg: Config) -> list[LayerSpec]:

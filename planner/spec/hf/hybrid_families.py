@@ -8,7 +8,7 @@ import math
 
 from planner.errors import SpecError
 from planner.spec.hf.attention_families import qwen_moe_mlps, qwen_shared_expert_moe
-from planner.spec.hf.reader import Config, aux_loss_coeff, attention, layer_types, top_k
+from planner.spec.hf.reader import Config, aux_loss_coeff, attention, layer_flags, layer_types, top_k
 from planner.spec.model import (
     GATED_DELTA_CONV_KERNEL,
     DenseMLP,
@@ -95,14 +95,8 @@ def qwen3_next(cfg: Config) -> list[LayerSpec]:
 def minimax(cfg: Config) -> list[LayerSpec]:
     count = cfg.integer("num_hidden_layers")
     if "attn_type_list" in cfg:
-        types = cfg.entries("attn_type_list")
-        if len(types) != count:
-            raise SpecError(cfg.field("attn_type_list"), f"has {len(types)} entries but num_hidden_layers is {count}")
-        for index, value in enumerate(types):
-            if value not in (0, 1) or isinstance(value, bool):
-                raise SpecError(f"{cfg.field('attn_type_list')}[{index}]",
-                                f"must be 0 (lightning attention) or 1 (softmax attention); got {value!r}")
-        roles = ["full" if value == 1 else "linear" for value in types]
+        softmax_layers = layer_flags(cfg, "attn_type_list", count, zero="lightning attention", one="softmax attention")
+        roles = ["full" if softmax_layer else "linear" for softmax_layer in softmax_layers]
     elif "layer_types" in cfg:
         roles = layer_types(cfg, count, {"linear_attention": "linear", "full_attention": "full"})
     else:

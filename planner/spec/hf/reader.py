@@ -132,6 +132,18 @@ def layer_types(cfg: Config, count: int, allowed: dict[str, str], key: str = "la
     return roles
 
 
+def layer_flags(cfg: Config, key: str, count: int, zero: str, one: str) -> list[bool]:
+    """A per-layer list of 0 / 1 (MiniMax's ``attn_type_list``, Llama 4's ``no_rope_layers``), checked entry by
+    entry; True where 1. ``zero`` and ``one`` say what each value means, for the error."""
+    flags = cfg.entries(key)
+    if len(flags) != count:
+        raise SpecError(cfg.field(key), f"has {len(flags)} entries but num_hidden_layers is {count}")
+    for index, value in enumerate(flags):
+        if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1):
+            raise SpecError(f"{cfg.field(key)}[{index}]", f"must be 0 ({zero}) or 1 ({one}); got {value!r}")
+    return [value == 1 for value in flags]
+
+
 def top_k(cfg: Config, experts: int) -> int:
     chosen = cfg.integer("num_experts_per_tok")
     if chosen > experts:
