@@ -5,7 +5,8 @@ for the scaled one), grouped-query ratios, MoE top-k and shared experts, sliding
 relative to the sequence, Mamba's expansion factor, and the head's cost relative to a block (the vocabulary shrinks by
 the same factor as the hidden size, so a 256k-vocabulary head stays heavy). For a hybrid plan (``parallel``), what its
 axes split stays divisible: key/value heads (and with them the query heads, the group kept), MLP and expert widths
-and the vocabulary by TP, the experts by EP, the sequence by 2 CP x TP (``executor.running.scope``'s rules).
+and the vocabulary by TP, the heads of linear attention and Mamba-2 by TP x CP (Mamba-2's B/C groups by TP, and
+over CP or repeated across it), the experts by EP, the sequence by 2 CP x TP (``executor.running.scope``'s rules).
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def _grouped_heads(heads: int, kv_heads: int, target_heads: int) -> tuple[int, i
 
 class _Scaler:
     def __init__(self, spec: ModelSpec, hidden_size: int, head_dim: int, seq_len: int, max_experts: int,
-                 tp: int = 1, ep: int = 1):
-        self.tp, self.ep = tp, ep
+                 tp: int = 1, ep: int = 1, cp: int = 1):
+        self.tp, self.ep, self.cp = tp, ep, cp
         self.factor = hidden_size / spec.hidden_size
         self.seq_factor = seq_len / spec.seq_len
         self.hidden_size, self.head_dim, self.seq_len, self.max_experts = hidden_size, head_dim, seq_len, max_experts
@@ -79,10 +80,15 @@ class _Scaler:
         return replace(mixer, **changes)
 
     def linear_attention(self, mixer: LinearAttentionMixer) -> LinearAttentionMixer:
+        """Heads (and key heads) that TP x CP splits: under CP the recurrent mixers trade tokens for heads
+        (``planner.parallel.search.context_parallel_limit``)."""
+        shards = self.tp * self.cp
         key_heads = getattr(mixer, "num_key_heads", None)
         if key_heads is None:
-            return replace(mixer, num_heads=self.target_heads, head_dim=self.head_dim)
+            return replace(mixer, num_heads=_multiple(self.target_heads, shards), head_dim=self.head_dim)
         heads, key_heads = _grouped_heads(mixer.num_heads, key_heads, self.target_heads)
+        if key_heads % shards:
+            heads, key_heads = heads // key_heads * _multiple(key_heads, shards), _multiple(key_heads, shards)
         return replace(mixer, num_heads=heads, head_dim=self.head_dim, num_key_heads=key_heads)
 
     def selective_scan(self, mixer: MambaMixer) -> MambaMixer:
@@ -92,9 +98,13 @@ class _Scaler:
                        dt_rank=max(1, round(mixer.dt_rank * self.factor)), state_size=min(mixer.state_size, 16))
 
     def mamba(self, mixer: Mamba2Mixer) -> Mamba2Mixer:
+        """Mamba-2 keeps its expansion factor; its heads split over TP x CP, its B/C groups over TP, and a TP rank's
+        groups over CP or repeated across it (``planner.parallel.search.context_parallel_limit``)."""
         expand = mixer.num_heads * mixer.head_dim / (self.hidden_size / self.factor)
-        heads = max(1, round(expand * self.hidden_size / self.head_dim))
-        groups = max(g for g in range(1, min(mixer.n_groups, heads) + 1) if heads % g == 0)
+        heads = _multiple(max(1, round(expand * self.hidden_size / self.head_dim)), self.tp * self.cp)
+        splittable = [g for g in range(self.tp, min(mixer.n_groups, heads) + 1, self.tp)
+                      if heads % g == 0 and ((g // self.tp) % self.cp == 0 or self.cp % (g // self.tp) == 0)]
+        groups = max(splittable or [g for g in range(1, min(mixer.n_groups, heads) + 1) if heads % g == 0])
         return replace(mixer, num_heads=heads, head_dim=self.head_dim, state_size=min(mixer.state_size, 16),
                        n_groups=groups)
 
@@ -141,7 +151,7 @@ def scale_spec(spec: ModelSpec, *, hidden_size: int = 64, head_dim: int = 16, se
     if head_dim > hidden_size:
         raise SpecError("head_dim", f"must be <= hidden_size ({hidden_size}), got {head_dim}")
     tp, cp, ep = (parallel.tp, parallel.cp, parallel.ep) if parallel is not None else (1, 1, 1)
-    scaler = _Scaler(spec, hidden_size, head_dim, seq_len, max_experts, tp, ep)
+    scaler = _Scaler(spec, hidden_size, head_dim, seq_len, max_experts, tp, ep, cp)
     if vocab_size is None:
         vocab_size = _multiple(min(spec.vocab_size, _scaled(spec.vocab_size, scaler.factor, MIN_VOCAB)), tp)
     seq_len = _multiple(seq_len, tp * (2 * cp if cp > 1 else 1))

@@ -240,6 +240,35 @@ def test_a_model_scaled_for_a_hybrid_plan_splits_over_its_axes_and_keeps_its_que
                     == min(original.mixer.num_heads // original.mixer.num_kv_heads, 64 // 16))
 
 
+@pytest.mark.parametrize("name, degrees", [("qwen3-next-80b-a3b", {"tp": 2, "cp": 2, "ep": 2}),
+                                           ("nemotron-h-8b", {"tp": 2, "cp": 4}),
+                                           ("minimax-text-01", {"tp": 2, "cp": 2})])
+def test_recurrent_mixers_scaled_for_a_plan_with_cp_keep_heads_that_tp_x_cp_splits(name, degrees):
+    """Under CP the recurrent mixers trade tokens for heads: scaled for the plan, gated delta-net's key heads, lightning
+    attention's heads and Mamba-2's heads split over TP x CP (Mamba-2's B/C groups over TP, then over CP or repeated
+    across it); scaled alone (4 heads, 2 key heads) they are refused."""
+    from executor.running.scope import execution_refusal
+    from planner.parallel.config import ParallelConfig
+
+    spec = load_model_preset(name)
+    parallel = ParallelConfig(pp=2, num_microbatches=2, **degrees)
+    shards = parallel.tp * parallel.cp
+    scaled = scale_spec(spec, parallel=parallel)
+    half = scaled.num_layers // 2
+    plan = one_f_one_b([list(range(half)), list(range(half, scaled.num_layers))], num_microbatches=2)
+    plan.parallel = parallel
+    assert execution_refusal(plan, scaled) is None
+    assert "CP" in execution_refusal(plan, scale_spec(spec)).reason
+    for small in scaled.layers:
+        if small.mixer is not None and small.mixer.type in ("linear_attention", "mamba2"):
+            heads = getattr(small.mixer, "num_key_heads", None) or small.mixer.num_heads
+            assert heads % shards == 0 and small.mixer.num_heads % shards == 0
+        if small.mixer is not None and small.mixer.type == "mamba2":
+            per_rank = small.mixer.n_groups // parallel.tp
+            assert small.mixer.n_groups % parallel.tp == 0 and (per_rank % parallel.cp == 0
+                                                                 or parallel.cp % per_rank == 0)
+
+
 def test_parameter_counts_match_published_model_sizes():
     assert sum(layer_parameter_counts(load_model_preset("llama-3-8b"))) == pytest.approx(8.03e9, rel=0.01)
     assert sum(layer_parameter_counts(load_model_preset("mixtral-8x7b"))) == pytest.approx(46.7e9, rel=0.01)
