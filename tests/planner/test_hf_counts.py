@@ -24,6 +24,7 @@ TOLERANCE = 0.005
 
 EXTRA_GEMMA_NORMS = ("Gemma's norms before and after each MLP", r"(pre|post)_feedforward_layernorm\.weight$", 1)
 SHARED_EXPERT_GATE = ("the shared expert's gate", r"shared_expert_gate\.weight$", 1)
+OUTPUT_GATE = ("the attention output gate (half of each full-attention q_proj)", r"self_attn\.q_proj\.weight$", 0.5)
 # OLMo's QK-norms span every head (16 of 128 wide here); ours is one head wide (planner.spec.hf's approximations)
 OLMO_WIDE_QK_NORMS = ("the QK-norms' weights beyond one head's", r"self_attn\.(q|k)_norm\.weight$", 15 / 16)
 
@@ -38,9 +39,9 @@ CASES = {
     "nemotron-h-8b": (None, []),
     "minimax-text-01": ("minimax", []),
     "gemma-2-9b": (None, [EXTRA_GEMMA_NORMS]),
-    "qwen3-next-80b-a3b": (None, [
-        ("the attention output gate (half of each full-attention q_proj)", r"self_attn\.q_proj\.weight$", 0.5),
-        SHARED_EXPERT_GATE]),
+    "qwen3-next-80b-a3b": (None, [OUTPUT_GATE, SHARED_EXPERT_GATE]),
+    # the released multimodal config's text model (its vision_config left out of the fixture)
+    "qwen3.5-35b-a3b": ("qwen3_5_moe_text", [OUTPUT_GATE, SHARED_EXPERT_GATE]),
     "qwen2-57b-a14b": (None, [SHARED_EXPERT_GATE]),
     "olmo-2-0425-1b": (None, [OLMO_WIDE_QK_NORMS]),
     "olmoe-1b-7b-0924": (None, [OLMO_WIDE_QK_NORMS]),
@@ -114,7 +115,8 @@ def test_every_fixture_has_a_count_case():
 def test_imported_parameters_equal_transformers_less_the_named_parts(name):
     model_type, parts = CASES[name]
     config = fixture(name)
-    reference = transformers_parameters(config, model_type)
+    text = config.get("text_config", config)   # a multimodal config's language model, as its CausalLM class builds it
+    reference = transformers_parameters(text, model_type)
     expected = sum(reference.values())
     ours = count_parameters(import_hf_config(config))
     assert ours == expected - left_out(reference, parts)

@@ -19,25 +19,28 @@ from planner.spec.hf.defaults import TRANSFORMERS_ALIASES, TRANSFORMERS_DEFAULTS
 # Our model types that transformers knows under another name (MiniMax's checkpoint names; Gemma 3's text model,
 # whose keys sit under text_config).
 TRANSFORMERS_CLASS_OF = {"minimax_text_01": "minimax", "minimax_m1": "minimax", "gemma3": "gemma3_text",
-                         "llama4": "llama4_text"}
+                         "llama4": "llama4_text", "qwen3_5_moe": "qwen3_5_moe_text", "qwen3_5": "qwen3_5_text"}
 
 # Families every key of which has a transformers default (the others need their sizes in the config).
 FULLY_DEFAULTED = ("qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "olmo2", "olmoe", "phi3", "phimoe", "mamba",
                    "falcon_mamba", "mamba2", "jamba", "granitemoehybrid", "gpt_oss", "glm4_moe", "gpt2", "gpt_bigcode",
-                   "llama", "llama4_text")
+                   "llama", "llama4_text", "qwen3_5_moe_text", "qwen3_5_text")
 
 # What our model of a family leaves out (as tests/planner/test_hf_counts.py names it), and its share of the parameters
-# matched: Jamba's dt/B/C norms, Qwen2-MoE's shared-expert gate, OLMo's QK-norm weights beyond one head's (32 and 16
-# heads in the default models).
+# matched: Jamba's dt/B/C norms, Qwen2-MoE's and Qwen3.5's shared-expert gate, Qwen3.5's attention output gate (half
+# of each full-attention q_proj), OLMo's QK-norm weights beyond one head's (32 and 16 heads in the default models).
 QK_NORMS = r"self_attn\.(q|k)_norm\.weight$"
-LEFT_OUT = {"jamba": (r"mamba\.(dt|b|c)_layernorm\.weight$", 1), "qwen2_moe": (r"shared_expert_gate\.weight$", 1),
-            "olmo2": (QK_NORMS, 31 / 32), "olmoe": (QK_NORMS, 15 / 16)}
+SHARED_EXPERT_GATE = (r"shared_expert_gate\.weight$", 1)
+OUTPUT_GATE = (r"self_attn\.q_proj\.weight$", 0.5)
+LEFT_OUT = {"jamba": [(r"mamba\.(dt|b|c)_layernorm\.weight$", 1)], "qwen2_moe": [SHARED_EXPERT_GATE],
+            "olmo2": [(QK_NORMS, 31 / 32)], "olmoe": [(QK_NORMS, 15 / 16)],
+            "qwen3_5_moe_text": [OUTPUT_GATE, SHARED_EXPERT_GATE], "qwen3_5_text": [OUTPUT_GATE]}
 
 
 def kept(model_type: str, name: str, count: int) -> float:
     """The parameters of ``name`` our model of ``model_type`` holds."""
-    pattern, share = LEFT_OUT.get(model_type, (None, 0))
-    return count * (1 - share) if pattern and re.search(pattern, name) else count
+    share = next((share for pattern, share in LEFT_OUT.get(model_type, []) if re.search(pattern, name)), 0)
+    return count * (1 - share)
 
 
 def class_defaults(model_type: str) -> dict:

@@ -172,6 +172,33 @@ def test_qwen3_next_puts_full_attention_every_fourth_layer_and_moe_with_a_shared
                                                     aux_loss_coeff=0.001)}
 
 
+def test_qwen3_next_without_layer_types_or_interval_puts_full_attention_every_fourth_layer_as_its_class_does():
+    doc = {key: value for key, value in config("qwen3-next-80b-a3b").items() if key != "full_attention_interval"}
+    assert import_hf_config(doc) == import_hf_config(config("qwen3-next-80b-a3b"))
+
+
+def test_qwen3_5_is_read_from_its_text_config_as_qwen3_next_with_moe_on_every_layer():
+    """Qwen3.5's MoE model: Qwen3-Next's gated delta-net and gated attention (every fourth layer), an MoE of 256
+    experts (top 8) beside a shared expert on every layer, its text model under ``text_config``; the dense Qwen3.5
+    has SwiGLU MLPs of ``intermediate_size`` instead."""
+    doc = config("qwen3.5-35b-a3b")
+    body = blocks(import_hf_config(doc))
+    assert len(body) == 40
+    assert [index for index, block in enumerate(body) if block.mixer.type == "attention"] == list(range(3, 40, 4))
+    assert body[0].mixer == LinearAttentionMixer(num_heads=32, head_dim=128, variant="gated_delta", num_key_heads=16,
+                                                 conv_kernel=4)
+    assert body[3].mixer == AttentionMixer(num_heads=16, num_kv_heads=2, head_dim=256, qk_norm=True)
+    assert {block.mlp for block in body} == {MoEMLP(num_experts=256, top_k=8, expert_intermediate_size=512,
+                                                    num_shared_experts=1, shared_intermediate_size=512,
+                                                    aux_loss_coeff=0.001)}
+    text_only = {**doc["text_config"], "architectures": ["Qwen3_5MoeForCausalLM"]}
+    text_only.pop("model_type")
+    assert blocks(import_hf_config(text_only)) == body   # the class names the family
+    dense = {"model_type": "qwen3_5", "text_config": {"model_type": "qwen3_5_text", "intermediate_size": 17408,
+                                                      "num_hidden_layers": 8}}
+    assert {block.mlp for block in blocks(import_hf_config(dense))} == {DenseMLP(17408)}
+
+
 def test_qwen3_next_short_convolution_width_comes_from_linear_conv_kernel_dim():
     doc = config("qwen3-next-80b-a3b")
     doc["linear_conv_kernel_dim"] = 6
@@ -275,7 +302,7 @@ def test_unknown_model_type_lists_the_supported_ones():
     ("nemotron-h-8b", lambda d: d.pop("ssm_state_size"), "ssm_state_size"),
     ("nemotron-h-8b", lambda d: d.pop("n_groups"), "n_groups"),
     ("nemotron-h-8b", lambda d: d.update(n_groups=3), "n_groups"),
-    ("qwen3-next-80b-a3b", lambda d: d.pop("full_attention_interval"), "full_attention_interval"),
+    ("qwen3-next-80b-a3b", lambda d: d.update(full_attention_interval=0), "full_attention_interval"),
     ("qwen3-next-80b-a3b", lambda d: d.pop("linear_num_key_heads"), "linear_num_key_heads"),
     ("minimax-text-01", lambda d: d["attn_type_list"].__setitem__(3, 2), "attn_type_list[3]"),
     ("minimax-text-01", lambda d: d.update(attn_type_list=[0, 1]), "attn_type_list"),

@@ -16,9 +16,11 @@ mixer and which MLP each block has:
 - ``nemotron_h``: one block per character of ``hybrid_override_pattern`` (or entry of
   ``layers_block_type``): ``M`` a Mamba-2 mixer alone, ``*`` attention alone, ``-`` a squared-ReLU
   (non-gated) MLP alone, ``E`` an MoE alone.
-- ``qwen3_next``: ``layer_types`` when given, else every ``full_attention_interval``-th layer is full
+- ``qwen3_next``: ``layer_types`` when given, else every ``full_attention_interval``-th layer (4 by default) is full
   attention and the rest gated delta-net linear attention; MLPs are MoE with one shared expert except the
-  ``mlp_only_layers`` and layers off the ``decoder_sparse_step``.
+  ``mlp_only_layers`` and layers off the ``decoder_sparse_step``. ``qwen3_5_moe`` / ``qwen3_5`` (Qwen3.5, and
+  ``_text`` their text models): the same layers, MoE on every layer (the MoE model) or dense SwiGLU of
+  ``intermediate_size`` (the dense one), the text model under ``text_config``.
 - ``minimax`` / ``minimax_text_01`` / ``minimax_m1``: ``attn_type_list`` (0 lightning linear attention,
   1 softmax attention) or ``layer_types``; every MLP is an MoE of ``num_local_experts`` experts of
   ``intermediate_size`` (plus a shared expert when ``shared_intermediate_size`` > 0).
@@ -52,8 +54,9 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
 - MLA is attention whose query/key heads are ``qk_nope_head_dim + qk_rope_head_dim`` wide and value heads
   ``v_head_dim`` wide, with the latent ranks kept so the cost model counts the down/up projections; in
   training every head materialises its own key and value, so ``num_kv_heads == num_heads``.
-- Qwen3-Next's attention output gate and shared-expert gate (Qwen2-MoE's too), Nemotron-H's non-gated experts and
-  MoE latent projection, DeepSeek's multi-token-prediction module, Gemma's extra norms and soft-capping,
+- Qwen3-Next's attention output gate and shared-expert gate (Qwen3.5's too; Qwen2-MoE's shared-expert gate),
+  Nemotron-H's non-gated experts and MoE latent projection, DeepSeek's multi-token-prediction module, Gemma's extra
+  norms and soft-capping,
   Jamba's dt/B/C norms, Phi-3.5-MoE's head bias and Gemma 3's vision tower are left out (each well under
   1 % of the parameters, or absent from the model that trains the pipeline; the tests name each). So is Llama 4's
   vision encoder.
@@ -126,6 +129,10 @@ FAMILIES: dict[str, Family] = {
     "nemotron_h": Family(hybrid.nemotron_h),
     "granitemoehybrid": Family(hybrid.granitemoehybrid),
     "qwen3_next": Family(hybrid.qwen3_next),
+    "qwen3_5_moe": Family(hybrid.qwen3_next, nested_text=True),
+    "qwen3_5_moe_text": Family(hybrid.qwen3_next),
+    "qwen3_5": Family(hybrid.qwen3_next, nested_text=True),
+    "qwen3_5_text": Family(hybrid.qwen3_next),
     "minimax": Family(hybrid.minimax),
     "minimax_text_01": Family(hybrid.minimax),
     "minimax_m1": Family(hybrid.minimax),
@@ -144,6 +151,8 @@ ARCHITECTURE_MODEL_TYPES = {
     "MambaForCausalLM": "mamba", "FalconMambaForCausalLM": "falcon_mamba", "Mamba2ForCausalLM": "mamba2",
     "JambaForCausalLM": "jamba", "NemotronHForCausalLM": "nemotron_h",
     "GraniteMoeHybridForCausalLM": "granitemoehybrid", "Qwen3NextForCausalLM": "qwen3_next",
+    "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe", "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
+    "Qwen3_5ForConditionalGeneration": "qwen3_5", "Qwen3_5ForCausalLM": "qwen3_5_text",
     "MiniMaxForCausalLM": "minimax", "MiniMaxText01ForCausalLM": "minimax_text_01",
     "MiniMaxM1ForCausalLM": "minimax_m1",
 }
@@ -176,7 +185,8 @@ def family_of(config: dict) -> str:
 
 
 def _text_config(config: dict, family: str) -> Config:
-    """The text model's keys: Gemma 3's and Llama 4's multimodal configs nest them under ``text_config``."""
+    """The text model's keys: Gemma 3's, Llama 4's and Qwen3.5's multimodal configs nest them under
+    ``text_config``."""
     tables = dict(defaults=TRANSFORMERS_DEFAULTS.get(family), aliases=TRANSFORMERS_ALIASES.get(family))
     if FAMILIES[family].nested_text and "text_config" in config:
         return Config(require_mapping(config["text_config"], "text_config"), "text_config", **tables)

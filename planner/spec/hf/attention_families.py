@@ -112,9 +112,10 @@ def qwen_moe_mlps(cfg: Config, count: int, moe: MoEMLP | None) -> list[DenseMLP 
     which keep a dense MLP of ``intermediate_size``."""
     mlp_only = set(cfg.entries("mlp_only_layers", min_length=0)) if "mlp_only_layers" in cfg else set()
     step = cfg.integer("decoder_sparse_step", default=cfg.default("decoder_sparse_step", 1))
-    dense = DenseMLP(cfg.integer("intermediate_size"))
-    return [moe if moe is not None and index not in mlp_only and (index + 1) % step == 0 else dense
-            for index in range(count)]
+    sparse = [moe is not None and index not in mlp_only and (index + 1) % step == 0 for index in range(count)]
+    # (Qwen3.5's MoE models have MoE layers only, and no intermediate_size)
+    dense = DenseMLP(cfg.integer("intermediate_size")) if not all(sparse) else None
+    return [moe if is_sparse else dense for is_sparse in sparse]
 
 
 def qwen_shared_expert_moe(cfg: Config) -> MoEMLP | None:

@@ -38,6 +38,16 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
                     "topk_group": 4},
     "nemotron_h": {"tie_word_embeddings": False},
     "qwen3_next": {"tie_word_embeddings": False, "decoder_sparse_step": 1, "router_aux_loss_coef": 0.001},
+    "qwen3_5_moe_text": {"vocab_size": 248320, "hidden_size": 2048, "num_hidden_layers": 40, "num_attention_heads": 16,
+                         "num_key_value_heads": 2, "head_dim": 256, "tie_word_embeddings": False,
+                         "linear_conv_kernel_dim": 4, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+                         "linear_num_value_heads": 32, "num_experts": 256, "num_experts_per_tok": 8,
+                         "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+                         "router_aux_loss_coef": 0.001, "layer_types": None},
+    "qwen3_5_text": {"vocab_size": 248320, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 32,
+                     "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256,
+                     "tie_word_embeddings": False, "linear_conv_kernel_dim": 4, "linear_value_head_dim": 128,
+                     "linear_num_key_heads": 16, "linear_num_value_heads": 32, "layer_types": None},
     "minimax": {"tie_word_embeddings": False},
     "qwen2": _QWEN,
     "qwen3": {**_QWEN, "head_dim": 128, "attention_bias": False},
@@ -94,7 +104,10 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
     "gpt_bigcode": {**_GPT2, "multi_query": True},
 }
 TRANSFORMERS_DEFAULTS["minimax_text_01"] = TRANSFORMERS_DEFAULTS["minimax_m1"] = TRANSFORMERS_DEFAULTS["minimax"]
-TRANSFORMERS_DEFAULTS["llama4"] = TRANSFORMERS_DEFAULTS["llama4_text"]   # the text model's, under text_config
+# the text model's, under text_config
+TRANSFORMERS_DEFAULTS["llama4"] = TRANSFORMERS_DEFAULTS["llama4_text"]
+TRANSFORMERS_DEFAULTS["qwen3_5_moe"] = TRANSFORMERS_DEFAULTS["qwen3_5_moe_text"]
+TRANSFORMERS_DEFAULTS["qwen3_5"] = TRANSFORMERS_DEFAULTS["qwen3_5_text"]
 
 _GPT2_ALIASES = {"n_embd": "hidden_size", "n_head": "num_attention_heads", "n_layer": "num_hidden_layers",
                  "n_positions": "max_position_embeddings"}

@@ -74,11 +74,9 @@ def qwen3_next(cfg: Config) -> list[LayerSpec]:
     count = cfg.integer("num_hidden_layers")
     if "layer_types" in cfg:
         roles = layer_types(cfg, count, {"linear_attention": "linear", "full_attention": "full"})
-    elif "full_attention_interval" in cfg:
-        interval = cfg.integer("full_attention_interval")
+    else:   # the config classes' rule: full attention every full_attention_interval-th layer, 4 by default
+        interval = cfg.integer("full_attention_interval", default=4)
         roles = ["full" if (index + 1) % interval == 0 else "linear" for index in range(count)]
-    else:
-        raise SpecError(cfg.field("full_attention_interval"), "is required when layer_types is not given")
     mixers = {"full": attention(cfg, qk_norm=True),
               "linear": LinearAttentionMixer(num_heads=cfg.integer("linear_num_value_heads"),
                                              head_dim=cfg.integer("linear_value_head_dim"), variant="gated_delta",
