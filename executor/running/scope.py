@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from planner.errors import SpecError
 from planner.parallel.config import ParallelConfig
-from planner.parallel.search import context_parallel_limit
+from planner.parallel.search import context_parallel_limit, expert_parallel_limit
 from planner.plan import Plan
 from planner.spec.model import (AttentionMixer, DenseMLP, LinearAttentionMixer, Mamba2Mixer, MambaMixer, ModelSpec,
                                 MoEMLP)
@@ -112,11 +112,8 @@ def context_parallel_refusal(spec: ModelSpec, cp: int, tp: int) -> str | None:
 
 def expert_parallel_refusal(spec: ModelSpec, ep: int) -> str | None:
     """Why ``spec``'s MoE layers cannot spread their experts over ``ep`` ranks, or None: each rank holds an equal
-    share of every MoE layer's experts."""
-    for index, layer in enumerate(spec.layers):
-        if ep > 1 and isinstance(layer.mlp, MoEMLP) and layer.mlp.num_experts % ep:
-            return f"layer {index} has {layer.mlp.num_experts} experts, which EP{ep} must divide"
-    return None
+    share of every MoE layer's experts (the planner's rule, ``planner.parallel.search.expert_parallel_limit``)."""
+    return expert_parallel_limit(spec, ep)
 
 
 def execution_refusal(plan: Plan, spec: ModelSpec | None = None) -> SpecError | None:

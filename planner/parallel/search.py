@@ -159,6 +159,15 @@ def _num_experts(model: ModelSpec) -> int:
     return max((layer.mlp.num_experts for layer in model.layers if isinstance(layer.mlp, MoEMLP)), default=0)
 
 
+def expert_parallel_limit(model: ModelSpec, ep: int) -> str | None:
+    """Why ``ep`` ranks cannot each hold an equal share of every MoE layer's experts (a model may mix MoE layers of
+    different sizes), or None."""
+    for index, layer in enumerate(model.layers):
+        if ep > 1 and isinstance(layer.mlp, MoEMLP) and layer.mlp.num_experts % ep:
+            return f"layer {index} has {layer.mlp.num_experts} experts, which EP{ep} must divide"
+    return None
+
+
 def _blocks(model: ModelSpec) -> int:
     return sum(1 for layer in model.layers if layer.kind not in ("embedding", "head"))
 
@@ -204,8 +213,10 @@ def check_job(job: Job, pins: dict) -> None:
     if reason := context_parallel_limit(job.model, pins.get("tp", 1), pins.get("cp", 1)):
         raise SpecError("cp", f"{pins['cp']} cannot split the model: {reason}")
     experts = _num_experts(job.model)
-    if pins.get("ep", 1) > 1 and (not experts or experts % pins["ep"]):
-        raise SpecError("ep", f"must divide the number of experts ({experts}), got {pins['ep']}")
+    if pins.get("ep", 1) > 1 and not experts:
+        raise SpecError("ep", f"must divide the number of experts (0), got {pins['ep']}")
+    if reason := expert_parallel_limit(job.model, pins.get("ep", 1)):
+        raise SpecError("ep", f"{pins['ep']} cannot split the experts: {reason}")
     if "etp" in pins and not experts:
         raise SpecError("etp", f"expert tensor parallelism needs MoE layers; {job.model.name} has none")
     if pins.get("etp", 1) > 1 and _expert_tp_limit(job.model, pins["etp"]):
@@ -326,8 +337,9 @@ def _expert_splits(model: ModelSpec, tp: int, cp: int, dp: int, pins: dict) -> l
         if (tp * cp * dp) % etp:
             continue
         # folded (etp < tp), fewer EP than TP ranks would leave each GPU more experts than ETP = TP does
-        eps = [pins["ep"]] if "ep" in pins else [ep for ep in _divisors(tp * cp * dp // etp)
-                                                 if experts % ep == 0 and (etp == tp or ep * etp >= tp)]
+        eps = [pins["ep"]] if "ep" in pins else [
+            ep for ep in _divisors(tp * cp * dp // etp)
+            if not expert_parallel_limit(model, ep) and (etp == tp or ep * etp >= tp)]
         splits += [(etp, ep) for ep in eps if (tp * cp * dp) % (etp * ep) == 0]
     return splits
 

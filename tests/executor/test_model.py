@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -267,6 +270,36 @@ def test_recurrent_mixers_scaled_for_a_plan_with_cp_keep_heads_that_tp_x_cp_spli
             per_rank = small.mixer.n_groups // parallel.tp
             assert small.mixer.n_groups % parallel.tp == 0 and (per_rank % parallel.cp == 0
                                                                  or parallel.cp % per_rank == 0)
+
+
+HF_FIXTURES = Path(__file__).parents[1] / "planner" / "fixtures" / "hf"
+
+
+@pytest.mark.parametrize("name", sorted(model_preset_names())
+                         + sorted(path.stem for path in HF_FIXTURES.glob("*.json")))
+def test_every_split_the_hybrid_search_offers_is_one_the_executor_runs_scaled(name):
+    """The planner's rules for what TP, CP, EP and expert TP may split and the executor's (with the model scaled for
+    the plan, as a local run scales it) agree: each (tp, cp, ep, etp) the search considers on 128 GPUs at 8,192
+    tokens passes the executor's refusal check. (tiny-hybrid mixes MoE layers of 8 and 4 experts: EP 8 was offered.)"""
+    from executor.running.scope import execution_refusal
+    from planner.cluster import load_cluster_preset
+    from planner.parallel.evaluate import Job
+    from planner.parallel.search import candidates
+    from planner.spec.hf import import_hf_config
+
+    path = HF_FIXTURES / f"{name}.json"
+    spec = import_hf_config(json.loads(path.read_text())) if path.exists() else load_model_preset(name)
+    splits = {}
+    for config, _ in candidates(Job(spec, load_cluster_preset("h100-sxm-16x8"), 128, 8192, 1024), {}):
+        splits.setdefault((config.tp, config.cp, config.ep, config.etp), config)
+    assert splits
+    for key, config in splits.items():
+        parallel = dataclasses.replace(config, pp=2, num_microbatches=2, microbatch_size=1)
+        scaled = scale_spec(spec, parallel=parallel)
+        half = scaled.num_layers // 2
+        plan = one_f_one_b([list(range(half)), list(range(half, scaled.num_layers))], num_microbatches=2)
+        plan.parallel = parallel
+        assert execution_refusal(plan, scaled) is None, key
 
 
 def test_parameter_counts_match_published_model_sizes():

@@ -282,3 +282,17 @@ def test_the_cli_sends_moe_tokens_with_the_dispatcher_it_is_told_and_the_plan_sa
     with pytest.raises(SystemExit) as exit:
         main([*args, "--ep-dispatcher", "nccl"])
     assert exit.value.code == 2 and "--ep-dispatcher" in capsys.readouterr().err
+
+
+def test_expert_parallelism_must_split_every_moe_layer_not_only_the_largest():
+    """tiny-hybrid has MoE layers of 8 experts and one of 4: EP 8 would give that layer half an expert a rank. The
+    search offers EP up to 4, and a pinned EP 8 is refused naming the layer."""
+    model = load_model_preset("tiny-hybrid")
+    job = Job(model, load_cluster_preset("h100-sxm-2x8"), 16, 4096, 64)
+    assert {config.ep for config, _ in candidates(job, {})} == {1, 2, 4}
+    with pytest.raises(SpecError) as error:
+        search(model, load_cluster_preset("h100-sxm-2x8"), 16, 4096, 64, {"ep": 8})
+    small = next(index for index, layer in enumerate(model.layers)
+                 if layer.mlp is not None and layer.mlp.type == "moe" and layer.mlp.num_experts == 4)
+    assert error.value.field == "ep"
+    assert error.value.reason == f"8 cannot split the experts: layer {small} has 4 experts, which EP8 must divide"
