@@ -203,9 +203,9 @@ def _model_shape(plan: Plan, model: ModelSpec, seq_len: int | None, lost: list[s
             args.append(("--add-qkv-bias",))
         if first.qk_norm:
             args.append(("--qk-layernorm",))
-        if len({(m.num_heads, m.num_kv_heads, m.head_dim, m.window, m.chunk) for m in attention}) > 1:
-            lost.append(f"{model.name}'s attention layers differ (heads, head width, sliding window or chunk): the "
-                        "arguments describe its first attention layer for all of them")
+        if len({(m.num_heads, m.num_kv_heads, m.head_dim, m.window, m.chunk, m.rotary) for m in attention}) > 1:
+            lost.append(f"{model.name}'s attention layers differ (heads, head width, sliding window, chunk or rotary "
+                        "positions): the arguments describe its first attention layer for all of them")
         chunks = sorted({m.chunk for m in attention if m.chunk})
         if chunks:
             sizes = ", ".join(map(str, chunks))

@@ -429,3 +429,10 @@ def test_chunked_attention_the_arguments_do_not_set_is_listed_as_lost(plans):
     assert lost == [f"{chunked.name}'s chunked attention (blocks of 2048 tokens, Llama 4's): these arguments do not "
                     "set it, so its layers attend over the whole sequence"]
     assert not [item for item in export_losses("megatron-args", plan, dense) if "chunked" in item]
+    # Llama 4's NoPE layers (every fourth without rotary positions) differ from the first attention layer
+    nope = replace(chunked, layers=tuple(
+        replace(layer, mixer=replace(layer.mixer, chunk=None, rotary=False)) if index % 4 == 0 and layer.mixer
+        else layer for index, layer in enumerate(chunked.layers)))
+    assert any("attention layers differ (heads, head width, sliding window, chunk or rotary positions)" in item
+               for item in export_losses("megatron-args", plan, nope))
+    assert not any("attention layers differ" in item for item in export_losses("megatron-args", plan, dense))
