@@ -3,7 +3,12 @@ meta device (no memory) and counts it. Ours must equal that count less the parts
 named here by the HF parameters it consists of, and be within 0.5 % of it.
 
 The fixtures are the released ``config.json`` files of the models named (Phi-3.5-MoE's 64-entry long-RoPE factor
-lists are left out of its fixture: RoPE holds no parameters).
+lists are left out of its fixture: RoPE holds no parameters), except five added on 2026-11-29 from configs quoted in
+public code (this machine cannot reach the HuggingFace Hub), each shape key found in at least two independent
+quotes: ``qwen2-57b-a14b`` (a full copy), ``olmoe-1b-7b-0924`` and ``olmo-2-0425-1b`` (their keys that hold no weights,
+such as token ids, as released to the best of our knowledge), ``llama-4-scout-17b-16e-text`` (Scout's text model in
+the text-only form its derivatives ship, ``Llama4ForCausalLM``) and ``qwen3.5-35b-a3b`` (its ``text_config``; the
+``vision_config`` is left out).
 """
 
 from __future__ import annotations
