@@ -158,18 +158,21 @@ def test_nemotron_h_moe_character_and_block_type_list():
     assert blocks(import_hf_config(listed)) == body
 
 
-def test_qwen3_next_puts_full_attention_every_fourth_layer_and_moe_with_a_shared_expert():
-    spec = import_hf_config(config("qwen3-next-80b-a3b"))
-    body = blocks(spec)
-    assert len(body) == 48
-    full = [index for index, block in enumerate(body) if block.mixer.type == "attention"]
-    assert full == list(range(3, 48, 4))
+def assert_qwen3_next_layers(body, count: int, experts: int, top_k: int) -> None:
+    """Qwen3-Next's layers (and Qwen3.5's): gated delta-net, full attention with QK-norm every fourth layer, an MoE
+    of experts 512 wide beside one shared expert as wide on every layer."""
+    assert len(body) == count
+    assert [index for index, block in enumerate(body) if block.mixer.type == "attention"] == list(range(3, count, 4))
     assert body[0].mixer == LinearAttentionMixer(num_heads=32, head_dim=128, variant="gated_delta", num_key_heads=16,
                                                  conv_kernel=4)
     assert body[3].mixer == AttentionMixer(num_heads=16, num_kv_heads=2, head_dim=256, qk_norm=True)
-    assert {block.mlp for block in body} == {MoEMLP(num_experts=512, top_k=10, expert_intermediate_size=512,
+    assert {block.mlp for block in body} == {MoEMLP(num_experts=experts, top_k=top_k, expert_intermediate_size=512,
                                                     num_shared_experts=1, shared_intermediate_size=512,
                                                     aux_loss_coeff=0.001)}
+
+
+def test_qwen3_next_puts_full_attention_every_fourth_layer_and_moe_with_a_shared_expert():
+    assert_qwen3_next_layers(blocks(import_hf_config(config("qwen3-next-80b-a3b"))), 48, experts=512, top_k=10)
 
 
 def test_qwen3_next_without_layer_types_or_interval_puts_full_attention_every_fourth_layer_as_its_class_does():
@@ -183,14 +186,7 @@ def test_qwen3_5_is_read_from_its_text_config_as_qwen3_next_with_moe_on_every_la
     has SwiGLU MLPs of ``intermediate_size`` instead."""
     doc = config("qwen3.5-35b-a3b")
     body = blocks(import_hf_config(doc))
-    assert len(body) == 40
-    assert [index for index, block in enumerate(body) if block.mixer.type == "attention"] == list(range(3, 40, 4))
-    assert body[0].mixer == LinearAttentionMixer(num_heads=32, head_dim=128, variant="gated_delta", num_key_heads=16,
-                                                 conv_kernel=4)
-    assert body[3].mixer == AttentionMixer(num_heads=16, num_kv_heads=2, head_dim=256, qk_norm=True)
-    assert {block.mlp for block in body} == {MoEMLP(num_experts=256, top_k=8, expert_intermediate_size=512,
-                                                    num_shared_experts=1, shared_intermediate_size=512,
-                                                    aux_loss_coeff=0.001)}
+    assert_qwen3_next_layers(body, 40, experts=256, top_k=8)
     text_only = {**doc["text_config"], "architectures": ["Qwen3_5MoeForCausalLM"]}
     text_only.pop("model_type")
     assert blocks(import_hf_config(text_only)) == body   # the class names the family
