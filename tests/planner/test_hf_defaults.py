@@ -22,9 +22,9 @@ TRANSFORMERS_CLASS_OF = {"minimax_text_01": "minimax", "minimax_m1": "minimax", 
                          "llama4": "llama4_text", "qwen3_5_moe": "qwen3_5_moe_text", "qwen3_5": "qwen3_5_text"}
 
 # Families every key of which has a transformers default (the others need their sizes in the config).
-FULLY_DEFAULTED = ("qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "olmo2", "olmoe", "phi3", "phimoe", "mamba",
-                   "falcon_mamba", "mamba2", "jamba", "granitemoehybrid", "gpt_oss", "glm4_moe", "gpt2", "gpt_bigcode",
-                   "llama", "llama4_text", "qwen3_5_moe_text", "qwen3_5_text")
+FULLY_DEFAULTED = ("qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "olmo2", "olmo3", "olmoe", "phi3", "phimoe",
+                   "mamba", "falcon_mamba", "mamba2", "jamba", "granitemoehybrid", "gpt_oss", "glm4_moe", "gpt2",
+                   "gpt_bigcode", "llama", "llama4_text", "qwen3_5_moe_text", "qwen3_5_text")
 
 # What our model of a family leaves out (as tests/planner/test_hf_counts.py names it), and its share of the parameters
 # matched: Jamba's dt/B/C norms, Qwen2-MoE's and Qwen3.5's shared-expert gate, Qwen3.5's attention output gate (half
@@ -33,7 +33,7 @@ QK_NORMS = r"self_attn\.(q|k)_norm\.weight$"
 SHARED_EXPERT_GATE = (r"shared_expert_gate\.weight$", 1)
 OUTPUT_GATE = (r"self_attn\.q_proj\.weight$", 0.5)
 LEFT_OUT = {"jamba": [(r"mamba\.(dt|b|c)_layernorm\.weight$", 1)], "qwen2_moe": [SHARED_EXPERT_GATE],
-            "olmo2": [(QK_NORMS, 31 / 32)], "olmoe": [(QK_NORMS, 15 / 16)],
+            "olmo2": [(QK_NORMS, 31 / 32)], "olmo3": [(QK_NORMS, 31 / 32)], "olmoe": [(QK_NORMS, 15 / 16)],
             "qwen3_5_moe_text": [OUTPUT_GATE, SHARED_EXPERT_GATE], "qwen3_5_text": [OUTPUT_GATE]}
 
 

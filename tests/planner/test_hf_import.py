@@ -444,6 +444,22 @@ def test_llama4_multimodal_config_reads_its_text_config_and_interleaves_dense_ml
     assert all(layer.mixer.chunk is None for layer in blocks(import_hf_config({**text, "attention_chunk_size": None})))
 
 
+def test_olmo3_slides_on_three_layers_of_four_unless_layer_types_say_otherwise():
+    """OLMo 3: OLMo 2's attention (biased per ``attention_bias``, QK-norm) windowed over ``sliding_window`` on all but
+    every fourth layer by default (``Olmo3Config``), or as ``layer_types`` says."""
+    doc = {"architectures": ["Olmo3ForCausalLM"], "hidden_size": 1024, "num_attention_heads": 8,
+           "intermediate_size": 2816, "num_hidden_layers": 8, "vocab_size": 100278, "sliding_window": 4096}
+    layers = blocks(import_hf_config(doc))
+    assert [layer.mixer.window for layer in layers] == [4096, 4096, 4096, None] * 2
+    assert {layer.mixer.qk_norm for layer in layers} == {True} and {layer.mlp for layer in layers} == {DenseMLP(2816)}
+    types = ["full_attention", "sliding_attention"] * 4
+    windows = [layer.mixer.window for layer in blocks(import_hf_config({**doc, "layer_types": types}))]
+    assert windows == [None, 4096] * 4
+    with pytest.raises(SpecError) as error:
+        import_hf_config({**doc, "sliding_window": None})
+    assert error.value.field == "sliding_window"
+
+
 def test_phi3_is_llama_shaped_and_phimoe_is_a_layernorm_mixtral_with_biased_attention():
     phi3 = import_hf_config(config("phi-3-mini-4k"))
     assert blocks(phi3)[0].mixer == AttentionMixer(num_heads=32, num_kv_heads=32, head_dim=96, window=2047)

@@ -30,8 +30,9 @@ mixer and which MLP each block has:
   experts of ``moe_intermediate_size`` and one shared expert of ``shared_expert_intermediate_size``, except the
   ``mlp_only_layers`` and layers off the ``decoder_sparse_step``.
 - ``olmo2``: Llama with ``attention_bias`` on all four projections, an RMSNorm over all queries and over all keys,
-  and each sublayer's norm after it. ``olmoe``: that attention (norms before) with a top-k MoE of ``num_experts``
-  experts of ``intermediate_size`` on every layer.
+  and each sublayer's norm after it. ``olmo3``: OLMo 2 sliding over ``sliding_window`` on the ``layer_types``'
+  sliding layers (all but every fourth by default). ``olmoe``: that attention (norms before) with a top-k MoE of
+  ``num_experts`` experts of ``intermediate_size`` on every layer.
 - ``mamba`` / ``falcon_mamba``: Mamba-1 mixers alone; ``mamba2``: Mamba-2 mixers alone. ``jamba``: attention
   every ``attn_layer_period``-th layer (at ``attn_layer_offset``), Mamba-1 elsewhere; an MoE every
   ``expert_layer_period``-th MLP. ``granitemoehybrid``: ``layer_types`` of Mamba-2 and attention, every layer
@@ -60,8 +61,8 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
   Jamba's dt/B/C norms, Phi-3.5-MoE's head bias and Gemma 3's vision tower are left out (each well under
   1 % of the parameters, or absent from the model that trains the pipeline; the tests name each). So is Llama 4's
   vision encoder.
-- OLMo 2's and OLMoE's QK-norms normalise all the heads' queries (keys) at once; they run as Qwen3's per-head norm,
-  whose weights are one head wide (the tests name the rest: 0.004 % of OLMo 2 1B).
+- OLMo 2's, OLMo 3's and OLMoE's QK-norms normalise all the heads' queries (keys) at once; they run as Qwen3's
+  per-head norm, whose weights are one head wide (the tests name the rest: 0.004 % of OLMo 2 1B).
 - Linear attention keeps one head width: Qwen3-Next's ``linear_value_head_dim`` (equal to the key width in
   every released config).
 - Activations keep their shapes, not their exact functions: gpt-oss's clamped SwiGLU runs as SwiGLU, GPT-2's
@@ -113,6 +114,7 @@ FAMILIES: dict[str, Family] = {
     "qwen3_moe": Family(softmax.qwen3_moe),
     "qwen2_moe": Family(softmax.qwen2_moe),
     "olmo2": Family(softmax.olmo2),
+    "olmo3": Family(softmax.olmo3),
     "olmoe": Family(softmax.olmoe),
     "llama4": Family(softmax.llama4, nested_text=True),
     "llama4_text": Family(softmax.llama4),
@@ -143,7 +145,8 @@ ARCHITECTURE_MODEL_TYPES = {
     "Phi3ForCausalLM": "phi3", "PhiMoEForCausalLM": "phimoe", "PhimoeForCausalLM": "phimoe",
     "Gemma2ForCausalLM": "gemma2", "Gemma3ForConditionalGeneration": "gemma3", "Gemma3ForCausalLM": "gemma3_text",
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",
-    "Qwen2MoeForCausalLM": "qwen2_moe", "Olmo2ForCausalLM": "olmo2", "OlmoeForCausalLM": "olmoe",
+    "Qwen2MoeForCausalLM": "qwen2_moe", "Olmo2ForCausalLM": "olmo2", "Olmo3ForCausalLM": "olmo3",
+    "OlmoeForCausalLM": "olmoe",
     "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4_text",
     "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",

@@ -4,6 +4,8 @@ file of each family (``models/<model_type>/modeling_<model_type>.py``)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from planner.errors import SpecError
 from planner.spec.hf.reader import (Config, aux_loss_coeff, attention, layer_flags, layer_types, router_groups,
                                     top_k)
@@ -165,6 +167,23 @@ def olmo2(cfg: Config) -> list[LayerSpec]:
     (before the residual add), which holds the same weights as Llama's before it."""
     block = LayerSpec(kind="decoder", mixer=_olmo_attention(cfg), mlp=DenseMLP(cfg.integer("intermediate_size")))
     return [block] * cfg.integer("num_hidden_layers")
+
+
+def olmo3(cfg: Config) -> list[LayerSpec]:
+    """OLMo 3: OLMo 2's blocks, sliding over ``sliding_window`` tokens on the layers ``layer_types`` marks, by default
+    all but every fourth (``Olmo3Config``'s rule)."""
+    count = cfg.integer("num_hidden_layers")
+    if "layer_types" in cfg:
+        roles = layer_types(cfg, count, SLIDING_OR_FULL)
+    else:
+        roles = ["full" if (index + 1) % 4 == 0 else "sliding" for index in range(count)]
+    window = cfg.optional_integer("sliding_window") if "sliding" in roles else None
+    if "sliding" in roles and window is None:
+        raise SpecError(cfg.field("sliding_window"), "is required when a layer is sliding_attention")
+    mixers = {role: replace(_olmo_attention(cfg), window=window if role == "sliding" else None)
+              for role in ("sliding", "full")}
+    mlp = DenseMLP(cfg.integer("intermediate_size"))
+    return _decoders([mixers[role] for role in roles], [mlp] * count)
 
 
 def olmoe(cfg: Config) -> list[LayerSpec]:
