@@ -4,11 +4,9 @@ file of each family (``models/<model_type>/modeling_<model_type>.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from planner.errors import SpecError
-from planner.spec.hf.reader import (Config, aux_loss_coeff, attention, layer_flags, layer_types, router_groups,
-                                    top_k)
+from planner.spec.hf.reader import (Config, aux_loss_coeff, attention, layer_flags, layer_types, routed_moe,
+                                    router_groups, top_k)
 from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
 
 SLIDING_OR_FULL = {"sliding_attention": "sliding", "full_attention": "full"}
@@ -28,9 +26,7 @@ def llama(cfg: Config) -> list[LayerSpec]:
 
 def mixtral(cfg: Config) -> list[LayerSpec]:
     mixer = attention(cfg, window=cfg.optional_integer("sliding_window"))
-    experts = cfg.integer("num_local_experts")
-    mlp = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
-                 expert_intermediate_size=cfg.integer("intermediate_size"), aux_loss_coeff=aux_loss_coeff(cfg))
+    mlp = routed_moe(cfg, "num_local_experts")
     return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("num_hidden_layers")
 
 
@@ -39,9 +35,7 @@ def phimoe(cfg: Config) -> list[LayerSpec]:
     family's ``norm``); ``sliding_window`` windows every layer."""
     biased = cfg.flag("attention_bias")
     mixer = attention(cfg, window=cfg.optional_integer("sliding_window"), qkv_bias=biased, output_bias=biased)
-    experts = cfg.integer("num_local_experts")
-    mlp = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
-                 expert_intermediate_size=cfg.integer("intermediate_size"), aux_loss_coeff=aux_loss_coeff(cfg))
+    mlp = routed_moe(cfg, "num_local_experts")
     return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("num_hidden_layers")
 
 
@@ -83,6 +77,12 @@ def _qwen_windows(cfg: Config, count: int) -> list[int | None]:
         roles = ["sliding" if index >= first else "full" for index in range(count)]
     else:
         roles = ["full"] * count
+    return _sliding_windows(cfg, roles)
+
+
+def _sliding_windows(cfg: Config, roles: list[str]) -> list[int | None]:
+    """Each layer's window: ``sliding_window`` on the sliding layers (required when there is one), none elsewhere."""
+    window = cfg.optional_integer("sliding_window")
     if "sliding" in roles and window is None:
         raise SpecError(cfg.field("sliding_window"), "is required when a layer is sliding_attention")
     return [window if role == "sliding" else None for role in roles]
@@ -154,12 +154,12 @@ def qwen3_moe(cfg: Config) -> list[LayerSpec]:
     return _decoders(_qwen3_attention(cfg, count), qwen_moe_mlps(cfg, count, moe))
 
 
-def _olmo_attention(cfg: Config) -> AttentionMixer:
-    """OLMo 2's and OLMoE's attention: ``attention_bias`` on all four projections, and an RMSNorm over all the
-    queries and over all the keys, read as Qwen3's per-head one (the same passes; its weights are one head wide,
+def _olmo_attention(cfg: Config, window: int | None = None) -> AttentionMixer:
+    """OLMo 2's, OLMo 3's and OLMoE's attention: ``attention_bias`` on all four projections, and an RMSNorm over all
+    the queries and over all the keys, read as Qwen3's per-head one (the same passes; its weights are one head wide,
     not every head's)."""
     biased = cfg.flag("attention_bias", default=cfg.default("attention_bias", False))
-    return attention(cfg, qkv_bias=biased, output_bias=biased, qk_norm=True)
+    return attention(cfg, window=window, qkv_bias=biased, output_bias=biased, qk_norm=True)
 
 
 def olmo2(cfg: Config) -> list[LayerSpec]:
@@ -177,21 +177,14 @@ def olmo3(cfg: Config) -> list[LayerSpec]:
         roles = layer_types(cfg, count, SLIDING_OR_FULL)
     else:
         roles = ["full" if (index + 1) % 4 == 0 else "sliding" for index in range(count)]
-    window = cfg.optional_integer("sliding_window") if "sliding" in roles else None
-    if "sliding" in roles and window is None:
-        raise SpecError(cfg.field("sliding_window"), "is required when a layer is sliding_attention")
-    mixers = {role: replace(_olmo_attention(cfg), window=window if role == "sliding" else None)
-              for role in ("sliding", "full")}
     mlp = DenseMLP(cfg.integer("intermediate_size"))
-    return _decoders([mixers[role] for role in roles], [mlp] * count)
+    return _decoders([_olmo_attention(cfg, window) for window in _sliding_windows(cfg, roles)], [mlp] * count)
 
 
 def olmoe(cfg: Config) -> list[LayerSpec]:
     """OLMoE: ``_olmo_attention`` (Llama's norm placement); every MLP a top-``num_experts_per_tok`` MoE of
     ``num_experts`` experts of ``intermediate_size``, no shared one (``clip_qkv`` clamps, holding no weights)."""
-    experts = cfg.integer("num_experts")
-    moe = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
-                 expert_intermediate_size=cfg.integer("intermediate_size"), aux_loss_coeff=aux_loss_coeff(cfg))
+    moe = routed_moe(cfg, "num_experts")
     return [LayerSpec(kind="decoder", mixer=_olmo_attention(cfg), mlp=moe)] * cfg.integer("num_hidden_layers")
 
 

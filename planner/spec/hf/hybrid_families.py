@@ -8,7 +8,8 @@ import math
 
 from planner.errors import SpecError
 from planner.spec.hf.attention_families import qwen_moe_mlps, qwen_shared_expert_moe
-from planner.spec.hf.reader import Config, aux_loss_coeff, attention, layer_flags, layer_types, top_k
+from planner.spec.hf.reader import (Config, aux_loss_coeff, attention, layer_flags, layer_types, routed_moe,
+                                    top_k)
 from planner.spec.model import (
     GATED_DELTA_CONV_KERNEL,
     DenseMLP,
@@ -169,13 +170,11 @@ def jamba(cfg: Config) -> list[LayerSpec]:
     softmax = attention(cfg, rotary=False)   # Jamba's attention has no positional encoding
     attention_period, attention_offset = cfg.integer("attn_layer_period"), cfg.integer("attn_layer_offset", minimum=0)
     expert_period, expert_offset = cfg.integer("expert_layer_period"), cfg.integer("expert_layer_offset", minimum=0)
-    experts = cfg.integer("num_experts")
+    moe = routed_moe(cfg, "num_experts")
     dense = DenseMLP(cfg.integer("intermediate_size"))
-    moe = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
-                 expert_intermediate_size=cfg.integer("intermediate_size"), aux_loss_coeff=aux_loss_coeff(cfg))
     return [LayerSpec(kind="decoder",
                       mixer=softmax if index % attention_period == attention_offset else mamba_mixer,
-                      mlp=moe if experts > 1 and index % expert_period == expert_offset else dense)
+                      mlp=moe if moe.num_experts > 1 and index % expert_period == expert_offset else dense)
             for index in range(count)]
 
 

@@ -9,7 +9,7 @@ for ``hidden_size``) is read under either spelling. Errors name the key as the c
 from __future__ import annotations
 
 from planner.errors import SpecError
-from planner.spec.model import AttentionMixer, LayerSpec, check_router_groups
+from planner.spec.model import AttentionMixer, LayerSpec, MoEMLP, check_router_groups
 from planner.fields import closest_key, get_bool, get_int, get_number, get_str, join, require_list
 
 EMBEDDING = LayerSpec(kind="embedding")
@@ -142,6 +142,14 @@ def layer_flags(cfg: Config, key: str, count: int, zero: str, one: str) -> list[
         if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1):
             raise SpecError(f"{cfg.field(key)}[{index}]", f"must be 0 ({zero}) or 1 ({one}); got {value!r}")
     return [value == 1 for value in flags]
+
+
+def routed_moe(cfg: Config, experts_key: str) -> MoEMLP:
+    """A top-``num_experts_per_tok`` MoE of ``experts_key`` experts of ``intermediate_size``, with no shared expert,
+    trained with the routers' balancing loss (Mixtral's, Phi-3.5-MoE's, OLMoE's and Jamba's MoE)."""
+    experts = cfg.integer(experts_key)
+    return MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
+                  expert_intermediate_size=cfg.integer("intermediate_size"), aux_loss_coeff=aux_loss_coeff(cfg))
 
 
 def top_k(cfg: Config, experts: int) -> int:
