@@ -8,7 +8,9 @@ public code (this machine cannot reach the HuggingFace Hub), each shape key foun
 quotes: ``qwen2-57b-a14b`` (a full copy), ``olmoe-1b-7b-0924`` and ``olmo-2-0425-1b`` (their keys that hold no weights,
 such as token ids, as released to the best of our knowledge), ``llama-4-scout-17b-16e-text`` (Scout's text model in
 the text-only form its derivatives ship, ``Llama4ForCausalLM``) and ``qwen3.5-35b-a3b`` (its ``text_config``; the
-``vision_config`` is left out).
+``vision_config`` is left out). Three more were added later that day the same way, each shape key again in at least two
+independent quotes, and the keys that hold no weights kept only where a quote gives them (token ids left out):
+``smollm3-3b`` (SmolLM3-3B), ``minimax-m2`` (MiniMax-M2) and ``glm-4.7-flash`` (GLM-4.7-Flash).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ SHARED_EXPERT_GATE = ("the shared expert's gate", r"shared_expert_gate\.weight$"
 OUTPUT_GATE = ("the attention output gate (half of each full-attention q_proj)", r"self_attn\.q_proj\.weight$", 0.5)
 # OLMo's QK-norms span every head (16 of 128 wide here); ours is one head wide (planner.spec.hf's approximations)
 OLMO_WIDE_QK_NORMS = ("the QK-norms' weights beyond one head's", r"self_attn\.(q|k)_norm\.weight$", 15 / 16)
+# MiniMax-M2's likewise, over its 48 query heads and its 8 key heads
+M2_WIDE_QK_NORMS = [("the query norm's weights beyond one head's", r"self_attn\.q_norm\.weight$", 47 / 48),
+                    ("the key norm's weights beyond one head's", r"self_attn\.k_norm\.weight$", 7 / 8)]
 
 # fixture -> (transformers model_type to build, when the config's own is not one, [(what we leave out,
 # HF parameter names it consists of, the share of those parameters it is)])
@@ -51,6 +56,9 @@ CASES = {
     "olmo-2-0425-1b": (None, [OLMO_WIDE_QK_NORMS]),
     "olmoe-1b-7b-0924": (None, [OLMO_WIDE_QK_NORMS]),
     "llama-4-scout-17b-16e-text": (None, []),   # its QK-norm (an L2 norm) holds no weights
+    "smollm3-3b": (None, []),
+    "minimax-m2": (None, M2_WIDE_QK_NORMS),
+    "glm-4.7-flash": (None, []),
     "qwen2.5-7b": (None, []),
     "qwen3-8b": (None, []),
     "qwen3-30b-a3b": (None, []),

@@ -24,17 +24,20 @@ TRANSFORMERS_CLASS_OF = {"minimax_text_01": "minimax", "minimax_m1": "minimax", 
 # Families every key of which has a transformers default (the others need their sizes in the config).
 FULLY_DEFAULTED = ("qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "olmo2", "olmo3", "olmoe", "phi3", "phimoe",
                    "mamba", "falcon_mamba", "mamba2", "jamba", "granitemoehybrid", "gpt_oss", "glm4_moe", "gpt2",
-                   "gpt_bigcode", "llama", "llama4_text", "qwen3_5_moe_text", "qwen3_5_text")
+                   "gpt_bigcode", "llama", "llama4_text", "qwen3_5_moe_text", "qwen3_5_text", "smollm3",
+                   "minimax_m2", "glm4_moe_lite")
 
 # What our model of a family leaves out (as tests/planner/test_hf_counts.py names it), and its share of the parameters
 # matched: Jamba's dt/B/C norms, Qwen2-MoE's and Qwen3.5's shared-expert gate, Qwen3.5's attention output gate (half
-# of each full-attention q_proj), OLMo's QK-norm weights beyond one head's (32 and 16 heads in the default models).
+# of each full-attention q_proj), OLMo's and MiniMax-M2's QK-norm weights beyond one head's (32 and 16 heads in OLMo's
+# default models; MiniMax-M2's 48 query and 8 key heads).
 QK_NORMS = r"self_attn\.(q|k)_norm\.weight$"
 SHARED_EXPERT_GATE = (r"shared_expert_gate\.weight$", 1)
 OUTPUT_GATE = (r"self_attn\.q_proj\.weight$", 0.5)
 LEFT_OUT = {"jamba": [(r"mamba\.(dt|b|c)_layernorm\.weight$", 1)], "qwen2_moe": [SHARED_EXPERT_GATE],
             "olmo2": [(QK_NORMS, 31 / 32)], "olmo3": [(QK_NORMS, 31 / 32)], "olmoe": [(QK_NORMS, 15 / 16)],
-            "qwen3_5_moe_text": [OUTPUT_GATE, SHARED_EXPERT_GATE], "qwen3_5_text": [OUTPUT_GATE]}
+            "qwen3_5_moe_text": [OUTPUT_GATE, SHARED_EXPERT_GATE], "qwen3_5_text": [OUTPUT_GATE],
+            "minimax_m2": [(r"self_attn\.q_norm\.weight$", 47 / 48), (r"self_attn\.k_norm\.weight$", 7 / 8)]}
 
 
 def kept(model_type: str, name: str, count: int) -> float:

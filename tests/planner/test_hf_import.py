@@ -460,6 +460,68 @@ def test_olmo3_slides_on_three_layers_of_four_unless_layer_types_say_otherwise()
     assert error.value.field == "sliding_window"
 
 
+def test_smollm3_leaves_every_fourth_layer_without_positions_and_slides_only_when_told():
+    """SmolLM3-3B: Llama with NoPE on every fourth layer (``no_rope_layers``); ``use_sliding_window`` windows the
+    ``layer_types``' sliding layers, by default the NoPE ones (``SmolLM3Config``), and nothing without it; biases where
+    ``attention_bias`` and ``mlp_bias`` say."""
+    doc = config("smollm3-3b")
+    spec = import_hf_config(doc)
+    layers = blocks(spec)
+    assert len(layers) == 36 and spec.tie_embeddings
+    assert [layer.mixer for layer in layers[:4]] == [
+        AttentionMixer(num_heads=16, num_kv_heads=4, head_dim=128, rotary=rope) for rope in (True, True, True, False)]
+    assert [layer.mixer.rotary for layer in layers] == [True, True, True, False] * 9
+    assert {layer.mlp for layer in layers} == {DenseMLP(11008)}
+    bare = {key: value for key, value in doc.items() if key != "no_rope_layers"}
+    interval = blocks(import_hf_config({**bare, "no_rope_layer_interval": 3}))
+    assert [layer.mixer.rotary for layer in interval[:6]] == [True, True, False] * 2
+    # a window without use_sliding_window windows nothing, as SmolLM3Attention reads it
+    assert all(layer.mixer.window is None for layer in blocks(import_hf_config({**doc, "sliding_window": 2048})))
+    sliding = blocks(import_hf_config({**doc, "use_sliding_window": True, "sliding_window": 2048}))
+    assert [layer.mixer.window for layer in sliding[:8]] == [None, None, None, 2048] * 2
+    types = ["sliding_attention", "full_attention"] * 18
+    told = blocks(import_hf_config({**doc, "use_sliding_window": True, "sliding_window": 2048, "layer_types": types}))
+    assert [layer.mixer.window for layer in told[:4]] == [2048, None, 2048, None]
+    biased = blocks(import_hf_config({**doc, "attention_bias": True, "mlp_bias": True}))[0]
+    assert biased.mixer.qkv_bias and biased.mixer.output_bias and biased.mlp == DenseMLP(11008, bias=True)
+    with pytest.raises(SpecError) as error:
+        import_hf_config({**doc, "use_sliding_window": True, "layer_types": types})
+    assert error.value.field == "sliding_window"
+    with pytest.raises(SpecError) as error:
+        import_hf_config({**doc, "no_rope_layers": [1, 2] * 18})
+    assert error.value.field == "no_rope_layers[1]"
+
+
+def test_minimax_m2_is_qk_normed_attention_with_a_sigmoid_routed_moe_on_every_layer():
+    layers = blocks(import_hf_config(config("minimax-m2")))
+    assert len(layers) == 62
+    assert {layer.mixer for layer in layers} == {AttentionMixer(num_heads=48, num_kv_heads=8, head_dim=128,
+                                                                qk_norm=True)}
+    assert {layer.mlp for layer in layers} == {MoEMLP(num_experts=256, top_k=8, expert_intermediate_size=1536,
+                                                      aux_loss_coeff=0.001)}
+    with pytest.raises(SpecError) as error:
+        import_hf_config({**config("minimax-m2"), "num_experts_per_tok": 300})
+    assert error.value.field == "num_experts_per_tok"
+
+
+def test_glm_4_7_flash_is_latent_attention_with_its_first_layer_dense_or_as_mlp_layer_types_say():
+    doc = config("glm-4.7-flash")
+    layers = blocks(import_hf_config(doc))
+    assert len(layers) == 47
+    assert {layer.mixer for layer in layers} == {AttentionMixer(
+        num_heads=20, num_kv_heads=20, head_dim=256, v_head_dim=256, q_lora_rank=768, kv_lora_rank=512,
+        rope_head_dim=64)}
+    moe = MoEMLP(num_experts=64, top_k=4, expert_intermediate_size=1536, num_shared_experts=1,
+                 shared_intermediate_size=1536, router_groups=1, router_group_topk=1)
+    assert [layer.mlp for layer in layers] == [DenseMLP(10240)] + [moe] * 46
+    kinds = ["dense", "dense", "sparse"] + ["sparse"] * 44
+    told = blocks(import_hf_config({**doc, "mlp_layer_types": kinds}))
+    assert [layer.mlp for layer in told[:3]] == [DenseMLP(10240), DenseMLP(10240), moe]
+    with pytest.raises(SpecError) as error:
+        import_hf_config({**doc, "mlp_layer_types": ["dense", "moe"] + ["sparse"] * 45})
+    assert error.value.field == "mlp_layer_types[1]"
+
+
 def test_phi3_is_llama_shaped_and_phimoe_is_a_layernorm_mixtral_with_biased_attention():
     phi3 = import_hf_config(config("phi-3-mini-4k"))
     assert blocks(phi3)[0].mixer == AttentionMixer(num_heads=32, num_kv_heads=32, head_dim=96, window=2047)

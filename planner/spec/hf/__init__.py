@@ -41,8 +41,13 @@ mixer and which MLP each block has:
   every ``no_rope_layer_interval``-th layer (or per ``no_rope_layers`` / ``layer_types``) full attention without
   positions; an MoE with one shared expert on the ``moe_layers`` (every ``interleave_moe_layer_step``-th), dense MLPs
   of ``intermediate_size_mlp`` elsewhere. ``llama4``'s text model sits under ``text_config``.
+- ``smollm3``: Llama (biases per ``attention_bias`` and ``mlp_bias``) without positions on every
+  ``no_rope_layer_interval``-th layer (or per ``no_rope_layers``); with ``use_sliding_window``, windows on the
+  ``layer_types``' sliding layers (by default the NoPE ones).
 - ``gpt_oss``: alternating sliding / full attention with sinks and biases, biased MoE on every layer.
-  ``glm4_moe``: biased q/k/v, optional QK-norm, DeepSeek's dense-first-k then shared-expert MoE.
+  ``glm4_moe``: biased q/k/v, optional QK-norm, DeepSeek's dense-first-k then shared-expert MoE. ``glm4_moe_lite``
+  (GLM-4.7-Flash): DeepSeek's latent attention and MoE, dense where ``mlp_layer_types`` says (the first layer by
+  default). ``minimax_m2``: QK-normed grouped-query attention and a ``num_local_experts`` MoE on every layer.
 - ``gpt2`` / ``gpt_bigcode``: learned positions, LayerNorm, biased attention (one key/value head with
   ``multi_query``) and a biased GELU MLP.
 - Any other ``model_type`` whose ``architectures`` names one of these families' classes (Kimi-K2's
@@ -61,8 +66,10 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
   Jamba's dt/B/C norms, Phi-3.5-MoE's head bias and Gemma 3's vision tower are left out (each well under
   1 % of the parameters, or absent from the model that trains the pipeline; the tests name each). So is Llama 4's
   vision encoder.
-- OLMo 2's, OLMo 3's and OLMoE's QK-norms normalise all the heads' queries (keys) at once; they run as Qwen3's
-  per-head norm, whose weights are one head wide (the tests name the rest: 0.004 % of OLMo 2 1B).
+- OLMo 2's, OLMo 3's, OLMoE's and MiniMax-M2's QK-norms normalise all the heads' queries (keys) at once; they run as
+  Qwen3's per-head norm, whose weights are one head wide (the tests name the rest: 0.004 % of OLMo 2 1B).
+  MiniMax-M2's partial rotary positions (``rotary_dim``) and sigmoid routing with a balancing bias hold no weights
+  and are not modelled; nor are its and GLM-4.7-Flash's multi-token-prediction modules, as DeepSeek's.
 - Linear attention keeps one head width: Qwen3-Next's ``linear_value_head_dim`` (equal to the key width in
   every released config).
 - Activations keep their shapes, not their exact functions: gpt-oss's clamped SwiGLU runs as SwiGLU, GPT-2's
@@ -118,9 +125,12 @@ FAMILIES: dict[str, Family] = {
     "olmoe": Family(softmax.olmoe),
     "llama4": Family(softmax.llama4, nested_text=True),
     "llama4_text": Family(softmax.llama4),
+    "smollm3": Family(softmax.smollm3),
     "gpt_oss": Family(softmax.gpt_oss),
+    "minimax_m2": Family(softmax.minimax_m2),
     "deepseek_v2": Family(softmax.deepseek),
     "deepseek_v3": Family(softmax.deepseek),
+    "glm4_moe_lite": Family(softmax.glm4_moe_lite),
     "glm4_moe": Family(softmax.glm4_moe),
     "gpt2": Family(softmax.gpt2, norm="layernorm", positions_key="n_positions"),
     "gpt_bigcode": Family(softmax.gpt2, norm="layernorm", positions_key="n_positions"),
@@ -148,7 +158,8 @@ ARCHITECTURE_MODEL_TYPES = {
     "Qwen2MoeForCausalLM": "qwen2_moe", "Olmo2ForCausalLM": "olmo2", "Olmo3ForCausalLM": "olmo3",
     "OlmoeForCausalLM": "olmoe",
     "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4_text",
-    "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
+    "SmolLM3ForCausalLM": "smollm3", "GptOssForCausalLM": "gpt_oss", "MiniMaxM2ForCausalLM": "minimax_m2",
+    "Glm4MoeForCausalLM": "glm4_moe", "Glm4MoeLiteForCausalLM": "glm4_moe_lite",
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
     "GPT2LMHeadModel": "gpt2", "GPTBigCodeForCausalLM": "gpt_bigcode",
     "MambaForCausalLM": "mamba", "FalconMambaForCausalLM": "falcon_mamba", "Mamba2ForCausalLM": "mamba2",

@@ -197,9 +197,10 @@ def _layer_indices(cfg: Config, key: str, count: int) -> list[int]:
     return indices
 
 
-def _llama4_rotary(cfg: Config, count: int) -> list[bool]:
-    """Which layers carry rotary positions: ``no_rope_layers`` (1: rotary, 0: none) when given and not empty, else
-    every layer but each ``no_rope_layer_interval``-th (``Llama4TextConfig``'s rule)."""
+def _rotary_layers(cfg: Config, count: int) -> list[bool]:
+    """Which layers carry rotary positions (Llama 4, SmolLM3): ``no_rope_layers`` (1: rotary, 0: none) when given and
+    not empty, else every layer but each ``no_rope_layer_interval``-th (``Llama4TextConfig``'s and ``SmolLM3Config``'s
+    rule)."""
     if "no_rope_layers" in cfg and cfg.entries("no_rope_layers", min_length=0):
         return layer_flags(cfg, "no_rope_layers", count, zero="no positions", one="rotary")
     interval = cfg.integer("no_rope_layer_interval", default=cfg.default("no_rope_layer_interval", 4))
@@ -208,13 +209,13 @@ def _llama4_rotary(cfg: Config, count: int) -> list[bool]:
 
 def llama4(cfg: Config) -> list[LayerSpec]:
     """Llama 4 (Scout, Maverick): attention biased on all four projections (``attention_bias``), chunked over
-    ``attention_chunk_size`` tokens with rotary positions where ``_llama4_rotary`` says so, and over the whole
+    ``attention_chunk_size`` tokens with rotary positions where ``_rotary_layers`` says so, and over the whole
     sequence without positions (NoPE) elsewhere (``layer_types`` when given); its QK-norm is an L2 norm without
     weights (left out: a few elementwise passes). On the ``moe_layers`` (every ``interleave_moe_layer_step``-th by
     default) the MLP is a top-``num_experts_per_tok`` MoE of ``num_local_experts`` experts of ``intermediate_size``
     beside one shared expert as wide, elsewhere a dense MLP of ``intermediate_size_mlp``."""
     count = cfg.integer("num_hidden_layers")
-    rotary = _llama4_rotary(cfg, count)
+    rotary = _rotary_layers(cfg, count)
     chunk = cfg.optional_integer("attention_chunk_size")
     if "layer_types" in cfg:
         roles = layer_types(cfg, count, {"chunked_attention": "chunked", "full_attention": "full"})
@@ -235,6 +236,37 @@ def llama4(cfg: Config) -> list[LayerSpec]:
                  num_shared_experts=1, shared_intermediate_size=width, aux_loss_coeff=aux_loss_coeff(cfg))
     dense = DenseMLP(cfg.integer("intermediate_size_mlp"))
     return _decoders(mixers, [moe if index in sparse else dense for index in range(count)])
+
+
+def smollm3(cfg: Config) -> list[LayerSpec]:
+    """SmolLM3: Llama with ``attention_bias`` on all four attention projections and ``mlp_bias`` on the MLP's, and no
+    positions (NoPE) on the layers ``_rotary_layers`` names (every 4th by default). With ``use_sliding_window`` the
+    ``layer_types``' sliding layers (by default the NoPE ones) slide over ``sliding_window``; without it none does
+    (``SmolLM3Attention``)."""
+    count = cfg.integer("num_hidden_layers")
+    rotary = _rotary_layers(cfg, count)
+    roles = ["full"] * count
+    if cfg.flag("use_sliding_window"):
+        if "layer_types" in cfg:
+            roles = layer_types(cfg, count, SLIDING_OR_FULL)
+        elif cfg.optional_integer("sliding_window") is not None:
+            roles = ["full" if rope else "sliding" for rope in rotary]
+    biased = cfg.flag("attention_bias")
+    mixers = [attention(cfg, window=window, qkv_bias=biased, output_bias=biased, rotary=rope)
+              for window, rope in zip(_sliding_windows(cfg, roles), rotary)]
+    mlp = DenseMLP(cfg.integer("intermediate_size"), bias=cfg.flag("mlp_bias"))
+    return _decoders(mixers, [mlp] * count)
+
+
+def minimax_m2(cfg: Config) -> list[LayerSpec]:
+    """MiniMax-M2: grouped-query attention whose RMSNorm over all the queries (and over all the keys) is read as the
+    per-head QK-norm, as OLMo's; rotary positions on part of each head (``rotary_dim``: no weights, and no other
+    cost here). Every MLP is a top-``num_experts_per_tok`` MoE of ``num_local_experts`` experts of
+    ``intermediate_size``, routed on sigmoid scores plus a balancing bias (a buffer, not trained by the gradient). The
+    multi-token-prediction modules (``num_mtp_modules``) are not part of the model HF builds."""
+    mixer = attention(cfg, qk_norm=True)
+    moe = routed_moe(cfg, "num_local_experts")
+    return [LayerSpec(kind="decoder", mixer=mixer, mlp=moe)] * cfg.integer("num_hidden_layers")
 
 
 def gpt_oss(cfg: Config) -> list[LayerSpec]:
@@ -278,17 +310,37 @@ def _shared_expert_moe(cfg: Config, experts: int) -> MoEMLP:
                   **router_groups(cfg, experts, chosen))
 
 
-def deepseek(cfg: Config) -> list[LayerSpec]:
-    """DeepSeek-V2/V3 (and Kimi-K2): multi-head latent attention; dense-first-k then MoE with shared experts."""
+def _latent_attention(cfg: Config) -> AttentionMixer:
+    """DeepSeek's multi-head latent attention (DeepSeek-V2, GLM-4.7-Flash)."""
     heads = cfg.integer("num_attention_heads")
     rope = cfg.integer("qk_rope_head_dim")
-    mixer = AttentionMixer(num_heads=heads, num_kv_heads=heads, head_dim=cfg.integer("qk_nope_head_dim") + rope,
-                           v_head_dim=cfg.integer("v_head_dim"), q_lora_rank=cfg.optional_integer("q_lora_rank"),
-                           kv_lora_rank=cfg.integer("kv_lora_rank"), rope_head_dim=rope)
+    return AttentionMixer(num_heads=heads, num_kv_heads=heads, head_dim=cfg.integer("qk_nope_head_dim") + rope,
+                          v_head_dim=cfg.integer("v_head_dim"), q_lora_rank=cfg.optional_integer("q_lora_rank"),
+                          kv_lora_rank=cfg.integer("kv_lora_rank"), rope_head_dim=rope)
+
+
+def deepseek(cfg: Config) -> list[LayerSpec]:
+    """DeepSeek-V2/V3 (and Kimi-K2): multi-head latent attention; dense-first-k then MoE with shared experts."""
     count = cfg.integer("num_hidden_layers")
     experts = cfg.optional_integer("n_routed_experts")
     moe = _shared_expert_moe(cfg, experts) if experts is not None else None
-    return _decoders([mixer] * count, _dense_first_then_moe(cfg, DenseMLP(cfg.integer("intermediate_size")), moe, count))
+    mlps = _dense_first_then_moe(cfg, DenseMLP(cfg.integer("intermediate_size")), moe, count)
+    return _decoders([_latent_attention(cfg)] * count, mlps)
+
+
+def glm4_moe_lite(cfg: Config) -> list[LayerSpec]:
+    """GLM-4.7-Flash: DeepSeek's latent attention and shared-expert MoE; ``mlp_layer_types`` says which layers are
+    dense and which MoE, by default the first dense and the rest MoE (``Glm4MoeLiteConfig``'s rule; it does not read
+    ``first_k_dense_replace``). The multi-token-prediction layer (``num_nextn_predict_layers``) is not part of the
+    model HF builds."""
+    count = cfg.integer("num_hidden_layers")
+    if "mlp_layer_types" in cfg:
+        kinds = layer_types(cfg, count, {"dense": "dense", "sparse": "sparse"}, key="mlp_layer_types")
+    else:
+        kinds = ["dense"] + ["sparse"] * (count - 1)
+    dense = DenseMLP(cfg.integer("intermediate_size"))
+    moe = _shared_expert_moe(cfg, cfg.integer("n_routed_experts"))
+    return _decoders([_latent_attention(cfg)] * count, [moe if kind == "sparse" else dense for kind in kinds])
 
 
 def glm4_moe(cfg: Config) -> list[LayerSpec]:
