@@ -25,6 +25,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from planner.cost import count_parameters
 from planner.spec.hf import import_hf_config
+from tests.planner.test_hf_import import EXAONE_4_32B, MINITRON_8B
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 TOLERANCE = 0.005
@@ -134,6 +135,11 @@ def test_imported_parameters_equal_transformers_less_the_named_parts(name):
     ours = count_parameters(import_hf_config(config))
     assert ours == expected - left_out(reference, parts)
     assert abs(ours - expected) <= TOLERANCE * expected
+
+
+@pytest.mark.parametrize("config", [MINITRON_8B, EXAONE_4_32B], ids=["minitron-8b", "exaone-4.0-32b"])
+def test_shapes_without_a_fixture_count_as_transformers_builds_them(config):
+    assert count_parameters(import_hf_config(config)) == sum(transformers_parameters(config).values())
 
 
 def test_gemma3_counts_its_language_model_and_names_the_vision_tower():

@@ -13,6 +13,18 @@ from planner.spec.model import AttentionMixer, DenseMLP, LinearAttentionMixer, M
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 
 
+# Two families' shapes without a fixture (no released config reachable here), checked against transformers' count in
+# test_hf_counts: Minitron-8B's (its heads 128 wide, not hidden / heads; transformers' default Nemotron config cannot
+# be built, having no key-value heads) and EXAONE 4.0 32B's (TensorRT-LLM's test config of it, with its 64 layers and
+# 4,096-token window restored as its comments give them).
+MINITRON_8B = {"model_type": "nemotron", "hidden_size": 4096, "num_attention_heads": 48, "num_key_value_heads": 8,
+               "head_dim": 128, "intermediate_size": 16384, "num_hidden_layers": 32, "vocab_size": 256000}
+EXAONE_4_32B = {"architectures": ["Exaone4ForCausalLM"], "model_type": "exaone4", "head_dim": 128, "hidden_size": 5120,
+                "intermediate_size": 27392, "num_attention_heads": 40, "num_hidden_layers": 64,
+                "num_key_value_heads": 8, "sliding_window": 4096, "sliding_window_pattern": 4,
+                "tie_word_embeddings": False, "vocab_size": 102400}
+
+
 def config(name: str) -> dict:
     return json.loads((FIXTURES / f"{name}.json").read_text())
 
@@ -520,6 +532,61 @@ def test_glm_4_7_flash_is_latent_attention_with_its_first_layer_dense_or_as_mlp_
     with pytest.raises(SpecError) as error:
         import_hf_config({**doc, "mlp_layer_types": ["dense", "moe"] + ["sparse"] * 45})
     assert error.value.field == "mlp_layer_types[1]"
+
+
+def test_granite_families_bias_where_told_and_share_an_expert_only_in_granitemoeshared():
+    doc = {"hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 4, "intermediate_size": 2048,
+           "num_hidden_layers": 4, "vocab_size": 49155}
+    dense = blocks(import_hf_config({**doc, "model_type": "granite", "attention_bias": True, "mlp_bias": True}))[0]
+    assert dense.mixer == AttentionMixer(num_heads=16, num_kv_heads=4, head_dim=64, qkv_bias=True, output_bias=True)
+    assert dense.mlp == DenseMLP(2048, bias=True)
+    moe = {**doc, "num_local_experts": 40, "num_experts_per_tok": 8, "shared_intermediate_size": 512}
+    plain = blocks(import_hf_config({**moe, "architectures": ["GraniteMoeForCausalLM"]}))[0].mlp
+    assert plain == MoEMLP(num_experts=40, top_k=8, expert_intermediate_size=2048, aux_loss_coeff=0.001)
+    shared = blocks(import_hf_config({**moe, "model_type": "granitemoeshared"}))[0].mlp
+    assert shared == MoEMLP(num_experts=40, top_k=8, expert_intermediate_size=2048, num_shared_experts=1,
+                            shared_intermediate_size=512, aux_loss_coeff=0.001)
+    assert blocks(import_hf_config({**moe, "model_type": "granitemoeshared", "shared_intermediate_size": 0}))[0].mlp \
+        == plain
+    with pytest.raises(SpecError) as error:
+        import_hf_config({**moe, "model_type": "granitemoeshared", "shared_intermediate_size": -1})
+    assert error.value.field == "shared_intermediate_size"
+
+
+def test_seed_oss_biases_its_query_key_and_value_but_not_its_output_unless_told():
+    doc = {"model_type": "seed_oss", "num_hidden_layers": 2}
+    mixer = blocks(import_hf_config(doc))[0].mixer
+    assert mixer == AttentionMixer(num_heads=80, num_kv_heads=8, head_dim=128, qkv_bias=True)
+    assert blocks(import_hf_config({**doc, "attention_out_bias": True}))[0].mixer.output_bias
+
+
+def test_nemotron_is_a_layernorm_model_with_an_ungated_mlp():
+    spec = import_hf_config(MINITRON_8B)
+    assert spec.norm == "layernorm" and not spec.tie_embeddings
+    assert blocks(spec)[0].mixer == AttentionMixer(num_heads=48, num_kv_heads=8, head_dim=128)
+    assert blocks(spec)[0].mlp == DenseMLP(16384, gated=False)
+
+
+def test_exaone4_slides_with_positions_on_its_local_layers_and_attends_globally_without_them():
+    """Three local layers to one global, by the numeric pattern or by "LLLG"; the global layers carry no positions
+    while there is a window, and without one every layer is global and rotary."""
+    doc = EXAONE_4_32B
+    layers = blocks(import_hf_config(doc))
+    local = AttentionMixer(num_heads=40, num_kv_heads=8, head_dim=128, qk_norm=True, window=4096)
+    global_ = AttentionMixer(num_heads=40, num_kv_heads=8, head_dim=128, qk_norm=True, rotary=False)
+    assert [layer.mixer for layer in layers[:8]] == [local, local, local, global_] * 2
+    assert {layer.mlp for layer in layers} == {DenseMLP(27392)}
+    assert blocks(import_hf_config({**doc, "sliding_window_pattern": "LLLG"})) == layers
+    assert [layer.mixer.window for layer in blocks(import_hf_config({**doc, "sliding_window_pattern": "LG"}))[:4]] \
+        == [4096, None] * 2
+    unwindowed = blocks(import_hf_config({**doc, "sliding_window": None}))
+    assert {layer.mixer for layer in unwindowed} == {AttentionMixer(num_heads=40, num_kv_heads=8, head_dim=128,
+                                                                    qk_norm=True)}
+    types = ["full_attention", "sliding_attention"] * 32
+    assert [layer.mixer.window for layer in blocks(import_hf_config({**doc, "layer_types": types}))[:2]] == [None, 4096]
+    with pytest.raises(SpecError) as error:
+        import_hf_config({**doc, "sliding_window_pattern": "LLXG"})
+    assert error.value.field == "sliding_window_pattern"
 
 
 def test_phi3_is_llama_shaped_and_phimoe_is_a_layernorm_mixtral_with_biased_attention():

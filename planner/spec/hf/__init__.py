@@ -44,6 +44,13 @@ mixer and which MLP each block has:
 - ``smollm3``: Llama (biases per ``attention_bias`` and ``mlp_bias``) without positions on every
   ``no_rope_layer_interval``-th layer (or per ``no_rope_layers``); with ``use_sliding_window``, windows on the
   ``layer_types``' sliding layers (by default the NoPE ones).
+- ``granite``: Llama with biases per ``attention_bias`` and ``mlp_bias`` (its multipliers hold no weights);
+  ``granitemoe``: that attention with a ``num_local_experts`` MoE on every layer, and ``granitemoeshared`` beside a
+  shared expert of ``shared_intermediate_size``. ``seed_oss``: Llama with biased q/k/v (``attention_bias``), output
+  (``attention_out_bias``) and MLP (``mlp_bias``). ``nemotron`` (Nemotron-4, Minitron): LayerNorm, biases per
+  ``attention_bias`` / ``mlp_bias``, a squared-ReLU MLP without a gate.
+- ``exaone4``: per-head QK-norm; local layers slide over ``sliding_window`` with rotary positions, global ones (every
+  ``sliding_window_pattern``-th, or per an ``L``/``G`` string or ``layer_types``) attend without positions.
 - ``gpt_oss``: alternating sliding / full attention with sinks and biases, biased MoE on every layer.
   ``glm4_moe``: biased q/k/v, optional QK-norm, DeepSeek's dense-first-k then shared-expert MoE. ``glm4_moe_lite``
   (GLM-4.7-Flash): DeepSeek's latent attention and MoE, dense where ``mlp_layer_types`` says (the first layer by
@@ -126,6 +133,12 @@ FAMILIES: dict[str, Family] = {
     "llama4": Family(softmax.llama4, nested_text=True),
     "llama4_text": Family(softmax.llama4),
     "smollm3": Family(softmax.smollm3),
+    "granite": Family(softmax.granite),
+    "granitemoe": Family(softmax.granitemoe),
+    "granitemoeshared": Family(softmax.granitemoeshared),
+    "seed_oss": Family(softmax.seed_oss),
+    "nemotron": Family(softmax.nemotron, norm="layernorm"),
+    "exaone4": Family(softmax.exaone4),
     "gpt_oss": Family(softmax.gpt_oss),
     "minimax_m2": Family(softmax.minimax_m2),
     "deepseek_v2": Family(softmax.deepseek),
@@ -158,7 +171,9 @@ ARCHITECTURE_MODEL_TYPES = {
     "Qwen2MoeForCausalLM": "qwen2_moe", "Olmo2ForCausalLM": "olmo2", "Olmo3ForCausalLM": "olmo3",
     "OlmoeForCausalLM": "olmoe",
     "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4_text",
-    "SmolLM3ForCausalLM": "smollm3", "GptOssForCausalLM": "gpt_oss", "MiniMaxM2ForCausalLM": "minimax_m2",
+    "SmolLM3ForCausalLM": "smollm3", "GraniteForCausalLM": "granite", "GraniteMoeForCausalLM": "granitemoe",
+    "GraniteMoeSharedForCausalLM": "granitemoeshared", "SeedOssForCausalLM": "seed_oss",
+    "NemotronForCausalLM": "nemotron", "Exaone4ForCausalLM": "exaone4", "GptOssForCausalLM": "gpt_oss", "MiniMaxM2ForCausalLM": "minimax_m2",
     "Glm4MoeForCausalLM": "glm4_moe", "Glm4MoeLiteForCausalLM": "glm4_moe_lite",
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
     "GPT2LMHeadModel": "gpt2", "GPTBigCodeForCausalLM": "gpt_bigcode",

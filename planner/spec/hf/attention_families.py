@@ -258,6 +258,84 @@ def smollm3(cfg: Config) -> list[LayerSpec]:
     return _decoders(mixers, [mlp] * count)
 
 
+def _granite_attention(cfg: Config) -> AttentionMixer:
+    """Granite's attention: ``attention_bias`` on all four projections (its multipliers hold no weights)."""
+    biased = cfg.flag("attention_bias")
+    return attention(cfg, qkv_bias=biased, output_bias=biased)
+
+
+def granite(cfg: Config) -> list[LayerSpec]:
+    """Granite 3 / Granite 4.0 dense: Llama with ``_granite_attention`` and ``mlp_bias`` on the MLP's projections;
+    its embedding, residual, attention and logits multipliers scale activations and hold no weights."""
+    block = LayerSpec(kind="decoder", mixer=_granite_attention(cfg),
+                      mlp=DenseMLP(cfg.integer("intermediate_size"), bias=cfg.flag("mlp_bias")))
+    return [block] * cfg.integer("num_hidden_layers")
+
+
+def granitemoe(cfg: Config, shared_size: int = 0) -> list[LayerSpec]:
+    """Granite 3 MoE: ``_granite_attention`` and on every layer a top-``num_experts_per_tok`` MoE of
+    ``num_local_experts`` experts of ``intermediate_size`` (beside one shared expert of ``shared_size`` when above 0)."""
+    block = LayerSpec(kind="decoder", mixer=_granite_attention(cfg),
+                      mlp=routed_moe(cfg, "num_local_experts", shared_size))
+    return [block] * cfg.integer("num_hidden_layers")
+
+
+def granitemoeshared(cfg: Config) -> list[LayerSpec]:
+    """Granite MoE with a shared expert of ``shared_intermediate_size`` (none when 0)."""
+    return granitemoe(cfg, cfg.integer("shared_intermediate_size", minimum=0))
+
+
+def seed_oss(cfg: Config) -> list[LayerSpec]:
+    """Seed-OSS: Llama with ``attention_bias`` on the query, key and value projections, ``attention_out_bias`` on the
+    output's and ``mlp_bias`` on the MLP's."""
+    mixer = attention(cfg, qkv_bias=cfg.flag("attention_bias"), output_bias=cfg.flag("attention_out_bias"))
+    block = LayerSpec(kind="decoder", mixer=mixer,
+                      mlp=DenseMLP(cfg.integer("intermediate_size"), bias=cfg.flag("mlp_bias")))
+    return [block] * cfg.integer("num_hidden_layers")
+
+
+def nemotron(cfg: Config) -> list[LayerSpec]:
+    """Nemotron-4 and Minitron (``nemotron``): LayerNorm (the family's ``norm``; its "1p" form holds the same
+    weights), ``attention_bias`` on all four attention projections, rotary positions on part of each head, and a
+    squared-ReLU MLP without a gate (``mlp_bias`` on its two projections)."""
+    biased = cfg.flag("attention_bias")
+    mixer = attention(cfg, qkv_bias=biased, output_bias=biased)
+    mlp = DenseMLP(cfg.integer("intermediate_size"), gated=False, bias=cfg.flag("mlp_bias"))
+    return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("num_hidden_layers")
+
+
+def _exaone4_roles(cfg: Config, count: int) -> list[str]:
+    """EXAONE 4's local and global layers: ``layer_types`` when given; else none slides without ``sliding_window``,
+    and with it ``sliding_window_pattern`` says which do: a number n (every n-th layer global, the rest sliding;
+    ``Exaone4Config``'s rule) or a string of ``L`` (local) and ``G`` (global) repeated over the layers ("LLLG" is
+    4, as its docstring says; ``transformers`` 5.24.0 itself fails on the string without ``layer_types``)."""
+    if "layer_types" in cfg:
+        return layer_types(cfg, count, SLIDING_OR_FULL)
+    if cfg.optional_integer("sliding_window") is None:
+        return ["full"] * count
+    pattern = cfg.doc.get("sliding_window_pattern", cfg.default("sliding_window_pattern"))
+    if isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
+        return ["sliding" if pattern[index % len(pattern)] == "L" else "full" for index in range(count)]
+    if isinstance(pattern, str):
+        raise SpecError(cfg.field("sliding_window_pattern"),
+                        f"must be a number or a string of L (local) and G (global), got {pattern!r}")
+    every = cfg.integer("sliding_window_pattern")
+    return ["full" if (index + 1) % every == 0 else "sliding" for index in range(count)]
+
+
+def exaone4(cfg: Config) -> list[LayerSpec]:
+    """EXAONE 4: attention with a per-head QK-norm, sliding over ``sliding_window`` with rotary positions on the local
+    layers (``_exaone4_roles``) and over the whole sequence without positions on the global ones (with no window at
+    all, every layer is global and rotary: ``Exaone4Attention``); each sublayer's norm comes after it, which holds the
+    same weights as one before it; a SwiGLU MLP of ``intermediate_size``."""
+    count = cfg.integer("num_hidden_layers")
+    roles = _exaone4_roles(cfg, count)
+    windowed = cfg.optional_integer("sliding_window") is not None
+    mixers = [attention(cfg, window=window, qk_norm=True, rotary=window is not None or not windowed)
+              for window in _sliding_windows(cfg, roles)]
+    return _decoders(mixers, [DenseMLP(cfg.integer("intermediate_size"))] * count)
+
+
 def minimax_m2(cfg: Config) -> list[LayerSpec]:
     """MiniMax-M2: grouped-query attention whose RMSNorm over all the queries (and over all the keys) is read as the
     per-head QK-norm, as OLMo's; rotary positions on part of each head (``rotary_dim``: no weights, and no other

@@ -116,9 +116,24 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
     "minimax_m2": {"vocab_size": 200064, "hidden_size": 3072, "intermediate_size": 1536, "num_hidden_layers": 62,
                    "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False,
                    "num_local_experts": 256, "num_experts_per_tok": 8, "router_aux_loss_coef": 0.001},
+    "granite": {**_LLAMA_SHAPE, "num_key_value_heads": None, "tie_word_embeddings": False, "attention_bias": False,
+                "mlp_bias": False},
+    "granitemoe": {**_LLAMA_SHAPE, "num_key_value_heads": None, "tie_word_embeddings": False,
+                   "attention_bias": False, "num_local_experts": 8, "num_experts_per_tok": 2,
+                   "router_aux_loss_coef": 0.001},
+    "seed_oss": {"vocab_size": 155136, "hidden_size": 4096, "intermediate_size": 27648, "num_hidden_layers": 64,
+                 "num_attention_heads": 80, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False,
+                 "attention_bias": True, "attention_out_bias": False, "mlp_bias": False},
+    "nemotron": {"vocab_size": 256000, "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 32,
+                 "num_attention_heads": 48, "num_key_value_heads": None, "head_dim": None,
+                 "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False},
+    "exaone4": {"vocab_size": 102400, "hidden_size": 4096, "intermediate_size": 16384, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 32, "tie_word_embeddings": False,
+                "sliding_window": 4096, "sliding_window_pattern": 4, "layer_types": None},
     "gpt2": _GPT2,
     "gpt_bigcode": {**_GPT2, "multi_query": True},
 }
+TRANSFORMERS_DEFAULTS["granitemoeshared"] = {**TRANSFORMERS_DEFAULTS["granitemoe"], "shared_intermediate_size": 0}
 TRANSFORMERS_DEFAULTS["minimax_text_01"] = TRANSFORMERS_DEFAULTS["minimax_m1"] = TRANSFORMERS_DEFAULTS["minimax"]
 # the text model's, under text_config
 TRANSFORMERS_DEFAULTS["llama4"] = TRANSFORMERS_DEFAULTS["llama4_text"]

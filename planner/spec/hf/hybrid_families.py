@@ -196,12 +196,9 @@ def granitemoehybrid(cfg: Config) -> list[LayerSpec]:
     mixers = {"attention": attention(cfg, qkv_bias=biased, output_bias=biased, rotary=rotary),
               "mamba": _mamba2_mixer(cfg, heads="mamba_n_heads", head_dim="mamba_d_head", state="mamba_d_state",
                                      conv="mamba_d_conv", groups="mamba_n_groups", expand="mamba_expand")}
-    experts = cfg.integer("num_local_experts", minimum=0)
     shared_size = cfg.integer("shared_intermediate_size")
-    if experts:
-        mlp = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
-                     expert_intermediate_size=cfg.integer("intermediate_size"), num_shared_experts=1,
-                     shared_intermediate_size=shared_size, aux_loss_coeff=aux_loss_coeff(cfg))
+    if cfg.integer("num_local_experts", minimum=0):
+        mlp = routed_moe(cfg, "num_local_experts", shared_size)
     else:
         mlp = DenseMLP(shared_size)
     return [LayerSpec(kind="decoder", mixer=mixers[role], mlp=mlp) for role in roles]

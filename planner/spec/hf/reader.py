@@ -144,12 +144,14 @@ def layer_flags(cfg: Config, key: str, count: int, zero: str, one: str) -> list[
     return [value == 1 for value in flags]
 
 
-def routed_moe(cfg: Config, experts_key: str) -> MoEMLP:
-    """A top-``num_experts_per_tok`` MoE of ``experts_key`` experts of ``intermediate_size``, with no shared expert,
-    trained with the routers' balancing loss (Mixtral's, Phi-3.5-MoE's, OLMoE's and Jamba's MoE)."""
+def routed_moe(cfg: Config, experts_key: str, shared_size: int = 0) -> MoEMLP:
+    """A top-``num_experts_per_tok`` MoE of ``experts_key`` experts of ``intermediate_size``, trained with the routers'
+    balancing loss (Mixtral's, Phi-3.5-MoE's, OLMoE's, Jamba's and MiniMax-M2's MoE), beside one shared expert of
+    ``shared_size`` when that is above 0 (Granite's)."""
     experts = cfg.integer(experts_key)
     return MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
-                  expert_intermediate_size=cfg.integer("intermediate_size"), aux_loss_coeff=aux_loss_coeff(cfg))
+                  expert_intermediate_size=cfg.integer("intermediate_size"), num_shared_experts=1 if shared_size else 0,
+                  shared_intermediate_size=shared_size, aux_loss_coeff=aux_loss_coeff(cfg))
 
 
 def top_k(cfg: Config, experts: int) -> int:
