@@ -8,7 +8,8 @@ import pytest
 
 from planner.errors import SpecError
 from planner.spec.hf import import_hf_config, supported_model_types
-from planner.spec.model import AttentionMixer, DenseMLP, LinearAttentionMixer, Mamba2Mixer, MambaMixer, MoEMLP
+from planner.spec.model import (AttentionMixer, DenseMLP, LayerSpec, LinearAttentionMixer, Mamba2Mixer, MambaMixer,
+                                 MoEMLP)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 
@@ -565,6 +566,18 @@ def test_nemotron_is_a_layernorm_model_with_an_ungated_mlp():
     assert spec.norm == "layernorm" and not spec.tie_embeddings
     assert blocks(spec)[0].mixer == AttentionMixer(num_heads=48, num_kv_heads=8, head_dim=128)
     assert blocks(spec)[0].mlp == DenseMLP(16384, gated=False)
+
+
+def test_arcee_and_apertus_are_llama_attention_with_an_ungated_mlp():
+    doc = {"hidden_size": 2560, "num_attention_heads": 20, "num_key_value_heads": 4, "intermediate_size": 18432,
+           "num_hidden_layers": 4, "vocab_size": 128004}
+    arcee = import_hf_config({**doc, "model_type": "arcee", "mlp_bias": True})
+    assert arcee.norm == "rmsnorm"
+    assert blocks(arcee)[0] == LayerSpec(kind="decoder", mlp=DenseMLP(18432, gated=False, bias=True),
+                                         mixer=AttentionMixer(num_heads=20, num_kv_heads=4, head_dim=128))
+    apertus = blocks(import_hf_config({**doc, "architectures": ["ApertusForCausalLM"], "mlp_bias": True}))[0]
+    assert apertus.mixer == AttentionMixer(num_heads=20, num_kv_heads=4, head_dim=128, qk_norm=True)
+    assert apertus.mlp == DenseMLP(18432, gated=False)   # ApertusMLP has no biases whatever mlp_bias says
 
 
 def test_exaone4_slides_with_positions_on_its_local_layers_and_attends_globally_without_them():

@@ -48,7 +48,8 @@ mixer and which MLP each block has:
   ``granitemoe``: that attention with a ``num_local_experts`` MoE on every layer, and ``granitemoeshared`` beside a
   shared expert of ``shared_intermediate_size``. ``seed_oss``: Llama with biased q/k/v (``attention_bias``), output
   (``attention_out_bias``) and MLP (``mlp_bias``). ``nemotron`` (Nemotron-4, Minitron): LayerNorm, biases per
-  ``attention_bias`` / ``mlp_bias``, a squared-ReLU MLP without a gate.
+  ``attention_bias`` / ``mlp_bias``, a squared-ReLU MLP without a gate; ``arcee`` (AFM): the same with RMSNorm.
+  ``apertus``: attention with a per-head QK-norm and an MLP without a gate (xIELU).
 - ``exaone4``: per-head QK-norm; local layers slide over ``sliding_window`` with rotary positions, global ones (every
   ``sliding_window_pattern``-th, or per an ``L``/``G`` string or ``layer_types``) attend without positions.
 - ``gpt_oss``: alternating sliding / full attention with sinks and biases, biased MoE on every layer.
@@ -80,7 +81,8 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
 - Linear attention keeps one head width: Qwen3-Next's ``linear_value_head_dim`` (equal to the key width in
   every released config).
 - Activations keep their shapes, not their exact functions: gpt-oss's clamped SwiGLU runs as SwiGLU, GPT-2's
-  tanh-approximated GELU as GELU; Falcon-Mamba's weightless RMSNorms of B, C and dt are left out (no parameters,
+  tanh-approximated GELU as GELU, Nemotron's and Arcee's squared ReLU and Apertus's xIELU (its two learned scalars a
+  layer left out) as GELU; Falcon-Mamba's weightless RMSNorms of B, C and dt are left out (no parameters,
   a few elementwise passes).
 - Training runs in bf16 whatever ``torch_dtype`` the checkpoint was saved in.
 """
@@ -137,7 +139,9 @@ FAMILIES: dict[str, Family] = {
     "granitemoe": Family(softmax.granitemoe),
     "granitemoeshared": Family(softmax.granitemoeshared),
     "seed_oss": Family(softmax.seed_oss),
-    "nemotron": Family(softmax.nemotron, norm="layernorm"),
+    "nemotron": Family(softmax.ungated, norm="layernorm"),
+    "arcee": Family(softmax.ungated),
+    "apertus": Family(softmax.apertus),
     "exaone4": Family(softmax.exaone4),
     "gpt_oss": Family(softmax.gpt_oss),
     "minimax_m2": Family(softmax.minimax_m2),
@@ -173,7 +177,7 @@ ARCHITECTURE_MODEL_TYPES = {
     "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4_text",
     "SmolLM3ForCausalLM": "smollm3", "GraniteForCausalLM": "granite", "GraniteMoeForCausalLM": "granitemoe",
     "GraniteMoeSharedForCausalLM": "granitemoeshared", "SeedOssForCausalLM": "seed_oss",
-    "NemotronForCausalLM": "nemotron", "Exaone4ForCausalLM": "exaone4", "GptOssForCausalLM": "gpt_oss", "MiniMaxM2ForCausalLM": "minimax_m2",
+    "NemotronForCausalLM": "nemotron", "ArceeForCausalLM": "arcee", "ApertusForCausalLM": "apertus", "Exaone4ForCausalLM": "exaone4", "GptOssForCausalLM": "gpt_oss", "MiniMaxM2ForCausalLM": "minimax_m2",
     "Glm4MoeForCausalLM": "glm4_moe", "Glm4MoeLiteForCausalLM": "glm4_moe_lite",
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
     "GPT2LMHeadModel": "gpt2", "GPTBigCodeForCausalLM": "gpt_bigcode",

@@ -294,14 +294,26 @@ def seed_oss(cfg: Config) -> list[LayerSpec]:
     return [block] * cfg.integer("num_hidden_layers")
 
 
-def nemotron(cfg: Config) -> list[LayerSpec]:
-    """Nemotron-4 and Minitron (``nemotron``): LayerNorm (the family's ``norm``; its "1p" form holds the same
-    weights), ``attention_bias`` on all four attention projections, rotary positions on part of each head, and a
-    squared-ReLU MLP without a gate (``mlp_bias`` on its two projections)."""
+def _ungated_blocks(cfg: Config, *, qk_norm: bool, mlp_bias: bool) -> list[LayerSpec]:
     biased = cfg.flag("attention_bias")
-    mixer = attention(cfg, qkv_bias=biased, output_bias=biased)
-    mlp = DenseMLP(cfg.integer("intermediate_size"), gated=False, bias=cfg.flag("mlp_bias"))
+    mixer = attention(cfg, qkv_bias=biased, output_bias=biased, qk_norm=qk_norm)
+    mlp = DenseMLP(cfg.integer("intermediate_size"), gated=False, bias=mlp_bias)
     return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("num_hidden_layers")
+
+
+def ungated(cfg: Config) -> list[LayerSpec]:
+    """Nemotron-4 and Minitron (``nemotron``, with LayerNorm, the family's ``norm``: its "1p" form holds the same
+    weights) and Arcee's AFM (``arcee``): ``attention_bias`` on all four attention projections (Nemotron's rotary
+    positions on part of each head hold no weights) and a squared-ReLU MLP without a gate, ``mlp_bias`` on its two
+    projections."""
+    return _ungated_blocks(cfg, qk_norm=False, mlp_bias=cfg.flag("mlp_bias"))
+
+
+def apertus(cfg: Config) -> list[LayerSpec]:
+    """Apertus: attention (``attention_bias`` on all four projections) with a per-head QK-norm, and an MLP without a
+    gate or biases whose xIELU activation's two learned scalars are left out (a layer's activation keeps its shape,
+    not its function)."""
+    return _ungated_blocks(cfg, qk_norm=True, mlp_bias=False)
 
 
 def _exaone4_roles(cfg: Config, count: int) -> list[str]:
