@@ -18,6 +18,7 @@ from executor.model.build import build_layers, resolve_dtype
 from executor.model.layers import Head
 from executor.model.mlp import take_balancing_loss, weigh_balancing_losses
 from executor.running.data import synthetic_batch
+from executor.running.runtime import zero_unreached_gradients
 from planner.errors import SpecError
 from planner.spec.model import ModelSpec
 
@@ -58,6 +59,7 @@ def reference_training(spec: ModelSpec, *, num_microbatches: int, steps: int, se
                 hidden = torch.nn.functional.mse_loss(hidden, targets)
             (hidden / total_microbatches).backward()
             step_loss += hidden.item() / total_microbatches
+        zero_unreached_gradients(params)
         opt.step()
         opt.zero_grad()
         losses.append(step_loss)

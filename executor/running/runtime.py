@@ -37,6 +37,16 @@ from planner.spec.model import ModelSpec
 COMM_OPS = ("POST_RECV", "SEND")
 
 
+def zero_unreached_gradients(parameters) -> None:
+    """Give a zero gradient to each parameter the step's backward did not reach (an expert no token chose), as
+    Megatron-LM's gradient buffers hold one for every parameter: AdamW then still decays it and moves it by its
+    momentum, however the run is split. (torch's optimizers skip a parameter whose gradient is None, so without this a
+    run would step an unreached expert where a reduction made its gradient zero, and skip it where none did.)"""
+    for parameter in parameters:
+        if parameter.grad is None:
+            parameter.grad = torch.zeros_like(parameter)
+
+
 @dataclass
 class StepState:
     local: dict = field(default_factory=dict)      # (kind, consuming stage, mb) -> tensor handed over locally
@@ -247,6 +257,7 @@ class RankRuntime:
         for unit in self.shard_units:
             unit.reduce_gradients()
         for op, optimizer in self.optimizers:
+            zero_unreached_gradients(p for group in optimizer.param_groups for p in group["params"])
             # a sharded (ZeRO-1) optimizer broadcasts the parameters it updated over its group
             self.timer.timed(op, optimizer.step)
             optimizer.zero_grad(set_to_none=True)

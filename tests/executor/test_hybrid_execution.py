@@ -396,3 +396,39 @@ def test_selective_recomputation_of_whole_moe_layers_under_ep2_dp2_pp2_matches_o
         for op, times in (("ep_dispatch", 2), ("ep_combine", 2), ("ep_dispatch_backward", 1),
                           ("ep_combine_backward", 1)):
             assert counts[(rank, op)] == 3 * moe_blocks * times, (rank, op)
+
+
+# More experts than one step's tokens: top-1 of 16 experts over 16 tokens a step leaves some expert unchosen
+SPARSE_MOE = load_model_spec({
+    "format": "adaptis.model/v1", "name": "sparse-moe", "hidden_size": 16, "vocab_size": 32, "seq_len": 4,
+    "micro_batch_size": 1,
+    "layers": [
+        {"kind": "embedding"},
+        {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 2, "num_kv_heads": 2, "head_dim": 8},
+         "mlp": {"type": "moe", "num_experts": 16, "top_k": 1, "expert_intermediate_size": 8, "aux_loss_coeff": 0.01}},
+        {"kind": "head"},
+    ],
+})
+
+
+def test_an_expert_no_token_chose_is_stepped_by_adamw_on_its_zero_gradient_in_every_layout(tmp_path):
+    """An expert a step's tokens never reached has a zero gradient (Megatron-LM's gradient buffers hold one for every
+    parameter), so AdamW decays it: in one process, where nothing reduces its gradient, and under DP, where the
+    all-reduce makes it zero either way. (The reference used to skip such an expert while DP stepped it: a verify
+    failure on any MoE run that left an expert idle.)"""
+    from executor.running.reference import initial_state, reference_training
+
+    plan = hybrid(one_f_one_b([[0, 1], [2]], num_microbatches=2), dp=2)
+    before = initial_state(SPARSE_MOE, seed=SEED)
+    after, _, _ = reference_training(SPARSE_MOE, num_microbatches=2, data_parallel=2, steps=1, seed=SEED, lr=LR,
+                                     optimizer="adamw")
+    decay = 1 - LR * torch.optim.AdamW([torch.zeros(1)]).defaults["weight_decay"]
+    weights = {expert: [name for name in before[1] if name.startswith(f"mlp.experts.{expert}.")]
+               for expert in range(16)}
+    # unchosen: no gradient moved it (at most AdamW's weight decay did)
+    idle = [expert for expert, names in weights.items() if all(
+        torch.equal(after[1][name], before[1][name]) or torch.equal(after[1][name], before[1][name] * decay)
+        for name in names)]
+    assert idle and len(idle) < 16
+    assert all(torch.equal(after[1][name], before[1][name] * decay) for expert in idle for name in weights[expert])
+    run_and_verify(tmp_path, plan, spec=SPARSE_MOE, optimizer="adamw")
