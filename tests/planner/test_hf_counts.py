@@ -137,9 +137,19 @@ def test_imported_parameters_equal_transformers_less_the_named_parts(name):
     assert abs(ours - expected) <= TOLERANCE * expected
 
 
-@pytest.mark.parametrize("config", [MINITRON_8B, EXAONE_4_32B], ids=["minitron-8b", "exaone-4.0-32b"])
-def test_shapes_without_a_fixture_count_as_transformers_builds_them(config):
-    assert count_parameters(import_hf_config(config)) == sum(transformers_parameters(config).values())
+ERNIE_ROUTING_BIAS = ("the router's score-correction bias (a frozen parameter)",
+                      r"moe_statics\.e_score_correction_bias$", 1)
+# ERNIE 4.5 MoE with every bias on and an MoE on every second layer: the biases the model cannot hold are named
+ERNIE_BIASED = {"model_type": "ernie4_5_moe", "num_hidden_layers": 6, "use_bias": True, "moe_layer_interval": 2}
+ERNIE_BIASED_PARTS = [ERNIE_ROUTING_BIAS, ("the head's bias", r"^lm_head\.bias$", 1),
+                      ("the shared experts' biases", r"shared_experts\.\w+_proj\.bias$", 1)]
+
+
+@pytest.mark.parametrize("config, parts", [(MINITRON_8B, []), (EXAONE_4_32B, []), (ERNIE_BIASED, ERNIE_BIASED_PARTS)],
+                         ids=["minitron-8b", "exaone-4.0-32b", "ernie-4.5-moe-biased"])
+def test_shapes_without_a_fixture_count_as_transformers_builds_them(config, parts):
+    reference = transformers_parameters(config)
+    assert count_parameters(import_hf_config(config)) == sum(reference.values()) - left_out(reference, parts)
 
 
 def test_gemma3_counts_its_language_model_and_names_the_vision_tower():

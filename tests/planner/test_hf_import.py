@@ -580,6 +580,25 @@ def test_arcee_and_apertus_are_llama_attention_with_an_ungated_mlp():
     assert apertus.mlp == DenseMLP(18432, gated=False)   # ApertusMLP has no biases whatever mlp_bias says
 
 
+def test_ernie_4_5_moe_puts_its_moe_on_the_layers_its_interval_and_bounds_name():
+    doc = {"architectures": ["Ernie4_5_MoeForCausalLM"], "hidden_size": 8192, "num_attention_heads": 64,
+           "num_key_value_heads": 8, "intermediate_size": 28672, "num_hidden_layers": 8, "moe_num_experts": 64,
+           "moe_k": 8, "moe_intermediate_size": 3584, "moe_num_shared_experts": 0, "moe_layer_start_index": 3}
+    layers = blocks(import_hf_config(doc))
+    moe = MoEMLP(num_experts=64, top_k=8, expert_intermediate_size=3584, aux_loss_coeff=0.001)
+    assert [layer.mlp for layer in layers] == [DenseMLP(28672)] * 3 + [moe] * 5
+    bounded = blocks(import_hf_config({**doc, "moe_layer_interval": 2, "moe_layer_end_index": 5}))
+    assert [isinstance(layer.mlp, MoEMLP) for layer in bounded] == [False, False, False, True, False, True, False,
+                                                                      False]
+    shared = blocks(import_hf_config({**doc, "moe_num_shared_experts": 2}))[3].mlp
+    assert (shared.num_shared_experts, shared.shared_intermediate_size) == (2, 3584)
+    biased = blocks(import_hf_config({**doc, "use_bias": True}))[0]
+    assert biased.mixer.qkv_bias and biased.mixer.output_bias and biased.mlp == DenseMLP(28672, bias=True)
+    with pytest.raises(SpecError) as error:
+        import_hf_config({**doc, "moe_k": 65})
+    assert error.value.field == "moe_k"
+
+
 def test_exaone4_slides_with_positions_on_its_local_layers_and_attends_globally_without_them():
     """Three local layers to one global, by the numeric pattern or by "LLLG"; the global layers carry no positions
     while there is a window, and without one every layer is global and rotary."""

@@ -50,6 +50,9 @@ mixer and which MLP each block has:
   (``attention_out_bias``) and MLP (``mlp_bias``). ``nemotron`` (Nemotron-4, Minitron): LayerNorm, biases per
   ``attention_bias`` / ``mlp_bias``, a squared-ReLU MLP without a gate; ``arcee`` (AFM): the same with RMSNorm.
   ``apertus``: attention with a per-head QK-norm and an MLP without a gate (xIELU).
+- ``ernie4_5``: Llama with ``use_bias`` on every projection. ``ernie4_5_moe``: that attention, and on every
+  ``moe_layer_interval``-th layer from ``moe_layer_start_index`` to ``moe_layer_end_index`` a ``moe_num_experts``
+  top-``moe_k`` MoE beside ``moe_num_shared_experts`` shared experts, dense MLPs elsewhere.
 - ``exaone4``: per-head QK-norm; local layers slide over ``sliding_window`` with rotary positions, global ones (every
   ``sliding_window_pattern``-th, or per an ``L``/``G`` string or ``layer_types``) attend without positions.
 - ``gpt_oss``: alternating sliding / full attention with sinks and biases, biased MoE on every layer.
@@ -143,6 +146,8 @@ FAMILIES: dict[str, Family] = {
     "arcee": Family(softmax.ungated),
     "apertus": Family(softmax.apertus),
     "exaone4": Family(softmax.exaone4),
+    "ernie4_5": Family(softmax.ernie4_5),
+    "ernie4_5_moe": Family(softmax.ernie4_5_moe),
     "gpt_oss": Family(softmax.gpt_oss),
     "minimax_m2": Family(softmax.minimax_m2),
     "deepseek_v2": Family(softmax.deepseek),
@@ -177,7 +182,9 @@ ARCHITECTURE_MODEL_TYPES = {
     "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4_text",
     "SmolLM3ForCausalLM": "smollm3", "GraniteForCausalLM": "granite", "GraniteMoeForCausalLM": "granitemoe",
     "GraniteMoeSharedForCausalLM": "granitemoeshared", "SeedOssForCausalLM": "seed_oss",
-    "NemotronForCausalLM": "nemotron", "ArceeForCausalLM": "arcee", "ApertusForCausalLM": "apertus", "Exaone4ForCausalLM": "exaone4", "GptOssForCausalLM": "gpt_oss", "MiniMaxM2ForCausalLM": "minimax_m2",
+    "NemotronForCausalLM": "nemotron", "ArceeForCausalLM": "arcee", "ApertusForCausalLM": "apertus",
+    "Exaone4ForCausalLM": "exaone4", "Ernie4_5ForCausalLM": "ernie4_5", "Ernie4_5_MoeForCausalLM": "ernie4_5_moe",
+    "GptOssForCausalLM": "gpt_oss", "MiniMaxM2ForCausalLM": "minimax_m2",
     "Glm4MoeForCausalLM": "glm4_moe", "Glm4MoeLiteForCausalLM": "glm4_moe_lite",
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
     "GPT2LMHeadModel": "gpt2", "GPTBigCodeForCausalLM": "gpt_bigcode",

@@ -274,7 +274,8 @@ def granite(cfg: Config) -> list[LayerSpec]:
 
 def granitemoe(cfg: Config, shared_size: int = 0) -> list[LayerSpec]:
     """Granite 3 MoE: ``_granite_attention`` and on every layer a top-``num_experts_per_tok`` MoE of
-    ``num_local_experts`` experts of ``intermediate_size`` (beside one shared expert of ``shared_size`` when above 0)."""
+    ``num_local_experts`` experts of ``intermediate_size`` (beside one shared expert of ``shared_size`` when above
+    0)."""
     block = LayerSpec(kind="decoder", mixer=_granite_attention(cfg),
                       mlp=routed_moe(cfg, "num_local_experts", shared_size))
     return [block] * cfg.integer("num_hidden_layers")
@@ -346,6 +347,40 @@ def exaone4(cfg: Config) -> list[LayerSpec]:
     mixers = [attention(cfg, window=window, qk_norm=True, rotary=window is not None or not windowed)
               for window in _sliding_windows(cfg, roles)]
     return _decoders(mixers, [DenseMLP(cfg.integer("intermediate_size"))] * count)
+
+
+def _ernie_attention(cfg: Config) -> AttentionMixer:
+    biased = cfg.flag("use_bias")
+    return attention(cfg, qkv_bias=biased, output_bias=biased)
+
+
+def ernie4_5(cfg: Config) -> list[LayerSpec]:
+    """ERNIE 4.5 (dense): Llama with ``use_bias`` on every attention and MLP projection (and on the head, which is
+    left out: the head carries no bias here)."""
+    block = LayerSpec(kind="decoder", mixer=_ernie_attention(cfg),
+                      mlp=DenseMLP(cfg.integer("intermediate_size"), bias=cfg.flag("use_bias")))
+    return [block] * cfg.integer("num_hidden_layers")
+
+
+def ernie4_5_moe(cfg: Config) -> list[LayerSpec]:
+    """ERNIE 4.5 MoE: ERNIE 4.5's attention; on each ``moe_layer_interval``-th layer from ``moe_layer_start_index`` to
+    ``moe_layer_end_index`` (-1: the last) a top-``moe_k`` MoE of ``moe_num_experts`` experts of
+    ``moe_intermediate_size`` beside ``moe_num_shared_experts`` shared ones as wide, elsewhere a dense MLP of
+    ``intermediate_size`` (``Ernie4_5_MoeDecoderLayer``). With ``use_bias`` the shared experts' biases are left out
+    (the routed experts have none), as the head's is."""
+    count = cfg.integer("num_hidden_layers")
+    interval = cfg.integer("moe_layer_interval")
+    first = cfg.integer("moe_layer_start_index", minimum=0)
+    last = cfg.integer("moe_layer_end_index", minimum=-1)
+    last = count - 1 if last == -1 else last
+    experts, width = cfg.integer("moe_num_experts"), cfg.integer("moe_intermediate_size")
+    shared = cfg.integer("moe_num_shared_experts", minimum=0)
+    moe = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts), expert_intermediate_size=width,
+                 num_shared_experts=shared, shared_intermediate_size=width if shared else 0,
+                 aux_loss_coeff=aux_loss_coeff(cfg))
+    dense = DenseMLP(cfg.integer("intermediate_size"), bias=cfg.flag("use_bias"))
+    sparse = [(index + 1) % interval == 0 and first <= index <= last for index in range(count)]
+    return _decoders([_ernie_attention(cfg)] * count, [moe if moe_layer else dense for moe_layer in sparse])
 
 
 def minimax_m2(cfg: Config) -> list[LayerSpec]:
@@ -440,7 +475,8 @@ def glm4_moe(cfg: Config) -> list[LayerSpec]:
     count = cfg.integer("num_hidden_layers")
     mixer = attention(cfg, qkv_bias=cfg.flag("attention_bias"), qk_norm=cfg.flag("use_qk_norm"))
     moe = _shared_expert_moe(cfg, cfg.integer("n_routed_experts"))
-    return _decoders([mixer] * count, _dense_first_then_moe(cfg, DenseMLP(cfg.integer("intermediate_size")), moe, count))
+    dense = DenseMLP(cfg.integer("intermediate_size"))
+    return _decoders([mixer] * count, _dense_first_then_moe(cfg, dense, moe, count))
 
 
 def gpt2(cfg: Config) -> list[LayerSpec]:
