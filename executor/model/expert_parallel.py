@@ -69,7 +69,9 @@ def dispatch_to_experts(tokens: torch.Tensor, weights: torch.Tensor, chosen: tor
     send_splits, receive_splits = send.tolist(), receive.tolist()
     arrived_expert = ep.exchange(sorted_expert, receive_splits, send_splits, "ep_counts")
     arrived = _Exchange.apply(tokens[order // top_k], receive_splits, send_splits, ep, "ep_dispatch")
-    results = torch.zeros_like(arrived)
+    # zeros that depend on what arrived: a rank its peers sent no token still takes part in both exchanges'
+    # backward (all-to-alls every rank of the group must join), instead of leaving its peers waiting
+    results = arrived * 0
     for index, expert in experts.items():
         rows = torch.nonzero(arrived_expert == index, as_tuple=True)[0]
         if rows.numel():
