@@ -11,12 +11,20 @@ this host.
 ``--backend nccl`` runs the rows on this host's GPUs, one per rank (NCCL allows no two ranks on one GPU), in float64
 on CUDA against the reference on the CPU; rows with more ranks than GPUs are listed as not run.
 
-    .venv/bin/python benchmarks/hybrid_exactness.py [--steps 2] [--backend nccl]
+``--families`` runs instead one row per HuggingFace ``model_type`` the importer reads: its first fixture in
+``tests/planner/fixtures/hf/`` (or, without one, the model ``transformers``' config class defaults to), cut to its
+first decoder blocks up to the one that completes its distinct kinds of block (at most 8), scaled down for the plan
+(``executor.model.scale.scale_spec``, as a local run scales it) and run at TP 2 x PP 2 x DP 2 (``family_pins``), with
+EP 2 and expert TP 1 where it has MoE layers.
+
+    .venv/bin/python benchmarks/hybrid_exactness.py [--steps 2] [--backend nccl] [--families]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import statistics
 import sys
 import tempfile
@@ -29,10 +37,16 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 
+from executor.model.scale import scale_spec  # noqa: E402
 from executor.running.launch import run_plan  # noqa: E402
 from executor.running.reference import compare_to_reference  # noqa: E402
 from executor.running.scope import world_size  # noqa: E402
 from planner.parallel.planning import search  # noqa: E402
+from planner.parallel.search import tensor_parallel_limit  # noqa: E402
+from planner.errors import SpecError  # noqa: E402
+from planner.parallel.config import ParallelConfig  # noqa: E402
+from planner.spec.hf import FAMILIES, family_of, import_hf_config  # noqa: E402
+from planner.spec.model import ModelSpec, MoEMLP  # noqa: E402
 from planner.spec.presets import load_model_preset  # noqa: E402
 
 # (what the row shows, model preset, pinned degrees)
@@ -55,8 +69,57 @@ ROWS = [
 LR = 1e-2
 
 
-def plan_for(model: str, pins: dict):
-    spec = load_model_preset(model)
+HF_FIXTURES = REPO_ROOT / "tests" / "planner" / "fixtures" / "hf"
+FAMILY_PINS = {"tp": 2, "pp": 2, "dp": 2}
+MAX_BLOCKS = 8
+
+
+def family_specs() -> list[tuple[str, str, ModelSpec]]:
+    """(model_type, where its config came from, the model cut to the blocks that show each of its kinds) for every
+    model_type the importer reads."""
+    fixtures = {}
+    for path in sorted(HF_FIXTURES.glob("*.json")):
+        config = json.loads(path.read_text())
+        fixtures.setdefault(config.get("model_type"), (path.stem, config))
+        fixtures.setdefault(family_of(config), (path.stem, config))
+    rows = []
+    for model_type in sorted(FAMILIES):
+        # its own fixture, else the class defaults, else a fixture of a model_type read the same way (Mistral's: Llama
+        # 3's; Gemma 3's text model: the multimodal config's text_config)
+        siblings = [(stem, {**config.get("text_config", config), "model_type": model_type})
+                    for other, (stem, config) in fixtures.items()
+                    if other in FAMILIES and FAMILIES[other].blocks is FAMILIES[model_type].blocks]
+        for source, config in [*([fixtures[model_type]] if model_type in fixtures else []),
+                               ("transformers' defaults", {"model_type": model_type}), *siblings]:
+            try:
+                spec = import_hf_config(config)
+                break
+            except SpecError:   # the class defaults leave a size out
+                continue
+        blocks = spec.layers[1:-1]
+        kinds = set(blocks)
+        depth = next(count for count in range(2, len(blocks) + 1)
+                     if set(blocks[:count]) == kinds or count == MAX_BLOCKS)
+        rows.append((model_type, source, dataclasses.replace(
+            spec, layers=(spec.layers[0], *blocks[:depth], spec.layers[-1]))))
+    return rows
+
+
+def family_pins(spec: ModelSpec) -> dict:
+    """TP 2 x PP 2 x DP 2 (DP 4 where the model cannot take TP 2: Granite 4.0-H's one group of Mamba-2 heads, as
+    Megatron-Core's mixer refuses), with EP 2 and expert TP 1 where it has MoE layers."""
+    moe = any(isinstance(layer.mlp, MoEMLP) for layer in spec.layers)
+    degrees = FAMILY_PINS if not tensor_parallel_limit(spec, 2) else {"tp": 1, "pp": 2, "dp": 4}
+    return {**degrees, **({"ep": 2, "etp": 1} if moe else {})}
+
+
+def family_model(spec: ModelSpec, pins: dict) -> ModelSpec:
+    parallel = ParallelConfig(**{key: pins[key] for key in ("tp", "pp", "dp")}, ep=pins.get("ep", 1))
+    return scale_spec(spec, parallel=parallel, micro_batch_size=1)
+
+
+def plan_for(model: str | ModelSpec, pins: dict):
+    spec = load_model_preset(model) if isinstance(model, str) else model
     ranks = 1
     for degree in ("tp", "cp", "pp", "dp"):
         ranks *= pins.get(degree, 1)
@@ -66,8 +129,9 @@ def plan_for(model: str, pins: dict):
     return spec, result.best.plan
 
 
-def row(name: str, model: str, pins: dict, steps: int, backend: str) -> list[str]:
+def row(name: str, model: str | ModelSpec, pins: dict, steps: int, backend: str) -> list[str]:
     spec, plan = plan_for(model, pins)
+    model = model if isinstance(model, str) else f"{spec.num_layers - 2} blocks"
     if backend == "nccl" and world_size(plan) > torch.cuda.device_count():
         return [name, model, plan.parallel.short(), str(world_size(plan)),
                 f"not run: {torch.cuda.device_count()} GPU(s) here", "", "", "", "", ""]
@@ -91,12 +155,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    parser.add_argument("--families", action="store_true", help="one row per HuggingFace model_type instead")
     args = parser.parse_args()
+    if args.families:
+        rows = [(f"{model_type} ({source})", family_model(spec, family_pins(spec)), family_pins(spec))
+                for model_type, source, spec in family_specs()]
+    else:
+        rows = ROWS
     header = ["axes", "model", "plan", "ranks", "update rel. diff", "abs. diff", "loss rel. diff", "worst tensor",
               "collectives / rank / step", "run s"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for name, model, pins in ROWS:
+    for name, model, pins in rows:
         print("| " + " | ".join(row(name, model, pins, args.steps, args.backend)) + " |", flush=True)
 
 
