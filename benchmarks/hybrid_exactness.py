@@ -14,10 +14,11 @@ on CUDA against the reference on the CPU; rows with more ranks than GPUs are lis
 ``--families`` runs instead one row per HuggingFace ``model_type`` the importer reads: its first fixture in
 ``tests/planner/fixtures/hf/`` (or, without one, the model ``transformers``' config class defaults to), cut to its
 first decoder blocks up to the one that completes its distinct kinds of block (at most 8), scaled down for the plan
-(``executor.model.scale.scale_spec``, as a local run scales it) and run at TP 2 x PP 2 x DP 2 (``family_pins``), with
-EP 2 and expert TP 1 where it has MoE layers.
+(``executor.model.scale.scale_spec``, as a local run scales it) and run at TP 2 x PP 2 x DP 2, or with ``--axes`` at
+TP 2 x CP 2 x PP 2 or fully sharded over DP 4 x PP 2 (``family_pins``), with EP 2 and expert TP 1 where it has MoE
+layers.
 
-    .venv/bin/python benchmarks/hybrid_exactness.py [--steps 2] [--backend nccl] [--families]
+    .venv/bin/python benchmarks/hybrid_exactness.py [--steps 2] [--backend nccl] [--families [--axes AXES]]
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from executor.running.launch import run_plan  # noqa: E402
 from executor.running.reference import compare_to_reference  # noqa: E402
 from executor.running.scope import world_size  # noqa: E402
 from planner.parallel.planning import search  # noqa: E402
-from planner.parallel.search import tensor_parallel_limit  # noqa: E402
+from planner.parallel.search import context_parallel_limit, tensor_parallel_limit  # noqa: E402
 from planner.errors import SpecError  # noqa: E402
 from planner.parallel.config import ParallelConfig  # noqa: E402
 from planner.spec.hf import FAMILIES, family_of, import_hf_config  # noqa: E402
@@ -70,7 +71,9 @@ LR = 1e-2
 
 
 HF_FIXTURES = REPO_ROOT / "tests" / "planner" / "fixtures" / "hf"
-FAMILY_PINS = {"tp": 2, "pp": 2, "dp": 2}
+# --families' axes: TP x PP x DP; TP x CP x PP; full sharding over DP 4 (each with EP 2 where the model has MoE)
+FAMILY_AXES = {"tp-pp-dp": {"tp": 2, "pp": 2, "dp": 2}, "tp-cp-pp": {"tp": 2, "cp": 2, "pp": 2, "dp": 1},
+               "fsdp": {"tp": 1, "pp": 2, "dp": 4, "sharding": "full"}}
 MAX_BLOCKS = 8
 
 
@@ -105,16 +108,26 @@ def family_specs() -> list[tuple[str, str, ModelSpec]]:
     return rows
 
 
-def family_pins(spec: ModelSpec) -> dict:
-    """TP 2 x PP 2 x DP 2 (DP 4 where the model cannot take TP 2: Granite 4.0-H's one group of Mamba-2 heads, as
-    Megatron-Core's mixer refuses), with EP 2 and expert TP 1 where it has MoE layers."""
+def family_pins(spec: ModelSpec, axes: str = "tp-pp-dp") -> dict:
+    """The axes' degrees, TP 2 traded for DP 2 where the model cannot take it (Granite 4.0-H's one group of Mamba-2
+    heads, as Megatron-Core's mixer refuses), with EP 2 and expert TP 1 where it has MoE layers."""
+    degrees = dict(FAMILY_AXES[axes])
+    if degrees["tp"] > 1 and tensor_parallel_limit(spec, degrees["tp"]):
+        degrees.update(tp=1, dp=degrees["dp"] * degrees["tp"])
     moe = any(isinstance(layer.mlp, MoEMLP) for layer in spec.layers)
-    degrees = FAMILY_PINS if not tensor_parallel_limit(spec, 2) else {"tp": 1, "pp": 2, "dp": 4}
     return {**degrees, **({"ep": 2, "etp": 1} if moe else {})}
 
 
+def family_refusal(spec: ModelSpec, pins: dict) -> str | None:
+    """Why the planner would not split the model so (Mamba-1 under CP), or None."""
+    if pins.get("cp", 1) > 1:
+        return context_parallel_limit(spec, pins["tp"], pins["cp"])
+    return None
+
+
 def family_model(spec: ModelSpec, pins: dict) -> ModelSpec:
-    parallel = ParallelConfig(**{key: pins[key] for key in ("tp", "pp", "dp")}, ep=pins.get("ep", 1))
+    parallel = ParallelConfig(**{key: pins[key] for key in ("tp", "pp", "dp")}, cp=pins.get("cp", 1),
+                              ep=pins.get("ep", 1))
     return scale_spec(spec, parallel=parallel, micro_batch_size=1)
 
 
@@ -156,18 +169,25 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     parser.add_argument("--families", action="store_true", help="one row per HuggingFace model_type instead")
+    parser.add_argument("--axes", choices=sorted(FAMILY_AXES), default="tp-pp-dp", help="--families' degrees")
     args = parser.parse_args()
+    rows, refused = ROWS, []
     if args.families:
-        rows = [(f"{model_type} ({source})", family_model(spec, family_pins(spec)), family_pins(spec))
-                for model_type, source, spec in family_specs()]
-    else:
-        rows = ROWS
+        rows = []
+        for model_type, source, spec in family_specs():
+            pins = family_pins(spec, args.axes)
+            if family_refusal(spec, pins):
+                refused.append(f"{model_type}: {family_refusal(spec, pins)}")
+            else:
+                rows.append((f"{model_type} ({source})", family_model(spec, pins), pins))
     header = ["axes", "model", "plan", "ranks", "update rel. diff", "abs. diff", "loss rel. diff", "worst tensor",
               "collectives / rank / step", "run s"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for name, model, pins in rows:
         print("| " + " | ".join(row(name, model, pins, args.steps, args.backend)) + " |", flush=True)
+    for reason in refused:
+        print(f"\nnot run, as the planner refuses the split: {reason}")
 
 
 if __name__ == "__main__":
