@@ -15,8 +15,8 @@ on CUDA against the reference on the CPU; rows with more ranks than GPUs are lis
 ``tests/planner/fixtures/hf/`` (or, without one, the model ``transformers``' config class defaults to), cut to its
 first decoder blocks up to the one that completes its distinct kinds of block (at most 8), scaled down for the plan
 (``executor.model.scale.scale_spec``, as a local run scales it) and run at TP 2 x PP 2 x DP 2, or with ``--axes`` at
-TP 2 x CP 2 x PP 2 or fully sharded over DP 4 x PP 2 (``family_pins``), with EP 2 and expert TP 1 where it has MoE
-layers.
+TP 2 x CP 2 x PP 2, fully sharded over DP 4 x PP 2, or recomputing every layer (``family_pins``), with EP 2 and expert
+TP 1 where it has MoE layers.
 
     .venv/bin/python benchmarks/hybrid_exactness.py [--steps 2] [--backend nccl] [--families [--axes AXES]]
 """
@@ -71,9 +71,11 @@ LR = 1e-2
 
 
 HF_FIXTURES = REPO_ROOT / "tests" / "planner" / "fixtures" / "hf"
-# --families' axes: TP x PP x DP; TP x CP x PP; full sharding over DP 4 (each with EP 2 where the model has MoE)
+# --families' axes: TP x PP x DP; TP x CP x PP; full sharding over DP 4; TP x PP x DP recomputing every layer (each
+# with EP 2 where the model has MoE)
 FAMILY_AXES = {"tp-pp-dp": {"tp": 2, "pp": 2, "dp": 2}, "tp-cp-pp": {"tp": 2, "cp": 2, "pp": 2, "dp": 1},
-               "fsdp": {"tp": 1, "pp": 2, "dp": 4, "sharding": "full"}}
+               "fsdp": {"tp": 1, "pp": 2, "dp": 4, "sharding": "full"},
+               "recompute": {"tp": 2, "pp": 2, "dp": 2, "recompute": "full"}}
 MAX_BLOCKS = 8
 
 
