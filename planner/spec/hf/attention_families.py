@@ -5,8 +5,8 @@ file of each family (``models/<model_type>/modeling_<model_type>.py``)."""
 from __future__ import annotations
 
 from planner.errors import SpecError
-from planner.spec.hf.reader import (Config, aux_loss_coeff, attention, layer_flags, layer_types, routed_moe,
-                                    router_groups, top_k)
+from planner.spec.hf.reader import (Config, aux_loss_coeff, attention, biased_attention, layer_flags, layer_types,
+                                    routed_moe, router_groups, top_k)
 from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
 
 SLIDING_OR_FULL = {"sliding_attention": "sliding", "full_attention": "full"}
@@ -33,8 +33,7 @@ def mixtral(cfg: Config) -> list[LayerSpec]:
 def phimoe(cfg: Config) -> list[LayerSpec]:
     """Phi-3.5-MoE: Mixtral's layout with biased attention projections (``attention_bias``) and LayerNorm (the
     family's ``norm``); ``sliding_window`` windows every layer."""
-    biased = cfg.flag("attention_bias")
-    mixer = attention(cfg, window=cfg.optional_integer("sliding_window"), qkv_bias=biased, output_bias=biased)
+    mixer = biased_attention(cfg, window=cfg.optional_integer("sliding_window"))
     mlp = routed_moe(cfg, "num_local_experts")
     return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("num_hidden_layers")
 
@@ -97,8 +96,7 @@ def qwen2(cfg: Config) -> list[LayerSpec]:
 
 
 def _qwen3_attention(cfg: Config, count: int) -> list[AttentionMixer]:
-    biased = cfg.flag("attention_bias")
-    return [attention(cfg, window=window, qkv_bias=biased, output_bias=biased, qk_norm=True)
+    return [biased_attention(cfg, window=window, qk_norm=True)
             for window in _qwen_windows(cfg, count)]
 
 
@@ -158,8 +156,7 @@ def _olmo_attention(cfg: Config, window: int | None = None) -> AttentionMixer:
     """OLMo 2's, OLMo 3's and OLMoE's attention: ``attention_bias`` on all four projections, and an RMSNorm over all
     the queries and over all the keys, read as Qwen3's per-head one (the same passes; its weights are one head wide,
     not every head's)."""
-    biased = cfg.flag("attention_bias", default=cfg.default("attention_bias", False))
-    return attention(cfg, window=window, qkv_bias=biased, output_bias=biased, qk_norm=True)
+    return biased_attention(cfg, window=window, qk_norm=True)
 
 
 def olmo2(cfg: Config) -> list[LayerSpec]:
@@ -223,8 +220,7 @@ def llama4(cfg: Config) -> list[LayerSpec]:
         roles = ["chunked" if rope and chunk is not None else "full" for rope in rotary]
     if "chunked" in roles and chunk is None:
         raise SpecError(cfg.field("attention_chunk_size"), "is required when a layer is chunked_attention")
-    biased = cfg.flag("attention_bias", default=cfg.default("attention_bias", False))
-    mixers = [attention(cfg, qkv_bias=biased, output_bias=biased, rotary=rope,
+    mixers = [biased_attention(cfg, rotary=rope,
                         chunk=chunk if role == "chunked" else None) for rope, role in zip(rotary, roles)]
     if "moe_layers" in cfg:
         sparse = set(_layer_indices(cfg, "moe_layers", count))
@@ -251,32 +247,25 @@ def smollm3(cfg: Config) -> list[LayerSpec]:
             roles = layer_types(cfg, count, SLIDING_OR_FULL)
         elif cfg.optional_integer("sliding_window") is not None:
             roles = ["full" if rope else "sliding" for rope in rotary]
-    biased = cfg.flag("attention_bias")
-    mixers = [attention(cfg, window=window, qkv_bias=biased, output_bias=biased, rotary=rope)
+    mixers = [biased_attention(cfg, window=window, rotary=rope)
               for window, rope in zip(_sliding_windows(cfg, roles), rotary)]
     mlp = DenseMLP(cfg.integer("intermediate_size"), bias=cfg.flag("mlp_bias"))
     return _decoders(mixers, [mlp] * count)
 
 
-def _granite_attention(cfg: Config) -> AttentionMixer:
-    """Granite's attention: ``attention_bias`` on all four projections (its multipliers hold no weights)."""
-    biased = cfg.flag("attention_bias")
-    return attention(cfg, qkv_bias=biased, output_bias=biased)
-
-
 def granite(cfg: Config) -> list[LayerSpec]:
-    """Granite 3 / Granite 4.0 dense: Llama with ``_granite_attention`` and ``mlp_bias`` on the MLP's projections;
-    its embedding, residual, attention and logits multipliers scale activations and hold no weights."""
-    block = LayerSpec(kind="decoder", mixer=_granite_attention(cfg),
+    """Granite 3 / Granite 4.0 dense: Llama with biases per ``attention_bias`` on the attention's projections and per
+    ``mlp_bias`` on the MLP's; its embedding, residual, attention and logits multipliers hold no weights."""
+    block = LayerSpec(kind="decoder", mixer=biased_attention(cfg),
                       mlp=DenseMLP(cfg.integer("intermediate_size"), bias=cfg.flag("mlp_bias")))
     return [block] * cfg.integer("num_hidden_layers")
 
 
 def granitemoe(cfg: Config, shared_size: int = 0) -> list[LayerSpec]:
-    """Granite 3 MoE: ``_granite_attention`` and on every layer a top-``num_experts_per_tok`` MoE of
+    """Granite 3 MoE: biased attention (``attention_bias``) and on every layer a top-``num_experts_per_tok`` MoE of
     ``num_local_experts`` experts of ``intermediate_size`` (beside one shared expert of ``shared_size`` when above
     0)."""
-    block = LayerSpec(kind="decoder", mixer=_granite_attention(cfg),
+    block = LayerSpec(kind="decoder", mixer=biased_attention(cfg),
                       mlp=routed_moe(cfg, "num_local_experts", shared_size))
     return [block] * cfg.integer("num_hidden_layers")
 
@@ -296,8 +285,7 @@ def seed_oss(cfg: Config) -> list[LayerSpec]:
 
 
 def _ungated_blocks(cfg: Config, *, qk_norm: bool, mlp_bias: bool) -> list[LayerSpec]:
-    biased = cfg.flag("attention_bias")
-    mixer = attention(cfg, qkv_bias=biased, output_bias=biased, qk_norm=qk_norm)
+    mixer = biased_attention(cfg, qk_norm=qk_norm)
     mlp = DenseMLP(cfg.integer("intermediate_size"), gated=False, bias=mlp_bias)
     return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("num_hidden_layers")
 
@@ -349,15 +337,10 @@ def exaone4(cfg: Config) -> list[LayerSpec]:
     return _decoders(mixers, [DenseMLP(cfg.integer("intermediate_size"))] * count)
 
 
-def _ernie_attention(cfg: Config) -> AttentionMixer:
-    biased = cfg.flag("use_bias")
-    return attention(cfg, qkv_bias=biased, output_bias=biased)
-
-
 def ernie4_5(cfg: Config) -> list[LayerSpec]:
     """ERNIE 4.5 (dense): Llama with ``use_bias`` on every attention and MLP projection (and on the head, which is
     left out: the head carries no bias here)."""
-    block = LayerSpec(kind="decoder", mixer=_ernie_attention(cfg),
+    block = LayerSpec(kind="decoder", mixer=biased_attention(cfg, bias_key="use_bias"),
                       mlp=DenseMLP(cfg.integer("intermediate_size"), bias=cfg.flag("use_bias")))
     return [block] * cfg.integer("num_hidden_layers")
 
@@ -380,7 +363,8 @@ def ernie4_5_moe(cfg: Config) -> list[LayerSpec]:
                  aux_loss_coeff=aux_loss_coeff(cfg))
     dense = DenseMLP(cfg.integer("intermediate_size"), bias=cfg.flag("use_bias"))
     sparse = [(index + 1) % interval == 0 and first <= index <= last for index in range(count)]
-    return _decoders([_ernie_attention(cfg)] * count, [moe if moe_layer else dense for moe_layer in sparse])
+    mixer = biased_attention(cfg, bias_key="use_bias")
+    return _decoders([mixer] * count, [moe if moe_layer else dense for moe_layer in sparse])
 
 
 def minimax_m2(cfg: Config) -> list[LayerSpec]:
@@ -403,10 +387,9 @@ def gpt_oss(cfg: Config) -> list[LayerSpec]:
         roles = layer_types(cfg, count, SLIDING_OR_FULL)
     else:   # GptOssConfig's default: even layers slide
         roles = ["sliding" if index % 2 == 0 else "full" for index in range(count)]
-    biased = cfg.flag("attention_bias")
     window = cfg.integer("sliding_window")
-    mixers = {role: attention(cfg, window=window if role == "sliding" else None, qkv_bias=biased,
-                              output_bias=biased, sinks=True) for role in ("sliding", "full")}
+    mixers = {role: biased_attention(cfg, window=window if role == "sliding" else None, sinks=True)
+              for role in ("sliding", "full")}
     experts = cfg.integer("num_local_experts")
     moe = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
                  expert_intermediate_size=cfg.integer("intermediate_size"), aux_loss_coeff=aux_loss_coeff(cfg),

@@ -8,8 +8,8 @@ import math
 
 from planner.errors import SpecError
 from planner.spec.hf.attention_families import qwen_moe_mlps, qwen_shared_expert_moe
-from planner.spec.hf.reader import (Config, aux_loss_coeff, attention, layer_flags, layer_types, routed_moe,
-                                    top_k)
+from planner.spec.hf.reader import (Config, aux_loss_coeff, attention, biased_attention, layer_flags, layer_types,
+                                    routed_moe, top_k)
 from planner.spec.model import (
     GATED_DELTA_CONV_KERNEL,
     DenseMLP,
@@ -191,9 +191,8 @@ def granitemoehybrid(cfg: Config) -> list[LayerSpec]:
                                          "linear_attention": "mamba", "full_attention": "attention"})
     else:                      # GraniteMoeHybridConfig's default: Mamba-2 everywhere
         roles = ["mamba"] * count
-    biased = cfg.flag("attention_bias")
     rotary = cfg.doc.get("position_embedding_type", cfg.default("position_embedding_type")) == "rope"
-    mixers = {"attention": attention(cfg, qkv_bias=biased, output_bias=biased, rotary=rotary),
+    mixers = {"attention": biased_attention(cfg, rotary=rotary),
               "mamba": _mamba2_mixer(cfg, heads="mamba_n_heads", head_dim="mamba_d_head", state="mamba_d_state",
                                      conv="mamba_d_conv", groups="mamba_n_groups", expand="mamba_expand")}
     shared_size = cfg.integer("shared_intermediate_size")

@@ -119,6 +119,13 @@ def attention(cfg: Config, *, window: int | None = None, head_dim_keys=("head_di
     return AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, window=window, **flags)
 
 
+def biased_attention(cfg: Config, *, bias_key: str = "attention_bias", **fields) -> AttentionMixer:
+    """``attention`` with biases on all four projections where the config's ``bias_key`` says so (Llama's
+    ``attention_bias``, ERNIE's ``use_bias``)."""
+    biased = cfg.flag(bias_key)
+    return attention(cfg, qkv_bias=biased, output_bias=biased, **fields)
+
+
 def layer_types(cfg: Config, count: int, allowed: dict[str, str], key: str = "layer_types") -> list[str]:
     """HF's ``layer_types`` list mapped through ``allowed`` (HF name -> our role), checked entry by entry."""
     types = cfg.entries(key)
