@@ -17,18 +17,29 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def squared_relu(x: torch.Tensor) -> torch.Tensor:
+    """relu(x)² (So et al. 2021, "Primer"; Megatron-Core's ``activations.squared_relu``)."""
+    return torch.square(F.relu(x))
+
+
+UNGATED = {"gelu": F.gelu, "squared_relu": squared_relu}   # planner.spec.model.UNGATED_ACTIVATIONS
+
+
 class GatedMLP(nn.Module):
-    """down(silu(gate(x)) * up(x)) when gated (SwiGLU), else down(gelu(up(x))); ``bias`` on every projection.
-    ``recompute_activation``: a routed expert's activation is not kept (``moe_act``, set by its ``MoE``)."""
+    """down(silu(gate(x)) * up(x)) when gated (SwiGLU), else down(act(up(x))) with ``activation`` (GELU or squared
+    ReLU); ``bias`` on every projection. ``recompute_activation``: a routed expert's activation is not kept
+    (``moe_act``, set by its ``MoE``)."""
 
     tensor_parallel = None
     split_over = None
     whole = False   # a folded MoE's routed expert: never split over TP (``MoE.fold``)
     recompute_activation = False
 
-    def __init__(self, hidden_size: int, intermediate_size: int, gated: bool = True, bias: bool = False):
+    def __init__(self, hidden_size: int, intermediate_size: int, gated: bool = True, bias: bool = False,
+                 activation: str = "gelu"):
         super().__init__()
         self.gated = gated
+        self.activation = UNGATED[activation]
         self.up_proj = Linear(hidden_size, intermediate_size, bias=bias)
         self.gate_proj = Linear(hidden_size, intermediate_size, bias=bias) if gated else None
         self.down_proj = Linear(intermediate_size, hidden_size, bias=bias)
@@ -62,7 +73,7 @@ class GatedMLP(nn.Module):
         if self.gated:
             inputs, activation = (self.gate_proj(x), self.up_proj(x)), swiglu
         else:
-            inputs, activation = (self.up_proj(x),), F.gelu
+            inputs, activation = (self.up_proj(x),), self.activation
         if self.recompute_activation:
             return without_output(activation, self.down_proj, *inputs)
         return self.down_proj(activation(*inputs))
@@ -279,4 +290,4 @@ def take_balancing_loss(blocks: list[MoE]) -> float | None:
 def build_mlp(hidden_size: int, mlp: DenseMLP | MoEMLP) -> nn.Module:
     if isinstance(mlp, MoEMLP):
         return MoE(hidden_size, mlp)
-    return GatedMLP(hidden_size, mlp.intermediate_size, mlp.gated, mlp.bias)
+    return GatedMLP(hidden_size, mlp.intermediate_size, mlp.gated, mlp.bias, mlp.activation)

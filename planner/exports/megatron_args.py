@@ -10,9 +10,9 @@ The option names are Megatron-LM's (``megatron/training/arguments.py``): ``--ten
 other than the default ``core_attn``, its ``meta.recompute_modules``), ``--use-distributed-optimizer``,
 ``--sequence-parallel``, ``--fp8-format``, ``--fp8-recipe``, and the
 model's shape: ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, ``--group-query-attention``,
-``--num-query-groups``, ``--kv-channels``, ``--ffn-hidden-size``, ``--swiglu``, ``--normalization``,
-``--disable-bias-linear``, ``--add-qkv-bias``, ``--qk-layernorm``, ``--untie-embeddings-and-output-weights``,
-``--position-embedding-type``, ``--max-position-embeddings``, ``--num-experts``, ``--moe-router-topk``,
+``--num-query-groups``, ``--kv-channels``, ``--ffn-hidden-size``, ``--swiglu`` or ``--squared-relu``,
+``--normalization``, ``--disable-bias-linear``, ``--add-qkv-bias``, ``--qk-layernorm``,
+``--untie-embeddings-and-output-weights``, ``--position-embedding-type``, ``--max-position-embeddings``, ``--num-experts``, ``--moe-router-topk``,
 ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``, ``--moe-layer-freq``, ``--moe-aux-loss-coeff``,
 ``--moe-grouped-gemm``, ``--moe-token-dispatcher-type`` (``alltoall`` under EP, or ``flex`` with
 ``--moe-flex-dispatcher-backend deepep`` or ``hybridep`` where the plan was predicted with that dispatch, its
@@ -217,6 +217,11 @@ def _model_shape(plan: Plan, model: ModelSpec, seq_len: int | None, lost: list[s
         args.append(("--ffn-hidden-size", str(moe[0].expert_intermediate_size)))
     if (dense and dense[0].gated) or (not dense and moe):
         args.append(("--swiglu",))
+    elif dense and dense[0].activation == "squared_relu":   # Megatron-LM's default is GELU
+        args.append(("--squared-relu",))
+    if len({(mlp.gated, mlp.activation) for mlp in dense}) > 1:
+        lost.append(f"{model.name}'s dense MLPs differ in gate or activation: the arguments describe its first for "
+                    "all of them")
     if moe:
         first = moe[0]
         args += [("--num-experts", str(first.num_experts)), ("--moe-router-topk", str(first.top_k)),

@@ -161,19 +161,28 @@ class MambaMixer:
                 "proj_bias": self.proj_bias}
 
 
+# The activation of an MLP without a gate: GELU (GPT-2, and the stand-in for any other), or the squared ReLU of
+# Nemotron-4 and Nemotron-H (So et al. 2021, "Primer"; Megatron-LM's --squared-relu). A gated MLP is SwiGLU.
+UNGATED_ACTIVATIONS = ("gelu", "squared_relu")
+
+
 @dataclass(frozen=True)
 class DenseMLP:
-    """A gated (SwiGLU) or plain two-matrix MLP; ``bias`` adds biases to its projections (GPT-2)."""
+    """A gated (SwiGLU) or plain two-matrix MLP; ``bias`` adds biases to its projections (GPT-2); ``activation`` is the
+    plain MLP's (``UNGATED_ACTIVATIONS``)."""
 
     intermediate_size: int
     gated: bool = True
     bias: bool = False
+    activation: str = "gelu"
     type: str = field(default="dense", init=False)
 
     def to_dict(self) -> dict:
         doc = {"type": self.type, "intermediate_size": self.intermediate_size, "gated": self.gated}
         if self.bias:
             doc["bias"] = True
+        if self.activation != "gelu":
+            doc["activation"] = self.activation
         return doc
 
 
@@ -403,9 +412,14 @@ def _load_mlp(doc: object, path: str) -> MLP:
     doc = require_mapping(doc, path)
     kind = get_str(doc, "type", path, choices=("dense", "moe"))
     if kind == "dense":
-        reject_unknown(doc, {"type", "intermediate_size", "gated", "bias"}, path)
-        return DenseMLP(intermediate_size=get_int(doc, "intermediate_size", path),
-                        gated=get_bool(doc, "gated", path, default=True), bias=get_bool(doc, "bias", path, default=False))
+        reject_unknown(doc, {"type", "intermediate_size", "gated", "bias", "activation"}, path)
+        gated = get_bool(doc, "gated", path, default=True)
+        activation = get_str(doc, "activation", path, choices=UNGATED_ACTIVATIONS, default="gelu")
+        if gated and "activation" in doc:
+            raise SpecError(join(path, "activation"),
+                            "applies to an MLP without a gate (gated false); a gated MLP is SwiGLU")
+        return DenseMLP(intermediate_size=get_int(doc, "intermediate_size", path), gated=gated,
+                        bias=get_bool(doc, "bias", path, default=False), activation=activation)
     reject_unknown(doc, {"type", "num_experts", "top_k", "expert_intermediate_size", "num_shared_experts",
                          "shared_intermediate_size", "aux_loss_coeff", "bias", "router_groups",
                          "router_group_topk"}, path)

@@ -23,7 +23,8 @@ SEED, LR = 3, 0.5
 
 # Every layer kind the executor splits over TP: grouped-query attention with biases, QK-norm, a sliding window and
 # sinks; Mamba-2 (heads in groups) and Mamba-1 (biased projections); gated delta-net (fewer key heads than value
-# heads) and lightning attention; latent attention (MLA, with a query latent); gated and plain MLPs, one with biases;
+# heads) and lightning attention; latent attention (MLA, with a query latent); gated and plain MLPs, one with biases
+# and a squared ReLU;
 # biased MoE experts with a shared expert and a balancing loss; the embedding tied to the head.
 TP_KINDS = load_model_spec({
     "format": "adaptis.model/v1", "name": "tp-kinds", "hidden_size": 32, "vocab_size": 96, "seq_len": 12,
@@ -39,7 +40,8 @@ TP_KINDS = load_model_spec({
                  "num_shared_experts": 1, "shared_intermediate_size": 16, "aux_loss_coeff": 0.05}},
         {"kind": "decoder", "mixer": {"type": "mamba2", "num_heads": 4, "head_dim": 8, "state_size": 8,
                                       "conv_kernel": 3, "n_groups": 2},
-         "mlp": {"type": "dense", "intermediate_size": 40, "gated": False, "bias": True}},
+         "mlp": {"type": "dense", "intermediate_size": 40, "gated": False, "bias": True,
+                 "activation": "squared_relu"}},
         {"kind": "decoder", "mixer": {"type": "linear_attention", "num_heads": 4, "num_key_heads": 2, "head_dim": 8,
                                       "variant": "gated_delta"}},
         {"kind": "decoder", "mixer": {"type": "linear_attention", "num_heads": 4, "head_dim": 8,

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from executor.running.capacity import check_capacity
 from executor.model import build_layers, layer_parameter_counts, scale_spec
 from executor.model.attention import apply_rotary
-from executor.model.mlp import load_balancing_loss
+from executor.model.mlp import GatedMLP, load_balancing_loss
 from executor_plans import every_kind_spec, one_f_one_b
 from planner.spec.presets import load_model_preset, model_preset_names
 
@@ -322,3 +322,18 @@ def test_what_the_executor_cannot_run_it_refuses_by_name():
                         ({"tp": 4, "etp": 2}, "expert TP 2 is neither TP 4 nor 1")):
         refusal = execution_refusal(load_plan({**doc, "parallel": {**doc["parallel"], **knob}}))
         assert refusal is not None and refusal.field == "plan" and words in refusal.reason
+
+
+def test_a_plain_mlp_runs_its_activation_squared_relu_or_gelu():
+    """down(act(up(x))), act = relu(x)² (Nemotron's) or GELU, computed here from the projections' weights."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 8, dtype=torch.float64)
+    outputs = {}
+    for activation, reference in (("squared_relu", lambda h: torch.relu(h) ** 2), ("gelu", F.gelu)):
+        mlp = GatedMLP(8, 16, gated=False, bias=True, activation=activation).double()
+        mlp.init_weights(torch.Generator().manual_seed(1))
+        up, down = mlp.up_proj, mlp.down_proj
+        expected = reference(x @ up.weight.T + up.bias) @ down.weight.T + down.bias
+        outputs[activation] = mlp(x)
+        torch.testing.assert_close(outputs[activation], expected, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(outputs["squared_relu"], outputs["gelu"])

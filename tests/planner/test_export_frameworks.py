@@ -26,11 +26,13 @@ from planner.exports.hybrid_plan import is_own_order, placement
 from planner.hardware import named_cluster_document
 from planner.exports.megatron_args import megatron_argv
 from planner.plan import load_plan
+from planner.spec.model import DenseMLP
 from planner.spec.presets import load_model_preset
 from tests.conftest import relaid_stages
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")   # no Transformer Engine or Apex here: Megatron-Core falls back, and says so
+    from megatron.core.activations import squared_relu
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.model_parallel_config import ModelParallelConfig
     from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
@@ -107,7 +109,8 @@ LOOP_ARGS = [("--micro-batch-size", int), ("--global-batch-size", int), ("--seq-
              ("--use-distributed-optimizer", True), ("--group-query-attention", True),
              ("--untie-embeddings-and-output-weights", True), ("--position-embedding-type", str),
              ("--max-position-embeddings", int), ("--hybrid-override-pattern", str),
-             ("--use-megatron-fsdp", True), ("--data-parallel-sharding-strategy", str)]
+             ("--use-megatron-fsdp", True), ("--data-parallel-sharding-strategy", str),
+             ("--squared-relu", True)]   # the config's activation_func (core_transformer_config_from_args)
 
 
 def megatron_parse(argv: list[str]) -> tuple[dict, dict]:
@@ -191,6 +194,12 @@ def test_megatron_args_build_megatron_cores_config_with_the_plans_degrees(plans,
         (True, "optim_grads_params") if config.sharding == "full" else (False, "no_shard"))
     assert (built.fp8, built.fp8_recipe) == (("hybrid", "delayed") if config.precision == "fp8" else (None, "delayed"))
     blocks = [layer for layer in model.layers if layer.kind in ("decoder", "mlp")]
+    # Nemotron-H's MLP layers are squared ReLU, which Megatron-LM takes as the config's activation_func
+    squared = [layer for layer in blocks if isinstance(layer.mlp, DenseMLP) and layer.mlp.activation == "squared_relu"]
+    assert loop["squared_relu"] == bool(squared) == (name == "nemotron-mamba")
+    if squared:
+        assert not built.gated_linear_unit
+        megatron_config({**fields, "activation_func": squared_relu})
     if loop["hybrid_override_pattern"]:   # Megatron's hybrid model: one symbol per Megatron layer
         assert built.num_layers == len(loop["hybrid_override_pattern"]) and "M" in loop["hybrid_override_pattern"]
         assert built.pipeline_model_parallel_layout is None

@@ -156,7 +156,8 @@ def test_nemotron_h_layers_follow_the_pattern_string_character_by_character():
     attention = next(block for block in blocks(spec) if block.mixer is not None and block.mixer.type == "attention")
     assert attention.mixer == AttentionMixer(num_heads=32, num_kv_heads=8, head_dim=128) and attention.mlp is None
     mlp = next(block for block in blocks(spec) if block.kind == "mlp")
-    assert mlp.mlp == DenseMLP(intermediate_size=21504, gated=False) and mlp.mixer is None
+    # Nemotron-H's MLP layers are squared ReLU (mlp_hidden_act "relu2", NemotronHConfig's default)
+    assert mlp.mlp == DenseMLP(intermediate_size=21504, gated=False, activation="squared_relu") and mlp.mixer is None
 
 
 def test_nemotron_h_moe_character_and_block_type_list():
@@ -565,7 +566,8 @@ def test_nemotron_is_a_layernorm_model_with_an_ungated_mlp():
     spec = import_hf_config(MINITRON_8B)
     assert spec.norm == "layernorm" and not spec.tie_embeddings
     assert blocks(spec)[0].mixer == AttentionMixer(num_heads=48, num_kv_heads=8, head_dim=128)
-    assert blocks(spec)[0].mlp == DenseMLP(16384, gated=False)
+    assert blocks(spec)[0].mlp == DenseMLP(16384, gated=False, activation="squared_relu")   # hidden_act relu2
+    assert blocks(import_hf_config({**MINITRON_8B, "hidden_act": "gelu"}))[0].mlp == DenseMLP(16384, gated=False)
 
 
 def test_arcee_and_apertus_are_llama_attention_with_an_ungated_mlp():
@@ -573,11 +575,13 @@ def test_arcee_and_apertus_are_llama_attention_with_an_ungated_mlp():
            "num_hidden_layers": 4, "vocab_size": 128004}
     arcee = import_hf_config({**doc, "model_type": "arcee", "mlp_bias": True})
     assert arcee.norm == "rmsnorm"
-    assert blocks(arcee)[0] == LayerSpec(kind="decoder", mlp=DenseMLP(18432, gated=False, bias=True),
+    assert blocks(arcee)[0] == LayerSpec(kind="decoder",
+                                         mlp=DenseMLP(18432, gated=False, bias=True, activation="squared_relu"),
                                          mixer=AttentionMixer(num_heads=20, num_kv_heads=4, head_dim=128))
     apertus = blocks(import_hf_config({**doc, "architectures": ["ApertusForCausalLM"], "mlp_bias": True}))[0]
     assert apertus.mixer == AttentionMixer(num_heads=20, num_kv_heads=4, head_dim=128, qk_norm=True)
-    assert apertus.mlp == DenseMLP(18432, gated=False)   # ApertusMLP has no biases whatever mlp_bias says
+    # ApertusMLP has no biases whatever mlp_bias says; its xIELU runs as GELU
+    assert apertus.mlp == DenseMLP(18432, gated=False)
 
 
 def test_ernie_4_5_moe_puts_its_moe_on_the_layers_its_interval_and_bounds_name():

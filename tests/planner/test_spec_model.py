@@ -105,6 +105,22 @@ def test_moe_aux_loss_coeff_round_trips_is_written_only_when_set_and_must_not_be
     assert error.value.field == "layers[1].mlp.aux_loss_coeff" and ">= 0" in str(error.value)
 
 
+def test_an_ungated_mlps_activation_round_trips_is_written_only_when_not_gelu_and_a_gated_mlp_takes_none():
+    doc = doc_with({"type": "attention", "num_heads": 2, "head_dim": 8})
+    doc["layers"].insert(2, {"kind": "mlp", "mlp": {"type": "dense", "intermediate_size": 64, "gated": False,
+                                                    "activation": "squared_relu"}})
+    spec = load_model_spec(doc)
+    assert spec.layers[2].mlp.activation == "squared_relu" and load_model_spec(spec.to_dict()) == spec
+    gelu = {"type": "dense", "intermediate_size": 64, "gated": False}
+    assert "activation" not in load_model_spec({**doc, "layers": [*doc["layers"][:2], {"kind": "mlp", "mlp": gelu},
+                                                                  *doc["layers"][3:]]}).layers[2].mlp.to_dict()
+    for mlp, reason in (({**gelu, "activation": "swish"}, "must be one of gelu, squared_relu"),
+                        ({**gelu, "gated": True, "activation": "gelu"}, "gated MLP is SwiGLU")):
+        with pytest.raises(SpecError) as error:
+            load_model_spec({**doc, "layers": [*doc["layers"][:2], {"kind": "mlp", "mlp": mlp}, *doc["layers"][3:]]})
+        assert error.value.field == "layers[2].mlp.activation" and reason in str(error.value)
+
+
 GPT_LIKE = {"type": "attention", "num_heads": 4, "num_kv_heads": 1, "head_dim": 16, "qkv_bias": True,
             "output_bias": True, "qk_norm": True, "sinks": True}
 MAMBA1 = {"type": "mamba", "inner_size": 128, "state_size": 16, "dt_rank": 4, "conv_kernel": 4, "conv_bias": False,

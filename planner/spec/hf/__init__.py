@@ -83,10 +83,10 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
   and are not modelled; nor are its and GLM-4.7-Flash's multi-token-prediction modules, as DeepSeek's.
 - Linear attention keeps one head width: Qwen3-Next's ``linear_value_head_dim`` (equal to the key width in
   every released config).
-- Activations keep their shapes, not their exact functions: gpt-oss's clamped SwiGLU runs as SwiGLU, GPT-2's
-  tanh-approximated GELU as GELU, Nemotron's and Arcee's squared ReLU and Apertus's xIELU (its two learned scalars a
-  layer left out) as GELU; Falcon-Mamba's weightless RMSNorms of B, C and dt are left out (no parameters,
-  a few elementwise passes).
+- Activations keep their shapes, not always their exact functions: gpt-oss's clamped SwiGLU runs as SwiGLU, GPT-2's
+  tanh-approximated GELU as GELU, Apertus's xIELU (its two learned scalars a layer left out) as GELU; Nemotron-H's,
+  Nemotron-4's and AFM's squared ReLU (``relu2``) is the plain MLP's ``activation``, exactly; Falcon-Mamba's
+  weightless RMSNorms of B, C and dt are left out (no parameters, a few elementwise passes).
 - Training runs in bf16 whatever ``torch_dtype`` the checkpoint was saved in.
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from planner.errors import SpecError
 from planner.spec.hf.reader import (Config, aux_loss_coeff, attention, biased_attention, layer_flags, layer_types,
-                                    routed_moe, router_groups, top_k)
+                                    routed_moe, router_groups, top_k, ungated_activation)
 from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
 
 SLIDING_OR_FULL = {"sliding_attention": "sliding", "full_attention": "full"}
@@ -284,25 +284,25 @@ def seed_oss(cfg: Config) -> list[LayerSpec]:
     return [block] * cfg.integer("num_hidden_layers")
 
 
-def _ungated_blocks(cfg: Config, *, qk_norm: bool, mlp_bias: bool) -> list[LayerSpec]:
+def _ungated_blocks(cfg: Config, *, qk_norm: bool, mlp_bias: bool, activation: str) -> list[LayerSpec]:
     mixer = biased_attention(cfg, qk_norm=qk_norm)
-    mlp = DenseMLP(cfg.integer("intermediate_size"), gated=False, bias=mlp_bias)
+    mlp = DenseMLP(cfg.integer("intermediate_size"), gated=False, bias=mlp_bias, activation=activation)
     return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("num_hidden_layers")
 
 
 def ungated(cfg: Config) -> list[LayerSpec]:
     """Nemotron-4 and Minitron (``nemotron``, with LayerNorm, the family's ``norm``: its "1p" form holds the same
     weights) and Arcee's AFM (``arcee``): ``attention_bias`` on all four attention projections (Nemotron's rotary
-    positions on part of each head hold no weights) and a squared-ReLU MLP without a gate, ``mlp_bias`` on its two
-    projections."""
-    return _ungated_blocks(cfg, qk_norm=False, mlp_bias=cfg.flag("mlp_bias"))
+    positions on part of each head hold no weights) and an MLP without a gate, ``mlp_bias`` on its two projections,
+    whose ``hidden_act`` is the squared ReLU (``relu2``) in both."""
+    return _ungated_blocks(cfg, qk_norm=False, mlp_bias=cfg.flag("mlp_bias"), activation=ungated_activation(cfg))
 
 
 def apertus(cfg: Config) -> list[LayerSpec]:
     """Apertus: attention (``attention_bias`` on all four projections) with a per-head QK-norm, and an MLP without a
-    gate or biases whose xIELU activation's two learned scalars are left out (a layer's activation keeps its shape,
-    not its function)."""
-    return _ungated_blocks(cfg, qk_norm=True, mlp_bias=False)
+    gate or biases whose xIELU runs as GELU, its two learned scalars left out (the layer keeps its shape, not its
+    function)."""
+    return _ungated_blocks(cfg, qk_norm=True, mlp_bias=False, activation="gelu")
 
 
 def _exaone4_roles(cfg: Config, count: int) -> list[str]:

@@ -9,7 +9,7 @@ import math
 from planner.errors import SpecError
 from planner.spec.hf.attention_families import qwen_moe_mlps, qwen_shared_expert_moe
 from planner.spec.hf.reader import (Config, aux_loss_coeff, attention, biased_attention, layer_flags, layer_types,
-                                    routed_moe, top_k)
+                                    routed_moe, top_k, ungated_activation)
 from planner.spec.model import (
     GATED_DELTA_CONV_KERNEL,
     DenseMLP,
@@ -60,7 +60,8 @@ def nemotron_h(cfg: Config) -> list[LayerSpec]:
         blocks["attention"] = LayerSpec(kind="decoder",
                                         mixer=attention(cfg, head_dim_keys=("head_dim", "attention_head_dim")))
     if "mlp" in roles:
-        blocks["mlp"] = LayerSpec(kind="mlp", mlp=DenseMLP(cfg.integer("intermediate_size"), gated=False))
+        blocks["mlp"] = LayerSpec(kind="mlp", mlp=DenseMLP(cfg.integer("intermediate_size"), gated=False,
+                                                          activation=ungated_activation(cfg, "mlp_hidden_act")))
     if "moe" in roles:
         experts = cfg.integer("n_routed_experts")
         shared = cfg.integer("n_shared_experts", default=0, minimum=0)

@@ -119,6 +119,12 @@ def attention(cfg: Config, *, window: int | None = None, head_dim_keys=("head_di
     return AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, window=window, **flags)
 
 
+def ungated_activation(cfg: Config, key: str = "hidden_act") -> str:
+    """An MLP without a gate's activation (``planner.spec.model.UNGATED_ACTIVATIONS``): HF's ``relu2`` is the squared
+    ReLU (Nemotron's, AFM's); anything else runs as GELU, which keeps the layer's shape (Apertus's xIELU)."""
+    return "squared_relu" if cfg.choice(key, None) == "relu2" else "gelu"
+
+
 def biased_attention(cfg: Config, *, bias_key: str = "attention_bias", **fields) -> AttentionMixer:
     """``attention`` with biases on all four projections where the config's ``bias_key`` says so (Llama's
     ``attention_bias``, ERNIE's ``use_bias``)."""
