@@ -12,7 +12,8 @@ other than the default ``core_attn``, its ``meta.recompute_modules``), ``--use-d
 model's shape: ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, ``--group-query-attention``,
 ``--num-query-groups``, ``--kv-channels``, ``--ffn-hidden-size``, ``--swiglu`` or ``--squared-relu``,
 ``--normalization``, ``--disable-bias-linear``, ``--add-qkv-bias``, ``--qk-layernorm``,
-``--untie-embeddings-and-output-weights``, ``--position-embedding-type``, ``--max-position-embeddings``, ``--num-experts``, ``--moe-router-topk``,
+``--untie-embeddings-and-output-weights``, ``--position-embedding-type``, ``--max-position-embeddings``,
+``--num-experts``, ``--moe-router-topk``,
 ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``, ``--moe-layer-freq``, ``--moe-aux-loss-coeff``,
 ``--moe-grouped-gemm``, ``--moe-token-dispatcher-type`` (``alltoall`` under EP, or ``flex`` with
 ``--moe-flex-dispatcher-backend deepep`` or ``hybridep`` where the plan was predicted with that dispatch, its
