@@ -164,11 +164,11 @@ class MoE(nn.Module):
         self.loss_scale = 1.0
         self._balancing_sum: torch.Tensor | None = None   # since the last take_balancing_loss, for the report
         self.router = Linear(hidden_size, mlp.num_experts, bias=mlp.bias)
-        self.experts = nn.ModuleList(GatedMLP(hidden_size, mlp.expert_intermediate_size, bias=mlp.bias)
-                                     for _ in range(mlp.num_experts))
+        self.experts = nn.ModuleList(GatedMLP(hidden_size, mlp.expert_intermediate_size, mlp.gated, mlp.bias,
+                                              mlp.activation) for _ in range(mlp.num_experts))
         shared_size = mlp.num_shared_experts * mlp.shared_intermediate_size
         # Shared experts are always active, so they are one wide dense MLP.
-        self.shared = GatedMLP(hidden_size, shared_size) if shared_size else None
+        self.shared = GatedMLP(hidden_size, shared_size, mlp.gated, activation=mlp.activation) if shared_size else None
 
     def init_weights(self, generator: torch.Generator) -> None:
         self.router.init_weights(generator)

@@ -8,7 +8,7 @@ for shared experts): a router projection to ``num_experts`` logits and a top-k s
 to its ``top_k`` experts (the permutation), runs a gated expert MLP there, and the ``top_k`` results are
 weighted and summed back (the un-permutation). Shared experts run on every token. So the FLOPs grow with
 ``top_k`` (active experts) while the parameters, and the weight bytes read when enough tokens are routed,
-grow with ``num_experts``. Experts are assumed gated (every MoE family imported here is SwiGLU).
+grow with ``num_experts``. Experts are gated (SwiGLU) unless ``MoEMLP.gated`` is false (Nemotron-H's).
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def expert_activation(mlp: MoEMLP, *, tokens: int, dtype_bytes: int) -> Cost:
     for the down projection (in BF16, or as that projection's FP8 cast). It is what Megatron-Core's
     ``recompute_modules`` ``moe_act`` re-runs in the backward and frees."""
     routed, inner = tokens * mlp.top_k, mlp.expert_intermediate_size
-    return (elementwise(routed * 2 * inner, routed * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
+    up_width = 2 * inner if mlp.gated else inner
+    return (elementwise(routed * up_width, routed * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
             + saved(dtype_bytes * routed * inner, fp8_bytes=routed * inner))
 
 
@@ -101,6 +102,7 @@ def moe_parts(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> dic
     the shared experts, run as one MLP as wide as all of them together (absent without any)."""
     experts, top_k, inner = mlp.num_experts, mlp.top_k, mlp.expert_intermediate_size
     routed = tokens * top_k
+    up_width = 2 * inner if mlp.gated else inner   # a gated expert's fused gate and up projections
 
     def projection(d_in: int, d_out: int, parallel: str = "column") -> Cost:
         return expert_projection(routed_tokens=routed, d_in=d_in, d_out=d_out, experts=experts, top_k=top_k,
@@ -108,12 +110,12 @@ def moe_parts(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> dic
     parts = {"input": saved(dtype_bytes * tokens * hidden),
              "shared_cast": saved(0.0, fp8_bytes=tokens * hidden if mlp.num_shared_experts else 0.0),
              "routing": _routing(tokens, hidden, experts, top_k, dtype_bytes, mlp.bias),
-             "routed": (saved(dtype_bytes * routed * hidden, fp8_bytes=routed * hidden) + projection(hidden, 2 * inner)
-                        + saved(dtype_bytes * routed * 2 * inner) + projection(inner, hidden, "row")),
+             "routed": (saved(dtype_bytes * routed * hidden, fp8_bytes=routed * hidden) + projection(hidden, up_width)
+                        + saved(dtype_bytes * routed * up_width) + projection(inner, hidden, "row")),
              "act": expert_activation(mlp, tokens=tokens, dtype_bytes=dtype_bytes),
              "combine": _combine(tokens, hidden, top_k, dtype_bytes)}
     if mlp.num_shared_experts:
-        parts["shared"] = _mlp_body(tokens, hidden, mlp.num_shared_experts * mlp.shared_intermediate_size, True,
+        parts["shared"] = _mlp_body(tokens, hidden, mlp.num_shared_experts * mlp.shared_intermediate_size, mlp.gated,
                                     dtype_bytes)
     return parts
 

@@ -216,13 +216,14 @@ def _model_shape(plan: Plan, model: ModelSpec, seq_len: int | None, lost: list[s
         args.append(("--ffn-hidden-size", str(dense[0].intermediate_size)))
     elif moe:
         args.append(("--ffn-hidden-size", str(moe[0].expert_intermediate_size)))
-    if (dense and dense[0].gated) or (not dense and moe):
+    mlps = dense + moe   # Megatron-LM has one gate and activation for its MLPs and its experts
+    if mlps and mlps[0].gated:
         args.append(("--swiglu",))
-    elif dense and dense[0].activation == "squared_relu":   # Megatron-LM's default is GELU
+    elif mlps and mlps[0].activation == "squared_relu":   # Megatron-LM's default is GELU
         args.append(("--squared-relu",))
-    if len({(mlp.gated, mlp.activation) for mlp in dense}) > 1:
-        lost.append(f"{model.name}'s dense MLPs differ in gate or activation: the arguments describe its first for "
-                    "all of them")
+    if len({(mlp.gated, mlp.activation) for mlp in mlps}) > 1:
+        lost.append(f"{model.name}'s MLPs and experts differ in gate or activation: the arguments describe its first "
+                    "for all of them")
     if moe:
         first = moe[0]
         args += [("--num-experts", str(first.num_experts)), ("--moe-router-topk", str(first.top_k)),

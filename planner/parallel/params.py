@@ -41,7 +41,8 @@ def _replicated_and_expert(layer: LayerSpec, hidden: int) -> tuple[int, int]:
     if isinstance(layer.mlp, MoEMLP):
         mlp = layer.mlp
         replicated += hidden * mlp.num_experts       # the router
-        expert = 3 * hidden * mlp.expert_intermediate_size * mlp.num_experts   # gated experts: gate, up, down
+        matrices = 3 if mlp.gated else 2             # gate, up and down; up and down without a gate
+        expert = matrices * hidden * mlp.expert_intermediate_size * mlp.num_experts
     return replicated, expert
 
 

@@ -23,9 +23,10 @@ Mixers: ``attention`` (optionally ``window`` or ``chunk``, ``qkv_bias``, ``outpu
 attention with ``kv_lora_rank``, ``q_lora_rank``, ``rope_head_dim``, ``v_head_dim``), ``linear_attention``
 (``variant`` gated_delta or lightning, ``num_key_heads``, gated_delta's ``conv_kernel``), ``mamba`` (Mamba-1:
 ``inner_size``, ``state_size``, ``dt_rank``, ``conv_kernel``, ``conv_bias``, ``proj_bias``) and ``mamba2``
-(``state_size``, ``conv_kernel``, ``n_groups``). MLPs: ``dense`` (``gated``, ``bias``) and ``moe``
-(``num_experts``, ``top_k``, ``expert_intermediate_size``, ``num_shared_experts``, ``shared_intermediate_size``,
-``aux_loss_coeff``, ``bias``, group-limited routing's ``router_groups`` and ``router_group_topk``). The model may set
+(``state_size``, ``conv_kernel``, ``n_groups``). MLPs: ``dense`` (``gated``, ``bias``, and without a gate its
+``activation``, ``gelu`` or ``squared_relu``) and ``moe`` (``num_experts``, ``top_k``, ``expert_intermediate_size``,
+``num_shared_experts``, ``shared_intermediate_size``, ``aux_loss_coeff``, ``bias``, group-limited routing's
+``router_groups`` and ``router_group_topk``, and its experts' ``gated`` and ``activation``). The model may set
 ``norm: layernorm`` (default ``rmsnorm``) and ``position_embeddings`` (a learned position table of that many positions,
 at least ``seq_len``). A document without ``format`` but with ``model_type`` or ``architectures`` is a HuggingFace
 ``config.json`` and goes through

@@ -196,7 +196,9 @@ class MoEMLP:
     (DeepSeek-V2 Sec. 2.2.2's device-limited routing, DeepSeek-V3 Sec. 2.1.2's node-limited routing; HF
     ``n_group`` / ``topk_group``, Megatron-Core ``--moe-router-num-groups`` / ``--moe-router-group-topk``): the
     experts form ``router_groups`` groups of consecutive experts, and a token's ``top_k`` are chosen among the
-    ``router_group_topk`` groups whose two best experts score highest; 1 and 1 route freely.
+    ``router_group_topk`` groups whose two best experts score highest; 1 and 1 route freely. ``gated`` and
+    ``activation``: the experts' (routed and shared), as a dense MLP's: SwiGLU, or without a gate (Nemotron-H's squared
+    ReLU experts).
     """
 
     num_experts: int
@@ -208,6 +210,8 @@ class MoEMLP:
     bias: bool = False
     router_groups: int = 1
     router_group_topk: int = 1
+    gated: bool = True
+    activation: str = "gelu"
     type: str = field(default="moe", init=False)
 
     @property
@@ -226,6 +230,10 @@ class MoEMLP:
         if self.group_limited:
             doc["router_groups"] = self.router_groups
             doc["router_group_topk"] = self.router_group_topk
+        if not self.gated:
+            doc["gated"] = False
+        if self.activation != "gelu":
+            doc["activation"] = self.activation
         return doc
 
 
@@ -413,16 +421,13 @@ def _load_mlp(doc: object, path: str) -> MLP:
     kind = get_str(doc, "type", path, choices=("dense", "moe"))
     if kind == "dense":
         reject_unknown(doc, {"type", "intermediate_size", "gated", "bias", "activation"}, path)
-        gated = get_bool(doc, "gated", path, default=True)
-        activation = get_str(doc, "activation", path, choices=UNGATED_ACTIVATIONS, default="gelu")
-        if gated and "activation" in doc:
-            raise SpecError(join(path, "activation"),
-                            "applies to an MLP without a gate (gated false); a gated MLP is SwiGLU")
+        gated, activation = _gate_and_activation(doc, path)
         return DenseMLP(intermediate_size=get_int(doc, "intermediate_size", path), gated=gated,
                         bias=get_bool(doc, "bias", path, default=False), activation=activation)
     reject_unknown(doc, {"type", "num_experts", "top_k", "expert_intermediate_size", "num_shared_experts",
                          "shared_intermediate_size", "aux_loss_coeff", "bias", "router_groups",
-                         "router_group_topk"}, path)
+                         "router_group_topk", "gated", "activation"}, path)
+    gated, activation = _gate_and_activation(doc, path)
     experts = get_int(doc, "num_experts", path)
     top_k = get_int(doc, "top_k", path)
     if top_k > experts:
@@ -438,7 +443,17 @@ def _load_mlp(doc: object, path: str) -> MLP:
                                                    default=expert_size if shared else 0, minimum=0),
                   aux_loss_coeff=get_number(doc, "aux_loss_coeff", path, default=0.0),
                   bias=get_bool(doc, "bias", path, default=False),
-                  router_groups=groups, router_group_topk=group_topk)
+                  router_groups=groups, router_group_topk=group_topk, gated=gated, activation=activation)
+
+
+def _gate_and_activation(doc: dict, path: str) -> tuple[bool, str]:
+    """An MLP's (or MoE experts') ``gated`` (default true: SwiGLU) and, without a gate, its ``activation``."""
+    gated = get_bool(doc, "gated", path, default=True)
+    activation = get_str(doc, "activation", path, choices=UNGATED_ACTIVATIONS, default="gelu")
+    if gated and "activation" in doc:
+        raise SpecError(join(path, "activation"), "applies to an MLP without a gate (gated false); a gated MLP is "
+                                                  "SwiGLU")
+    return gated, activation
 
 
 def check_router_groups(experts: int, top_k: int, groups: int, group_topk: int, path: str, groups_field: str,

@@ -64,7 +64,8 @@ BLOCKS = {0: 0, 1: 2, 2: 2, 3: 2, 4: 1, 5: 1, 6: 1, 7: 1, 8: 0}   # what a full 
 ALL_REDUCES = {0: 0, 1: 0, 2: 0, 3: 2, 4: 0, 5: 2, 6: 0, 7: 2, 8: 3}
 FORWARD_ALL_REDUCES = {3: 1, 5: 1, 7: 1}   # what a full recomputation runs again
 
-# MoE layers of every routing kind: top-2 with a shared expert and a balancing loss, top-1, biased experts
+# MoE layers of every routing kind: top-2 with a shared expert and a balancing loss, top-1 (experts without a gate,
+# squared ReLU: Nemotron-H's), biased experts
 MOE_KINDS = load_model_spec({
     "format": "adaptis.model/v1", "name": "moe-kinds", "hidden_size": 32, "vocab_size": 96, "seq_len": 12,
     "micro_batch_size": 2,
@@ -74,7 +75,8 @@ MOE_KINDS = load_model_spec({
          "mlp": {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16,
                  "num_shared_experts": 1, "shared_intermediate_size": 16, "aux_loss_coeff": 0.05}},
         {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8},
-         "mlp": {"type": "moe", "num_experts": 4, "top_k": 1, "expert_intermediate_size": 16, "aux_loss_coeff": 0.02}},
+         "mlp": {"type": "moe", "num_experts": 4, "top_k": 1, "expert_intermediate_size": 16, "aux_loss_coeff": 0.02,
+                 "gated": False, "activation": "squared_relu"}},
         {"kind": "mlp", "mlp": {"type": "moe", "num_experts": 8, "top_k": 2, "expert_intermediate_size": 8,
                                 "bias": True, "router_groups": 4, "router_group_topk": 2}},
         {"kind": "head"},

@@ -26,6 +26,16 @@ EXAONE_4_32B = {"architectures": ["Exaone4ForCausalLM"], "model_type": "exaone4"
                 "tie_word_embeddings": False, "vocab_size": 102400}
 
 
+# A Nemotron-H with MoE layers (Nemotron 3's layer kinds: Mamba-2, MoE, attention), small: checked against
+# transformers' count in test_hf_counts
+NEMOTRON_H_MOE = {"model_type": "nemotron_h", "hidden_size": 512, "num_hidden_layers": 4,
+                  "hybrid_override_pattern": "ME*E", "vocab_size": 1000, "num_attention_heads": 8,
+                  "num_key_value_heads": 2, "head_dim": 64, "mamba_num_heads": 16, "mamba_head_dim": 32,
+                  "ssm_state_size": 16, "n_groups": 4, "intermediate_size": 1024, "n_routed_experts": 8,
+                  "num_experts_per_tok": 2, "moe_intermediate_size": 256, "n_shared_experts": 1,
+                  "moe_shared_expert_intermediate_size": 512}
+
+
 def config(name: str) -> dict:
     return json.loads((FIXTURES / f"{name}.json").read_text())
 
@@ -160,13 +170,19 @@ def test_nemotron_h_layers_follow_the_pattern_string_character_by_character():
     assert mlp.mlp == DenseMLP(intermediate_size=21504, gated=False, activation="squared_relu") and mlp.mixer is None
 
 
+def test_nemotron_h_experts_are_plain_mlps_with_its_activation():
+    moe = blocks(import_hf_config(NEMOTRON_H_MOE))[1].mlp
+    assert moe == MoEMLP(num_experts=8, top_k=2, expert_intermediate_size=256, num_shared_experts=1,
+                         shared_intermediate_size=512, gated=False, activation="squared_relu")
+
+
 def test_nemotron_h_moe_character_and_block_type_list():
     doc = {**config("nemotron-h-8b"), "hybrid_override_pattern": "ME*E", "num_hidden_layers": 4,
            "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
            "n_shared_experts": 1, "moe_shared_expert_intermediate_size": 128}
     body = blocks(import_hf_config(doc))
     assert [block.kind for block in body] == ["decoder", "mlp", "decoder", "mlp"]
-    assert body[1].mlp == MoEMLP(8, 2, 64, 1, 128)
+    assert body[1].mlp == MoEMLP(8, 2, 64, 1, 128, gated=False, activation="squared_relu")
     listed = {key: value for key, value in doc.items() if key != "hybrid_override_pattern"}
     listed["layers_block_type"] = ["mamba", "moe", "attention", "moe"]
     assert blocks(import_hf_config(listed)) == body

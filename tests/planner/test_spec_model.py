@@ -105,6 +105,17 @@ def test_moe_aux_loss_coeff_round_trips_is_written_only_when_set_and_must_not_be
     assert error.value.field == "layers[1].mlp.aux_loss_coeff" and ">= 0" in str(error.value)
 
 
+def test_moe_experts_without_a_gate_round_trip_with_their_activation():
+    doc = moe_doc(gated=False, activation="squared_relu")
+    spec = load_model_spec(doc)
+    assert (spec.layers[1].mlp.gated, spec.layers[1].mlp.activation) == (False, "squared_relu")
+    assert load_model_spec(spec.to_dict()) == spec
+    assert {"gated", "activation"}.isdisjoint(load_model_spec(moe_doc()).layers[1].mlp.to_dict())
+    with pytest.raises(SpecError) as error:
+        load_model_spec(moe_doc(activation="squared_relu"))
+    assert error.value.field == "layers[1].mlp.activation"
+
+
 def test_an_ungated_mlps_activation_round_trips_is_written_only_when_not_gelu_and_a_gated_mlp_takes_none():
     doc = doc_with({"type": "attention", "num_heads": 2, "head_dim": 8})
     doc["layers"].insert(2, {"kind": "mlp", "mlp": {"type": "dense", "intermediate_size": 64, "gated": False,

@@ -65,10 +65,12 @@ def nemotron_h(cfg: Config) -> list[LayerSpec]:
     if "moe" in roles:
         experts = cfg.integer("n_routed_experts")
         shared = cfg.integer("n_shared_experts", default=0, minimum=0)
+        # its experts (routed and shared) are plain MLPs with the dense layers' activation (NemotronHMoE)
         blocks["moe"] = LayerSpec(kind="mlp", mlp=MoEMLP(
             num_experts=experts, top_k=top_k(cfg, experts),
             expert_intermediate_size=cfg.integer("moe_intermediate_size"), num_shared_experts=shared,
-            shared_intermediate_size=cfg.integer("moe_shared_expert_intermediate_size") if shared else 0))
+            shared_intermediate_size=cfg.integer("moe_shared_expert_intermediate_size") if shared else 0,
+            gated=False, activation=ungated_activation(cfg, "mlp_hidden_act")))
     return [blocks[role] for role in roles]
 
 
