@@ -178,8 +178,8 @@ def main() -> None:
         rows = []
         for model_type, source, spec in family_specs():
             pins = family_pins(spec, args.axes)
-            if family_refusal(spec, pins):
-                refused.append(f"{model_type}: {family_refusal(spec, pins)}")
+            if reason := family_refusal(spec, pins):
+                refused.append(f"{model_type}: {reason}")
             else:
                 rows.append((f"{model_type} ({source})", family_model(spec, pins), pins))
     header = ["axes", "model", "plan", "ranks", "update rel. diff", "abs. diff", "loss rel. diff", "worst tensor",

@@ -22,10 +22,15 @@ ACTIVATION_FLOPS_PER_OUTPUT = 5   # SiLU (or squared ReLU) and the product with 
 ROUTER_FLOPS_PER_LOGIT = 6        # softmax and top-k selection over the expert logits
 
 
+def _up_width(inner: int, gated: bool) -> int:
+    """The first projection's width: a gated MLP's (or expert's) fused gate and up halves, else up alone."""
+    return 2 * inner if gated else inner
+
+
 def _mlp_body(tokens: float, hidden: int, inner: int, gated: bool, dtype_bytes: int, bias: bool = False) -> Cost:
     """The MLP without saving its input (the caller decides, since an MoE's shared expert shares it). A dense MLP's
     is what Megatron-Core's ``recompute_modules`` ``mlp`` re-runs in the backward and frees (``dense_mlp_body``)."""
-    up_width = 2 * inner if gated else inner
+    up_width = _up_width(inner, gated)
     return (linear(tokens, hidden, up_width, dtype_bytes, bias=bias, parts=(inner, inner) if gated else ())
             + saved(dtype_bytes * tokens * up_width)
             + elementwise(tokens * up_width, tokens * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
@@ -89,8 +94,7 @@ def expert_activation(mlp: MoEMLP, *, tokens: int, dtype_bytes: int) -> Cost:
     for the down projection (in BF16, or as that projection's FP8 cast). It is what Megatron-Core's
     ``recompute_modules`` ``moe_act`` re-runs in the backward and frees."""
     routed, inner = tokens * mlp.top_k, mlp.expert_intermediate_size
-    up_width = 2 * inner if mlp.gated else inner
-    return (elementwise(routed * up_width, routed * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
+    return (elementwise(routed * _up_width(inner, mlp.gated), routed * inner, ACTIVATION_FLOPS_PER_OUTPUT, dtype_bytes)
             + saved(dtype_bytes * routed * inner, fp8_bytes=routed * inner))
 
 
@@ -102,7 +106,7 @@ def moe_parts(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> dic
     the shared experts, run as one MLP as wide as all of them together (absent without any)."""
     experts, top_k, inner = mlp.num_experts, mlp.top_k, mlp.expert_intermediate_size
     routed = tokens * top_k
-    up_width = 2 * inner if mlp.gated else inner   # a gated expert's fused gate and up projections
+    up_width = _up_width(inner, mlp.gated)
 
     def projection(d_in: int, d_out: int, parallel: str = "column") -> Cost:
         return expert_projection(routed_tokens=routed, d_in=d_in, d_out=d_out, experts=experts, top_k=top_k,
