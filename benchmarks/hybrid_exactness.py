@@ -79,6 +79,11 @@ FAMILY_AXES = {"tp-pp-dp": {"tp": 2, "pp": 2, "dp": 2}, "tp-cp-pp": {"tp": 2, "c
 MAX_BLOCKS = 8
 
 
+# The sizes a family's transformers config class leaves None, for a family without a fixture (dots1: its experts)
+UNSIZED_DEFAULTS = {"dots1": {"n_routed_experts": 8, "n_shared_experts": 2, "num_experts_per_tok": 2,
+                              "first_k_dense_replace": 1}}
+
+
 def family_specs() -> list[tuple[str, str, ModelSpec]]:
     """(model_type, where its config came from, the model cut to the blocks that show each of its kinds) for every
     model_type the importer reads."""
@@ -94,13 +99,18 @@ def family_specs() -> list[tuple[str, str, ModelSpec]]:
         siblings = [(stem, {**config.get("text_config", config), "model_type": model_type})
                     for other, (stem, config) in fixtures.items()
                     if other in FAMILIES and FAMILIES[other].blocks is FAMILIES[model_type].blocks]
+        sized = UNSIZED_DEFAULTS.get(model_type, {})
         for source, config in [*([fixtures[model_type]] if model_type in fixtures else []),
-                               ("transformers' defaults", {"model_type": model_type}), *siblings]:
+                               ("transformers' defaults" + (" and " + ", ".join(sized) if sized else ""),
+                                {"model_type": model_type, **sized}), *siblings]:
             try:
                 spec = import_hf_config(config)
                 break
             except SpecError:   # the class defaults leave a size out
                 continue
+        else:
+            raise SystemExit(f"{model_type}: no fixture, and transformers' defaults leave a size out; add it to "
+                             f"UNSIZED_DEFAULTS")
         blocks = spec.layers[1:-1]
         kinds = set(blocks)
         depth = next(count for count in range(2, len(blocks) + 1)

@@ -214,7 +214,7 @@ def check_job(job: Job, pins: dict) -> None:
         raise SpecError("cp", f"{pins['cp']} cannot split the model: {reason}")
     experts = _num_experts(job.model)
     if pins.get("ep", 1) > 1 and not experts:
-        raise SpecError("ep", f"must divide the number of experts (0), got {pins['ep']}")
+        raise SpecError("ep", f"expert parallelism needs MoE layers; {job.model.name} has none (got {pins['ep']})")
     if reason := expert_parallel_limit(job.model, pins.get("ep", 1)):
         raise SpecError("ep", f"{pins['ep']} cannot split the experts: {reason}")
     if "etp" in pins and not experts:

@@ -35,6 +35,13 @@ NEMOTRON_H_MOE = {"model_type": "nemotron_h", "hidden_size": 512, "num_hidden_la
                   "num_experts_per_tok": 2, "moe_intermediate_size": 256, "n_shared_experts": 1,
                   "moe_shared_expert_intermediate_size": 512}
 
+# dots.llm1's shape (142.77 B parameters as transformers builds it, the 142 B its report gives), checked against
+# transformers' count in test_hf_counts: no released config reachable here, its sizes from its report
+DOTS_LLM1 = {"architectures": ["Dots1ForCausalLM"], "model_type": "dots1", "hidden_size": 4096,
+             "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 62,
+             "num_attention_heads": 32, "num_key_value_heads": 32, "n_routed_experts": 128, "n_shared_experts": 2,
+             "num_experts_per_tok": 6, "first_k_dense_replace": 1, "vocab_size": 152064, "tie_word_embeddings": False}
+
 
 def config(name: str) -> dict:
     return json.loads((FIXTURES / f"{name}.json").read_text())
@@ -429,6 +436,28 @@ def test_glm4_moe_has_dense_first_layers_biased_qkv_and_optional_qk_norm():
     assert [isinstance(block.mlp, DenseMLP) for block in full[:4]] == [True, True, True, False]
     assert full[0].mixer == AttentionMixer(num_heads=96, num_kv_heads=8, head_dim=128, qkv_bias=True, qk_norm=True)
     assert not air[0].mixer.qk_norm and isinstance(air[1].mlp, MoEMLP) and isinstance(air[0].mlp, DenseMLP)
+
+
+def test_dots1_has_qwen3_attention_and_deepseek_moe_and_slides_from_max_window_layers():
+    layers = blocks(import_hf_config(DOTS_LLM1))
+    assert layers[0].mlp == DenseMLP(10944) and len(layers) == 62
+    assert {block.mlp for block in layers[1:]} == {MoEMLP(num_experts=128, top_k=6, expert_intermediate_size=1408,
+                                                         num_shared_experts=2, shared_intermediate_size=1408)}
+    assert {block.mixer for block in layers} == {AttentionMixer(num_heads=32, num_kv_heads=32, head_dim=128,
+                                                                qk_norm=True)}
+    # Dots1Config's rule: sliding_window from max_window_layers on, with no use_sliding_window to switch it
+    windows = [block.mixer.window for block in blocks(import_hf_config({**DOTS_LLM1, "max_window_layers": 60}))]
+    assert windows == [None] * 60 + [4096, 4096]
+    assert not any(block.mixer.window for block in blocks(import_hf_config({**DOTS_LLM1, "sliding_window": None,
+                                                                             "max_window_layers": 0})))
+    typed = {**DOTS_LLM1, "num_hidden_layers": 2, "sliding_window": 512,
+             "layer_types": ["sliding_attention", "full_attention"]}
+    assert [block.mixer.window for block in blocks(import_hf_config(typed))] == [512, None]
+    biased = blocks(import_hf_config({**DOTS_LLM1, "attention_bias": True}))[0].mixer
+    assert biased.qkv_bias and biased.output_bias
+    with pytest.raises(SpecError) as error:
+        import_hf_config({key: value for key, value in DOTS_LLM1.items() if key != "n_routed_experts"})
+    assert error.value.field == "n_routed_experts"
 
 
 def test_gpt2_and_starcoder_are_layernorm_models_with_learned_positions():

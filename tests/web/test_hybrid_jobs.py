@@ -72,7 +72,7 @@ class TestRequestCheck:
         ({"pins": {"dp": 4, "microbatch_size": 4}, "global_batch": 24}, "global_batch", "dp 4 x microbatch_size 4"),
         ({"pins": {"recompute": "most"}}, "recompute", "must be one of none, selective, full"),
         ({"pins": {"zero": 3}}, "zero", "cannot be pinned"),
-        ({"pins": {"ep": 2}}, "ep", "must divide the number of experts (0)"),
+        ({"pins": {"ep": 2}}, "ep", "expert parallelism needs MoE layers"),
         ({"gpus": 32}, "gpus", "has 16 GPUs; asked for 32"),
         ({"gpus": None}, "gpus", "is required for a hybrid-parallel job"),
         ({"seq_len": 0}, "seq_len", "between 1 and"),

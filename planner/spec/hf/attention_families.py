@@ -462,6 +462,23 @@ def glm4_moe(cfg: Config) -> list[LayerSpec]:
     return _decoders([mixer] * count, _dense_first_then_moe(cfg, dense, moe, count))
 
 
+def dots1(cfg: Config) -> list[LayerSpec]:
+    """dots.llm1: Qwen3's attention (a per-head QK-norm, ``attention_bias`` on all four projections) and DeepSeek-V3's
+    dense-first-k then shared-expert MoE (its router's group limit included). Its layers slide over
+    ``sliding_window`` from ``max_window_layers`` on (``layer_types`` when given): ``Dots1Config``'s rule, which reads
+    no ``use_sliding_window`` (its defaults, 62 and 4,096, window none of dots.llm1's 62 layers)."""
+    count = cfg.integer("num_hidden_layers")
+    if "layer_types" in cfg:
+        roles = layer_types(cfg, count, SLIDING_OR_FULL)
+    else:
+        first = cfg.integer("max_window_layers", default=cfg.default("max_window_layers", count), minimum=0)
+        windowed = cfg.optional_integer("sliding_window") is not None
+        roles = ["sliding" if windowed and index >= first else "full" for index in range(count)]
+    mixers = [biased_attention(cfg, window=window, qk_norm=True) for window in _sliding_windows(cfg, roles)]
+    moe = _shared_expert_moe(cfg, cfg.integer("n_routed_experts"))
+    return _decoders(mixers, _dense_first_then_moe(cfg, DenseMLP(cfg.integer("intermediate_size")), moe, count))
+
+
 def gpt2(cfg: Config) -> list[LayerSpec]:
     """GPT-2 and GPT-BigCode (StarCoder): biased attention (BigCode's ``multi_query`` shares one key and value
     head) and a biased GELU MLP of ``n_inner`` (null: 4 × ``n_embd``); the family's LayerNorm and learned
