@@ -26,7 +26,7 @@ FULLY_DEFAULTED = ("qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "olmo2", "olmo3",
                    "mamba", "falcon_mamba", "mamba2", "jamba", "granitemoehybrid", "gpt_oss", "glm4_moe", "gpt2",
                    "gpt_bigcode", "llama", "llama4_text", "qwen3_5_moe_text", "qwen3_5_text", "smollm3",
                    "minimax_m2", "glm4_moe_lite", "granite", "granitemoe", "granitemoeshared", "seed_oss",
-                   "exaone4", "arcee", "apertus", "ernie4_5", "ernie4_5_moe")
+                   "exaone4", "arcee", "apertus", "ernie4_5", "ernie4_5_moe", "starcoder2")
 
 # What our model of a family leaves out (as tests/planner/test_hf_counts.py names it), and its share of the parameters
 # matched: Jamba's dt/B/C norms, Qwen2-MoE's and Qwen3.5's shared-expert gate, Qwen3.5's attention output gate (half

@@ -42,6 +42,11 @@ DOTS_LLM1 = {"architectures": ["Dots1ForCausalLM"], "model_type": "dots1", "hidd
              "num_attention_heads": 32, "num_key_value_heads": 32, "n_routed_experts": 128, "n_shared_experts": 2,
              "num_experts_per_tok": 6, "first_k_dense_replace": 1, "vocab_size": 152064, "tie_word_embeddings": False}
 
+# transformers' default Ministral with its head width given (MinistralAttention cannot be built without one), and a
+# layer_types that mixes sliding and full layers: checked against transformers' count in test_hf_counts
+MINISTRAL_MIXED = {"model_type": "ministral", "head_dim": 128, "num_hidden_layers": 4,
+                   "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]}
+
 
 def config(name: str) -> dict:
     return json.loads((FIXTURES / f"{name}.json").read_text())
@@ -458,6 +463,22 @@ def test_dots1_has_qwen3_attention_and_deepseek_moe_and_slides_from_max_window_l
     with pytest.raises(SpecError) as error:
         import_hf_config({key: value for key, value in DOTS_LLM1.items() if key != "n_routed_experts"})
     assert error.value.field == "n_routed_experts"
+
+
+def test_ministral_slides_per_layer_types_and_starcoder2_is_a_biased_layernorm_model_without_a_gate():
+    windows = [block.mixer.window for block in blocks(import_hf_config(MINISTRAL_MIXED))]
+    assert windows == [4096, None, 4096, None]
+    assert {block.mixer.window for block in blocks(import_hf_config({"model_type": "ministral", "head_dim": 128}))} \
+        == {4096}
+    assert {block.mixer.window for block in blocks(import_hf_config({"model_type": "ministral", "head_dim": 128,
+                                                                      "sliding_window": None}))} == {None}
+    starcoder2 = import_hf_config({"model_type": "starcoder2", "sliding_window": 4096})
+    assert starcoder2.norm == "layernorm" and starcoder2.tie_embeddings
+    assert blocks(starcoder2)[0].mixer == AttentionMixer(num_heads=24, num_kv_heads=2, head_dim=128, qkv_bias=True,
+                                                         output_bias=True, window=4096)
+    assert blocks(starcoder2)[0].mlp == DenseMLP(12288, gated=False, bias=True)
+    plain = blocks(import_hf_config({"model_type": "starcoder2", "use_bias": False}))[0]
+    assert not (plain.mixer.qkv_bias or plain.mlp.bias) and plain.mixer.window is None
 
 
 def test_gpt2_and_starcoder_are_layernorm_models_with_learned_positions():

@@ -122,6 +122,8 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "llama": Family(softmax.llama),
     "mistral": Family(softmax.llama),
+    "ministral": Family(softmax.ministral),
+    "starcoder2": Family(softmax.starcoder2, norm="layernorm"),
     "phi3": Family(softmax.llama),
     "mixtral": Family(softmax.mixtral),
     "phimoe": Family(softmax.phimoe, norm="layernorm"),
@@ -175,6 +177,7 @@ FAMILIES: dict[str, Family] = {
 
 ARCHITECTURE_MODEL_TYPES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
+    "MinistralForCausalLM": "ministral", "Starcoder2ForCausalLM": "starcoder2",
     "Phi3ForCausalLM": "phi3", "PhiMoEForCausalLM": "phimoe", "PhimoeForCausalLM": "phimoe",
     "Gemma2ForCausalLM": "gemma2", "Gemma3ForConditionalGeneration": "gemma3", "Gemma3ForCausalLM": "gemma3_text",
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",

@@ -24,6 +24,27 @@ def llama(cfg: Config) -> list[LayerSpec]:
     return [block] * cfg.integer("num_hidden_layers")
 
 
+def ministral(cfg: Config) -> list[LayerSpec]:
+    """Ministral: Llama whose layers slide over ``sliding_window`` per ``layer_types``, by default every layer when
+    ``sliding_window`` is set (``MinistralConfig``'s rule)."""
+    count = cfg.integer("num_hidden_layers")
+    if "layer_types" in cfg:
+        roles = layer_types(cfg, count, SLIDING_OR_FULL)
+    else:
+        roles = ["sliding" if cfg.optional_integer("sliding_window") is not None else "full"] * count
+    mlp = DenseMLP(cfg.integer("intermediate_size"))
+    return _decoders([attention(cfg, window=window) for window in _sliding_windows(cfg, roles)], [mlp] * count)
+
+
+def starcoder2(cfg: Config) -> list[LayerSpec]:
+    """StarCoder2: LayerNorm (the family's ``norm``), grouped-query attention with rotary positions and an MLP without
+    a gate (GELU), every projection biased per ``use_bias``; ``sliding_window``, when set, windows every layer."""
+    mixer = biased_attention(cfg, bias_key="use_bias", window=cfg.optional_integer("sliding_window"))
+    mlp = DenseMLP(cfg.integer("intermediate_size"), gated=False, bias=cfg.flag("use_bias"),
+                   activation=ungated_activation(cfg))
+    return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("num_hidden_layers")
+
+
 def mixtral(cfg: Config) -> list[LayerSpec]:
     mixer = attention(cfg, window=cfg.optional_integer("sliding_window"))
     mlp = routed_moe(cfg, "num_local_experts")
