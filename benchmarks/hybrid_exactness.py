@@ -79,9 +79,11 @@ FAMILY_AXES = {"tp-pp-dp": {"tp": 2, "pp": 2, "dp": 2}, "tp-cp-pp": {"tp": 2, "c
 MAX_BLOCKS = 8
 
 
-# The sizes a family's transformers config class leaves None, for a family without a fixture (dots1: its experts)
+# The sizes a family's transformers config class leaves None (dots1: its experts) or at one (Hunyuan MoE: one expert,
+# top-1), for a family without a fixture
 UNSIZED_DEFAULTS = {"dots1": {"n_routed_experts": 8, "n_shared_experts": 2, "num_experts_per_tok": 2,
-                              "first_k_dense_replace": 1}}
+                              "first_k_dense_replace": 1},
+                    "hunyuan_v1_moe": {"num_experts": 8, "moe_topk": 2}}
 
 
 def family_specs() -> list[tuple[str, str, ModelSpec]]:

@@ -47,6 +47,13 @@ DOTS_LLM1 = {"architectures": ["Dots1ForCausalLM"], "model_type": "dots1", "hidd
 MINISTRAL_MIXED = {"model_type": "ministral", "head_dim": 128, "num_hidden_layers": 4,
                    "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]}
 
+# Hunyuan's two families with their head width given (transformers' defaults leave it None, which its attention cannot
+# be built with): the MoE one with a per-layer moe_topk, as Hunyuan-A13B's config gives it, and biased attention.
+# Checked against transformers' count in test_hf_counts.
+HUNYUAN_DENSE = {"model_type": "hunyuan_v1_dense", "head_dim": 128, "num_key_value_heads": 8, "num_hidden_layers": 4}
+HUNYUAN_MOE = {"model_type": "hunyuan_v1_moe", "head_dim": 128, "num_key_value_heads": 8, "num_hidden_layers": 4,
+               "intermediate_size": 3072, "num_experts": 64, "moe_topk": [8, 8, 4, 8], "attention_bias": True}
+
 
 def config(name: str) -> dict:
     return json.loads((FIXTURES / f"{name}.json").read_text())
@@ -479,6 +486,23 @@ def test_ministral_slides_per_layer_types_and_starcoder2_is_a_biased_layernorm_m
     assert blocks(starcoder2)[0].mlp == DenseMLP(12288, gated=False, bias=True)
     plain = blocks(import_hf_config({"model_type": "starcoder2", "use_bias": False}))[0]
     assert not (plain.mixer.qkv_bias or plain.mlp.bias) and plain.mixer.window is None
+
+
+def test_hunyuan_has_qk_norm_and_a_shared_mlp_beside_a_per_layer_top_k():
+    dense = blocks(import_hf_config(HUNYUAN_DENSE))
+    assert dense[0].mixer == AttentionMixer(num_heads=32, num_kv_heads=8, head_dim=128, qk_norm=True)
+    assert dense[0].mlp == DenseMLP(11008)
+    moe = blocks(import_hf_config(HUNYUAN_MOE))
+    assert [block.mlp.top_k for block in moe] == [8, 8, 4, 8]
+    assert moe[0].mlp == MoEMLP(num_experts=64, top_k=8, expert_intermediate_size=3072, num_shared_experts=1,
+                                shared_intermediate_size=3072)
+    assert moe[0].mixer.qkv_bias and moe[0].mixer.output_bias
+    assert {block.mlp.top_k for block in blocks(import_hf_config({**HUNYUAN_MOE, "moe_topk": 2}))} == {2}
+    for bad, reason in (([8, 8, 8], "has 3 entries but num_hidden_layers is 4"), ([8, 8, 0, 8], "must be >= 1"),
+                        ([8, 8, 65, 8], "must be <= the number of experts (64)")):
+        with pytest.raises(SpecError) as error:
+            import_hf_config({**HUNYUAN_MOE, "moe_topk": bad})
+        assert error.value.field.startswith("moe_topk") and reason in error.value.reason
 
 
 def test_gpt2_and_starcoder_are_layernorm_models_with_learned_positions():

@@ -500,6 +500,28 @@ def dots1(cfg: Config) -> list[LayerSpec]:
     return _decoders(mixers, _dense_first_then_moe(cfg, DenseMLP(cfg.integer("intermediate_size")), moe, count))
 
 
+def hunyuan_v1_dense(cfg: Config) -> list[LayerSpec]:
+    """Hunyuan (dense): Llama with a per-head QK-norm and ``attention_bias`` on all four projections. HF applies the
+    QK-norm after the rotary embedding, ours before it: the same weights and the same cost."""
+    mixer = biased_attention(cfg, qk_norm=True)
+    block = LayerSpec(kind="decoder", mixer=mixer, mlp=DenseMLP(cfg.integer("intermediate_size")))
+    return [block] * cfg.integer("num_hidden_layers")
+
+
+def hunyuan_v1_moe(cfg: Config) -> list[LayerSpec]:
+    """Hunyuan MoE (Hunyuan-A13B): Hunyuan's attention, and on every layer a top-``moe_topk`` (one for all layers, or
+    one each) MoE of ``num_experts`` experts beside one shared MLP, experts and shared MLP all of ``intermediate_size``
+    (``HunYuanMoEV1Moe``; it reads no ``moe_intermediate_size``)."""
+    count = cfg.integer("num_hidden_layers")
+    experts, width = cfg.integer("num_experts"), cfg.integer("intermediate_size")
+    chosen = cfg.per_layer_integer("moe_topk", count)
+    if max(chosen) > experts:
+        raise SpecError(cfg.field("moe_topk"), f"must be <= the number of experts ({experts}), got {max(chosen)}")
+    mlps = [MoEMLP(num_experts=experts, top_k=top, expert_intermediate_size=width, num_shared_experts=1,
+                   shared_intermediate_size=width, aux_loss_coeff=aux_loss_coeff(cfg)) for top in chosen]
+    return _decoders([biased_attention(cfg, qk_norm=True)] * count, mlps)
+
+
 def gpt2(cfg: Config) -> list[LayerSpec]:
     """GPT-2 and GPT-BigCode (StarCoder): biased attention (BigCode's ``multi_query`` shares one key and value
     head) and a biased GELU MLP of ``n_inner`` (null: 4 × ``n_embd``); the family's LayerNorm and learned

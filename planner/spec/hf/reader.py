@@ -99,6 +99,17 @@ class Config:
             raise SpecError(self.field(key), "is required")
         return require_list(view[name], self.field(key), min_length=min_length)
 
+    def per_layer_integer(self, key: str, count: int, default=...) -> list[int]:
+        """An integer for every layer: one for all (``4``) or a list of ``count`` (Hunyuan's ``moe_topk``)."""
+        view, name = self._view(key, default)
+        if not isinstance(view.get(name), list):
+            return [self.integer(key, default)] * count
+        values = view[name]
+        if len(values) != count:
+            raise SpecError(self.field(key), f"has {len(values)} entries but num_hidden_layers is {count}")
+        return [get_int({f"{name}[{index}]": value}, f"{name}[{index}]", self.path)
+                for index, value in enumerate(values)]
+
     def field(self, key: str) -> str:
         return join(self.path, self.name(key))
 
