@@ -64,6 +64,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "intermediate_size": (None, 1 << 20),
     "expert_intermediate_size": (None, 1 << 20),
     "shared_intermediate_size": (None, 1 << 20),
+    "latent_size": (None, 1 << 17),   # an MoE's latent width, at most a hidden size's
     "num_experts": (None, 1 << 14),  # DeepSeek-V3 256, Kimi K2 384 routed experts
     "top_k": (None, 1 << 10),
     "router_groups": (None, 1 << 14),

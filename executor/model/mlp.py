@@ -145,7 +145,10 @@ class MoE(nn.Module):
     default): the block gathers the sequence once, routes it whole, and reduce-scatters the experts' partial sums.
     Folded (``fold``: MoE parallel folding, expert TP 1) the routed experts stay whole and each TP rank routes its own
     tokens over an EP group that spans the TP ranks; the shared experts are a TP-split dense block of their own.
-    A group-limited router (``MoEMLP.router_groups``) chooses among its best groups (``choose_experts``).
+    A group-limited router (``MoEMLP.router_groups``) chooses among its best groups (``choose_experts``). A latent MoE
+    (``MoEMLP.latent_size``) routes on the hidden state, sends its tokens projected down to the latent width
+    (``latent_down``), runs its experts at that width and projects their combined output back up (``latent_up``),
+    as Megatron-Core's ``MoELayer`` with ``moe_latent_size``.
     """
 
     expert_parallel = None
@@ -164,7 +167,12 @@ class MoE(nn.Module):
         self.loss_scale = 1.0
         self._balancing_sum: torch.Tensor | None = None   # since the last take_balancing_loss, for the report
         self.router = Linear(hidden_size, mlp.num_experts, bias=mlp.bias)
-        self.experts = nn.ModuleList(GatedMLP(hidden_size, mlp.expert_intermediate_size, mlp.gated, mlp.bias,
+        width = mlp.expert_width(hidden_size)
+        # a latent MoE's projections down to the experts' width and back (``MoEMLP.latent_size``), whole on every TP
+        # rank as the router: their gradients are partial sums over the group (``replicated_parameters``)
+        self.latent_down = Linear(hidden_size, width, bias=mlp.bias) if mlp.latent_size else None
+        self.latent_up = Linear(width, hidden_size, bias=mlp.bias) if mlp.latent_size else None
+        self.experts = nn.ModuleList(GatedMLP(width, mlp.expert_intermediate_size, mlp.gated, mlp.bias,
                                               mlp.activation) for _ in range(mlp.num_experts))
         shared_size = mlp.num_shared_experts * mlp.shared_intermediate_size
         # Shared experts are always active, so they are one wide dense MLP.
@@ -172,6 +180,9 @@ class MoE(nn.Module):
 
     def init_weights(self, generator: torch.Generator) -> None:
         self.router.init_weights(generator)
+        for projection in (self.latent_down, self.latent_up):
+            if projection is not None:
+                projection.init_weights(generator)
         for expert in self.experts:
             expert.init_weights(generator)
         if self.shared is not None:
@@ -195,6 +206,8 @@ class MoE(nn.Module):
         for expert in [*self.experts, *([self.shared] if self.shared is not None else [])]:
             expert.split(tp)
             expert.down_proj.partial_sum_of = tp
+        if self.latent_up is not None:   # it projects the experts' partial sums: its bias, too, is added once
+            self.latent_up.partial_sum_of = tp
         self.tensor_parallel = tp
 
     def use_recompute_modules(self, modules) -> None:
@@ -226,17 +239,20 @@ class MoE(nn.Module):
             # Renormalise over the chosen experts (Mixtral); a single expert keeps its raw probability
             # (Switch Transformer), else the router would get no gradient at all.
             weights = weights / weights.sum(dim=-1, keepdim=True)
+        sent = tokens if self.latent_down is None else self.latent_down(tokens)   # at the experts' width
         if self.expert_parallel is not None:
-            out = dispatch_to_experts(tokens, weights, chosen, {int(index): expert for index, expert
-                                                                in self.experts.items()},
+            out = dispatch_to_experts(sent, weights, chosen, {int(index): expert for index, expert
+                                                              in self.experts.items()},
                                       self.num_experts, self.expert_parallel)
         else:
-            out = torch.zeros_like(tokens)
+            out = torch.zeros_like(sent)
             for expert_index, expert in enumerate(self.experts):
                 token_index, slot = torch.nonzero(chosen == expert_index, as_tuple=True)
                 if token_index.numel():
-                    routed = expert(tokens[token_index]) * weights[token_index, slot, None]
+                    routed = expert(sent[token_index]) * weights[token_index, slot, None]
                     out = out.index_add(0, token_index, routed)
+        if self.latent_up is not None:
+            out = self.latent_up(out)
         if self.shared is not None:
             # folded, the shared experts gather the TP group's tokens themselves
             shared_input = block_input if self.folded else tokens

@@ -123,7 +123,8 @@ class _Scaler:
         return replace(mlp, num_experts=experts, top_k=top_k, router_groups=groups, router_group_topk=group_topk,
                        expert_intermediate_size=self.width(mlp.expert_intermediate_size),
                        shared_intermediate_size=(self.width(mlp.shared_intermediate_size)
-                                                 if mlp.shared_intermediate_size else 0))
+                                                 if mlp.shared_intermediate_size else 0),
+                       latent_size=self.width(mlp.latent_size) if mlp.latent_size else None)
 
     def mixer(self, mixer):
         if isinstance(mixer, AttentionMixer):

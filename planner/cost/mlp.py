@@ -8,7 +8,9 @@ for shared experts): a router projection to ``num_experts`` logits and a top-k s
 to its ``top_k`` experts (the permutation), runs a gated expert MLP there, and the ``top_k`` results are
 weighted and summed back (the un-permutation). Shared experts run on every token. So the FLOPs grow with
 ``top_k`` (active experts) while the parameters, and the weight bytes read when enough tokens are routed,
-grow with ``num_experts``. Experts are gated (SwiGLU) unless ``MoEMLP.gated`` is false (Nemotron-H's).
+grow with ``num_experts``. Experts are gated (SwiGLU) unless ``MoEMLP.gated`` is false (Nemotron-H's). A latent
+MoE (Nemotron 3's LatentMoE; Megatron-Core's ``MoELayer`` with ``moe_latent_size``: ``fc1_latent_proj`` after the
+router, ``fc2_latent_proj`` after the combine) permutes, computes and combines its tokens at ``latent_size``.
 """
 
 from __future__ import annotations
@@ -70,10 +72,13 @@ def expert_projection(*, routed_tokens: float, d_in: int, d_out: int, experts: i
                 params=experts * weight, active_params=top_k * weight)
 
 
-def _routing(tokens: float, hidden: int, experts: int, top_k: int, dtype_bytes: int, bias: bool) -> Cost:
+def _routing(tokens: float, hidden: int, experts: int, top_k: int, dtype_bytes: int, bias: bool,
+             width: int) -> Cost:
+    """The router's projection of the hidden state to the expert logits, its top-k, and the permutation of the
+    tokens to their experts at ``width`` (``MoEMLP.expert_width``)."""
     routed = tokens * top_k
     scores = tokens * experts
-    permute = Kernel(0.0, dtype_bytes * (tokens * hidden + routed * hidden))
+    permute = Kernel(0.0, dtype_bytes * (tokens * width + routed * width))
     return (linear(tokens, hidden, experts, dtype_bytes, bias=bias, fp8=False, parallel="replicated")
             + Cost(forward=(Kernel(ROUTER_FLOPS_PER_LOGIT * scores, FP32_BYTES * 2 * scores), permute),
                    backward_input=(Kernel(2 * ROUTER_FLOPS_PER_LOGIT * scores, FP32_BYTES * 3 * scores), permute),
@@ -103,21 +108,30 @@ def moe_parts(mlp: MoEMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> dic
     the normed hidden state held in BF16 for the router; ``shared_cast``, the shared experts' first projection's FP8
     cast of it (FP8 training); ``routing``, the router and the permutation; ``routed``, the experts' grouped
     projections with their inputs; ``act``, the experts' activation (``expert_activation``); ``combine``; ``shared``,
-    the shared experts, run as one MLP as wide as all of them together (absent without any)."""
+    the shared experts, run as one MLP as wide as all of them together (absent without any); ``latent``, a latent
+    MoE's projections down to its latent width and back (absent without one). The permutation, the experts and the
+    combine run at ``MoEMLP.expert_width``."""
     experts, top_k, inner = mlp.num_experts, mlp.top_k, mlp.expert_intermediate_size
     routed = tokens * top_k
     up_width = _up_width(inner, mlp.gated)
+    width = mlp.expert_width(hidden)
 
     def projection(d_in: int, d_out: int, parallel: str = "column") -> Cost:
         return expert_projection(routed_tokens=routed, d_in=d_in, d_out=d_out, experts=experts, top_k=top_k,
                                  dtype_bytes=dtype_bytes, bias=mlp.bias, parallel=parallel)
     parts = {"input": saved(dtype_bytes * tokens * hidden),
              "shared_cast": saved(0.0, fp8_bytes=tokens * hidden if mlp.num_shared_experts else 0.0),
-             "routing": _routing(tokens, hidden, experts, top_k, dtype_bytes, mlp.bias),
-             "routed": (saved(dtype_bytes * routed * hidden, fp8_bytes=routed * hidden) + projection(hidden, up_width)
-                        + saved(dtype_bytes * routed * up_width) + projection(inner, hidden, "row")),
+             "routing": _routing(tokens, hidden, experts, top_k, dtype_bytes, mlp.bias, width),
+             "routed": (saved(dtype_bytes * routed * width, fp8_bytes=routed * width) + projection(width, up_width)
+                        + saved(dtype_bytes * routed * up_width) + projection(inner, width, "row")),
              "act": expert_activation(mlp, tokens=tokens, dtype_bytes=dtype_bytes),
-             "combine": _combine(tokens, hidden, top_k, dtype_bytes)}
+             "combine": _combine(tokens, width, top_k, dtype_bytes)}
+    if mlp.latent_size:
+        # fc1_latent_proj on the (saved) input, fc2_latent_proj on the combined latent tokens, which it keeps for its
+        # weight gradient; duplicated over TP as the router (Megatron-Core's TELinear parallel_mode "duplicated")
+        parts["latent"] = (linear(tokens, hidden, width, dtype_bytes, bias=mlp.bias, parallel="replicated")
+                           + saved(dtype_bytes * tokens * width, fp8_bytes=tokens * width)
+                           + linear(tokens, width, hidden, dtype_bytes, bias=mlp.bias, parallel="replicated"))
     if mlp.num_shared_experts:
         parts["shared"] = _mlp_body(tokens, hidden, mlp.num_shared_experts * mlp.shared_intermediate_size, mlp.gated,
                                     dtype_bytes)

@@ -233,6 +233,8 @@ def _model_shape(plan: Plan, model: ModelSpec, seq_len: int | None, lost: list[s
                          str(first.num_shared_experts * first.shared_intermediate_size)))
         if first.aux_loss_coeff:
             args.append(("--moe-aux-loss-coeff", repr(first.aux_loss_coeff)))
+        if first.latent_size:     # Nemotron 3's LatentMoE (Megatron-Core's MoELayer fc1/fc2_latent_proj)
+            args.append(("--moe-latent-size", str(first.latent_size)))
         if first.group_limited:   # DeepSeek's node-limited routing, as the cost model's DeepEP dispatch assumes
             args += [("--moe-router-num-groups", str(first.router_groups)),
                      ("--moe-router-group-topk", str(first.router_group_topk))]

@@ -15,13 +15,14 @@ ALLOCATOR_OVERHEAD = 0.05
 ACTIVATION_DTYPE_BYTES = 2   # bf16 activations cross the buffers
 
 
-def buffer_bytes(*, gpus: int, tp: int, cp: int, ep: int, tokens: int, hidden_size: int, top_k: int) -> float:
-    """Communication buffers of one GPU; ``tokens`` of one micro-batch, ``top_k`` 0 without MoE layers."""
+def buffer_bytes(*, gpus: int, tp: int, cp: int, ep: int, tokens: int, hidden_size: int, routed_width: int) -> float:
+    """Communication buffers of one GPU; ``tokens`` of one micro-batch; ``routed_width`` the most values a token sends
+    its experts in any MoE layer (``top_k`` copies of ``MoEMLP.expert_width``), 0 without MoE layers."""
     buffers = NCCL_BUFFER_BYTES if gpus > 1 else 0
     if tp > 1:
         buffers += tokens / cp * hidden_size * ACTIVATION_DTYPE_BYTES
-    if top_k and ep > 1:
-        buffers += 2 * tokens / (tp * cp) * top_k * hidden_size * ACTIVATION_DTYPE_BYTES
+    if routed_width and ep > 1:
+        buffers += 2 * tokens / (tp * cp) * routed_width * ACTIVATION_DTYPE_BYTES
     return buffers
 
 

@@ -756,16 +756,18 @@ def layer_comm_parts(layer: LayerSpec, work: LayerWork, spec: ModelSpec, config:
     parts["cp"] = (forward, backward)
     if isinstance(layer.mlp, MoEMLP) and config.ep > 1:
         local = tokens / (config.tp * config.cp)
-        routed = local * layer.mlp.top_k * spec.hidden_size * dtype_bytes
-        exchange = 2 * dispatch_ms(spec.hidden_size * dtype_bytes, local, layer.mlp,
+        token_bytes = layer.mlp.expert_width(spec.hidden_size) * dtype_bytes   # a latent MoE sends its latents
+        routed = local * layer.mlp.top_k * token_bytes
+        exchange = 2 * dispatch_ms(token_bytes, local, layer.mlp,
                                    mapping.span("ep"), options.ep_dispatcher)   # dispatch and combine
         # the expert TP group gathers what its ranks received and reduce-scatters the experts' output
         exchange += 2 * ring_collective_ms(routed * config.etp, mapping.span("etp"))
         parts["ep"] = behind_compute(exchange, exchange) if options.overlap_ep else (exchange, exchange)
     elif isinstance(layer.mlp, MoEMLP) and config.etp > 1:
-        # no EP: Megatron's all-gather dispatcher, the sequence-parallel hidden states gathered over the expert TP
-        # group and the output reduce-scattered, as a dense MLP's
-        exchange = 2 * ring_collective_ms(hidden_bytes, mapping.span("etp"))
+        # no EP: Megatron's all-gather dispatcher, the sequence-parallel hidden states (a latent MoE's latents)
+        # gathered over the expert TP group and the output reduce-scattered, as a dense MLP's
+        width = layer.mlp.expert_width(spec.hidden_size)
+        exchange = 2 * ring_collective_ms(hidden_bytes * width / spec.hidden_size, mapping.span("etp"))
         parts["ep"] = (exchange, exchange)
     if config.sharding == "full" and work.params.total:
         # FSDP2: the layer's bf16 weights gathered before F and again before B, its gradients reduce-scattered after

@@ -104,16 +104,16 @@ def fsdp_unit_bytes(params: list[LayerParams], config: ParallelConfig) -> float:
 
 
 @lru_cache(maxsize=16)
-def _max_top_k(spec: ModelSpec) -> int:
-    return max((layer.mlp.top_k for layer in spec.layers if isinstance(layer.mlp, MoEMLP)), default=0)
+def _max_routed_width(spec: ModelSpec) -> int:
+    return max((layer.mlp.top_k * layer.mlp.expert_width(spec.hidden_size) for layer in spec.layers
+                if isinstance(layer.mlp, MoEMLP)), default=0)
 
 
 def gpu_buffer_bytes(spec: ModelSpec, config: ParallelConfig, seq_len: int, params: list[LayerParams]) -> float:
     """Communication buffers of one GPU of a pipeline rank holding ``params`` (any rank: every layer's)."""
-    top_k = _max_top_k(spec)
     return buffer_bytes(gpus=config.num_gpus, tp=config.tp, cp=config.cp, ep=config.ep,
                         tokens=config.microbatch_size * seq_len, hidden_size=spec.hidden_size,
-                        top_k=top_k) + fsdp_unit_bytes(params, config)
+                        routed_width=_max_routed_width(spec)) + fsdp_unit_bytes(params, config)
 
 
 def gpu_memory(*, pipeline_rank: int, params: list[LayerParams], activation_peak: float, backward_workspace: float,

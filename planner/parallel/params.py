@@ -41,8 +41,10 @@ def _replicated_and_expert(layer: LayerSpec, hidden: int) -> tuple[int, int]:
     if isinstance(layer.mlp, MoEMLP):
         mlp = layer.mlp
         replicated += hidden * mlp.num_experts       # the router
+        if mlp.latent_size:                          # a latent MoE's projections, duplicated as the router
+            replicated += 2 * hidden * mlp.latent_size + (hidden + mlp.latent_size if mlp.bias else 0)
         matrices = 3 if mlp.gated else 2             # gate, up and down; up and down without a gate
-        expert = matrices * hidden * mlp.expert_intermediate_size * mlp.num_experts
+        expert = matrices * mlp.expert_width(hidden) * mlp.expert_intermediate_size * mlp.num_experts
     return replicated, expert
 
 

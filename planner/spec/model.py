@@ -198,7 +198,12 @@ class MoEMLP:
     experts form ``router_groups`` groups of consecutive experts, and a token's ``top_k`` are chosen among the
     ``router_group_topk`` groups whose two best experts score highest; 1 and 1 route freely. ``gated`` and
     ``activation``: the experts' (routed and shared), as a dense MLP's: SwiGLU, or without a gate (Nemotron-H's squared
-    ReLU experts).
+    ReLU experts). ``latent_size``: a latent MoE (Nemotron 3's LatentMoE; HF's ``moe_latent_size``, Megatron-Core's
+    ``--moe-latent-size``): after routing on the hidden state, every token is projected down to ``latent_size``
+    (``fc1_latent_proj``), sent to its experts and computed there at that width, combined, and projected back up
+    (``fc2_latent_proj``); so the experts' weights and the dispatch and combine carry ``latent_size`` per token, not
+    the hidden size. The shared experts run on the hidden state. Megatron-Core duplicates both projections on every
+    TP rank, each running its sequence-parallel tokens, as the router.
     """
 
     num_experts: int
@@ -212,11 +217,17 @@ class MoEMLP:
     router_group_topk: int = 1
     gated: bool = True
     activation: str = "gelu"
+    latent_size: int | None = None
     type: str = field(default="moe", init=False)
 
     @property
     def group_limited(self) -> bool:
         return self.router_group_topk < self.router_groups
+
+    def expert_width(self, hidden: int) -> int:
+        """The width a routed token has from dispatch to combine, and so the experts' input and output: the latent
+        width of a latent MoE, else the hidden size."""
+        return self.latent_size or hidden
 
     def to_dict(self) -> dict:
         doc = {"type": self.type, "num_experts": self.num_experts, "top_k": self.top_k,
@@ -234,6 +245,8 @@ class MoEMLP:
             doc["gated"] = False
         if self.activation != "gelu":
             doc["activation"] = self.activation
+        if self.latent_size:
+            doc["latent_size"] = self.latent_size
         return doc
 
 
@@ -426,7 +439,7 @@ def _load_mlp(doc: object, path: str) -> MLP:
                         bias=get_bool(doc, "bias", path, default=False), activation=activation)
     reject_unknown(doc, {"type", "num_experts", "top_k", "expert_intermediate_size", "num_shared_experts",
                          "shared_intermediate_size", "aux_loss_coeff", "bias", "router_groups",
-                         "router_group_topk", "gated", "activation"}, path)
+                         "router_group_topk", "gated", "activation", "latent_size"}, path)
     gated, activation = _gate_and_activation(doc, path)
     experts = get_int(doc, "num_experts", path)
     top_k = get_int(doc, "top_k", path)
@@ -443,7 +456,8 @@ def _load_mlp(doc: object, path: str) -> MLP:
                                                    default=expert_size if shared else 0, minimum=0),
                   aux_loss_coeff=get_number(doc, "aux_loss_coeff", path, default=0.0),
                   bias=get_bool(doc, "bias", path, default=False),
-                  router_groups=groups, router_group_topk=group_topk, gated=gated, activation=activation)
+                  router_groups=groups, router_group_topk=group_topk, gated=gated, activation=activation,
+                  latent_size=get_int(doc, "latent_size", path, default=None))
 
 
 def _gate_and_activation(doc: dict, path: str) -> tuple[bool, str]:

@@ -83,6 +83,23 @@ MOE_KINDS = load_model_spec({
     ],
 })
 
+# Latent MoEs (Nemotron 3's LatentMoE: routed on the hidden state, tokens projected to 8 of its 32 channels, sent and
+# computed at that width, projected back): one with biases, a shared expert and a balancing loss, one without
+LATENT_MOE = load_model_spec({
+    "format": "adaptis.model/v1", "name": "latent-moe", "hidden_size": 32, "vocab_size": 96, "seq_len": 12,
+    "micro_batch_size": 2,
+    "layers": [
+        {"kind": "embedding"},
+        {"kind": "decoder", "mixer": {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8},
+         "mlp": {"type": "moe", "num_experts": 4, "top_k": 2, "expert_intermediate_size": 16, "latent_size": 8,
+                 "num_shared_experts": 1, "shared_intermediate_size": 16, "aux_loss_coeff": 0.05, "bias": True}},
+        {"kind": "mlp", "mlp": {"type": "moe", "num_experts": 4, "top_k": 1, "expert_intermediate_size": 16,
+                                "latent_size": 8, "gated": False, "activation": "squared_relu",
+                                "aux_loss_coeff": 0.02}},
+        {"kind": "head"},
+    ],
+})
+
 # Context parallelism: learned absolute positions (GPT-2), rotary and position-free attention, windowed attention
 # with sinks, chunked attention (Llama 4's; chunks of 6 tokens, whose edges fall inside the CP ranks' blocks of 4),
 # latent attention (MLA), an MoE layer whose experts spread over the CP ranks (EP carved out of dp x cp)
@@ -253,6 +270,25 @@ def test_moe_parallel_folding_routes_each_tp_ranks_own_tokens_to_whole_experts_a
         assert counts[(rank, "tp_all_gather")] == 2 * gathers[pp], rank
         assert counts[(rank, "ep_dispatch")] == counts[(rank, "ep_combine")] == 2 * moe_blocks[pp]
         assert counts[(rank, "edp_all_reduce")] == 0   # expert DP 1: each expert on one rank of the stage
+
+
+@pytest.mark.parametrize("etp", [2, 1], ids=["experts-split-over-tp", "folded"])
+def test_a_latent_moe_sends_its_latents_and_matches_one_process_under_tp_ep_and_pp(tmp_path, etp):
+    """TP 2 × DP 2 × PP 2 with EP 2 (experts split over TP: the up-projection works on each rank's partial sums and
+    adds its bias once) or EP 4 folded (each TP rank projects its own tokens): both equal one process, and every
+    dispatch and combine carries tokens of the latent width, a quarter of the hidden size."""
+    plan = hybrid(one_f_one_b([[0, 1], [2, 3]], num_microbatches=2), tp=2, dp=2, ep=4 if etp == 1 else 2, etp=etp,
+                  sharding="optimizer")
+    result = run_and_verify(tmp_path, plan, spec=LATENT_MOE, optimizer="adamw")
+    ep = plan.parallel.ep
+    for rank in range(8):
+        events = [event for event in result.events if event["type"] == "collective" and event["rank"] == rank]
+        # each dispatch first exchanges the per-rank counts (ep int64s), then the arriving slots' experts (one int64
+        # each): so the slots that arrived, and the fp64 values the dispatch moved for each of them
+        counts = [event["bytes"] for event in events if event["op"] == "ep_counts"]
+        arrived = (sum(counts) - len(counts) // 2 * ep * 8) // 8
+        dispatched = sum(event["bytes"] for event in events if event["op"] == "ep_dispatch")
+        assert arrived > 0 and dispatched == arrived * 8 * 8, (rank, arrived, dispatched)   # 8 latent channels
 
 
 def test_moe_parallel_folding_under_tp2_cp2_counts_the_balancing_loss_over_the_tp_x_cp_tokens(tmp_path):

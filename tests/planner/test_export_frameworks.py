@@ -84,6 +84,7 @@ ARGS = [
     ("--moe-shared-expert-intermediate-size", "moe_shared_expert_intermediate_size", int),
     ("--moe-layer-freq", "moe_layer_freq", lambda text: eval(text, {})),   # Megatron-LM's moe_freq_type
     ("--moe-aux-loss-coeff", "moe_aux_loss_coeff", float),
+    ("--moe-latent-size", "moe_latent_size", int),
     ("--moe-router-num-groups", "moe_router_num_groups", int),
     ("--moe-router-group-topk", "moe_router_group_topk", int),
     ("--moe-grouped-gemm", "moe_grouped_gemm", True),
@@ -407,22 +408,25 @@ def test_the_export_names_the_dispatcher_the_plan_was_predicted_with():
         assert (built[flex].moe_token_dispatcher_type, built[flex].moe_flex_dispatcher_backend) == ("flex", flex)
 
 
-def test_group_limited_routing_is_exported_and_megatron_core_takes_it():
+def test_group_limited_routing_and_a_latent_moe_are_exported_and_megatron_core_takes_them():
     """A model whose router keeps 3 of 8 expert groups (DeepSeek-V2's device-limited routing) exports Megatron-Core's
-    group-limited routing; one that routes freely exports none."""
+    group-limited routing, and a latent MoE its latent width; one that routes freely at the hidden size exports
+    neither."""
     from dataclasses import replace
     from planner.spec.model import MoEMLP
     result = hybrid.search("deepseek-v2-lite", "h100-sxm-2x8", 16, 4096, 128,
                            {"tp": 1, "cp": 1, "ep": 4, "pp": 2, "recompute": "full"}, time_budget_s=120)
     plan, free = load_plan(result.plan_document()), load_model_preset("deepseek-v2-lite")
     limited = replace(free, layers=tuple(
-        replace(layer, mlp=replace(layer.mlp, router_groups=8, router_group_topk=3))
+        replace(layer, mlp=replace(layer.mlp, router_groups=8, router_group_topk=3, latent_size=512))
         if isinstance(layer.mlp, MoEMLP) else layer for layer in free.layers))
     fields, _ = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, limited)))
     built = megatron_config(fields)
-    assert (built.moe_router_num_groups, built.moe_router_group_topk) == (8, 3)
+    assert (built.moe_router_num_groups, built.moe_router_group_topk, built.moe_latent_size) == (8, 3, 512)
     fields, _ = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, free)))
-    assert "moe_router_num_groups" not in fields and megatron_config(fields).moe_router_num_groups is None
+    built = megatron_config(fields)
+    assert "moe_router_num_groups" not in fields and built.moe_router_num_groups is None
+    assert built.moe_latent_size is None
 
 
 def test_chunked_attention_the_arguments_do_not_set_is_listed_as_lost(plans):

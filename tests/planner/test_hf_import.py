@@ -1,6 +1,7 @@
 """HuggingFace config.json import: each family's layer pattern from its real config, and errors by HF key."""
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -53,6 +54,9 @@ MINISTRAL_MIXED = {"model_type": "ministral", "head_dim": 128, "num_hidden_layer
 HUNYUAN_DENSE = {"model_type": "hunyuan_v1_dense", "head_dim": 128, "num_key_value_heads": 8, "num_hidden_layers": 4}
 HUNYUAN_MOE = {"model_type": "hunyuan_v1_moe", "head_dim": 128, "num_key_value_heads": 8, "num_hidden_layers": 4,
                "intermediate_size": 3072, "num_experts": 64, "moe_topk": [8, 8, 4, 8], "attention_bias": True}
+
+# Nemotron 3's LatentMoE: the same with its routed experts working at a latent width of a quarter of the hidden size
+NEMOTRON_H_LATENT_MOE = {**NEMOTRON_H_MOE, "moe_latent_size": 128}
 
 
 def config(name: str) -> dict:
@@ -193,6 +197,9 @@ def test_nemotron_h_experts_are_plain_mlps_with_its_activation():
     moe = blocks(import_hf_config(NEMOTRON_H_MOE))[1].mlp
     assert moe == MoEMLP(num_experts=8, top_k=2, expert_intermediate_size=256, num_shared_experts=1,
                          shared_intermediate_size=512, gated=False, activation="squared_relu")
+    # Nemotron 3's LatentMoE: its routed experts at moe_latent_size
+    latent = blocks(import_hf_config(NEMOTRON_H_LATENT_MOE))[1].mlp
+    assert latent == dataclasses.replace(moe, latent_size=128)
 
 
 def test_nemotron_h_moe_character_and_block_type_list():

@@ -326,6 +326,35 @@ def test_moe_layers_charge_dispatch_and_combine_for_top_k_copies_of_the_local_to
     assert plain["ep"][0] == pytest.approx(2 * tp_only)
 
 
+def test_a_latent_moe_sends_latent_tokens_runs_its_experts_at_that_width_and_adds_its_two_projections():
+    """Mixtral with its experts behind a 1,024-wide latent (Nemotron 3's LatentMoE): dispatch, combine and the expert
+    TP gathers move a quarter of the bytes, the experts' FLOPs and weights shrink by the same quarter, and the two
+    projections (hidden x latent each, on every token, duplicated over TP as the router) are added."""
+    from planner.cost.mlp import moe_parts
+    from planner.parallel.params import layer_params
+    model = load_model_preset("mixtral-8x7b")
+    latent = replace(model, layers=tuple(replace(layer, mlp=replace(layer.mlp, latent_size=1024))
+                                         if isinstance(layer.mlp, MoEMLP) else layer for layer in model.layers))
+    config = ParallelConfig(tp=2, dp=8, ep=8)
+    mapping = RankMapping(config, H100)
+    routed_bytes = 4096 / 2 * 2 * 1024 * 2               # tokens per GPU (SP over TP2) x top-2 x latent x bf16
+    work = layer_work(latent, H100, 1, 4096)[1]
+    ep = layer_comm_parts(latent.layers[1], work, latent, config, mapping, 4096)["ep"][0]
+    assert ep == pytest.approx(2 * all_to_all_ms(routed_bytes, mapping.span("ep"))
+                               + 2 * ring_collective_ms(2 * routed_bytes, mapping.span("etp")))
+    tokens, hidden, inner = 4096, 4096, 14336
+    plain_parts = moe_parts(model.layers[1].mlp, hidden=hidden, tokens=tokens, dtype_bytes=2)
+    latent_parts = moe_parts(latent.layers[1].mlp, hidden=hidden, tokens=tokens, dtype_bytes=2)
+    flops = lambda part: sum(kernel.flops for kernel in part.forward)   # noqa: E731
+    assert flops(latent_parts["routed"]) == pytest.approx(flops(plain_parts["routed"]) / 4)
+    assert flops(latent_parts["routed"]) == pytest.approx(2 * tokens * 2 * 1024 * 3 * inner)   # gate, up, down
+    assert flops(latent_parts["latent"]) == pytest.approx(2 * 2 * tokens * hidden * 1024)
+    assert "latent" not in plain_parts
+    plain_held, latent_held = layer_params(model)[1], layer_params(latent)[1]
+    assert latent_held.expert == plain_held.expert / 4
+    assert latent_held.replicated == plain_held.replicated + 2 * hidden * 1024   # duplicated on every TP rank
+
+
 @pytest.mark.parametrize("run", published_runs.MEGATRON_A100, ids=lambda run: run.name)
 def test_megatron_sc21_table_1_and_the_readme_gpt3_run_are_predicted_within_15_percent_as_published(run):
     result = published_runs.plan_published(run)

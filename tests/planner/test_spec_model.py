@@ -116,6 +116,18 @@ def test_moe_experts_without_a_gate_round_trip_with_their_activation():
     assert error.value.field == "layers[1].mlp.activation"
 
 
+def test_a_latent_moe_round_trips_its_latent_size_and_refuses_a_bad_one():
+    spec = load_model_spec(moe_doc(latent_size=16))
+    assert spec.layers[1].mlp.latent_size == 16 and spec.layers[1].mlp.expert_width(spec.hidden_size) == 16
+    assert load_model_spec(spec.to_dict()) == spec
+    plain = load_model_spec(moe_doc()).layers[1].mlp
+    assert "latent_size" not in plain.to_dict() and plain.expert_width(64) == 64
+    for bad, reason in ((0, ">= 1"), (1 << 18, "<= 131,072"), ("16", "must be an integer")):
+        with pytest.raises(SpecError) as error:
+            load_model_spec(moe_doc(latent_size=bad))
+        assert error.value.field == "layers[1].mlp.latent_size" and reason in str(error.value)
+
+
 def test_an_ungated_mlps_activation_round_trips_is_written_only_when_not_gelu_and_a_gated_mlp_takes_none():
     doc = doc_with({"type": "attention", "num_heads": 2, "head_dim": 8})
     doc["layers"].insert(2, {"kind": "mlp", "mlp": {"type": "dense", "intermediate_size": 64, "gated": False,

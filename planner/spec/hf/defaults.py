@@ -42,7 +42,7 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
     "deepseek_v2": {"tie_word_embeddings": False, "topk_method": "greedy", "n_group": None, "topk_group": None},
     "deepseek_v3": {"tie_word_embeddings": False, "n_shared_experts": 1, "first_k_dense_replace": 3, "n_group": 8,
                     "topk_group": 4},
-    "nemotron_h": {"tie_word_embeddings": False, "mlp_hidden_act": "relu2"},
+    "nemotron_h": {"tie_word_embeddings": False, "mlp_hidden_act": "relu2", "moe_latent_size": None},
     "qwen3_next": {"tie_word_embeddings": False, "decoder_sparse_step": 1, "router_aux_loss_coef": 0.001},
     "qwen3_5_moe_text": {"vocab_size": 248320, "hidden_size": 2048, "num_hidden_layers": 40, "num_attention_heads": 16,
                          "num_key_value_heads": 2, "head_dim": 256, "tie_word_embeddings": False,

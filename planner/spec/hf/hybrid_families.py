@@ -65,12 +65,14 @@ def nemotron_h(cfg: Config) -> list[LayerSpec]:
     if "moe" in roles:
         experts = cfg.integer("n_routed_experts")
         shared = cfg.integer("n_shared_experts", default=0, minimum=0)
-        # its experts (routed and shared) are plain MLPs with the dense layers' activation (NemotronHMoE)
+        # its experts (routed and shared) are plain MLPs with the dense layers' activation (NemotronHMoE), the routed
+        # ones at moe_latent_size where that is set (Nemotron 3's LatentMoE)
         blocks["moe"] = LayerSpec(kind="mlp", mlp=MoEMLP(
             num_experts=experts, top_k=top_k(cfg, experts),
             expert_intermediate_size=cfg.integer("moe_intermediate_size"), num_shared_experts=shared,
             shared_intermediate_size=cfg.integer("moe_shared_expert_intermediate_size") if shared else 0,
-            gated=False, activation=ungated_activation(cfg, "mlp_hidden_act")))
+            gated=False, activation=ungated_activation(cfg, "mlp_hidden_act"),
+            latent_size=cfg.optional_integer("moe_latent_size")))
     return [blocks[role] for role in roles]
 
 
