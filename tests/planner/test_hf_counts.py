@@ -26,7 +26,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from planner.cost import count_parameters
 from planner.spec.hf import import_hf_config
 from tests.planner.test_hf_import import (DOTS_LLM1, EXAONE_4_32B, HUNYUAN_DENSE, HUNYUAN_MOE, MINISTRAL_MIXED,
-                                          MINITRON_8B, NEMOTRON_H_LATENT_MOE, NEMOTRON_H_MOE)
+                                          MINITRON_8B, NEMOTRON_H_BIASED_MLP, NEMOTRON_H_GROUPED,
+                                          NEMOTRON_H_LATENT_MOE, NEMOTRON_H_MOE)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 TOLERANCE = 0.005
@@ -148,9 +149,11 @@ ERNIE_BIASED_PARTS = [ERNIE_ROUTING_BIAS, ("the head's bias", r"^lm_head\.bias$"
 
 @pytest.mark.parametrize("config, parts", [(MINITRON_8B, []), (EXAONE_4_32B, []), (ERNIE_BIASED, ERNIE_BIASED_PARTS),
                                            (NEMOTRON_H_MOE, []), (DOTS_LLM1, []), (MINISTRAL_MIXED, []),
-                                           (HUNYUAN_DENSE, []), (HUNYUAN_MOE, []), (NEMOTRON_H_LATENT_MOE, [])],
+                                           (HUNYUAN_DENSE, []), (HUNYUAN_MOE, []), (NEMOTRON_H_LATENT_MOE, []),
+                                           (NEMOTRON_H_GROUPED, []), (NEMOTRON_H_BIASED_MLP, [])],
                          ids=["minitron-8b", "exaone-4.0-32b", "ernie-4.5-moe-biased", "nemotron-h-moe", "dots.llm1",
-                              "ministral-mixed", "hunyuan-dense", "hunyuan-moe", "nemotron-h-latent-moe"])
+                              "ministral-mixed", "hunyuan-dense", "hunyuan-moe", "nemotron-h-latent-moe",
+                              "nemotron-h-grouped-router", "nemotron-h-biased-mlp"])
 def test_shapes_without_a_fixture_count_as_transformers_builds_them(config, parts):
     reference = transformers_parameters(config)
     assert count_parameters(import_hf_config(config)) == sum(reference.values()) - left_out(reference, parts)

@@ -57,6 +57,9 @@ HUNYUAN_MOE = {"model_type": "hunyuan_v1_moe", "head_dim": 128, "num_key_value_h
 
 # Nemotron 3's LatentMoE: the same with its routed experts working at a latent width of a quarter of the hidden size
 NEMOTRON_H_LATENT_MOE = {**NEMOTRON_H_MOE, "moe_latent_size": 128}
+# ... with its router choosing among 2 of 4 groups of experts, and a Nemotron-H whose squared-ReLU MLPs are biased
+NEMOTRON_H_GROUPED = {**NEMOTRON_H_MOE, "n_group": 4, "topk_group": 2}
+NEMOTRON_H_BIASED_MLP = {**NEMOTRON_H_MOE, "hybrid_override_pattern": "M-*-", "mlp_bias": True}
 
 
 def config(name: str) -> dict:
@@ -200,6 +203,14 @@ def test_nemotron_h_experts_are_plain_mlps_with_its_activation():
     # Nemotron 3's LatentMoE: its routed experts at moe_latent_size
     latent = blocks(import_hf_config(NEMOTRON_H_LATENT_MOE))[1].mlp
     assert latent == dataclasses.replace(moe, latent_size=128)
+    # its router's group limit (n_group / topk_group; n_groups is Mamba-2's), and biased dense MLPs
+    grouped = blocks(import_hf_config(NEMOTRON_H_GROUPED))
+    assert (grouped[1].mlp.router_groups, grouped[1].mlp.router_group_topk) == (4, 2)
+    assert blocks(import_hf_config(NEMOTRON_H_BIASED_MLP))[1].mlp == DenseMLP(1024, gated=False, bias=True,
+                                                                             activation="squared_relu")
+    with pytest.raises(SpecError) as error:
+        import_hf_config({**NEMOTRON_H_MOE, "mlp_bias": True})
+    assert error.value.field == "mlp_bias" and "MoE layers" in error.value.reason
 
 
 def test_nemotron_h_moe_character_and_block_type_list():

@@ -9,7 +9,7 @@ import math
 from planner.errors import SpecError
 from planner.spec.hf.attention_families import qwen_moe_mlps, qwen_shared_expert_moe
 from planner.spec.hf.reader import (Config, aux_loss_coeff, attention, biased_attention, layer_flags, layer_types,
-                                    routed_moe, top_k, ungated_activation)
+                                    routed_moe, router_groups, top_k, ungated_activation)
 from planner.spec.model import (
     GATED_DELTA_CONV_KERNEL,
     DenseMLP,
@@ -59,16 +59,23 @@ def nemotron_h(cfg: Config) -> list[LayerSpec]:
     if "attention" in roles:
         blocks["attention"] = LayerSpec(kind="decoder",
                                         mixer=attention(cfg, head_dim_keys=("head_dim", "attention_head_dim")))
+    biased = cfg.flag("mlp_bias")
     if "mlp" in roles:
-        blocks["mlp"] = LayerSpec(kind="mlp", mlp=DenseMLP(cfg.integer("intermediate_size"), gated=False,
+        blocks["mlp"] = LayerSpec(kind="mlp", mlp=DenseMLP(cfg.integer("intermediate_size"), gated=False, bias=biased,
                                                           activation=ungated_activation(cfg, "mlp_hidden_act")))
     if "moe" in roles:
+        if biased:   # NemotronHMoE: biased shared experts and latent projections beside unbiased experts and router
+            raise SpecError(cfg.field("mlp_bias"), "with MoE layers is not supported: Nemotron-H's shared experts "
+                                                   "and latent projections would take a bias its routed experts and "
+                                                   "router do not, which an MoE here cannot hold")
         experts = cfg.integer("n_routed_experts")
         shared = cfg.integer("n_shared_experts", default=0, minimum=0)
         # its experts (routed and shared) are plain MLPs with the dense layers' activation (NemotronHMoE), the routed
         # ones at moe_latent_size where that is set (Nemotron 3's LatentMoE)
+        chosen = top_k(cfg, experts)
+        # its router limits the groups as DeepSeek-V3's does (n_group / topk_group; n_groups is Mamba-2's)
         blocks["moe"] = LayerSpec(kind="mlp", mlp=MoEMLP(
-            num_experts=experts, top_k=top_k(cfg, experts),
+            num_experts=experts, top_k=chosen, **router_groups(cfg, experts, chosen),
             expert_intermediate_size=cfg.integer("moe_intermediate_size"), num_shared_experts=shared,
             shared_intermediate_size=cfg.integer("moe_shared_expert_intermediate_size") if shared else 0,
             gated=False, activation=ungated_activation(cfg, "mlp_hidden_act"),
