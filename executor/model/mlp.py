@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,7 +24,34 @@ def squared_relu(x: torch.Tensor) -> torch.Tensor:
     return torch.square(F.relu(x))
 
 
-UNGATED = {"gelu": F.gelu, "squared_relu": squared_relu}   # planner.spec.model.UNGATED_ACTIVATIONS
+class XIELU(nn.Module):
+    """xIELU (Huang et al. 2024, "Deriving Activation Functions Using Integration", arXiv 2411.13010; Apertus's MLP
+    activation), as ``transformers``' ``XIELUActivation`` computes it: ``a_p x² + b x`` for ``x > 0``, else
+    ``a_n (expm1(min(x, eps)) - x) + b x``, with ``a_p = softplus(alpha_p)`` and ``a_n = b + softplus(alpha_n)`` learned
+    (one scalar each, initialised so that both start at 0.8), ``b`` 0.5 and ``eps`` -1e-6 fixed. Its two parameters
+    are whole on every TP rank, each of which applies them to its share of the intermediate width."""
+
+    BETA, EPS, ALPHA_P_INIT, ALPHA_N_INIT = 0.5, -1e-6, 0.8, 0.8
+
+    def __init__(self):
+        super().__init__()
+        self.alpha_p = nn.Parameter(torch.empty(1))
+        self.alpha_n = nn.Parameter(torch.empty(1))
+
+    def init_weights(self, generator: torch.Generator | None = None) -> None:
+        """The fixed starting values (inverse softplus of 0.8 and of 0.8 - 0.5), drawn from no generator."""
+        with torch.no_grad():
+            self.alpha_p.fill_(math.log(math.expm1(self.ALPHA_P_INIT)))
+            self.alpha_n.fill_(math.log(math.expm1(self.ALPHA_N_INIT - self.BETA)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        alpha_p = F.softplus(self.alpha_p)
+        alpha_n = self.BETA + F.softplus(self.alpha_n)
+        return torch.where(x > 0, alpha_p * x * x + self.BETA * x,
+                           (torch.expm1(torch.clamp(x, max=self.EPS)) - x) * alpha_n + self.BETA * x)
+
+
+UNGATED = {"gelu": F.gelu, "squared_relu": squared_relu, "xielu": XIELU}   # planner.spec.model.UNGATED_ACTIVATIONS
 
 
 class GatedMLP(nn.Module):
@@ -39,7 +68,9 @@ class GatedMLP(nn.Module):
                  activation: str = "gelu"):
         super().__init__()
         self.gated = gated
-        self.activation = UNGATED[activation]
+        activation_function = UNGATED[activation]
+        # a learned activation (xIELU) is a module of the MLP's, its parameters with the MLP's
+        self.activation = activation_function() if isinstance(activation_function, type) else activation_function
         self.up_proj = Linear(hidden_size, intermediate_size, bias=bias)
         self.gate_proj = Linear(hidden_size, intermediate_size, bias=bias) if gated else None
         self.down_proj = Linear(intermediate_size, hidden_size, bias=bias)
@@ -48,6 +79,8 @@ class GatedMLP(nn.Module):
         for projection in (self.up_proj, self.gate_proj, self.down_proj):
             if projection is not None:
                 projection.init_weights(generator)
+        if isinstance(self.activation, XIELU):
+            self.activation.init_weights()
 
     def split(self, tp: SequenceGroup) -> None:
         """Split by intermediate width (Megatron's ``MLP``): up and gate column-parallel with their biases, down

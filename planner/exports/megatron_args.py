@@ -221,6 +221,9 @@ def _model_shape(plan: Plan, model: ModelSpec, seq_len: int | None, lost: list[s
         args.append(("--swiglu",))
     elif mlps and mlps[0].activation == "squared_relu":   # Megatron-LM's default is GELU
         args.append(("--squared-relu",))
+    elif mlps and mlps[0].activation == "xielu":
+        lost.append(f"{model.name}'s xIELU activation: Megatron-LM has none, so these arguments describe GELU MLPs "
+                    "(the same shapes, without its two learned scalars)")
     if len({(mlp.gated, mlp.activation) for mlp in mlps}) > 1:
         lost.append(f"{model.name}'s MLPs and experts differ in gate or activation: the arguments describe its first "
                     "for all of them")

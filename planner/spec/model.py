@@ -161,9 +161,12 @@ class MambaMixer:
                 "proj_bias": self.proj_bias}
 
 
-# The activation of an MLP without a gate: GELU (GPT-2, and the stand-in for any other), or the squared ReLU of
-# Nemotron-4 and Nemotron-H (So et al. 2021, "Primer"; Megatron-LM's --squared-relu). A gated MLP is SwiGLU.
-UNGATED_ACTIVATIONS = ("gelu", "squared_relu")
+# The activation of an MLP without a gate: GELU (GPT-2, and the stand-in for any other), the squared ReLU of
+# Nemotron-4 and Nemotron-H (So et al. 2021, "Primer"; Megatron-LM's --squared-relu), or xIELU (Huang et al. 2024,
+# arXiv 2411.13010; Apertus's), whose two learned scalars each MLP holds (``ACTIVATION_PARAMETERS``; a dense MLP's
+# only). A gated MLP is SwiGLU.
+UNGATED_ACTIVATIONS = ("gelu", "squared_relu", "xielu")
+ACTIVATION_PARAMETERS = {"xielu": 2}   # xIELU's alpha_p and alpha_n
 
 
 @dataclass(frozen=True)
@@ -441,6 +444,9 @@ def _load_mlp(doc: object, path: str) -> MLP:
                          "shared_intermediate_size", "aux_loss_coeff", "bias", "router_groups",
                          "router_group_topk", "gated", "activation", "latent_size"}, path)
     gated, activation = _gate_and_activation(doc, path)
+    if activation in ACTIVATION_PARAMETERS:
+        raise SpecError(join(path, "activation"), f"{activation} applies to a dense MLP; an MoE's experts take "
+                                                  f"gelu or squared_relu")
     experts = get_int(doc, "num_experts", path)
     top_k = get_int(doc, "top_k", path)
     if top_k > experts:

@@ -337,3 +337,34 @@ def test_a_plain_mlp_runs_its_activation_squared_relu_or_gelu():
         outputs[activation] = mlp(x)
         torch.testing.assert_close(outputs[activation], expected, rtol=1e-12, atol=1e-12)
     assert not torch.allclose(outputs["squared_relu"], outputs["gelu"])
+
+
+def test_an_xielu_mlp_computes_and_learns_as_transformers_xielu():
+    """Apertus's xIELU against ``transformers``' own ``XIELUActivation`` (its Python path): the same output and the
+    same gradients for the input and for both learned scalars, on both sides of zero."""
+    from transformers.activations import XIELUActivation
+    torch.manual_seed(0)
+    h = (torch.randn(64, 16, dtype=torch.float64) * 3).requires_grad_()
+    ours = GatedMLP(8, 16, gated=False, activation="xielu").double()
+    ours.init_weights(torch.Generator().manual_seed(1))
+    theirs = XIELUActivation(dtype=torch.float64)
+    with torch.no_grad():   # the same starting values (both from 0.8; ours drawn in float32), then moved from them
+        torch.testing.assert_close(ours.activation.alpha_p, theirs.alpha_p, rtol=1e-6, atol=0)
+        torch.testing.assert_close(ours.activation.alpha_n, theirs.alpha_n, rtol=1e-6, atol=0)
+        for module in (ours.activation, theirs):
+            module.alpha_p.copy_(theirs.alpha_p + 0.3)
+            module.alpha_n.copy_(theirs.alpha_n - 0.2)
+    expected = theirs._xielu_python(h)
+    got = ours.activation(h)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    weights = torch.randn_like(expected)
+    grads = torch.autograd.grad((got * weights).sum(), (h, ours.activation.alpha_p, ours.activation.alpha_n))
+    reference = torch.autograd.grad((expected * weights).sum(), (h, theirs.alpha_p, theirs.alpha_n))
+    for mine, other in zip(grads, reference):
+        torch.testing.assert_close(mine, other, rtol=1e-12, atol=1e-12)
+    assert (h < 0).any() and (h > 0).any()
+    # in the MLP: down(xielu(up(x))), its two scalars the MLP's parameters
+    x = torch.randn(5, 8, dtype=torch.float64)
+    up, down = ours.up_proj, ours.down_proj
+    torch.testing.assert_close(ours(x), ours.activation(x @ up.weight.T) @ down.weight.T, rtol=1e-12, atol=1e-12)
+    assert {"activation.alpha_p", "activation.alpha_n"} <= dict(ours.named_parameters()).keys()

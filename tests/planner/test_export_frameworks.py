@@ -429,6 +429,21 @@ def test_group_limited_routing_and_a_latent_moe_are_exported_and_megatron_core_t
     assert built.moe_latent_size is None
 
 
+def test_an_xielu_mlp_the_arguments_cannot_set_is_listed_as_lost(plans):
+    """Apertus's xIELU: Megatron-LM has no such activation, so the arguments describe GELU MLPs and say so."""
+    from dataclasses import replace
+    plan, dense = plans["llama-dense"]
+    xielu = replace(dense, layers=tuple(
+        replace(layer, mlp=DenseMLP(layer.mlp.intermediate_size, gated=False, activation="xielu"))
+        if isinstance(layer.mlp, DenseMLP) else layer for layer in dense.layers))
+    fields, loop = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, xielu)))
+    assert "gated_linear_unit" not in fields and not loop["squared_relu"]
+    assert [item for item in export_losses("megatron-args", plan, xielu) if "xIELU" in item] == [
+        f"{xielu.name}'s xIELU activation: Megatron-LM has none, so these arguments describe GELU MLPs (the same "
+        "shapes, without its two learned scalars)"]
+    assert not [item for item in export_losses("megatron-args", plan, dense) if "xIELU" in item]
+
+
 def test_chunked_attention_the_arguments_do_not_set_is_listed_as_lost(plans):
     """Llama 4's chunked attention: the Megatron-LM arguments describe its layers without it, and say so under the
     download; a model without chunks gets no such line."""

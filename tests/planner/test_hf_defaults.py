@@ -30,7 +30,7 @@ FULLY_DEFAULTED = ("qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "olmo2", "olmo3",
 
 # What our model of a family leaves out (as tests/planner/test_hf_counts.py names it), and its share of the parameters
 # matched: Jamba's dt/B/C norms, Qwen2-MoE's and Qwen3.5's shared-expert gate, Qwen3.5's attention output gate (half
-# of each full-attention q_proj), Apertus's two xIELU scalars a layer, ERNIE 4.5 MoE's routing bias (a frozen
+# of each full-attention q_proj), ERNIE 4.5 MoE's routing bias (a frozen
 # parameter), OLMo's and MiniMax-M2's QK-norm weights beyond
 # one head's (32 and 16 heads in OLMo's default models; MiniMax-M2's 48 query and 8 key heads).
 QK_NORMS = r"self_attn\.(q|k)_norm\.weight$"
@@ -39,7 +39,6 @@ OUTPUT_GATE = (r"self_attn\.q_proj\.weight$", 0.5)
 LEFT_OUT = {"jamba": [(r"mamba\.(dt|b|c)_layernorm\.weight$", 1)], "qwen2_moe": [SHARED_EXPERT_GATE],
             "olmo2": [(QK_NORMS, 31 / 32)], "olmo3": [(QK_NORMS, 31 / 32)], "olmoe": [(QK_NORMS, 15 / 16)],
             "qwen3_5_moe_text": [OUTPUT_GATE, SHARED_EXPERT_GATE], "qwen3_5_text": [OUTPUT_GATE],
-            "apertus": [(r"mlp\.act_fn\.alpha_(p|n)$", 1)],
             "ernie4_5_moe": [(r"moe_statics\.e_score_correction_bias$", 1)],
             "minimax_m2": [(r"self_attn\.q_norm\.weight$", 47 / 48), (r"self_attn\.k_norm\.weight$", 7 / 8)]}
 

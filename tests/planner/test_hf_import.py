@@ -688,8 +688,10 @@ def test_arcee_and_apertus_are_llama_attention_with_an_ungated_mlp():
                                          mixer=AttentionMixer(num_heads=20, num_kv_heads=4, head_dim=128))
     apertus = blocks(import_hf_config({**doc, "architectures": ["ApertusForCausalLM"], "mlp_bias": True}))[0]
     assert apertus.mixer == AttentionMixer(num_heads=20, num_kv_heads=4, head_dim=128, qk_norm=True)
-    # ApertusMLP has no biases whatever mlp_bias says; its xIELU runs as GELU
-    assert apertus.mlp == DenseMLP(18432, gated=False)
+    # ApertusMLP has no biases whatever mlp_bias says; its activation is xIELU (hidden_act's default)
+    assert apertus.mlp == DenseMLP(18432, gated=False, activation="xielu")
+    gelu = blocks(import_hf_config({**doc, "architectures": ["ApertusForCausalLM"], "hidden_act": "gelu"}))[0]
+    assert gelu.mlp == DenseMLP(18432, gated=False)
 
 
 def test_ernie_4_5_moe_puts_its_moe_on_the_layers_its_interval_and_bounds_name():

@@ -116,6 +116,22 @@ def test_moe_experts_without_a_gate_round_trip_with_their_activation():
     assert error.value.field == "layers[1].mlp.activation"
 
 
+def test_an_xielu_mlp_holds_its_two_learned_scalars_and_an_moe_refuses_xielu_experts():
+    from planner.cost import count_parameters
+    from planner.parallel.params import layer_params
+    doc = doc_with({"type": "attention", "num_heads": 2, "head_dim": 8})
+    doc["layers"][1]["mlp"] = {"type": "dense", "intermediate_size": 64, "gated": False, "activation": "xielu"}
+    xielu = load_model_spec(doc)
+    doc["layers"][1]["mlp"]["activation"] = "squared_relu"
+    plain = load_model_spec(doc)
+    assert load_model_spec(xielu.to_dict()) == xielu
+    assert count_parameters(xielu) == count_parameters(plain) + 2
+    assert layer_params(xielu)[1].replicated == layer_params(plain)[1].replicated + 2   # whole on every TP rank
+    with pytest.raises(SpecError) as error:
+        load_model_spec(moe_doc(gated=False, activation="xielu"))
+    assert error.value.field == "layers[1].mlp.activation" and "dense MLP" in str(error.value)
+
+
 def test_a_latent_moe_round_trips_its_latent_size_and_refuses_a_bad_one():
     spec = load_model_spec(moe_doc(latent_size=16))
     assert spec.layers[1].mlp.latent_size == 16 and spec.layers[1].mlp.expert_width(spec.hidden_size) == 16

@@ -84,8 +84,8 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
 - Linear attention keeps one head width: Qwen3-Next's ``linear_value_head_dim`` (equal to the key width in
   every released config).
 - Activations keep their shapes, not always their exact functions: gpt-oss's clamped SwiGLU runs as SwiGLU, GPT-2's
-  tanh-approximated GELU as GELU, Apertus's xIELU (its two learned scalars a layer left out) as GELU; Nemotron-H's,
-  Nemotron-4's and AFM's squared ReLU (``relu2``) is the plain MLP's ``activation``, exactly; Falcon-Mamba's
+  tanh-approximated GELU as GELU; Nemotron-H's, Nemotron-4's and AFM's squared ReLU (``relu2``) and Apertus's xIELU
+  (with its two learned scalars) are the plain MLP's ``activation``, exactly; Falcon-Mamba's
   weightless RMSNorms of B, C and dt are left out (no parameters, a few elementwise passes).
 - Training runs in bf16 whatever ``torch_dtype`` the checkpoint was saved in.
 """

@@ -321,9 +321,8 @@ def ungated(cfg: Config) -> list[LayerSpec]:
 
 def apertus(cfg: Config) -> list[LayerSpec]:
     """Apertus: attention (``attention_bias`` on all four projections) with a per-head QK-norm, and an MLP without a
-    gate or biases whose xIELU runs as GELU, its two learned scalars left out (the layer keeps its shape, not its
-    function)."""
-    return _ungated_blocks(cfg, qk_norm=True, mlp_bias=False, activation="gelu")
+    gate or biases whose activation is ``hidden_act`` (xIELU in its releases, with its two learned scalars)."""
+    return _ungated_blocks(cfg, qk_norm=True, mlp_bias=False, activation=ungated_activation(cfg))
 
 
 def _exaone4_roles(cfg: Config, count: int) -> list[str]:

@@ -151,7 +151,7 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
               "attention_bias": False, "mlp_bias": False, "hidden_act": "relu2"},
     "apertus": {"vocab_size": 131072, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
                 "num_attention_heads": 32, "num_key_value_heads": None, "tie_word_embeddings": False,
-                "attention_bias": False},
+                "attention_bias": False, "hidden_act": "xielu"},
     "ernie4_5": {"vocab_size": 103424, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 18,
                  "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 128, "tie_word_embeddings": True,
                  "use_bias": False},

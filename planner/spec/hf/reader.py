@@ -132,8 +132,8 @@ def attention(cfg: Config, *, window: int | None = None, head_dim_keys=("head_di
 
 def ungated_activation(cfg: Config, key: str = "hidden_act") -> str:
     """An MLP without a gate's activation (``planner.spec.model.UNGATED_ACTIVATIONS``): HF's ``relu2`` is the squared
-    ReLU (Nemotron's, AFM's); anything else runs as GELU, which keeps the layer's shape (Apertus's xIELU)."""
-    return "squared_relu" if cfg.choice(key, None) == "relu2" else "gelu"
+    ReLU (Nemotron's, AFM's), ``xielu`` xIELU (Apertus's); anything else runs as GELU, which keeps the layer's shape."""
+    return {"relu2": "squared_relu", "xielu": "xielu"}.get(cfg.choice(key, None), "gelu")
 
 
 def biased_attention(cfg: Config, *, bias_key: str = "attention_bias", **fields) -> AttentionMixer:
