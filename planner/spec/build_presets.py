@@ -35,6 +35,10 @@ HF_PRESET_REPOS = {
     "jamba-v0.1": "ai21labs/Jamba-v0.1",
     "granite-4.0-h-small": "ibm-granite/granite-4.0-h-small",
     "gpt2": "openai-community/gpt2",
+    # rebuilt from configs quoted in public code (tests/planner/test_hf_counts.py's docstring): Scout's text model in
+    # the text-only form its derivatives ship, and Qwen3.5-35B-A3B's text_config
+    "llama-4-scout-17b-16e-text": "meta-llama/Llama-4-Scout-17B-16E",
+    "qwen3.5-35b-a3b": "Qwen/Qwen3.5-35B-A3B",
 }
 
 
