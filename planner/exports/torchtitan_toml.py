@@ -33,6 +33,7 @@ from planner.exports.hybrid_plan import (header_lines, is_own_order, placement, 
                                          require_v2, seq_len_of, stage_devices, wrap)
 from planner.plan import Plan
 from planner.spec.model import ModelSpec, MoEMLP
+from planner.spec.presets import load_model_preset
 
 FORMAT = "torchtitan-toml"
 SCHEDULE_CSV = "adaptis-schedule.csv"
@@ -44,6 +45,15 @@ SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1
 FLAVORS = {"llama-3-8b": ("llama3", "8B"), "tiny-llama": ("llama3", "debugmodel"),
            "deepseek-v3": ("deepseek_v3", "671B"), "deepseek-v2-lite": ("deepseek_v3", "16B"),
            "qwen3-30b-a3b": ("qwen3", "30B-A3B"), "gpt-oss-20b": ("gpt_oss", "20b")}
+
+
+def _flavor(model: ModelSpec) -> tuple[str | None, str | None]:
+    """torchtitan's (model, flavor) for ``model``: the flavor of the preset whose architecture it has, whatever it is
+    called (an uploaded Meta-Llama-3-8B config is ``llama3`` ``8B``; a spec named ``llama-3-8b`` with other shapes is
+    none); (None, None) for none."""
+    shape = model.architecture()
+    return next((flavor for preset, flavor in FLAVORS.items() if load_model_preset(preset).architecture() == shape),
+                (None, None))
 
 
 def torchtitan_toml(plan: Plan, model: ModelSpec | None, seq_len: int | None = None,
@@ -74,7 +84,7 @@ def _config(plan: Plan, model: ModelSpec, seq_len: int | None, schedule_csv: str
     config = require_v2(plan, FORMAT)
     lost: list[str] = []
     notes: list[str] = []
-    name, flavor = FLAVORS.get(model.name, (None, None))
+    name, flavor = _flavor(model)
     if name is None:
         name, flavor = ("deepseek_v3", "16B") if any(isinstance(layer.mlp, MoEMLP) for layer in model.layers) \
             else ("llama3", "8B")

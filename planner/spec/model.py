@@ -327,6 +327,13 @@ class ModelSpec(HashedOnce):
     def num_layers(self) -> int:
         return len(self.layers)
 
+    def architecture(self) -> tuple:
+        """What the network is, apart from what it is called and how it is trained (name, provenance, sequence,
+        micro-batch, dtype): two specs with the same architecture hold the same parameters and compute the same
+        function (an uploaded Meta-Llama-3-8B config and the ``llama-3-8b`` preset)."""
+        return (self.hidden_size, self.vocab_size, self.layers, self.tie_embeddings, self.norm,
+                self.position_embeddings)
+
     def layer_names(self) -> list[str]:
         """Stable names: ``embed``, ``layers.<i>`` for the blocks in between, ``head``."""
         names, block = [], 0

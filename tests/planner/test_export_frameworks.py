@@ -429,6 +429,26 @@ def test_group_limited_routing_and_a_latent_moe_are_exported_and_megatron_core_t
     assert built.moe_latent_size is None
 
 
+def test_torchtitans_flavor_is_found_by_the_models_architecture_not_its_name(plans):
+    """An uploaded Meta-Llama-3-8B config (named after its repository) is torchtitan's llama3 8B, as the preset is; a
+    spec that takes the preset's name with another shape gets no flavor, and the export says so."""
+    import json
+    import tomllib
+    from dataclasses import replace
+    from pathlib import Path
+    from planner.spec.hf import import_hf_config
+    plan, preset = plans["llama-dense"]
+    config = json.loads((Path(__file__).parent / "fixtures" / "hf" / "llama-3-8b.json").read_text())
+    uploaded = import_hf_config(config, name="Meta-Llama-3-8B", seq_len=8192)
+    assert uploaded.name != preset.name and uploaded.architecture() == preset.architecture()
+    toml = tomllib.loads(export_plan("torchtitan-toml", plan, None, None, uploaded))
+    assert toml["model"] == {"name": "llama3", "flavor": "8B"}
+    assert not [item for item in export_losses("torchtitan-toml", plan, uploaded) if "flavor" in item]
+    impostor = replace(preset, hidden_size=2048)
+    assert any("torchtitan ships no flavor of llama-3-8b" in item
+               for item in export_losses("torchtitan-toml", plan, impostor))
+
+
 def test_an_xielu_mlp_the_arguments_cannot_set_is_listed_as_lost(plans):
     """Apertus's xIELU: Megatron-LM has no such activation, so the arguments describe GELU MLPs and say so."""
     from dataclasses import replace
