@@ -27,9 +27,12 @@ partition, placement and schedule (transfers only add time, so they are left out
   has run layers ``0..l-1``. The lowest layers of the devices are distinct, so the devices together idle
   at least the sum of the ``p`` smallest such prefixes (layers ``0..p-1``); ``T >= (work + idle) / p``.
 - ``layer_chain_ms``: the device that runs layer ``l`` starts its first F no earlier than the forward
-  prefix before ``l``, runs ``m`` F's and ``m`` I's of ``l``, and after the last I the input-gradient
-  chain below ``l`` and layer 0's W still have to run; it also runs all ``m`` W's of ``l``. And the
-  last micro-batch to pass layer ``l`` still has one micro-batch's chain to finish.
+  prefix before ``l``, and its first I no earlier than one micro-batch's F of ``l`` and its forwards and input
+  gradients through every later layer (``after``) beyond that: so, with the ``k`` F's it can run before that I,
+  the time up to then and the F's after it take at least ``max(F + after, m F)`` (a deep pipeline with few
+  micro-batches idles here: its fill and drain). From that first I on it runs all ``m`` I's and all ``m`` W's;
+  after its last I the input-gradient chain below ``l`` and layer 0's W still have to run, which its W's may
+  overlap. And the last micro-batch to pass layer ``l`` still has one micro-batch's chain to finish.
 
 Under a memory limit one more term, ``memory_flow_ms`` (see its docstring): a device holds each micro-batch's
 activations for at least that micro-batch's chain through the layers after them, so by Little's law the memory left
@@ -191,13 +194,15 @@ def layer_chain_ms(profile: Profile, num_microbatches: int) -> float:
     total_input = sum(layer.backward_input for layer in layers)
     first_weight = layers[0].backward_weight
     chain = total_forward + total_input + first_weight
+    m = num_microbatches
     best, forward_before, input_before = 0.0, 0.0, 0.0
     for layer in layers:
-        tail = max(input_before + first_weight, layer.backward_weight)
+        # the first I of this layer waits for a micro-batch's forwards and input gradients through every later layer
+        after = total_forward - forward_before - layer.forward + total_input - input_before - layer.backward_input
         best = max(best,
-                   chain + (num_microbatches - 1) * max(layer.forward, layer.backward_input),
-                   forward_before + num_microbatches * (layer.forward + layer.backward_input) + tail,
-                   forward_before + num_microbatches * (layer.forward + layer.backward))
+                   chain + (m - 1) * max(layer.forward, layer.backward_input),
+                   forward_before + max(layer.forward + after, m * layer.forward) + m * layer.backward_input
+                   + max(m * layer.backward_weight, input_before + first_weight))
         forward_before += layer.forward
         input_before += layer.backward_input
     return best

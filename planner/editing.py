@@ -35,7 +35,7 @@ from planner.partition import partition_layers
 from planner.plan import PLAN_FORMAT_V2, Action, Plan, Stage, load_plan
 from planner.profile import Profile, load_profile
 from planner.search.evaluate import CandidateScorer
-from planner.search.list_scheduler import SchedulePolicy, list_schedule
+from planner.search.list_scheduler import UNBOUNDED_INFLIGHT, SchedulePolicy, list_schedule
 from planner.simulator import simulate
 from planner.plan_check import check_plan_structure
 from planner.spec.model import ModelSpec, load_model_spec
@@ -51,7 +51,7 @@ LIST_POLICIES = {
                          SchedulePolicy(split_backward=True, inflight_scale=1.5)),
     "fill-drain": ("GPipe-like: every forward first, then the backwards",
                    SchedulePolicy(split_backward=False, backward_first=False, forward_order="old",
-                                  inflight_scale=float(MAX_MICROBATCHES))),
+                                  inflight_scale=UNBOUNDED_INFLIGHT)),
 }
 SCHEDULE_POLICIES = ("auto", "keep", *LIST_POLICIES)
 

@@ -25,6 +25,7 @@ import heapq
 from dataclasses import dataclass
 
 from planner.actions import ActionKind
+from planner.limits import MAX_MICROBATCHES
 
 INFINITY = float("inf")
 
@@ -33,6 +34,10 @@ FORWARD, FULL_BACKWARD, INPUT_BACKWARD, WEIGHT_BACKWARD = (ActionKind.F.code, Ac
                                                            ActionKind.W.code)
 
 FORWARD_ORDERS = ("deep", "old")
+
+
+# An in-flight scale no stage's limit can bind: every stage may hold every micro-batch (memory permitting)
+UNBOUNDED_INFLIGHT = float(MAX_MICROBATCHES)
 
 
 @dataclass(frozen=True, order=True)
@@ -44,7 +49,8 @@ class SchedulePolicy:
     - ``forward_order``: among ready forwards, ``deep`` prefers the latest stage (pushes a micro-batch
       through: less memory, backwards sooner), ``old`` the oldest micro-batch (breadth first);
     - ``inflight_scale``: a stage s may hold ``ceil(scale x (stages from s to the end))`` micro-batches,
-      1F1B's warm-up depth generalised to any placement;
+      1F1B's warm-up depth generalised to any placement; ``UNBOUNDED_INFLIGHT`` none but memory's (a deep pipeline
+      whose bottleneck is near its end must let the stages before it run ahead: GPipe's fill);
     - ``weight_lag``: deferred W's a device may owe before W outranks a forward (memory is freed at W);
     - ``reserve``: what a micro-batch entering a device must find room for under the byte cap. ``all``: its
       activations on every stage of the device, beside what is held and promised to every micro-batch inside (no
@@ -66,7 +72,8 @@ class SchedulePolicy:
         first = "B-first" if self.backward_first else "F-first"
         lag = "" if self.weight_lag >= 1_000_000 else f", W lag <= {self.weight_lag}"
         reserve = "" if self.reserve == "all" else f", reserve {self.reserve}"
-        return f"{backward}, {first}, {self.forward_order} F, in-flight x{self.inflight_scale:g}{lag}{reserve}"
+        inflight = "unbounded" if self.inflight_scale >= UNBOUNDED_INFLIGHT else f"x{self.inflight_scale:g}"
+        return f"{backward}, {first}, {self.forward_order} F, in-flight {inflight}{lag}{reserve}"
 
     def to_dict(self) -> dict:
         return {"split_backward": self.split_backward, "backward_first": self.backward_first,

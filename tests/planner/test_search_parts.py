@@ -11,6 +11,7 @@ from planner.actions import ActionKind
 from planner.bounds import (activation_hold_ms, binding_term, indivisible_layers_ms, optimal_device_load_ms,
                             plan_memory_limit, search_lower_bound, stage_waves_ms)
 from planner.memory import layer_state_bytes
+from planner.profile import Profile
 from planner.search import search_plan
 from planner.search.list_scheduler import duration_of
 from planner.search.evaluate import CandidateScorer, candidate_plan
@@ -152,6 +153,48 @@ def test_the_bound_never_exceeds_a_plan_the_scheduler_finds():
         for _ in range(6):
             candidate = scorer.score(random_layout(rng, profile.num_layers, devices), random_policy(rng), "")
             assert candidate.makespan >= bound - 1e-9
+
+
+def test_the_layer_chain_sees_a_deep_pipelines_wait_for_its_first_backward():
+    """Eight uniform layers (F = I = W = 1), four micro-batches: a layer's first I waits for one micro-batch's F and
+    its forwards and input gradients through every later layer, and after it come all four I's and W's. Layer 0:
+    1 + 7 x 2 (its F, then the chain through the seven later layers), 4 I's and 4 W's: 23, by hand, where one
+    micro-batch's chain plus three of the bottleneck (17 + 3) says 20. No schedule of any layout beats it."""
+    from planner.bounds import layer_chain_ms
+    from tests.planner.search_profiles import layer
+    profile = Profile(model="uniform", device="test", seq_len=1024,
+                      layers=tuple(layer(f"layers.{index}", "decoder", 1.0) for index in range(8)))
+    assert [(item.forward, item.backward_input, item.backward_weight) for item in profile.layers] == [(1, 1, 1)] * 8
+    assert layer_chain_ms(profile, 4) == 23
+    assert search_lower_bound(profile, 8, 4)["lower_bound_ms"] == 23
+    rng = random.Random(5)
+    scorer = scorer_for(profile, 8, 4)
+    one_each = Layout(tuple(range(8)), tuple(range(8)), 8)
+    makespans = [scorer.score(layout, random_policy(rng), "").makespan
+                 for layout in [one_each] * 40 + [random_layout(rng, 8, 8) for _ in range(40)]]
+    assert min(makespans) >= 23 - 1e-9
+
+
+def test_a_deep_pipeline_ending_in_its_bottleneck_needs_unbounded_in_flight_micro_batches():
+    """Forty decoders and a head 1.6 of them, one device each, 32 micro-batches: the head's device is the bottleneck
+    at the end of the pipeline, so every stage before it must run ahead of 1F1B's warm-up depth. With the in-flight
+    limit unbounded (memory still binding) the schedule reaches the lower bound; every bounded scale is 18 % or more
+    above it. The search finds the unbounded one."""
+    from planner.search.list_scheduler import UNBOUNDED_INFLIGHT
+    from planner.search.tuning import INFLIGHT_SCALES
+    profile = big_head_profile(num_decoders=40, head_forward=1.6)
+    devices = profile.num_layers
+    bound = search_lower_bound(profile, devices, 32)["lower_bound_ms"]
+    scorer = scorer_for(profile, devices, 32)
+    one_each = Layout(tuple(range(devices)), tuple(range(devices)), devices)
+    best = {scale: min(scorer.score(one_each, SchedulePolicy(split_backward=True, inflight_scale=scale,
+                                                             weight_lag=lag, forward_order=order), "").makespan
+                       for lag in (1, 8, 1_000_000) for order in ("deep", "old"))
+            for scale in INFLIGHT_SCALES}
+    assert best[UNBOUNDED_INFLIGHT] == pytest.approx(bound, rel=1e-9)
+    assert all(makespan >= 1.18 * bound for scale, makespan in best.items() if scale != UNBOUNDED_INFLIGHT)
+    result = search_plan(profile, devices, 32)
+    assert result.iteration_ms == pytest.approx(bound, rel=1e-9) and "in-flight unbounded" in result.plan.meta["schedule"]
 
 
 def test_the_layout_bound_and_giving_up_never_discard_a_better_schedule():
