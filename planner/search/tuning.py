@@ -19,11 +19,11 @@ from dataclasses import replace
 from planner.layout import Layout
 from planner.placement import SHAPES, shape_placement
 from planner.search.evaluate import Candidate
-from planner.search.list_scheduler import FORWARD_ORDERS, UNBOUNDED_INFLIGHT, SchedulePolicy
+from planner.search.list_scheduler import FORWARD_ORDERS, SchedulePolicy
 from planner.search.partition import balanced_starts, rebalance_devices
 
 PHASES = ("imbalance", "fill", "gaps")
-INFLIGHT_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, UNBOUNDED_INFLIGHT)
+INFLIGHT_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
 
 
 def diagnose(candidate: Candidate) -> list[str]:
