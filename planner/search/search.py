@@ -23,8 +23,8 @@ Everything is deterministic for a given seed unless a time budget or cancellatio
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 import time
+from dataclasses import replace
 from typing import Callable
 
 from planner.baselines import BASELINE_SCHEDULES, build_baseline
