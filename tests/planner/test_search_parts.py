@@ -197,6 +197,39 @@ def test_a_deep_pipeline_ending_in_its_bottleneck_needs_unbounded_in_flight_micr
     assert result.iteration_ms == pytest.approx(bound, rel=1e-9) and "in-flight unbounded" in result.plan.meta["schedule"]
 
 
+def test_the_policy_polish_tries_every_in_flight_scale_with_small_w_lags_and_keeps_only_a_better_plan():
+    """The polish scores the best plan's layout under every in-flight scale (unbounded too) with W owed 1, 2, 4 or 8 at
+    a time, and tunes on from the best of them only where it beats the plan: under memory limits that leave room for a
+    few micro-batches, the result is never worse than the plan or than the best variant scored here independently,
+    and on some of these layouts it is better."""
+    from planner.search.list_scheduler import UNBOUNDED_INFLIGHT
+    from planner.search.search import POLISH_WEIGHT_LAGS, _Tuner
+    from planner.search.tuning import INFLIGHT_SCALES
+    rng = random.Random(40)
+    feasible = improved = 0
+    for index in range(30):
+        profile = light_weights(hybrid_profile() if index % 2 else big_head_profile(num_decoders=rng.randint(8, 12)))
+        state = layer_state_bytes(profile)
+        limit = sum(state) / 4 + max(state) + rng.uniform(0.6, 3.0) * sum(layer.activation_bytes
+                                                                        for layer in profile.layers) / 4
+        scorer = scorer_for(profile, 4, 16, memory=limit)
+        tuner = _Tuner(scorer, random.Random(0), 0.0, 0.0)
+        layout = random_layout(rng, profile.num_layers, 4)
+        start = tuner.consider(layout, SchedulePolicy(split_backward=True, inflight_scale=1.0), "start")
+        if not start.feasible:
+            assert tuner.polish_policy() is False
+            continue
+        variants = [scorer.score(layout, SchedulePolicy(split_backward=True, inflight_scale=scale, weight_lag=lag), "")
+                    for scale in (*INFLIGHT_SCALES, UNBOUNDED_INFLIGHT) for lag in (*POLISH_WEIGHT_LAGS, 1_000_000)]
+        best_variant = min(variants, key=lambda candidate: candidate.rank)
+        polished = tuner.polish_policy()
+        assert polished == (best_variant.rank < start.rank)
+        assert tuner.best.rank <= min(start.rank, best_variant.rank)
+        feasible += 1
+        improved += polished
+    assert feasible >= 10 and improved >= 2, (feasible, improved)
+
+
 def test_the_layout_bound_and_giving_up_never_discard_a_better_schedule():
     rng = random.Random(13)
     for index in range(30):
