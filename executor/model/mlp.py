@@ -55,9 +55,9 @@ UNGATED = {"gelu": F.gelu, "squared_relu": squared_relu, "xielu": XIELU}   # pla
 
 
 class GatedMLP(nn.Module):
-    """down(silu(gate(x)) * up(x)) when gated (SwiGLU), else down(act(up(x))) with ``activation`` (GELU or squared
-    ReLU); ``bias`` on every projection. ``recompute_activation``: a routed expert's activation is not kept
-    (``moe_act``, set by its ``MoE``)."""
+    """down(silu(gate(x)) * up(x)) when gated (SwiGLU), else down(act(up(x))) with ``activation`` (GELU, squared
+    ReLU or xIELU, whose two learned scalars are the MLP's); ``bias`` on every projection. ``recompute_activation``: a
+    routed expert's activation is not kept (``moe_act``, set by its ``MoE``)."""
 
     tensor_parallel = None
     split_over = None

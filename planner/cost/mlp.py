@@ -18,7 +18,7 @@ from __future__ import annotations
 from planner.cost.primitives import (FP8_CAST_TRANSPOSE_BYTES, FP32_BYTES, GRAD_ACCUMULATE_BYTES, elementwise, linear,
                                      projection_shapes)
 from planner.cost.work import Cost, Kernel, saved
-from planner.spec.model import ACTIVATION_PARAMETERS, DenseMLP, MoEMLP
+from planner.spec.model import DenseMLP, MoEMLP
 
 ACTIVATION_FLOPS_PER_OUTPUT = 5   # SiLU (or squared ReLU) and the product with the up projection
 ROUTER_FLOPS_PER_LOGIT = 6        # softmax and top-k selection over the expert logits
@@ -41,7 +41,7 @@ def _mlp_body(tokens: float, hidden: int, inner: int, gated: bool, dtype_bytes: 
 
 
 def dense_mlp_body(mlp: DenseMLP, *, hidden: int, tokens: int, dtype_bytes: int) -> Cost:
-    learned = 0 if mlp.gated else ACTIVATION_PARAMETERS.get(mlp.activation, 0)   # xIELU's two scalars
+    learned = mlp.activation_parameters   # xIELU's two scalars
     return (_mlp_body(tokens, hidden, mlp.intermediate_size, mlp.gated, dtype_bytes, mlp.bias)
             + Cost(params=learned, active_params=learned))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.cost.analytic import layer_parameters
-from planner.spec.model import ACTIVATION_PARAMETERS, DenseMLP, LayerSpec, ModelSpec, MoEMLP
+from planner.spec.model import DenseMLP, LayerSpec, ModelSpec, MoEMLP
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ def _replicated_and_expert(layer: LayerSpec, hidden: int) -> tuple[int, int]:
         return hidden, 0                              # the final norm
     norms = (layer.mixer is not None) + (layer.mlp is not None)
     replicated, expert = norms * hidden, 0
-    if isinstance(layer.mlp, DenseMLP) and not layer.mlp.gated:   # an activation's learned scalars (xIELU's)
-        replicated += ACTIVATION_PARAMETERS.get(layer.mlp.activation, 0)
+    if isinstance(layer.mlp, DenseMLP):   # an activation's learned scalars (xIELU's)
+        replicated += layer.mlp.activation_parameters
     if isinstance(layer.mlp, MoEMLP):
         mlp = layer.mlp
         replicated += hidden * mlp.num_experts       # the router

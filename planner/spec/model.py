@@ -180,6 +180,11 @@ class DenseMLP:
     activation: str = "gelu"
     type: str = field(default="dense", init=False)
 
+    @property
+    def activation_parameters(self) -> int:
+        """The parameters its activation learns (xIELU's two scalars; ``ACTIVATION_PARAMETERS``), none when gated."""
+        return 0 if self.gated else ACTIVATION_PARAMETERS.get(self.activation, 0)
+
     def to_dict(self) -> dict:
         doc = {"type": self.type, "intermediate_size": self.intermediate_size, "gated": self.gated}
         if self.bias:

@@ -72,7 +72,7 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
   ``v_head_dim`` wide, with the latent ranks kept so the cost model counts the down/up projections; in
   training every head materialises its own key and value, so ``num_kv_heads == num_heads``.
 - Qwen3-Next's attention output gate and shared-expert gate (Qwen3.5's too; Qwen2-MoE's shared-expert gate),
-  Nemotron-H's MoE latent projection, DeepSeek's multi-token-prediction module, Gemma's extra
+  DeepSeek's multi-token-prediction module, Gemma's extra
   norms and soft-capping,
   Jamba's dt/B/C norms, Phi-3.5-MoE's head bias and Gemma 3's vision tower are left out (each well under
   1 % of the parameters, or absent from the model that trains the pipeline; the tests name each). So is Llama 4's

@@ -305,9 +305,11 @@ def seed_oss(cfg: Config) -> list[LayerSpec]:
     return [block] * cfg.integer("num_hidden_layers")
 
 
-def _ungated_blocks(cfg: Config, *, qk_norm: bool, mlp_bias: bool, activation: str) -> list[LayerSpec]:
+def _ungated_blocks(cfg: Config, *, qk_norm: bool, mlp_bias: bool) -> list[LayerSpec]:
+    """Attention (``attention_bias`` on all four projections) and an MLP without a gate whose activation is
+    ``hidden_act``'s."""
     mixer = biased_attention(cfg, qk_norm=qk_norm)
-    mlp = DenseMLP(cfg.integer("intermediate_size"), gated=False, bias=mlp_bias, activation=activation)
+    mlp = DenseMLP(cfg.integer("intermediate_size"), gated=False, bias=mlp_bias, activation=ungated_activation(cfg))
     return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("num_hidden_layers")
 
 
@@ -316,13 +318,13 @@ def ungated(cfg: Config) -> list[LayerSpec]:
     weights) and Arcee's AFM (``arcee``): ``attention_bias`` on all four attention projections (Nemotron's rotary
     positions on part of each head hold no weights) and an MLP without a gate, ``mlp_bias`` on its two projections,
     whose ``hidden_act`` is the squared ReLU (``relu2``) in both."""
-    return _ungated_blocks(cfg, qk_norm=False, mlp_bias=cfg.flag("mlp_bias"), activation=ungated_activation(cfg))
+    return _ungated_blocks(cfg, qk_norm=False, mlp_bias=cfg.flag("mlp_bias"))
 
 
 def apertus(cfg: Config) -> list[LayerSpec]:
     """Apertus: attention (``attention_bias`` on all four projections) with a per-head QK-norm, and an MLP without a
     gate or biases whose activation is ``hidden_act`` (xIELU in its releases, with its two learned scalars)."""
-    return _ungated_blocks(cfg, qk_norm=True, mlp_bias=False, activation=ungated_activation(cfg))
+    return _ungated_blocks(cfg, qk_norm=True, mlp_bias=False)
 
 
 def _exaone4_roles(cfg: Config, count: int) -> list[str]:
