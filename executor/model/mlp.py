@@ -1,4 +1,4 @@
-"""Feed-forward blocks: dense (SwiGLU or GELU) and mixture-of-experts with shared experts."""
+"""Feed-forward blocks: dense (gated, SwiGLU or GeGLU, or plain) and mixture-of-experts with shared experts."""
 
 from __future__ import annotations
 
@@ -12,11 +12,34 @@ from executor.model.expert_parallel import ExpertParallel, dispatch_to_experts
 from executor.model.linear import Linear
 from executor.model.recompute import checkpointed, recomputing, without_output
 from executor.model.tensor_parallel import SequenceGroup, gather_sequence, reduce_scatter_sequence, split_parameter
-from planner.spec.model import DenseMLP, MoEMLP
+from planner.spec.model import (CLAMPED_SWIGLU_ALPHA, CLAMPED_SWIGLU_LIMIT, CLAMPED_SWIGLU_OFFSET, DenseMLP, MoEMLP,
+                                default_activation)
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GELU's tanh approximation (Hendrycks & Gimpel 2016; HF's ``gelu_pytorch_tanh`` and ``gelu_new``)."""
+    return F.gelu(x, approximate="tanh")
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
+
+
+def geglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return F.gelu(gate) * up
+
+
+def geglu_tanh(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """Gemma 2's and 3's (HF ``hidden_activation: gelu_pytorch_tanh``)."""
+    return gelu_tanh(gate) * up
+
+
+def clamped_swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """gpt-oss's (``planner.spec.model.CLAMPED_SWIGLU_ALPHA`` and the rest): as ``transformers``'
+    ``GptOssExperts._apply_gate`` and Megatron-Core's gated ``quick_gelu`` with a clamp and a linear offset."""
+    gate = gate.clamp(max=CLAMPED_SWIGLU_LIMIT)
+    up = up.clamp(min=-CLAMPED_SWIGLU_LIMIT, max=CLAMPED_SWIGLU_LIMIT)
+    return gate * torch.sigmoid(CLAMPED_SWIGLU_ALPHA * gate) * (up + CLAMPED_SWIGLU_OFFSET)
 
 
 def squared_relu(x: torch.Tensor) -> torch.Tensor:
@@ -51,13 +74,16 @@ class XIELU(nn.Module):
                            (torch.expm1(torch.clamp(x, max=self.EPS)) - x) * alpha_n + self.BETA * x)
 
 
-UNGATED = {"gelu": F.gelu, "squared_relu": squared_relu, "xielu": XIELU}   # planner.spec.model.UNGATED_ACTIVATIONS
+# planner.spec.model.GATED_ACTIVATIONS: act(gate) * up; UNGATED_ACTIVATIONS: act(up) (a class: a module with weights)
+GATED = {"silu": swiglu, "gelu": geglu, "gelu_tanh": geglu_tanh, "clamped_swiglu": clamped_swiglu}
+UNGATED = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "silu": F.silu, "squared_relu": squared_relu, "xielu": XIELU}
 
 
 class GatedMLP(nn.Module):
-    """down(silu(gate(x)) * up(x)) when gated (SwiGLU), else down(act(up(x))) with ``activation`` (GELU, squared
-    ReLU or xIELU, whose two learned scalars are the MLP's); ``bias`` on every projection. ``recompute_activation``: a
-    routed expert's activation is not kept (``moe_act``, set by its ``MoE``)."""
+    """down(act(gate(x), up(x))) when gated (SwiGLU, GeGLU or gpt-oss's clamped SwiGLU: ``GATED``), else
+    down(act(up(x))) (GELU, SiLU, squared ReLU or xIELU, whose two learned scalars are the MLP's: ``UNGATED``), with
+    ``activation`` the model's name of it; ``bias`` on every projection. ``recompute_activation``: a routed expert's
+    activation is not kept (``moe_act``, set by its ``MoE``)."""
 
     tensor_parallel = None
     split_over = None
@@ -65,10 +91,10 @@ class GatedMLP(nn.Module):
     recompute_activation = False
 
     def __init__(self, hidden_size: int, intermediate_size: int, gated: bool = True, bias: bool = False,
-                 activation: str = "gelu"):
+                 activation: str = ""):
         super().__init__()
         self.gated = gated
-        activation_function = UNGATED[activation]
+        activation_function = (GATED if gated else UNGATED)[activation or default_activation(gated)]
         # a learned activation (xIELU) is a module of the MLP's, its parameters with the MLP's
         self.activation = activation_function() if isinstance(activation_function, type) else activation_function
         self.up_proj = Linear(hidden_size, intermediate_size, bias=bias)
@@ -103,13 +129,10 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = gather_sequence(x, self.tensor_parallel)
-        if self.gated:
-            inputs, activation = (self.gate_proj(x), self.up_proj(x)), swiglu
-        else:
-            inputs, activation = (self.up_proj(x),), self.activation
+        inputs = (self.gate_proj(x), self.up_proj(x)) if self.gated else (self.up_proj(x),)
         if self.recompute_activation:
-            return without_output(activation, self.down_proj, *inputs)
-        return self.down_proj(activation(*inputs))
+            return without_output(self.activation, self.down_proj, *inputs)
+        return self.down_proj(self.activation(*inputs))
 
 
 class _AuxLossGradient(torch.autograd.Function):

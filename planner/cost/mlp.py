@@ -1,4 +1,6 @@
-"""Feed-forward blocks: dense MLPs (SwiGLU or a plain two-matrix MLP) and mixtures of experts.
+"""Feed-forward blocks: dense MLPs (gated: SwiGLU, GeGLU or gpt-oss's clamped SwiGLU; or a plain two-matrix MLP) and
+mixtures of experts. Which activation changes a few elementwise FLOPs of a memory-bound kernel, not its bytes, so
+every activation of a kind is costed alike.
 
 Dense: a gated MLP is a fused gate/up projection to ``2·i``, the activation times the up half, and the down
 projection (``6·T·h·i`` FLOPs forward); a non-gated one (Nemotron-H's squared ReLU) drops the gate.
@@ -8,7 +10,7 @@ for shared experts): a router projection to ``num_experts`` logits and a top-k s
 to its ``top_k`` experts (the permutation), runs a gated expert MLP there, and the ``top_k`` results are
 weighted and summed back (the un-permutation). Shared experts run on every token. So the FLOPs grow with
 ``top_k`` (active experts) while the parameters, and the weight bytes read when enough tokens are routed,
-grow with ``num_experts``. Experts are gated (SwiGLU) unless ``MoEMLP.gated`` is false (Nemotron-H's). A latent
+grow with ``num_experts``. Experts are gated unless ``MoEMLP.gated`` is false (Nemotron-H's). A latent
 MoE (Nemotron 3's LatentMoE; Megatron-Core's ``MoELayer`` with ``moe_latent_size``: ``fc1_latent_proj`` after the
 router, ``fc2_latent_proj`` after the combine) permutes, computes and combines its tokens at ``latent_size``.
 """
@@ -20,7 +22,7 @@ from planner.cost.primitives import (FP8_CAST_TRANSPOSE_BYTES, FP32_BYTES, GRAD_
 from planner.cost.work import Cost, Kernel, saved
 from planner.spec.model import DenseMLP, MoEMLP
 
-ACTIVATION_FLOPS_PER_OUTPUT = 5   # SiLU (or squared ReLU) and the product with the up projection
+ACTIVATION_FLOPS_PER_OUTPUT = 5   # the gate's activation (SiLU, GELU...) or the squared ReLU, and the product
 ROUTER_FLOPS_PER_LOGIT = 6        # softmax and top-k selection over the expert logits
 
 
@@ -97,7 +99,7 @@ def _combine(tokens: float, hidden: int, top_k: int, dtype_bytes: int) -> Cost:
 
 
 def expert_activation(mlp: MoEMLP, *, tokens: int, dtype_bytes: int) -> Cost:
-    """The experts' activation (SiLU of the gate times the up half) over the routed tokens, with its output kept
+    """The experts' activation (of the gate, times the up half, when gated) over the routed tokens, with its output kept
     for the down projection (in BF16, or as that projection's FP8 cast). It is what Megatron-Core's
     ``recompute_modules`` ``moe_act`` re-runs in the backward and frees."""
     routed, inner = tokens * mlp.top_k, mlp.expert_intermediate_size

@@ -10,7 +10,8 @@ The option names are Megatron-LM's (``megatron/training/arguments.py``): ``--ten
 other than the default ``core_attn``, its ``meta.recompute_modules``), ``--use-distributed-optimizer``,
 ``--sequence-parallel``, ``--fp8-format``, ``--fp8-recipe``, and the
 model's shape: ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, ``--group-query-attention``,
-``--num-query-groups``, ``--kv-channels``, ``--ffn-hidden-size``, ``--swiglu`` or ``--squared-relu``,
+``--num-query-groups``, ``--kv-channels``, ``--ffn-hidden-size``, the activation's ``--swiglu``, ``--quick-geglu
+--glu-linear-offset --activation-func-clamp-value``, ``--squared-relu`` or ``--no-bias-gelu-fusion``,
 ``--normalization``, ``--disable-bias-linear``, ``--add-qkv-bias``, ``--qk-layernorm``,
 ``--untie-embeddings-and-output-weights``, ``--position-embedding-type``, ``--max-position-embeddings``,
 ``--num-experts``, ``--moe-router-topk``,
@@ -22,9 +23,11 @@ the latent-attention ``--multi-latent-attention --q-lora-rank --kv-lora-rank --q
 --v-head-dim``, and the hybrid model's ``--hybrid-override-pattern --mamba-state-dim --mamba-head-dim
 --mamba-num-groups --mamba-num-heads`` (as Megatron-LM's own checkpoint loaders pass them). The parallel and model
 options land in fields of Megatron-Core's ``ModelParallelConfig`` / ``TransformerConfig`` of the same name but for
-``--num-experts`` (``num_moe_experts``), ``--swiglu`` (``gated_linear_unit``) and ``--disable-bias-linear``
-(``add_bias_linear``); the batch options feed Megatron's micro-batch calculator, ``--use-distributed-optimizer`` its
-``DistributedDataParallelConfig``, and the embedding and pattern options its GPT or Mamba model builder.
+``--num-experts`` (``num_moe_experts``), ``--swiglu`` (``gated_linear_unit``), ``--no-bias-gelu-fusion``
+(``bias_activation_fusion``) and ``--disable-bias-linear`` (``add_bias_linear``), and ``--squared-relu`` and
+``--quick-geglu``, which set its ``activation_func``; the batch options feed Megatron's micro-batch calculator,
+``--use-distributed-optimizer`` its ``DistributedDataParallelConfig``, and the embedding and pattern options its GPT
+or Mamba model builder.
 ``tests/planner/test_export_frameworks.py`` builds those classes from the arguments.
 
 Megatron runs its own (interleaved) 1F1B schedule, virtual stage k on rank k mod p: the file's opening comment lists
@@ -41,7 +44,8 @@ from planner.exports.hybrid_plan import (header_lines, is_own_order, placement, 
                                          require_v2, seq_len_of, stage_devices)
 from planner.exports.megatron_layout import is_megatron_hybrid, layout_of_stages, run_lengths
 from planner.plan import Plan
-from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, ModelSpec, MoEMLP
+from planner.spec.model import (CLAMPED_SWIGLU_LIMIT, CLAMPED_SWIGLU_OFFSET, AttentionMixer, DenseMLP, LayerSpec,
+                                ModelSpec, MoEMLP)
 
 FORMAT = "megatron-args"
 # Megatron-Core's schedules (megatron/core/pipeline_parallel/schedules.py): 1F1B without virtual stages, interleaved
@@ -177,6 +181,42 @@ def _schedule_losses(plan: Plan, interleaved: bool, lost: list[str]) -> None:
         lost.append(f"the {plan.strategy} schedule: Megatron runs its own {runs} instead")
 
 
+def _activation(model: ModelSpec, mlp: DenseMLP | MoEMLP, lost: list[str]) -> list[tuple[str, ...]]:
+    """The options of ``mlp``'s gate and activation (``planner.spec.model.GATED_ACTIVATIONS`` /
+    ``UNGATED_ACTIVATIONS``), as Megatron-LM's ``core_transformer_config_from_args`` reads them: ``--swiglu`` (a gate
+    and SiLU), ``--quick-geglu`` with ``--glu-linear-offset`` and ``--activation-func-clamp-value`` (gpt-oss's clamped
+    SwiGLU, Megatron-Core's ``MLP.glu`` or its experts' fused kernel), ``--squared-relu``; without them GELU.
+    ``--no-bias-gelu-fusion`` where the MLP has biases and Megatron-LM's default fusion of bias and activation would
+    compute another function (its bias-GELU is the tanh approximation) or refuse it. What it has no option for is
+    listed in ``lost``."""
+    # Megatron-LM fuses a biased MLP's activation with its bias unless told not to; its fused kernels compute GELU
+    # with the tanh approximation, and refuse the squared ReLU and, outside the experts, the clamped SwiGLU
+    unfused = [("--no-bias-gelu-fusion",)] if mlp.bias else []
+    if mlp.gated:
+        if mlp.activation == "clamped_swiglu":
+            return [("--quick-geglu",), ("--glu-linear-offset", str(CLAMPED_SWIGLU_OFFSET)),
+                    ("--activation-func-clamp-value", str(CLAMPED_SWIGLU_LIMIT))] + (
+                unfused if isinstance(mlp, DenseMLP) else [])
+        if mlp.activation != "silu":
+            kind = "tanh-approximated GELU" if mlp.activation == "gelu_tanh" else "GELU"
+            lost.append(f"{model.name}'s GeGLU (the {kind} of its gate): Megatron-LM's arguments set no gated GELU, "
+                        "so these arguments describe SwiGLU MLPs of the same shapes")
+        return [("--swiglu",)]
+    if mlp.activation == "squared_relu":
+        return [("--squared-relu",)] + unfused
+    if mlp.activation == "gelu":
+        return unfused
+    if mlp.activation == "gelu_tanh" and not mlp.bias:
+        lost.append(f"{model.name}'s tanh-approximated GELU: Megatron-LM's arguments give Megatron-Core's models the "
+                    "exact GELU where an MLP has no biases (--openai-gelu reaches only its legacy model)")
+    elif mlp.activation in ("silu", "xielu"):
+        name = {"silu": "SiLU", "xielu": "xIELU"}[mlp.activation]
+        lost.append(f"{model.name}'s {name} activation of an MLP without a gate: Megatron-LM's arguments set none, so "
+                    "these describe GELU MLPs of the same shapes"
+                    + (" (without its two learned scalars)" if mlp.activation_parameters else ""))
+    return []
+
+
 def _model_shape(plan: Plan, model: ModelSpec, seq_len: int | None, lost: list[str]) -> list[tuple[str, ...]]:
     blocks = [layer for layer in model.layers if layer.kind in ("decoder", "mlp")]
     attention = [layer.mixer for layer in blocks if isinstance(layer.mixer, AttentionMixer)]
@@ -217,13 +257,8 @@ def _model_shape(plan: Plan, model: ModelSpec, seq_len: int | None, lost: list[s
     elif moe:
         args.append(("--ffn-hidden-size", str(moe[0].expert_intermediate_size)))
     mlps = dense + moe   # Megatron-LM has one gate and activation for its MLPs and its experts
-    if mlps and mlps[0].gated:
-        args.append(("--swiglu",))
-    elif mlps and mlps[0].activation == "squared_relu":   # Megatron-LM's default is GELU
-        args.append(("--squared-relu",))
-    elif mlps and mlps[0].activation == "xielu":
-        lost.append(f"{model.name}'s xIELU activation: Megatron-LM has none, so these arguments describe GELU MLPs "
-                    "(the same shapes, without its two learned scalars)")
+    if mlps:
+        args += _activation(model, mlps[0], lost)
     if len({(mlp.gated, mlp.activation) for mlp in mlps}) > 1:
         lost.append(f"{model.name}'s MLPs and experts differ in gate or activation: the arguments describe its first "
                     "for all of them")

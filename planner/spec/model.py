@@ -161,24 +161,43 @@ class MambaMixer:
                 "proj_bias": self.proj_bias}
 
 
-# The activation of an MLP without a gate: GELU (GPT-2, and the stand-in for any other), the squared ReLU of
-# Nemotron-4 and Nemotron-H (So et al. 2021, "Primer"; Megatron-LM's --squared-relu), or xIELU (Huang et al. 2024,
-# arXiv 2411.13010; Apertus's), whose two learned scalars each MLP holds (``ACTIVATION_PARAMETERS``; a dense MLP's
-# only). A gated MLP is SwiGLU.
-UNGATED_ACTIVATIONS = ("gelu", "squared_relu", "xielu")
+# An MLP's activation. A gated MLP computes ``act(gate) * up``: SwiGLU with ``silu`` (Shazeer 2020, "GLU Variants
+# Improve Transformer"; the default), GeGLU with ``gelu`` or ``gelu_tanh`` (GELU's tanh approximation, HF's
+# ``gelu_pytorch_tanh``: Gemma 2's and 3's), or gpt-oss's ``clamped_swiglu``. A plain MLP computes ``act(up)``: ``gelu``
+# (the default), ``gelu_tanh`` (GPT-2's ``gelu_new``, StarCoder's), ``silu``, the squared ReLU of Nemotron-4 and
+# Nemotron-H (So et al. 2021, "Primer"; Megatron-LM's --squared-relu), or xIELU (Huang et al. 2024, arXiv 2411.13010;
+# Apertus's), whose two learned scalars each MLP holds (``ACTIVATION_PARAMETERS``; a dense MLP's only).
+GATED_ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "clamped_swiglu")
+UNGATED_ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "squared_relu", "xielu")
 ACTIVATION_PARAMETERS = {"xielu": 2}   # xIELU's alpha_p and alpha_n
+# gpt-oss's clamped SwiGLU (HF ``GptOssExperts._apply_gate``; Megatron-Core's gated ``quick_gelu`` with
+# ``activation_func_clamp_value`` and ``glu_linear_offset``): ``gate`` clamped to at most the limit, ``up`` to within
+# it, then ``gate * sigmoid(alpha * gate) * (up + 1)``. Every gpt-oss release sets these (HF ``swiglu_alpha``,
+# ``swiglu_limit``).
+CLAMPED_SWIGLU_ALPHA = 1.702
+CLAMPED_SWIGLU_LIMIT = 7.0
+CLAMPED_SWIGLU_OFFSET = 1.0
+
+
+def default_activation(gated: bool) -> str:
+    """An MLP's activation when its document names none: SwiGLU's SiLU with a gate, GELU without."""
+    return "silu" if gated else "gelu"
 
 
 @dataclass(frozen=True)
 class DenseMLP:
-    """A gated (SwiGLU) or plain two-matrix MLP; ``bias`` adds biases to its projections (GPT-2); ``activation`` is the
-    plain MLP's (``UNGATED_ACTIVATIONS``)."""
+    """A gated (SwiGLU by default) or plain two-matrix MLP; ``bias`` adds biases to its projections (GPT-2);
+    ``activation``: ``GATED_ACTIVATIONS`` or ``UNGATED_ACTIVATIONS`` (none given: ``default_activation``)."""
 
     intermediate_size: int
     gated: bool = True
     bias: bool = False
-    activation: str = "gelu"
+    activation: str = ""
     type: str = field(default="dense", init=False)
+
+    def __post_init__(self):
+        if not self.activation:
+            object.__setattr__(self, "activation", default_activation(self.gated))
 
     @property
     def activation_parameters(self) -> int:
@@ -189,7 +208,7 @@ class DenseMLP:
         doc = {"type": self.type, "intermediate_size": self.intermediate_size, "gated": self.gated}
         if self.bias:
             doc["bias"] = True
-        if self.activation != "gelu":
+        if self.activation != default_activation(self.gated):
             doc["activation"] = self.activation
         return doc
 
@@ -205,9 +224,9 @@ class MoEMLP:
     ``n_group`` / ``topk_group``, Megatron-Core ``--moe-router-num-groups`` / ``--moe-router-group-topk``): the
     experts form ``router_groups`` groups of consecutive experts, and a token's ``top_k`` are chosen among the
     ``router_group_topk`` groups whose two best experts score highest; 1 and 1 route freely. ``gated`` and
-    ``activation``: the experts' (routed and shared), as a dense MLP's: SwiGLU, or without a gate (Nemotron-H's squared
-    ReLU experts). ``latent_size``: a latent MoE (Nemotron 3's LatentMoE; HF's ``moe_latent_size``, Megatron-Core's
-    ``--moe-latent-size``): after routing on the hidden state, every token is projected down to ``latent_size``
+    ``activation``: the experts' (routed and shared), as a dense MLP's: SwiGLU by default, gpt-oss's clamped SwiGLU,
+    or without a gate (Nemotron-H's squared ReLU experts). ``latent_size``: a latent MoE (Nemotron 3's LatentMoE;
+    HF's ``moe_latent_size``, Megatron-Core's ``--moe-latent-size``): after routing on the hidden state, every token is projected down to ``latent_size``
     (``fc1_latent_proj``), sent to its experts and computed there at that width, combined, and projected back up
     (``fc2_latent_proj``); so the experts' weights and the dispatch and combine carry ``latent_size`` per token, not
     the hidden size. The shared experts run on the hidden state. Megatron-Core duplicates both projections on every
@@ -224,9 +243,13 @@ class MoEMLP:
     router_groups: int = 1
     router_group_topk: int = 1
     gated: bool = True
-    activation: str = "gelu"
+    activation: str = ""
     latent_size: int | None = None
     type: str = field(default="moe", init=False)
+
+    def __post_init__(self):
+        if not self.activation:
+            object.__setattr__(self, "activation", default_activation(self.gated))
 
     @property
     def group_limited(self) -> bool:
@@ -251,7 +274,7 @@ class MoEMLP:
             doc["router_group_topk"] = self.router_group_topk
         if not self.gated:
             doc["gated"] = False
-        if self.activation != "gelu":
+        if self.activation != default_activation(self.gated):
             doc["activation"] = self.activation
         if self.latent_size:
             doc["latent_size"] = self.latent_size
@@ -457,8 +480,9 @@ def _load_mlp(doc: object, path: str) -> MLP:
                          "router_group_topk", "gated", "activation", "latent_size"}, path)
     gated, activation = _gate_and_activation(doc, path)
     if activation in ACTIVATION_PARAMETERS:
-        raise SpecError(join(path, "activation"), f"{activation} applies to a dense MLP; an MoE's experts take "
-                                                  f"gelu or squared_relu")
+        choices = ", ".join(name for name in UNGATED_ACTIVATIONS if name not in ACTIVATION_PARAMETERS)
+        raise SpecError(join(path, "activation"), f"{activation} applies to a dense MLP; an MoE's experts without a "
+                                                  f"gate take {choices}")
     experts = get_int(doc, "num_experts", path)
     top_k = get_int(doc, "top_k", path)
     if top_k > experts:
@@ -479,12 +503,16 @@ def _load_mlp(doc: object, path: str) -> MLP:
 
 
 def _gate_and_activation(doc: dict, path: str) -> tuple[bool, str]:
-    """An MLP's (or MoE experts') ``gated`` (default true: SwiGLU) and, without a gate, its ``activation``."""
+    """An MLP's (or MoE experts') ``gated`` (default true) and ``activation`` (``GATED_ACTIVATIONS`` with a gate,
+    ``UNGATED_ACTIVATIONS`` without; default ``default_activation``)."""
     gated = get_bool(doc, "gated", path, default=True)
-    activation = get_str(doc, "activation", path, choices=UNGATED_ACTIVATIONS, default="gelu")
-    if gated and "activation" in doc:
-        raise SpecError(join(path, "activation"), "applies to an MLP without a gate (gated false); a gated MLP is "
-                                                  "SwiGLU")
+    activation = get_str(doc, "activation", path, choices=tuple(dict.fromkeys(GATED_ACTIVATIONS + UNGATED_ACTIVATIONS)),
+                         default=default_activation(gated))
+    allowed = GATED_ACTIVATIONS if gated else UNGATED_ACTIVATIONS
+    if activation not in allowed:
+        kind = "a gated MLP (the default)" if gated else "an MLP without a gate"
+        raise SpecError(join(path, "activation"), f"{activation} does not apply to {kind}, which takes "
+                                                  f"{', '.join(allowed)}")
     return gated, activation
 
 

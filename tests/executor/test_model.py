@@ -339,6 +339,69 @@ def test_a_plain_mlp_runs_its_activation_squared_relu_or_gelu():
     assert not torch.allclose(outputs["squared_relu"], outputs["gelu"])
 
 
+def _same_values_and_gradients(ours, theirs, inputs: tuple[torch.Tensor, ...], parameters=()) -> None:
+    """``ours(*inputs)`` equals ``theirs(*inputs)``, and so do the gradients of a random weighting of it for the
+    inputs and ``parameters`` (pairs of ours and theirs)."""
+    got, expected = ours(*inputs), theirs(*inputs)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    weights = torch.randn_like(expected)
+    mine = torch.autograd.grad((got * weights).sum(), (*inputs, *(pair[0] for pair in parameters)))
+    other = torch.autograd.grad((expected * weights).sum(), (*inputs, *(pair[1] for pair in parameters)))
+    for a, b in zip(mine, other):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_gated_mlps_compute_and_learn_as_transformers_llama_gemma_and_gpt_oss_ones():
+    """SwiGLU against ``LlamaMLP``, GeGLU (exact and tanh) against ``Gemma2MLP`` with its ``hidden_activation``, each
+    with the same weights: the same output and the same gradients for the input and every weight. gpt-oss's clamped
+    SwiGLU against ``GptOssExperts._apply_gate`` (which reads gate and up interleaved), on values beyond the clamp on
+    both sides, where its gradients are cut."""
+    from transformers import Gemma2Config, GptOssConfig, LlamaConfig
+    from transformers.models.gemma2.modeling_gemma2 import Gemma2MLP
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+    from transformers.models.llama.modeling_llama import LlamaMLP
+    torch.manual_seed(0)
+    x = (torch.randn(5, 8, dtype=torch.float64) * 50).requires_grad_()   # pre-activations of order 1
+    outputs = {}
+    shape = dict(hidden_size=8, intermediate_size=16, num_attention_heads=2)
+    for activation, theirs in (("silu", LlamaMLP(LlamaConfig(**shape))),
+                               ("gelu", Gemma2MLP(Gemma2Config(**shape, hidden_activation="gelu"))),
+                               ("gelu_tanh", Gemma2MLP(Gemma2Config(**shape)))):
+        ours = GatedMLP(8, 16, activation=activation).double()
+        ours.init_weights(torch.Generator().manual_seed(1))
+        theirs = theirs.double()
+        with torch.no_grad():
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                getattr(theirs, name).weight.copy_(getattr(ours, name).weight)
+        pairs = [(getattr(ours, name).weight, getattr(theirs, name).weight) for name in ("gate_proj", "up_proj",
+                                                                                        "down_proj")]
+        _same_values_and_gradients(ours, theirs, (x,), pairs)
+        outputs[activation] = ours(x)
+    for one, other in (("gelu", "gelu_tanh"), ("silu", "gelu")):   # three functions, not one three times
+        assert not torch.allclose(outputs[one], outputs[other], rtol=1e-6, atol=0)
+    ours = GatedMLP(8, 16, activation="clamped_swiglu").activation
+    experts = GptOssExperts(GptOssConfig(**shape, num_local_experts=1))
+
+    def theirs(gate, up):   # gpt-oss's fused projection holds gate and up interleaved
+        return experts._apply_gate(torch.stack((gate, up), dim=-1).flatten(-2))
+
+    gate = (torch.randn(64, 16, dtype=torch.float64) * 6).requires_grad_()
+    up = (torch.randn(64, 16, dtype=torch.float64) * 6).requires_grad_()
+    assert (gate > 7).any() and (up > 7).any() and (up < -7).any()
+    _same_values_and_gradients(ours, theirs, (gate, up))
+
+
+def test_plain_mlp_activations_are_transformers_ones():
+    """The tanh GELU of a plain MLP against both of HF's spellings (``gelu_new``, GPT-2's, written out as a formula;
+    ``gelu_pytorch_tanh``, StarCoder's), SiLU against ``silu``, exact GELU against ``gelu``."""
+    from transformers.activations import ACT2FN
+    torch.manual_seed(0)
+    h = (torch.randn(64, 16, dtype=torch.float64) * 3).requires_grad_()
+    for ours, hf in (("gelu_tanh", "gelu_new"), ("gelu_tanh", "gelu_pytorch_tanh"), ("silu", "silu"),
+                     ("gelu", "gelu")):
+        _same_values_and_gradients(GatedMLP(8, 16, gated=False, activation=ours).activation, ACT2FN[hf], (h,))
+
+
 def test_an_xielu_mlp_computes_and_learns_as_transformers_xielu():
     """Apertus's xIELU against ``transformers``' own ``XIELUActivation`` (its Python path): the same output and the
     same gradients for the input and for both learned scalars, on both sides of zero."""

@@ -18,6 +18,7 @@ from unittest import mock
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from planner.parallel import planning as hybrid
 from planner.exports import export_losses, export_plan
@@ -32,7 +33,7 @@ from tests.conftest import relaid_stages
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")   # no Transformer Engine or Apex here: Megatron-Core falls back, and says so
-    from megatron.core.activations import squared_relu
+    from megatron.core.activations import quick_gelu, squared_relu
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.model_parallel_config import ModelParallelConfig
     from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
@@ -74,6 +75,9 @@ ARGS = [
     ("--kv-channels", "kv_channels", int),
     ("--ffn-hidden-size", "ffn_hidden_size", int),
     ("--swiglu", "gated_linear_unit", True),
+    ("--glu-linear-offset", "glu_linear_offset", float),
+    ("--activation-func-clamp-value", "activation_func_clamp_value", float),
+    ("--no-bias-gelu-fusion", "bias_activation_fusion", False),
     ("--normalization", "normalization", str),
     ("--disable-bias-linear", "add_bias_linear", False),
     ("--add-qkv-bias", "add_qkv_bias", True),
@@ -111,7 +115,8 @@ LOOP_ARGS = [("--micro-batch-size", int), ("--global-batch-size", int), ("--seq-
              ("--untie-embeddings-and-output-weights", True), ("--position-embedding-type", str),
              ("--max-position-embeddings", int), ("--hybrid-override-pattern", str),
              ("--use-megatron-fsdp", True), ("--data-parallel-sharding-strategy", str),
-             ("--squared-relu", True)]   # the config's activation_func (core_transformer_config_from_args)
+             # the config's activation_func (core_transformer_config_from_args), and --quick-geglu its gate too
+             ("--squared-relu", True), ("--quick-geglu", True)]
 
 
 def megatron_parse(argv: list[str]) -> tuple[dict, dict]:
@@ -449,19 +454,80 @@ def test_torchtitans_flavor_is_found_by_the_models_architecture_not_its_name(pla
                for item in export_losses("torchtitan-toml", plan, impostor))
 
 
-def test_an_xielu_mlp_the_arguments_cannot_set_is_listed_as_lost(plans):
-    """Apertus's xIELU: Megatron-LM has no such activation, so the arguments describe GELU MLPs and say so."""
+def _megatron_activation(config: TransformerConfig):
+    """What Megatron-Core's dense ``MLP.forward`` applies between its two projections under ``config``, as a function
+    of the first projection's output (gate and up halves concatenated): with ``bias_activation_fusion`` its fused
+    bias-GELU (the tanh approximation) or bias-SwiGLU, refusing anything else; without, ``glu`` (its clamp and offset
+    included) with a gate, else the activation."""
+    from megatron.core.fusions.fused_bias_gelu import bias_gelu
+    if config.bias_activation_fusion:
+        if config.activation_func is F.gelu and not config.gated_linear_unit:
+            return lambda x: bias_gelu(torch.zeros(x.shape[-1], dtype=x.dtype), x)
+        if config.activation_func is F.silu and config.gated_linear_unit:
+            return lambda x: F.silu(torch.chunk(x, 2, dim=-1)[0]) * torch.chunk(x, 2, dim=-1)[1]
+        raise ValueError("Only support fusion of gelu and swiglu")   # MLP.forward's own refusal
+    if config.gated_linear_unit:
+        def glu(x):
+            x_glu, x_linear = torch.chunk(x, 2, dim=-1)
+            if (val := config.activation_func_clamp_value) is not None:
+                x_glu = x_glu.clamp(min=None, max=val)
+                x_linear = x_linear.clamp(min=-val, max=val)
+            return config.activation_func(x_glu) * (x_linear + config.glu_linear_offset)
+        return glu
+    return config.activation_func
+
+
+def test_each_mlp_activation_is_exported_as_megatron_core_computes_it_or_listed_as_lost(plans):
+    """Every activation of the model format, with and without biases, exported and built into Megatron-Core's
+    ``TransformerConfig`` as Megatron-LM builds it: where the arguments can say it, Megatron-Core's MLP then computes
+    what the executor's does (SwiGLU; gpt-oss's clamped SwiGLU, clamp and offset included; squared ReLU; exact GELU
+    with biases, its fused tanh GELU turned off; GPT-2's tanh GELU with biases, by that fused kernel); where they
+    cannot (GeGLU, tanh GELU without biases, a plain SiLU or xIELU), the export says what it describes instead."""
     from dataclasses import replace
+    from executor.model.mlp import GatedMLP
     plan, dense = plans["llama-dense"]
-    xielu = replace(dense, layers=tuple(
-        replace(layer, mlp=DenseMLP(layer.mlp.intermediate_size, gated=False, activation="xielu"))
-        if isinstance(layer.mlp, DenseMLP) else layer for layer in dense.layers))
-    fields, loop = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, xielu)))
-    assert "gated_linear_unit" not in fields and not loop["squared_relu"]
-    assert [item for item in export_losses("megatron-args", plan, xielu) if "xIELU" in item] == [
-        f"{xielu.name}'s xIELU activation: Megatron-LM has none, so these arguments describe GELU MLPs (the same "
-        "shapes, without its two learned scalars)"]
-    assert not [item for item in export_losses("megatron-args", plan, dense) if "xIELU" in item]
+    torch.manual_seed(0)
+    x = torch.randn(64, 32, dtype=torch.float64) * 6   # beyond gpt-oss's clamp at 7 on both sides
+    assert (x > 7).any() and (x < -7).any()
+    cases = [   # (gated, activation, bias, words of the lost line or None)
+        (True, "silu", False, None), (True, "silu", True, None), (True, "clamped_swiglu", True, None),
+        (True, "clamped_swiglu", False, None), (True, "gelu", False, "GeGLU (the GELU"),
+        (True, "gelu_tanh", False, "GeGLU (the tanh-approximated GELU"), (False, "squared_relu", False, None),
+        (False, "squared_relu", True, None), (False, "gelu", True, None), (False, "gelu", False, None),
+        (False, "gelu_tanh", True, None),
+        (False, "gelu_tanh", False, "tanh-approximated GELU: Megatron-LM's arguments give"),
+        (False, "silu", False, "SiLU activation of an MLP without a gate"),
+        (False, "xielu", False, "xIELU activation of an MLP without a gate")]
+    for gated, activation, bias, words in cases:
+        model = replace(dense, layers=tuple(
+            replace(layer, mlp=DenseMLP(layer.mlp.intermediate_size, gated=gated, bias=bias, activation=activation))
+            if isinstance(layer.mlp, DenseMLP) else layer for layer in dense.layers))
+        fields, loop = megatron_parse(megatron_argv(export_plan("megatron-args", plan, None, None, model)))
+        # core_transformer_config_from_args: --swiglu sets SiLU and fuses it with the bias (bias_swiglu_fusion, on
+        # by default), --squared-relu and --quick-geglu set their functions; otherwise bias_gelu_fusion (on by
+        # default, off by --no-bias-gelu-fusion, and off without biases: validate_args) decides the fusion
+        swiglu = bool(fields.get("gated_linear_unit"))
+        fields = {**fields, "bias_activation_fusion": fields.get("bias_activation_fusion", True) and (
+            swiglu or fields.get("add_bias_linear", True))}
+        if swiglu:
+            fields["activation_func"] = F.silu
+        for flag, function in (("squared_relu", squared_relu), ("quick_geglu", quick_gelu)):
+            if loop[flag]:
+                fields = {**fields, "activation_func": function, "gated_linear_unit": flag == "quick_geglu"}
+        config = megatron_config(fields)
+        assert config.gated_linear_unit == gated and config.add_bias_linear == bias
+        lost = [item for item in export_losses("megatron-args", plan, model) if "activation" in item
+                or "GELU" in item or "GeGLU" in item]
+        if words is not None:
+            assert len(lost) == 1 and words in lost[0] and lost[0].startswith(model.name), (activation, lost)
+            continue
+        assert not lost, (activation, lost)
+        ours = GatedMLP(8, 16, gated=gated, activation=activation).activation
+        theirs = _megatron_activation(config)
+        expected = ours(*torch.chunk(x, 2, dim=-1)) if gated else ours(x)
+        # the fused bias-GELU writes sqrt(2 / pi) to 8 places: 3e-10 off at most here
+        rtol, atol = (1e-6, 1e-9) if (activation, bias) == ("gelu_tanh", True) else (1e-12, 1e-12)
+        torch.testing.assert_close(theirs(x), expected, rtol=rtol, atol=atol, msg=activation)
 
 
 def test_chunked_attention_the_arguments_do_not_set_is_listed_as_lost(plans):

@@ -97,6 +97,36 @@ def test_mixtral_blocks_are_top2_of_8_experts():
     assert blocks(spec)[0].mixer.window is None
 
 
+def test_each_mlps_activation_is_the_one_its_config_names():
+    """Gemma 2 and 3 gate with the tanh-approximated GELU their ``hidden_activation`` names (HF's default where the
+    config leaves it out, as Gemma 3 27B's does), Llama with SiLU (``hidden_act``), and a Llama config naming
+    ``gelu`` gates with exact GELU; GPT-2's ``activation_function`` (``gelu_new``, its default) is the tanh GELU;
+    gpt-oss's experts take its clamped SwiGLU whatever ``hidden_act`` says. An activation we do not hold, or one
+    that is not a gated one, is refused by its key; so is a gpt-oss clamp we do not apply."""
+    def activations(spec) -> set[str]:
+        return {block.mlp.activation for block in blocks(spec)}
+
+    gemma2, gemma3 = config("gemma-2-9b"), config("gemma-3-27b")
+    assert "hidden_activation" not in gemma3.get("text_config", gemma3)
+    assert activations(import_hf_config(gemma2)) == activations(import_hf_config(gemma3)) == {"gelu_tanh"}
+    assert activations(import_hf_config({**gemma2, "hidden_activation": "gelu"})) == {"gelu"}
+    llama = config("llama-3-8b")
+    assert activations(import_hf_config(llama)) == {"silu"}
+    assert activations(import_hf_config({**llama, "hidden_act": "gelu"})) == {"gelu"}
+    gpt2 = {key: value for key, value in config("gpt2").items() if key != "activation_function"}
+    assert activations(import_hf_config(gpt2)) == {"gelu_tanh"}
+    assert activations(import_hf_config({**config("gpt-oss-20b"), "hidden_act": "gelu"})) == {"clamped_swiglu"}
+    for doc, field, words in (({**llama, "hidden_act": "relu"}, "hidden_act", "must be one of silu, swish, gelu"),
+                              ({**llama, "hidden_act": "relu2"}, "hidden_act", "relu2 is not modelled for an MLP "
+                                                                               "with a gate (known: silu, swish"),
+                              ({**gemma2, "hidden_activation": "quick_gelu"}, "hidden_activation", "must be one of"),
+                              ({**config("gpt-oss-20b"), "swiglu_limit": 10.0}, "swiglu_limit",
+                               "only gpt-oss's 7.0 is modelled")):
+        with pytest.raises(SpecError) as error:
+            import_hf_config(doc)
+        assert error.value.field == field and words in str(error.value)
+
+
 def test_gemma2_alternates_sliding_and_global_starting_with_sliding():
     spec = import_hf_config(config("gemma-2-9b"))
     windows = [block.mixer.window for block in blocks(spec)]
@@ -428,7 +458,7 @@ def test_gpt_oss_alternates_sliding_and_full_attention_with_sinks_and_biased_exp
     assert [block.mixer.window for block in body] == [128, None] * 12
     assert all(block.mixer.sinks and block.mixer.qkv_bias and block.mixer.output_bias for block in body)
     assert {block.mlp for block in body} == {MoEMLP(num_experts=32, top_k=4, expert_intermediate_size=2880,
-                                                    aux_loss_coeff=0.9, bias=True)}
+                                                    aux_loss_coeff=0.9, bias=True, activation="clamped_swiglu")}
 
 
 def test_jamba_puts_attention_at_the_offset_of_each_period_and_moe_on_odd_layers():
@@ -501,7 +531,7 @@ def test_ministral_slides_per_layer_types_and_starcoder2_is_a_biased_layernorm_m
     assert starcoder2.norm == "layernorm" and starcoder2.tie_embeddings
     assert blocks(starcoder2)[0].mixer == AttentionMixer(num_heads=24, num_kv_heads=2, head_dim=128, qkv_bias=True,
                                                          output_bias=True, window=4096)
-    assert blocks(starcoder2)[0].mlp == DenseMLP(12288, gated=False, bias=True)
+    assert blocks(starcoder2)[0].mlp == DenseMLP(12288, gated=False, bias=True, activation="gelu_tanh")
     plain = blocks(import_hf_config({"model_type": "starcoder2", "use_bias": False}))[0]
     assert not (plain.mixer.qkv_bias or plain.mlp.bias) and plain.mixer.window is None
 
@@ -526,7 +556,7 @@ def test_hunyuan_has_qk_norm_and_a_shared_mlp_beside_a_per_layer_top_k():
 def test_gpt2_and_starcoder_are_layernorm_models_with_learned_positions():
     gpt2 = import_hf_config(config("gpt2"))
     assert (gpt2.norm, gpt2.position_embeddings, gpt2.seq_len, gpt2.tie_embeddings) == ("layernorm", 1024, 1024, True)
-    assert blocks(gpt2)[0].mlp == DenseMLP(3072, gated=False, bias=True)
+    assert blocks(gpt2)[0].mlp == DenseMLP(3072, gated=False, bias=True, activation="gelu_tanh")   # gelu_new
     starcoder = import_hf_config(config("starcoder"))
     assert blocks(starcoder)[0].mixer == AttentionMixer(num_heads=48, num_kv_heads=1, head_dim=128, qkv_bias=True,
                                                         output_bias=True, rotary=False)

@@ -144,19 +144,33 @@ def test_a_latent_moe_round_trips_its_latent_size_and_refuses_a_bad_one():
         assert error.value.field == "layers[1].mlp.latent_size" and reason in str(error.value)
 
 
-def test_an_ungated_mlps_activation_round_trips_is_written_only_when_not_gelu_and_a_gated_mlp_takes_none():
+def test_an_mlps_activation_round_trips_and_is_written_only_when_not_the_default_for_its_gate():
     doc = doc_with({"type": "attention", "num_heads": 2, "head_dim": 8})
-    doc["layers"].insert(2, {"kind": "mlp", "mlp": {"type": "dense", "intermediate_size": 64, "gated": False,
-                                                    "activation": "squared_relu"}})
-    spec = load_model_spec(doc)
-    assert spec.layers[2].mlp.activation == "squared_relu" and load_model_spec(spec.to_dict()) == spec
-    gelu = {"type": "dense", "intermediate_size": 64, "gated": False}
-    assert "activation" not in load_model_spec({**doc, "layers": [*doc["layers"][:2], {"kind": "mlp", "mlp": gelu},
-                                                                  *doc["layers"][3:]]}).layers[2].mlp.to_dict()
-    for mlp, reason in (({**gelu, "activation": "swish"}, "must be one of gelu, squared_relu"),
-                        ({**gelu, "gated": True, "activation": "gelu"}, "gated MLP is SwiGLU")):
+
+    def with_mlp(mlp: dict) -> dict:
+        return {**doc, "layers": [*doc["layers"][:2], {"kind": "mlp", "mlp": mlp}, *doc["layers"][2:]]}
+
+    for gated, activation in ((False, "squared_relu"), (False, "gelu_tanh"), (False, "silu"), (True, "gelu_tanh"),
+                              (True, "gelu"), (True, "clamped_swiglu")):
+        spec = load_model_spec(with_mlp({"type": "dense", "intermediate_size": 64, "gated": gated,
+                                         "activation": activation}))
+        assert (spec.layers[2].mlp.gated, spec.layers[2].mlp.activation) == (gated, activation)
+        assert load_model_spec(spec.to_dict()) == spec
+        assert spec.to_dict()["layers"][2]["mlp"]["activation"] == activation
+    # none named: SwiGLU's SiLU with a gate, GELU without, and neither written back
+    for gated, default in ((True, "silu"), (False, "gelu")):
+        mlp = load_model_spec(with_mlp({"type": "dense", "intermediate_size": 64, "gated": gated})).layers[2].mlp
+        assert mlp.activation == default and "activation" not in mlp.to_dict()
+        assert load_model_spec(with_mlp({"type": "dense", "intermediate_size": 64, "gated": gated,
+                                         "activation": default})).layers[2].mlp == mlp
+    plain = {"type": "dense", "intermediate_size": 64, "gated": False}
+    for mlp, reason in (({**plain, "activation": "swish"}, "must be one of silu, gelu, gelu_tanh"),
+                        ({**plain, "activation": "clamped_swiglu"}, "does not apply to an MLP without a gate"),
+                        ({**plain, "gated": True, "activation": "squared_relu"}, "does not apply to a gated MLP"),
+                        ({**plain, "gated": True, "activation": "xielu"},
+                         "takes silu, gelu, gelu_tanh, clamped_swiglu")):
         with pytest.raises(SpecError) as error:
-            load_model_spec({**doc, "layers": [*doc["layers"][:2], {"kind": "mlp", "mlp": mlp}, *doc["layers"][3:]]})
+            load_model_spec(with_mlp(mlp))
         assert error.value.field == "layers[2].mlp.activation" and reason in str(error.value)
 
 

@@ -83,9 +83,10 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
   and are not modelled; nor are its and GLM-4.7-Flash's multi-token-prediction modules, as DeepSeek's.
 - Linear attention keeps one head width: Qwen3-Next's ``linear_value_head_dim`` (equal to the key width in
   every released config).
-- Activations keep their shapes, not always their exact functions: gpt-oss's clamped SwiGLU runs as SwiGLU, GPT-2's
-  tanh-approximated GELU as GELU; Nemotron-H's, Nemotron-4's and AFM's squared ReLU (``relu2``) and Apertus's xIELU
-  (with its two learned scalars) are the plain MLP's ``activation``, exactly; Falcon-Mamba's
+- Activations are the ones the config names (``reader.mlp_activation``; a name the model format does not hold is
+  refused by its key): SwiGLU, Gemma 2's and 3's GeGLU with the tanh-approximated GELU (``hidden_activation``),
+  gpt-oss's clamped SwiGLU, GPT-2's and StarCoder's tanh GELU, Nemotron-H's, Nemotron-4's and AFM's squared ReLU
+  (``relu2``) and Apertus's xIELU (with its two learned scalars); Falcon-Mamba's
   weightless RMSNorms of B, C and dt are left out (no parameters, a few elementwise passes).
 - Training runs in bf16 whatever ``torch_dtype`` the checkpoint was saved in.
 """
@@ -100,7 +101,7 @@ from planner.errors import SpecError, SpecWarning
 from planner.spec.hf import attention_families as softmax
 from planner.spec.hf import hybrid_families as hybrid
 from planner.spec.hf.defaults import TRANSFORMERS_ALIASES, TRANSFORMERS_DEFAULTS
-from planner.spec.hf.reader import EMBEDDING, HEAD, Config
+from planner.spec.hf.reader import EMBEDDING, HEAD, Config, mlp_activation, with_gated_activation
 from planner.spec.model import LayerSpec, ModelSpec, load_model_spec
 from planner.fields import require_mapping, shown
 
@@ -117,6 +118,8 @@ class Family:
     norm: str = "rmsnorm"
     positions_key: str | None = None
     nested_text: bool = False   # a multimodal config: the text model's keys under ``text_config`` (when present)
+    # the key naming its gated MLPs' and experts' activation (``reader.mlp_activation``); None: its builder sets it
+    activation_key: str | None = "hidden_act"
 
 
 FAMILIES: dict[str, Family] = {
@@ -127,9 +130,9 @@ FAMILIES: dict[str, Family] = {
     "phi3": Family(softmax.llama),
     "mixtral": Family(softmax.mixtral),
     "phimoe": Family(softmax.phimoe, norm="layernorm"),
-    "gemma2": Family(softmax.gemma2),
-    "gemma3": Family(softmax.gemma3, nested_text=True),
-    "gemma3_text": Family(softmax.gemma3),
+    "gemma2": Family(softmax.gemma2, activation_key="hidden_activation"),
+    "gemma3": Family(softmax.gemma3, nested_text=True, activation_key="hidden_activation"),
+    "gemma3_text": Family(softmax.gemma3, activation_key="hidden_activation"),
     "qwen2": Family(softmax.qwen2),
     "qwen3": Family(softmax.qwen3),
     "qwen3_moe": Family(softmax.qwen3_moe),
@@ -150,7 +153,7 @@ FAMILIES: dict[str, Family] = {
     "exaone4": Family(softmax.exaone4),
     "ernie4_5": Family(softmax.ernie4_5),
     "ernie4_5_moe": Family(softmax.ernie4_5_moe),
-    "gpt_oss": Family(softmax.gpt_oss),
+    "gpt_oss": Family(softmax.gpt_oss, activation_key=None),
     "minimax_m2": Family(softmax.minimax_m2),
     "deepseek_v2": Family(softmax.deepseek),
     "deepseek_v3": Family(softmax.deepseek),
@@ -262,6 +265,14 @@ def _check_positive(field: str, value) -> None:
         raise SpecError(field, f"must be a positive integer, got {value!r}")
 
 
+def _blocks(cfg: Config, family: Family) -> list[LayerSpec]:
+    """The family's blocks, their gated MLPs and experts with the activation its ``activation_key`` names."""
+    blocks = family.blocks(cfg)
+    if family.activation_key and any(layer.mlp is not None and layer.mlp.gated for layer in blocks):
+        blocks = with_gated_activation(blocks, mlp_activation(cfg, family.activation_key, gated=True))
+    return blocks
+
+
 def import_hf_config(config: dict, *, name: str | None = None, seq_len: int | None = None,
                      micro_batch_size: int = 1, source: str | None = None) -> ModelSpec:
     """Build the ModelSpec of a HuggingFace ``config.json`` (parsed); errors name the HF key at fault.
@@ -294,7 +305,7 @@ def read_hf_config(config: dict, *, name: str | None = None, seq_len: int | None
         seq_len=seq_len,
         micro_batch_size=micro_batch_size,
         tie_embeddings=cfg.flag("tie_word_embeddings", Config(config).flag("tie_word_embeddings", tie_default)),
-        layers=(EMBEDDING, *family.blocks(cfg), HEAD),
+        layers=(EMBEDDING, *_blocks(cfg, family), HEAD),
         source=source or f"huggingface config.json (model_type {config.get('model_type', family_name)}"
                          + (f", read as {family_name})" if config.get("model_type") not in (None, family_name)
                             else ")"),

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from planner.errors import SpecError
 from planner.spec.hf.reader import (Config, aux_loss_coeff, attention, biased_attention, layer_flags, layer_types,
-                                    routed_moe, router_groups, top_k, ungated_activation)
-from planner.spec.model import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
+                                    mlp_activation, routed_moe, router_groups, top_k)
+from planner.spec.model import CLAMPED_SWIGLU_ALPHA, CLAMPED_SWIGLU_LIMIT, AttentionMixer, DenseMLP, LayerSpec, MoEMLP
 
 SLIDING_OR_FULL = {"sliding_attention": "sliding", "full_attention": "full"}
 
@@ -41,7 +41,7 @@ def starcoder2(cfg: Config) -> list[LayerSpec]:
     a gate (GELU), every projection biased per ``use_bias``; ``sliding_window``, when set, windows every layer."""
     mixer = biased_attention(cfg, bias_key="use_bias", window=cfg.optional_integer("sliding_window"))
     mlp = DenseMLP(cfg.integer("intermediate_size"), gated=False, bias=cfg.flag("use_bias"),
-                   activation=ungated_activation(cfg))
+                   activation=mlp_activation(cfg, gated=False))
     return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("num_hidden_layers")
 
 
@@ -309,7 +309,8 @@ def _ungated_blocks(cfg: Config, *, qk_norm: bool, mlp_bias: bool) -> list[Layer
     """Attention (``attention_bias`` on all four projections) and an MLP without a gate whose activation is
     ``hidden_act``'s."""
     mixer = biased_attention(cfg, qk_norm=qk_norm)
-    mlp = DenseMLP(cfg.integer("intermediate_size"), gated=False, bias=mlp_bias, activation=ungated_activation(cfg))
+    mlp = DenseMLP(cfg.integer("intermediate_size"), gated=False, bias=mlp_bias,
+                   activation=mlp_activation(cfg, gated=False))
     return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("num_hidden_layers")
 
 
@@ -413,9 +414,14 @@ def gpt_oss(cfg: Config) -> list[LayerSpec]:
     mixers = {role: biased_attention(cfg, window=window if role == "sliding" else None, sinks=True)
               for role in ("sliding", "full")}
     experts = cfg.integer("num_local_experts")
+    # its experts' clamped SwiGLU (GptOssExperts), whose constants every release keeps; hidden_act is not read
+    for key, value in (("swiglu_alpha", CLAMPED_SWIGLU_ALPHA), ("swiglu_limit", CLAMPED_SWIGLU_LIMIT)):
+        if cfg.number(key) != value:
+            raise SpecError(cfg.field(key), f"only gpt-oss's {value} is modelled (the executor and the Megatron-LM "
+                                            f"export apply it), got {cfg.number(key)}")
     moe = MoEMLP(num_experts=experts, top_k=top_k(cfg, experts),
                  expert_intermediate_size=cfg.integer("intermediate_size"), aux_loss_coeff=aux_loss_coeff(cfg),
-                 bias=True)
+                 bias=True, activation="clamped_swiglu")
     return _decoders([mixers[role] for role in roles], [moe] * count)
 
 
@@ -525,7 +531,7 @@ def hunyuan_v1_moe(cfg: Config) -> list[LayerSpec]:
 
 def gpt2(cfg: Config) -> list[LayerSpec]:
     """GPT-2 and GPT-BigCode (StarCoder): biased attention (BigCode's ``multi_query`` shares one key and value
-    head) and a biased GELU MLP of ``n_inner`` (null: 4 × ``n_embd``); the family's LayerNorm and learned
+    head) and a biased MLP of ``n_inner`` (null: 4 × ``n_embd``); the family's LayerNorm and learned
     positions are model-level fields."""
     hidden, heads = cfg.integer("n_embd"), cfg.integer("n_head")
     if hidden % heads:
@@ -534,5 +540,5 @@ def gpt2(cfg: Config) -> list[LayerSpec]:
     mixer = AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=hidden // heads, qkv_bias=True,
                            output_bias=True, rotary=False)
     inner = cfg.optional_integer("n_inner") or 4 * hidden
-    block = LayerSpec(kind="decoder", mixer=mixer, mlp=DenseMLP(inner, gated=False, bias=True))
-    return [block] * cfg.integer("n_layer")
+    mlp = DenseMLP(inner, gated=False, bias=True, activation=mlp_activation(cfg, "activation_function", gated=False))
+    return [LayerSpec(kind="decoder", mixer=mixer, mlp=mlp)] * cfg.integer("n_layer")

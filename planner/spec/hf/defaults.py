@@ -36,9 +36,9 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
     "starcoder2": {"vocab_size": 49152, "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30,
                    "num_attention_heads": 24, "num_key_value_heads": 2, "tie_word_embeddings": True, "use_bias": True,
                    "sliding_window": None, "hidden_act": "gelu_pytorch_tanh"},
-    "gemma2": {"tie_word_embeddings": True},
-    "gemma3": {"tie_word_embeddings": True, "vocab_size": 262_208},
-    "gemma3_text": {"tie_word_embeddings": True, "vocab_size": 262_208},
+    "gemma2": {"tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh"},
+    "gemma3": {"tie_word_embeddings": True, "vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh"},
+    "gemma3_text": {"tie_word_embeddings": True, "vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh"},
     "deepseek_v2": {"tie_word_embeddings": False, "topk_method": "greedy", "n_group": None, "topk_group": None},
     "deepseek_v3": {"tie_word_embeddings": False, "n_shared_experts": 1, "first_k_dense_replace": 3, "n_group": 8,
                     "topk_group": 4},
@@ -105,7 +105,7 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
     "gpt_oss": {"vocab_size": 201088, "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
                 "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "tie_word_embeddings": False,
                 "attention_bias": True, "sliding_window": 128, "num_local_experts": 128, "num_experts_per_tok": 4,
-                "router_aux_loss_coef": 0.001},
+                "router_aux_loss_coef": 0.001, "swiglu_alpha": 1.702, "swiglu_limit": 7.0},
     "glm4_moe": {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
                  "num_attention_heads": 96, "num_key_value_heads": 8, "tie_word_embeddings": False,
                  "attention_bias": False, "use_qk_norm": False, "n_routed_experts": 128, "n_shared_experts": 1,
@@ -163,8 +163,8 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
     "exaone4": {"vocab_size": 102400, "hidden_size": 4096, "intermediate_size": 16384, "num_hidden_layers": 32,
                 "num_attention_heads": 32, "num_key_value_heads": 32, "tie_word_embeddings": False,
                 "sliding_window": 4096, "sliding_window_pattern": 4, "layer_types": None},
-    "gpt2": _GPT2,
-    "gpt_bigcode": {**_GPT2, "multi_query": True},
+    "gpt2": {**_GPT2, "activation_function": "gelu_new"},
+    "gpt_bigcode": {**_GPT2, "multi_query": True, "activation_function": "gelu_pytorch_tanh"},
 }
 TRANSFORMERS_DEFAULTS["granitemoeshared"] = {**TRANSFORMERS_DEFAULTS["granitemoe"], "shared_intermediate_size": 0}
 TRANSFORMERS_DEFAULTS["minimax_text_01"] = TRANSFORMERS_DEFAULTS["minimax_m1"] = TRANSFORMERS_DEFAULTS["minimax"]

@@ -9,7 +9,7 @@ import math
 from planner.errors import SpecError
 from planner.spec.hf.attention_families import qwen_moe_mlps, qwen_shared_expert_moe
 from planner.spec.hf.reader import (Config, aux_loss_coeff, attention, biased_attention, layer_flags, layer_types,
-                                    routed_moe, router_groups, top_k, ungated_activation)
+                                    mlp_activation, routed_moe, router_groups, top_k)
 from planner.spec.model import (
     GATED_DELTA_CONV_KERNEL,
     DenseMLP,
@@ -61,8 +61,9 @@ def nemotron_h(cfg: Config) -> list[LayerSpec]:
                                         mixer=attention(cfg, head_dim_keys=("head_dim", "attention_head_dim")))
     biased = cfg.flag("mlp_bias")
     if "mlp" in roles:
+        activation = mlp_activation(cfg, "mlp_hidden_act", gated=False)
         blocks["mlp"] = LayerSpec(kind="mlp", mlp=DenseMLP(cfg.integer("intermediate_size"), gated=False, bias=biased,
-                                                          activation=ungated_activation(cfg, "mlp_hidden_act")))
+                                                          activation=activation))
     if "moe" in roles:
         if biased:   # NemotronHMoE: biased shared experts and latent projections beside unbiased experts and router
             raise SpecError(cfg.field("mlp_bias"), "with MoE layers is not supported: Nemotron-H's shared experts "
@@ -78,7 +79,7 @@ def nemotron_h(cfg: Config) -> list[LayerSpec]:
             num_experts=experts, top_k=chosen, **router_groups(cfg, experts, chosen),
             expert_intermediate_size=cfg.integer("moe_intermediate_size"), num_shared_experts=shared,
             shared_intermediate_size=cfg.integer("moe_shared_expert_intermediate_size") if shared else 0,
-            gated=False, activation=ungated_activation(cfg, "mlp_hidden_act"),
+            gated=False, activation=mlp_activation(cfg, "mlp_hidden_act", gated=False),
             latent_size=cfg.optional_integer("moe_latent_size")))
     return [blocks[role] for role in roles]
 

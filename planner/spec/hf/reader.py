@@ -8,8 +8,11 @@ for ``hidden_size``) is read under either spelling. Errors name the key as the c
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from planner.errors import SpecError
-from planner.spec.model import AttentionMixer, LayerSpec, MoEMLP, check_router_groups
+from planner.spec.model import (GATED_ACTIVATIONS, UNGATED_ACTIVATIONS, AttentionMixer, LayerSpec, MoEMLP,
+                                check_router_groups)
 from planner.fields import closest_key, get_bool, get_int, get_number, get_str, join, require_list
 
 EMBEDDING = LayerSpec(kind="embedding")
@@ -130,10 +133,35 @@ def attention(cfg: Config, *, window: int | None = None, head_dim_keys=("head_di
     return AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, window=window, **flags)
 
 
-def ungated_activation(cfg: Config, key: str = "hidden_act") -> str:
-    """An MLP without a gate's activation (``planner.spec.model.UNGATED_ACTIVATIONS``): HF's ``relu2`` is the squared
-    ReLU (Nemotron's, AFM's), ``xielu`` xIELU (Apertus's); anything else runs as GELU, which keeps the layer's shape."""
-    return {"relu2": "squared_relu", "xielu": "xielu"}.get(cfg.choice(key, None), "gelu")
+# HF's activation names (``transformers.activations.ACT2FN``) that the model format holds exactly
+# (``planner.spec.model.GATED_ACTIVATIONS`` / ``UNGATED_ACTIVATIONS``): ``gelu_new`` and ``gelu_fast`` are the tanh
+# approximation in other spellings; ``relu2`` the squared ReLU.
+HF_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
+                  "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "relu2": "squared_relu", "xielu": "xielu"}
+
+
+def mlp_activation(cfg: Config, key: str = "hidden_act", *, gated: bool) -> str:
+    """The activation the config's ``key`` names, as the model format holds it, for an MLP with or without a gate
+    (a name that is not an activation of that kind is refused by name); a config without the key takes the
+    family's ``transformers`` default, else SwiGLU's SiLU with a gate and GELU without."""
+    name = cfg.choice(key, tuple(HF_ACTIVATIONS), default=cfg.default(key, "silu" if gated else "gelu"))
+    activation = HF_ACTIVATIONS[name]
+    allowed = GATED_ACTIVATIONS if gated else UNGATED_ACTIVATIONS
+    if activation not in allowed:
+        known = ", ".join(hf for hf, ours in HF_ACTIVATIONS.items() if ours in allowed)
+        raise SpecError(cfg.field(key), f"{name} is not modelled for an MLP {'with' if gated else 'without'} a "
+                                        f"gate (known: {known})")
+    return activation
+
+
+def with_gated_activation(layers: list[LayerSpec], activation: str) -> list[LayerSpec]:
+    """``layers`` with every gated MLP's (and gated experts') activation set to ``activation``: HF configs name one
+    activation (``hidden_act``) for the MLPs and experts of a model."""
+    def gated(layer: LayerSpec) -> LayerSpec:
+        if layer.mlp is None or not layer.mlp.gated or layer.mlp.activation == activation:
+            return layer
+        return replace(layer, mlp=replace(layer.mlp, activation=activation))
+    return [gated(layer) for layer in layers]
 
 
 def biased_attention(cfg: Config, *, bias_key: str = "attention_bias", **fields) -> AttentionMixer:
