@@ -109,25 +109,40 @@ class _PreNormBlock(nn.Module):
 
 
 class Decoder(_PreNormBlock):
-    """Pre-norm residual block: x + mixer(norm(x)), then x + mlp(norm(x)) when the layer has an MLP."""
+    """A residual block, x + mixer(...), then x + mlp(...) when the layer has an MLP, each sublayer's norms placed as
+    the model's ``block_norms`` says (``planner.spec.model.BLOCK_NORMS``): ``pre``, x + f(norm(x)); ``post``,
+    x + norm(f(x)); ``sandwich``, x + norm(f(norm(x)))."""
 
-    def __init__(self, hidden_size: int, layer: LayerSpec, norm: str = "rmsnorm"):
+    def __init__(self, hidden_size: int, layer: LayerSpec, norm: str = "rmsnorm", block_norms: str = "pre"):
         super().__init__()
-        self.mixer_norm = build_norm(norm, hidden_size)
+        before, after = block_norms in ("pre", "sandwich"), block_norms in ("post", "sandwich")
+
+        def norms(present: bool) -> tuple[nn.Module | None, nn.Module | None]:
+            if not present:
+                return None, None
+            return (build_norm(norm, hidden_size) if before else nn.Identity(),
+                    build_norm(norm, hidden_size) if after else None)
+
+        self.mixer_norm, self.mixer_post_norm = norms(True)
         self.mixer = build_mixer(hidden_size, layer.mixer)
-        self.mlp_norm = build_norm(norm, hidden_size) if layer.mlp is not None else None
+        self.mlp_norm, self.mlp_post_norm = norms(layer.mlp is not None)
         self.mlp = build_mlp(hidden_size, layer.mlp) if layer.mlp is not None else None
 
     def init_weights(self, seed: int, layer_index: int, device: torch.device | str = "cpu") -> None:
         generator = layer_generator(seed, layer_index, device)
-        for part in (self.mixer_norm, self.mixer, self.mlp_norm, self.mlp):
-            if part is not None:
+        for part in (self.mixer_norm, self.mixer, self.mixer_post_norm, self.mlp_norm, self.mlp, self.mlp_post_norm):
+            if part is not None and not isinstance(part, nn.Identity):
                 part.init_weights(generator)
 
+    def _sublayer(self, norm: nn.Module, block: nn.Module, post_norm: nn.Module | None,
+                  x: torch.Tensor) -> torch.Tensor:
+        out = _block(norm, block, x, self.recompute_modules)
+        return out if post_norm is None else post_norm(out)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + _block(self.mixer_norm, self.mixer, x, self.recompute_modules)
+        x = x + self._sublayer(self.mixer_norm, self.mixer, self.mixer_post_norm, x)
         if self.mlp is not None:
-            x = x + _block(self.mlp_norm, self.mlp, x, self.recompute_modules)
+            x = x + self._sublayer(self.mlp_norm, self.mlp, self.mlp_post_norm, x)
         return x
 
 
@@ -209,4 +224,4 @@ def build_layer(spec: ModelSpec, index: int) -> nn.Module:
                     norm=spec.norm)
     if layer.kind == "mlp":
         return MLPLayer(spec.hidden_size, layer, spec.norm)
-    return Decoder(spec.hidden_size, layer, spec.norm)
+    return Decoder(spec.hidden_size, layer, spec.norm, spec.block_norms)

@@ -4,7 +4,9 @@ Per micro-batch of ``micro_batch_size x seq_len`` tokens, a layer's F, B (input 
 gradient) times are its kernels' roofline times; its activation bytes are the tensors its parts keep for the
 backward (listed in each part's module); its output is the ``tokens x hidden`` hidden state (the head's
 output is the loss); its parameter bytes are its parameters in the training dtype. A decoder block is
-``norm → mixer → residual → norm → MLP → residual``; a standalone MLP layer is ``norm → MLP → residual``.
+``norm → mixer → residual → norm → MLP → residual`` (the norms after each sublayer instead, or both before and
+after it, per ``ModelSpec.block_norms``: the same kernels, twice as many norms for both); a standalone MLP layer is
+``norm → MLP → residual``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from planner.cost.vocab import LOSS_BYTES, embedding_cost, head_cost
 from planner.cost.work import Cost
 from planner.profile import LayerProfile, Profile
 from planner.spec.model import (AttentionMixer, DenseMLP, LayerSpec, LinearAttentionMixer, MambaMixer, ModelSpec,
-                                MoEMLP)
+                                MoEMLP, sublayer_norms)
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -49,13 +51,13 @@ def layer_cost(layer: LayerSpec, spec: ModelSpec) -> Cost:
     if layer.kind == "head":
         return head_cost(vocab=spec.vocab_size, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes,
                          norm_kind=spec.norm)
+    # each sublayer's norms (``ModelSpec.block_norms``: before it, after it, or both; a standalone MLP's before it)
+    norms = [norm(spec.norm, tokens, hidden, dtype_bytes)] * sublayer_norms(layer, spec.block_norms)
     parts = []
     if layer.mixer is not None:
-        parts += [norm(spec.norm, tokens, hidden, dtype_bytes), _mixer_cost(layer, spec, dtype_bytes),
-                  residual_add(tokens, hidden, dtype_bytes)]
+        parts += [*norms, _mixer_cost(layer, spec, dtype_bytes), residual_add(tokens, hidden, dtype_bytes)]
     if layer.mlp is not None:
-        parts += [norm(spec.norm, tokens, hidden, dtype_bytes),
-                  mlp_cost(layer.mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes),
+        parts += [*norms, mlp_cost(layer.mlp, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes),
                   residual_add(tokens, hidden, dtype_bytes)]
     return Cost.total(parts)
 

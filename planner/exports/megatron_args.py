@@ -281,6 +281,10 @@ def _model_shape(plan: Plan, model: ModelSpec, seq_len: int | None, lost: list[s
     if hybrid:
         args += [("--hybrid-override-pattern", pattern)] + _mamba_args(model)
     args.append(("--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"))
+    if model.block_norms != "pre":   # Megatron-Core's post-sublayer norms are layer-spec modules, not arguments
+        where = "after each sublayer" if model.block_norms == "post" else "before and after each sublayer"
+        lost.append(f"{model.name}'s norms {where}: Megatron-LM's arguments build pre-norm layers, one norm before "
+                    "each sublayer")
     if not any(getattr(mlp, "bias", False) for mlp in dense + moe) and not any(m.output_bias for m in attention):
         args.append(("--disable-bias-linear",))
     if not model.tie_embeddings:

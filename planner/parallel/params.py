@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.cost.analytic import layer_parameters
-from planner.spec.model import DenseMLP, LayerSpec, ModelSpec, MoEMLP
+from planner.spec.model import DenseMLP, LayerSpec, ModelSpec, MoEMLP, sublayer_norms
 
 
 @dataclass(frozen=True)
@@ -31,13 +31,15 @@ class LayerParams:
         return self.tp_sharded / tp + self.replicated + self.expert / (etp * ep)
 
 
-def _replicated_and_expert(layer: LayerSpec, hidden: int) -> tuple[int, int]:
+def _replicated_and_expert(layer: LayerSpec, spec: ModelSpec) -> tuple[int, int]:
+    hidden = spec.hidden_size
+    per_norm = 2 * hidden if spec.norm == "layernorm" else hidden   # a LayerNorm's bias too
     if layer.kind == "embedding":
         return 0, 0
     if layer.kind == "head":
-        return hidden, 0                              # the final norm
-    norms = (layer.mixer is not None) + (layer.mlp is not None)
-    replicated, expert = norms * hidden, 0
+        return per_norm, 0                            # the final norm
+    norms = ((layer.mixer is not None) + (layer.mlp is not None)) * sublayer_norms(layer, spec.block_norms)
+    replicated, expert = norms * per_norm, 0
     if isinstance(layer.mlp, DenseMLP):   # an activation's learned scalars (xIELU's)
         replicated += layer.mlp.activation_parameters
     if isinstance(layer.mlp, MoEMLP):
@@ -54,6 +56,6 @@ def layer_params(spec: ModelSpec) -> list[LayerParams]:
     """Per layer of ``spec``: its parameters split by how TP and EP shard them."""
     result = []
     for layer, total in zip(spec.layers, layer_parameters(spec)):
-        replicated, expert = _replicated_and_expert(layer, spec.hidden_size)
+        replicated, expert = _replicated_and_expert(layer, spec)
         result.append(LayerParams(tp_sharded=total - replicated - expert, replicated=replicated, expert=expert))
     return result

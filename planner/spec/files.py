@@ -29,7 +29,8 @@ a gate ``silu``, the default, ``gelu``, ``gelu_tanh`` or ``clamped_swiglu``; wit
 ``expert_intermediate_size``, ``num_shared_experts``, ``shared_intermediate_size``, ``aux_loss_coeff``, ``bias``,
 group-limited routing's ``router_groups`` and ``router_group_topk``, its experts' ``gated`` and ``activation``, as a
 dense MLP's but ``xielu``, and a latent MoE's ``latent_size``). The model may set
-``norm: layernorm`` (default ``rmsnorm``) and ``position_embeddings`` (a learned position table of that many positions,
+``norm: layernorm`` (default ``rmsnorm``), ``block_norms`` (``pre``, the default, ``post`` or ``sandwich``) and
+``position_embeddings`` (a learned position table of that many positions,
 at least ``seq_len``). A document without ``format`` but with ``model_type`` or ``architectures`` is a HuggingFace
 ``config.json`` and goes through
 ``planner.spec.hf.import_hf_config``; it is named after the model (``_name_or_path``), else after the file.

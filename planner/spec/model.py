@@ -31,6 +31,17 @@ LINEAR_ATTENTION_VARIANTS = ("gated_delta", "lightning")
 GATED_DELTA_CONV_KERNEL = 4   # Qwen3-Next's linear_conv_kernel_dim
 DTYPES = ("bf16", "fp16", "fp32")
 NORMS = ("rmsnorm", "layernorm")
+# Where a block's norms sit around each of its sublayers (mixer, MLP): ``pre``, x + f(norm(x)) (GPT-2 on, Llama,
+# most); ``post``, x + norm(f(x)) (OLMo 2 and 3, EXAONE 4); ``sandwich``, x + norm(f(norm(x))) (Gemma 2 and 3's
+# pre- and post-norms, four a layer). A standalone MLP layer (Nemotron-H's) is pre-norm.
+BLOCK_NORMS = ("pre", "post", "sandwich")
+
+
+def sublayer_norms(layer: "LayerSpec", block_norms: str) -> int:
+    """How many norms each sublayer (mixer, MLP) of ``layer`` has in a model whose ``block_norms`` is given: two in a
+    sandwich, else one; a standalone MLP layer one (it is pre-norm)."""
+    return 2 if block_norms == "sandwich" and layer.mixer is not None else 1
+
 ATTENTION_FLAGS = ("qkv_bias", "output_bias", "qk_norm", "sinks")
 
 
@@ -226,11 +237,11 @@ class MoEMLP:
     ``router_group_topk`` groups whose two best experts score highest; 1 and 1 route freely. ``gated`` and
     ``activation``: the experts' (routed and shared), as a dense MLP's: SwiGLU by default, gpt-oss's clamped SwiGLU,
     or without a gate (Nemotron-H's squared ReLU experts). ``latent_size``: a latent MoE (Nemotron 3's LatentMoE;
-    HF's ``moe_latent_size``, Megatron-Core's ``--moe-latent-size``): after routing on the hidden state, every token is projected down to ``latent_size``
-    (``fc1_latent_proj``), sent to its experts and computed there at that width, combined, and projected back up
-    (``fc2_latent_proj``); so the experts' weights and the dispatch and combine carry ``latent_size`` per token, not
-    the hidden size. The shared experts run on the hidden state. Megatron-Core duplicates both projections on every
-    TP rank, each running its sequence-parallel tokens, as the router.
+    HF's ``moe_latent_size``, Megatron-Core's ``--moe-latent-size``): after routing on the hidden state, every token is
+    projected down to ``latent_size`` (``fc1_latent_proj``), sent to its experts and computed there at that width,
+    combined, and projected back up (``fc2_latent_proj``); so the experts' weights and the dispatch and combine carry
+    ``latent_size`` per token, not the hidden size. The shared experts run on the hidden state. Megatron-Core
+    duplicates both projections on every TP rank, each running its sequence-parallel tokens, as the router.
     """
 
     num_experts: int
@@ -350,6 +361,7 @@ class ModelSpec(HashedOnce):
     source: str | None = None   # provenance, e.g. the HuggingFace config an import came from
     norm: str = "rmsnorm"       # every block's and the head's norm: "rmsnorm", or "layernorm" (with a bias)
     position_embeddings: int | None = None   # a learned table of this many absolute positions (GPT-2)
+    block_norms: str = "pre"    # where the blocks' norms sit (``BLOCK_NORMS``)
 
     @property
     def num_layers(self) -> int:
@@ -360,7 +372,7 @@ class ModelSpec(HashedOnce):
         micro-batch, dtype): two specs with the same architecture hold the same parameters and compute the same
         function (an uploaded Meta-Llama-3-8B config and the ``llama-3-8b`` preset)."""
         return (self.hidden_size, self.vocab_size, self.layers, self.tie_embeddings, self.norm,
-                self.position_embeddings)
+                self.position_embeddings, self.block_norms)
 
     def layer_names(self) -> list[str]:
         """Stable names: ``embed``, ``layers.<i>`` for the blocks in between, ``head``."""
@@ -395,6 +407,8 @@ class ModelSpec(HashedOnce):
             doc["norm"] = self.norm
         if self.position_embeddings is not None:
             doc["position_embeddings"] = self.position_embeddings
+        if self.block_norms != "pre":
+            doc["block_norms"] = self.block_norms
         return doc
 
 
@@ -554,7 +568,8 @@ def load_model_spec(doc: object) -> ModelSpec:
     doc = require_mapping(doc, "")
     check_format(doc, MODEL_FORMAT)
     reject_unknown(doc, {"format", "name", "hidden_size", "vocab_size", "seq_len", "micro_batch_size",
-                         "tie_embeddings", "dtype", "layers", "source", "norm", "position_embeddings"}, "")
+                         "tie_embeddings", "dtype", "layers", "source", "norm", "position_embeddings",
+                         "block_norms"}, "")
     layers: list[LayerSpec] = []
     for index, layer_doc in enumerate(require_list(doc.get("layers"), "layers", min_length=1)):
         layer, repeat = _load_layer(layer_doc, f"layers[{index}]")
@@ -585,4 +600,5 @@ def load_model_spec(doc: object) -> ModelSpec:
         source=get_str(doc, "source", "", default=None),
         norm=get_str(doc, "norm", "", default="rmsnorm", choices=NORMS),
         position_embeddings=positions,
+        block_norms=get_str(doc, "block_norms", "", default="pre", choices=BLOCK_NORMS),
     )

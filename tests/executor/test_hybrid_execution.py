@@ -189,6 +189,38 @@ def test_tp2_pp2_with_split_backward_and_recomputation_on_a_v_shape_matches_one_
         assert counts[(rank, "tp_grad_all_reduce")] == 2
 
 
+@pytest.mark.parametrize("placement", ["post", "sandwich"])
+def test_norms_after_or_around_each_sublayer_run_under_tp2_pp2_as_one_process_and_are_held_as_planned(tmp_path,
+                                                                                                  placement):
+    """OLMo 2's norms after each sublayer and Gemma's before and after it (``ModelSpec.block_norms``) under TP 2 with
+    sequence parallelism: each norm runs on its rank's slice of the sequence and its gradient is summed over the
+    group, so the run equals one process. Every TP rank holds the extra norms whole, as many more parameters as the
+    planner's per-GPU split adds (``planner.parallel.params``)."""
+    from executor.model.layers import build_layer
+    from executor.model.tensor_parallel import SequenceGroup, replicated_parameters, shard_layer
+    from planner.parallel.params import layer_params
+    spec = dataclasses.replace(TP_KINDS, block_norms=placement)
+    run_and_verify(tmp_path, hybrid(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7, 8]], num_microbatches=2), tp=2,
+                                    sharding="none"), spec=spec)
+
+    def held_whole(model) -> list[int]:
+        counts = []
+        for index in range(model.num_layers):
+            layer = build_layer(model, index)
+            shard_layer(layer, SequenceGroup(None, 0, 2))
+            counts.append(sum(parameter.numel() for parameter in replicated_parameters([layer])))
+        return counts
+
+    ours, pre = held_whole(spec), held_whole(TP_KINDS)
+    planned = [held.replicated for held in layer_params(spec)]
+    planned_pre = [held.replicated for held in layer_params(TP_KINDS)]
+    extra = [a - b for a, b in zip(ours, pre)]
+    assert extra == [a - b for a, b in zip(planned, planned_pre)]
+    assert extra == [0 if placement == "post" or layer.kind != "decoder"
+                     else ((layer.mixer is not None) + (layer.mlp is not None)) * TP_KINDS.hidden_size
+                     for layer in TP_KINDS.layers]   # one more a sublayer
+
+
 def test_a_vocabulary_tp_does_not_divide_is_padded_as_megatron_pads_it_and_matches_one_process(tmp_path):
     """97 tokens under TP 2 (GPT-2's 50,257 are as odd): padded to 256, a multiple of 128 x TP as Megatron-LM's
     --make-vocab-size-divisible-by pads, the tied embedding and head each TP rank's half of it."""

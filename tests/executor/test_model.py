@@ -49,6 +49,37 @@ def test_every_block_is_causal(index):
     assert (before[:, 7:] - after[:, 7:]).abs().max() > 1e-6
 
 
+@pytest.mark.parametrize("placement", ["pre", "post", "sandwich"])
+def test_a_decoders_norms_sit_where_the_models_block_norms_puts_them(placement):
+    """x + f(norm(x)), x + norm(f(x)) or x + norm(f(norm(x))) for each sublayer, computed here from the block's own
+    mixer, MLP and norms (their weights moved off 1 so that a norm left out or put twice shows); the weights a
+    pre-norm block had are the same, and a sandwich holds two norms more a sublayer."""
+    spec = dataclasses.replace(SPEC, block_norms=placement)
+    block = build_layers(spec, [1], seed=0, dtype=torch.float64)[1]
+    with torch.no_grad():
+        for module in block.modules():
+            if module.__class__.__name__ in ("RMSNorm", "LayerNorm"):
+                module.weight.uniform_(0.5, 1.5)
+    names = {name for name, _ in block.named_parameters()}
+    pre_names = {name for name, _ in layer(1).named_parameters()}
+    if placement == "pre":
+        assert names == pre_names
+    norms = [block.mixer_norm, block.mixer_post_norm, block.mlp_norm, block.mlp_post_norm]
+    before, after = placement in ("pre", "sandwich"), placement in ("post", "sandwich")
+    assert [not isinstance(norm, torch.nn.Identity) and norm is not None for norm in norms] == [before, after] * 2
+    x = hidden()
+
+    def sublayer(pre, function, post, value):
+        out = function(pre(value) if before else value)
+        return post(out) if after else out
+
+    x1 = x + sublayer(block.mixer_norm, block.mixer, block.mixer_post_norm, x)
+    expected = x1 + sublayer(block.mlp_norm, block.mlp, block.mlp_post_norm, x1)
+    torch.testing.assert_close(block(x), expected, rtol=1e-12, atol=1e-12)
+    if placement == "sandwich":
+        assert len(names - pre_names) == 2 and all("post_norm" in name for name in names - pre_names)
+
+
 def test_sliding_window_gqa_attention_matches_an_explicit_softmax():
     block = layer(2)                     # 4 query heads, 1 kv head, window 4
     attention = block.mixer

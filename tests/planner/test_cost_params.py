@@ -121,3 +121,30 @@ def test_gated_delta_and_lightning_layer_parameters_by_hand():
     h, width = 6144, 64 * 128
     lightning = h * 3 * width + h * width + width + width * h
     assert layer_parameters(minimax)[1] == lightning + h * 32 + 32 * 3 * h * 9216 + 2 * h
+
+
+def test_a_sandwich_block_costs_two_more_norms_and_a_post_norm_block_as_much_as_a_pre_norm_one():
+    """Gemma's four norms a layer against Llama's two (``ModelSpec.block_norms``), by hand: each extra norm is an
+    RMSNorm (a LayerNorm with its bias) over the hidden state, its weights, passes and kept input; OLMo 2's norms
+    after each sublayer are as many as before it."""
+    from planner.cost.analytic import layer_cost
+    from planner.cost.primitives import norm
+    for preset in ("llama-3-8b", "gpt2"):
+        pre = load_model_preset(preset)
+        tokens, hidden = pre.micro_batch_size * pre.seq_len, pre.hidden_size
+        one = norm(pre.norm, tokens, hidden, 2)
+        assert one.params == (2 * hidden if pre.norm == "layernorm" else hidden)
+        for index, layer in enumerate(pre.layers):
+            if layer.kind != "decoder":
+                continue
+            base = layer_cost(layer, pre)
+            sandwich = layer_cost(layer, replace(pre, block_norms="sandwich"))
+            post = layer_cost(layer, replace(pre, block_norms="post"))
+            assert post == base
+            assert sandwich.params == base.params + 2 * one.params
+            assert sandwich.activation_bytes == base.activation_bytes + 2 * one.activation_bytes
+            assert len(sandwich.forward) == len(base.forward) + 2 * len(one.forward)
+            assert len(sandwich.backward_input) == len(base.backward_input) + 2 * len(one.backward_input)
+        sandwich = replace(pre, block_norms="sandwich")
+        blocks = sum(layer.kind == "decoder" for layer in pre.layers)
+        assert count_parameters(sandwich) == count_parameters(pre) + 2 * blocks * one.params

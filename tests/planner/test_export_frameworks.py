@@ -530,6 +530,19 @@ def test_each_mlp_activation_is_exported_as_megatron_core_computes_it_or_listed_
         torch.testing.assert_close(theirs(x), expected, rtol=rtol, atol=atol, msg=activation)
 
 
+def test_norms_after_or_around_each_sublayer_are_listed_as_lost(plans):
+    """OLMo 2's and Gemma's norm placements (``ModelSpec.block_norms``): the arguments build pre-norm layers and say
+    so; a pre-norm model gets no such line."""
+    from dataclasses import replace
+    plan, dense = plans["llama-dense"]
+    for placement, words in (("post", "norms after each sublayer"), ("sandwich", "norms before and after each")):
+        model = replace(dense, block_norms=placement)
+        assert [item for item in export_losses("megatron-args", plan, model) if "norms" in item] == [
+            f"{model.name}'s {words}{' sublayer' if placement == 'sandwich' else ''}: Megatron-LM's arguments build "
+            "pre-norm layers, one norm before each sublayer"]
+    assert not [item for item in export_losses("megatron-args", plan, dense) if "pre-norm" in item]
+
+
 def test_chunked_attention_the_arguments_do_not_set_is_listed_as_lost(plans):
     """Llama 4's chunked attention: the Megatron-LM arguments describe its layers without it, and say so under the
     download; a model without chunks gets no such line."""

@@ -127,6 +127,19 @@ def test_each_mlps_activation_is_the_one_its_config_names():
         assert error.value.field == field and words in str(error.value)
 
 
+def test_each_familys_norms_sit_where_its_decoder_layer_puts_them():
+    """Gemma 2's and 3's four norms a layer (before and after each sublayer), OLMo 2's, OLMo 3's and EXAONE 4's
+    after each sublayer, Llama's and GPT-2's before it (``ModelSpec.block_norms``, as each family's
+    ``DecoderLayer.forward`` applies them)."""
+    assert import_hf_config(config("gemma-2-9b")).block_norms == "sandwich"
+    assert import_hf_config(config("gemma-3-27b")).block_norms == "sandwich"
+    assert import_hf_config(config("olmo-2-0425-1b")).block_norms == "post"
+    assert import_hf_config({**config("olmo-2-0425-1b"), "model_type": "olmo3"}).block_norms == "post"
+    assert import_hf_config(EXAONE_4_32B).block_norms == "post"
+    for name in ("llama-3-8b", "gpt2", "olmoe-1b-7b-0924", "qwen3-8b"):
+        assert import_hf_config(config(name)).block_norms == "pre", name
+
+
 def test_gemma2_alternates_sliding_and_global_starting_with_sliding():
     spec = import_hf_config(config("gemma-2-9b"))
     windows = [block.mixer.window for block in blocks(spec)]

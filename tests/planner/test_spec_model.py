@@ -254,3 +254,15 @@ def test_group_limited_routing_round_trips_is_written_only_when_it_limits_and_it
         with pytest.raises(SpecError) as error:
             load_model_spec(moe_doc(**bad))
         assert error.value.field == f"layers[1].mlp.{field}" and reason in str(error.value), (bad, str(error.value))
+
+
+def test_block_norms_round_trip_and_are_written_only_when_not_pre():
+    doc = doc_with({"type": "attention", "num_heads": 2, "head_dim": 8})
+    assert load_model_spec(doc).block_norms == "pre" and "block_norms" not in load_model_spec(doc).to_dict()
+    for placement in ("post", "sandwich"):
+        spec = load_model_spec({**doc, "block_norms": placement})
+        assert spec.block_norms == placement and load_model_spec(spec.to_dict()) == spec
+        assert spec.architecture() != load_model_spec(doc).architecture()   # another network, the same weights' names
+    with pytest.raises(SpecError) as error:
+        load_model_spec({**doc, "block_norms": "after"})
+    assert error.value.field == "block_norms" and "must be one of pre, post, sandwich" in str(error.value)

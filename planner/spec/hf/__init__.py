@@ -5,8 +5,9 @@ mixer and which MLP each block has:
 
 - ``llama``, ``mistral``: attention + gated MLP in every block (Mistral's ``sliding_window``, when set,
   windows every layer). ``mixtral``: the MLP is a ``num_local_experts`` top-``num_experts_per_tok`` MoE.
-- ``gemma2``: ``layer_types`` when given, else sliding-window on even layers and global on odd ones (the
-  rule of HF's ``Gemma2Config``). ``gemma3`` / ``gemma3_text``: the text model may sit under
+- ``gemma2``: a norm before and after each sublayer (``block_norms: sandwich``, four a layer; OLMo 2's, OLMo 3's and
+  EXAONE 4's after it, ``post``); ``layer_types`` when given, else sliding-window on even layers and global on odd ones
+  (the rule of HF's ``Gemma2Config``). ``gemma3`` / ``gemma3_text``: the text model may sit under
   ``text_config``; ``layer_types`` when given, else layer i is global when ``(i + 1) %
   sliding_window_pattern == 0`` (every 6th). The published Gemma 3 27B config omits ``vocab_size`` and
   ``sliding_window_pattern`` and relies on ``Gemma3TextConfig``'s defaults (262 208 and 6), as we do.
@@ -71,12 +72,11 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
 - MLA is attention whose query/key heads are ``qk_nope_head_dim + qk_rope_head_dim`` wide and value heads
   ``v_head_dim`` wide, with the latent ranks kept so the cost model counts the down/up projections; in
   training every head materialises its own key and value, so ``num_kv_heads == num_heads``.
-- Qwen3-Next's attention output gate and shared-expert gate (Qwen3.5's too; Qwen2-MoE's shared-expert gate),
-  DeepSeek's multi-token-prediction module, Gemma's extra
-  norms and soft-capping,
-  Jamba's dt/B/C norms, Phi-3.5-MoE's head bias and Gemma 3's vision tower are left out (each well under
-  1 % of the parameters, or absent from the model that trains the pipeline; the tests name each). So is Llama 4's
-  vision encoder.
+- Qwen3-Next's attention output gate and shared-expert gate (Qwen3.5's too; Qwen2-MoE's shared-expert gate), DeepSeek's
+  multi-token-prediction module, Gemma's logit soft-capping, query scale (``query_pre_attn_scalar``) and embedding scale
+  (no weights), Jamba's dt/B/C norms, Phi-3.5-MoE's head bias and Gemma 3's vision tower are left out (each well under 1
+  % of the parameters, or absent from the model that trains the pipeline; the tests name each). So is Llama 4's vision
+  encoder.
 - OLMo 2's, OLMo 3's, OLMoE's and MiniMax-M2's QK-norms normalise all the heads' queries (keys) at once; they run as
   Qwen3's per-head norm, whose weights are one head wide (the tests name the rest: 0.004 % of OLMo 2 1B).
   MiniMax-M2's partial rotary positions (``rotary_dim``) and sigmoid routing with a balancing bias hold no weights
@@ -120,6 +120,7 @@ class Family:
     nested_text: bool = False   # a multimodal config: the text model's keys under ``text_config`` (when present)
     # the key naming its gated MLPs' and experts' activation (``reader.mlp_activation``); None: its builder sets it
     activation_key: str | None = "hidden_act"
+    block_norms: str = "pre"   # where its blocks' norms sit (``planner.spec.model.BLOCK_NORMS``)
 
 
 FAMILIES: dict[str, Family] = {
@@ -130,15 +131,15 @@ FAMILIES: dict[str, Family] = {
     "phi3": Family(softmax.llama),
     "mixtral": Family(softmax.mixtral),
     "phimoe": Family(softmax.phimoe, norm="layernorm"),
-    "gemma2": Family(softmax.gemma2, activation_key="hidden_activation"),
-    "gemma3": Family(softmax.gemma3, nested_text=True, activation_key="hidden_activation"),
-    "gemma3_text": Family(softmax.gemma3, activation_key="hidden_activation"),
+    "gemma2": Family(softmax.gemma2, activation_key="hidden_activation", block_norms="sandwich"),
+    "gemma3": Family(softmax.gemma3, nested_text=True, activation_key="hidden_activation", block_norms="sandwich"),
+    "gemma3_text": Family(softmax.gemma3, activation_key="hidden_activation", block_norms="sandwich"),
     "qwen2": Family(softmax.qwen2),
     "qwen3": Family(softmax.qwen3),
     "qwen3_moe": Family(softmax.qwen3_moe),
     "qwen2_moe": Family(softmax.qwen2_moe),
-    "olmo2": Family(softmax.olmo2),
-    "olmo3": Family(softmax.olmo3),
+    "olmo2": Family(softmax.olmo2, block_norms="post"),
+    "olmo3": Family(softmax.olmo3, block_norms="post"),
     "olmoe": Family(softmax.olmoe),
     "llama4": Family(softmax.llama4, nested_text=True),
     "llama4_text": Family(softmax.llama4),
@@ -150,7 +151,7 @@ FAMILIES: dict[str, Family] = {
     "nemotron": Family(softmax.ungated, norm="layernorm"),
     "arcee": Family(softmax.ungated),
     "apertus": Family(softmax.apertus),
-    "exaone4": Family(softmax.exaone4),
+    "exaone4": Family(softmax.exaone4, block_norms="post"),
     "ernie4_5": Family(softmax.ernie4_5),
     "ernie4_5_moe": Family(softmax.ernie4_5_moe),
     "gpt_oss": Family(softmax.gpt_oss, activation_key=None),
@@ -311,6 +312,7 @@ def read_hf_config(config: dict, *, name: str | None = None, seq_len: int | None
                             else ")"),
         norm=family.norm,
         position_embeddings=positions,
+        block_norms=family.block_norms,
     )
     # The spec loader owns the invariants; a spec it would reject must not leave the importer.
     warnings = [SpecWarning(cfg.field(key), f"is not a key this model's config reads; did you mean {meant!r}? "
