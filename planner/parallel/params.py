@@ -2,7 +2,9 @@
 
 The split follows Megatron-LM's ``megatron/training/theoretical_memory_usage.py``
 (``compute_weight_and_optimizer_memory``): attention, dense-MLP and shared-expert weights are TP-sharded;
-layer norms and the MoE router are replicated on every TP rank; routed experts are sharded over expert
+layer norms and the MoE router are replicated on every TP rank, and so (as Megatron-Core's modules hold them, and
+the executor: ``tests/executor/test_hybrid_execution.py`` compares the two) are the biases of the row-parallel
+output projections, QK-norms, a learned position table and MLA's down-projections (``_replicated_mixer``); routed experts are sharded over expert
 tensor x expert model parallelism (expert TP ``etp``, TP by default as in Megatron-Core); the vocabulary
 embedding and the output layer are TP-sharded (vocab-parallel). With tied embeddings the first and the last
 pipeline stage each hold the table (Megatron keeps a copy on both and all-reduces its gradient).
@@ -13,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.cost.analytic import layer_parameters
-from planner.spec.model import DenseMLP, LayerSpec, ModelSpec, MoEMLP, sublayer_norms
+from planner.spec.model import (AttentionMixer, DenseMLP, LayerSpec, LinearAttentionMixer, MambaMixer, ModelSpec,
+                                MoEMLP, sublayer_norms)
 
 
 @dataclass(frozen=True)
@@ -31,20 +34,37 @@ class LayerParams:
         return self.tp_sharded / tp + self.replicated + self.expert / (etp * ep)
 
 
+def _replicated_mixer(mixer, hidden: int) -> int:
+    """What a mixer holds whole on every TP rank: the bias of its row-parallel output projection (added once, after
+    the reduction), its QK-norms, gated delta-net's output norm (one head wide, shared by the heads) and MLA's
+    down-projections with their norms, which Megatron-Core duplicates on every TP rank (``MLASelfAttention``,
+    ``linear_q_down_proj`` / ``linear_kv_down_proj`` with ``parallel_mode="duplicated"``)."""
+    if isinstance(mixer, AttentionMixer):
+        if mixer.is_latent:
+            query = (hidden + 1) * mixer.q_lora_rank if mixer.q_lora_rank else 0
+            return query + hidden * (mixer.kv_lora_rank + mixer.rope_head_dim) + mixer.kv_lora_rank
+        return hidden * mixer.output_bias + 2 * mixer.head_dim * mixer.qk_norm
+    if isinstance(mixer, LinearAttentionMixer):
+        return mixer.head_dim if mixer.variant == "gated_delta" else 0
+    if isinstance(mixer, MambaMixer):
+        return hidden * mixer.proj_bias
+    return 0
+
+
 def _replicated_and_expert(layer: LayerSpec, spec: ModelSpec) -> tuple[int, int]:
     hidden = spec.hidden_size
     per_norm = 2 * hidden if spec.norm == "layernorm" else hidden   # a LayerNorm's bias too
-    if layer.kind == "embedding":
-        return 0, 0
+    if layer.kind == "embedding":   # a learned position table is not split by vocabulary
+        return (spec.position_embeddings or 0) * hidden, 0
     if layer.kind == "head":
         return per_norm, 0                            # the final norm
     norms = ((layer.mixer is not None) + (layer.mlp is not None)) * sublayer_norms(layer, spec.block_norms)
-    replicated, expert = norms * per_norm, 0
-    if isinstance(layer.mlp, DenseMLP):   # an activation's learned scalars (xIELU's)
-        replicated += layer.mlp.activation_parameters
+    replicated, expert = norms * per_norm + _replicated_mixer(layer.mixer, hidden), 0
+    if isinstance(layer.mlp, DenseMLP):   # an activation's learned scalars (xIELU's), the down projection's bias
+        replicated += layer.mlp.activation_parameters + hidden * layer.mlp.bias
     if isinstance(layer.mlp, MoEMLP):
         mlp = layer.mlp
-        replicated += hidden * mlp.num_experts       # the router
+        replicated += (hidden + mlp.bias) * mlp.num_experts   # the router
         if mlp.latent_size:                          # a latent MoE's projections, duplicated as the router
             replicated += 2 * hidden * mlp.latent_size + (hidden + mlp.latent_size if mlp.bias else 0)
         matrices = 3 if mlp.gated else 2             # gate, up and down; up and down without a gate

@@ -221,6 +221,28 @@ def test_norms_after_or_around_each_sublayer_run_under_tp2_pp2_as_one_process_an
                      for layer in TP_KINDS.layers]   # one more a sublayer
 
 
+@pytest.mark.parametrize("placement", ["pre", "sandwich"])
+def test_a_tp_rank_holds_whole_exactly_the_parameters_the_planner_replicates(placement):
+    """Every layer kind, sharded for one rank of TP 2: the parameters it keeps whole (whose gradients are summed over
+    the group) are as many as ``planner.parallel.params`` replicates — norms (a LayerNorm's bias too), QK-norms,
+    row-parallel output biases, MLA's duplicated down-projections and their norms, gated delta-net's output norm, a
+    learned position table, the router — but for routed experts' output biases, which each expert's TP ranks hold
+    whole and the planner counts among the TP-sharded weights (a few thousand parameters a layer)."""
+    from executor.model.layers import build_layer
+    from executor.model.tensor_parallel import SequenceGroup, replicated_parameters, shard_layer
+    from executor_plans import modern_kinds_spec
+    from planner.parallel.params import layer_params
+    for model in (TP_KINDS, MOE_KINDS, modern_kinds_spec()):
+        spec = dataclasses.replace(model, block_norms=placement)
+        for index, planned in enumerate(layer_params(spec)):
+            layer = build_layer(spec, index)
+            shard_layer(layer, SequenceGroup(None, 0, 2))
+            whole = {id(parameter) for parameter in replicated_parameters([layer])}
+            held = sum(parameter.numel() for name, parameter in layer.named_parameters() if id(parameter) in whole
+                       and not (name.startswith("mlp.experts.") and name.endswith("down_proj.bias")))
+            assert held == planned.replicated, (spec.name, index)
+
+
 def test_a_vocabulary_tp_does_not_divide_is_padded_as_megatron_pads_it_and_matches_one_process(tmp_path):
     """97 tokens under TP 2 (GPT-2's 50,257 are as odd): padded to 256, a multiple of 128 x TP as Megatron-LM's
     --make-vocab-size-divisible-by pads, the tied embedding and head each TP rank's half of it."""
