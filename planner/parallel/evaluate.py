@@ -156,8 +156,7 @@ def rank_params(model: ModelSpec, params: list[LayerParams], rank_layers: list[l
         held = [params[index] for index in layers]
         if tied and 0 in layers and last in layers:
             table = params[0].tp_sharded
-            held[layers.index(last)] = LayerParams(params[last].tp_sharded - table, params[last].replicated,
-                                                   params[last].expert)
+            held[layers.index(last)] = replace(params[last], tp_sharded=params[last].tp_sharded - table)
         result.append(held)
     return result
 

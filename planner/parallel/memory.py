@@ -61,7 +61,7 @@ def held_parameters(layers: list[LayerParams], config: ParallelConfig) -> tuple[
     """(dense, expert) parameters one GPU computes with of ``layers``, after TP, EP and expert TP (before any
     data-parallel sharding)."""
     dense = sum(layer.tp_sharded / config.tp + layer.replicated for layer in layers)
-    expert = sum(layer.expert / (config.etp * config.ep) for layer in layers)
+    expert = sum(layer.experts_per_gpu(config.ep, config.etp) for layer in layers)
     return dense, expert
 
 

@@ -226,8 +226,8 @@ def test_a_tp_rank_holds_whole_exactly_the_parameters_the_planner_replicates(pla
     """Every layer kind, sharded for one rank of TP 2: the parameters it keeps whole (whose gradients are summed over
     the group) are as many as ``planner.parallel.params`` replicates — norms (a LayerNorm's bias too), QK-norms,
     row-parallel output biases, MLA's duplicated down-projections and their norms, gated delta-net's output norm, a
-    learned position table, the router — but for routed experts' output biases, which each expert's TP ranks hold
-    whole and the planner counts among the TP-sharded weights (a few thousand parameters a layer)."""
+    learned position table, the router; and of the routed experts, the output biases held whole by an expert's TP
+    ranks (``expert_whole``) and the rest split over them (``expert``)."""
     from executor.model.layers import build_layer
     from executor.model.tensor_parallel import SequenceGroup, replicated_parameters, shard_layer
     from executor_plans import modern_kinds_spec
@@ -238,9 +238,14 @@ def test_a_tp_rank_holds_whole_exactly_the_parameters_the_planner_replicates(pla
             layer = build_layer(spec, index)
             shard_layer(layer, SequenceGroup(None, 0, 2))
             whole = {id(parameter) for parameter in replicated_parameters([layer])}
-            held = sum(parameter.numel() for name, parameter in layer.named_parameters() if id(parameter) in whole
-                       and not (name.startswith("mlp.experts.") and name.endswith("down_proj.bias")))
-            assert held == planned.replicated, (spec.name, index)
+            named = list(layer.named_parameters())
+            experts = [(name, parameter) for name, parameter in named if name.startswith("mlp.experts.")]
+            assert sum(parameter.numel() for name, parameter in named if id(parameter) in whole
+                       and not name.startswith("mlp.experts.")) == planned.replicated, (spec.name, index)
+            # routed experts: their output biases whole on each expert's TP ranks, the rest split over them
+            assert sum(parameter.numel() for _, parameter in experts if id(parameter) in whole) == planned.expert_whole
+            assert sum(parameter.numel() for _, parameter in experts if id(parameter) not in whole) * 2 == \
+                planned.expert, (spec.name, index)
 
 
 def test_a_vocabulary_tp_does_not_divide_is_padded_as_megatron_pads_it_and_matches_one_process(tmp_path):
