@@ -89,8 +89,8 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 class Attention(nn.Module):
     """Multi-head / grouped-query attention (Llama, Gemma, Mixtral, Qwen, gpt-oss, GPT-2, Nemotron-H's attention
-    layers), with the mixer's optional biases, per-head QK RMSNorm (before the rotary embedding, as Qwen3) and
-    sinks; without the rotary embedding where the model has none (GPT-2's learned positions, Jamba)."""
+    layers), with the mixer's optional biases, per-head QK RMSNorm (before the rotary embedding, as Qwen3, or after it,
+    as Hunyuan) and sinks; without the rotary embedding where the model has none (GPT-2's learned positions, Jamba)."""
 
     tensor_parallel = None
     context_parallel = None
@@ -111,6 +111,7 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(mixer.head_dim) if mixer.qk_norm else None
         self.sinks = nn.Parameter(torch.empty(self.num_heads)) if mixer.sinks else None
         self.rotary = mixer.rotary
+        self.qk_norm_after_rotary = mixer.qk_norm_after_rotary
 
     def use_recompute_modules(self, modules) -> None:
         """Selective recomputation's modules (``executor.model.recompute``): ``core_attn``."""
@@ -153,10 +154,12 @@ class Attention(nn.Module):
         query_positions, key_positions = self.positions or (None, None)
         query = split_heads(self.q_proj(x), self.num_heads)
         key = split_heads(gather_sequence(self.k_proj(x), self.context_parallel), self.num_kv_heads)
-        if self.q_norm is not None:
+        if self.q_norm is not None and not self.qk_norm_after_rotary:
             query, key = self.q_norm(query), self.k_norm(key)
         if self.rotary:
             query, key = apply_rotary(query, query_positions), apply_rotary(key, key_positions)
+        if self.q_norm is not None and self.qk_norm_after_rotary:   # Hunyuan's order
+            query, key = self.q_norm(query), self.k_norm(key)
         value = split_heads(gather_sequence(self.v_proj(x), self.context_parallel), self.num_kv_heads)
         group = self.num_heads // self.num_kv_heads
         if group > 1:

@@ -244,6 +244,8 @@ def _model_shape(plan: Plan, model: ModelSpec, seq_len: int | None, lost: list[s
             args.append(("--add-qkv-bias",))
         if first.qk_norm:
             args.append(("--qk-layernorm",))
+            if first.qk_norm_after_rotary:   # Megatron-Core's q_layernorm / k_layernorm run before the rotary embedding
+                lost.append(f"{model.name}'s QK-norm after the rotary embedding: Megatron-Core applies it before")
         if len({(m.num_heads, m.num_kv_heads, m.head_dim, m.window, m.chunk, m.rotary) for m in attention}) > 1:
             lost.append(f"{model.name}'s attention layers differ (heads, head width, sliding window, chunk or rotary "
                         "positions): the arguments describe its first attention layer for all of them")

@@ -42,7 +42,7 @@ def sublayer_norms(layer: "LayerSpec", block_norms: str) -> int:
     sandwich, else one; a standalone MLP layer one (it is pre-norm)."""
     return 2 if block_norms == "sandwich" and layer.mixer is not None else 1
 
-ATTENTION_FLAGS = ("qkv_bias", "output_bias", "qk_norm", "sinks")
+ATTENTION_FLAGS = ("qkv_bias", "output_bias", "qk_norm", "qk_norm_after_rotary", "sinks")
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class AttentionMixer:
 
     ``qkv_bias`` / ``output_bias``: the query, key and value projections / the output projection add a bias
     (Qwen2 the first, GPT-2, Phi-3.5-MoE and gpt-oss both). ``qk_norm``: queries and keys pass a per-head RMSNorm
-    before the rotary embedding (Qwen3, GLM-4.5). ``sinks``: every head has a learned logit that joins the
+    before the rotary embedding (Qwen3, GLM-4.5), or after it with ``qk_norm_after_rotary`` (Hunyuan). ``sinks``: every head has a learned logit that joins the
     softmax's denominator as an extra key with no value (gpt-oss's attention sinks). ``rotary`` False: queries and
     keys carry no rotary embedding, the model's positions being learned (GPT-2) or left implicit (Jamba, Granite
     4.0-H's NoPE).
@@ -76,6 +76,7 @@ class AttentionMixer:
     qkv_bias: bool = False
     output_bias: bool = False
     qk_norm: bool = False
+    qk_norm_after_rotary: bool = False
     sinks: bool = False
     rotary: bool = True
     chunk: int | None = None
@@ -442,6 +443,9 @@ def _load_attention(doc: dict, path: str) -> AttentionMixer:
     flags["rotary"] = get_bool(doc, "rotary", path, default=True)
     if not flags["rotary"] and optional["kv_lora_rank"] is not None:
         raise SpecError(join(path, "rotary"), "latent attention always has its rotary part (rope_head_dim)")
+    if flags["qk_norm_after_rotary"] and not (flags["qk_norm"] and flags["rotary"]):
+        raise SpecError(join(path, "qk_norm_after_rotary"), "places a QK-norm after the rotary embedding: needs "
+                                                            "qk_norm and the rotary embedding (rotary true)")
     return AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, **optional, **flags)
 
 

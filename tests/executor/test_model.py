@@ -80,6 +80,54 @@ def test_a_decoders_norms_sit_where_the_models_block_norms_puts_them(placement):
         assert len(names - pre_names) == 2 and all("post_norm" in name for name in names - pre_names)
 
 
+@pytest.mark.parametrize("after", [False, True])
+def test_qk_normed_attention_computes_as_transformers_qwen3_and_hunyuan_do(after):
+    """A QK-normed attention with the norm before the rotary embedding against ``Qwen3Attention``, and after it
+    (``qk_norm_after_rotary``) against ``HunYuanDenseV1Attention``, each with the same weights (the norms' moved off
+    1, so that their order shows) and their default rotary table: the same output, to the float32 their norms
+    compute in."""
+    from planner.spec.model import AttentionMixer
+    from executor.model.attention import Attention
+    from executor.model.norm import RMSNorm
+    if after:
+        from transformers import HunYuanDenseV1Config as Config
+        from transformers.models.hunyuan_v1_dense import modeling_hunyuan_v1_dense as family
+        theirs_class, rotary_class, norms = (family.HunYuanDenseV1Attention, family.HunYuanDenseV1RotaryEmbedding,
+                                             ("query_layernorm", "key_layernorm"))
+    else:
+        from transformers import Qwen3Config as Config
+        from transformers.models.qwen3 import modeling_qwen3 as family
+        theirs_class, rotary_class, norms = family.Qwen3Attention, family.Qwen3RotaryEmbedding, ("q_norm", "k_norm")
+    ours_eps = RMSNorm(8).eps
+    config = Config(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=64,
+                    num_hidden_layers=1, vocab_size=64, rope_theta=10_000.0, rms_norm_eps=ours_eps,
+                    attn_implementation="eager")
+    theirs = theirs_class(config, 0).double().eval()
+    ours = Attention(32, AttentionMixer(num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True,
+                                        qk_norm_after_rotary=after)).double()
+    ours.init_weights(torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for norm in (ours.q_norm, ours.k_norm):
+            norm.weight.uniform_(0.5, 1.5)
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            getattr(theirs, name).weight.copy_(getattr(ours, name).weight)
+        getattr(theirs, norms[0]).weight.copy_(ours.q_norm.weight)
+        getattr(theirs, norms[1]).weight.copy_(ours.k_norm.weight)
+    x = hidden()[:, :, :32] * 3
+    # the default rotary table of ``rotary_class``, in float64 (its forward rounds it to float32)
+    inv_freq = 1.0 / (10_000.0 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8))
+    angles = torch.arange(x.shape[1], dtype=torch.float64)[:, None] * inv_freq[None, :]
+    table = torch.cat([angles, angles], dim=-1)
+    reference = rotary_class(config)(x, torch.arange(x.shape[1])[None])
+    torch.testing.assert_close(reference[0][0].double(), table.cos(), rtol=0, atol=1e-6)
+    causal = torch.full((x.shape[1], x.shape[1]), float("-inf"), dtype=torch.float64).triu(1)
+    expected = theirs(x, (table.cos()[None], table.sin()[None]), causal[None, None])[0]
+    # their RMSNorm computes in float32 whatever the input: 1e-8 here
+    torch.testing.assert_close(ours(x), expected, rtol=1e-6, atol=1e-7)
+    ours.qk_norm_after_rotary = not after   # the other order is another function, far outside that
+    assert (ours(x) - expected).abs().max() > 1e-3 * expected.abs().max()
+
+
 def test_sliding_window_gqa_attention_matches_an_explicit_softmax():
     block = layer(2)                     # 4 query heads, 1 kv head, window 4
     attention = block.mixer

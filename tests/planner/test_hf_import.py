@@ -551,13 +551,14 @@ def test_ministral_slides_per_layer_types_and_starcoder2_is_a_biased_layernorm_m
 
 def test_hunyuan_has_qk_norm_and_a_shared_mlp_beside_a_per_layer_top_k():
     dense = blocks(import_hf_config(HUNYUAN_DENSE))
-    assert dense[0].mixer == AttentionMixer(num_heads=32, num_kv_heads=8, head_dim=128, qk_norm=True)
+    assert dense[0].mixer == AttentionMixer(num_heads=32, num_kv_heads=8, head_dim=128, qk_norm=True,
+                                            qk_norm_after_rotary=True)   # HunYuanDenseV1Attention's order
     assert dense[0].mlp == DenseMLP(11008)
     moe = blocks(import_hf_config(HUNYUAN_MOE))
     assert [block.mlp.top_k for block in moe] == [8, 8, 4, 8]
     assert moe[0].mlp == MoEMLP(num_experts=64, top_k=8, expert_intermediate_size=3072, num_shared_experts=1,
                                 shared_intermediate_size=3072)
-    assert moe[0].mixer.qkv_bias and moe[0].mixer.output_bias
+    assert moe[0].mixer.qkv_bias and moe[0].mixer.output_bias and moe[0].mixer.qk_norm_after_rotary
     assert {block.mlp.top_k for block in blocks(import_hf_config({**HUNYUAN_MOE, "moe_topk": 2}))} == {2}
     for bad, reason in (([8, 8, 8], "has 3 entries but num_hidden_layers is 4"), ([8, 8, 0, 8], "must be >= 1"),
                         ([8, 8, 65, 8], "must be <= the number of experts (64)")):

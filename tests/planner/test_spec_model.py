@@ -266,3 +266,14 @@ def test_block_norms_round_trip_and_are_written_only_when_not_pre():
     with pytest.raises(SpecError) as error:
         load_model_spec({**doc, "block_norms": "after"})
     assert error.value.field == "block_norms" and "must be one of pre, post, sandwich" in str(error.value)
+
+
+def test_a_qk_norm_after_the_rotary_embedding_round_trips_and_needs_both():
+    after = {"type": "attention", "num_heads": 2, "head_dim": 8, "qk_norm": True, "qk_norm_after_rotary": True}
+    spec = load_model_spec(doc_with(after))
+    assert spec.layers[1].mixer.qk_norm_after_rotary and load_model_spec(spec.to_dict()) == spec
+    assert "qk_norm_after_rotary" not in load_model_spec(doc_with({**after, "qk_norm_after_rotary": False})).to_dict()
+    for bad in ({**after, "qk_norm": False}, {**after, "rotary": False}):
+        with pytest.raises(SpecError) as error:
+            load_model_spec(doc_with(bad))
+        assert error.value.field == "layers[1].mixer.qk_norm_after_rotary" and "needs qk_norm" in str(error.value)

@@ -508,9 +508,9 @@ def dots1(cfg: Config) -> list[LayerSpec]:
 
 
 def hunyuan_v1_dense(cfg: Config) -> list[LayerSpec]:
-    """Hunyuan (dense): Llama with a per-head QK-norm and ``attention_bias`` on all four projections. HF applies the
-    QK-norm after the rotary embedding, ours before it: the same weights and the same cost."""
-    mixer = biased_attention(cfg, qk_norm=True)
+    """Hunyuan (dense): Llama with a per-head QK-norm after the rotary embedding (``HunYuanDenseV1Attention``) and
+    ``attention_bias`` on all four projections."""
+    mixer = _hunyuan_attention(cfg)
     block = LayerSpec(kind="decoder", mixer=mixer, mlp=DenseMLP(cfg.integer("intermediate_size")))
     return [block] * cfg.integer("num_hidden_layers")
 
@@ -526,7 +526,11 @@ def hunyuan_v1_moe(cfg: Config) -> list[LayerSpec]:
         raise SpecError(cfg.field("moe_topk"), f"must be <= the number of experts ({experts}), got {max(chosen)}")
     mlps = [MoEMLP(num_experts=experts, top_k=top, expert_intermediate_size=width, num_shared_experts=1,
                    shared_intermediate_size=width, aux_loss_coeff=aux_loss_coeff(cfg)) for top in chosen]
-    return _decoders([biased_attention(cfg, qk_norm=True)] * count, mlps)
+    return _decoders([_hunyuan_attention(cfg)] * count, mlps)
+
+
+def _hunyuan_attention(cfg: Config) -> AttentionMixer:
+    return biased_attention(cfg, qk_norm=True, qk_norm_after_rotary=True)
 
 
 def gpt2(cfg: Config) -> list[LayerSpec]:
