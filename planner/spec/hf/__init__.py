@@ -74,9 +74,9 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
   training every head materialises its own key and value, so ``num_kv_heads == num_heads``.
 - Qwen3-Next's attention output gate and shared-expert gate (Qwen3.5's too; Qwen2-MoE's shared-expert gate), DeepSeek's
   multi-token-prediction module, Gemma's logit soft-capping, query scale (``query_pre_attn_scalar``) and embedding scale
-  (no weights), Jamba's dt/B/C norms, Phi-3.5-MoE's head bias and Gemma 3's vision tower are left out (each well under 1
-  % of the parameters, or absent from the model that trains the pipeline; the tests name each). So is Llama 4's vision
-  encoder.
+  (no weights), Jamba's dt/B/C norms, Phi-3.5-MoE's head bias and Gemma 3's vision tower are left out (each well
+  under 1 % of the parameters, or absent from the model that trains the pipeline; the tests name each). So is Llama
+  4's vision encoder.
 - OLMo 2's, OLMo 3's, OLMoE's and MiniMax-M2's QK-norms normalise all the heads' queries (keys) at once; they run as
   Qwen3's per-head norm, whose weights are one head wide (the tests name the rest: 0.004 % of OLMo 2 1B).
   MiniMax-M2's partial rotary positions (``rotary_dim``) and sigmoid routing with a balancing bias hold no weights
