@@ -52,26 +52,39 @@ def local_attention_mask(seq_len: int, window: int | None, device: torch.device,
     return allowed
 
 
-def causal_attention(query, key, value, window: int | None, positions=None, chunk: int | None = None) -> torch.Tensor:
+def causal_attention(query, key, value, window: int | None, positions=None, chunk: int | None = None,
+                     scale: float | None = None, softcap: float | None = None) -> torch.Tensor:
     """Causal attention, windowed or chunked when set; ``positions`` (query positions, key positions) where the keys
-    are not the queries' own sequence in order (context parallelism)."""
+    are not the queries' own sequence in order (context parallelism); ``scale`` the scores' (default
+    ``head_dim ** -0.5``); ``softcap`` soft-caps them (``capped_scores``)."""
     seq_len = key.shape[-2]
+    if softcap is not None:
+        return attention_with_sinks(query, key, value, window, None, positions, chunk, scale, softcap)
     local = window if window is not None else chunk
     if positions is not None or (local is not None and local < seq_len):
         mask = local_attention_mask(seq_len, window, query.device, positions, chunk)
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
-    return F.scaled_dot_product_attention(query, key, value, is_causal=True)
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale)
+    return F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scale)
 
 
-def attention_with_sinks(query, key, value, window: int | None, sinks: torch.Tensor, positions=None,
-                         chunk: int | None = None) -> torch.Tensor:
-    """gpt-oss's attention sinks (OpenAI 2025, gpt-oss model card Sec. 2.2): each head's learned logit joins every
-    query's softmax as one more key whose value is zero, so a head can attend to nothing."""
+def capped_scores(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """``c * tanh(s / c)`` (Gemma 2's attention logit soft-capping, Gemma Team 2024, Sec. 2), or the scores."""
+    return scores if softcap is None else softcap * torch.tanh(scores / softcap)
+
+
+def attention_with_sinks(query, key, value, window: int | None, sinks: torch.Tensor | None, positions=None,
+                         chunk: int | None = None, scale: float | None = None,
+                         softcap: float | None = None) -> torch.Tensor:
+    """Attention with its scores written out: gpt-oss's attention sinks (OpenAI 2025, gpt-oss model card Sec. 2.2),
+    each head's learned logit joining every query's softmax as one more key whose value is zero, so a head can
+    attend to nothing; and soft-capped scores (``capped_scores``), which no fused kernel of torch's takes."""
     batch, heads, seq_len, head_dim = query.shape
-    scores = (query @ key.transpose(-1, -2)) * head_dim ** -0.5
+    scores = capped_scores((query @ key.transpose(-1, -2)) * (head_dim ** -0.5 if scale is None else scale), softcap)
     keys = key.shape[-2]
     allowed = local_attention_mask(keys, window, query.device, positions, chunk)
     scores = scores.masked_fill(~allowed, float("-inf"))
+    if sinks is None:
+        return torch.softmax(scores, dim=-1) @ value
     sink = sinks.to(scores.dtype).view(1, heads, 1, 1).expand(batch, heads, seq_len, 1)
     probabilities = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
     return probabilities @ value
@@ -112,6 +125,7 @@ class Attention(nn.Module):
         self.sinks = nn.Parameter(torch.empty(self.num_heads)) if mixer.sinks else None
         self.rotary = mixer.rotary
         self.qk_norm_after_rotary = mixer.qk_norm_after_rotary
+        self.softmax_scale, self.softcap = mixer.softmax_scale, mixer.softcap
 
     def use_recompute_modules(self, modules) -> None:
         """Selective recomputation's modules (``executor.model.recompute``): ``core_attn``."""
@@ -173,8 +187,10 @@ class Attention(nn.Module):
 
     def _core(self, query, key, value):
         if self.sinks is not None:
-            return attention_with_sinks(query, key, value, self.window, self.sinks, self.positions, self.chunk)
-        return causal_attention(query, key, value, self.window, self.positions, self.chunk)
+            return attention_with_sinks(query, key, value, self.window, self.sinks, self.positions, self.chunk,
+                                        self.softmax_scale, self.softcap)
+        return causal_attention(query, key, value, self.window, self.positions, self.chunk, self.softmax_scale,
+                                self.softcap)
 
 
 class LatentAttention(nn.Module):
@@ -196,6 +212,7 @@ class LatentAttention(nn.Module):
         super().__init__()
         self.num_heads = mixer.num_heads
         self.window, self.chunk = mixer.window, mixer.chunk
+        self.softmax_scale, self.softcap = mixer.softmax_scale, mixer.softcap
         self.rope_dim = mixer.rope_head_dim
         self.nope_dim = mixer.head_dim - mixer.rope_head_dim
         self.value_dim = mixer.value_dim
@@ -270,7 +287,8 @@ class LatentAttention(nn.Module):
         return self._core(query, key, value)
 
     def _core(self, query, key, value):
-        return causal_attention(query, key, value, self.window, self.positions, self.chunk)
+        return causal_attention(query, key, value, self.window, self.positions, self.chunk, self.softmax_scale,
+                                self.softcap)
 
 
 def build_attention(hidden_size: int, mixer: AttentionMixer) -> nn.Module:

@@ -35,10 +35,12 @@ class Embedding(nn.Module):
     token_positions = None
     tensor_parallel = None
 
-    def __init__(self, vocab_size: int, hidden_size: int, positions: int | None = None):
+    def __init__(self, vocab_size: int, hidden_size: int, positions: int | None = None,
+                 multiplier: float | None = None):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size))
         self.positions = nn.Parameter(torch.empty(positions, hidden_size)) if positions else None
+        self.multiplier = multiplier   # ``ModelSpec.embedding_multiplier``: the token rows scaled (Gemma, Granite)
 
     def init_weights(self, seed: int, layer_index: int, device: torch.device | str = "cpu") -> None:
         generator = layer_generator(seed, 0, device)
@@ -67,6 +69,8 @@ class Embedding(nn.Module):
             elsewhere = (token_ids < first) | (token_ids >= end)
             rows = F.embedding((token_ids - first).masked_fill(elsewhere, 0), self.weight)
             hidden = reduce_scatter_sequence(rows.masked_fill(elsewhere[..., None], 0.0), tp)
+        if self.multiplier is not None:
+            hidden = hidden * self.multiplier
         if self.positions is None:
             return hidden
         if self.token_positions is not None:
@@ -100,9 +104,14 @@ def _block(norm: nn.Module, block: nn.Module, x: torch.Tensor, modules: frozense
 
 
 class _PreNormBlock(nn.Module):
-    """A layer of pre-norm blocks (``_block``), which takes selective recomputation's modules for them."""
+    """A layer of pre-norm blocks (``_block``), which takes selective recomputation's modules for them; each block's
+    output is scaled by the model's ``residual_multiplier`` before the residual add (Granite's)."""
 
     recompute_modules: frozenset[str] = frozenset()
+    residual_multiplier: float | None = None
+
+    def scaled(self, out: torch.Tensor) -> torch.Tensor:
+        return out if self.residual_multiplier is None else out * self.residual_multiplier
 
     def use_recompute_modules(self, modules) -> None:
         self.recompute_modules = frozenset(modules)
@@ -113,8 +122,10 @@ class Decoder(_PreNormBlock):
     the model's ``block_norms`` says (``planner.spec.model.BLOCK_NORMS``): ``pre``, x + f(norm(x)); ``post``,
     x + norm(f(x)); ``sandwich``, x + norm(f(norm(x)))."""
 
-    def __init__(self, hidden_size: int, layer: LayerSpec, norm: str = "rmsnorm", block_norms: str = "pre"):
+    def __init__(self, hidden_size: int, layer: LayerSpec, norm: str = "rmsnorm", block_norms: str = "pre",
+                 residual_multiplier: float | None = None):
         super().__init__()
+        self.residual_multiplier = residual_multiplier
         before, after = block_norms in ("pre", "sandwich"), block_norms in ("post", "sandwich")
 
         def norms(present: bool) -> tuple[nn.Module | None, nn.Module | None]:
@@ -137,7 +148,7 @@ class Decoder(_PreNormBlock):
     def _sublayer(self, norm: nn.Module, block: nn.Module, post_norm: nn.Module | None,
                   x: torch.Tensor) -> torch.Tensor:
         out = _block(norm, block, x, self.recompute_modules)
-        return out if post_norm is None else post_norm(out)
+        return self.scaled(out if post_norm is None else post_norm(out))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self._sublayer(self.mixer_norm, self.mixer, self.mixer_post_norm, x)
@@ -149,8 +160,10 @@ class Decoder(_PreNormBlock):
 class MLPLayer(_PreNormBlock):
     """A standalone pre-norm MLP block (Nemotron-H's ``-`` layers)."""
 
-    def __init__(self, hidden_size: int, layer: LayerSpec, norm: str = "rmsnorm"):
+    def __init__(self, hidden_size: int, layer: LayerSpec, norm: str = "rmsnorm",
+                 residual_multiplier: float | None = None):
         super().__init__()
+        self.residual_multiplier = residual_multiplier
         self.norm = build_norm(norm, hidden_size)
         self.mlp = build_mlp(hidden_size, layer.mlp)
 
@@ -160,7 +173,7 @@ class MLPLayer(_PreNormBlock):
         self.mlp.init_weights(generator)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + _block(self.norm, self.mlp, x, self.recompute_modules)
+        return x + self.scaled(_block(self.norm, self.mlp, x, self.recompute_modules))
 
 
 class Head(nn.Module):
@@ -173,8 +186,10 @@ class Head(nn.Module):
 
     tensor_parallel = None
 
-    def __init__(self, hidden_size: int, vocab_size: int, tied: bool, norm: str = "rmsnorm"):
+    def __init__(self, hidden_size: int, vocab_size: int, tied: bool, norm: str = "rmsnorm",
+                 logits_multiplier: float | None = None, softcap: float | None = None):
         super().__init__()
+        self.logits_multiplier, self.softcap = logits_multiplier, softcap   # Granite's; Gemma 2's final soft-cap
         self.tied = tied
         self.norm = build_norm(norm, hidden_size)
         self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size))
@@ -198,11 +213,18 @@ class Head(nn.Module):
         split_parameter(self, "weight", 0, tp)
         self.tensor_parallel = tp
 
+    def _scaled(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logits times ``logits_multiplier``, then soft-capped, ``c * tanh(z / c)`` (a vocabulary slice alike)."""
+        if self.logits_multiplier is not None:
+            logits = logits * self.logits_multiplier
+        return logits if self.softcap is None else self.softcap * torch.tanh(logits / self.softcap)
+
     def forward(self, x: torch.Tensor, labels: torch.Tensor, loss_scale: float = 1.0) -> torch.Tensor:
         if self.tensor_parallel is not None:
             logits = linear(gather_sequence(self.norm(x), self.tensor_parallel), self.weight)
             if logits.dtype in (torch.float16, torch.bfloat16):
                 logits = logits.float()
+            logits = self._scaled(logits)
             losses = vocab_parallel_cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
                                                   self.tensor_parallel)
             return losses.mean().to(x.dtype) * loss_scale
@@ -210,6 +232,7 @@ class Head(nn.Module):
         # Half-precision logits are upcast for a stable softmax; float32/float64 stay as they are.
         if logits.dtype in (torch.float16, torch.bfloat16):
             logits = logits.float()
+        logits = self._scaled(logits)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
         return loss.to(x.dtype) * loss_scale
 
@@ -218,10 +241,10 @@ def build_layer(spec: ModelSpec, index: int) -> nn.Module:
     """The module of layer ``index`` with uninitialised storage (call ``init_weights(seed, index)``)."""
     layer = spec.layers[index]
     if layer.kind == "embedding":
-        return Embedding(spec.vocab_size, spec.hidden_size, spec.position_embeddings)
+        return Embedding(spec.vocab_size, spec.hidden_size, spec.position_embeddings, spec.embedding_multiplier)
     if layer.kind == "head":
         return Head(spec.hidden_size, spec.vocab_size, tied=spec.tie_embeddings and spec.layers[0].kind == "embedding",
-                    norm=spec.norm)
+                    norm=spec.norm, logits_multiplier=spec.logits_multiplier, softcap=spec.logits_softcap)
     if layer.kind == "mlp":
-        return MLPLayer(spec.hidden_size, layer, spec.norm)
-    return Decoder(spec.hidden_size, layer, spec.norm, spec.block_norms)
+        return MLPLayer(spec.hidden_size, layer, spec.norm, spec.residual_multiplier)
+    return Decoder(spec.hidden_size, layer, spec.norm, spec.block_norms, spec.residual_multiplier)

@@ -50,7 +50,8 @@ def layer_cost(layer: LayerSpec, spec: ModelSpec) -> Cost:
                               positions=spec.position_embeddings)
     if layer.kind == "head":
         return head_cost(vocab=spec.vocab_size, hidden=hidden, tokens=tokens, dtype_bytes=dtype_bytes,
-                         norm_kind=spec.norm)
+                         norm_kind=spec.norm,
+                         softcap=spec.logits_softcap is not None)
     # each sublayer's norms (``ModelSpec.block_norms``: before it, after it, or both; a standalone MLP's before it)
     norms = [norm(spec.norm, tokens, hidden, dtype_bytes)] * sublayer_norms(layer, spec.block_norms)
     parts = []

@@ -11,7 +11,7 @@ vocabulary it takes a tenth of a small model's step.
 
 from __future__ import annotations
 
-from planner.cost.primitives import FP32_BYTES, GRAD_ACCUMULATE_BYTES, linear, norm
+from planner.cost.primitives import FP32_BYTES, GRAD_ACCUMULATE_BYTES, elementwise, linear, norm
 from planner.cost.work import Cost, Kernel, saved
 
 TOKEN_ID_BYTES = 8                   # int64 token ids
@@ -83,6 +83,17 @@ def cross_entropy(tokens: int, vocab: int, dtype_bytes: int) -> Cost:
                 activation_bytes=FP32_BYTES * logits)
 
 
-def head_cost(*, vocab: int, hidden: int, tokens: int, dtype_bytes: int, norm_kind: str = "rmsnorm") -> Cost:
-    return (norm(norm_kind, tokens, hidden, dtype_bytes) + saved(dtype_bytes * tokens * hidden)
+SOFTCAP_FLOPS_PER_LOGIT = 3   # z / c, tanh, times c
+
+
+def head_cost(*, vocab: int, hidden: int, tokens: int, dtype_bytes: int, norm_kind: str = "rmsnorm",
+              softcap: bool = False) -> Cost:
+    """The final norm, the vocabulary projection and the cross-entropy; with ``softcap`` (Gemma 2's final logit
+    soft-capping, ``ModelSpec.logits_softcap``) a pointwise pass over the logits between the last two, its output kept
+    for its backward. (A logits multiplier, Granite's, folds into the projection's epilogue: no pass of its own.)"""
+    cost = (norm(norm_kind, tokens, hidden, dtype_bytes) + saved(dtype_bytes * tokens * hidden)
             + linear(tokens, hidden, vocab, dtype_bytes, fp8=False) + cross_entropy(tokens, vocab, dtype_bytes))
+    if softcap:
+        logits = tokens * vocab
+        cost = cost + elementwise(logits, logits, SOFTCAP_FLOPS_PER_LOGIT, dtype_bytes) + saved(dtype_bytes * logits)
+    return cost

@@ -44,8 +44,8 @@ from planner.exports.hybrid_plan import (header_lines, is_own_order, placement, 
                                          require_v2, seq_len_of, stage_devices)
 from planner.exports.megatron_layout import is_megatron_hybrid, layout_of_stages, run_lengths
 from planner.plan import Plan
-from planner.spec.model import (CLAMPED_SWIGLU_LIMIT, CLAMPED_SWIGLU_OFFSET, AttentionMixer, DenseMLP, LayerSpec,
-                                ModelSpec, MoEMLP)
+from planner.spec.model import (CLAMPED_SWIGLU_LIMIT, CLAMPED_SWIGLU_OFFSET, MODEL_SCALARS, AttentionMixer, DenseMLP,
+                                LayerSpec, ModelSpec, MoEMLP)
 
 FORMAT = "megatron-args"
 # Megatron-Core's schedules (megatron/core/pipeline_parallel/schedules.py): 1F1B without virtual stages, interleaved
@@ -283,6 +283,11 @@ def _model_shape(plan: Plan, model: ModelSpec, seq_len: int | None, lost: list[s
     if hybrid:
         args += [("--hybrid-override-pattern", pattern)] + _mamba_args(model)
     args.append(("--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"))
+    scalars = [name.replace("_", " ") for name in MODEL_SCALARS if getattr(model, name) is not None] + [
+        f"attention {name.replace('_', ' ')}" for name in ("softmax_scale", "softcap")
+        if any(getattr(mixer, name) is not None for mixer in attention)]
+    if scalars:   # Megatron-LM's GPT arguments have none of them (Megatron-Bridge's Gemma and Granite providers do)
+        lost.append(f"{model.name}'s {', '.join(scalars)}: Megatron-LM's arguments set none of them")
     if model.block_norms != "pre":   # Megatron-Core's post-sublayer norms are layer-spec modules, not arguments
         where = "after each sublayer" if model.block_norms == "post" else "before and after each sublayer"
         lost.append(f"{model.name}'s norms {where}: Megatron-LM's arguments build pre-norm layers, one norm before "

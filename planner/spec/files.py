@@ -20,16 +20,18 @@ Our format, in brief (``planner.spec.model`` holds the validating loader)::
       - {kind: head}
 
 Mixers: ``attention`` (optionally ``window`` or ``chunk``, ``qkv_bias``, ``output_bias``, ``qk_norm``,
-``qk_norm_after_rotary``, ``sinks``; latent attention with ``kv_lora_rank``, ``q_lora_rank``, ``rope_head_dim``,
-``v_head_dim``), ``linear_attention`` (``variant`` gated_delta or lightning, ``num_key_heads``, gated_delta's
-``conv_kernel``), ``mamba`` (Mamba-1: ``inner_size``, ``state_size``, ``dt_rank``, ``conv_kernel``, ``conv_bias``,
-``proj_bias``) and ``mamba2`` (``state_size``, ``conv_kernel``, ``n_groups``). MLPs: ``dense`` (``gated``, ``bias``,
-and its ``activation``: with a gate ``silu``, the default, ``gelu``, ``gelu_tanh`` or ``clamped_swiglu``; without,
-``gelu``, the default, ``gelu_tanh``, ``silu``, ``squared_relu`` or ``xielu``) and ``moe`` (``num_experts``,
-``top_k``, ``expert_intermediate_size``, ``num_shared_experts``, ``shared_intermediate_size``, ``aux_loss_coeff``,
-``bias``, group-limited routing's ``router_groups`` and ``router_group_topk``, its experts' ``gated`` and
-``activation``, as a dense MLP's but ``xielu``, and a latent MoE's ``latent_size``). The model may set
-``norm: layernorm`` (default ``rmsnorm``), ``block_norms`` (``pre``, the default, ``post`` or ``sandwich``) and
+``qk_norm_after_rotary``, ``sinks``, ``softmax_scale``, ``softcap``; latent attention with ``kv_lora_rank``,
+``q_lora_rank``, ``rope_head_dim``, ``v_head_dim``), ``linear_attention`` (``variant`` gated_delta or lightning,
+``num_key_heads``, gated_delta's ``conv_kernel``), ``mamba`` (Mamba-1: ``inner_size``, ``state_size``, ``dt_rank``,
+``conv_kernel``, ``conv_bias``, ``proj_bias``) and ``mamba2`` (``state_size``, ``conv_kernel``, ``n_groups``). MLPs:
+``dense`` (``gated``, ``bias``, and its ``activation``: with a gate ``silu``, the default, ``gelu``, ``gelu_tanh`` or
+``clamped_swiglu``; without, ``gelu``, the default, ``gelu_tanh``, ``silu``, ``squared_relu`` or ``xielu``) and
+``moe`` (``num_experts``, ``top_k``, ``expert_intermediate_size``, ``num_shared_experts``,
+``shared_intermediate_size``, ``aux_loss_coeff``, ``bias``, group-limited routing's ``router_groups`` and
+``router_group_topk``, its experts' ``gated`` and ``activation``, as a dense MLP's but ``xielu``, and a latent MoE's
+``latent_size``). The model may set
+``norm: layernorm`` (default ``rmsnorm``), ``block_norms`` (``pre``, the default, ``post`` or ``sandwich``),
+``embedding_multiplier``, ``residual_multiplier``, ``logits_multiplier``, ``logits_softcap`` and
 ``position_embeddings`` (a learned position table of that many positions,
 at least ``seq_len``). A document without ``format`` but with ``model_type`` or ``architectures`` is a HuggingFace
 ``config.json`` and goes through

@@ -37,6 +37,9 @@ NORMS = ("rmsnorm", "layernorm")
 BLOCK_NORMS = ("pre", "post", "sandwich")
 
 
+MODEL_SCALARS = ("embedding_multiplier", "residual_multiplier", "logits_multiplier", "logits_softcap")
+
+
 def sublayer_norms(layer: "LayerSpec", block_norms: str) -> int:
     """How many norms each sublayer (mixer, MLP) of ``layer`` has in a model whose ``block_norms`` is given: two in a
     sandwich, else one; a standalone MLP layer one (it is pre-norm)."""
@@ -59,10 +62,14 @@ class AttentionMixer:
 
     ``qkv_bias`` / ``output_bias``: the query, key and value projections / the output projection add a bias
     (Qwen2 the first, GPT-2, Phi-3.5-MoE and gpt-oss both). ``qk_norm``: queries and keys pass a per-head RMSNorm
-    before the rotary embedding (Qwen3, GLM-4.5), or after it with ``qk_norm_after_rotary`` (Hunyuan). ``sinks``: every head has a learned logit that joins the
-    softmax's denominator as an extra key with no value (gpt-oss's attention sinks). ``rotary`` False: queries and
+    before the rotary embedding (Qwen3, GLM-4.5), or after it with ``qk_norm_after_rotary`` (Hunyuan). ``sinks``:
+    every head has a learned logit that joins the softmax's denominator as an extra key with no value (gpt-oss's
+    attention sinks). ``rotary`` False: queries and
     keys carry no rotary embedding, the model's positions being learned (GPT-2) or left implicit (Jamba, Granite
-    4.0-H's NoPE).
+    4.0-H's NoPE). ``softmax_scale``: the scores' scale where it is not ``head_dim ** -0.5`` (Gemma's
+    ``query_pre_attn_scalar ** -0.5``, Granite's ``attention_multiplier``); ``softcap``: scores pass
+    ``c * tanh(s / c)`` before the softmax (Gemma 2's attention logit soft-capping, Gemma Team 2024, Sec. 2). Neither
+    holds weights nor changes the kernels' work (FlashAttention-2 fuses the soft-cap).
     """
 
     num_heads: int
@@ -80,6 +87,8 @@ class AttentionMixer:
     sinks: bool = False
     rotary: bool = True
     chunk: int | None = None
+    softmax_scale: float | None = None
+    softcap: float | None = None
     type: str = field(default="attention", init=False)
 
     @property
@@ -101,6 +110,9 @@ class AttentionMixer:
                 doc[key] = True
         if not self.rotary:
             doc["rotary"] = False
+        for key in ("softmax_scale", "softcap"):
+            if getattr(self, key) is not None:
+                doc[key] = getattr(self, key)
         return doc
 
 
@@ -363,6 +375,14 @@ class ModelSpec(HashedOnce):
     norm: str = "rmsnorm"       # every block's and the head's norm: "rmsnorm", or "layernorm" (with a bias)
     position_embeddings: int | None = None   # a learned table of this many absolute positions (GPT-2)
     block_norms: str = "pre"    # where the blocks' norms sit (``BLOCK_NORMS``)
+    # Scalars that hold no weights (``MODEL_SCALARS``): the embedding's output times ``embedding_multiplier``
+    # (Gemma's sqrt(hidden), Granite's), each sublayer's output times ``residual_multiplier`` before the residual add
+    # (Granite's), the logits times ``logits_multiplier`` (Granite's 1 / logits_scaling) and soft-capped at
+    # ``logits_softcap`` (Gemma 2's final logit soft-capping, ``c * tanh(z / c)``).
+    embedding_multiplier: float | None = None
+    residual_multiplier: float | None = None
+    logits_multiplier: float | None = None
+    logits_softcap: float | None = None
 
     @property
     def num_layers(self) -> int:
@@ -373,7 +393,7 @@ class ModelSpec(HashedOnce):
         micro-batch, dtype): two specs with the same architecture hold the same parameters and compute the same
         function (an uploaded Meta-Llama-3-8B config and the ``llama-3-8b`` preset)."""
         return (self.hidden_size, self.vocab_size, self.layers, self.tie_embeddings, self.norm,
-                self.position_embeddings, self.block_norms)
+                self.position_embeddings, self.block_norms, *(getattr(self, key) for key in MODEL_SCALARS))
 
     def layer_names(self) -> list[str]:
         """Stable names: ``embed``, ``layers.<i>`` for the blocks in between, ``head``."""
@@ -410,12 +430,16 @@ class ModelSpec(HashedOnce):
             doc["position_embeddings"] = self.position_embeddings
         if self.block_norms != "pre":
             doc["block_norms"] = self.block_norms
+        for key in MODEL_SCALARS:
+            if getattr(self, key) is not None:
+                doc[key] = getattr(self, key)
         return doc
 
 
 def _load_attention(doc: dict, path: str) -> AttentionMixer:
     reject_unknown(doc, {"type", "num_heads", "num_kv_heads", "head_dim", "window", "chunk", "v_head_dim",
-                         "q_lora_rank", "kv_lora_rank", "rope_head_dim", "rotary", *ATTENTION_FLAGS}, path)
+                         "q_lora_rank", "kv_lora_rank", "rope_head_dim", "rotary", "softmax_scale", "softcap",
+                         *ATTENTION_FLAGS}, path)
     heads = get_int(doc, "num_heads", path)
     kv_heads = get_int(doc, "num_kv_heads", path, default=heads)
     if heads % kv_heads:
@@ -446,7 +470,9 @@ def _load_attention(doc: dict, path: str) -> AttentionMixer:
     if flags["qk_norm_after_rotary"] and not (flags["qk_norm"] and flags["rotary"]):
         raise SpecError(join(path, "qk_norm_after_rotary"), "places a QK-norm after the rotary embedding: needs "
                                                             "qk_norm and the rotary embedding (rotary true)")
-    return AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, **optional, **flags)
+    scalars = {key: get_number(doc, key, path, default=None, minimum=0.0, exclusive_minimum=True)
+               for key in ("softmax_scale", "softcap")}
+    return AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, **optional, **flags, **scalars)
 
 
 def _load_mixer(doc: object, path: str) -> Mixer:
@@ -573,7 +599,7 @@ def load_model_spec(doc: object) -> ModelSpec:
     check_format(doc, MODEL_FORMAT)
     reject_unknown(doc, {"format", "name", "hidden_size", "vocab_size", "seq_len", "micro_batch_size",
                          "tie_embeddings", "dtype", "layers", "source", "norm", "position_embeddings",
-                         "block_norms"}, "")
+                         "block_norms", *MODEL_SCALARS}, "")
     layers: list[LayerSpec] = []
     for index, layer_doc in enumerate(require_list(doc.get("layers"), "layers", min_length=1)):
         layer, repeat = _load_layer(layer_doc, f"layers[{index}]")
@@ -605,4 +631,5 @@ def load_model_spec(doc: object) -> ModelSpec:
         norm=get_str(doc, "norm", "", default="rmsnorm", choices=NORMS),
         position_embeddings=positions,
         block_norms=get_str(doc, "block_norms", "", default="pre", choices=BLOCK_NORMS),
+        **{key: get_number(doc, key, "", default=None, minimum=0.0, exclusive_minimum=True) for key in MODEL_SCALARS},
     )

@@ -248,6 +248,20 @@ def test_a_tp_rank_holds_whole_exactly_the_parameters_the_planner_replicates(pla
                 planned.expert, (spec.name, index)
 
 
+def test_gemmas_and_granites_scalars_run_under_tp2_pp2_as_one_process(tmp_path):
+    """The embedding, residual and logits multipliers and the logits soft-cap (``ModelSpec``), and every attention's
+    scale and soft-cap (sinks and latent attention too), under TP 2 with sequence parallelism and a vocabulary-parallel
+    head, whose soft-cap acts on each rank's slice of the logits: the run equals one process."""
+    from planner.spec.model import AttentionMixer
+    layers = tuple(dataclasses.replace(layer, mixer=dataclasses.replace(layer.mixer, softmax_scale=0.3, softcap=4.0))
+                   if isinstance(layer.mixer, AttentionMixer) else layer for layer in TP_KINDS.layers)
+    spec = dataclasses.replace(TP_KINDS, layers=layers, embedding_multiplier=2.0, residual_multiplier=0.5,
+                               logits_multiplier=0.7, logits_softcap=3.0)
+    assert sum(isinstance(layer.mixer, AttentionMixer) for layer in layers) == 3
+    run_and_verify(tmp_path, hybrid(one_f_one_b([[0, 1, 2, 3], [4, 5, 6, 7, 8]], num_microbatches=2), tp=2,
+                                    sharding="none"), spec=spec)
+
+
 def test_a_vocabulary_tp_does_not_divide_is_padded_as_megatron_pads_it_and_matches_one_process(tmp_path):
     """97 tokens under TP 2 (GPT-2's 50,257 are as odd): padded to 256, a multiple of 128 x TP as Megatron-LM's
     --make-vocab-size-divisible-by pads, the tied embedding and head each TP rank's half of it."""

@@ -128,6 +128,66 @@ def test_qk_normed_attention_computes_as_transformers_qwen3_and_hunyuan_do(after
     assert (ours(x) - expected).abs().max() > 1e-3 * expected.abs().max()
 
 
+@pytest.mark.parametrize("family", ["gemma2", "granite"])
+def test_scaled_and_soft_capped_attention_computes_as_transformers_gemma2_and_granite_do(family):
+    """Gemma 2's attention (scores scaled by ``query_pre_attn_scalar ** -0.5`` and soft-capped) against
+    ``Gemma2Attention``, Granite's (scaled by ``attention_multiplier``) against ``GraniteAttention``, with the same
+    weights and their default rotary table: the same output; without the scalars, another one."""
+    from planner.spec.model import AttentionMixer
+    from executor.model.attention import Attention
+    shape = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=64,
+                 num_hidden_layers=1, vocab_size=64, rope_theta=10_000.0, attn_implementation="eager")
+    if family == "gemma2":
+        from transformers import Gemma2Config
+        from transformers.models.gemma2.modeling_gemma2 import Gemma2Attention
+        theirs = Gemma2Attention(Gemma2Config(**shape, query_pre_attn_scalar=20, attn_logit_softcapping=2.0), 0)
+        scalars = {"softmax_scale": 20 ** -0.5, "softcap": 2.0}
+    else:
+        from transformers import GraniteConfig
+        from transformers.models.granite.modeling_granite import GraniteAttention
+        theirs = GraniteAttention(GraniteConfig(**shape, attention_multiplier=0.3), 0)
+        scalars = {"softmax_scale": 0.3}
+    theirs = theirs.double().eval()
+    ours = Attention(32, AttentionMixer(num_heads=4, num_kv_heads=2, head_dim=8, **scalars)).double()
+    plain = Attention(32, AttentionMixer(num_heads=4, num_kv_heads=2, head_dim=8)).double()
+    ours.init_weights(torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            getattr(theirs, name).weight.copy_(getattr(ours, name).weight)
+            getattr(plain, name).weight.copy_(getattr(ours, name).weight)
+    x = hidden()[:, :, :32] * 3
+    inv_freq = 1.0 / (10_000.0 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8))
+    angles = torch.arange(x.shape[1], dtype=torch.float64)[:, None] * inv_freq[None, :]
+    table = torch.cat([angles, angles], dim=-1)
+    causal = torch.full((x.shape[1], x.shape[1]), float("-inf"), dtype=torch.float64).triu(1)
+    expected = theirs(x, (table.cos()[None], table.sin()[None]), causal[None, None])[0]
+    # their eager attention's softmax runs in float32 whatever the input: a few 1e-9 here
+    torch.testing.assert_close(ours(x), expected, rtol=1e-6, atol=1e-7)
+    assert (plain(x) - expected).abs().max() > 1e-3 * expected.abs().max()
+
+
+def test_the_models_scalars_scale_the_embedding_each_sublayer_and_the_logits_and_cap_them():
+    """By hand: the embedding's rows times ``embedding_multiplier``; a block's x + r * f(x) with f the pre-norm
+    sublayer; the head's loss the cross-entropy of ``c * tanh(m * z / c)`` over its logits ``z``."""
+    spec = dataclasses.replace(SPEC, embedding_multiplier=3.0, residual_multiplier=0.25, logits_multiplier=0.5,
+                               logits_softcap=2.0)
+    built = build_layers(spec, range(spec.num_layers), seed=0, dtype=torch.float64)
+    plain = build_layers(SPEC, range(SPEC.num_layers), seed=0, dtype=torch.float64)
+    tokens = torch.randint(0, SPEC.vocab_size, (2, SPEC.seq_len), generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(built[0](tokens), 3.0 * plain[0](tokens), rtol=1e-12, atol=1e-12)
+    block, reference, x = built[1], plain[1], hidden()
+    x1 = x + 0.25 * reference.mixer(reference.mixer_norm(x))
+    expected = x1 + 0.25 * reference.mlp(reference.mlp_norm(x1))
+    torch.testing.assert_close(block(x), expected, rtol=1e-12, atol=1e-12)
+    last = spec.num_layers - 1
+    head = built[last]
+    logits = head.norm(x) @ head.weight.T
+    capped = 2.0 * torch.tanh(0.5 * logits / 2.0)
+    expected_loss = F.cross_entropy(capped.reshape(-1, SPEC.vocab_size), tokens.reshape(-1))
+    torch.testing.assert_close(head(x, tokens), expected_loss, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(plain[last](x, tokens), expected_loss)
+
+
 def test_sliding_window_gqa_attention_matches_an_explicit_softmax():
     block = layer(2)                     # 4 query heads, 1 kv head, window 4
     attention = block.mixer

@@ -148,3 +148,23 @@ def test_a_sandwich_block_costs_two_more_norms_and_a_post_norm_block_as_much_as_
         sandwich = replace(pre, block_norms="sandwich")
         blocks = sum(layer.kind == "decoder" for layer in pre.layers)
         assert count_parameters(sandwich) == count_parameters(pre) + 2 * blocks * one.params
+
+
+def test_a_soft_capped_head_pays_a_pass_over_the_logits_and_keeps_its_output():
+    """Gemma 2's final logit soft-cap (``ModelSpec.logits_softcap``): one pointwise pass over the logits each way, by
+    hand, and their capped copy kept for the backward; multipliers and an attention's cap and scale cost nothing
+    (fused into the neighbouring kernels)."""
+    from planner.cost.analytic import layer_cost
+    spec = load_model_preset("gemma-2-9b")
+    logits = spec.micro_batch_size * spec.seq_len * spec.vocab_size
+    plain = replace(spec, logits_softcap=None)
+    head, capped = layer_cost(plain.layers[-1], plain), layer_cost(spec.layers[-1], spec)
+    assert spec.logits_softcap == 30.0 and capped.params == head.params
+    assert capped.activation_bytes == head.activation_bytes + 2 * logits
+    assert len(capped.forward) == len(head.forward) + 1 and capped.forward[-1].bytes == 2 * 2 * logits
+    assert capped.backward_input[-1].bytes == 2 * 3 * logits
+    decoder = spec.layers[1]
+    scaled = replace(spec, embedding_multiplier=None, residual_multiplier=0.5, logits_multiplier=0.25)
+    assert layer_cost(decoder, scaled) == layer_cost(decoder, spec)
+    assert layer_cost(scaled.layers[-1], scaled) == capped
+    assert layer_cost(spec.layers[0], scaled) == layer_cost(spec.layers[0], spec)

@@ -543,6 +543,21 @@ def test_norms_after_or_around_each_sublayer_are_listed_as_lost(plans):
     assert not [item for item in export_losses("megatron-args", plan, dense) if "pre-norm" in item]
 
 
+def test_scalars_without_weights_are_listed_as_lost(plans):
+    """Gemma's and Granite's multipliers and soft-caps: Megatron-LM's GPT arguments set none, and the export names the
+    ones the model has; a model without them gets no such line."""
+    from dataclasses import replace
+    from planner.spec.model import AttentionMixer
+    plan, dense = plans["llama-dense"]
+    capped = replace(dense, embedding_multiplier=12.0, logits_softcap=30.0, layers=tuple(
+        replace(layer, mixer=replace(layer.mixer, softcap=50.0)) if isinstance(layer.mixer, AttentionMixer) else layer
+        for layer in dense.layers))
+    assert [item for item in export_losses("megatron-args", plan, capped) if "set none of them" in item] == [
+        f"{capped.name}'s embedding multiplier, logits softcap, attention softcap: Megatron-LM's arguments set none "
+        "of them"]
+    assert not [item for item in export_losses("megatron-args", plan, dense) if "set none of them" in item]
+
+
 def test_chunked_attention_the_arguments_do_not_set_is_listed_as_lost(plans):
     """Llama 4's chunked attention: the Megatron-LM arguments describe its layers without it, and say so under the
     download; a model without chunks gets no such line."""

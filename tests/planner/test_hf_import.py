@@ -140,6 +140,35 @@ def test_each_familys_norms_sit_where_its_decoder_layer_puts_them():
         assert import_hf_config(config(name)).block_norms == "pre", name
 
 
+def test_gemma_and_granite_carry_their_scalars():
+    """Gemma 2: the embedding times sqrt(hidden), scores soft-capped at 50 and logits at 30 (its config's, also
+    ``Gemma2Config``'s defaults), its query scale the head width's (``query_pre_attn_scalar`` 256); a null cap is no
+    cap. Gemma 3 27B: no caps, queries scaled by 168 ** -0.5 where its heads are 128 wide. Granite 4.0-H: the
+    embedding times 12, each sublayer's output times 0.22, scores by 1/128, logits divided by 16."""
+    gemma2 = import_hf_config(config("gemma-2-9b"))
+    attention = blocks(gemma2)[0].mixer
+    assert (gemma2.embedding_multiplier, gemma2.logits_softcap) == (3584 ** 0.5, 30.0)
+    assert (attention.softcap, attention.softmax_scale) == (50.0, None)
+    uncapped = import_hf_config({**config("gemma-2-9b"), "attn_logit_softcapping": None,
+                                 "final_logit_softcapping": None})
+    assert uncapped.logits_softcap is None and blocks(uncapped)[0].mixer.softcap is None
+    gemma3 = import_hf_config(config("gemma-3-27b"))
+    assert gemma3.logits_softcap is None and {block.mixer.softcap for block in blocks(gemma3)} == {None}
+    assert {block.mixer.softmax_scale for block in blocks(gemma3)} == {168 ** -0.5}
+    assert gemma3.embedding_multiplier == 5376 ** 0.5
+    granite = import_hf_config(config("granite-4.0-h-small"))
+    assert (granite.embedding_multiplier, granite.residual_multiplier,
+            granite.logits_multiplier) == (12.0, 0.22, 1 / 16)
+    assert {block.mixer.softmax_scale for block in blocks(granite) if block.mixer is not None
+            and block.mixer.type == "attention"} == {0.0078125}
+    llama = import_hf_config(config("llama-3-8b"))
+    assert all(getattr(llama, key) is None for key in ("embedding_multiplier", "residual_multiplier",
+                                                       "logits_multiplier", "logits_softcap"))
+    with pytest.raises(SpecError) as error:
+        import_hf_config({**config("gemma-2-9b"), "final_logit_softcapping": 0})
+    assert error.value.field == "final_logit_softcapping" and "must be > 0" in str(error.value)
+
+
 def test_gemma2_alternates_sliding_and_global_starting_with_sliding():
     spec = import_hf_config(config("gemma-2-9b"))
     windows = [block.mixer.window for block in blocks(spec)]
@@ -164,7 +193,7 @@ def test_gemma3_has_a_global_layer_every_sixth_and_the_class_default_vocabulary(
     assert {block.mixer.window for block in blocks(spec) if block.mixer.window} == {1024}
     assert spec.vocab_size == 262208 and spec.hidden_size == 5376 and spec.tie_embeddings
     assert blocks(spec)[0].mixer == AttentionMixer(num_heads=32, num_kv_heads=16, head_dim=128, window=1024,
-                                                   qk_norm=True)
+                                                   qk_norm=True, softmax_scale=168 ** -0.5)
 
 
 def test_gemma3_layer_types_and_sliding_window_pattern_are_honoured():
@@ -692,7 +721,8 @@ def test_granite_families_bias_where_told_and_share_an_expert_only_in_granitemoe
     doc = {"hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 4, "intermediate_size": 2048,
            "num_hidden_layers": 4, "vocab_size": 49155}
     dense = blocks(import_hf_config({**doc, "model_type": "granite", "attention_bias": True, "mlp_bias": True}))[0]
-    assert dense.mixer == AttentionMixer(num_heads=16, num_kv_heads=4, head_dim=64, qkv_bias=True, output_bias=True)
+    assert dense.mixer == AttentionMixer(num_heads=16, num_kv_heads=4, head_dim=64, qkv_bias=True, output_bias=True,
+                                         softmax_scale=1.0)   # attention_multiplier's default, in place of 1/8
     assert dense.mlp == DenseMLP(2048, bias=True)
     moe = {**doc, "num_local_experts": 40, "num_experts_per_tok": 8, "shared_intermediate_size": 512}
     plain = blocks(import_hf_config({**moe, "architectures": ["GraniteMoeForCausalLM"]}))[0].mlp

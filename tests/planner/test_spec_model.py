@@ -277,3 +277,21 @@ def test_a_qk_norm_after_the_rotary_embedding_round_trips_and_needs_both():
         with pytest.raises(SpecError) as error:
             load_model_spec(doc_with(bad))
         assert error.value.field == "layers[1].mixer.qk_norm_after_rotary" and "needs qk_norm" in str(error.value)
+
+
+def test_scalars_without_weights_round_trip_and_must_be_positive():
+    """Gemma's and Granite's scalars: the model's embedding, residual and logits multipliers and logits soft-cap, an
+    attention's softmax scale and soft-cap; written only when set, each refused by name unless above 0."""
+    attention = {"type": "attention", "num_heads": 2, "head_dim": 8, "softmax_scale": 0.125, "softcap": 50.0}
+    scalars = {"embedding_multiplier": 12.0, "residual_multiplier": 0.22, "logits_multiplier": 0.125,
+               "logits_softcap": 30.0}
+    spec = load_model_spec(doc_with(attention, **scalars))
+    assert (spec.layers[1].mixer.softmax_scale, spec.layers[1].mixer.softcap) == (0.125, 50.0)
+    assert {key: getattr(spec, key) for key in scalars} == scalars and load_model_spec(spec.to_dict()) == spec
+    plain = load_model_spec(doc_with({"type": "attention", "num_heads": 2, "head_dim": 8}))
+    assert not set(scalars) & plain.to_dict().keys() and plain.architecture() != spec.architecture()
+    for doc, field in ((doc_with(attention, **{**scalars, "residual_multiplier": 0}), "residual_multiplier"),
+                       (doc_with({**attention, "softcap": -1.0}), "layers[1].mixer.softcap")):
+        with pytest.raises(SpecError) as error:
+            load_model_spec(doc)
+        assert error.value.field == field and "must be > 0" in str(error.value)

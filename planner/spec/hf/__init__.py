@@ -45,7 +45,7 @@ mixer and which MLP each block has:
 - ``smollm3``: Llama (biases per ``attention_bias`` and ``mlp_bias``) without positions on every
   ``no_rope_layer_interval``-th layer (or per ``no_rope_layers``); with ``use_sliding_window``, windows on the
   ``layer_types``' sliding layers (by default the NoPE ones).
-- ``granite``: Llama with biases per ``attention_bias`` and ``mlp_bias`` (its multipliers hold no weights);
+- ``granite``: Llama with biases per ``attention_bias`` and ``mlp_bias``, and its multipliers;
   ``granitemoe``: that attention with a ``num_local_experts`` MoE on every layer, and ``granitemoeshared`` beside a
   shared expert of ``shared_intermediate_size``. ``seed_oss``: Llama with biased q/k/v (``attention_bias``), output
   (``attention_out_bias``) and MLP (``mlp_bias``). ``nemotron`` (Nemotron-4, Minitron): LayerNorm, biases per
@@ -72,11 +72,11 @@ Approximations, chosen because the pipeline planner needs per-layer cost and mem
 - MLA is attention whose query/key heads are ``qk_nope_head_dim + qk_rope_head_dim`` wide and value heads
   ``v_head_dim`` wide, with the latent ranks kept so the cost model counts the down/up projections; in
   training every head materialises its own key and value, so ``num_kv_heads == num_heads``.
-- Qwen3-Next's attention output gate and shared-expert gate (Qwen3.5's too; Qwen2-MoE's shared-expert gate), DeepSeek's
-  multi-token-prediction module, Gemma's logit soft-capping, query scale (``query_pre_attn_scalar``) and embedding scale
-  (no weights), Jamba's dt/B/C norms, Phi-3.5-MoE's head bias and Gemma 3's vision tower are left out (each well
-  under 1 % of the parameters, or absent from the model that trains the pipeline; the tests name each). So is Llama
-  4's vision encoder.
+- Qwen3-Next's attention output gate and shared-expert gate (Qwen3.5's too; Qwen2-MoE's shared-expert gate),
+  DeepSeek's multi-token-prediction module, Jamba's dt/B/C norms, Phi-3.5-MoE's head bias and Gemma 3's vision tower
+  are left out (each well under 1 % of the parameters, or absent from the model that trains the pipeline; the tests
+  name each). So is Llama 4's vision encoder. Gemma's and Granite's scalars (embedding, residual and logits
+  multipliers, soft-caps, attention scales: ``reader.gemma_scalars``, ``granite_scalars``) are the model's.
 - OLMo 2's, OLMo 3's, OLMoE's and MiniMax-M2's QK-norms normalise all the heads' queries (keys) at once; they run as
   Qwen3's per-head norm, whose weights are one head wide (the tests name the rest: 0.004 % of OLMo 2 1B).
   MiniMax-M2's partial rotary positions (``rotary_dim``) and sigmoid routing with a balancing bias hold no weights
@@ -101,7 +101,8 @@ from planner.errors import SpecError, SpecWarning
 from planner.spec.hf import attention_families as softmax
 from planner.spec.hf import hybrid_families as hybrid
 from planner.spec.hf.defaults import TRANSFORMERS_ALIASES, TRANSFORMERS_DEFAULTS
-from planner.spec.hf.reader import EMBEDDING, HEAD, Config, mlp_activation, with_gated_activation
+from planner.spec.hf.reader import (EMBEDDING, HEAD, Config, gemma_scalars, granite_scalars, mlp_activation,
+                                    with_attention_scalars, with_gated_activation)
 from planner.spec.model import LayerSpec, ModelSpec, load_model_spec
 from planner.fields import require_mapping, shown
 
@@ -121,6 +122,8 @@ class Family:
     # the key naming its gated MLPs' and experts' activation (``reader.mlp_activation``); None: its builder sets it
     activation_key: str | None = "hidden_act"
     block_norms: str = "pre"   # where its blocks' norms sit (``planner.spec.model.BLOCK_NORMS``)
+    # its scalars without weights: (attention fields, model fields) (``reader.gemma_scalars``, ``granite_scalars``)
+    scalars: Callable[[Config], tuple[dict, dict]] | None = None
 
 
 FAMILIES: dict[str, Family] = {
@@ -131,9 +134,11 @@ FAMILIES: dict[str, Family] = {
     "phi3": Family(softmax.llama),
     "mixtral": Family(softmax.mixtral),
     "phimoe": Family(softmax.phimoe, norm="layernorm"),
-    "gemma2": Family(softmax.gemma2, activation_key="hidden_activation", block_norms="sandwich"),
-    "gemma3": Family(softmax.gemma3, nested_text=True, activation_key="hidden_activation", block_norms="sandwich"),
-    "gemma3_text": Family(softmax.gemma3, activation_key="hidden_activation", block_norms="sandwich"),
+    "gemma2": Family(softmax.gemma2, activation_key="hidden_activation", block_norms="sandwich", scalars=gemma_scalars),
+    "gemma3": Family(softmax.gemma3, nested_text=True, activation_key="hidden_activation", block_norms="sandwich",
+                     scalars=gemma_scalars),
+    "gemma3_text": Family(softmax.gemma3, activation_key="hidden_activation", block_norms="sandwich",
+                          scalars=gemma_scalars),
     "qwen2": Family(softmax.qwen2),
     "qwen3": Family(softmax.qwen3),
     "qwen3_moe": Family(softmax.qwen3_moe),
@@ -144,9 +149,9 @@ FAMILIES: dict[str, Family] = {
     "llama4": Family(softmax.llama4, nested_text=True),
     "llama4_text": Family(softmax.llama4),
     "smollm3": Family(softmax.smollm3),
-    "granite": Family(softmax.granite),
-    "granitemoe": Family(softmax.granitemoe),
-    "granitemoeshared": Family(softmax.granitemoeshared),
+    "granite": Family(softmax.granite, scalars=granite_scalars),
+    "granitemoe": Family(softmax.granitemoe, scalars=granite_scalars),
+    "granitemoeshared": Family(softmax.granitemoeshared, scalars=granite_scalars),
     "seed_oss": Family(softmax.seed_oss),
     "nemotron": Family(softmax.ungated, norm="layernorm"),
     "arcee": Family(softmax.ungated),
@@ -170,7 +175,7 @@ FAMILIES: dict[str, Family] = {
     "mamba2": Family(hybrid.mamba2),
     "jamba": Family(hybrid.jamba),
     "nemotron_h": Family(hybrid.nemotron_h),
-    "granitemoehybrid": Family(hybrid.granitemoehybrid),
+    "granitemoehybrid": Family(hybrid.granitemoehybrid, scalars=granite_scalars),
     "qwen3_next": Family(hybrid.qwen3_next),
     "qwen3_5_moe": Family(hybrid.qwen3_next, nested_text=True),
     "qwen3_5_moe_text": Family(hybrid.qwen3_next),
@@ -266,12 +271,13 @@ def _check_positive(field: str, value) -> None:
         raise SpecError(field, f"must be a positive integer, got {value!r}")
 
 
-def _blocks(cfg: Config, family: Family) -> list[LayerSpec]:
-    """The family's blocks, their gated MLPs and experts with the activation its ``activation_key`` names."""
+def _blocks(cfg: Config, family: Family, attention_scalars: dict) -> list[LayerSpec]:
+    """The family's blocks, their gated MLPs and experts with the activation its ``activation_key`` names, their
+    attention with its scalars."""
     blocks = family.blocks(cfg)
     if family.activation_key and any(layer.mlp is not None and layer.mlp.gated for layer in blocks):
         blocks = with_gated_activation(blocks, mlp_activation(cfg, family.activation_key, gated=True))
-    return blocks
+    return with_attention_scalars(blocks, **attention_scalars) if attention_scalars else blocks
 
 
 def import_hf_config(config: dict, *, name: str | None = None, seq_len: int | None = None,
@@ -299,6 +305,7 @@ def read_hf_config(config: dict, *, name: str | None = None, seq_len: int | None
     if seq_len is None:
         seq_len = min(DEFAULT_SEQ_LEN, positions) if positions else DEFAULT_SEQ_LEN
     tie_default = cfg.default("tie_word_embeddings")
+    attention_scalars, model_scalars = family.scalars(cfg) if family.scalars else ({}, {})
     spec = ModelSpec(
         name=name or _default_name(config, family_name),
         hidden_size=cfg.integer("hidden_size"),
@@ -306,13 +313,14 @@ def read_hf_config(config: dict, *, name: str | None = None, seq_len: int | None
         seq_len=seq_len,
         micro_batch_size=micro_batch_size,
         tie_embeddings=cfg.flag("tie_word_embeddings", Config(config).flag("tie_word_embeddings", tie_default)),
-        layers=(EMBEDDING, *_blocks(cfg, family), HEAD),
+        layers=(EMBEDDING, *_blocks(cfg, family, attention_scalars), HEAD),
         source=source or f"huggingface config.json (model_type {config.get('model_type', family_name)}"
                          + (f", read as {family_name})" if config.get("model_type") not in (None, family_name)
                             else ")"),
         norm=family.norm,
         position_embeddings=positions,
         block_norms=family.block_norms,
+        **model_scalars,
     )
     # The spec loader owns the invariants; a spec it would reject must not leave the importer.
     warnings = [SpecWarning(cfg.field(key), f"is not a key this model's config reads; did you mean {meant!r}? "

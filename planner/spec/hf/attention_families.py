@@ -276,7 +276,8 @@ def smollm3(cfg: Config) -> list[LayerSpec]:
 
 def granite(cfg: Config) -> list[LayerSpec]:
     """Granite 3 / Granite 4.0 dense: Llama with biases per ``attention_bias`` on the attention's projections and per
-    ``mlp_bias`` on the MLP's; its embedding, residual, attention and logits multipliers hold no weights."""
+    ``mlp_bias`` on the MLP's; its embedding, residual, attention and logits multipliers are the model's
+    (``reader.granite_scalars``)."""
     block = LayerSpec(kind="decoder", mixer=biased_attention(cfg),
                       mlp=DenseMLP(cfg.integer("intermediate_size"), bias=cfg.flag("mlp_bias")))
     return [block] * cfg.integer("num_hidden_layers")

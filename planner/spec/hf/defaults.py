@@ -26,6 +26,10 @@ _MAMBA = {"vocab_size": 50280, "hidden_size": 768, "num_hidden_layers": 32, "tie
 _GPT2 = {"vocab_size": 50257, "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "n_inner": None,
          "tie_word_embeddings": True}
 
+# Granite's scalars without weights (``planner.spec.hf.reader.granite_scalars``)
+_GRANITE_MULTIPLIERS = {"embedding_multiplier": 1.0, "residual_multiplier": 1.0, "attention_multiplier": 1.0,
+                        "logits_scaling": 1.0}
+
 TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
     "llama": {**_LLAMA_SHAPE, "tie_word_embeddings": False},
     "mistral": {"tie_word_embeddings": False, "sliding_window": 4096},
@@ -36,9 +40,12 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
     "starcoder2": {"vocab_size": 49152, "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30,
                    "num_attention_heads": 24, "num_key_value_heads": 2, "tie_word_embeddings": True, "use_bias": True,
                    "sliding_window": None, "hidden_act": "gelu_pytorch_tanh"},
-    "gemma2": {"tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh"},
-    "gemma3": {"tie_word_embeddings": True, "vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh"},
-    "gemma3_text": {"tie_word_embeddings": True, "vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh"},
+    "gemma2": {"tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
+               "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
+    "gemma3": {"tie_word_embeddings": True, "vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh",
+               "query_pre_attn_scalar": 256, "attn_logit_softcapping": None, "final_logit_softcapping": None},
+    "gemma3_text": {"tie_word_embeddings": True, "vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh",
+                    "query_pre_attn_scalar": 256, "attn_logit_softcapping": None, "final_logit_softcapping": None},
     "deepseek_v2": {"tie_word_embeddings": False, "topk_method": "greedy", "n_group": None, "topk_group": None},
     "deepseek_v3": {"tie_word_embeddings": False, "n_shared_experts": 1, "first_k_dense_replace": 3, "n_group": 8,
                     "topk_group": 4},
@@ -97,7 +104,8 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
               "num_experts_per_tok": 2, "router_aux_loss_coef": 0.001, "mamba_d_state": 16, "mamba_d_conv": 4,
               "mamba_expand": 2, "mamba_dt_rank": "auto", "mamba_conv_bias": True, "mamba_proj_bias": False,
               "attn_layer_period": 8, "attn_layer_offset": 4, "expert_layer_period": 2, "expert_layer_offset": 1},
-    "granitemoehybrid": {**_LLAMA_SHAPE, "num_key_value_heads": None, "tie_word_embeddings": False,
+    "granitemoehybrid": {**_LLAMA_SHAPE, **_GRANITE_MULTIPLIERS, "num_key_value_heads": None,
+                         "tie_word_embeddings": False,
                          "attention_bias": False, "num_local_experts": 8, "num_experts_per_tok": 2,
                          "router_aux_loss_coef": 0.001, "shared_intermediate_size": 1024, "mamba_n_heads": 128,
                          "mamba_d_head": "auto", "mamba_d_state": 256, "mamba_d_conv": 4, "mamba_expand": 2,
@@ -136,10 +144,10 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, object]] = {
                    "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False,
                    "num_local_experts": 256, "num_experts_per_tok": 8, "router_aux_loss_coef": 0.001},
     "granite": {**_LLAMA_SHAPE, "num_key_value_heads": None, "tie_word_embeddings": False, "attention_bias": False,
-                "mlp_bias": False},
+                "mlp_bias": False, **_GRANITE_MULTIPLIERS},
     "granitemoe": {**_LLAMA_SHAPE, "num_key_value_heads": None, "tie_word_embeddings": False,
                    "attention_bias": False, "num_local_experts": 8, "num_experts_per_tok": 2,
-                   "router_aux_loss_coef": 0.001},
+                   "router_aux_loss_coef": 0.001, **_GRANITE_MULTIPLIERS},
     "seed_oss": {"vocab_size": 155136, "hidden_size": 4096, "intermediate_size": 27648, "num_hidden_layers": 64,
                  "num_attention_heads": 80, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False,
                  "attention_bias": True, "attention_out_bias": False, "mlp_bias": False},

@@ -82,6 +82,17 @@ class Config:
         self._absent(key)
         return self.default(key)
 
+    def optional_positive_number(self, key: str) -> float | None:
+        """The value (above 0), None when the config sets null; a missing key takes the family default (often
+        None)."""
+        name = self.name(key)
+        if name in self.doc:
+            if self.doc[name] is None:
+                return None
+            return get_number(self.doc, name, self.path, minimum=0.0, exclusive_minimum=True)
+        self._absent(key)
+        return self.default(key)
+
     def number(self, key: str, default=..., minimum: float = 0.0) -> float:
         view, name = self._view(key, default)
         return get_number(view, name, self.path, minimum=minimum)
@@ -152,6 +163,45 @@ def mlp_activation(cfg: Config, key: str = "hidden_act", *, gated: bool) -> str:
         raise SpecError(cfg.field(key), f"{name} is not modelled for an MLP {'with' if gated else 'without'} a "
                                         f"gate (known: {known})")
     return activation
+
+
+def with_attention_scalars(layers: list[LayerSpec], **scalars) -> list[LayerSpec]:
+    """``layers`` with every softmax attention's ``softmax_scale`` / ``softcap`` set (the ones given)."""
+    def scaled(layer: LayerSpec) -> LayerSpec:
+        if not isinstance(layer.mixer, AttentionMixer):
+            return layer
+        return replace(layer, mixer=replace(layer.mixer, **scalars))
+    return [scaled(layer) for layer in layers]
+
+
+def gemma_scalars(cfg: Config) -> tuple[dict, dict]:
+    """Gemma 2's and 3's scalars (``Gemma2Model``, ``Gemma2Attention``, ``Gemma2ForCausalLM``): the embedding times
+    sqrt(hidden), the scores scaled by ``query_pre_attn_scalar ** -0.5`` and soft-capped at
+    ``attn_logit_softcapping``, the logits soft-capped at ``final_logit_softcapping`` (Gemma 3: neither cap).
+    (attention fields, model fields)."""
+    head_dim = cfg.optional_integer("head_dim") or cfg.integer("hidden_size") // cfg.integer("num_attention_heads")
+    query_scalar = cfg.optional_positive_number("query_pre_attn_scalar")
+    attention = {"softmax_scale": query_scalar ** -0.5 if query_scalar not in (None, head_dim) else None,
+                 "softcap": cfg.optional_positive_number("attn_logit_softcapping")}
+    model = {"embedding_multiplier": cfg.integer("hidden_size") ** 0.5,
+             "logits_softcap": cfg.optional_positive_number("final_logit_softcapping")}
+    return attention, model
+
+
+def granite_scalars(cfg: Config) -> tuple[dict, dict]:
+    """Granite's multipliers (``GraniteModel``, ``GraniteAttention``, ``GraniteForCausalLM``; the MoE and hybrid
+    models alike): the embedding times ``embedding_multiplier``, the scores scaled by ``attention_multiplier`` (in
+    place of ``head_dim ** -0.5``), each sublayer's output times ``residual_multiplier``, the logits divided by
+    ``logits_scaling``. (attention fields, model fields)."""
+    def multiplier(key: str) -> float | None:
+        value = cfg.optional_positive_number(key)
+        return None if value == 1.0 else value
+
+    logits_scaling = cfg.optional_positive_number("logits_scaling")
+    return ({"softmax_scale": cfg.optional_positive_number("attention_multiplier")},
+            {"embedding_multiplier": multiplier("embedding_multiplier"),
+             "residual_multiplier": multiplier("residual_multiplier"),
+             "logits_multiplier": None if logits_scaling in (None, 1.0) else 1.0 / logits_scaling})
 
 
 def with_gated_activation(layers: list[LayerSpec], activation: str) -> list[LayerSpec]:
