@@ -56,7 +56,7 @@ def causal_attention(query, key, value, window: int | None, positions=None, chun
                      scale: float | None = None, softcap: float | None = None) -> torch.Tensor:
     """Causal attention, windowed or chunked when set; ``positions`` (query positions, key positions) where the keys
     are not the queries' own sequence in order (context parallelism); ``scale`` the scores' (default
-    ``head_dim ** -0.5``); ``softcap`` soft-caps them (``capped_scores``)."""
+    ``head_dim ** -0.5``); ``softcap`` soft-caps them (``soft_capped``)."""
     seq_len = key.shape[-2]
     if softcap is not None:
         return attention_with_sinks(query, key, value, window, None, positions, chunk, scale, softcap)
@@ -67,9 +67,10 @@ def causal_attention(query, key, value, window: int | None, positions=None, chun
     return F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scale)
 
 
-def capped_scores(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
-    """``c * tanh(s / c)`` (Gemma 2's attention logit soft-capping, Gemma Team 2024, Sec. 2), or the scores."""
-    return scores if softcap is None else softcap * torch.tanh(scores / softcap)
+def soft_capped(values: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """``c * tanh(v / c)`` (Gemma 2's soft-capping of attention scores and of logits, Gemma Team 2024, Sec. 2), or the
+    values."""
+    return values if softcap is None else softcap * torch.tanh(values / softcap)
 
 
 def attention_with_sinks(query, key, value, window: int | None, sinks: torch.Tensor | None, positions=None,
@@ -77,9 +78,9 @@ def attention_with_sinks(query, key, value, window: int | None, sinks: torch.Ten
                          softcap: float | None = None) -> torch.Tensor:
     """Attention with its scores written out: gpt-oss's attention sinks (OpenAI 2025, gpt-oss model card Sec. 2.2),
     each head's learned logit joining every query's softmax as one more key whose value is zero, so a head can
-    attend to nothing; and soft-capped scores (``capped_scores``), which no fused kernel of torch's takes."""
+    attend to nothing; and soft-capped scores (``soft_capped``), which no fused kernel of torch's takes."""
     batch, heads, seq_len, head_dim = query.shape
-    scores = capped_scores((query @ key.transpose(-1, -2)) * (head_dim ** -0.5 if scale is None else scale), softcap)
+    scores = soft_capped((query @ key.transpose(-1, -2)) * (head_dim ** -0.5 if scale is None else scale), softcap)
     keys = key.shape[-2]
     allowed = local_attention_mask(keys, window, query.device, positions, chunk)
     scores = scores.masked_fill(~allowed, float("-inf"))

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from executor.model.attention import LatentAttention, build_attention
+from executor.model.attention import LatentAttention, build_attention, soft_capped
 from executor.model.init import layer_generator, normal_
 from executor.model.linear import linear
 from executor.model.linear_attention import LinearAttention
@@ -217,7 +217,7 @@ class Head(nn.Module):
         """The logits times ``logits_multiplier``, then soft-capped, ``c * tanh(z / c)`` (a vocabulary slice alike)."""
         if self.logits_multiplier is not None:
             logits = logits * self.logits_multiplier
-        return logits if self.softcap is None else self.softcap * torch.tanh(logits / self.softcap)
+        return soft_capped(logits, self.softcap)
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor, loss_scale: float = 1.0) -> torch.Tensor:
         if self.tensor_parallel is not None:

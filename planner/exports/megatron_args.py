@@ -44,8 +44,8 @@ from planner.exports.hybrid_plan import (header_lines, is_own_order, placement, 
                                          require_v2, seq_len_of, stage_devices)
 from planner.exports.megatron_layout import is_megatron_hybrid, layout_of_stages, run_lengths
 from planner.plan import Plan
-from planner.spec.model import (CLAMPED_SWIGLU_LIMIT, CLAMPED_SWIGLU_OFFSET, MODEL_SCALARS, AttentionMixer, DenseMLP,
-                                LayerSpec, ModelSpec, MoEMLP)
+from planner.spec.model import (ATTENTION_SCALARS, CLAMPED_SWIGLU_LIMIT, CLAMPED_SWIGLU_OFFSET, MODEL_SCALARS,
+                                AttentionMixer, DenseMLP, LayerSpec, ModelSpec, MoEMLP)
 
 FORMAT = "megatron-args"
 # Megatron-Core's schedules (megatron/core/pipeline_parallel/schedules.py): 1F1B without virtual stages, interleaved
@@ -284,7 +284,7 @@ def _model_shape(plan: Plan, model: ModelSpec, seq_len: int | None, lost: list[s
         args += [("--hybrid-override-pattern", pattern)] + _mamba_args(model)
     args.append(("--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"))
     scalars = [name.replace("_", " ") for name in MODEL_SCALARS if getattr(model, name) is not None] + [
-        f"attention {name.replace('_', ' ')}" for name in ("softmax_scale", "softcap")
+        f"attention {name.replace('_', ' ')}" for name in ATTENTION_SCALARS
         if any(getattr(mixer, name) is not None for mixer in attention)]
     if scalars:   # Megatron-LM's GPT arguments have none of them (Megatron-Bridge's Gemma and Granite providers do)
         lost.append(f"{model.name}'s {', '.join(scalars)}: Megatron-LM's arguments set none of them")

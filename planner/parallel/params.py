@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.cost.analytic import layer_parameters
+from planner.cost.primitives import norm
 from planner.spec.model import (AttentionMixer, DenseMLP, LayerSpec, LinearAttentionMixer, MambaMixer, ModelSpec,
                                 MoEMLP, sublayer_norms)
 
@@ -63,7 +64,7 @@ def _replicated_mixer(mixer, hidden: int) -> int:
 def _replicated_and_expert(layer: LayerSpec, spec: ModelSpec) -> tuple[int, int, int]:
     """(replicated, expert, expert_whole) of ``LayerParams``; the rest of the layer is TP-sharded."""
     hidden = spec.hidden_size
-    per_norm = 2 * hidden if spec.norm == "layernorm" else hidden   # a LayerNorm's bias too
+    per_norm = norm(spec.norm, 0, hidden, 0).params   # a norm's weights as the cost model counts them
     if layer.kind == "embedding":   # a learned position table is not split by vocabulary
         return (spec.position_embeddings or 0) * hidden, 0, 0
     if layer.kind == "head":

@@ -46,6 +46,7 @@ def sublayer_norms(layer: "LayerSpec", block_norms: str) -> int:
     return 2 if block_norms == "sandwich" and layer.mixer is not None else 1
 
 ATTENTION_FLAGS = ("qkv_bias", "output_bias", "qk_norm", "qk_norm_after_rotary", "sinks")
+ATTENTION_SCALARS = ("softmax_scale", "softcap")   # an attention's scalars without weights (``AttentionMixer``)
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class AttentionMixer:
                 doc[key] = True
         if not self.rotary:
             doc["rotary"] = False
-        for key in ("softmax_scale", "softcap"):
+        for key in ATTENTION_SCALARS:
             if getattr(self, key) is not None:
                 doc[key] = getattr(self, key)
         return doc
@@ -438,7 +439,7 @@ class ModelSpec(HashedOnce):
 
 def _load_attention(doc: dict, path: str) -> AttentionMixer:
     reject_unknown(doc, {"type", "num_heads", "num_kv_heads", "head_dim", "window", "chunk", "v_head_dim",
-                         "q_lora_rank", "kv_lora_rank", "rope_head_dim", "rotary", "softmax_scale", "softcap",
+                         "q_lora_rank", "kv_lora_rank", "rope_head_dim", "rotary", *ATTENTION_SCALARS,
                          *ATTENTION_FLAGS}, path)
     heads = get_int(doc, "num_heads", path)
     kv_heads = get_int(doc, "num_kv_heads", path, default=heads)
@@ -471,7 +472,7 @@ def _load_attention(doc: dict, path: str) -> AttentionMixer:
         raise SpecError(join(path, "qk_norm_after_rotary"), "places a QK-norm after the rotary embedding: needs "
                                                             "qk_norm and the rotary embedding (rotary true)")
     scalars = {key: get_number(doc, key, path, default=None, minimum=0.0, exclusive_minimum=True)
-               for key in ("softmax_scale", "softcap")}
+               for key in ATTENTION_SCALARS}
     return AttentionMixer(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, **optional, **flags, **scalars)
 
 
